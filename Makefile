@@ -1,0 +1,52 @@
+# llb — build, run and test. `make run` and `make test` install what is missing
+# (libzmq3-dev and pkg-config through apt-get) before they build.
+
+GO        ?= go
+BIN       ?= bin
+TESTFLAGS ?= -timeout 20m
+export CGO_ENABLED := 1
+
+.PHONY: all deps build run test bench fuzz lint chaos sim clean
+
+all: build
+
+# deps installs the C library pebbe/zmq4 links against. apt-get runs only when
+# something is missing; as non-root it goes through sudo.
+deps:
+	@if ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists libzmq; then \
+		echo "llb: installing libzmq3-dev pkg-config"; \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y libzmq3-dev pkg-config \
+		|| { $$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y libzmq3-dev pkg-config; }; \
+	fi
+	@command -v $(GO) >/dev/null || { echo "llb: Go is not installed (need Go 1.26)"; exit 1; }
+
+build: deps
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+run: build
+	$(BIN)/llbd $(RUNFLAGS)
+
+test: build
+	$(GO) vet ./...
+	$(GO) test $(TESTFLAGS) ./...
+
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem $(BENCHFLAGS) ./...
+
+# fuzz runs every fuzz target for FUZZTIME each.
+FUZZTIME ?= 30s
+fuzz: deps
+	@for pkg in $$($(GO) list ./...); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+			echo "== $$pkg $$f"; \
+			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+		done; \
+	done
+
+lint: deps
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+clean:
+	rm -rf $(BIN)
