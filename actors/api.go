@@ -1,0 +1,173 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/llbproject/llb/ladder"
+)
+
+// This file is the runtime's contract with the data plane (gateway/): what a
+// request asks the service's router actor, what it gets back, and how it
+// reports the outcome of each leg. The gateway holds a *Service and calls
+// Route, Report and Finish from its request goroutines; every call turns into
+// a message to the service's router actor, which owns all mutable routing
+// state.
+
+// Errors returned by Service.Route. Test with errors.Is.
+var (
+	// ErrParkTimeout: the request was parked by the admission gate and no
+	// capacity freed before its deadline (answer 504
+	// pd_admission_park_timeout).
+	ErrParkTimeout = errors.New("actors: parked request timed out")
+	// ErrStopped: the service is stopping or stopped (answer 503
+	// service_unavailable).
+	ErrStopped = errors.New("actors: service stopped")
+	// ErrRouterTimeout: the router actor did not answer within the
+	// decision deadline (answer 503; counted — it means the router is
+	// overloaded or was restarted mid-decision).
+	ErrRouterTimeout = errors.New("actors: router did not answer in time")
+)
+
+// RouteRequest is one request's routing input, built by the gateway in the
+// request's own goroutine (parsing, tokenizing and hashing happen there, in
+// parallel across requests).
+type RouteRequest struct {
+	// Req is the ladder input: session key, prompt bytes for the Tier-1
+	// trie, prefix/conversation hashes for CHWBL, and the Tier-1.5 KV input
+	// (prompt blocks/tokens, or the guard reason when no chain could be
+	// computed). Req.Session is filled by the router from its session shard;
+	// the gateway leaves it zero.
+	Req ladder.Request
+	// Chain is the prompt's block-key chain (inventory keys) for Tier 1.5;
+	// nil when KV-exact is off or Req.KV.Guard is set. Read-only once sent:
+	// the router and inventory actors share it without copying.
+	Chain []uint64
+	// Avoid is a bitmask of endpoint indexes the decision must not use —
+	// the endpoints an earlier attempt of this same client request failed
+	// to connect to (retry before the first byte).
+	Avoid uint32
+}
+
+// Ticket identifies one admitted request inside its service. It is what the
+// gateway hands back in Report and Finish.
+type Ticket struct {
+	// ID is unique per service for the service's lifetime; 0 is never used.
+	ID uint64
+	// Prefill and Decode are the endpoints whose in-flight counts this
+	// ticket holds (Decode is -1 for single-pool and rescue routes).
+	Prefill int
+	Decode  int
+}
+
+// Route is the router's answer to Route.
+type Route struct {
+	// Decision is the ladder's decision, trace included. When
+	// Decision.Available() is false the gateway answers the client with the
+	// error the decision names (429 shed, 503 refuse/unavailable) and must
+	// not call Report or Finish.
+	Decision ladder.Decision
+	// Ticket is set when the decision admitted the request.
+	Ticket Ticket
+	// Parked is how long the request waited in an admission queue before it
+	// was admitted (0 when it never parked).
+	Parked time.Duration
+}
+
+// Leg names the part of a request an Outcome describes.
+type Leg uint8
+
+// Legs.
+const (
+	// LegSingle is a single-pool request (or a P/D rescue to a role-0
+	// endpoint): one leg, held on Ticket.Prefill.
+	LegSingle Leg = iota
+	// LegPrefill is the P/D prefill leg, held on Ticket.Prefill.
+	LegPrefill
+	// LegDecode is the P/D decode leg, held on Ticket.Decode.
+	LegDecode
+)
+
+var legNames = [...]string{"single", "prefill", "decode"}
+
+// String returns "single", "prefill" or "decode".
+func (l Leg) String() string {
+	if int(l) < len(legNames) {
+		return legNames[l]
+	}
+	return "leg(?)"
+}
+
+// Failure classifies how a leg failed, for the circuit breaker.
+type Failure uint8
+
+// Failure classes.
+const (
+	// FailNone: the origin answered (Status holds its HTTP status).
+	FailNone Failure = iota
+	// FailConnect: no connection could be made (refused, unreachable, dial
+	// timeout). Counts toward the breaker; the gateway may retry elsewhere.
+	FailConnect
+	// FailReset: the connection broke after it was made (EOF, reset, read
+	// timeout before the response completed). Counts toward the breaker.
+	FailReset
+	// FailTimeout: the leg exceeded its deadline (prefill timeout, idle
+	// timeout). Counts toward the breaker.
+	FailTimeout
+	// FailClientGone: the client went away; neither success nor failure for
+	// the endpoint (Caddy's 499 rule: no health penalty).
+	FailClientGone
+)
+
+var failureNames = [...]string{"none", "connect", "reset", "timeout", "client_gone"}
+
+// String returns the failure class's snake_case name.
+func (f Failure) String() string {
+	if int(f) < len(failureNames) {
+		return failureNames[f]
+	}
+	return "failure(?)"
+}
+
+// Outcome reports one attempt of one leg on one endpoint. Reporting
+// releases that leg's in-flight count on the endpoint and feeds the
+// endpoint's circuit breaker.
+type Outcome struct {
+	// Ticket is the ticket the leg ran under.
+	Ticket Ticket
+	// Leg is which leg this was; it selects the endpoint the ticket holds.
+	Leg Leg
+	// Status is the origin's HTTP status; 0 when there was no response.
+	Status int
+	// Failure classifies a transport failure; FailNone when Status is set.
+	Failure Failure
+	// TTFB is the time to the origin's first response byte (0 if none).
+	TTFB time.Duration
+	// Duration is the leg's total time.
+	Duration time.Duration
+}
+
+// Result is the final word on a ticket.
+type Result struct {
+	// OK is true when the client got a successful (2xx) answer. Only then
+	// does the router pin the session and teach the Tier-1 trie.
+	OK bool
+}
+
+// Router is what the gateway needs from a running service. *Service
+// implements it; gateway tests may use a fake.
+type Router interface {
+	// Route decides where a request goes. It blocks while the request is
+	// parked by the admission gate, until ctx ends (then it returns
+	// ctx.Err() and leaves nothing held), or until the park deadline
+	// (ErrParkTimeout).
+	Route(ctx context.Context, rr *RouteRequest) (Route, error)
+	// Report records one leg attempt's outcome (releases that leg's load).
+	// Reporting the same leg twice is a no-op.
+	Report(o Outcome)
+	// Finish ends a ticket: releases whatever legs were not reported, pins
+	// the session and teaches the trie when res.OK. Every admitted ticket
+	// must be finished exactly once; later calls are no-ops.
+	Finish(t Ticket, res Result)
+}
