@@ -1,0 +1,144 @@
+package ladder
+
+import "time"
+
+// tier15 runs Tier 1.5 (KV-exact) over the eligible endpoints in set — the
+// eligible prefill endpoints of a P/D rule, or the available endpoints of a
+// kvExactMode:3 pool. roleSet is every endpoint of the role (eligible or
+// not), used to tell "excluded" from "no candidate" and to flag an
+// ineligible overlap winner. It returns the chosen endpoint, or -1 after
+// recording the fall-through reason.
+//
+// Order: guards (mode, warmup, runtime guard, candidates, empty inventory,
+// no overlap, min match) → the law over the positive-overlap candidates →
+// spill relief over the whole eligible set → cold-start seeding. Seeding
+// ticks only on genuine hits (after every guard), so "every Nth hit" counts
+// hits that Tier 1.5 actually decided.
+func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, roleSet EndpointSet, d *Decision) int {
+	var on bool
+	if r.svc.PDDisagg {
+		on = r.svc.KVExactMode == KVPrefill
+	} else {
+		on = r.svc.KVExactMode == KVSinglePool
+	}
+	if !on {
+		d.Trace.add(Tier15, ReasonKVOff)
+		return -1
+	}
+	if r.svc.KVWarmup > 0 && !r.svc.StartedAt.IsZero() && now.Before(r.svc.StartedAt.Add(r.svc.KVWarmup)) {
+		d.Trace.add(Tier15, ReasonWarmup)
+		return -1
+	}
+	if req.KV.Guard != ReasonNone {
+		d.Trace.add(Tier15, req.KV.Guard)
+		return -1
+	}
+	if set == 0 {
+		if roleSet == 0 {
+			d.Trace.add(Tier15, ReasonNoCandidate)
+		} else {
+			d.Trace.add(Tier15, ReasonExcluded)
+		}
+		return -1
+	}
+
+	promptBlocks := req.KV.PromptBlocks
+	if promptBlocks == 0 && req.KV.PromptTokens > 0 {
+		promptBlocks = req.KV.PromptTokens / r.svc.blockSize()
+	}
+	overlap := func(i int) uint32 {
+		o := views[i].Overlap
+		if promptBlocks > 0 && o > promptBlocks {
+			o = promptBlocks
+		}
+		return o
+	}
+
+	r.effectiveCapacities(views, set)
+	nFleet, nCands := 0, 0
+	var best uint32
+	inventory := false
+	for i := set.next(0); i >= 0; i = set.next(i + 1) {
+		v := &views[i]
+		o := overlap(i)
+		c := Candidate{Endpoint: i, Overlap: o, Load: v.ActiveConns, Capacity: r.caps[i]}
+		r.fleet[nFleet] = c
+		nFleet++
+		if o > 0 {
+			r.cands[nCands] = c
+			nCands++
+			best = max(best, o)
+		}
+		if v.InventoryBlocks > 0 || o > 0 {
+			inventory = true
+		}
+	}
+	// An ineligible endpoint (excluded, draining, capped) with a better
+	// overlap is never a candidate; the pick falls to the best eligible one.
+	for i := (roleSet &^ set).next(0); i >= 0; i = (roleSet &^ set).next(i + 1) {
+		if overlap(i) > best {
+			d.Flags |= FlagExcludedWinner
+			break
+		}
+	}
+	if !inventory {
+		d.Trace.add(Tier15, ReasonEmptyInventory)
+		return -1
+	}
+	if nCands == 0 {
+		d.Trace.add(Tier15, ReasonNoOverlap)
+		return -1
+	}
+	if r.minMatchTokens > 0 {
+		bs := r.svc.blockSize()
+		minBlocks := (r.minMatchTokens + bs - 1) / bs
+		if promptBlocks > 0 && minBlocks > promptBlocks {
+			minBlocks = promptBlocks // a short prompt matched in full is a genuine hit
+		}
+		if best < max(minBlocks, 1) {
+			d.Trace.add(Tier15, ReasonMinMatch)
+			return -1
+		}
+	}
+
+	res := SelectUnified(r.cands[:nCands], promptBlocks, r.law)
+	pick := r.cands[res.Pos].Endpoint
+	relief := r.relief && r.law.Mode != LBOff
+	d.KV = KVDetail{
+		Ran: true, Mode: r.law.Mode, FactorPct: res.FactorPct, Lambda: res.Lambda,
+		Load: res.TotalLoad, Candidates: uint8(nCands), BestOverlap: best,
+		Affinity: r.cands[res.Affinity].Endpoint, Relief: relief,
+	}
+	if res.Spilled {
+		d.Flags |= FlagSpill
+	}
+	if res.Saturated {
+		d.Flags |= FlagSaturated
+	}
+	if relief && !res.Spilled {
+		sel := -1
+		for k := 0; k < nFleet; k++ {
+			if r.fleet[k].Endpoint == pick {
+				sel = k
+				break
+			}
+		}
+		if t, ok := ReliefTarget(r.fleet[:nFleet], sel, res.FactorPct); ok {
+			pick = r.fleet[t].Endpoint
+			d.Flags |= FlagSpill | FlagRelief
+		}
+	}
+	if r.seedN > 0 {
+		r.coldTick++
+		if r.coldTick%r.seedN == 0 {
+			for i := set.next(0); i >= 0; i = set.next(i + 1) {
+				if views[i].InventoryBlocks < r.coldFloor && i != pick {
+					pick = i
+					d.Flags |= FlagColdSeed
+					break
+				}
+			}
+		}
+	}
+	return pick
+}

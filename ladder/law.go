@@ -1,0 +1,396 @@
+package ladder
+
+import (
+	"math"
+	"math/bits"
+)
+
+// The unified selection law of Tier 1.5 (spec "The unified selection law").
+// Everything here is integer math over a candidate slice; no state.
+
+const (
+	// CapacityClampMax bounds an advertised num_gpu_blocks before it enters
+	// any division (LoxiLB's kvCapacityClampMax), so a buggy engine cannot
+	// overflow the sums.
+	CapacityClampMax = 8_000_000
+	// SoftCostScale prices one uncached block in soft mode (milli-blocks).
+	SoftCostScale = 1000
+
+	adaptiveLoadAnchor = 16 // L at/below which ε/λ sit at their floors
+	adaptiveLoadSat    = 26 // L at/above which ε/λ sit at their caps
+	adaptiveFactorLo   = 175
+	adaptiveFactorHi   = 300
+	adaptiveLambdaLo   = 50000
+	adaptiveLambdaHi   = 100000
+)
+
+// Candidate is one endpoint as the law sees it.
+type Candidate struct {
+	// Endpoint is the endpoint's index in the rule.
+	Endpoint int
+	// Overlap is the matched leading-block count.
+	Overlap uint32
+	// Load is llb's active_conns on the endpoint.
+	Load uint32
+	// Capacity is the effective capacity weight (clamped blocks × controller
+	// weight); values below 1 count as 1.
+	Capacity uint64
+}
+
+func (c *Candidate) capacity() uint64 {
+	if c.Capacity == 0 {
+		return 1
+	}
+	return c.Capacity
+}
+
+// LawParams selects and tunes the law.
+type LawParams struct {
+	// Mode is the law (hard by default).
+	Mode LBMode
+	// FactorPct is the static (1+ε)·100 for hard mode (and relief in soft).
+	FactorPct uint32
+	// Lambda is the static soft-mode λ.
+	Lambda uint32
+}
+
+// LawResult is the law's pick and the quantities it used.
+type LawResult struct {
+	// Pos is the chosen candidate's position in the slice; -1 when empty.
+	Pos int
+	// Affinity is the position of the overlap winner the law started from.
+	Affinity int
+	// Spilled is true when Pos is not the overlap winner.
+	Spilled bool
+	// Saturated is true when hard mode found every candidate at/over its cap.
+	Saturated bool
+	// Negligible is true when hard mode's best under-cap overlap was 0 and
+	// it picked the least-loaded under-cap candidate instead.
+	Negligible bool
+	// FactorPct is the (1+ε)·100 in effect (adaptive modes: ε(L)).
+	FactorPct uint32
+	// Lambda is the λ in effect (adaptive modes: λ(L)).
+	Lambda uint32
+	// TotalLoad is L = Σ Load over the slice.
+	TotalLoad uint64
+	// TotalCap is Σ capacity over the slice.
+	TotalCap uint64
+}
+
+// AdaptiveFactor is ε_eff(L) = clamp(175 + 125·(L−16)/10, 175, 300), in
+// percent, with integer division (L = 21 gives 237).
+func AdaptiveFactor(load uint64) uint32 {
+	switch {
+	case load <= adaptiveLoadAnchor:
+		return adaptiveFactorLo
+	case load >= adaptiveLoadSat:
+		return adaptiveFactorHi
+	}
+	return adaptiveFactorLo + uint32(125*(load-adaptiveLoadAnchor)/10)
+}
+
+// AdaptiveLambda is λ_eff(L) = clamp(50000 + 5000·(L−16), 50000, 100000).
+func AdaptiveLambda(load uint64) uint32 {
+	switch {
+	case load <= adaptiveLoadAnchor:
+		return adaptiveLambdaLo
+	case load >= adaptiveLoadSat:
+		return adaptiveLambdaHi
+	}
+	return adaptiveLambdaLo + uint32(5000*(load-adaptiveLoadAnchor))
+}
+
+// CapFor is the hard-mode bound cap_i = ceil(factor·totalLoad·cap_i /
+// (100·totalCap)), floored at 1 — exactly LoxiLB's kvCapFor. totalLoad is
+// Σ load_i of the set as it stands, without the request being placed; the
+// floor of 1 is how an idle set (totalLoad 0) stays routable: every cap is 1
+// and every idle endpoint (load 0) is under it. The arithmetic is 128-bit and
+// saturates, so no input can overflow it.
+func CapFor(totalLoad, capI, totalCap uint64, factorPct uint32) uint64 {
+	if totalCap == 0 {
+		return 1
+	}
+	var c uint64
+	if totalCap > math.MaxUint64/100 {
+		// ceil(ceil(x/T)/100) == ceil(x/(100·T)) for positive integers.
+		c = mulDivCeil(uint64(factorPct), totalLoad, capI, totalCap)
+		c = c/100 + min(c%100, 1)
+	} else {
+		c = mulDivCeil(uint64(factorPct), totalLoad, capI, 100*totalCap)
+	}
+	if c < 1 {
+		return 1
+	}
+	return c
+}
+
+// MeanCapacity is Σcapacity / n (floored, at least 1): the capacity an
+// endpoint needs for a soft-mode capacity weight of exactly 1.
+func MeanCapacity(cands []Candidate) uint64 {
+	if len(cands) == 0 {
+		return 1
+	}
+	var sum uint64
+	for i := range cands {
+		sum = satAdd(sum, cands[i].capacity())
+	}
+	m := sum / uint64(len(cands))
+	if m == 0 {
+		return 1
+	}
+	return m
+}
+
+// SoftCost is soft mode's cost of one candidate:
+//
+//	cost = (promptBlocks − overlap)·1000 + λ·load·meanCap / capacity
+//
+// i.e. the spec's (λ·load_i)/capacity_i with capacity_i read as the
+// candidate's capacity weight relative to the set's mean (capacity /
+// meanCap). llb deliberately normalises: with raw num_gpu_blocks (tens of
+// thousands) as the divisor, as LoxiLB's kvSoftBlendSelect does, the load
+// term rounds to 0 and soft degenerates to argmax. On a homogeneous fleet
+// the weight is 1 and the load term is exactly λ·load. At zero load the
+// cost is the uncached term alone, so soft equals overlap argmax.
+func SoftCost(c *Candidate, promptBlocks uint32, lambda uint32, meanCap uint64) uint64 {
+	uncached := uint64(0)
+	if promptBlocks > c.Overlap {
+		uncached = uint64(promptBlocks - c.Overlap)
+	}
+	penalty := mulDivFloor(uint64(lambda), uint64(c.Load), meanCap, c.capacity())
+	return satAdd(uncached*SoftCostScale, penalty)
+}
+
+// SelectUnified runs the law over cands and returns the pick. Decide feeds it
+// the positive-overlap candidates only (the spec's primary candidate set);
+// the negligible-overlap branch therefore fires only for callers, such as
+// the simulator, that also pass zero-overlap candidates. promptBlocks feeds
+// soft mode's uncached term (raised to the best overlap if smaller).
+//
+// Tie-breaks: the overlap winner (and hard mode's under-cap pick) orders by
+// overlap desc, load asc, endpoint asc; off mode by overlap desc, endpoint
+// asc; soft by cost asc, overlap desc, load asc, endpoint asc.
+func SelectUnified(cands []Candidate, promptBlocks uint32, p LawParams) LawResult {
+	res := LawResult{Pos: -1, Affinity: -1, FactorPct: p.FactorPct, Lambda: p.Lambda}
+	if len(cands) == 0 {
+		return res
+	}
+	for i := range cands {
+		res.TotalLoad += uint64(cands[i].Load)
+		res.TotalCap = satAdd(res.TotalCap, cands[i].capacity())
+	}
+	switch p.Mode {
+	case LBAdaptive, LBAdaptiveSoft:
+		res.FactorPct = AdaptiveFactor(res.TotalLoad)
+		res.Lambda = AdaptiveLambda(res.TotalLoad)
+	}
+	if p.Mode == LBOff {
+		best := 0
+		for i := 1; i < len(cands); i++ {
+			c, b := &cands[i], &cands[best]
+			if c.Overlap > b.Overlap || (c.Overlap == b.Overlap && c.Endpoint < b.Endpoint) {
+				best = i
+			}
+		}
+		res.Pos, res.Affinity = best, best
+		return res
+	}
+	res.Affinity = affinityWinner(cands)
+	switch p.Mode {
+	case LBSoft, LBAdaptiveSoft:
+		res.Pos = softPick(cands, promptBlocks, res.Lambda)
+	default:
+		res.Pos, res.Saturated, res.Negligible = hardPick(cands, res.TotalLoad, res.TotalCap, res.FactorPct)
+	}
+	res.Spilled = res.Pos != res.Affinity
+	return res
+}
+
+// better reports whether a beats b under "overlap desc, load asc, endpoint asc".
+func better(a, b *Candidate) bool {
+	if a.Overlap != b.Overlap {
+		return a.Overlap > b.Overlap
+	}
+	if a.Load != b.Load {
+		return a.Load < b.Load
+	}
+	return a.Endpoint < b.Endpoint
+}
+
+// lessLoaded reports whether a beats b under "load asc, endpoint asc".
+func lessLoaded(a, b *Candidate) bool {
+	if a.Load != b.Load {
+		return a.Load < b.Load
+	}
+	return a.Endpoint < b.Endpoint
+}
+
+func affinityWinner(cands []Candidate) int {
+	best := 0
+	for i := 1; i < len(cands); i++ {
+		if better(&cands[i], &cands[best]) {
+			best = i
+		}
+	}
+	return best
+}
+
+func hardPick(cands []Candidate, totalLoad, totalCap uint64, factor uint32) (pos int, saturated, negligible bool) {
+	under := -1
+	for i := range cands {
+		c := &cands[i]
+		if uint64(c.Load) >= CapFor(totalLoad, c.capacity(), totalCap, factor) {
+			continue
+		}
+		if under < 0 || better(c, &cands[under]) {
+			under = i
+		}
+	}
+	if under >= 0 {
+		if cands[under].Overlap > 0 {
+			return under, false, false
+		}
+		// Negligible overlap: no affinity worth honouring; least-loaded under cap.
+		least := -1
+		for i := range cands {
+			c := &cands[i]
+			if uint64(c.Load) >= CapFor(totalLoad, c.capacity(), totalCap, factor) {
+				continue
+			}
+			if least < 0 || lessLoaded(c, &cands[least]) {
+				least = i
+			}
+		}
+		return least, false, true
+	}
+	// Saturated: least-loaded among the positive-overlap candidates (then
+	// overlap desc, endpoint asc); among all when none has overlap.
+	pick := -1
+	anyPositive := false
+	for i := range cands {
+		if cands[i].Overlap > 0 {
+			anyPositive = true
+			break
+		}
+	}
+	for i := range cands {
+		c := &cands[i]
+		if anyPositive && c.Overlap == 0 {
+			continue
+		}
+		if pick < 0 {
+			pick = i
+			continue
+		}
+		b := &cands[pick]
+		if c.Load < b.Load || (c.Load == b.Load && (c.Overlap > b.Overlap || (c.Overlap == b.Overlap && c.Endpoint < b.Endpoint))) {
+			pick = i
+		}
+	}
+	return pick, true, false
+}
+
+func softPick(cands []Candidate, promptBlocks uint32, lambda uint32) int {
+	for i := range cands {
+		if cands[i].Overlap > promptBlocks {
+			promptBlocks = cands[i].Overlap
+		}
+	}
+	meanCap := MeanCapacity(cands)
+	best, bestCost := -1, uint64(0)
+	for i := range cands {
+		c := &cands[i]
+		cost := SoftCost(c, promptBlocks, lambda, meanCap)
+		if best < 0 || cost < bestCost || (cost == bestCost && better(c, &cands[best])) {
+			best, bestCost = i, cost
+		}
+	}
+	return best
+}
+
+// ReliefTarget is spill relief: when the pick at position sel is at/over its
+// fleet-wide cap (CapFor over the whole fleet slice, all eligible endpoints
+// including zero-overlap ones), it returns the least-loaded under-cap fleet
+// position (ties: lowest endpoint) and true. It returns (sel, false) when
+// the pick is under its fleet cap, no other endpoint is under its cap, or the
+// fleet has fewer than two endpoints. fleet[sel] must be the law's pick.
+func ReliefTarget(fleet []Candidate, sel int, factorPct uint32) (int, bool) {
+	if len(fleet) < 2 || sel < 0 || sel >= len(fleet) {
+		return sel, false
+	}
+	var totalLoad, totalCap uint64
+	for i := range fleet {
+		totalLoad += uint64(fleet[i].Load)
+		totalCap = satAdd(totalCap, fleet[i].capacity())
+	}
+	if uint64(fleet[sel].Load) < CapFor(totalLoad, fleet[sel].capacity(), totalCap, factorPct) {
+		return sel, false
+	}
+	relief := -1
+	for i := range fleet {
+		c := &fleet[i]
+		if uint64(c.Load) >= CapFor(totalLoad, c.capacity(), totalCap, factorPct) {
+			continue
+		}
+		if relief < 0 || lessLoaded(c, &fleet[relief]) {
+			relief = i
+		}
+	}
+	if relief < 0 || relief == sel {
+		return sel, false
+	}
+	return relief, true
+}
+
+// mulDivCeil returns ceil(a·b·c / d) in 128-bit arithmetic, saturating at
+// MaxUint64. d must be non-zero.
+func mulDivCeil(a, b, c, d uint64) uint64 {
+	hi, lo, ok := mul3(a, b, c)
+	if !ok {
+		return math.MaxUint64
+	}
+	var carry uint64
+	lo, carry = bits.Add64(lo, d-1, 0)
+	hi, carry = bits.Add64(hi, 0, carry)
+	if carry != 0 || hi >= d {
+		return math.MaxUint64
+	}
+	q, _ := bits.Div64(hi, lo, d)
+	return q
+}
+
+// mulDivFloor returns floor(a·b·c / d) in 128-bit arithmetic, saturating.
+func mulDivFloor(a, b, c, d uint64) uint64 {
+	if d == 0 {
+		d = 1
+	}
+	hi, lo, ok := mul3(a, b, c)
+	if !ok || hi >= d {
+		return math.MaxUint64
+	}
+	q, _ := bits.Div64(hi, lo, d)
+	return q
+}
+
+// mul3 returns a·b·c as a 128-bit value; ok is false when it exceeds 128 bits.
+func mul3(a, b, c uint64) (hi, lo uint64, ok bool) {
+	h1, l1 := bits.Mul64(a, b)
+	h2, l2 := bits.Mul64(l1, c)
+	h3, l3 := bits.Mul64(h1, c)
+	if h3 != 0 {
+		return 0, 0, false
+	}
+	sum, carry := bits.Add64(h2, l3, 0)
+	if carry != 0 {
+		return 0, 0, false
+	}
+	return sum, l2, true
+}
+
+func satAdd(a, b uint64) uint64 {
+	s, carry := bits.Add64(a, b, 0)
+	if carry != 0 {
+		return math.MaxUint64
+	}
+	return s
+}

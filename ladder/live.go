@@ -1,0 +1,135 @@
+package ladder
+
+// CtrlState is the optional external controller's per-endpoint instruction.
+type CtrlState uint8
+
+// Controller states (lockstep with loxilb.aictrl.v1 EpState).
+const (
+	// CtrlNone: no controller instruction; CtrlWeight is ignored (neutral).
+	CtrlNone CtrlState = iota
+	// CtrlActive: serve normally; CtrlWeight scales capacity.
+	CtrlActive
+	// CtrlDraining: no new work; Tier-0 pinned work still goes there.
+	CtrlDraining
+	// CtrlDisabled: folded into the excluded mask.
+	CtrlDisabled
+)
+
+// EndpointView is the runtime's live view of one endpoint for one decision.
+// Views are indexed like the rule's endpoints. The runtime fills the raw
+// signals; Decide folds them:
+//
+//	excluded = Down || BreakerOpen || Ctrl == CtrlDisabled   (never selected)
+//	draining = Draining || Ctrl == CtrlDraining              (Tier-0 pins only)
+//
+// Excluded wins over draining.
+type EndpointView struct {
+	// ActiveConns is llb's own in-flight count on the endpoint (requests) —
+	// the "load" of every law here.
+	ActiveConns uint32
+	// QueuedRequests is the engine's queue depth as last scraped (requests);
+	// 0 when unknown. The runtime substitutes a neutral value for stale data.
+	QueuedRequests uint32
+	// SwapPressure is the engine's swapped-request count; 0 when unknown.
+	// Only Tier 2's capacity-blend arm (sel:9) reads it.
+	SwapPressure uint32
+	// Down is the probe state: true after the probe marked it inactive.
+	Down bool
+	// BreakerOpen is true while the endpoint's circuit breaker is OPEN.
+	BreakerOpen bool
+	// Draining is a local graceful drain: no new work, pinned work allowed.
+	Draining bool
+	// Ctrl is the controller's instruction; CtrlNone without a controller.
+	Ctrl CtrlState
+	// CtrlWeight (0–100, 100 neutral, larger clamps to 100) scales the
+	// endpoint's KV capacity when Ctrl is not CtrlNone. 0 leaves the
+	// smallest positive share: removal is a state, not a weight.
+	CtrlWeight uint8
+	// KVCapacityBlocks is the engine's advertised num_gpu_blocks; 0 means
+	// unknown and is treated as the mean of the known capacities of the
+	// eligible set (so an unknown endpoint is neither favoured nor starved).
+	// Clamped to [1, 8e6].
+	KVCapacityBlocks uint32
+	// InventoryBlocks is how many blocks the endpoint's mirrored inventory
+	// holds (cold-start seeding).
+	InventoryBlocks uint32
+	// Overlap is how many leading blocks of this request's hash chain the
+	// endpoint holds. Ignored on decode endpoints; clamped to the prompt's
+	// block count.
+	Overlap uint32
+	// Parked is the length of the endpoint's parked-request queue (admission).
+	Parked uint32
+}
+
+func (v *EndpointView) excluded() bool {
+	return v.Down || v.BreakerOpen || v.Ctrl == CtrlDisabled
+}
+
+func (v *EndpointView) draining() bool {
+	return v.Draining || v.Ctrl == CtrlDraining
+}
+
+// Snapshot is the live state Decide reads: one view per rule endpoint, plus
+// the service-wide counters.
+type Snapshot struct {
+	// Endpoints holds one view per rule endpoint, same order and length.
+	Endpoints []EndpointView
+	// TotalInflight is the in-flight plus parked requests the global valve
+	// (LLB_PD_MAX_TOTAL_INFLIGHT) compares against.
+	TotalInflight uint64
+}
+
+// Pin is a Tier-0 session's pinned endpoint pair. Decode is -1 when none.
+type Pin struct {
+	Prefill int
+	Decode  int
+}
+
+// SessionLookup is the session shard's answer for the request's key.
+type SessionLookup struct {
+	// Found is true when the shard holds a live (unexpired) pin.
+	Found bool
+	// Pin is the pinned pair when Found.
+	Pin Pin
+}
+
+// KVInput is what the runtime computed for Tier 1.5 before deciding.
+type KVInput struct {
+	// PromptBlocks is the prompt's full-block count (the hash chain length).
+	// When 0 it is derived from PromptTokens / block size; when still 0 the
+	// best overlap stands in.
+	PromptBlocks uint32
+	// PromptTokens is the prompt's token count.
+	PromptTokens uint32
+	// Guard is set when the runtime could not produce a chain (a reason for
+	// which IsRuntimeGuard is true); Tier 1.5 then falls through with it.
+	// ReasonNone when the chain and overlaps are valid.
+	Guard Reason
+}
+
+// Request is one request's routing input, built by the gateway.
+type Request struct {
+	// SessionKey is the Tier-0 key (see SessionKeyFor); "" when none.
+	SessionKey string
+	// Session is the session shard's lookup result for SessionKey.
+	Session SessionLookup
+	// Prompt is the prompt text the Tier-1 trie matches (bytes, no
+	// tokenization). Not retained by Decide.
+	Prompt []byte
+	// PrefixHash is the request's prefix hash (PrefixHash helper) for
+	// CHWBL and modulo selectors; valid when HasPrefixHash.
+	PrefixHash    uint64
+	HasPrefixHash bool
+	// ConvHash is the hash of the conversation ID, the second CHWBL key;
+	// valid when HasConvHash.
+	ConvHash    uint64
+	HasConvHash bool
+	// ClientHash is the hash selector's (sel:1) key, e.g. of the 5-tuple or
+	// client address.
+	ClientHash uint64
+	// ClientKey is the persist selector's (sel:3) key: the client address or
+	// the session_header_name value. "" disables pinning for the request.
+	ClientKey string
+	// KV holds the Tier-1.5 inputs.
+	KV KVInput
+}

@@ -1,0 +1,250 @@
+package ladder
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Errors Decide returns for inputs it cannot route at all (a runtime bug,
+// not a client error). Test with errors.Is.
+var (
+	// ErrNilInput: the request or the snapshot is nil.
+	ErrNilInput = errors.New("ladder: nil request or snapshot")
+	// ErrViewMismatch: the snapshot does not hold one view per endpoint.
+	ErrViewMismatch = errors.New("ladder: snapshot views do not match the rule's endpoints")
+)
+
+// DefaultPersistMaxEntries caps the persist selector's table.
+const DefaultPersistMaxEntries = 65536
+
+// RouterConfig sizes a Router's own tables. Zero fields take defaults.
+type RouterConfig struct {
+	// Trie bounds the Tier-1 trie (only built for cache-aware rules).
+	Trie TrieConfig
+	// PersistMaxEntries caps the persist selector's (sel:3) table; 0 means
+	// DefaultPersistMaxEntries.
+	PersistMaxEntries int
+}
+
+// Router is one rule's decision core: its immutable spec, the resolved env
+// knobs, and the little state the ladder keeps between requests (the Tier-2
+// and decode round-robin counters, the cold-start tick, the Tier-1 trie, the
+// single-pool selector's state) plus fixed scratch space.
+//
+// Ownership: a Router is not safe for concurrent use. Exactly one goroutine
+// — the service's router actor — calls Decide, Resume, Learn and
+// RemoveEndpoint; every field below is mutated by that owner only. A rule
+// change builds a new Router (state restarts, as it does in LoxiLB when a
+// rule is re-added).
+type Router struct {
+	svc ServiceSpec
+	eps []EndpointSpec
+	env Env
+
+	// Resolved knobs (immutable after NewRouter).
+	law            LawParams
+	relief         bool
+	seedN          uint64
+	coldFloor      uint32
+	minMatchTokens uint32
+	maxInflight    uint32
+	queueDepth     uint32
+	maxPark        time.Duration
+	maxTotal       uint64
+
+	// Role sets and fixed lists (immutable).
+	prefill, decode, role0 EndpointSet
+	primaries, backups     EndpointSet
+	primaryList            []int
+	backupList             []int
+
+	// Mutable decision state, owned by the router actor.
+	prefillRR uint64 // Tier-2 tie-break counter
+	decodeRR  uint64 // decode tie-break counter
+	coldTick  uint64 // Tier-1.5 hits seen, for cold-start seeding
+	trie      *Trie
+	sel       Selector
+
+	// Scratch, overwritten by every decision.
+	cands [MaxEndpoints]Candidate
+	fleet [MaxEndpoints]Candidate
+	caps  [MaxEndpoints]uint64
+	pool  Pool
+}
+
+// NewRouter validates the rule and the env and builds its Router.
+func NewRouter(svc ServiceSpec, eps []EndpointSpec, env Env, cfg RouterConfig) (*Router, error) {
+	if err := errors.Join(ValidateRule(&svc, eps), env.Validate()); err != nil {
+		return nil, fmt.Errorf("ladder: rule %q: %w", svc.Name, err)
+	}
+	r := &Router{
+		svc: svc,
+		eps: append([]EndpointSpec(nil), eps...),
+		env: env,
+		law: LawParams{Mode: env.LBMode, FactorPct: env.MeanLoadFactorPct, Lambda: env.LoadPenalty},
+	}
+	switch env.SpillRelief {
+	case TriOn:
+		r.relief = true
+	case TriAuto:
+		r.relief = svc.KVExactMode == KVSinglePool
+	}
+	r.seedN = uint64(env.ColdStartSeedN)
+	r.coldFloor = max(env.ColdStartMinBlocks, 1)
+	r.minMatchTokens = env.MinMatchTokens
+	r.maxInflight = env.MaxInflightPerEP
+	if a := svc.Admission.MaxInflightPerEP; a > 0 {
+		r.maxInflight = uint32(a)
+	}
+	r.queueDepth = env.QueueDepthPerEP
+	if a := svc.Admission.QueueDepthPerEP; a > 0 {
+		r.queueDepth = uint32(a)
+	}
+	r.maxPark = env.MaxPark
+	if a := svc.Admission.MaxPark; a > 0 {
+		r.maxPark = a
+	}
+	r.maxTotal = env.MaxTotalInflight
+	if a := svc.Admission.MaxTotalInflight; a > 0 {
+		r.maxTotal = uint64(a)
+	}
+	for i := range r.eps {
+		switch r.eps[i].Role {
+		case RolePrefill:
+			r.prefill = r.prefill.With(i)
+		case RoleDecode:
+			r.decode = r.decode.With(i)
+		default:
+			r.role0 = r.role0.With(i)
+		}
+		if r.eps[i].Backup {
+			r.backups = r.backups.With(i)
+			r.backupList = append(r.backupList, i)
+		} else {
+			r.primaries = r.primaries.With(i)
+			r.primaryList = append(r.primaryList, i)
+		}
+	}
+	if svc.CacheAware {
+		r.trie = NewTrie(cfg.Trie)
+	}
+	if !svc.PDDisagg {
+		pc := cfg.PersistMaxEntries
+		if pc <= 0 {
+			pc = DefaultPersistMaxEntries
+		}
+		r.sel = newSelector(&r.svc, r.eps, pc)
+	}
+	return r, nil
+}
+
+// Spec returns the rule's service spec.
+func (r *Router) Spec() ServiceSpec { return r.svc }
+
+// NumEndpoints returns the rule's endpoint count (the snapshot length
+// Decide expects).
+func (r *Router) NumEndpoints() int { return len(r.eps) }
+
+// Endpoint returns endpoint i's spec.
+func (r *Router) Endpoint(i int) EndpointSpec { return r.eps[i] }
+
+// Env returns the env the router resolved its knobs from.
+func (r *Router) Env() Env { return r.env }
+
+// Trie returns the Tier-1 trie, or nil when the rule is not cache-aware.
+func (r *Router) Trie() *Trie { return r.trie }
+
+// Decide runs the ladder for one request: the P/D ladder for a P/D rule,
+// the single-pool path otherwise. now is the decision time (warmup guard,
+// park deadline, persist TTL); req and snap are read, never retained. The
+// error is non-nil only for unusable input (nil pointers, a snapshot whose
+// length differs from the rule's endpoint count); the Decision is then
+// unavailable with ReasonNoHealthyBackend. Steady-state calls do not
+// allocate.
+func (r *Router) Decide(now time.Time, req *Request, snap *Snapshot) (Decision, error) {
+	if err := r.checkInput(req, snap); err != nil {
+		d := newDecision()
+		d.Unavailable = ReasonNoHealthyBackend
+		return d, err
+	}
+	if r.svc.PDDisagg {
+		return r.decidePD(now, req, snap), nil
+	}
+	return r.decidePool(now, req, snap), nil
+}
+
+// Learn teaches the Tier-1 trie that prompt was routed to prefill endpoint
+// ep. Call it once the request succeeded (LoxiLB inserts after Tier-1 hits
+// and Tier-2 picks; llb inserts after every success). No-op for rules
+// without pd_cache_aware_mode. It copies what it keeps of prompt.
+func (r *Router) Learn(prompt []byte, ep int) {
+	if r.trie == nil || ep < 0 || ep >= len(r.eps) || r.eps[ep].Role != RolePrefill {
+		return
+	}
+	r.trie.Insert(prompt, ep)
+}
+
+// RemoveEndpoint forgets everything the router learned about endpoint ep
+// (trie entries, persist pins) — call it when ep's breaker trips. Session
+// pins live in the session shards: evict them there (EvictEndpoint).
+func (r *Router) RemoveEndpoint(ep int) {
+	if r.trie != nil {
+		r.trie.RemoveEndpoint(ep)
+	}
+	if ps, ok := r.sel.(*persistSelector); ok {
+		ps.removeEndpoint(ep)
+	}
+}
+
+func (r *Router) checkInput(req *Request, snap *Snapshot) error {
+	if req == nil || snap == nil {
+		return ErrNilInput
+	}
+	if len(snap.Endpoints) != len(r.eps) {
+		return fmt.Errorf("%w: %d views for %d endpoints", ErrViewMismatch, len(snap.Endpoints), len(r.eps))
+	}
+	return nil
+}
+
+// effectiveCapacities fills r.caps for every member of set: num_gpu_blocks
+// clamped to [1, CapacityClampMax]; an unknown (0) capacity takes the mean
+// of the set's known capacities (1 when none is known); then, when a
+// controller instruction is present, × min(CtrlWeight,100)/100, floored at 1.
+func (r *Router) effectiveCapacities(views []EndpointView, set EndpointSet) {
+	var sum, known uint64
+	for i := set.next(0); i >= 0; i = set.next(i + 1) {
+		if c := views[i].KVCapacityBlocks; c > 0 {
+			sum += uint64(min(c, CapacityClampMax))
+			known++
+		}
+	}
+	unknown := uint64(1)
+	if known > 0 {
+		unknown = max(sum/known, 1)
+	}
+	for i := set.next(0); i >= 0; i = set.next(i + 1) {
+		c := unknown
+		if v := views[i].KVCapacityBlocks; v > 0 {
+			c = uint64(min(v, CapacityClampMax))
+		}
+		if views[i].Ctrl != CtrlNone {
+			w := uint64(min(views[i].CtrlWeight, 100))
+			c = max(c*w/100, 1)
+		}
+		r.caps[i] = c
+	}
+}
+
+// foldMasks computes the excluded and draining sets from the views.
+func foldMasks(views []EndpointView) (excl, drain EndpointSet) {
+	for i := range views {
+		switch {
+		case views[i].excluded():
+			excl = excl.With(i)
+		case views[i].draining():
+			drain = drain.With(i)
+		}
+	}
+	return excl, drain
+}
