@@ -1,0 +1,61 @@
+package restapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// DecodeEntry decodes a POST body into a LoadbalanceEntry with LoxiLB's
+// decoding behaviour (plain encoding/json: case-insensitive keys, significant
+// underscores, unknown keys ignored).
+//
+// Errors: a body that is not one well-formed JSON object wraps
+// ErrMalformedRequest and names the byte offset; values of the wrong JSON type
+// give a *ValidationError listing every one of them (422), not only the first
+// as encoding/json would.
+func DecodeEntry(body []byte) (*LoadbalanceEntry, error) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil, fmt.Errorf("%w: request body is empty; expected a JSON LoadbalanceEntry object", ErrMalformedRequest)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var generic any
+	if err := dec.Decode(&generic); err != nil {
+		return nil, malformedJSON(err, dec.InputOffset())
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: malformed JSON: unexpected data after the top-level object at byte offset %d",
+			ErrMalformedRequest, dec.InputOffset())
+	}
+	if _, ok := generic.(map[string]any); !ok {
+		return nil, fmt.Errorf("%w: body must be a JSON object (a LoadbalanceEntry), got %s",
+			ErrMalformedRequest, describeJSON(generic))
+	}
+	var problems []Problem
+	checkShape(generic, entryShape, "", &problems)
+	if len(problems) > 0 {
+		return nil, &ValidationError{Problems: problems}
+	}
+	var e LoadbalanceEntry
+	if err := json.Unmarshal(body, &e); err != nil {
+		// Unreachable when checkShape and encoding/json agree; answered as a
+		// schema problem rather than a 500 if they ever do not.
+		return nil, &ValidationError{Problems: []Problem{schemaProblem("body", CodeInvalidType, "does not decode: %v", err)}}
+	}
+	return &e, nil
+}
+
+// malformedJSON describes a syntax error with its byte offset.
+func malformedJSON(err error, offset int64) error {
+	var syn *json.SyntaxError
+	if errors.As(err, &syn) {
+		return fmt.Errorf("%w: malformed JSON at byte offset %d: %v", ErrMalformedRequest, syn.Offset, err)
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: malformed JSON: body ends early at byte offset %d", ErrMalformedRequest, offset)
+	}
+	return fmt.Errorf("%w: malformed JSON at byte offset %d: %v", ErrMalformedRequest, offset, err)
+}

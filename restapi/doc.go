@@ -1,0 +1,20 @@
+// Package restapi is llb's LoxiLB-compatible control plane: the
+// /netlox/v1/config/loadbalancer routes on :11111, their JSON model, validation
+// and error shapes, the status/stats views, /metrics, durable persistence of
+// accepted rules, and bearer-token authentication.
+//
+// The flow of one configuration change:
+//
+//	POST body → DecodeEntry (JSON shape, every type problem at once)
+//	          → Validate    (every schema and semantic problem at once)
+//	          → NormalizeEntry → Rule (key, id, effective values)
+//	          → table.upsert (pure: a Change value, or a conflict)
+//	          → Store.Save   (atomic, durable) → publish → Runtime.Apply
+//
+// The data plane is reached only through the small Runtime interface; a
+// Runtime that also implements one of the optional view interfaces gets the
+// matching extra routes.
+//
+// Wire compatibility notes that differ from LoxiLB on purpose are collected in
+// docs/rest-api.md; the code cites them where they happen.
+package restapi

@@ -1,0 +1,113 @@
+package restapi
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+)
+
+// Sentinel errors, classified with errors.Is. Their text is LoxiLB's wire
+// vocabulary (clients match on "lbrule-exists error", "no-rule error", ...),
+// which is why they are not prefixed with the package name.
+var (
+	// ErrRuleExists: a POST that would change nothing (LoxiLB's 409 for a
+	// byte-identical re-POST), or an id already used by another rule.
+	ErrRuleExists = errors.New("lbrule-exists error")
+	// ErrImmutable: a replace that changes a field fixed at create time.
+	ErrImmutable = errors.New("lbrule-exist error: cant modify rule")
+	// ErrNoRule: no rule has the given key.
+	ErrNoRule = errors.New("no-rule error")
+	// ErrNoEndpoint: a detach names an endpoint the rule does not have.
+	ErrNoEndpoint = errors.New("ep-host-notfound error")
+	// ErrMaintenance: writes are refused until the boot restore finishes.
+	ErrMaintenance = errors.New("maintenance: configuration writes are rejected until the boot config replay settles")
+	// ErrUnauthorized: a missing or wrong bearer token.
+	ErrUnauthorized = errors.New("authentication failed: invalid token")
+	// ErrBodyTooLarge: a request body over the configured limit.
+	ErrBodyTooLarge = errors.New("request body too large")
+	// ErrMalformedRequest: a body or path that cannot be parsed at all.
+	ErrMalformedRequest = errors.New("malformed request")
+)
+
+// Class messages of LoxiLB's error body, by HTTP status (handler/common.go).
+const (
+	msgMalformed    = "Malformed arguments for API call"
+	msgUnauthorized = "Invalid authentication credentials"
+	msgNotFound     = "Resource not found"
+	msgConflict     = "Resource conflict: Resource already exists OR dependency not found"
+	msgTooLarge     = "Request entity too large"
+	msgMaintenance  = "Maintenance mode"
+	msgInternal     = "Internal service error"
+	msgNotAllowed   = "Method not allowed"
+)
+
+// ResultBody is LoxiLB's success body: {"result":"Success"}.
+type ResultBody struct {
+	// Result is "Success".
+	Result string `json:"result"`
+}
+
+// ErrorBody is LoxiLB's Error model as its handlers fill it:
+// {"code":N,"message":"<class text>","result":"<detail>"}, where the HTTP
+// status equals code, except for schema problems whose code is 6xx and whose
+// status is 422. llb adds fields (the JSON paths of the problems), which the
+// Error model declares but LoxiLB rarely fills.
+type ErrorBody struct {
+	// Code is the HTTP status, or a 6xx schema code for 422 answers.
+	Code int `json:"code"`
+	// Message is the class text, or for 422 the schema problems themselves.
+	Message string `json:"message"`
+	// Fields are the JSON paths the problems are about.
+	Fields []string `json:"fields,omitempty"`
+	// Result is the detail: every problem, joined with "; ".
+	Result string `json:"result"`
+}
+
+// errorResponse maps an error to its HTTP status and body. It never answers
+// 500 for a request problem: only errors no class claims are 500, and their
+// text is not disclosed beyond what the caller already knows.
+func errorResponse(err error) (int, ErrorBody) {
+	var ve *ValidationError
+	switch {
+	case errors.As(err, &ve):
+		return validationResponse(ve)
+	case errors.Is(err, ErrMalformedRequest):
+		return http.StatusBadRequest, ErrorBody{Code: http.StatusBadRequest, Message: msgMalformed, Result: err.Error()}
+	case errors.Is(err, ErrNoRule), errors.Is(err, ErrNoEndpoint):
+		return http.StatusNotFound, ErrorBody{Code: http.StatusNotFound, Message: msgNotFound, Result: err.Error()}
+	case errors.Is(err, ErrRuleExists), errors.Is(err, ErrImmutable):
+		return http.StatusConflict, ErrorBody{Code: http.StatusConflict, Message: msgConflict, Result: err.Error()}
+	case errors.Is(err, ErrUnauthorized):
+		return http.StatusUnauthorized, ErrorBody{Code: http.StatusUnauthorized, Message: msgUnauthorized, Result: err.Error()}
+	case errors.Is(err, ErrBodyTooLarge):
+		return http.StatusRequestEntityTooLarge, ErrorBody{Code: http.StatusRequestEntityTooLarge, Message: msgTooLarge, Result: err.Error()}
+	case errors.Is(err, ErrMaintenance):
+		return http.StatusServiceUnavailable, ErrorBody{Code: http.StatusServiceUnavailable, Message: msgMaintenance,
+			Result: "configuration writes are rejected until the boot config replay settles"}
+	default:
+		return http.StatusInternalServerError, ErrorBody{Code: http.StatusInternalServerError, Message: msgInternal, Result: err.Error()}
+	}
+}
+
+// validationResponse renders every problem at once. For a 422 the code is the
+// first schema problem's 6xx code and the message lists the schema problems
+// (go-openapi puts the problem text in message); result always lists all.
+func validationResponse(ve *ValidationError) (int, ErrorBody) {
+	status := ve.Status()
+	body := ErrorBody{Code: status, Fields: ve.Fields(), Result: ve.Error()}
+	switch status {
+	case http.StatusUnprocessableEntity:
+		schema := ve.ofStatus(http.StatusUnprocessableEntity)
+		body.Code = schema[0].Code
+		msgs := make([]string, len(schema))
+		for i, p := range schema {
+			msgs[i] = p.Msg
+		}
+		body.Message = strings.Join(msgs, "; ")
+	case http.StatusConflict:
+		body.Message = msgConflict
+	default:
+		body.Message = msgMalformed
+	}
+	return status, body
+}

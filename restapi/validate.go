@@ -1,0 +1,275 @@
+package restapi
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// Validate checks a decoded entry against every rule of loxilb-compat.md §1.3–1.6
+// and §5 and returns a *ValidationError listing all problems at once: schema
+// problems (enum, range, required; HTTP 422) first, then semantic problems
+// (combinations; HTTP 400). It returns nil for a valid entry.
+//
+// Validate judges one entry on its own; conflicts with a stored rule (409)
+// are decided when the entry is merged into the rule table.
+//
+// Unlike LoxiLB, no validation failure is a 500 and DSR with sel≠1 is a 400
+// rather than LoxiLB's 200 with an error text in the result.
+func Validate(e *LoadbalanceEntry) error {
+	var schema, sem checker
+	if e.ServiceArguments == nil {
+		schema.required("serviceArguments", false)
+		checkEndpointsSchema(&schema, e.Endpoints)
+		return problemsErr(schema.problems)
+	}
+	sa := e.ServiceArguments
+	checkCoreSchema(&schema, sa)
+	checkOctaviaSchema(&schema, sa)
+	checkLLMSchema(&schema, sa)
+	checkAdmissionSchema(&schema, sa)
+	checkEndpointsSchema(&schema, e.Endpoints)
+
+	checkCore(&sem, e)
+	checkProbe(&sem, sa)
+	checkOctavia(&sem, sa)
+	checkEndpoints(&sem, e)
+	checkLLM(&sem, e)
+	return problemsErr(append(schema.problems, sem.problems...))
+}
+
+func saField(name string) string { return "serviceArguments." + name }
+
+func epField(i int, name string) string { return "endpoints." + strconv.Itoa(i) + "." + name }
+
+func checkCoreSchema(c *checker, sa *ServiceArguments) {
+	c.required(saField("externalIP"), sa.ExternalIP != "")
+	if c.required(saField("protocol"), sa.Protocol != "") {
+		c.oneOfString(saField("protocol"), sa.Protocol, ProtoTCP, ProtoUDP, ProtoSCTP, ProtoICMP)
+	}
+	if sa.Port != nil {
+		c.between(saField("port"), *sa.Port, 0, maxUint16)
+	} else if sa.Protocol != ProtoICMP {
+		c.required(saField("port"), false)
+	}
+	c.between(saField("portMax"), sa.PortMax, 0, maxUint16)
+	c.oneOf(saField("sel"), sa.Sel, SelRR, SelHash, SelPriority, SelPersist, SelLC, SelN2, SelN3,
+		SelReserved, SelCHWBL, SelGPUAware, SelWRRHash)
+	c.oneOf(saField("mode"), sa.Mode, ModeDNAT, ModeOneArm, ModeFullNAT, ModeDSR, ModeFullProxy, ModeHostOneArm)
+	c.oneOf(saField("security"), sa.Security, 0, 1, 2)
+	c.oneOf(saField("oper"), sa.Oper, 0, 1, 2)
+	c.oneOfString(saField("probetype"), sa.ProbeType, ProbeTCP, ProbeUDP, ProbeSCTP, ProbeHTTP, ProbeHTTPS, ProbePing, ProbeNone)
+	c.between(saField("probeport"), sa.ProbePort, 0, maxUint16)
+	c.between(saField("probeTimeout"), sa.ProbeTimeout, 0, maxUint32)
+	c.between(saField("probeRetries"), sa.ProbeRetries, 0, maxInt32)
+	c.between(saField("block"), sa.Block, 0, maxUint32)
+	c.between(saField("inactiveTimeOut"), sa.InactiveTimeOut, 0, maxInt32)
+}
+
+func checkEndpointsSchema(c *checker, eps []Endpoint) {
+	for i, ep := range eps {
+		c.required(epField(i, "endpointIP"), ep.EndpointIP != nil)
+		if c.required(epField(i, "targetPort"), ep.TargetPort != nil) {
+			c.between(epField(i, "targetPort"), *ep.TargetPort, 1, maxUint16)
+		}
+		if c.required(epField(i, "weight"), ep.Weight != nil) {
+			c.between(epField(i, "weight"), *ep.Weight, 0, maxUint8)
+		}
+		c.oneOf(epField(i, "ep_role"), ep.EpRole, RoleNone, RolePrefill, RoleDecode)
+		c.between(epField(i, "nixl_port"), ep.NixlPort, 0, maxUint16)
+	}
+}
+
+// parseIP parses an IP literal without a zone, unmapping IPv4-in-IPv6.
+func parseIP(s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("%q is not an IP address", s)
+	}
+	if a.Zone() != "" {
+		return netip.Addr{}, fmt.Errorf("%q has an IPv6 zone, which a rule cannot use", s)
+	}
+	return a.Unmap(), nil
+}
+
+func checkCore(c *checker, e *LoadbalanceEntry) {
+	sa := e.ServiceArguments
+	if sa.ExternalIP != "" {
+		vip, err := parseIP(sa.ExternalIP)
+		switch {
+		case err != nil:
+			c.semantic(saField("externalIP"), "malformed-service error: %v", err)
+		case vip.IsUnspecified() && !sa.Egress && sa.Mode != ModeHostOneArm:
+			c.semantic(saField("externalIP"), "malformed-service error: the unspecified address %s is only allowed for egress rules or mode 5 (hostonearm)", vip)
+		case !vip.IsUnspecified() && sa.Mode == ModeHostOneArm:
+			c.semantic(saField("externalIP"), "malformed-service error: mode 5 (hostonearm) needs the unspecified VIP 0.0.0.0 or ::, got %s", vip)
+		}
+	}
+	if sa.PrivateIP != "" {
+		if _, err := parseIP(sa.PrivateIP); err != nil {
+			c.semantic(saField("privateIP"), "malformed-service error: %v", err)
+		}
+	}
+	if sa.Port != nil {
+		switch {
+		case sa.Protocol == ProtoICMP && *sa.Port != 0:
+			c.semantic(saField("port"), "service-args error: icmp rules take port 0, got %d", *sa.Port)
+		case sa.Protocol != ProtoICMP && *sa.Port == 0:
+			c.semantic(saField("port"), "service-args error: a %s rule needs a port in 1..65535, got 0", sa.Protocol)
+		}
+		if sa.PortMax != 0 && sa.PortMax < *sa.Port {
+			c.semantic(saField("portMax"), "serv-port-args range error: portMax %d is below port %d", sa.PortMax, *sa.Port)
+		}
+	}
+	switch sa.Sel {
+	case SelReserved:
+		c.semantic(saField("sel"), "sel=7 is reserved (formerly QUIC) and cannot be used")
+	case SelN2, SelCHWBL, SelGPUAware, SelWRRHash:
+		if sa.Mode != ModeFullProxy {
+			c.semantic(saField("sel"), "sel=%d (%s) requires mode=4 (fullproxy), got mode %d", sa.Sel, selName(sa.Sel), sa.Mode)
+		}
+	case SelN3:
+		if sa.Protocol != ProtoUDP {
+			c.semantic(saField("sel"), "non-udp-n3-args error: sel=6 (n3) requires protocol udp, got %q", sa.Protocol)
+		}
+	}
+	if sa.Mode == ModeDSR && sa.Sel != SelHash {
+		// LoxiLB answers this with HTTP 200 and an error text in "result";
+		// llb fixes the quirk: a rule that was not created is not a success.
+		c.semantic(saField("sel"), "Only Hash Selection criteria allowed for DSR mode (mode=3 needs sel=1, got sel %d)", sa.Sel)
+	}
+	if sa.ProxyProtocolV2 && sa.Protocol != ProtoTCP {
+		// LoxiLB answers this with a 500; it is bad input, so 400.
+		c.semantic(saField("proxyprotocolv2"), "proxy-proto-v2 not tcp service error: proxyprotocolv2 needs protocol tcp, got %q", sa.Protocol)
+	}
+	if sa.InactiveTimeOut > MaxInactiveTimeoutSec {
+		c.semantic(saField("inactiveTimeOut"), "service-args error: inactiveTimeOut is at most %d seconds, got %d", MaxInactiveTimeoutSec, sa.InactiveTimeOut)
+	}
+	checkSecondary(c, e)
+}
+
+func checkSecondary(c *checker, e *LoadbalanceEntry) {
+	sa := e.ServiceArguments
+	if len(e.SecondaryIPs) > 0 {
+		if sa.Protocol != ProtoSCTP {
+			c.semantic("secondaryIPs", "secondaryIP-args error: secondary IPs need protocol sctp, got %q", sa.Protocol)
+		}
+		if len(e.SecondaryIPs) > MaxSecondaryIPs {
+			c.semantic("secondaryIPs", "secondaryIP-args error: at most %d secondary IPs, got %d", MaxSecondaryIPs, len(e.SecondaryIPs))
+		}
+		for i, s := range e.SecondaryIPs {
+			if _, err := parseIP(s.SecondaryIP); err != nil {
+				c.semantic("secondaryIPs."+strconv.Itoa(i)+".secondaryIP", "malformed-secip error: %v", err)
+			}
+		}
+	}
+	for i, src := range e.AllowedSources {
+		if _, err := parsePrefix(src.Prefix); err != nil {
+			c.semantic("allowedSources."+strconv.Itoa(i)+".prefix", "rule-allowed-src error: %v", err)
+		}
+	}
+}
+
+// parsePrefix parses a CIDR, or a bare address as a host prefix.
+func parsePrefix(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), nil
+	}
+	if a, err := parseIP(s); err == nil {
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	return netip.Prefix{}, fmt.Errorf("%q is not a CIDR prefix or an IP address", s)
+}
+
+func checkProbe(c *checker, sa *ServiceArguments) {
+	switch sa.ProbeType {
+	case ProbeTCP, ProbeUDP, ProbeSCTP, ProbeHTTP, ProbeHTTPS:
+		if sa.ProbePort == 0 {
+			c.semantic(saField("probeport"), "malformed-service-pport error: probetype %s needs a probeport in 1..65535", sa.ProbeType)
+		}
+	case ProbePing, ProbeNone:
+		if sa.ProbePort != 0 {
+			c.semantic(saField("probeport"), "malformed-service-pport error: probetype %s takes no probeport, got %d", sa.ProbeType, sa.ProbePort)
+		}
+	case "":
+		if sa.ProbePort != 0 {
+			c.semantic(saField("probeport"), "malformed-service-pport error: probeport %d needs a probetype", sa.ProbePort)
+		}
+	}
+	if sa.ProbeTimeout > MaxProbePeriodSec {
+		c.semantic(saField("probeTimeout"), "service-args error: probeTimeout (the probe period) is at most %d seconds, got %d", MaxProbePeriodSec, sa.ProbeTimeout)
+	}
+	if sa.ProbeRetries > MaxProbeRetries {
+		c.semantic(saField("probeRetries"), "service-args error: probeRetries is at most %d, got %d", MaxProbeRetries, sa.ProbeRetries)
+	}
+}
+
+func checkEndpoints(c *checker, e *LoadbalanceEntry) {
+	sa := e.ServiceArguments
+	n := len(e.Endpoints)
+	if n == 0 || n > MaxEndpoints {
+		c.semantic("endpoints", "endpoints-range error: a rule needs 1 to %d endpoints, got %d", MaxEndpoints, n)
+	}
+	vip, vipErr := parseIP(sa.ExternalIP)
+	for i, ep := range e.Endpoints {
+		if ep.EndpointIP != nil {
+			a, err := parseIP(*ep.EndpointIP)
+			switch {
+			case err != nil:
+				c.semantic(epField(i, "endpointIP"), "malformed-lbep error: %v", err)
+			case vipErr == nil && vip.Is4() && a.Is6():
+				c.semantic(epField(i, "endpointIP"), "malformed-service nat46 error: IPv4 VIP %s cannot front IPv6 endpoint %s", vip, a)
+			}
+		}
+		if sa.Mode == ModeDSR && sa.Port != nil && ep.TargetPort != nil && *ep.TargetPort != *sa.Port {
+			c.semantic(epField(i, "targetPort"), "malformed-lbep error: DSR (mode 3) endpoints must use the service port %d, got %d", *sa.Port, *ep.TargetPort)
+		}
+		if ep.MonitorAddress != "" {
+			if _, err := parseIP(ep.MonitorAddress); err != nil {
+				c.semantic(epField(i, "monitorAddress"), "malformed-lbep error: %v", err)
+			}
+		}
+		if ep.ExpectedCodes != "" {
+			if err := checkExpectedCodes(ep.ExpectedCodes); err != nil {
+				c.semantic(epField(i, "expectedCodes"), "%v", err)
+			}
+		}
+		if ep.HTTPVersion != "" && ep.HTTPVersion != "1.0" && ep.HTTPVersion != "1.1" {
+			c.semantic(epField(i, "httpVersion"), "httpVersion must be \"1.0\" or \"1.1\", got %q", ep.HTTPVersion)
+		}
+		if ep.HTTPMethod != "" && !isHTTPToken(ep.HTTPMethod) {
+			c.semantic(epField(i, "httpMethod"), "httpMethod %q is not an HTTP method token", ep.HTTPMethod)
+		}
+		if ep.DomainName != "" && strings.ContainsAny(ep.DomainName, " /\t\r\n") {
+			c.semantic(epField(i, "domainName"), "domainName %q is not a host name", ep.DomainName)
+		}
+	}
+}
+
+// checkExpectedCodes accepts "200", "200,202" and "200-204", codes 100–599.
+func checkExpectedCodes(s string) error {
+	for part := range strings.SplitSeq(s, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		a, errA := strconv.Atoi(lo)
+		b := a
+		var errB error
+		if isRange {
+			b, errB = strconv.Atoi(hi)
+		}
+		if errA != nil || errB != nil || a < 100 || b > 599 || a > b {
+			return fmt.Errorf("expectedCodes %q: %q is not a status code or range within 100..599 (\"200\", \"200,202\", \"200-204\")", s, part)
+		}
+	}
+	return nil
+}
+
+// isHTTPToken reports an RFC 9110 token of upper-case letters (GET, HEAD, ...).
+func isHTTPToken(s string) bool {
+	for _, r := range s {
+		if r < 'A' || r > 'Z' {
+			return false
+		}
+	}
+	return s != ""
+}

@@ -1,0 +1,304 @@
+package restapi
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+func checkLLMSchema(c *checker, sa *ServiceArguments) {
+	c.between(saField("max_stream_duration_sec"), sa.MaxStreamDurationSec, 0, maxInt32)
+	c.between(saField("backend_keepalive_interval_sec"), sa.BackendKeepaliveIntervalSec, 0, maxInt32)
+	if sa.ChwblPrefixHashLevel != nil {
+		c.oneOf(saField("chwbl_prefix_hash_level"), *sa.ChwblPrefixHashLevel, 1, 2, 3)
+	}
+	if sa.ChwblPrefixHashFlags != nil {
+		c.between(saField("chwbl_prefix_hash_flags"), *sa.ChwblPrefixHashFlags, 0, maxUint8)
+	}
+	c.betweenOrZero(saField("chwbl_mean_load_factor"), sa.ChwblMeanLoadFactor, 100, 300)
+	c.betweenOrZero(saField("chwbl_replication"), sa.ChwblReplication, 1, 1024)
+	c.between(saField("pd_session_ttl_sec"), sa.PDSessionTTLSec, 0, maxInt32)
+	c.between(saField("pd_cache_threshold"), sa.PDCacheThreshold, 0, 100)
+	c.between(saField("pd_balance_abs_threshold"), sa.PDBalanceAbsThreshold, 0, maxUint8)
+	c.between(saField("pdBootstrapPort"), sa.PDBootstrapPort, 0, maxUint16)
+	c.between(saField("kvExactMode"), sa.KVExactMode, KVExactOff, KVExactSingle)
+	c.betweenOrZero(saField("kvBlockSize"), sa.KVBlockSize, 1, maxUint32)
+	c.oneOfString(saField("kvHashAlgo"), sa.KVHashAlgo, HashSHA256CBOR, HashXXHashCBOR, HashSHA256SGLang, HashBlockHashTRTLLM)
+	c.betweenOrZero(saField("kvZmqPort"), sa.KVZmqPort, 1, maxUint16)
+	c.between(saField("kvWarmupSec"), sa.KVWarmupSec, 0, maxUint32)
+	c.oneOfString(saField("kvEngineType"), sa.KVEngineType, EngineVLLM, EngineSGLang, EngineTRTLLM, EngineLlamaCPP)
+	c.betweenOrZero(saField("kvDpRankCount"), sa.KVDpRankCount, 1, 8)
+	c.between(saField("kvReplayPort"), sa.KVReplayPort, 0, maxUint16)
+	c.oneOfString(saField("kvBlockKey"), sa.KVBlockKey, BlockKeyHash, BlockKeyTokens)
+}
+
+func checkAdmissionSchema(c *checker, sa *ServiceArguments) {
+	a := &sa.AdmissionArguments
+	str := func(name string, v *string, allowed ...string) {
+		if v == nil {
+			return
+		}
+		if *v == "" {
+			c.add(schemaProblem(saField(name), CodeEnum, "should be one of %s, got \"\"", enumList(allowed)))
+			return
+		}
+		c.oneOfString(saField(name), *v, allowed...)
+	}
+	num := func(name string, v *int64, hi int64) {
+		if v != nil {
+			c.between(saField(name), *v, 0, hi)
+		}
+	}
+	str("fc_mode", a.FCMode, "off", "observe", "enforce", "inherit")
+	num("fc_max_outstanding", a.FCMaxOutstanding, 100000)
+	num("fc_ep_max_inflight", a.FCEpMaxInflight, 100000)
+	num("fc_prefill_max_inflight", a.FCPrefillMaxInflight, 100000)
+	num("fc_decode_max_inflight", a.FCDecodeMaxInflight, 100000)
+	num("fc_max_queue_depth", a.FCMaxQueueDepth, 65536)
+	num("fc_max_queue_wait_ms", a.FCMaxQueueWaitMs, 3600000)
+	num("fc_telemetry_stale_ms", a.FCTelemetryStaleMs, 3600000)
+	str("fc_adaptive", a.FCAdaptive, "on", "off", "inherit")
+	num("fc_warmup_ms", a.FCWarmupMs, 3600000)
+	num("fc_ttft_target_ms", a.FCTTFTTargetMs, 3600000)
+	num("fc_tenant_max_share_pct", a.FCTenantMaxSharePct, 100)
+	str("fc_expose_headers", a.FCExposeHeaders, "on", "off", "inherit")
+}
+
+// llmFieldsSet names every LLM, admission and llb-extension key that carries a
+// value, in wire spelling.
+func llmFieldsSet(sa *ServiceArguments) []string {
+	var set []string
+	add := func(name string, isSet bool) {
+		if isSet {
+			set = append(set, name)
+		}
+	}
+	l, a, x := &sa.LLMArguments, &sa.AdmissionArguments, &sa.LLBArguments
+	add("sse_mode", l.SSEMode)
+	add("max_stream_duration_sec", l.MaxStreamDurationSec != 0)
+	add("backend_keepalive_interval_sec", l.BackendKeepaliveIntervalSec != 0)
+	add("cb_enable", l.CBEnable)
+	add("chwbl_prefix_hash_level", l.ChwblPrefixHashLevel != nil)
+	add("chwbl_prefix_hash_flags", l.ChwblPrefixHashFlags != nil)
+	add("chwbl_mean_load_factor", l.ChwblMeanLoadFactor != 0)
+	add("chwbl_replication", l.ChwblReplication != 0)
+	add("chwbl_enable_cache_salt", l.ChwblEnableCacheSalt != nil)
+	add("pd_disagg_mode", l.PDDisaggMode)
+	add("pd_cache_aware_mode", l.PDCacheAwareMode)
+	add("pd_session_ttl_sec", l.PDSessionTTLSec != 0)
+	add("pd_cache_threshold", l.PDCacheThreshold != 0)
+	add("pd_balance_abs_threshold", l.PDBalanceAbsThreshold != 0)
+	add("pdBootstrapPort", l.PDBootstrapPort != 0)
+	add("kvExactMode", l.KVExactMode != 0)
+	add("kvBlockSize", l.KVBlockSize != 0)
+	add("kvHashAlgo", l.KVHashAlgo != "")
+	add("kvZmqPort", l.KVZmqPort != 0)
+	add("kvWarmupSec", l.KVWarmupSec != 0)
+	add("kvEngineType", l.KVEngineType != "")
+	add("kvDpRankCount", l.KVDpRankCount != 0)
+	add("kvNoneHashSeed", x.KVNoneHashSeed != nil)
+	add("kvReplayPort", x.KVReplayPort != 0)
+	add("kvBlockKey", x.KVBlockKey != "")
+	add("fc_mode", a.FCMode != nil)
+	add("fc_max_outstanding", a.FCMaxOutstanding != nil)
+	add("fc_ep_max_inflight", a.FCEpMaxInflight != nil)
+	add("fc_prefill_max_inflight", a.FCPrefillMaxInflight != nil)
+	add("fc_decode_max_inflight", a.FCDecodeMaxInflight != nil)
+	add("fc_max_queue_depth", a.FCMaxQueueDepth != nil)
+	add("fc_max_queue_wait_ms", a.FCMaxQueueWaitMs != nil)
+	add("fc_telemetry_stale_ms", a.FCTelemetryStaleMs != nil)
+	add("fc_adaptive", a.FCAdaptive != nil)
+	add("fc_warmup_ms", a.FCWarmupMs != nil)
+	add("fc_ttft_target_ms", a.FCTTFTTargetMs != nil)
+	add("fc_tenant_max_share_pct", a.FCTenantMaxSharePct != nil)
+	add("fc_expose_headers", a.FCExposeHeaders != nil)
+	return set
+}
+
+// engineOf is the effective kvEngineType ("" means vllm).
+func engineOf(sa *ServiceArguments) string {
+	if sa.KVEngineType == "" {
+		return EngineVLLM
+	}
+	return sa.KVEngineType
+}
+
+// hashAlgosFor lists the hash contracts an engine's events can match; the
+// first is the engine default.
+func hashAlgosFor(engine string) []string {
+	switch engine {
+	case EngineVLLM:
+		return []string{HashSHA256CBOR, HashXXHashCBOR}
+	case EngineSGLang:
+		return []string{HashSHA256SGLang}
+	case EngineTRTLLM:
+		return []string{HashBlockHashTRTLLM}
+	}
+	return nil
+}
+
+func checkLLM(c *checker, e *LoadbalanceEntry) {
+	sa := e.ServiceArguments
+	if set := llmFieldsSet(sa); len(set) > 0 && sa.Mode != ModeFullProxy {
+		var lox []string
+		if sa.PDDisaggMode {
+			lox = append(lox, "pd-disagg requires mode=fullproxy")
+		}
+		if sa.KVExactMode == KVExactSingle {
+			lox = append(lox, "kv-exact single-role mode requires mode=fullproxy")
+		}
+		lox = append(lox, fmt.Sprintf("LLM fields %s require mode=4 (fullproxy), got mode %d", strings.Join(set, ", "), sa.Mode))
+		c.semantic(saField("mode"), "%s", strings.Join(lox, "; "))
+	}
+	checkPD(c, e)
+	checkKV(c, sa)
+	checkCHWBL(c, sa)
+}
+
+func checkPD(c *checker, e *LoadbalanceEntry) {
+	sa := e.ServiceArguments
+	pd := sa.PDDisaggMode
+	var prefill, decode int
+	for i, ep := range e.Endpoints {
+		switch ep.EpRole {
+		case RolePrefill:
+			prefill++
+		case RoleDecode:
+			decode++
+		}
+		if !pd && ep.EpRole != RoleNone {
+			c.semantic(epField(i, "ep_role"), "ep_role %d needs pd_disagg_mode=true (a single pool is role-less)", ep.EpRole)
+		}
+		if !pd && ep.NixlPort != 0 {
+			c.semantic(epField(i, "nixl_port"), "nixl_port is used only by P/D rules (pd_disagg_mode=true)")
+		}
+	}
+	if pd && sa.Oper == 0 && (prefill == 0 || decode == 0) {
+		c.semantic("endpoints", "pd-disagg requires at least 1 prefill (ep_role=1) and 1 decode (ep_role=2) endpoint; got %d prefill and %d decode", prefill, decode)
+	}
+	if pd && sa.BackendProtocol != nil && *sa.BackendProtocol != "http1" {
+		c.semantic(saField("backend_protocol"), "pd-disagg requires backend_protocol http1, got %q", *sa.BackendProtocol)
+	}
+	if sa.PDCacheAwareMode && !pd {
+		c.semantic(saField("pd_cache_aware_mode"), "pd-cache-aware requires pd_disagg_mode=true")
+	}
+	needPD := func(name string, isSet bool) {
+		if isSet && !pd {
+			c.semantic(saField(name), "%s requires pd_disagg_mode=true", name)
+		}
+	}
+	needPD("pd_session_ttl_sec", sa.PDSessionTTLSec != 0)
+	needPD("pd_cache_threshold", sa.PDCacheThreshold != 0)
+	needPD("pd_balance_abs_threshold", sa.PDBalanceAbsThreshold != 0)
+	needPD("fc_prefill_max_inflight", sa.FCPrefillMaxInflight != nil && *sa.FCPrefillMaxInflight != 0)
+	needPD("fc_decode_max_inflight", sa.FCDecodeMaxInflight != nil && *sa.FCDecodeMaxInflight != 0)
+}
+
+func checkKV(c *checker, sa *ServiceArguments) {
+	pd := sa.PDDisaggMode
+	switch sa.KVExactMode {
+	case KVExactZMQ:
+		if !pd {
+			c.semantic(saField("kvExactMode"), "kv-exact zmq mode requires pd_disagg_mode=true (use kvExactMode=3 for a single pool)")
+		}
+	case KVExactNATS:
+		c.semantic(saField("kvExactMode"), "kvExactMode 2 (nats) is reserved and not implemented; use 1 (P/D) or 3 (single pool)")
+	case KVExactSingle:
+		if pd {
+			c.semantic(saField("kvExactMode"), "kv-exact single-role mode is incompatible with pd-disagg (use kvExactMode=1 for P/D)")
+		}
+	}
+	if sa.KVExactMode == KVExactOff {
+		needKV := func(name string, isSet bool) {
+			if isSet {
+				c.semantic(saField(name), "%s requires kvExactMode 1 (P/D) or 3 (single pool)", name)
+			}
+		}
+		needKV("kvBlockSize", sa.KVBlockSize != 0)
+		needKV("kvHashAlgo", sa.KVHashAlgo != "")
+		needKV("kvZmqPort", sa.KVZmqPort != 0)
+		needKV("kvWarmupSec", sa.KVWarmupSec != 0)
+		needKV("kvDpRankCount", sa.KVDpRankCount != 0)
+		needKV("kvNoneHashSeed", sa.KVNoneHashSeed != nil)
+		needKV("kvReplayPort", sa.KVReplayPort != 0)
+		needKV("kvBlockKey", sa.KVBlockKey != "")
+	}
+
+	engine := engineOf(sa)
+	if algos := hashAlgosFor(engine); sa.KVHashAlgo != "" && len(algos) > 0 && !slices.Contains(algos, sa.KVHashAlgo) &&
+		slices.Contains([]string{HashSHA256CBOR, HashXXHashCBOR, HashSHA256SGLang, HashBlockHashTRTLLM}, sa.KVHashAlgo) {
+		c.semantic(saField("kvHashAlgo"), "kv-hash-algo %q is incompatible with kv-engine-type %q (omit kvHashAlgo to take the engine default %q)",
+			sa.KVHashAlgo, engine, algos[0])
+	}
+	switch engine {
+	case EngineTRTLLM:
+		if sa.KVZmqPort != 0 && sa.KVZmqPort != DefaultKVZmqPort {
+			c.semantic(saField("kvZmqPort"), "kvZmqPort is not used by trtllm; omit it")
+		}
+		if sa.KVDpRankCount > 1 {
+			c.semantic(saField("kvDpRankCount"), "kvDpRankCount is not used by trtllm; omit it")
+		}
+	case EngineLlamaCPP:
+		unsupported := func(name string, isSet bool) {
+			if isSet {
+				c.semantic(saField(name), "%s is unsupported for llamacpp (no KV event plane, no P/D)", name)
+			}
+		}
+		unsupported("kvExactMode", sa.KVExactMode != 0)
+		unsupported("pd_disagg_mode", pd)
+		unsupported("kvHashAlgo", sa.KVHashAlgo != "")
+		unsupported("kvZmqPort", sa.KVZmqPort != 0 && sa.KVZmqPort != DefaultKVZmqPort)
+		unsupported("kvDpRankCount", sa.KVDpRankCount > 1)
+		unsupported("kvBlockSize", sa.KVBlockSize != 0 && sa.KVBlockSize != DefaultKVBlockSize)
+	}
+	if sa.PDBootstrapPort != 0 && !(pd && engine == EngineSGLang) {
+		c.semantic(saField("pdBootstrapPort"), "pd-bootstrap-port requires pd_disagg_mode=true and kv-engine-type sglang")
+	}
+	if (engine == EngineSGLang || engine == EngineTRTLLM) && (pd || sa.KVExactMode != KVExactOff) {
+		c.semantic(saField("kvEngineType"), "kv-engine-type %q with P/D or kvExactMode is valid in LoxiLB but not implemented by llb, "+
+			"which speaks the vLLM KV-event and NIXL P/D dialect only; use kvEngineType \"vllm\" or omit it", engine)
+	}
+	checkKVPorts(c, sa)
+}
+
+// checkKVPorts checks that the per-DP-rank port ranges fit and do not overlap.
+func checkKVPorts(c *checker, sa *ServiceArguments) {
+	if sa.KVExactMode == KVExactOff {
+		return
+	}
+	zmq, ranks := sa.KVZmqPort, sa.KVDpRankCount
+	if zmq == 0 {
+		zmq = DefaultKVZmqPort
+	}
+	if ranks < 1 {
+		ranks = DefaultKVDpRankCount
+	}
+	if zmq+ranks-1 > maxUint16 && zmq <= maxUint16 {
+		c.semantic(saField("kvDpRankCount"), "kvZmqPort %d with kvDpRankCount %d needs ports up to %d, beyond 65535", zmq, ranks, zmq+ranks-1)
+	}
+	if r := sa.KVReplayPort; r != 0 && r <= maxUint16 {
+		if r+ranks-1 > maxUint16 {
+			c.semantic(saField("kvReplayPort"), "kvReplayPort %d with kvDpRankCount %d needs ports up to %d, beyond 65535", r, ranks, r+ranks-1)
+		}
+		if r < zmq+ranks && zmq < r+ranks {
+			c.semantic(saField("kvReplayPort"), "kvReplayPort %d overlaps the KV-event ports %d..%d (kvZmqPort + DP ranks)", r, zmq, zmq+ranks-1)
+		}
+	}
+}
+
+func checkCHWBL(c *checker, sa *ServiceArguments) {
+	hashSel := sa.Sel == SelCHWBL || sa.Sel == SelGPUAware || sa.Sel == SelWRRHash
+	ringSel := sa.Sel == SelCHWBL || sa.Sel == SelWRRHash
+	need := func(name string, isSet, ok bool, which string) {
+		if isSet && !ok {
+			c.semantic(saField(name), "%s requires %s, got sel %d", name, which, sa.Sel)
+		}
+	}
+	const hashSels = "sel 8 (chwbl), 9 (gpuaware) or 10 (wrr-hash)"
+	const ringSels = "sel 8 (chwbl) or 10 (wrr-hash)"
+	need("chwbl_prefix_hash_level", sa.ChwblPrefixHashLevel != nil, hashSel, hashSels)
+	need("chwbl_prefix_hash_flags", sa.ChwblPrefixHashFlags != nil, hashSel, hashSels)
+	need("chwbl_enable_cache_salt", sa.ChwblEnableCacheSalt != nil, hashSel, hashSels)
+	need("chwbl_mean_load_factor", sa.ChwblMeanLoadFactor != 0, ringSel, ringSels)
+	need("chwbl_replication", sa.ChwblReplication != 0, ringSel, ringSels)
+}
