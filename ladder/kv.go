@@ -125,7 +125,10 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 		}
 		if t, ok := ReliefTarget(r.fleet[:nFleet], sel, res.FactorPct); ok {
 			pick = r.fleet[t].Endpoint
-			d.Flags |= FlagSpill | FlagRelief
+			d.Flags |= FlagRelief
+			if r.fleet[t].Overlap < best {
+				d.Flags |= FlagSpill
+			}
 		}
 	}
 	if r.seedN > 0 {

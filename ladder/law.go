@@ -60,7 +60,9 @@ type LawResult struct {
 	Pos int
 	// Affinity is the position of the overlap winner the law started from.
 	Affinity int
-	// Spilled is true when Pos is not the overlap winner.
+	// Spilled is true when the pick holds fewer overlapping blocks than the
+	// overlap winner: the law traded cache locality for load. (Moving to an
+	// equally-overlapping endpoint is not a spill.)
 	Spilled bool
 	// Saturated is true when hard mode found every candidate at/over its cap.
 	Saturated bool
@@ -202,7 +204,7 @@ func SelectUnified(cands []Candidate, promptBlocks uint32, p LawParams) LawResul
 	default:
 		res.Pos, res.Saturated, res.Negligible = hardPick(cands, res.TotalLoad, res.TotalCap, res.FactorPct)
 	}
-	res.Spilled = res.Pos != res.Affinity
+	res.Spilled = cands[res.Pos].Overlap < cands[res.Affinity].Overlap
 	return res
 }
 

@@ -140,10 +140,12 @@ type Flags uint16
 
 // Decision flags.
 const (
-	// FlagSpill: the load law moved the pick off the overlap winner.
+	// FlagSpill: the load law (or relief) moved the pick to an endpoint
+	// holding fewer overlapping blocks than the overlap winner.
 	FlagSpill Flags = 1 << iota
-	// FlagRelief: the spill went to a zero-overlap endpoint by fleet-wide
-	// pressure relief (always set together with FlagSpill).
+	// FlagRelief: fleet-wide pressure relief moved an over-cap pick to the
+	// least-loaded under-cap eligible endpoint (usually a zero-overlap one,
+	// so FlagSpill is usually set too).
 	FlagRelief
 	// FlagColdSeed: the Tier-1.5 hit was diverted to a cold endpoint.
 	FlagColdSeed
