@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"strconv"
 	"slices"
+	"strconv"
 	"time"
 )
 

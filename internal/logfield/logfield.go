@@ -41,6 +41,8 @@ const (
 	MovedTo = "moved_to"
 	// Count is a generic count of things named by the message.
 	Count = "count"
+	// Index is a position in a list named by the message.
+	Index = "index"
 	// Problems lists validation problems.
 	Problems = "problems"
 	// Reason is a short machine-readable reason.

@@ -1,0 +1,211 @@
+package restapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// State file layout.
+const (
+	// StateFileName is the rules file in the state directory.
+	StateFileName = "rules.json"
+	// stateFormat and stateVersion identify the envelope.
+	stateFormat  = "llb-rules"
+	stateVersion = 1
+	tempPrefix   = StateFileName + ".tmp-"
+)
+
+// stateEnvelope is the versioned content of rules.json. Each rule is stored in
+// LoxiLB's JSON model, so the file is readable and any entry can be re-POSTed.
+type stateEnvelope struct {
+	Format  string       `json:"format"`
+	Version int          `json:"version"`
+	SavedAt time.Time    `json:"savedAt"`
+	Rules   []storedRule `json:"rules"`
+}
+
+type storedRule struct {
+	LastUpdated time.Time       `json:"lastUpdated"`
+	Entry       json.RawMessage `json:"entry"`
+}
+
+// Store persists the rule table to <dir>/rules.json.
+//
+// Save is atomic and durable: the new content goes to a temporary file in the
+// same directory, which is fsynced, closed and renamed over rules.json, and
+// the directory is fsynced. A crash at any point leaves rules.json holding
+// either the previous or the new content, never a mix or nothing.
+type Store struct {
+	fs  FS
+	dir string
+	now func() time.Time
+}
+
+// NewStore returns a store for dir on fsys; now stamps saves and names
+// moved-aside files.
+func NewStore(fsys FS, dir string, now func() time.Time) *Store {
+	return &Store{fs: fsys, dir: dir, now: now}
+}
+
+// Path is the rules file's path.
+func (s *Store) Path() string { return filepath.Join(s.dir, StateFileName) }
+
+// save writes recs durably; see Store.
+func (s *Store) save(recs []*record) (err error) {
+	env := stateEnvelope{Format: stateFormat, Version: stateVersion, SavedAt: s.now().UTC(), Rules: make([]storedRule, len(recs))}
+	for i, r := range recs {
+		b, err := json.Marshal(&r.rule.Entry)
+		if err != nil {
+			return fmt.Errorf("restapi: encode rule %s: %w", r.rule.Key, err)
+		}
+		env.Rules[i] = storedRule{LastUpdated: r.updated.UTC(), Entry: b}
+	}
+	data, err := json.MarshalIndent(&env, "", "  ")
+	if err != nil {
+		return fmt.Errorf("restapi: encode state: %w", err)
+	}
+	data = append(data, '\n')
+
+	f, err := s.fs.CreateTemp(s.dir, tempPrefix+"*")
+	if err != nil {
+		return fmt.Errorf("restapi: create temp state file in %s: %w", s.dir, err)
+	}
+	tmp := f.Name()
+	closed := false
+	defer func() {
+		if err != nil {
+			if !closed {
+				_ = f.Close()
+			}
+			_ = s.fs.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		return fmt.Errorf("restapi: write %s: %w", tmp, err)
+	}
+	if err = f.Sync(); err != nil {
+		return fmt.Errorf("restapi: fsync %s: %w", tmp, err)
+	}
+	closed = true
+	if err = f.Close(); err != nil {
+		return fmt.Errorf("restapi: close %s: %w", tmp, err)
+	}
+	if err = s.fs.Rename(tmp, s.Path()); err != nil {
+		return fmt.Errorf("restapi: rename %s to %s: %w", tmp, s.Path(), err)
+	}
+	if err = s.fs.SyncDir(s.dir); err != nil {
+		// The rename happened; only its durability is in doubt. Report it:
+		// the caller must not claim the change is durable.
+		return fmt.Errorf("restapi: fsync %s after rename: %w", s.dir, err)
+	}
+	return nil
+}
+
+// loaded is what load found on disk.
+type loaded struct {
+	rules []storedRule
+	// movedTo is where an unusable rules.json was moved, and problem why.
+	movedTo, problem string
+	// staleTemps counts leftover temporary files removed (a crash mid-save).
+	staleTemps int
+}
+
+// load reads rules.json. A missing file is an empty configuration. A file
+// that cannot be read or parsed, or has an unknown format or version, is
+// moved aside to rules.json.corrupt-<UTC timestamp> and reported in the
+// result; if it cannot be moved, load fails, because carrying on would
+// overwrite it on the next save.
+func (s *Store) load() (loaded, error) {
+	var res loaded
+	if err := s.fs.MkdirAll(s.dir); err != nil {
+		return res, fmt.Errorf("restapi: create state dir %s: %w", s.dir, err)
+	}
+	names, err := s.fs.ReadDir(s.dir)
+	if err != nil {
+		return res, fmt.Errorf("restapi: list state dir %s: %w", s.dir, err)
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, tempPrefix) {
+			if err := s.fs.Remove(filepath.Join(s.dir, n)); err == nil {
+				res.staleTemps++
+			}
+		}
+	}
+	data, err := s.fs.ReadFile(s.Path())
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return res, nil
+	case err != nil:
+		return s.moveAside(res, fmt.Sprintf("unreadable: %v", err))
+	}
+	var env stateEnvelope
+	if err := json.Unmarshal(data, &env); err != nil {
+		return s.moveAside(res, fmt.Sprintf("not valid JSON: %v", err))
+	}
+	if env.Format != stateFormat || env.Version != stateVersion {
+		return s.moveAside(res, fmt.Sprintf("unknown format %q version %d (this llbd reads %q version %d)",
+			env.Format, env.Version, stateFormat, stateVersion))
+	}
+	res.rules = env.Rules
+	return res, nil
+}
+
+func (s *Store) moveAside(res loaded, problem string) (loaded, error) {
+	dst := s.asideName("corrupt")
+	if err := s.fs.Rename(s.Path(), dst); err != nil {
+		return res, fmt.Errorf("restapi: state file %s is %s, and moving it aside failed (refusing to start and overwrite it): %w",
+			s.Path(), problem, err)
+	}
+	if err := s.fs.SyncDir(s.dir); err != nil {
+		return res, fmt.Errorf("restapi: fsync %s after moving the state file aside: %w", s.dir, err)
+	}
+	res.movedTo, res.problem = dst, problem
+	return res, nil
+}
+
+// asideName is <rules.json>.<what>-<UTC timestamp>, unique in the directory.
+func (s *Store) asideName(what string) string {
+	base := s.Path() + "." + what + "-" + s.now().UTC().Format("20060102T150405Z")
+	names, _ := s.fs.ReadDir(s.dir)
+	taken := make(map[string]bool, len(names))
+	for _, n := range names {
+		taken[filepath.Join(s.dir, n)] = true
+	}
+	name := base
+	for i := 1; taken[name]; i++ {
+		name = fmt.Sprintf("%s-%d", base, i)
+	}
+	return name
+}
+
+// saveRejected writes rules that no longer validate to
+// rules.json.rejected-<timestamp>, durably, so a restore never drops them.
+func (s *Store) saveRejected(rules []storedRule) (string, error) {
+	env := stateEnvelope{Format: stateFormat, Version: stateVersion, SavedAt: s.now().UTC(), Rules: rules}
+	data, err := json.MarshalIndent(&env, "", "  ")
+	if err != nil {
+		return "", fmt.Errorf("restapi: encode rejected rules: %w", err)
+	}
+	dst := s.asideName("rejected")
+	f, err := s.fs.CreateTemp(s.dir, tempPrefix+"*")
+	if err != nil {
+		return "", fmt.Errorf("restapi: create %s: %w", dst, err)
+	}
+	_, werr := f.Write(append(data, '\n'))
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		_ = s.fs.Remove(f.Name())
+		return "", fmt.Errorf("restapi: write %s: %w", dst, err)
+	}
+	if err := s.fs.Rename(f.Name(), dst); err != nil {
+		_ = s.fs.Remove(f.Name())
+		return "", fmt.Errorf("restapi: rename to %s: %w", dst, err)
+	}
+	return dst, s.fs.SyncDir(s.dir)
+}

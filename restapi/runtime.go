@@ -1,0 +1,160 @@
+package restapi
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+)
+
+// Runtime is the data plane as the REST layer sees it. restapi hands it every
+// accepted change in order, from one goroutine at a time, after the change is
+// durable on disk.
+//
+// Apply errors (a VIP:port that cannot be bound, an endpoint that cannot be
+// resolved, ...) do not fail the POST that caused them: the configuration is
+// accepted and persisted, and the error is reported by GET …/status
+// (operatingStatus ERROR, applyError). The same holds for errors reported
+// later through RuleStatus.ListenErr.
+//
+// Further capabilities (KV inventory views, controller weights, endpoint
+// views) are optional interfaces a Runtime may also implement; the server
+// type-asserts for them and mounts their routes only when present. See
+// DataPlaneNamer for the pattern.
+type Runtime interface {
+	// Apply makes r live, creating or replacing the rule with key r.Key. It
+	// must not keep references into r beyond the call unless it clones it,
+	// and must honour ctx's deadline.
+	Apply(ctx context.Context, r Rule) error
+	// Remove tears down the rule with key k; removing an unknown key is not
+	// an error.
+	Remove(ctx context.Context, k RuleKey) error
+	// Status reports the live state of rule k, or false if the data plane
+	// does not know it. It must not block on the data path: callers are GET
+	// handlers.
+	Status(k RuleKey) (RuleStatus, bool)
+}
+
+// DataPlaneNamer is an optional Runtime interface: its name is shown by
+// GET /netlox/v1/version as "dataPlane".
+type DataPlaneNamer interface {
+	// DataPlaneName names the data plane, e.g. "actors".
+	DataPlaneName() string
+}
+
+// OperatingStatus is a rule's Octavia-style operating status.
+type OperatingStatus string
+
+// Operating statuses, as LoxiLB's GET …/status reports them.
+const (
+	OperatingOnline    OperatingStatus = "ONLINE"
+	OperatingOffline   OperatingStatus = "OFFLINE"
+	OperatingDegraded  OperatingStatus = "DEGRADED"
+	OperatingError     OperatingStatus = "ERROR"
+	OperatingNoMonitor OperatingStatus = "NO_MONITOR"
+)
+
+// RuleStatus is the live state of one rule as the data plane reports it.
+type RuleStatus struct {
+	// Operating overrides the derived operating status when non-empty.
+	// Leave it empty to let restapi derive it from the endpoint states the
+	// way LoxiLB does.
+	Operating OperatingStatus
+	// Detail is a short human note on the rule's state.
+	Detail string
+	// ListenErr is the error binding the rule's listener, if any; it makes
+	// the operating status ERROR.
+	ListenErr string
+	// Endpoints are per-endpoint states, matched to the rule's endpoints by
+	// Addr (pairwise in order for duplicates). A rule endpoint without a
+	// status is reported inactive.
+	Endpoints []EndpointStatus
+	// Stats are the rule's traffic counters.
+	Stats RuleStats
+}
+
+// EndpointStatus is the live state of one endpoint.
+type EndpointStatus struct {
+	// Addr is endpointIP:targetPort.
+	Addr netip.AddrPort
+	// Active is true when the endpoint is selectable (probe up, breaker not open).
+	Active bool
+	// Detail is a short human note, e.g. "probe failing", "breaker open".
+	Detail string
+	// Breaker is the circuit-breaker state ("closed", "open", "half_open"); "" if none.
+	Breaker string
+	// InFlight is the data plane's in-flight request count for the endpoint.
+	InFlight int
+	// InventoryBlocks is the size of the endpoint's mirrored KV inventory.
+	InventoryBlocks int
+	// Requests is the count of requests sent to the endpoint.
+	Requests uint64
+	// Bytes is the count of bytes exchanged with the endpoint.
+	Bytes uint64
+}
+
+// RuleStats are a rule's traffic counters (GET …/stats).
+type RuleStats struct {
+	// ActiveConnections is the current client connection count.
+	ActiveConnections uint64
+	// BytesIn counts bytes received from clients.
+	BytesIn uint64
+	// BytesOut counts bytes sent to clients.
+	BytesOut uint64
+	// TotalConnections counts client connections since the rule was applied.
+	TotalConnections uint64
+}
+
+// NoDataPlane is the Runtime of a daemon running without a data plane: it
+// remembers the rules it was given and reports every endpoint "inactive" with
+// detail "no data plane", and every rule OFFLINE. It serves nothing. It exists
+// so the control plane can run, persist and answer on its own (tests, config
+// staging); it is never a stand-in for a working data plane.
+//
+// Safe for concurrent use.
+type NoDataPlane struct {
+	mu    sync.Mutex
+	rules map[RuleKey][]netip.AddrPort // guarded by mu
+}
+
+// NewNoDataPlane returns an empty NoDataPlane.
+func NewNoDataPlane() *NoDataPlane {
+	return &NoDataPlane{rules: make(map[RuleKey][]netip.AddrPort)}
+}
+
+// Apply records r's endpoints.
+func (n *NoDataPlane) Apply(_ context.Context, r Rule) error {
+	addrs := make([]netip.AddrPort, len(r.Effective.Endpoints))
+	for i, ep := range r.Effective.Endpoints {
+		addrs[i] = ep.Addr
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.rules[r.Key] = addrs
+	return nil
+}
+
+// Remove forgets rule k.
+func (n *NoDataPlane) Remove(_ context.Context, k RuleKey) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.rules, k)
+	return nil
+}
+
+// Status reports rule k OFFLINE with every endpoint inactive.
+func (n *NoDataPlane) Status(k RuleKey) (RuleStatus, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	addrs, ok := n.rules[k]
+	if !ok {
+		return RuleStatus{}, false
+	}
+	st := RuleStatus{Operating: OperatingOffline, Detail: "no data plane attached"}
+	for _, a := range addrs {
+		st.Endpoints = append(st.Endpoints, EndpointStatus{Addr: a, Detail: "no data plane"})
+	}
+	return st, true
+}
+
+// DataPlaneName implements DataPlaneNamer.
+func (n *NoDataPlane) DataPlaneName() string { return "none" }

@@ -1,0 +1,150 @@
+package restapi
+
+import (
+	"strconv"
+	"time"
+)
+
+// StatusView is GET …/status: LoxiLB's {adminStateUp, operatingStatus,
+// lastUpdated}, plus llb's detail fields (omitted when empty).
+type StatusView struct {
+	// AdminStateUp is the effective adminStateUp.
+	AdminStateUp bool `json:"adminStateUp"`
+	// OperatingStatus is ONLINE, OFFLINE, DEGRADED, ERROR or NO_MONITOR.
+	OperatingStatus OperatingStatus `json:"operatingStatus"`
+	// LastUpdated is when the rule's configuration last changed, RFC 3339 UTC.
+	LastUpdated string `json:"lastUpdated"`
+	// Detail is the data plane's note on the rule (llb).
+	Detail string `json:"detail,omitempty"`
+	// ApplyError is the last error the data plane returned applying the rule (llb).
+	ApplyError string `json:"applyError,omitempty"`
+	// ListenError is the data plane's listener bind error (llb).
+	ListenError string `json:"listenError,omitempty"`
+	// Endpoints are per-endpoint states in rule order (llb).
+	Endpoints []EndpointStatusView `json:"endpoints,omitempty"`
+}
+
+// EndpointStatusView is one endpoint in StatusView.
+type EndpointStatusView struct {
+	// EndpointIP is the endpoint address.
+	EndpointIP string `json:"endpointIP"`
+	// TargetPort is the endpoint port.
+	TargetPort int `json:"targetPort"`
+	// State is "active" or "inactive".
+	State string `json:"state"`
+	// Detail is the data plane's note on the endpoint.
+	Detail string `json:"detail,omitempty"`
+	// Breaker is the circuit-breaker state, when the rule has one.
+	Breaker string `json:"breaker,omitempty"`
+	// InFlight is the in-flight request count.
+	InFlight int `json:"inFlight,omitempty"`
+	// InventoryBlocks is the mirrored KV inventory size.
+	InventoryBlocks int `json:"inventoryBlocks,omitempty"`
+}
+
+// StatsView is GET …/stats, LoxiLB's four counters.
+type StatsView struct {
+	// ActiveConnections is the current client connection count.
+	ActiveConnections uint64 `json:"activeConnections"`
+	// BytesIn counts bytes received from clients.
+	BytesIn uint64 `json:"bytesIn"`
+	// BytesOut counts bytes sent to clients.
+	BytesOut uint64 `json:"bytesOut"`
+	// TotalConnections counts client connections.
+	TotalConnections uint64 `json:"totalConnections"`
+}
+
+// endpointStates pairs each rule endpoint with its reported status, by
+// address, duplicates pairwise in order; an endpoint without one is inactive.
+func endpointStates(r *Rule, st RuleStatus) []EndpointStatus {
+	used := make([]bool, len(st.Endpoints))
+	out := make([]EndpointStatus, len(r.Effective.Endpoints))
+	for i, ep := range r.Effective.Endpoints {
+		out[i] = EndpointStatus{Addr: ep.Addr, Detail: "no status from the data plane"}
+		for j, s := range st.Endpoints {
+			if !used[j] && s.Addr == ep.Addr {
+				used[j] = true
+				out[i] = s
+				break
+			}
+		}
+	}
+	return out
+}
+
+func stateWord(active bool) string {
+	if active {
+		return "active"
+	}
+	return "inactive"
+}
+
+// operatingStatus derives a rule's status as LoxiLB does (admin down →
+// OFFLINE; monitor off → NO_MONITOR; no endpoints → OFFLINE; all active →
+// ONLINE; none → OFFLINE; else DEGRADED), with llb's additions: an apply or
+// listen error is ERROR, and a data-plane override wins over the derivation.
+func operatingStatus(r *Rule, st RuleStatus, eps []EndpointStatus, applyErr string) OperatingStatus {
+	switch {
+	case !r.Effective.AdminUp:
+		return OperatingOffline
+	case applyErr != "" || st.ListenErr != "":
+		return OperatingError
+	case st.Operating != "":
+		return st.Operating
+	case !r.Entry.ServiceArguments.Monitor:
+		return OperatingNoMonitor
+	case len(eps) == 0:
+		return OperatingOffline
+	}
+	up := 0
+	for _, e := range eps {
+		if e.Active {
+			up++
+		}
+	}
+	switch up {
+	case len(eps):
+		return OperatingOnline
+	case 0:
+		return OperatingOffline
+	}
+	return OperatingDegraded
+}
+
+// entryView is a rule as GET returns it: the stored entry with each
+// endpoint's state and counter ("<requests>:<bytes>") and the effective
+// adminStateUp.
+func entryView(r *Rule, st RuleStatus) LoadbalanceEntry {
+	v := cloneEntry(&r.Entry)
+	v.ServiceArguments.AdminStateUp = ptr(r.Effective.AdminUp)
+	for i, s := range endpointStates(r, st) {
+		v.Endpoints[i].State = stateWord(s.Active)
+		v.Endpoints[i].Counter = strconv.FormatUint(s.Requests, 10) + ":" + strconv.FormatUint(s.Bytes, 10)
+	}
+	return v
+}
+
+// statusView is GET …/status for one rule.
+func statusView(r *Rule, updated time.Time, st RuleStatus, applyErr string) StatusView {
+	eps := endpointStates(r, st)
+	v := StatusView{
+		AdminStateUp:    r.Effective.AdminUp,
+		OperatingStatus: operatingStatus(r, st, eps, applyErr),
+		LastUpdated:     updated.UTC().Format(time.RFC3339),
+		Detail:          st.Detail,
+		ApplyError:      applyErr,
+		ListenError:     st.ListenErr,
+	}
+	for i, e := range eps {
+		v.Endpoints = append(v.Endpoints, EndpointStatusView{
+			EndpointIP:      r.Effective.Endpoints[i].Addr.Addr().String(),
+			TargetPort:      int(r.Effective.Endpoints[i].Addr.Port()),
+			State:           stateWord(e.Active),
+			Detail:          e.Detail,
+			Breaker:         e.Breaker,
+			InFlight:        e.InFlight,
+			InventoryBlocks: e.InventoryBlocks,
+		})
+	}
+	return v
+}
