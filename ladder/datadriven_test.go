@@ -230,7 +230,11 @@ func (st *goldenState) request(t *testing.T, d *datadriven.TestData) Request {
 		req.SessionKey = arg.SingleVal(t)
 	}
 	if arg, ok := d.Arg("pin"); ok {
-		req.Session = SessionLookup{Found: true, Pin: Pin{Prefill: atoi(t, d, arg.Vals[0]), Decode: atoi(t, d, arg.Vals[1])}}
+		pd := strings.Split(strings.Join(arg.Vals, ","), ",")
+		if len(pd) != 2 {
+			d.Fatalf(t, "pin wants P,D")
+		}
+		req.Session = SessionLookup{Found: true, Pin: Pin{Prefill: atoi(t, d, pd[0]), Decode: atoi(t, d, pd[1])}}
 	} else if p, ok := st.session[req.SessionKey]; ok && req.SessionKey != "" {
 		req.Session = SessionLookup{Found: true, Pin: p}
 	}
