@@ -53,4 +53,3 @@ func (t *tokenChecker) check(header string) error {
 	}
 	return nil
 }
-

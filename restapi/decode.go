@@ -24,11 +24,11 @@ func DecodeEntry(body []byte) (*LoadbalanceEntry, error) {
 	dec.UseNumber()
 	var generic any
 	if err := dec.Decode(&generic); err != nil {
-		return nil, malformedJSON(err, dec.InputOffset())
+		return nil, malformedJSON(body, err, dec.InputOffset())
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: malformed JSON: unexpected data after the top-level object at byte offset %d",
-			ErrMalformedRequest, dec.InputOffset())
+		return nil, fmt.Errorf("%w: malformed JSON: unexpected data after the top-level object at %s",
+			ErrMalformedRequest, position(body, dec.InputOffset()))
 	}
 	if _, ok := generic.(map[string]any); !ok {
 		return nil, fmt.Errorf("%w: body must be a JSON object (a LoadbalanceEntry), got %s",
@@ -48,14 +48,23 @@ func DecodeEntry(body []byte) (*LoadbalanceEntry, error) {
 	return &e, nil
 }
 
-// malformedJSON describes a syntax error with its byte offset.
-func malformedJSON(err error, offset int64) error {
+// malformedJSON describes a syntax error with its position.
+func malformedJSON(body []byte, err error, offset int64) error {
 	var syn *json.SyntaxError
 	if errors.As(err, &syn) {
-		return fmt.Errorf("%w: malformed JSON at byte offset %d: %v", ErrMalformedRequest, syn.Offset, err)
+		return fmt.Errorf("%w: malformed JSON at %s: %v", ErrMalformedRequest, position(body, syn.Offset), err)
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return fmt.Errorf("%w: malformed JSON: body ends early at byte offset %d", ErrMalformedRequest, offset)
+		return fmt.Errorf("%w: malformed JSON: the body ends early, at %s", ErrMalformedRequest, position(body, offset))
 	}
-	return fmt.Errorf("%w: malformed JSON at byte offset %d: %v", ErrMalformedRequest, offset, err)
+	return fmt.Errorf("%w: malformed JSON at %s: %v", ErrMalformedRequest, position(body, offset), err)
+}
+
+// position renders a byte offset (as encoding/json counts it: the bytes read
+// up to and including the offending one) with its line and column.
+func position(body []byte, offset int64) string {
+	offset = min(max(offset, 0), int64(len(body)))
+	line := 1 + bytes.Count(body[:offset], []byte("\n"))
+	col := offset - int64(bytes.LastIndexByte(body[:offset], '\n')+1)
+	return fmt.Sprintf("byte offset %d (line %d, column %d)", offset, line, col)
 }

@@ -137,17 +137,23 @@ func checkShape(v any, s *shape, path string, out *[]Problem) {
 			bad()
 			return
 		}
+		// Problems come in model field order; a field bound by several keys
+		// (e.g. "port" and "Port") has each checked, in key order.
+		bound := make(map[string][]string, len(obj))
 		for _, key := range sortedKeys(obj) {
-			f, ok := s.field(key)
-			if !ok {
-				continue
+			if f, ok := s.field(key); ok {
+				bound[f.name] = append(bound[f.name], key)
 			}
-			child := joinPath(path, f.name)
-			if obj[key] == nil && f.nonull {
-				*out = append(*out, schemaProblem(child, CodeInvalidType, "must not be null"))
-				continue
+		}
+		for _, f := range s.fields {
+			for _, key := range bound[f.name] {
+				child := joinPath(path, f.name)
+				if obj[key] == nil && f.nonull {
+					*out = append(*out, schemaProblem(child, CodeInvalidType, "must not be null"))
+					continue
+				}
+				checkShape(obj[key], f.shape, child, out)
 			}
-			checkShape(obj[key], f.shape, child, out)
 		}
 	case kindStringMap:
 		obj, ok := v.(map[string]any)
