@@ -244,12 +244,12 @@ func (st *goldenState) request(t *testing.T, d *datadriven.TestData) Request {
 		req.KV.Guard = parseReason(t, d, arg.SingleVal(t))
 	}
 	if d.HasArg("prefix") {
-		req.PrefixHash, req.HasPrefixHash = uint64(intArg(t, d, "prefix", 0)), true
+		req.PrefixHash, req.HasPrefixHash = u64Arg(t, d, "prefix"), true
 	}
 	if d.HasArg("conv") {
-		req.ConvHash, req.HasConvHash = uint64(intArg(t, d, "conv", 0)), true
+		req.ConvHash, req.HasConvHash = u64Arg(t, d, "conv"), true
 	}
-	req.ClientHash = uint64(intArg(t, d, "client", 0))
+	req.ClientHash = u64Arg(t, d, "client")
 	if arg, ok := d.Arg("ckey"); ok {
 		req.ClientKey = arg.SingleVal(t)
 	}
@@ -389,6 +389,19 @@ func parseReason(t *testing.T, d *datadriven.TestData, s string) Reason {
 	}
 	d.Fatalf(t, "unknown reason %q", s)
 	return ReasonNone
+}
+
+// u64Arg parses a hash argument (decimal or 0x-prefixed hex); 0 when absent.
+func u64Arg(t *testing.T, d *datadriven.TestData, key string) uint64 {
+	arg, ok := d.Arg(key)
+	if !ok {
+		return 0
+	}
+	n, err := strconv.ParseUint(arg.SingleVal(t), 0, 64)
+	if err != nil {
+		d.Fatalf(t, "bad hash %q", arg.SingleVal(t))
+	}
+	return n
 }
 
 func intArg(t *testing.T, d *datadriven.TestData, key string, def int) int {

@@ -257,11 +257,7 @@ func (r *Router) selectDecode(views []EndpointView, excl, drain EndpointSet, hin
 	}
 	set := r.decode &^ excl &^ drain
 	if set == 0 {
-		if r.decode == 0 {
-			d.Trace.add(TierDecode, ReasonNoCandidate)
-		} else {
-			d.Trace.add(TierDecode, ReasonExcluded)
-		}
+		d.Trace.add(TierDecode, ReasonDecodeUnavailable)
 		return -1
 	}
 	var ties [MaxEndpoints]int
@@ -289,9 +285,10 @@ func (r *Router) selectDecode(views []EndpointView, excl, drain EndpointSet, hin
 // rescue is the any-healthy fallback: the least-loaded role-0 endpoint that
 // is neither excluded nor draining (ties: lowest index); else the decision is
 // unavailable with pd_pool_unavailable (503). Decode endpoints are never
-// rescue candidates.
+// rescue candidates. The flags of the abandoned prefill pick are dropped.
 func (r *Router) rescue(views []EndpointView, excl, drain EndpointSet, d *Decision) {
 	d.Prefill, d.Decode, d.PinSession = -1, -1, false
+	d.Flags = 0
 	if ep := leastLoaded(views, r.role0&^excl&^drain); ep >= 0 {
 		d.Prefill = ep
 		d.Tier = TierRescue

@@ -47,7 +47,8 @@ const (
 	ReasonExcluded    // endpoints of the right role exist but none is eligible
 
 	// Decode selection.
-	ReasonDecodePinInvalid // the session's decode pin is unusable; min-load instead
+	ReasonDecodePinInvalid  // the session's decode pin is unusable; min-load instead
+	ReasonDecodeUnavailable // every decode endpoint is excluded or draining
 
 	// Terminal unavailability (HTTP 503 error codes).
 	ReasonPDPoolUnavailable // P/D rule: no prefill/decode pair and no rescue endpoint
@@ -84,6 +85,7 @@ var reasonNames = [reasonCount]string{
 	ReasonNoCandidate:             "no_candidate",
 	ReasonExcluded:                "excluded",
 	ReasonDecodePinInvalid:        "decode_pin_invalid",
+	ReasonDecodeUnavailable:       "decode_unavailable",
 	ReasonPDPoolUnavailable:       "pd_pool_unavailable",
 	ReasonNoHealthyBackend:        "no_healthy_backend",
 }
