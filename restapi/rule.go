@@ -90,7 +90,7 @@ func (r *Rule) sameConfig(o *Rule) bool {
 }
 
 // NormalizeEntry turns a validated entry into a Rule: canonical IP spellings,
-// LoxiLB's implied values (monitor forced on by a probe type, path_match_mode
+// adminStateUp stored only when false, LoxiLB's implied values (monitor forced on by a probe type, path_match_mode
 // "disabled", backend_protocol "http1" on fullproxy rules, backup false), the
 // GET-only fields cleared, empty lists as null, and oper dropped (it is a verb
 // of the request, not part of the rule). The id is left as given; the rule
@@ -121,6 +121,9 @@ func NormalizeEntry(e *LoadbalanceEntry) (Rule, error) {
 	sa.OffloadState, sa.HWPkts, sa.HWBytes = "", 0, 0
 	if sa.ProbeType != "" && sa.ProbeType != ProbeNone {
 		sa.Monitor = true
+	}
+	if sa.AdminStateUp != nil && *sa.AdminStateUp {
+		sa.AdminStateUp = nil // absent means true; only a pause is stored
 	}
 	if sa.PathMatchMode == nil {
 		sa.PathMatchMode = ptr("disabled")
