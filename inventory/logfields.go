@@ -1,0 +1,19 @@
+package inventory
+
+// Log field names. They follow internal/logfield's snake_case vocabulary
+// (the brief keeps inventory free of imports from this module, so the few
+// names it needs are repeated here).
+const (
+	logService  = "service"
+	logEpIdx    = "ep_idx"
+	logRank     = "rank"
+	logAddr     = "addr"
+	logReason   = "reason"
+	logCount    = "count"
+	logSeq      = "seq"
+	logLastSeq  = "last_seq"
+	logMissing  = "missing"
+	logErr      = "error"
+	logBlocks   = "blocks"
+	logEndpoint = "endpoint"
+)

@@ -1,0 +1,398 @@
+package inventory
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/rs/zerolog"
+)
+
+// seqTokens returns n tokens start, start+1, ...
+func seqTokens(start, n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = uint32(start + i)
+	}
+	return out
+}
+
+// fataler is the part of testing.TB (and *rapid.T) test helpers need.
+type fataler interface {
+	Helper()
+	Fatal(args ...any)
+}
+
+// engine simulates what vLLM publishes for a request, with a given hasher.
+type engine struct {
+	h *Hasher
+}
+
+// store returns the BlockStored event vLLM would publish for caching the
+// full blocks of tokens[from*bs:] after blocks [0, from) are cached.
+func (e engine) store(t fataler, tokens []uint32, from int, ek ExtraKeys) Event {
+	t.Helper()
+	bs := e.h.BlockSize()
+	all, err := e.h.AppendDigests(nil, Digest{}, 0, tokens, ek)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := Event{Kind: EventBlockStored, BlockSize: bs, Medium: MediumGPU, HasMedium: true,
+		HasGroupIdx: true, SpecKind: SpecFullAttention, HasSpecKind: true, HasExtraKeys: true}
+	if from > 0 {
+		ev.HasParent, ev.Parent = true, all[from-1].Key()
+	}
+	for i := from; i < len(all); i++ {
+		ev.BlockHashes = append(ev.BlockHashes, all[i].Key())
+		var tup any
+		if t := ek.BlockTuple(i, bs); t != nil {
+			tup = t
+		}
+		ev.ExtraKeys = append(ev.ExtraKeys, tup)
+	}
+	ev.TokenIDs = tokens[from*bs : len(all)*bs]
+	return ev
+}
+
+func removed(keys ...uint64) Event {
+	return Event{Kind: EventBlockRemoved, BlockHashes: keys, Medium: MediumGPU, HasMedium: true, HasGroupIdx: true}
+}
+
+func batchOf(evs ...Event) *Batch { return &Batch{Events: evs} }
+
+func newTestMirror(t testing.TB, keys ChainHasher, maxBlocks int) *Mirror {
+	t.Helper()
+	m, err := NewMirror(MirrorConfig{ID: EndpointID{Service: "svc", EpIdx: 1}, Keys: keys, MaxBlocks: maxBlocks, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return m
+}
+
+func mustTokenHasher(t testing.TB, bs int) *TokenHasher {
+	t.Helper()
+	th, err := NewTokenHasher(bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return th
+}
+
+func mustExactHasher(t testing.TB, seed string) *Hasher {
+	t.Helper()
+	h, err := NewHasher(AlgoSHA256CBOR, 4, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// TestMirror_AppliesEventsInBothModes runs the same event scripts against
+// an exact-mode and a token-keyed mirror: the prompt's chain must score the
+// same in both.
+func TestMirror_AppliesEventsInBothModes(t *testing.T) {
+	h := mustExactHasher(t, "0")
+	eng := engine{h: h}
+	prompt := seqTokens(1, 16) // 4 blocks of 4
+	other := seqTokens(100, 8)
+	tests := []struct {
+		name      string
+		give      func(t *testing.T) []Event
+		wantScore int
+		wantLen   int
+	}{
+		{"stored run scores its blocks", func(t *testing.T) []Event {
+			return []Event{eng.store(t, prompt[:12], 0, ExtraKeys{})}
+		}, 3, 3},
+		{"a continuation chains from its parent", func(t *testing.T) []Event {
+			return []Event{eng.store(t, prompt[:8], 0, ExtraKeys{}), eng.store(t, prompt, 2, ExtraKeys{})}
+		}, 4, 4},
+		{"stored twice survives one removal", func(t *testing.T) []Event {
+			s := eng.store(t, prompt[:8], 0, ExtraKeys{})
+			return []Event{s, s, removed(s.BlockHashes...)}
+		}, 2, 2},
+		{"stored twice is gone after two removals", func(t *testing.T) []Event {
+			s := eng.store(t, prompt[:8], 0, ExtraKeys{})
+			return []Event{s, s, removed(s.BlockHashes...), removed(s.BlockHashes...)}
+		}, 0, 0},
+		{"score stops at the first missing block", func(t *testing.T) []Event {
+			s := eng.store(t, prompt, 0, ExtraKeys{})
+			return []Event{s, removed(s.BlockHashes[1])}
+		}, 1, 3},
+		{"all blocks cleared empties the mirror", func(t *testing.T) []Event {
+			return []Event{eng.store(t, prompt, 0, ExtraKeys{}), eng.store(t, other, 0, ExtraKeys{}), {Kind: EventAllBlocksCleared}}
+		}, 0, 0},
+		{"CPU medium is ignored", func(t *testing.T) []Event {
+			s := eng.store(t, prompt, 0, ExtraKeys{})
+			s.Medium = "CPU"
+			return []Event{s}
+		}, 0, 0},
+		{"another KV group is ignored", func(t *testing.T) []Event {
+			s := eng.store(t, prompt, 0, ExtraKeys{})
+			s.GroupIdx = 1
+			return []Event{s}
+		}, 0, 0},
+		{"a sliding-window spec is ignored", func(t *testing.T) []Event {
+			s := eng.store(t, prompt, 0, ExtraKeys{})
+			s.SpecKind = "sliding_window"
+			return []Event{s}
+		}, 0, 0},
+		{"absent medium, group and kind count", func(t *testing.T) []Event {
+			s := eng.store(t, prompt, 0, ExtraKeys{})
+			s.HasMedium, s.HasGroupIdx, s.HasSpecKind = false, false, false
+			return []Event{s}
+		}, 4, 4},
+		{"a CPU removal does not remove the GPU block", func(t *testing.T) []Event {
+			s := eng.store(t, prompt, 0, ExtraKeys{})
+			r := removed(s.BlockHashes...)
+			r.Medium = "CPU"
+			return []Event{s, r}
+		}, 4, 4},
+		{"removing unknown keys is harmless", func(t *testing.T) []Event {
+			return []Event{removed(1, 2, 3), eng.store(t, prompt[:4], 0, ExtraKeys{})}
+		}, 1, 1},
+	}
+	for _, tt := range tests {
+		for _, mode := range []struct {
+			name string
+			keys ChainHasher
+		}{{"exact", h}, {"token", mustTokenHasher(t, 4)}} {
+			t.Run(tt.name+"/"+mode.name, func(t *testing.T) {
+				m := newTestMirror(t, mode.keys, 0)
+				m.Apply(batchOf(tt.give(t)...))
+				chain := mode.keys.AppendBlockKeys(nil, prompt, ExtraKeys{})
+				if got := m.Score(chain); got != tt.wantScore {
+					t.Errorf("Score = %d; want %d", got, tt.wantScore)
+				}
+				if got := m.Len(); got != tt.wantLen {
+					t.Errorf("Len = %d; want %d", got, tt.wantLen)
+				}
+				if c := m.Contract(); c.Tripped {
+					t.Errorf("contract tripped: %+v", c)
+				}
+			})
+		}
+	}
+}
+
+func TestMirror_CountsWhatItIgnores(t *testing.T) {
+	h := mustExactHasher(t, "0")
+	eng := engine{h: h}
+	m := newTestMirror(t, h, 0)
+	s := eng.store(t, seqTokens(1, 8), 0, ExtraKeys{})
+	cpu := s
+	cpu.Medium = "CPU"
+	m.Apply(batchOf(s, cpu, removed(99), Event{Kind: EventAllBlocksCleared}))
+	m.Reset()
+	st := m.Stats()
+	if st.IgnoredEvents != 1 || st.UnknownRemovals != 1 || st.Clears != 1 || st.Resyncs != 1 || st.StoredBlocks != 2 || st.RemovedBlocks != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestMirror_EvictsAtTheCapAndCountsIt(t *testing.T) {
+	set := metrics.NewSet()
+	for _, mode := range []string{"exact", "token"} {
+		t.Run(mode, func(t *testing.T) {
+			h := mustExactHasher(t, "0")
+			var keys ChainHasher = h
+			if mode == "token" {
+				keys = mustTokenHasher(t, 4)
+			}
+			m, err := NewMirror(MirrorConfig{ID: EndpointID{Service: mode}, Keys: keys, MaxBlocks: 10, Metrics: set})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			eng := engine{h: h}
+			for r := 0; r < 5; r++ {
+				m.Apply(batchOf(eng.store(t, seqTokens(1000*r, 16), 0, ExtraKeys{}))) // 4 blocks each
+			}
+			st := m.Stats()
+			if st.EngineBlocks != 10 || st.Evictions != 10 {
+				t.Fatalf("engine blocks %d evictions %d; want 10, 10", st.EngineBlocks, st.Evictions)
+			}
+			if st.Blocks != 10 {
+				t.Fatalf("scorable blocks %d; want 10", st.Blocks)
+			}
+			var buf bytes.Buffer
+			set.WritePrometheus(&buf)
+			want := `loxilb_kv_inv_cap_evictions_total{service="` + mode + `",ep_idx="0",rank="0"} 10`
+			if !strings.Contains(buf.String(), want) {
+				t.Fatalf("metrics lack %q:\n%s", want, buf.String())
+			}
+			// The most recent run survives: it was stored last.
+			chain := keys.AppendBlockKeys(nil, seqTokens(4000, 16), ExtraKeys{})
+			if got := m.Score(chain); got != 4 {
+				t.Fatalf("latest run scores %d; want 4", got)
+			}
+		})
+	}
+}
+
+func TestMirror_ExactModeVerifiesTheContract(t *testing.T) {
+	good := mustExactHasher(t, "0")
+	wrongSeed := mustExactHasher(t, "1")
+	ek := ExtraKeys{LoRAName: "l", CacheSalt: "s"}
+	tests := []struct {
+		name       string
+		engine     *Hasher
+		mutate     func(*Event)
+		runs       int
+		wantTrip   bool
+		wantReason string
+	}{
+		{"matching engine verifies", good, nil, 10, false, ""},
+		{"a wrong seed trips after three runs", wrongSeed, nil, 3, true, ContractHashMismatch},
+		{"two mismatching runs do not trip yet", wrongSeed, nil, 2, false, ""},
+		{"a block-size difference trips at once", good, func(e *Event) { e.BlockSize = 16 }, 1, true, ContractBlockSize},
+		{"runs without extra_keys are unverifiable, not failures", wrongSeed, func(e *Event) { e.HasExtraKeys, e.ExtraKeys = false, nil }, 5, false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newTestMirror(t, good, 0)
+			eng := engine{h: tt.engine}
+			for r := 0; r < tt.runs; r++ {
+				toks := seqTokens(100*r, 12)
+				ev1 := eng.store(t, toks[:8], 0, ek)
+				ev2 := eng.store(t, toks, 2, ek) // continuation: verified via the digest cache
+				if tt.mutate != nil {
+					tt.mutate(&ev1)
+				}
+				m.Apply(batchOf(ev1, ev2))
+			}
+			c := m.Contract()
+			if c.Tripped != tt.wantTrip || c.Reason != tt.wantReason {
+				t.Fatalf("contract %+v; want tripped=%v reason=%q", c, tt.wantTrip, tt.wantReason)
+			}
+			if !tt.wantTrip && tt.engine == good && c.Verified != uint64(2*tt.runs) {
+				t.Fatalf("verified %d runs; want %d (parents and continuations)", c.Verified, 2*tt.runs)
+			}
+		})
+	}
+}
+
+func TestMirror_ContractRecoversAfterConsecutiveGoodRuns(t *testing.T) {
+	good := mustExactHasher(t, "0")
+	m := newTestMirror(t, good, 0)
+	bad := engine{h: mustExactHasher(t, "1")}
+	for r := 0; r < 3; r++ {
+		m.Apply(batchOf(bad.store(t, seqTokens(r*50, 8), 0, ExtraKeys{})))
+	}
+	if !m.Contract().Tripped {
+		t.Fatal("contract not tripped after three mismatches")
+	}
+	for r := 0; r < contractRecoverAfter; r++ {
+		m.Apply(batchOf(engine{h: good}.store(t, seqTokens(1000+r*50, 8), 0, ExtraKeys{})))
+	}
+	if c := m.Contract(); c.Tripped {
+		t.Fatalf("contract still tripped after %d good runs: %+v", contractRecoverAfter, c)
+	}
+}
+
+func TestMirror_TokenModeResolvesParentsRemovalsAndOrphans(t *testing.T) {
+	th := mustTokenHasher(t, 4)
+	// The engine's hashes are opaque here: token-keyed mode must not care.
+	eng := engine{h: mustExactHasher(t, "random-unknown-seed")}
+	toks := seqTokens(7, 16)
+	m := newTestMirror(t, th, 0)
+	first := eng.store(t, toks[:8], 0, ExtraKeys{LoRAName: "l"})
+	second := eng.store(t, toks, 2, ExtraKeys{LoRAName: "l"})
+	m.Apply(batchOf(first, second))
+	chain := th.AppendBlockKeys(nil, toks, ExtraKeys{LoRAName: "l"})
+	if got := m.Score(chain); got != 4 {
+		t.Fatalf("Score = %d; want 4", got)
+	}
+	if got := m.Score(th.AppendBlockKeys(nil, toks, ExtraKeys{})); got != 0 {
+		t.Fatalf("Score without the LoRA = %d; want 0", got)
+	}
+	m.Apply(batchOf(removed(second.BlockHashes[0])))
+	if got := m.Score(chain); got != 2 {
+		t.Fatalf("Score after removing block 2 = %d; want 2", got)
+	}
+	orphan := eng.store(t, seqTokens(500, 12), 1, ExtraKeys{})
+	m.Apply(batchOf(orphan))
+	if st := m.Stats(); st.OrphanRuns != 1 {
+		t.Fatalf("orphan runs %d; want 1", st.OrphanRuns)
+	}
+	simStyle := eng.store(t, seqTokens(900, 4), 0, ExtraKeys{})
+	simStyle.HasParent, simStyle.Parent = true, 0 // llm-d-inference-sim's "no parent"
+	m.Apply(batchOf(simStyle))
+	if got := m.Score(th.AppendBlockKeys(nil, seqTokens(900, 4), ExtraKeys{})); got != 1 {
+		t.Fatalf("sim-style root run scores %d; want 1", got)
+	}
+}
+
+func TestMirror_TokenModeGuardsRunsWithoutTokens(t *testing.T) {
+	th := mustTokenHasher(t, 4)
+	m := newTestMirror(t, th, 0)
+	for r := 0; r < 3; r++ {
+		ev := engine{h: mustExactHasher(t, "0")}.store(t, seqTokens(r*10, 8), 0, ExtraKeys{})
+		ev.TokenIDs = ev.TokenIDs[:5]
+		m.Apply(batchOf(ev))
+	}
+	c := m.Contract()
+	if !c.Tripped || c.Reason != ContractTokenCount {
+		t.Fatalf("contract %+v; want tripped token_count", c)
+	}
+	if st := m.Stats(); st.UnindexableRuns != 3 {
+		t.Fatalf("unindexable %d; want 3", st.UnindexableRuns)
+	}
+}
+
+func TestMirror_ExportsBlocksGaugeAndUnregistersOnClose(t *testing.T) {
+	set := metrics.NewSet()
+	h := mustExactHasher(t, "0")
+	m, err := NewMirror(MirrorConfig{ID: EndpointID{Service: `we"ird`, EpIdx: 2, Rank: 1}, Keys: h, Metrics: set})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Apply(batchOf(engine{h: h}.store(t, seqTokens(1, 12), 0, ExtraKeys{})))
+	var buf bytes.Buffer
+	set.WritePrometheus(&buf)
+	want := `loxilb_pd_kv_blocks{service="we\"ird",ep_idx="2",rank="1"} 3`
+	if !strings.Contains(buf.String(), want) {
+		t.Fatalf("metrics lack %q:\n%s", want, buf.String())
+	}
+	m.Close()
+	if names := set.ListMetricNames(); len(names) != 0 {
+		t.Fatalf("after Close the set still holds %v", names)
+	}
+}
+
+func TestMirrorConfig_ReportsAllProblems(t *testing.T) {
+	err := MirrorConfig{MaxBlocks: -1}.Validate()
+	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "Keys") || !strings.Contains(err.Error(), "MaxBlocks") {
+		t.Fatalf("got %v; want both problems", err)
+	}
+}
+
+func TestMirror_PagesEngineKeys(t *testing.T) {
+	h := mustExactHasher(t, "0")
+	m := newTestMirror(t, h, 0)
+	ev := engine{h: h}.store(t, seqTokens(1, 40), 0, ExtraKeys{})
+	m.Apply(batchOf(ev))
+	var all []uint64
+	for off := 0; ; off += 3 {
+		page := m.AppendKeys(nil, off, 3)
+		if len(page) == 0 {
+			break
+		}
+		all = append(all, page...)
+	}
+	if len(all) != 10 {
+		t.Fatalf("paged %d keys; want 10", len(all))
+	}
+	seen := map[uint64]bool{}
+	for _, k := range all {
+		seen[k] = true
+	}
+	for _, k := range ev.BlockHashes {
+		if !seen[k] {
+			t.Fatalf("key %d missing from pages", k)
+		}
+	}
+}
