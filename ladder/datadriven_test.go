@@ -10,7 +10,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 )
 
-// The golden scenarios under testdata/ drive a Router through a small
+// The golden scenarios under testdata/scenarios/ drive a Router through a small
 // command language; `go test ./ladder -run TestGolden -rewrite` regenerates
 // the expected output, which is reviewed as a diff.
 //
@@ -50,7 +50,7 @@ type goldenState struct {
 }
 
 func TestGolden(t *testing.T) {
-	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+	datadriven.Walk(t, "testdata/scenarios", func(t *testing.T, path string) {
 		st := &goldenState{env: DefaultEnv(), session: map[string]Pin{}}
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			return st.run(t, d)
