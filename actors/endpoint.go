@@ -1,0 +1,284 @@
+package actors
+
+import (
+	"context"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"github.com/llbproject/llb/internal/logfield"
+)
+
+// probeCore is an endpoint's health state machine: consecutive-failure
+// semantics with backoff while down. It is pure; time and results come in as
+// arguments.
+//
+// An endpoint starts up (unknown counts as up). It goes down after Retries
+// consecutive failures — or after the very first probe fails, as LoxiLB's
+// first probe does — and comes back up on one success (LoxiLB issue #1087:
+// any success resets the counter). While down the probe period grows by
+// Interval per failure up to MaxBackoff (LoxiLB #265).
+//
+// Ownership: the endpoint actor only.
+type probeCore struct {
+	cfg      ProbeConfig
+	up       bool
+	probed   bool // at least one result seen
+	failures int
+}
+
+func newProbeCore(cfg ProbeConfig) probeCore { return probeCore{cfg: cfg, up: true} }
+
+// observe feeds one probe result; it reports whether the up/down state
+// changed.
+func (p *probeCore) observe(err error) (changed bool) {
+	first := !p.probed
+	p.probed = true
+	if err == nil {
+		p.failures = 0
+		if !p.up {
+			p.up = true
+			return true
+		}
+		return false
+	}
+	p.failures++
+	if p.up && (first || p.failures >= p.cfg.Retries) {
+		p.up = false
+		return true
+	}
+	return false
+}
+
+// nextDelay is the wait before the next probe.
+func (p *probeCore) nextDelay() time.Duration {
+	if p.up {
+		return p.cfg.Interval
+	}
+	d := p.cfg.Interval * time.Duration(1+p.failures)
+	return min(d, p.cfg.MaxBackoff)
+}
+
+// parkQueue is an endpoint's FIFO of parked requests (admission's
+// hold-don't-drop queue). Depth is bounded by the ladder (≤ 64), so a slice
+// is the right shape.
+//
+// Ownership: the endpoint actor only.
+type parkQueue struct {
+	items []*routeMsg
+}
+
+func (q *parkQueue) push(m *routeMsg) { q.items = append(q.items, m) }
+
+func (q *parkQueue) len() int { return len(q.items) }
+
+// pop removes and returns the oldest request, or nil.
+func (q *parkQueue) pop() *routeMsg {
+	if len(q.items) == 0 {
+		return nil
+	}
+	m := q.items[0]
+	q.items[0] = nil
+	q.items = q.items[1:]
+	return m
+}
+
+// remove takes request id out of the queue; nil when it is not there.
+func (q *parkQueue) remove(id uint64) *routeMsg {
+	for i, m := range q.items {
+		if m.id == id {
+			copy(q.items[i:], q.items[i+1:])
+			q.items[len(q.items)-1] = nil
+			q.items = q.items[:len(q.items)-1]
+			return m
+		}
+	}
+	return nil
+}
+
+// takeAll empties the queue, oldest first.
+func (q *parkQueue) takeAll() []*routeMsg {
+	out := q.items
+	q.items = nil
+	return out
+}
+
+// endpointActor owns one endpoint's operational state: its admission queue,
+// its health probe schedule and its engine-metrics scrape. Transitions are
+// pushed to the router; the probe and scrape run one goroutine per attempt,
+// never inside Receive.
+type endpointActor struct {
+	svc    *Service
+	ep     int
+	cfg    EndpointConfig
+	queue  parkQueue
+	probe  probeCore
+	stats  EngineStats
+	pushed bool   // this incarnation pushed its probe state at least once
+	gen    uint64 // incarnation: stale timers and results are ignored
+	ctx    context.Context
+	cancel context.CancelFunc
+	log    zerolog.Logger
+}
+
+func newEndpointActor(svc *Service, ep int) actor.Actor {
+	return &endpointActor{
+		svc:   svc,
+		ep:    ep,
+		cfg:   svc.cfg.Endpoints[ep],
+		probe: newProbeCore(svc.cfg.Probe),
+		gen:   svc.gen.Add(1),
+		log:   svc.log.With().Str(logfield.Actor, "endpoint").Int(logfield.EndpointIndex, ep).Logger(),
+	}
+}
+
+// Receive implements actor.Actor.
+func (a *endpointActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		a.ctx, a.cancel = context.WithCancel(context.Background())
+		if a.cfg.Probe != nil {
+			ctx.Send(ctx.Self(), probeTick{gen: a.gen})
+		}
+		if a.cfg.Scrape != nil {
+			ctx.Send(ctx.Self(), scrapeTick{gen: a.gen})
+		}
+	case *actor.Restarting:
+		// The queue dies with this incarnation: hand every parked request
+		// back to the router rather than strand its client.
+		a.stopWork()
+		a.drain(ctx)
+	case *actor.Stopping:
+		a.stopWork()
+		for _, r := range a.queue.takeAll() {
+			r.reply <- routeReply{err: ErrStopped}
+		}
+	case *actor.Stopped:
+	case parkMsg:
+		a.queue.push(m.req)
+		if !m.req.deadline.IsZero() {
+			id, gen, self, root := m.req.id, a.gen, ctx.Self(), ctx.ActorSystem().Root
+			time.AfterFunc(time.Until(m.req.deadline), func() { root.Send(self, parkExpired{id: id, gen: gen}) })
+		}
+	case wakeMsg:
+		if r := a.queue.pop(); r != nil {
+			ctx.Send(a.svc.router, resumeMsg{ep: a.ep, req: r})
+		} else {
+			ctx.Send(a.svc.router, wakeEmpty{ep: a.ep})
+		}
+	case dropParked:
+		if r := a.queue.remove(m.id); r != nil {
+			ctx.Send(a.svc.router, unparkedMsg{ep: a.ep, id: m.id})
+		}
+	case parkExpired:
+		if m.gen != a.gen {
+			return
+		}
+		if r := a.queue.remove(m.id); r != nil {
+			r.reply <- routeReply{err: ErrParkTimeout}
+			ctx.Send(a.svc.router, unparkedMsg{ep: a.ep, id: m.id})
+		}
+	case drainParked:
+		a.drain(ctx)
+	case probeTick:
+		if m.gen == a.gen {
+			a.runProbe(ctx)
+		}
+	case probeResult:
+		if m.gen != a.gen {
+			return
+		}
+		// The first result of an incarnation is always pushed: the router
+		// may still hold a predecessor's state.
+		if changed := a.probe.observe(m.err); changed || !a.pushed {
+			a.pushed = true
+			a.pushProbe(ctx, m.err, changed)
+		}
+		a.after(ctx, a.probe.nextDelay(), probeTick{gen: a.gen})
+	case scrapeTick:
+		if m.gen == a.gen {
+			a.runScrape(ctx, true)
+		}
+	case scrapeNow:
+		if a.cfg.Scrape != nil && a.gen != 0 {
+			a.runScrape(ctx, false)
+		}
+	case scrapeResult:
+		if m.gen != a.gen {
+			return
+		}
+		if m.err == nil && m.stats != a.stats {
+			a.stats = m.stats
+			ctx.Send(a.svc.router, engineStats{ep: a.ep, stats: m.stats})
+		}
+		if m.periodic {
+			a.after(ctx, a.svc.cfg.ScrapeInterval, scrapeTick{gen: a.gen})
+		}
+	case resyncReq:
+		if a.probe.probed {
+			ctx.Send(a.svc.router, probeState{ep: a.ep, up: a.probe.up})
+		}
+		if a.stats != (EngineStats{}) {
+			ctx.Send(a.svc.router, engineStats{ep: a.ep, stats: a.stats})
+		}
+	case crash:
+		panic("actors: endpoint crash requested (chaos)")
+	default:
+		a.log.Warn().Str(logfield.MsgType, typeName(m)).Msg("endpoint actor: unknown message")
+	}
+}
+
+func (a *endpointActor) stopWork() {
+	if a.cancel != nil {
+		a.cancel()
+	}
+	a.gen = 0 // no later tick or result matches a dead incarnation
+}
+
+func (a *endpointActor) drain(ctx actor.Context) {
+	for _, r := range a.queue.takeAll() {
+		ctx.Send(a.svc.router, unparkedMsg{ep: a.ep, id: r.id, requeue: r})
+	}
+}
+
+func (a *endpointActor) after(ctx actor.Context, d time.Duration, msg any) {
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	time.AfterFunc(d, func() { root.Send(self, msg) })
+}
+
+func (a *endpointActor) runProbe(ctx actor.Context) {
+	probe, gen, self, root := a.cfg.Probe, a.gen, ctx.Self(), ctx.ActorSystem().Root
+	pctx, cancel := context.WithTimeout(a.ctx, a.svc.cfg.Probe.Timeout)
+	go func() {
+		defer cancel()
+		err := probe(pctx)
+		root.Send(self, probeResult{gen: gen, err: err})
+	}()
+}
+
+func (a *endpointActor) runScrape(ctx actor.Context, periodic bool) {
+	scrape, gen, self, root := a.cfg.Scrape, a.gen, ctx.Self(), ctx.ActorSystem().Root
+	sctx, cancel := context.WithTimeout(a.ctx, a.svc.cfg.Probe.Timeout)
+	go func() {
+		defer cancel()
+		st, err := scrape(sctx)
+		root.Send(self, scrapeResult{gen: gen, stats: st, err: err, periodic: periodic})
+	}()
+}
+
+func (a *endpointActor) pushProbe(ctx actor.Context, err error, changed bool) {
+	if changed {
+		state := "up"
+		if !a.probe.up {
+			state = "down"
+		}
+		ev := a.log.Info().Str(logfield.State, state)
+		if err != nil {
+			ev = ev.Str(logfield.Error, err.Error()).Int(logfield.Failures, a.probe.failures)
+		}
+		ev.Msg("endpoint health transition")
+		a.svc.metrics.probeFlip(a.ep, a.probe.up)
+	}
+	ctx.Send(a.svc.router, probeState{ep: a.ep, up: a.probe.up})
+}

@@ -1,0 +1,172 @@
+package actors
+
+import (
+	"context"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"github.com/llbproject/llb/internal/logfield"
+	"github.com/llbproject/llb/inventory"
+	"github.com/llbproject/llb/ladder"
+)
+
+// FeedStarter starts one KV-event subscription. The feed runs on its own
+// goroutine, owns its socket, and hands every update to sink in stream
+// order until ctx ends; then it closes its socket and returns. Start must
+// not block.
+type FeedStarter func(ctx context.Context, id inventory.EndpointID, feed FeedConfig, sink func(inventory.Update))
+
+// feedUpdate is one update from a feed goroutine, tagged with the
+// incarnation that started the feed.
+type feedUpdate struct {
+	gen  uint64
+	rank int
+	u    inventory.Update
+}
+
+// inventoryPageReq asks for a page of an endpoint's mirrored keys (the REST
+// inventory view).
+type inventoryPageReq struct {
+	offset, limit int
+	reply         chan InventoryPage
+}
+
+// InventoryPage is a page of one endpoint's mirrored block keys.
+type InventoryPage struct {
+	// Keys are engine block keys (the hashes vLLM published).
+	Keys []uint64
+	// Total is the endpoint's distinct block count over all ranks.
+	Total int
+	// Ranks holds each DP rank's mirror statistics.
+	Ranks []inventory.MirrorStats
+}
+
+// inventoryActor owns one prefill endpoint's mirrors (one per DP rank) and
+// the feeds that fill them. It answers the router's Score requests.
+//
+// The mirrors are kept by the Service (svc.mirrors), not by the actor: a
+// restarted inventory actor resets them (it cannot know what it missed while
+// it was down) but keeps their metric series; a rule replace that keeps the
+// endpoints reconfigures the service in place and keeps them warm.
+type inventoryActor struct {
+	svc     *Service
+	ep      int
+	mirrors []*inventory.Mirror
+	gen     uint64
+	cancel  context.CancelFunc
+	log     zerolog.Logger
+}
+
+func newInventoryActor(svc *Service, ep int) actor.Actor {
+	return &inventoryActor{
+		svc: svc,
+		ep:  ep,
+		gen: svc.gen.Add(1),
+		log: svc.log.With().Str(logfield.Actor, "inventory").Int(logfield.EndpointIndex, ep).Logger(),
+	}
+}
+
+// Receive implements actor.Actor.
+func (a *inventoryActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		a.start(ctx)
+	case *actor.Restarting:
+		a.stopFeeds()
+		for _, mir := range a.mirrors {
+			mir.Reset()
+		}
+	case *actor.Stopping:
+		a.stopFeeds()
+	case *actor.Stopped:
+	case feedUpdate:
+		if m.gen != a.gen || m.rank >= len(a.mirrors) {
+			return
+		}
+		switch m.u.Kind {
+		case inventory.UpdateBatch:
+			a.mirrors[m.rank].ApplyUpdate(m.u)
+		case inventory.UpdateConnected:
+			// A (re)connected engine may have restarted with another cache
+			// size: refresh its capacity now.
+			ctx.Send(a.svc.endpoints[a.ep], scrapeNow{})
+		}
+	case scoreReq:
+		ctx.Respond(a.score(m))
+	case inventoryPageReq:
+		m.reply <- a.page(m.offset, m.limit)
+	case resyncReq:
+		ctx.Send(a.svc.router, inventorySize{ep: a.ep, blocks: a.blocks()})
+	case crash:
+		panic("actors: inventory crash requested (chaos)")
+	default:
+		a.log.Warn().Str(logfield.MsgType, typeName(m)).Msg("inventory actor: unknown message")
+	}
+}
+
+func (a *inventoryActor) start(ctx actor.Context) {
+	a.mirrors = a.svc.mirrorsFor(a.ep)
+	if a.svc.cfg.KV.StartFeed == nil {
+		return
+	}
+	fctx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	self, root, gen := ctx.Self(), ctx.ActorSystem().Root, a.gen
+	for rank, fc := range a.svc.cfg.Endpoints[a.ep].Feeds {
+		rank := rank
+		id := inventory.EndpointID{Service: a.svc.cfg.Key, EpIdx: a.ep, Rank: fc.Rank}
+		a.svc.cfg.KV.StartFeed(fctx, id, fc, func(u inventory.Update) {
+			root.Send(self, feedUpdate{gen: gen, rank: rank, u: u})
+		})
+	}
+}
+
+func (a *inventoryActor) stopFeeds() {
+	if a.cancel != nil {
+		a.cancel()
+		a.cancel = nil
+	}
+	a.gen = 0
+}
+
+// score is the endpoint's overlap: the best over its DP ranks (a request
+// lands on one rank, and the engine's own DP balancer is cache-blind, so
+// the best rank is an upper bound llb cannot do better than).
+func (a *inventoryActor) score(m scoreReq) scoreReply {
+	r := scoreReply{id: m.id, ep: a.ep}
+	for _, mir := range a.mirrors {
+		if mir.Contract().Tripped {
+			r.guard = ladder.ReasonHashContract
+		}
+		r.overlap = max(r.overlap, uint32(mir.Score(m.chain)))
+		r.blocks += uint32(mir.Len())
+	}
+	return r
+}
+
+func (a *inventoryActor) blocks() uint32 {
+	var n uint32
+	for _, mir := range a.mirrors {
+		n += uint32(mir.Len())
+	}
+	return n
+}
+
+func (a *inventoryActor) page(offset, limit int) InventoryPage {
+	p := InventoryPage{Total: int(a.blocks())}
+	for _, mir := range a.mirrors {
+		p.Ranks = append(p.Ranks, mir.Stats())
+		if limit > len(p.Keys) {
+			n := mir.Len()
+			if offset >= n {
+				offset -= n
+				continue
+			}
+			before := len(p.Keys)
+			p.Keys = mir.AppendKeys(p.Keys, offset, limit-len(p.Keys))
+			offset = max(offset-(len(p.Keys)-before), 0)
+		}
+	}
+	return p
+}

@@ -1,0 +1,165 @@
+package actors
+
+import (
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"github.com/llbproject/llb/internal/logfield"
+	"github.com/llbproject/llb/ladder"
+)
+
+// routerActor is the thin shell around routerCore: it turns messages into
+// core calls and core effects into messages. It never blocks in Receive:
+// fan-out goes out as Request (replies come back as ordinary messages), and
+// deadlines are timers that send a message.
+type routerActor struct {
+	svc  *Service
+	core *routerCore
+	ctx  actor.Context // valid during Receive only
+	log  zerolog.Logger
+}
+
+func newRouterActor(svc *Service) (actor.Actor, error) {
+	lad, err := ladder.NewRouter(svc.cfg.Spec, svc.cfg.specs(), svc.cfg.Env, svc.cfg.Router)
+	if err != nil {
+		return nil, err
+	}
+	a := &routerActor{svc: svc, log: svc.log.With().Str(logfield.Actor, "router").Logger()}
+	a.core = newRouterCore(&svc.cfg, lad, a, svc.metrics)
+	return a, nil
+}
+
+// Receive implements actor.Actor.
+func (a *routerActor) Receive(ctx actor.Context) {
+	a.ctx = ctx
+	defer func() { a.ctx = nil }()
+	now := time.Now()
+	c := a.core
+	switch m := ctx.Message().(type) {
+	case *routeMsg:
+		c.route(now, m)
+	case scoreReply:
+		c.scoreReply(now, m)
+	case sessionReply:
+		c.sessionReply(now, m)
+	case decisionDeadline:
+		c.deadlineFired(now, m.id)
+	case reportMsg:
+		c.report(m.o)
+	case finishMsg:
+		c.finish(m.t, m.res)
+	case cancelMsg:
+		c.cancel(m.id)
+	case resumeMsg:
+		c.resume(now, m)
+	case wakeEmpty:
+		c.wakeEmpty(m.ep)
+	case unparkedMsg:
+		c.unparked(now, m)
+	case probeState:
+		c.probe(m)
+	case breakerState:
+		c.breakerState(m)
+	case engineStats:
+		c.engineStats(m)
+	case inventorySize:
+		c.views[m.ep].InventoryBlocks = m.blocks
+	case ctrlUpdate:
+		c.ctrl(m)
+	case statusReq:
+		m.reply <- c.status()
+	case sweepTick:
+		a.svc.metrics.trieNodes(c.lad.Trie())
+	case *actor.Started:
+		// A fresh core (first start or restart): children push their state.
+		if a.svc.started.Load() {
+			a.resync(ctx)
+		}
+	case *actor.Restarting:
+		c.stopAll()
+	case *actor.Stopping:
+		c.stopAll()
+	case *actor.Stopped:
+	case crash:
+		panic("actors: router crash requested (chaos)")
+	default:
+		a.log.Warn().Str(logfield.MsgType, typeName(m)).Msg("router actor: unknown message")
+	}
+}
+
+// resync asks every child for its current state and sends the parked
+// requests back through the ladder (the new core knows none of them).
+func (a *routerActor) resync(ctx actor.Context) {
+	a.log.Warn().Msg("router restarted with fresh state; resyncing endpoints and breakers")
+	for _, pid := range a.svc.endpoints {
+		ctx.Send(pid, resyncReq{})
+		ctx.Send(pid, drainParked{})
+	}
+	for _, pid := range a.svc.breakers {
+		ctx.Send(pid, resyncReq{})
+	}
+	for _, pid := range a.svc.inventories {
+		if pid != nil {
+			ctx.Send(pid, resyncReq{})
+		}
+	}
+}
+
+// ---- routerPorts ----------------------------------------------------------
+
+func (a *routerActor) score(ep int, id uint64, chain []uint64) {
+	a.ctx.Request(a.svc.inventories[ep], scoreReq{id: id, chain: chain})
+}
+
+func (a *routerActor) lookupSession(id uint64, key string) {
+	a.ctx.Request(a.svc.sessionPID(key), sessionLookup{id: id, key: key})
+}
+
+func (a *routerActor) pinSession(key string, pin ladder.Pin) {
+	a.ctx.Send(a.svc.sessionPID(key), sessionPin{key: key, pin: pin})
+}
+
+func (a *routerActor) evictSession(key string) {
+	a.ctx.Send(a.svc.sessionPID(key), sessionEvict{key: key})
+}
+
+func (a *routerActor) evictEndpointSessions(ep int) {
+	for _, pid := range a.svc.shards {
+		a.ctx.Send(pid, sessionEvictEndpoint{ep: ep})
+	}
+}
+
+func (a *routerActor) park(ep int, m *routeMsg) { a.ctx.Send(a.svc.endpoints[ep], parkMsg{req: m}) }
+
+func (a *routerActor) wake(ep int) { a.ctx.Send(a.svc.endpoints[ep], wakeMsg{}) }
+
+func (a *routerActor) dropParked(ep int, id uint64) {
+	a.ctx.Send(a.svc.endpoints[ep], dropParked{id: id})
+}
+
+func (a *routerActor) drainParked(ep int) { a.ctx.Send(a.svc.endpoints[ep], drainParked{}) }
+
+func (a *routerActor) breaker(ep int, c outcomeClass) {
+	a.ctx.Send(a.svc.breakers[ep], legResult{class: c})
+}
+
+func (a *routerActor) deadline(id uint64, d time.Duration) func() bool {
+	self, root := a.ctx.Self(), a.svc.root
+	t := time.AfterFunc(d, func() { root.Send(self, decisionDeadline{id: id}) })
+	return t.Stop
+}
+
+// typeName names a message's Go type for logs.
+func typeName(m any) string {
+	if m == nil {
+		return "<nil>"
+	}
+	if t := reflect.TypeOf(m); t != nil {
+		return t.String()
+	}
+	return fmt.Sprintf("%T", m)
+}

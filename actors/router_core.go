@@ -1,0 +1,548 @@
+package actors
+
+import (
+	"time"
+
+	"github.com/llbproject/llb/ladder"
+)
+
+// routerPorts are the effects the router core asks its shell to perform:
+// messages to the other actors of the service and timers. Unit tests
+// implement it with a recorder; the router actor implements it with
+// protoactor sends.
+type routerPorts interface {
+	// score asks endpoint ep's inventory for its overlap with chain.
+	score(ep int, id uint64, chain []uint64)
+	// lookupSession asks the key's shard for its pin.
+	lookupSession(id uint64, key string)
+	pinSession(key string, pin ladder.Pin)
+	evictSession(key string)
+	evictEndpointSessions(ep int)
+	// park hands m to endpoint ep's admission queue.
+	park(ep int, m *routeMsg)
+	// wake asks endpoint ep to resume its oldest parked request.
+	wake(ep int)
+	dropParked(ep int, id uint64)
+	drainParked(ep int)
+	// breaker feeds an outcome class to endpoint ep's breaker.
+	breaker(ep int, c outcomeClass)
+	// deadline arms the fan-out deadline of decision id; the returned func
+	// disarms it.
+	deadline(id uint64, d time.Duration) (stop func() bool)
+}
+
+// pending is a decision waiting for its fan-out replies.
+type pending struct {
+	msg      *routeMsg
+	awaiting int
+	session  ladder.SessionLookup
+	guard    ladder.Reason
+	stop     func() bool
+}
+
+// legBits records which legs of a ticket still hold load.
+type legBits uint8
+
+const (
+	holdPrefill legBits = 1 << iota
+	holdDecode
+)
+
+// ticket is an admitted request that has not finished.
+type ticket struct {
+	t          Ticket
+	legs       legBits
+	sessionKey string
+	pin        bool
+}
+
+// parkRef tracks a request sitting in an endpoint's admission queue.
+type parkRef struct {
+	ep        int
+	cancelled bool
+}
+
+// routerCore is one service's routing state and the logic that drives the
+// ladder: live endpoint views, in-flight accounting, pending fan-outs,
+// tickets and parked requests. It never blocks and never touches the
+// runtime directly; effects go through ports and time comes in as now.
+//
+// Ownership: the service's router actor. A restarted router actor builds a
+// fresh core (state restarts, as when LoxiLB re-adds a rule) and asks its
+// children to push their state again.
+type routerCore struct {
+	cfg   *ServiceConfig
+	lad   *ladder.Router
+	ports routerPorts
+	m     *svcMetrics
+
+	views []ladder.EndpointView
+	snap  ladder.Snapshot
+
+	scoreSet    ladder.EndpointSet // endpoints with an inventory
+	maxInflight uint32             // per-endpoint admission cap (0 = off)
+	breakers    bool
+
+	pending  map[uint64]*pending
+	tickets  map[uint64]*ticket
+	parked   map[uint64]parkRef
+	reserved [ladder.MaxEndpoints]uint32 // slots held for requests being woken
+	halfOpen ladder.EndpointSet
+	trial    [ladder.MaxEndpoints]uint64 // ticket in flight on a half-open endpoint
+	free     []*pending
+
+	stats coreStats
+}
+
+// coreStats are the router's own counters (read through Status).
+type coreStats struct {
+	decisions   uint64
+	lateReplies uint64 // fan-out replies after their deadline
+	missed      uint64 // fan-out replies that never came in time
+	staleTicket uint64 // reports for unknown or finished tickets
+	cancelled   uint64
+}
+
+func newRouterCore(cfg *ServiceConfig, lad *ladder.Router, ports routerPorts, m *svcMetrics) *routerCore {
+	n := len(cfg.Endpoints)
+	c := &routerCore{
+		cfg:      cfg,
+		lad:      lad,
+		ports:    ports,
+		m:        m,
+		views:    make([]ladder.EndpointView, n),
+		breakers: cfg.Breaker.Enabled,
+		pending:  make(map[uint64]*pending),
+		tickets:  make(map[uint64]*ticket),
+		parked:   make(map[uint64]parkRef),
+	}
+	c.snap.Endpoints = c.views
+	c.maxInflight = cfg.Env.MaxInflightPerEP
+	if a := cfg.Spec.Admission.MaxInflightPerEP; a > 0 {
+		c.maxInflight = uint32(a)
+	}
+	for i := range cfg.Endpoints {
+		if len(cfg.Endpoints[i].Feeds) > 0 {
+			c.scoreSet = c.scoreSet.With(i)
+		}
+	}
+	return c
+}
+
+// route starts a decision: it fans out the session lookup and the inventory
+// scores, or decides at once when there is nothing to ask.
+func (c *routerCore) route(now time.Time, m *routeMsg) {
+	p := c.newPending(m)
+	rr := m.rr
+	if c.cfg.Spec.PDDisagg && rr.Req.SessionKey != "" {
+		c.ports.lookupSession(m.id, rr.Req.SessionKey)
+		p.awaiting++
+	}
+	if c.cfg.Spec.KVExactMode != ladder.KVOff && len(rr.Chain) > 0 && rr.Req.KV.Guard == ladder.ReasonNone {
+		for i := range c.views {
+			if !c.scoreSet.Has(i) || c.unusable(i, rr.Avoid) {
+				continue
+			}
+			c.ports.score(i, m.id, rr.Chain)
+			m.scored = m.scored.With(i)
+			p.awaiting++
+		}
+	}
+	if p.awaiting == 0 {
+		c.finalize(now, p)
+		return
+	}
+	c.pending[m.id] = p
+	p.stop = c.ports.deadline(m.id, c.cfg.DecisionTimeout)
+}
+
+// unusable reports an endpoint that no tier may pick for this request, so
+// scoring it would be wasted work.
+func (c *routerCore) unusable(i int, avoid uint32) bool {
+	v := &c.views[i]
+	return v.Down || v.BreakerOpen || v.Ctrl == ladder.CtrlDisabled || avoid&(1<<uint(i)) != 0
+}
+
+func (c *routerCore) scoreReply(now time.Time, r scoreReply) {
+	p := c.pending[r.id]
+	if p == nil || !p.msg.scored.Has(r.ep) {
+		c.stats.lateReplies++
+		return
+	}
+	p.msg.overlaps[r.ep] = r.overlap
+	c.views[r.ep].InventoryBlocks = r.blocks
+	if r.guard != ladder.ReasonNone {
+		p.guard = r.guard
+	}
+	c.replied(now, p)
+}
+
+func (c *routerCore) sessionReply(now time.Time, r sessionReply) {
+	p := c.pending[r.id]
+	if p == nil {
+		c.stats.lateReplies++
+		return
+	}
+	p.session = r.lookup
+	c.replied(now, p)
+}
+
+func (c *routerCore) replied(now time.Time, p *pending) {
+	p.awaiting--
+	if p.awaiting > 0 {
+		return
+	}
+	delete(c.pending, p.msg.id)
+	if p.stop != nil {
+		p.stop()
+	}
+	c.finalize(now, p)
+}
+
+// deadlineFired decides with whatever replies arrived; the missing ones
+// count as misses (overlap 0, no session).
+func (c *routerCore) deadlineFired(now time.Time, id uint64) {
+	p := c.pending[id]
+	if p == nil {
+		return
+	}
+	delete(c.pending, id)
+	c.stats.missed += uint64(p.awaiting)
+	c.m.fanoutMissed(p.awaiting)
+	c.finalize(now, p)
+}
+
+// finalize runs the ladder for a request whose inputs are complete.
+func (c *routerCore) finalize(now time.Time, p *pending) {
+	m := p.msg
+	req := &m.rr.Req
+	req.Session = p.session
+	if p.guard != ladder.ReasonNone && req.KV.Guard == ladder.ReasonNone {
+		req.KV.Guard = p.guard
+	}
+	c.recycle(p)
+	d := c.decide(now, m, func(req *ladder.Request) (ladder.Decision, error) {
+		return c.lad.Decide(now, req, &c.snap)
+	})
+	c.act(now, m, d)
+}
+
+// decide runs fn with the request's overlaps, its avoid set and the
+// half-open trial exclusions folded into the views, and restores them.
+func (c *routerCore) decide(now time.Time, m *routeMsg, fn func(*ladder.Request) (ladder.Decision, error)) ladder.Decision {
+	var saved [ladder.MaxEndpoints]ladder.EndpointView
+	touched := m.rr.Avoid
+	for i := range c.views {
+		c.views[i].Overlap = 0
+		if m.scored.Has(i) {
+			c.views[i].Overlap = m.overlaps[i]
+		}
+		if c.halfOpen.Has(i) && c.trial[i] != 0 {
+			touched |= 1 << uint(i)
+		}
+	}
+	for i := range c.views {
+		if touched&(1<<uint(i)) != 0 {
+			saved[i] = c.views[i]
+			c.views[i].Down = true
+		}
+	}
+	c.snap.TotalInflight = uint64(len(c.tickets) + len(c.parked))
+	d, err := fn(&m.rr.Req)
+	for i := range c.views {
+		if touched&(1<<uint(i)) != 0 {
+			c.views[i].Down = saved[i].Down
+		}
+	}
+	c.stats.decisions++
+	if err != nil {
+		c.m.internalError()
+	}
+	return d
+}
+
+// act carries out a decision.
+func (c *routerCore) act(now time.Time, m *routeMsg, d ladder.Decision) {
+	if d.EvictSession && m.rr.Req.SessionKey != "" {
+		c.ports.evictSession(m.rr.Req.SessionKey)
+	}
+	switch d.Admission {
+	case ladder.Admit:
+		if !d.Available() {
+			m.reply <- routeReply{route: Route{Decision: d}}
+			return
+		}
+		c.admit(now, m, d)
+	case ladder.Park:
+		if m.deadline.IsZero() {
+			m.deadline = d.ParkDeadline
+		}
+		if m.parkedAt.IsZero() {
+			m.parkedAt = now
+			m.reply <- routeReply{parked: true, parkDeadline: m.deadline}
+		}
+		c.parked[m.id] = parkRef{ep: d.ParkOn}
+		c.views[d.ParkOn].Parked++
+		c.m.parked()
+		c.ports.park(d.ParkOn, m)
+	default: // Shed, Refuse
+		c.m.shed(d.Admission)
+		m.reply <- routeReply{route: Route{Decision: d}}
+	}
+}
+
+// admit takes the request's in-flight slots and answers it.
+func (c *routerCore) admit(now time.Time, m *routeMsg, d ladder.Decision) {
+	t := Ticket{ID: m.id, Prefill: d.Prefill, Decode: d.Decode}
+	tk := &ticket{t: t, legs: holdPrefill, sessionKey: m.rr.Req.SessionKey, pin: d.PinSession}
+	c.views[d.Prefill].ActiveConns++
+	c.claimTrial(d.Prefill, m.id)
+	if d.Decode >= 0 {
+		c.views[d.Decode].ActiveConns++
+		tk.legs |= holdDecode
+		c.claimTrial(d.Decode, m.id)
+	}
+	c.tickets[m.id] = tk
+	// Tier 1 learns what llb routed (the trie copies what it keeps).
+	c.lad.Learn(m.rr.Req.Prompt, d.Prefill)
+	var parked time.Duration
+	if !m.parkedAt.IsZero() {
+		parked = now.Sub(m.parkedAt)
+	}
+	m.reply <- routeReply{route: Route{Decision: d, Ticket: t, Parked: parked}}
+}
+
+func (c *routerCore) claimTrial(ep int, id uint64) {
+	if c.halfOpen.Has(ep) && c.trial[ep] == 0 {
+		c.trial[ep] = id
+	}
+}
+
+// report releases one leg and feeds its endpoint's breaker.
+func (c *routerCore) report(o Outcome) {
+	tk := c.tickets[o.Ticket.ID]
+	if tk == nil {
+		c.stats.staleTicket++
+		return
+	}
+	ep, bit := tk.t.Prefill, holdPrefill
+	if o.Leg == LegDecode {
+		ep, bit = tk.t.Decode, holdDecode
+	}
+	if tk.legs&bit == 0 || ep < 0 {
+		return
+	}
+	tk.legs &^= bit
+	c.release(ep)
+	if c.trial[ep] == tk.t.ID {
+		c.trial[ep] = 0
+	}
+	if c.breakers {
+		c.ports.breaker(ep, classify(o))
+	}
+}
+
+// finish ends a ticket.
+func (c *routerCore) finish(t Ticket, res Result) {
+	tk := c.tickets[t.ID]
+	if tk == nil {
+		c.stats.staleTicket++
+		return
+	}
+	delete(c.tickets, t.ID)
+	if tk.legs&holdPrefill != 0 {
+		c.release(tk.t.Prefill)
+	}
+	if tk.legs&holdDecode != 0 && tk.t.Decode >= 0 {
+		c.release(tk.t.Decode)
+	}
+	for _, ep := range [2]int{tk.t.Prefill, tk.t.Decode} {
+		if ep >= 0 && c.trial[ep] == t.ID {
+			c.trial[ep] = 0
+		}
+	}
+	if res.OK && tk.pin && tk.sessionKey != "" {
+		c.ports.pinSession(tk.sessionKey, ladder.Pin{Prefill: tk.t.Prefill, Decode: tk.t.Decode})
+	}
+}
+
+// release gives back one in-flight slot on ep and, when the endpoint has
+// parked requests and is now under its cap, reserves the slot for the oldest
+// of them.
+func (c *routerCore) release(ep int) {
+	v := &c.views[ep]
+	if v.ActiveConns > 0 {
+		v.ActiveConns--
+	}
+	if v.Parked > c.reserved[ep] && (c.maxInflight == 0 || v.ActiveConns < c.maxInflight) {
+		v.ActiveConns++
+		c.reserved[ep]++
+		c.ports.wake(ep)
+	}
+}
+
+// cancel withdraws a request wherever it is.
+func (c *routerCore) cancel(id uint64) {
+	c.stats.cancelled++
+	if p := c.pending[id]; p != nil {
+		delete(c.pending, id)
+		if p.stop != nil {
+			p.stop()
+		}
+		c.recycle(p)
+		return
+	}
+	if ref, ok := c.parked[id]; ok {
+		ref.cancelled = true
+		c.parked[id] = ref
+		c.ports.dropParked(ref.ep, id)
+		return
+	}
+	if tk := c.tickets[id]; tk != nil {
+		c.finish(tk.t, Result{})
+	}
+}
+
+// resume handles a parked request its endpoint woke: the slot reserved by
+// release now belongs to it.
+func (c *routerCore) resume(now time.Time, r resumeMsg) {
+	ep, m := r.ep, r.req
+	c.unreserve(ep)
+	ref, known := c.parked[m.id]
+	c.unpark(ep, m.id)
+	if known && ref.cancelled {
+		c.release(ep)
+		return
+	}
+	if !known {
+		// A parked request from before a router restart: decide afresh.
+		c.release(ep)
+		c.route(now, m)
+		return
+	}
+	d := c.decide(now, m, func(req *ladder.Request) (ladder.Decision, error) {
+		return c.lad.Resume(now, req, &c.snap, ep)
+	})
+	if d.Available() && d.Prefill == ep {
+		// The reserved slot becomes the ticket's prefill slot.
+		c.views[ep].ActiveConns--
+		c.admit(now, m, d)
+		return
+	}
+	c.release(ep)
+	c.act(now, m, d)
+}
+
+// wakeEmpty handles a wake that found the endpoint's queue empty (its head
+// left meanwhile): the reserved slot is freed again.
+func (c *routerCore) wakeEmpty(ep int) {
+	c.unreserve(ep)
+	c.release(ep)
+}
+
+func (c *routerCore) unreserve(ep int) {
+	if c.reserved[ep] > 0 {
+		c.reserved[ep]--
+	}
+}
+
+func (c *routerCore) unparked(now time.Time, u unparkedMsg) {
+	c.unpark(u.ep, u.id)
+	if u.requeue != nil {
+		c.route(now, u.requeue)
+	}
+}
+
+func (c *routerCore) unpark(ep int, id uint64) {
+	if _, ok := c.parked[id]; ok {
+		delete(c.parked, id)
+		if c.views[ep].Parked > 0 {
+			c.views[ep].Parked--
+		}
+	}
+}
+
+// probe applies a health transition. Down: the endpoint's sessions are
+// evicted (stickiness never overrides health) and its parked requests go
+// back to the ladder.
+func (c *routerCore) probe(s probeState) {
+	v := &c.views[s.ep]
+	down := !s.up
+	if v.Down == down {
+		return
+	}
+	v.Down = down
+	if down {
+		c.ports.evictEndpointSessions(s.ep)
+		if v.Parked > 0 {
+			c.ports.drainParked(s.ep)
+		}
+	}
+}
+
+// breakerState applies a breaker transition. Open: excluded everywhere, the
+// trie forgets the endpoint, its sessions are evicted, its parked requests
+// go back to the ladder.
+func (c *routerCore) breakerState(s breakerState) {
+	v := &c.views[s.ep]
+	c.trial[s.ep] = 0
+	switch s.state {
+	case BreakerOpen:
+		v.BreakerOpen = true
+		c.halfOpen = c.halfOpen &^ (1 << uint(s.ep))
+		c.lad.RemoveEndpoint(s.ep)
+		c.ports.evictEndpointSessions(s.ep)
+		if v.Parked > 0 {
+			c.ports.drainParked(s.ep)
+		}
+	case BreakerHalfOpen:
+		v.BreakerOpen = false
+		c.halfOpen = c.halfOpen.With(s.ep)
+	default:
+		v.BreakerOpen = false
+		c.halfOpen = c.halfOpen &^ (1 << uint(s.ep))
+	}
+}
+
+func (c *routerCore) engineStats(s engineStats) {
+	v := &c.views[s.ep]
+	v.KVCapacityBlocks = s.stats.KVCapacityBlocks
+	v.QueuedRequests = s.stats.Waiting
+	v.SwapPressure = s.stats.Swapped
+}
+
+func (c *routerCore) ctrl(u ctrlUpdate) {
+	v := &c.views[u.ep]
+	v.Ctrl = u.state
+	v.CtrlWeight = u.weight
+	if u.state == ladder.CtrlDisabled && v.Parked > 0 {
+		c.ports.drainParked(u.ep)
+	}
+}
+
+func (c *routerCore) newPending(m *routeMsg) *pending {
+	var p *pending
+	if n := len(c.free); n > 0 {
+		p = c.free[n-1]
+		c.free = c.free[:n-1]
+	} else {
+		p = new(pending)
+	}
+	p.msg = m
+	return p
+}
+
+func (c *routerCore) recycle(p *pending) {
+	*p = pending{}
+	if len(c.free) < 1024 {
+		c.free = append(c.free, p)
+	}
+}
+
+// stopAll answers every request the core still holds with ErrStopped.
+func (c *routerCore) stopAll() {
+	for id, p := range c.pending {
+		p.msg.reply <- routeReply{err: ErrStopped}
+		delete(c.pending, id)
+	}
+}

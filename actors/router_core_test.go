@@ -1,0 +1,439 @@
+package actors
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/llbproject/llb/ladder"
+)
+
+// recorder is a routerPorts that records the effects the core asks for.
+type recorder struct {
+	scores   []string // "ep/id"
+	lookups  []string
+	pins     []string
+	evicts   []string
+	epEvicts []int
+	parks    []string // "ep/id"
+	wakes    []int
+	drops    []string
+	drains   []int
+	feed     []string // breaker feed, "ep/class"
+	armed    map[uint64]bool
+}
+
+func newRecorder() *recorder { return &recorder{armed: map[uint64]bool{}} }
+
+func (r *recorder) score(ep int, id uint64, _ []uint64) {
+	r.scores = append(r.scores, fmt.Sprintf("%d/%d", ep, id))
+}
+func (r *recorder) lookupSession(id uint64, key string) {
+	r.lookups = append(r.lookups, fmt.Sprintf("%d/%s", id, key))
+}
+func (r *recorder) pinSession(key string, p ladder.Pin) {
+	r.pins = append(r.pins, fmt.Sprintf("%s=%d,%d", key, p.Prefill, p.Decode))
+}
+func (r *recorder) evictSession(key string)    { r.evicts = append(r.evicts, key) }
+func (r *recorder) evictEndpointSessions(ep int) { r.epEvicts = append(r.epEvicts, ep) }
+func (r *recorder) park(ep int, m *routeMsg) {
+	r.parks = append(r.parks, fmt.Sprintf("%d/%d", ep, m.id))
+}
+func (r *recorder) wake(ep int) { r.wakes = append(r.wakes, ep) }
+func (r *recorder) dropParked(ep int, id uint64) {
+	r.drops = append(r.drops, fmt.Sprintf("%d/%d", ep, id))
+}
+func (r *recorder) drainParked(ep int) { r.drains = append(r.drains, ep) }
+func (r *recorder) breaker(ep int, c outcomeClass) {
+	r.feed = append(r.feed, fmt.Sprintf("%d/%d", ep, c))
+}
+func (r *recorder) deadline(id uint64, _ time.Duration) func() bool {
+	r.armed[id] = true
+	return func() bool { delete(r.armed, id); return true }
+}
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+// pdConfig is a P/D rule: prefill endpoints 0..p-1 (with KV feeds), decode
+// endpoints p..p+d-1.
+func pdConfig(p, d int, env ladder.Env) *ServiceConfig {
+	cfg := &ServiceConfig{
+		Key: "test",
+		Spec: ladder.ServiceSpec{
+			Name: "test", PDDisagg: true, KVExactMode: ladder.KVPrefill, KVBlockSize: 16,
+		},
+		Env:     env,
+		Breaker: BreakerConfig{Enabled: true},
+	}
+	for i := 0; i < p; i++ {
+		cfg.Endpoints = append(cfg.Endpoints, EndpointConfig{
+			Spec: ladder.EndpointSpec{Role: ladder.RolePrefill, Weight: 1},
+			Host: "127.0.0.1", Port: 8100 + i,
+			Feeds: []FeedConfig{{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", 5557+i)}},
+		})
+	}
+	for i := 0; i < d; i++ {
+		cfg.Endpoints = append(cfg.Endpoints, EndpointConfig{
+			Spec: ladder.EndpointSpec{Role: ladder.RoleDecode, Weight: 1},
+			Host: "127.0.0.1", Port: 8200 + i,
+		})
+	}
+	c := cfg.withDefaults()
+	return &c
+}
+
+func poolConfig(n int, sel ladder.SelectorKind) *ServiceConfig {
+	cfg := &ServiceConfig{Key: "pool", Spec: ladder.ServiceSpec{Name: "pool", Selector: sel}, Env: ladder.DefaultEnv()}
+	for i := 0; i < n; i++ {
+		cfg.Endpoints = append(cfg.Endpoints, EndpointConfig{
+			Spec: ladder.EndpointSpec{Weight: 1}, Host: "127.0.0.1", Port: 8000 + i,
+		})
+	}
+	c := cfg.withDefaults()
+	return &c
+}
+
+func newTestCore(t *testing.T, cfg *ServiceConfig) (*routerCore, *recorder) {
+	t.Helper()
+	lad, err := ladder.NewRouter(cfg.Spec, cfg.specs(), cfg.Env, cfg.Router)
+	if err != nil {
+		t.Fatalf("NewRouter: %v", err)
+	}
+	rec := newRecorder()
+	return newRouterCore(cfg, lad, rec, nil), rec
+}
+
+func newMsg(id uint64, rr *RouteRequest) *routeMsg {
+	return &routeMsg{id: id, rr: rr, reply: make(chan routeReply, 2)}
+}
+
+// final returns the message's final reply, skipping a parked notice.
+func final(t *testing.T, m *routeMsg) routeReply {
+	t.Helper()
+	for {
+		select {
+		case r := <-m.reply:
+			if r.parked {
+				continue
+			}
+			return r
+		default:
+			t.Fatalf("request %d: no final reply", m.id)
+			return routeReply{}
+		}
+	}
+}
+
+func noReply(t *testing.T, m *routeMsg) {
+	t.Helper()
+	select {
+	case r := <-m.reply:
+		if !r.parked {
+			t.Fatalf("request %d: unexpected final reply %+v", m.id, r)
+		}
+	default:
+	}
+}
+
+func TestRouterCore_SinglePoolAdmitsAndReleases(t *testing.T) {
+	c, _ := newTestCore(t, poolConfig(3, ladder.SelRR))
+	m := newMsg(1, &RouteRequest{})
+	c.route(t0, m)
+	r := final(t, m)
+	if r.err != nil || !r.route.Decision.Available() {
+		t.Fatalf("got %+v; want an admitted route", r)
+	}
+	ep := r.route.Ticket.Prefill
+	if got := c.views[ep].ActiveConns; got != 1 {
+		t.Fatalf("active on %d = %d; want 1", ep, got)
+	}
+	c.report(Outcome{Ticket: r.route.Ticket, Leg: LegSingle, Status: 200})
+	c.report(Outcome{Ticket: r.route.Ticket, Leg: LegSingle, Status: 200}) // twice: no-op
+	if got := c.views[ep].ActiveConns; got != 0 {
+		t.Fatalf("active after report = %d; want 0", got)
+	}
+	c.finish(r.route.Ticket, Result{OK: true})
+	if len(c.tickets) != 0 || c.views[ep].ActiveConns != 0 {
+		t.Fatalf("tickets %d active %d after finish; want 0, 0", len(c.tickets), c.views[ep].ActiveConns)
+	}
+}
+
+func TestRouterCore_FanOutScoresPrefillAndLooksUpSession(t *testing.T) {
+	c, rec := newTestCore(t, pdConfig(3, 2, ladder.DefaultEnv()))
+	rr := &RouteRequest{Chain: []uint64{1, 2, 3, 4}}
+	rr.Req.SessionKey = "alice"
+	rr.Req.KV.PromptBlocks = 4
+	m := newMsg(7, rr)
+	c.route(t0, m)
+	if got, want := fmt.Sprint(rec.scores), "[0/7 1/7 2/7]"; got != want {
+		t.Fatalf("scores %s; want %s (prefill only)", got, want)
+	}
+	if got, want := fmt.Sprint(rec.lookups), "[7/alice]"; got != want {
+		t.Fatalf("lookups %s; want %s", got, want)
+	}
+	if !rec.armed[7] {
+		t.Fatal("fan-out deadline not armed")
+	}
+	noReply(t, m)
+	c.sessionReply(t0, sessionReply{id: 7})
+	c.scoreReply(t0, scoreReply{id: 7, ep: 0, overlap: 1, blocks: 100})
+	c.scoreReply(t0, scoreReply{id: 7, ep: 1, overlap: 4, blocks: 100})
+	noReply(t, m)
+	c.scoreReply(t0, scoreReply{id: 7, ep: 2, overlap: 0, blocks: 100})
+	r := final(t, m)
+	d := r.route.Decision
+	if d.Tier != ladder.Tier15 || d.Prefill != 1 {
+		t.Fatalf("decision %s; want tier 1.5 on prefill 1 (best overlap)", d.String())
+	}
+	if rec.armed[7] {
+		t.Fatal("deadline still armed after the last reply")
+	}
+	if d.Decode < 3 {
+		t.Fatalf("decode %d; want a decode endpoint (3 or 4)", d.Decode)
+	}
+	c.finish(r.route.Ticket, Result{OK: true})
+	if got, want := fmt.Sprint(rec.pins), fmt.Sprintf("[alice=1,%d]", d.Decode); got != want {
+		t.Fatalf("pins %s; want %s", got, want)
+	}
+	for i, v := range c.views {
+		if v.ActiveConns != 0 {
+			t.Fatalf("endpoint %d still holds %d conns", i, v.ActiveConns)
+		}
+	}
+}
+
+func TestRouterCore_DeadlineDecidesWithMissingReplies(t *testing.T) {
+	c, _ := newTestCore(t, pdConfig(2, 1, ladder.DefaultEnv()))
+	rr := &RouteRequest{Chain: []uint64{1, 2}}
+	rr.Req.KV.PromptBlocks = 2
+	m := newMsg(3, rr)
+	c.route(t0, m)
+	c.scoreReply(t0, scoreReply{id: 3, ep: 1, overlap: 2, blocks: 50})
+	noReply(t, m)
+	c.deadlineFired(t0, 3)
+	r := final(t, m)
+	if !r.route.Decision.Available() || r.route.Decision.Prefill != 1 {
+		t.Fatalf("decision %s; want prefill 1 with the one reply that came", r.route.Decision.String())
+	}
+	if c.stats.missed != 1 {
+		t.Fatalf("missed %d; want 1", c.stats.missed)
+	}
+	c.scoreReply(t0, scoreReply{id: 3, ep: 0, overlap: 2}) // late
+	if c.stats.lateReplies != 1 {
+		t.Fatalf("late %d; want 1", c.stats.lateReplies)
+	}
+}
+
+func TestRouterCore_AvoidedEndpointIsNeitherScoredNorPicked(t *testing.T) {
+	c, rec := newTestCore(t, pdConfig(2, 1, ladder.DefaultEnv()))
+	rr := &RouteRequest{Chain: []uint64{1, 2}, Avoid: 1 << 0}
+	rr.Req.KV.PromptBlocks = 2
+	m := newMsg(1, rr)
+	c.route(t0, m)
+	if got, want := fmt.Sprint(rec.scores), "[1/1]"; got != want {
+		t.Fatalf("scores %s; want %s", got, want)
+	}
+	c.scoreReply(t0, scoreReply{id: 1, ep: 1, overlap: 0, blocks: 10})
+	r := final(t, m)
+	if r.route.Decision.Prefill != 1 {
+		t.Fatalf("prefill %d; want 1 (0 is avoided)", r.route.Decision.Prefill)
+	}
+	if c.views[0].Down {
+		t.Fatal("avoid leaked into the endpoint's view")
+	}
+}
+
+func admissionEnv(capPerEP, depth uint32, park time.Duration) ladder.Env {
+	env := ladder.DefaultEnv()
+	env.MaxInflightPerEP = capPerEP
+	env.QueueDepthPerEP = depth
+	env.MaxPark = park
+	return env
+}
+
+func TestRouterCore_ParkedRequestResumesIntoReservedSlot(t *testing.T) {
+	c, rec := newTestCore(t, pdConfig(1, 1, admissionEnv(1, 4, 0)))
+	first := newMsg(1, &RouteRequest{})
+	c.route(t0, first)
+	r1 := final(t, first)
+	if !r1.route.Decision.Available() {
+		t.Fatalf("first: %s; want admitted", r1.route.Decision.String())
+	}
+	second := newMsg(2, &RouteRequest{})
+	c.route(t0, second)
+	if got, want := fmt.Sprint(rec.parks), "[0/2]"; got != want {
+		t.Fatalf("parks %s; want %s", got, want)
+	}
+	if n := <-second.reply; !n.parked {
+		t.Fatalf("second: %+v; want a parked notice", n)
+	}
+	if c.views[0].Parked != 1 {
+		t.Fatalf("parked count %d; want 1", c.views[0].Parked)
+	}
+	// The first request ends: its slot is reserved for the parked one.
+	c.finish(r1.route.Ticket, Result{OK: true})
+	if got, want := fmt.Sprint(rec.wakes), "[0]"; got != want {
+		t.Fatalf("wakes %s; want %s", got, want)
+	}
+	// A newcomer cannot take the reserved slot.
+	third := newMsg(3, &RouteRequest{})
+	c.route(t0, third)
+	if got, want := fmt.Sprint(rec.parks), "[0/2 0/3]"; got != want {
+		t.Fatalf("parks %s; want %s (reserved slot respected)", got, want)
+	}
+	c.resume(t0.Add(time.Second), resumeMsg{ep: 0, req: second})
+	r2 := final(t, second)
+	if !r2.route.Decision.Available() || r2.route.Decision.Tier != ladder.TierResume {
+		t.Fatalf("second: %s; want resumed", r2.route.Decision.String())
+	}
+	if r2.route.Parked != time.Second {
+		t.Fatalf("parked for %v; want 1s", r2.route.Parked)
+	}
+	if got := c.views[0].ActiveConns; got != 1 {
+		t.Fatalf("prefill active %d; want exactly the cap (1)", got)
+	}
+}
+
+func TestRouterCore_CancelledParkedRequestFreesItsPlace(t *testing.T) {
+	c, rec := newTestCore(t, pdConfig(1, 1, admissionEnv(1, 4, 0)))
+	first := newMsg(1, &RouteRequest{})
+	c.route(t0, first)
+	r1 := final(t, first)
+	second := newMsg(2, &RouteRequest{})
+	c.route(t0, second)
+	c.cancel(2)
+	if got, want := fmt.Sprint(rec.drops), "[0/2]"; got != want {
+		t.Fatalf("drops %s; want %s", got, want)
+	}
+	c.unparked(t0, unparkedMsg{ep: 0, id: 2})
+	if c.views[0].Parked != 0 || len(c.parked) != 0 {
+		t.Fatalf("parked %d/%d; want 0", c.views[0].Parked, len(c.parked))
+	}
+	c.finish(r1.route.Ticket, Result{})
+	if len(rec.wakes) != 0 {
+		t.Fatalf("wakes %v; want none (nobody parked)", rec.wakes)
+	}
+	if c.views[0].ActiveConns != 0 {
+		t.Fatalf("active %d; want 0", c.views[0].ActiveConns)
+	}
+}
+
+func TestRouterCore_ShedWhenQueuesAreOff(t *testing.T) {
+	c, _ := newTestCore(t, pdConfig(1, 1, admissionEnv(1, 0, 0)))
+	first := newMsg(1, &RouteRequest{})
+	c.route(t0, first)
+	final(t, first)
+	second := newMsg(2, &RouteRequest{})
+	c.route(t0, second)
+	r := final(t, second)
+	if r.route.Decision.Admission != ladder.Shed {
+		t.Fatalf("second: %s; want shed", r.route.Decision.String())
+	}
+}
+
+func TestRouterCore_BreakerOpenExcludesAndHalfOpenAllowsOneTrial(t *testing.T) {
+	c, rec := newTestCore(t, poolConfig(2, ladder.SelRR))
+	c.breakers = true
+	m := newMsg(1, &RouteRequest{})
+	c.route(t0, m)
+	r := final(t, m)
+	ep := r.route.Ticket.Prefill
+	c.report(Outcome{Ticket: r.route.Ticket, Leg: LegSingle, Failure: FailConnect})
+	if got, want := fmt.Sprint(rec.feed), fmt.Sprintf("[%d/%d]", ep, classTransport); got != want {
+		t.Fatalf("breaker feed %s; want %s", got, want)
+	}
+	c.finish(r.route.Ticket, Result{})
+
+	c.breakerState(breakerState{ep: 0, state: BreakerOpen})
+	for id := uint64(10); id < 14; id++ {
+		m := newMsg(id, &RouteRequest{})
+		c.route(t0, m)
+		r := final(t, m)
+		if r.route.Decision.Prefill != 1 {
+			t.Fatalf("request %d went to %d; want 1 (0 is open)", id, r.route.Decision.Prefill)
+		}
+		c.finish(r.route.Ticket, Result{OK: true})
+	}
+	c.breakerState(breakerState{ep: 0, state: BreakerHalfOpen})
+	// Load endpoint 1 so least-conn would prefer 0, then check that only one
+	// trial at a time reaches 0.
+	var onZero int
+	var tickets []Ticket
+	for id := uint64(20); id < 26; id++ {
+		m := newMsg(id, &RouteRequest{})
+		c.route(t0, m)
+		r := final(t, m)
+		if r.route.Decision.Prefill == 0 {
+			onZero++
+		}
+		tickets = append(tickets, r.route.Ticket)
+	}
+	if onZero != 1 {
+		t.Fatalf("%d requests reached the half-open endpoint; want exactly 1 trial", onZero)
+	}
+	for _, tk := range tickets {
+		c.finish(tk, Result{OK: true})
+	}
+}
+
+func TestRouterCore_ProbeDownEvictsSessionsAndDrainsQueue(t *testing.T) {
+	c, rec := newTestCore(t, pdConfig(2, 1, admissionEnv(1, 4, 0)))
+	a := newMsg(1, &RouteRequest{})
+	c.route(t0, a)
+	final(t, a)
+	b := newMsg(2, &RouteRequest{})
+	c.route(t0, b)
+	final(t, b)
+	p := newMsg(3, &RouteRequest{})
+	c.route(t0, p)
+	if len(rec.parks) != 1 {
+		t.Fatalf("parks %v; want one", rec.parks)
+	}
+	parkedOn := c.parked[3].ep
+	c.probe(probeState{ep: parkedOn, up: false})
+	if got, want := fmt.Sprint(rec.epEvicts), fmt.Sprintf("[%d]", parkedOn); got != want {
+		t.Fatalf("session evictions %s; want %s", got, want)
+	}
+	if got, want := fmt.Sprint(rec.drains), fmt.Sprintf("[%d]", parkedOn); got != want {
+		t.Fatalf("drains %s; want %s", got, want)
+	}
+	// The endpoint actor hands the request back; the ladder decides again.
+	c.unparked(t0, unparkedMsg{ep: parkedOn, id: 3, requeue: p})
+	if c.views[parkedOn].Parked != 0 {
+		t.Fatalf("parked on %d = %d; want 0", parkedOn, c.views[parkedOn].Parked)
+	}
+}
+
+func TestRouterCore_CancelAfterAdmissionReleasesTheTicket(t *testing.T) {
+	c, _ := newTestCore(t, poolConfig(2, ladder.SelRR))
+	m := newMsg(1, &RouteRequest{})
+	c.route(t0, m)
+	r := final(t, m)
+	c.cancel(1)
+	if len(c.tickets) != 0 || c.views[r.route.Ticket.Prefill].ActiveConns != 0 {
+		t.Fatal("a cancelled admitted request still holds its slot")
+	}
+}
+
+func TestClassify(t *testing.T) {
+	tests := []struct {
+		give Outcome
+		want outcomeClass
+	}{
+		{Outcome{Status: 200}, classSuccess},
+		{Outcome{Status: 404}, classClientError},
+		{Outcome{Status: 429}, classBackpressure},
+		{Outcome{Status: 503}, classBackpressure},
+		{Outcome{Status: 500}, classOrigin5xx},
+		{Outcome{Status: 502}, classOrigin5xx},
+		{Outcome{Failure: FailConnect}, classTransport},
+		{Outcome{Failure: FailReset}, classTransport},
+		{Outcome{Failure: FailTimeout}, classTransport},
+		{Outcome{Failure: FailClientGone}, classNeutral},
+	}
+	for _, tt := range tests {
+		if got := classify(tt.give); got != tt.want {
+			t.Errorf("classify(%+v) = %d; want %d", tt.give, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,396 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"github.com/llbproject/llb/internal/logfield"
+	"github.com/llbproject/llb/inventory"
+	"github.com/llbproject/llb/ladder"
+)
+
+// System is the process's actor runtime: one protoactor ActorSystem that
+// hosts every service.
+type System struct {
+	as      *actor.ActorSystem
+	log     zerolog.Logger
+	set     *metrics.Set
+	nextSvc atomic.Uint64
+}
+
+// NewSystem starts the actor runtime. set receives the runtime's metrics;
+// nil disables them.
+func NewSystem(log zerolog.Logger, set *metrics.Set) *System {
+	quiet := slog.New(slog.NewTextHandler(discard{}, &slog.HandlerOptions{Level: slog.LevelError + 1}))
+	as := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
+	return &System{as: as, log: log, set: set}
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// Shutdown stops the actor runtime. Stop services first.
+func (s *System) Shutdown() { s.as.Shutdown() }
+
+// Service is one running rule: a supervisor actor with a router actor, and
+// per endpoint an endpoint actor, a breaker actor and (for endpoints with
+// KV feeds) an inventory actor, plus the session shard actors. The gateway
+// calls Route, Report and Finish from request goroutines; each call is a
+// message to the router actor.
+type Service struct {
+	cfg     ServiceConfig
+	sys     *System
+	root    *actor.RootContext
+	log     zerolog.Logger
+	metrics *svcMetrics
+
+	supervisor  *actor.PID
+	router      *actor.PID
+	endpoints   []*actor.PID
+	breakers    []*actor.PID
+	inventories []*actor.PID // nil for endpoints without feeds
+	shards      []*actor.PID
+
+	sessions   *ladder.SessionTable
+	sessionLen []atomic.Int64
+	// mirrors[ep] holds endpoint ep's per-rank mirrors (nil without feeds);
+	// owned by its inventory actor, kept here across its restarts.
+	mirrors [][]*inventory.Mirror
+
+	nextID  atomic.Uint64
+	gen     atomic.Uint64
+	started atomic.Bool
+	stopped atomic.Bool
+
+	replies sync.Pool // of chan routeReply
+	sweep   *time.Ticker
+	done    chan struct{}
+}
+
+// Start validates cfg and starts its service. cfg.Spec.StartedAt is set to
+// now when zero (the KV warmup guard counts from it).
+func (s *System) Start(cfg ServiceConfig) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("actors: service %q: %w", cfg.Key, err)
+	}
+	cfg = cfg.withDefaults()
+	if cfg.Spec.StartedAt.IsZero() {
+		cfg.Spec.StartedAt = time.Now()
+	}
+	if _, err := ladder.NewRouter(cfg.Spec, cfg.specs(), cfg.Env, cfg.Router); err != nil {
+		return nil, fmt.Errorf("actors: service %q: %w", cfg.Key, err)
+	}
+	n := len(cfg.Endpoints)
+	svc := &Service{
+		cfg:         cfg,
+		sys:         s,
+		root:        s.as.Root,
+		log:         s.log.With().Str(logfield.Service, cfg.Key).Logger(),
+		endpoints:   make([]*actor.PID, n),
+		breakers:    make([]*actor.PID, n),
+		inventories: make([]*actor.PID, n),
+		sessions:    ladder.NewSessionTable(cfg.Sessions),
+		done:        make(chan struct{}),
+	}
+	svc.metrics = newSvcMetrics(s.set, cfg.Key, svc)
+	svc.sessionLen = make([]atomic.Int64, svc.sessions.NumShards())
+	svc.replies.New = func() any { return make(chan routeReply, 2) }
+
+	// Children get predictable names under the supervisor, so every PID is
+	// known before any actor runs (no actor reads a PID that is still being
+	// written).
+	name := fmt.Sprintf("svc-%d", s.nextSvc.Add(1))
+	pid := func(child string) *actor.PID { return actor.NewPID(s.as.Address(), name+"/"+child) }
+	svc.supervisor = actor.NewPID(s.as.Address(), name)
+	svc.router = pid("router")
+	for i := range cfg.Endpoints {
+		svc.endpoints[i] = pid(fmt.Sprintf("ep-%d", i))
+		svc.breakers[i] = pid(fmt.Sprintf("cb-%d", i))
+		if len(cfg.Endpoints[i].Feeds) > 0 && cfg.Spec.KVExactMode != ladder.KVOff {
+			svc.inventories[i] = pid(fmt.Sprintf("inv-%d", i))
+		}
+	}
+	if err := svc.buildMirrors(); err != nil {
+		return nil, fmt.Errorf("actors: service %q: %w", cfg.Key, err)
+	}
+	svc.shards = make([]*actor.PID, svc.sessions.NumShards())
+	for i := range svc.shards {
+		svc.shards[i] = pid(fmt.Sprintf("sess-%d", i))
+	}
+
+	ready := make(chan error, 1)
+	strategy := actor.NewOneForOneStrategy(DefaultRestartBudget, DefaultRestartWindow, func(reason any) actor.Directive {
+		svc.metrics.restart()
+		svc.log.Error().Str(logfield.Reason, fmt.Sprint(reason)).Msg("actor failed; restarting it")
+		return actor.RestartDirective
+	})
+	props := actor.PropsFromProducer(func() actor.Actor { return &supervisorActor{svc: svc, ready: ready} },
+		actor.WithSupervisor(strategy))
+	if _, err := s.as.Root.SpawnNamed(props, name); err != nil {
+		return nil, fmt.Errorf("actors: service %q: spawn: %w", cfg.Key, err)
+	}
+	select {
+	case err := <-ready:
+		if err != nil {
+			s.as.Root.Stop(svc.supervisor)
+			return nil, fmt.Errorf("actors: service %q: %w", cfg.Key, err)
+		}
+	case <-time.After(10 * time.Second):
+		s.as.Root.Stop(svc.supervisor)
+		return nil, fmt.Errorf("actors: service %q: children did not start", cfg.Key)
+	}
+	svc.started.Store(true)
+	svc.sweep = time.NewTicker(time.Second)
+	go svc.housekeeping()
+	svc.log.Info().Int(logfield.Endpoints, n).Msg("service started")
+	return svc, nil
+}
+
+// housekeeping sends the periodic sweep ticks (session TTL, gauges).
+func (svc *Service) housekeeping() {
+	for {
+		select {
+		case <-svc.done:
+			return
+		case <-svc.sweep.C:
+			for _, p := range svc.shards {
+				svc.root.Send(p, sweepTick{})
+			}
+			svc.root.Send(svc.router, sweepTick{})
+		}
+	}
+}
+
+// Config returns the service's configuration (defaults applied).
+func (svc *Service) Config() ServiceConfig { return svc.cfg }
+
+// Stop stops every actor of the service and waits for them (bounded by
+// ctx). Requests still waiting in Route get ErrStopped.
+func (svc *Service) Stop(ctx context.Context) error {
+	if svc.stopped.Swap(true) {
+		return nil
+	}
+	close(svc.done)
+	svc.sweep.Stop()
+	f := svc.root.PoisonFuture(svc.supervisor)
+	errc := make(chan error, 1)
+	go func() { errc <- f.Wait() }()
+	select {
+	case err := <-errc:
+		svc.metrics.unregister()
+		svc.closeMirrors()
+		svc.log.Info().Msg("service stopped")
+		if err != nil && !errors.Is(err, actor.ErrTimeout) {
+			return err
+		}
+		return nil
+	case <-ctx.Done():
+		svc.metrics.unregister()
+		return fmt.Errorf("actors: stop %q: %w", svc.cfg.Key, ctx.Err())
+	}
+}
+
+// Route implements Router.
+func (svc *Service) Route(ctx context.Context, rr *RouteRequest) (Route, error) {
+	if svc.stopped.Load() {
+		return Route{}, ErrStopped
+	}
+	id := svc.nextID.Add(1)
+	reply := svc.replies.Get().(chan routeReply)
+	svc.root.Send(svc.router, &routeMsg{id: id, rr: rr, reply: reply})
+	timer := time.NewTimer(svc.cfg.RouteTimeout)
+	defer timer.Stop()
+	for {
+		select {
+		case r := <-reply:
+			if r.parked {
+				// The admission gate holds the request: wait for the
+				// endpoint's queue (it answers at the park deadline at the
+				// latest), or for the client to leave.
+				timer.Stop()
+				if !r.parkDeadline.IsZero() {
+					timer.Reset(time.Until(r.parkDeadline) + svc.cfg.RouteTimeout)
+				}
+				continue
+			}
+			svc.replies.Put(reply)
+			return r.route, r.err
+		case <-ctx.Done():
+			// The channel may still receive the router's answer: it is
+			// abandoned, not reused.
+			svc.root.Send(svc.router, cancelMsg{id: id})
+			return Route{}, ctx.Err()
+		case <-timer.C:
+			svc.root.Send(svc.router, cancelMsg{id: id})
+			svc.metrics.routeTimeout()
+			return Route{}, ErrRouterTimeout
+		}
+	}
+}
+
+// Report implements Router.
+func (svc *Service) Report(o Outcome) { svc.root.Send(svc.router, reportMsg{o: o}) }
+
+// Finish implements Router.
+func (svc *Service) Finish(t Ticket, res Result) {
+	svc.root.Send(svc.router, finishMsg{t: t, res: res})
+}
+
+// SetController applies an external controller's instruction to endpoint
+// ep (weight 0–100, 100 neutral).
+func (svc *Service) SetController(ep int, state ladder.CtrlState, weight uint8) {
+	if ep >= 0 && ep < len(svc.endpoints) {
+		svc.root.Send(svc.router, ctrlUpdate{ep: ep, state: state, weight: weight})
+	}
+}
+
+// sessionPID returns the shard actor that owns key.
+func (svc *Service) sessionPID(key string) *actor.PID {
+	return svc.shards[svc.sessions.ShardFor(key)]
+}
+
+// ActorKind names a class of the service's actors, for chaos tests.
+type ActorKind uint8
+
+// Actor kinds.
+const (
+	KindRouter ActorKind = iota
+	KindEndpoint
+	KindBreaker
+	KindInventory
+	KindSession
+)
+
+// Crash makes one of the service's actors panic, as a fault would: its
+// supervisor restarts it. idx selects the endpoint or shard. It reports
+// whether such an actor exists.
+func (svc *Service) Crash(kind ActorKind, idx int) bool {
+	var pids []*actor.PID
+	switch kind {
+	case KindRouter:
+		pids = []*actor.PID{svc.router}
+		idx = 0
+	case KindEndpoint:
+		pids = svc.endpoints
+	case KindBreaker:
+		pids = svc.breakers
+	case KindInventory:
+		pids = svc.inventories
+	case KindSession:
+		pids = svc.shards
+	}
+	if idx < 0 || idx >= len(pids) || pids[idx] == nil {
+		return false
+	}
+	svc.root.Send(pids[idx], crash{})
+	return true
+}
+
+// supervisorActor is the service's root: it spawns the children under its
+// restart strategy and watches them.
+type supervisorActor struct {
+	svc   *Service
+	ready chan<- error
+}
+
+// Receive implements actor.Actor.
+func (s *supervisorActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		select {
+		case s.ready <- s.spawnAll(ctx):
+		default:
+		}
+	case *actor.Terminated:
+		if !s.svc.stopped.Load() {
+			s.svc.log.Error().Str(logfield.Actor, m.Who.Id).Msg("actor stopped for good (restart budget exhausted); service degraded")
+			s.svc.metrics.childLost()
+		}
+	case *actor.Stopping, *actor.Stopped, *actor.Restarting:
+	default:
+		s.svc.log.Warn().Str(logfield.MsgType, typeName(m)).Msg("supervisor: unknown message")
+	}
+}
+
+func (s *supervisorActor) spawnAll(ctx actor.Context) error {
+	svc := s.svc
+	spawn := func(name string, producer actor.Producer) error {
+		pid, err := ctx.SpawnNamed(actor.PropsFromProducer(producer), name)
+		if err != nil {
+			return fmt.Errorf("spawn %s: %w", name, err)
+		}
+		ctx.Watch(pid)
+		return nil
+	}
+	var errs []error
+	errs = append(errs, spawn("router", func() actor.Actor {
+		a, err := newRouterActor(svc)
+		if err != nil {
+			// Start validated the rule with the same inputs; this cannot
+			// happen short of memory corruption.
+			panic(err)
+		}
+		return a
+	}))
+	for i := range svc.cfg.Endpoints {
+		i := i
+		errs = append(errs,
+			spawn(fmt.Sprintf("ep-%d", i), func() actor.Actor { return newEndpointActor(svc, i) }),
+			spawn(fmt.Sprintf("cb-%d", i), func() actor.Actor { return newBreakerActor(svc, i) }))
+		if svc.inventories[i] != nil {
+			errs = append(errs, spawn(fmt.Sprintf("inv-%d", i), func() actor.Actor { return newInventoryActor(svc, i) }))
+		}
+	}
+	for i := range svc.shards {
+		i := i
+		errs = append(errs, spawn(fmt.Sprintf("sess-%d", i), func() actor.Actor { return newSessionActor(svc, i) }))
+	}
+	return errors.Join(errs...)
+}
+
+// buildMirrors creates the per-rank mirrors of every endpoint with an
+// inventory actor.
+func (svc *Service) buildMirrors() error {
+	svc.mirrors = make([][]*inventory.Mirror, len(svc.cfg.Endpoints))
+	for i, pid := range svc.inventories {
+		if pid == nil {
+			continue
+		}
+		for _, fc := range svc.cfg.Endpoints[i].Feeds {
+			m, err := inventory.NewMirror(inventory.MirrorConfig{
+				ID:        inventory.EndpointID{Service: svc.cfg.Key, EpIdx: i, Rank: fc.Rank},
+				Keys:      svc.cfg.KV.Keys,
+				MaxBlocks: svc.cfg.KV.MaxBlocks,
+				Logger:    svc.log,
+				Metrics:   svc.sys.set,
+			})
+			if err != nil {
+				svc.closeMirrors()
+				return fmt.Errorf("endpoint %d rank %d: %w", i, fc.Rank, err)
+			}
+			svc.mirrors[i] = append(svc.mirrors[i], m)
+		}
+	}
+	return nil
+}
+
+// mirrorsFor returns endpoint ep's mirrors (for its inventory actor).
+func (svc *Service) mirrorsFor(ep int) []*inventory.Mirror { return svc.mirrors[ep] }
+
+func (svc *Service) closeMirrors() {
+	for _, ms := range svc.mirrors {
+		for _, m := range ms {
+			m.Close()
+		}
+	}
+}

@@ -1,0 +1,107 @@
+package actors
+
+import (
+	"time"
+
+	"github.com/llbproject/llb/ladder"
+)
+
+// EndpointStatus is one endpoint's live state as the router sees it.
+type EndpointStatus struct {
+	// Up is the probe state (true when not monitored).
+	Up bool
+	// Breaker is the circuit breaker state.
+	Breaker BreakerState
+	// Ctrl and CtrlWeight are the external controller's instruction.
+	Ctrl       ladder.CtrlState
+	CtrlWeight uint8
+	// ActiveConns is llb's in-flight count on the endpoint.
+	ActiveConns uint32
+	// Parked is the endpoint's admission queue length.
+	Parked uint32
+	// Queued is the engine's scraped waiting-queue depth.
+	Queued uint32
+	// KVCapacityBlocks is the engine's num_gpu_blocks (0 unknown).
+	KVCapacityBlocks uint32
+	// InventoryBlocks is the mirrored inventory size last seen.
+	InventoryBlocks uint32
+}
+
+// Available reports whether the endpoint can take new work.
+func (e EndpointStatus) Available() bool {
+	return e.Up && e.Breaker != BreakerOpen && e.Ctrl != ladder.CtrlDisabled
+}
+
+// ServiceStatus is a point-in-time view of a service.
+type ServiceStatus struct {
+	Key       string
+	At        time.Time
+	Endpoints []EndpointStatus
+	// InFlight is admitted requests not yet finished; Parked is requests
+	// held by the admission gate.
+	InFlight int
+	Parked   int
+	// Decisions counts decisions made; FanoutMissed the inventory/session
+	// replies that missed their deadline; StaleReports the outcome reports
+	// for unknown tickets (e.g. across a router restart).
+	Decisions    uint64
+	FanoutMissed uint64
+	StaleReports uint64
+	// Sessions is the live Tier-0 pin count; TrieEntries the Tier-1 trie's.
+	Sessions    int64
+	TrieEntries int
+}
+
+// status snapshots the core (router actor only).
+func (c *routerCore) status() ServiceStatus {
+	st := ServiceStatus{
+		Key:          c.cfg.Key,
+		At:           time.Now(),
+		Endpoints:    make([]EndpointStatus, len(c.views)),
+		InFlight:     len(c.tickets),
+		Parked:       len(c.parked),
+		Decisions:    c.stats.decisions,
+		FanoutMissed: c.stats.missed,
+		StaleReports: c.stats.staleTicket,
+	}
+	for i := range c.views {
+		v := &c.views[i]
+		b := BreakerClosed
+		switch {
+		case v.BreakerOpen:
+			b = BreakerOpen
+		case c.halfOpen.Has(i):
+			b = BreakerHalfOpen
+		}
+		st.Endpoints[i] = EndpointStatus{
+			Up: !v.Down, Breaker: b, Ctrl: v.Ctrl, CtrlWeight: v.CtrlWeight,
+			ActiveConns: v.ActiveConns - uint32(min(c.reserved[i], v.ActiveConns)), Parked: v.Parked,
+			Queued: v.QueuedRequests, KVCapacityBlocks: v.KVCapacityBlocks, InventoryBlocks: v.InventoryBlocks,
+		}
+	}
+	if t := c.lad.Trie(); t != nil {
+		st.TrieEntries = t.Len()
+	}
+	return st
+}
+
+// Status asks the router for a snapshot; ok is false when the service is
+// stopped or the router did not answer in time.
+func (svc *Service) Status(timeout time.Duration) (ServiceStatus, bool) {
+	if svc.stopped.Load() {
+		return ServiceStatus{}, false
+	}
+	reply := make(chan ServiceStatus, 1)
+	svc.root.Send(svc.router, statusReq{reply: reply})
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case st := <-reply:
+		for i := range svc.sessionLen {
+			st.Sessions += svc.sessionLen[i].Load()
+		}
+		return st, true
+	case <-t.C:
+		return ServiceStatus{}, false
+	}
+}
