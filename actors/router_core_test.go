@@ -34,7 +34,7 @@ func (r *recorder) lookupSession(id uint64, key string) {
 func (r *recorder) pinSession(key string, p ladder.Pin) {
 	r.pins = append(r.pins, fmt.Sprintf("%s=%d,%d", key, p.Prefill, p.Decode))
 }
-func (r *recorder) evictSession(key string)    { r.evicts = append(r.evicts, key) }
+func (r *recorder) evictSession(key string)      { r.evicts = append(r.evicts, key) }
 func (r *recorder) evictEndpointSessions(ep int) { r.epEvicts = append(r.epEvicts, ep) }
 func (r *recorder) park(ep int, m *routeMsg) {
 	r.parks = append(r.parks, fmt.Sprintf("%d/%d", ep, m.id))
