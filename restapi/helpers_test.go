@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -197,3 +198,5 @@ func (ts *testServer) all() []LoadbalanceEntry {
 	}
 	return v.LbAttr
 }
+
+func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o600) }
