@@ -238,13 +238,22 @@ func affinityWinner(cands []Candidate) int {
 }
 
 func hardPick(cands []Candidate, totalLoad, totalCap uint64, factor uint32) (pos int, saturated, negligible bool) {
+	// Each cap is computed once; slices longer than the scratch (never the
+	// case inside Decide, which passes at most MaxEndpoints) recompute.
+	var scratch [2 * MaxEndpoints]bool
+	underCap := func(i int) bool {
+		c := &cands[i]
+		return uint64(c.Load) < CapFor(totalLoad, c.capacity(), totalCap, factor)
+	}
+	if len(cands) <= len(scratch) {
+		for i := range cands {
+			scratch[i] = underCap(i)
+		}
+		underCap = func(i int) bool { return scratch[i] }
+	}
 	under := -1
 	for i := range cands {
-		c := &cands[i]
-		if uint64(c.Load) >= CapFor(totalLoad, c.capacity(), totalCap, factor) {
-			continue
-		}
-		if under < 0 || better(c, &cands[under]) {
+		if underCap(i) && (under < 0 || better(&cands[i], &cands[under])) {
 			under = i
 		}
 	}
@@ -255,11 +264,7 @@ func hardPick(cands []Candidate, totalLoad, totalCap uint64, factor uint32) (pos
 		// Negligible overlap: no affinity worth honouring; least-loaded under cap.
 		least := -1
 		for i := range cands {
-			c := &cands[i]
-			if uint64(c.Load) >= CapFor(totalLoad, c.capacity(), totalCap, factor) {
-				continue
-			}
-			if least < 0 || lessLoaded(c, &cands[least]) {
+			if underCap(i) && (least < 0 || lessLoaded(&cands[i], &cands[least])) {
 				least = i
 			}
 		}
@@ -347,6 +352,12 @@ func ReliefTarget(fleet []Candidate, sel int, factorPct uint32) (int, bool) {
 // mulDivCeil returns ceil(a·b·c / d) in 128-bit arithmetic, saturating at
 // MaxUint64. d must be non-zero.
 func mulDivCeil(a, b, c, d uint64) uint64 {
+	// Fast path: the product and the rounding fit in 64 bits.
+	if h1, l1 := bits.Mul64(a, b); h1 == 0 {
+		if h2, l2 := bits.Mul64(l1, c); h2 == 0 && l2 <= math.MaxUint64-(d-1) {
+			return (l2 + d - 1) / d
+		}
+	}
 	hi, lo, ok := mul3(a, b, c)
 	if !ok {
 		return math.MaxUint64
@@ -365,6 +376,11 @@ func mulDivCeil(a, b, c, d uint64) uint64 {
 func mulDivFloor(a, b, c, d uint64) uint64 {
 	if d == 0 {
 		d = 1
+	}
+	if h1, l1 := bits.Mul64(a, b); h1 == 0 {
+		if h2, l2 := bits.Mul64(l1, c); h2 == 0 {
+			return l2 / d
+		}
 	}
 	hi, lo, ok := mul3(a, b, c)
 	if !ok || hi >= d {

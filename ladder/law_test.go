@@ -2,7 +2,10 @@ package ladder
 
 import (
 	"math"
+	"math/big"
 	"testing"
+
+	"pgregory.net/rapid"
 )
 
 func TestCapFor_WorkedValues(t *testing.T) {
@@ -174,4 +177,29 @@ func TestCHWBLBound_CountsTheIncomingRequest(t *testing.T) {
 			t.Errorf("CHWBLBound(%d,%d,%d) = %d; want %d", tt.load, tt.share, tt.total, got, tt.want)
 		}
 	}
+}
+
+func TestMulDiv_MatchesBigIntArithmetic(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		gen := rapid.OneOf(rapid.Uint64Range(0, 1<<20), rapid.Uint64Range(0, 1<<40), rapid.Uint64())
+		a, b, c := gen.Draw(t, "a"), gen.Draw(t, "b"), gen.Draw(t, "c")
+		d := rapid.OneOf(rapid.Uint64Range(1, 1<<20), rapid.Uint64Range(1, math.MaxUint64)).Draw(t, "d")
+		num := new(big.Int).Mul(new(big.Int).SetUint64(a), new(big.Int).SetUint64(b))
+		num.Mul(num, new(big.Int).SetUint64(c))
+		den := new(big.Int).SetUint64(d)
+		floor := new(big.Int).Quo(num, den)
+		ceil := new(big.Int).Quo(new(big.Int).Add(num, new(big.Int).Sub(den, big.NewInt(1))), den)
+		sat := func(x *big.Int) uint64 {
+			if x.IsUint64() {
+				return x.Uint64()
+			}
+			return math.MaxUint64
+		}
+		if got, want := mulDivFloor(a, b, c, d), sat(floor); got != want {
+			t.Fatalf("mulDivFloor(%d,%d,%d,%d) = %d; want %d", a, b, c, d, got, want)
+		}
+		if got, want := mulDivCeil(a, b, c, d), sat(ceil); got != want {
+			t.Fatalf("mulDivCeil(%d,%d,%d,%d) = %d; want %d", a, b, c, d, got, want)
+		}
+	})
 }

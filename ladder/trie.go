@@ -1,6 +1,7 @@
 package ladder
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math/bits"
 	"sort"
@@ -375,11 +376,16 @@ func (t *Trie) lruUnlink(n *trieNode) {
 	n.prev, n.next = nil, nil
 }
 
-// commonPrefix returns the length of the longest common prefix of a and b,
-// comparing eight bytes at a time.
+// commonPrefix returns the length of the longest common prefix of a and b.
+// Equal 512-byte chunks are skipped with bytes.Equal (vectorised memequal);
+// the mismatching chunk is scanned eight bytes at a time.
 func commonPrefix(a, b []byte) int {
+	const chunk = 512
 	n := min(len(a), len(b))
 	i := 0
+	for i+chunk <= n && bytes.Equal(a[i:i+chunk], b[i:i+chunk]) {
+		i += chunk
+	}
 	for ; i+8 <= n; i += 8 {
 		if x := binary.LittleEndian.Uint64(a[i:]) ^ binary.LittleEndian.Uint64(b[i:]); x != 0 {
 			return i + bits.TrailingZeros64(x)/8

@@ -189,6 +189,10 @@ func TestCommonPrefix(t *testing.T) {
 	}{
 		{"", "", 0}, {"abc", "abd", 2}, {"abcdefghij", "abcdefghij", 10},
 		{"abcdefghijk", "abcdefghXjk", 8}, {"abcdefgh12345678z", "abcdefgh12345678", 16},
+		{strings.Repeat("x", 2048), strings.Repeat("x", 2048), 2048},
+		{strings.Repeat("x", 512) + "a", strings.Repeat("x", 512) + "b", 512},
+		{strings.Repeat("x", 1000) + "a" + strings.Repeat("y", 600), strings.Repeat("x", 1000) + "b" + strings.Repeat("y", 600), 1000},
+		{strings.Repeat("x", 1500), strings.Repeat("x", 700), 700},
 	} {
 		if got := commonPrefix([]byte(tt.a), []byte(tt.b)); got != tt.want {
 			t.Errorf("commonPrefix(%q,%q) = %d; want %d", tt.a, tt.b, got, tt.want)
