@@ -1,0 +1,155 @@
+package gateway
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/llbproject/llb/actors"
+	"github.com/llbproject/llb/internal/logfield"
+	"github.com/llbproject/llb/ladder"
+)
+
+// HeaderRoute is the response header that tells operators how a request was
+// routed: the decision (tier, endpoints by index, the fall-through reasons,
+// flags), then the endpoint addresses and the retry count, e.g.
+//
+//	tier=1.5 prefill=0 decode=2 via=session_miss,trie_miss prefill_addr=10.0.0.1:8100 decode_addr=10.0.0.3:8200 retries=0
+//
+// Responses llb answers without a decision carry "tier=none error=<code>".
+const HeaderRoute = "X-Llb-Route"
+
+// StatusClientGone is the status logged and counted when the client left
+// before an answer (nginx's and Caddy's 499; never sent).
+const StatusClientGone = 499
+
+// exchange is one client request's bookkeeping, owned by its goroutine.
+type exchange struct {
+	start   time.Time
+	api     string
+	model   string
+	stream  bool
+	kvGuard ladder.Reason
+
+	decided   bool
+	decision  ladder.Decision
+	parked    time.Duration
+	prefillEP int
+	decodeEP  int
+	retries   int
+	requestID string
+
+	status  int    // sent to the client (StatusClientGone when it left)
+	code    string // llb's error code when llb answered
+	bytes   int64  // body bytes written
+	ttfb    time.Duration
+	ttft    time.Duration
+	prefill time.Duration
+	pd      bool
+	kvOut   KVParamsOutcome
+	failure actors.Failure
+	aborted bool
+}
+
+func (x *exchange) clientGone() {
+	x.status = StatusClientGone
+	x.failure = actors.FailClientGone
+}
+
+// setRouteHeader sets X-Llb-Route on the response header.
+func (x *exchange) setRouteHeader(h http.Header, addrs []string) {
+	var buf [320]byte
+	h[HeaderRoute] = []string{string(x.appendRoute(buf[:0], addrs))}
+}
+
+func (x *exchange) appendRoute(b []byte, addrs []string) []byte {
+	if !x.decided {
+		b = append(b, "tier=none"...)
+		if x.code != "" {
+			b = append(b, " error="...)
+			b = append(b, x.code...)
+		}
+		return b
+	}
+	b = x.decision.AppendText(b)
+	if x.prefillEP >= 0 && x.prefillEP < len(addrs) {
+		b = append(b, " prefill_addr="...)
+		b = append(b, addrs[x.prefillEP]...)
+	}
+	if x.decodeEP >= 0 && x.decodeEP < len(addrs) {
+		b = append(b, " decode_addr="...)
+		b = append(b, addrs[x.decodeEP]...)
+	}
+	b = append(b, " retries="...)
+	return strconv.AppendInt(b, int64(x.retries), 10)
+}
+
+// record writes the access-log line and the per-request metrics.
+func (h *Handler) record(r *http.Request, x *exchange) {
+	dur := time.Since(x.start)
+	m := h.met
+	m.status(x.status)
+	if x.api == "completion" || x.api == "chat" {
+		m.aiDuration.Update(seconds(dur))
+	}
+	if x.ttft > 0 {
+		m.ttfb.Update(seconds(x.ttft))
+	}
+	if x.pd {
+		m.pdRequests.Inc()
+	}
+	e := h.log.Info()
+	if !e.Enabled() {
+		return
+	}
+	var buf [320]byte
+	e.Str(logfield.Method, r.Method).
+		Str(logfield.Path, r.URL.Path).
+		Str(logfield.Remote, r.RemoteAddr).
+		Str(logfield.API, x.api).
+		Int(logfield.Status, x.status).
+		Int64(logfield.Bytes, x.bytes).
+		Dur(logfield.Duration, dur)
+	if x.model != "" {
+		e.Str(logfield.Model, x.model).Bool(logfield.Stream, x.stream)
+	}
+	if x.decided {
+		e.Str(logfield.Tier, x.decision.Tier.String()).
+			Bytes(logfield.LLBRoute, x.appendRoute(buf[:0], h.addrs)).
+			Int(logfield.Retries, x.retries)
+		if x.prefillEP >= 0 {
+			e.Str(logfield.PrefillAddr, h.addrs[x.prefillEP])
+		}
+		if x.decodeEP >= 0 {
+			e.Str(logfield.DecodeAddr, h.addrs[x.decodeEP])
+		}
+	}
+	if x.ttfb > 0 {
+		e.Dur(logfield.TTFB, x.ttfb)
+	}
+	if x.ttft > 0 {
+		e.Dur(logfield.TTFT, x.ttft)
+	}
+	if x.pd {
+		e.Dur(logfield.PrefillDuration, x.prefill).Str(logfield.KVParams, x.kvOut.String())
+	}
+	if x.kvGuard != ladder.ReasonNone {
+		e.Str(logfield.KVGuard, x.kvGuard.String())
+	}
+	if x.parked > 0 {
+		e.Dur(logfield.Parked, x.parked)
+	}
+	if x.code != "" {
+		e.Str(logfield.Code, x.code)
+	}
+	if x.failure != actors.FailNone {
+		e.Str(logfield.Failure, x.failure.String())
+	}
+	if x.aborted {
+		e.Bool(logfield.Aborted, true)
+	}
+	if x.requestID != "" {
+		e.Str(logfield.RequestID, x.requestID)
+	}
+	e.Msg("request")
+}

@@ -1,0 +1,41 @@
+// Package gateway is llb's data plane: one HTTP listener per mode:4 rule
+// that parses OpenAI requests, builds the routing input, asks the service's
+// router (actors.Router) where to go, and proxies — straight through for a
+// single pool, or with vLLM's two-leg NIXL protocol for P/D rules — while
+// reporting every leg's outcome back to the router.
+//
+// # Request path
+//
+//	Listener ─▶ Handler.ServeHTTP
+//	  ├─ readBody (bounded: 413) ─▶ ParseRequest (400 on bad JSON or fields)
+//	  ├─ routeInput.build: session key, trie prompt, prefix hash, client keys,
+//	  │   and for kvExactMode 1/3 the Tier-1.5 chain (tokenize + hash here,
+//	  │   in the request goroutine; failures are guards, never client errors)
+//	  ├─ Router.Route ─▶ Decision (unavailable → 429/503/504 via errors.go)
+//	  ├─ serveSingle | servePD (retry on another endpoint before the first
+//	  │   client byte: connect failures, a dead prefill once)
+//	  └─ Report per leg, Finish once per ticket; access log; metrics
+//
+// # Choices worth knowing
+//
+//   - Session key: user_id, else OpenAI's "user", overridden by
+//     X-Conversation-Id (ladder.SessionKeyFor applies the "auto-" and length
+//     rules).
+//   - Multi-prompt completions on a P/D rule are not split: the whole request
+//     goes to the decision's decode endpoint, which computes the prefill
+//     itself (no prefill leg, no kv_transfer_params). Splitting would need
+//     fan-out and re-merging of choices and SSE streams; sending one
+//     remote_block_ids for several prompts trips vLLM. Tier 1.5 gets the
+//     hash_contract guard for such requests (never the concatenation's
+//     hash). On single-pool rules multi-prompt requests are forwarded whole
+//     and Tier 1 / Tier 1.5 key on the first prompt.
+//   - Response headers are held back until the backend's first body byte, so
+//     a backend that dies before producing anything yields a JSON 502, and
+//     X-Llb-Route is on every response.
+//   - Connection-level failures after the first byte abort the client
+//     connection (panic(http.ErrAbortHandler)); a stream is never ended as if
+//     it were complete.
+//   - A client that leaves cancels every upstream leg (request context) and
+//     is reported as FailClientGone (no health penalty); it is logged and
+//     counted as status 499.
+package gateway

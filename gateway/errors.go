@@ -1,0 +1,212 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/llbproject/llb/actors"
+	"github.com/llbproject/llb/ladder"
+)
+
+// Client-facing errors. Every error llb itself answers a client with is a
+// *ClientError rendered in the current OpenAI shape
+//
+//	{"error":{"message":"…","type":"…","param":null|"…","code":"…"}}
+//
+// For data-plane failures (no endpoint, overload, timeouts, dead backends)
+// type and code both carry LoxiLB's error string (loxilb-compat.md §2.3), so
+// OpenAI clients and LoxiLB-minded operators read the same thing. Request
+// problems use OpenAI's "invalid_request_error" type with a specific code.
+
+// Codes of llb's client errors; the stable machine-readable part.
+const (
+	// CodeInvalidJSON: the body is not a JSON object (400).
+	CodeInvalidJSON = "invalid_json"
+	// CodeInvalidField: a field the gateway reads has the wrong type or an
+	// out-of-range value (400); Param names the field.
+	CodeInvalidField = "invalid_field"
+	// CodeMissingField: a required field is absent (400); Param names it.
+	CodeMissingField = "missing_field"
+	// CodeBodyTooLarge: the body exceeds the rule's limit (413).
+	CodeBodyTooLarge = "request_too_large"
+	// CodeBodyRead: the body could not be read (400; a timeout or a broken
+	// client upload).
+	CodeBodyRead = "body_read_error"
+	// CodeUnknownURL: no such path on this listener (404).
+	CodeUnknownURL = "unknown_url"
+	// CodeMethodNotAllowed: the path exists with another method (405).
+	CodeMethodNotAllowed = "method_not_allowed"
+
+	// CodeBackendUnreachable: no endpoint could be connected to, or the
+	// chosen one broke before answering (502).
+	CodeBackendUnreachable = "backend_unreachable"
+	// CodeDecodeDied: the P/D decode leg died before the client got a byte
+	// (502).
+	CodeDecodeDied = "pd_decode_backend_died"
+	// CodeNoHealthyBackend: a single pool has no available endpoint (503).
+	CodeNoHealthyBackend = "no_healthy_backend"
+	// CodePoolUnavailable: a P/D rule has no prefill/decode pair and no
+	// rescue endpoint (503).
+	CodePoolUnavailable = "pd_pool_unavailable"
+	// CodeServiceUnavailable: the service is stopping, its router did not
+	// answer in time, or the global in-flight valve is closed (503).
+	CodeServiceUnavailable = "service_unavailable"
+	// CodeOverloaded: every eligible endpoint is at its admission cap and
+	// the request was shed (429, Retry-After).
+	CodeOverloaded = "pd_overloaded"
+	// CodePrefillTimeout: the P/D prefill leg exceeded its deadline (504).
+	CodePrefillTimeout = "pd_prefill_timeout"
+	// CodeParkTimeout: the request waited in an admission queue past its
+	// deadline (504).
+	CodeParkTimeout = "pd_admission_park_timeout"
+	// CodeIdleTimeout: the backend sent nothing for timeoutMemberData before
+	// the first byte reached the client (504).
+	CodeIdleTimeout = "pd_idle_timeout"
+	// CodeStreamDuration: max_stream_duration_sec passed before the first
+	// byte reached the client (504).
+	CodeStreamDuration = "max_stream_duration_exceeded"
+)
+
+// typeInvalidRequest is OpenAI's type for request problems.
+const typeInvalidRequest = "invalid_request_error"
+
+// DefaultRetryAfter is the Retry-After llb sends with 429 and valve 503s.
+const DefaultRetryAfter = time.Second
+
+// ClientError is an error answered to the client. It implements error so it
+// can travel through the request path and be classified with errors.As.
+type ClientError struct {
+	// Status is the HTTP status.
+	Status int
+	// Type is the OpenAI error type: "invalid_request_error" for request
+	// problems, LoxiLB's error string for data-plane failures.
+	Type string
+	// Code is the stable machine code (the Code* constants).
+	Code string
+	// Param names the offending request field, or "".
+	Param string
+	// Message is a sentence a person can act on.
+	Message string
+	// RetryAfter, when positive, is sent as a Retry-After header (seconds,
+	// rounded up).
+	RetryAfter time.Duration
+}
+
+// Error returns "code: message".
+func (e *ClientError) Error() string { return e.Code + ": " + e.Message }
+
+func requestError(status int, code, param, msg string) *ClientError {
+	return &ClientError{Status: status, Type: typeInvalidRequest, Code: code, Param: param, Message: msg}
+}
+
+func planeError(status int, code, msg string) *ClientError {
+	return &ClientError{Status: status, Type: code, Code: code, Message: msg}
+}
+
+// AppendJSON appends the OpenAI error body.
+func (e *ClientError) AppendJSON(b []byte) []byte {
+	b = append(b, `{"error":{"message":`...)
+	b = strconv.AppendQuote(b, e.Message)
+	b = append(b, `,"type":`...)
+	b = strconv.AppendQuote(b, e.Type)
+	b = append(b, `,"param":`...)
+	if e.Param == "" {
+		b = append(b, "null"...)
+	} else {
+		b = strconv.AppendQuote(b, e.Param)
+	}
+	b = append(b, `,"code":`...)
+	b = strconv.AppendQuote(b, e.Code)
+	return append(b, "}}\n"...)
+}
+
+// write sends the error. Headers already set on w (X-Llb-Route) are kept.
+func (e *ClientError) write(w http.ResponseWriter) int {
+	body := e.AppendJSON(make([]byte, 0, 160+len(e.Message)))
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	if e.RetryAfter > 0 {
+		secs := int64((e.RetryAfter + time.Second - 1) / time.Second)
+		h.Set("Retry-After", strconv.FormatInt(secs, 10))
+	}
+	w.WriteHeader(e.Status)
+	n, _ := w.Write(body)
+	return n
+}
+
+// errorForDecision maps a decision that did not admit the request to the
+// client error it names. It is the one place where ladder outcomes become
+// HTTP statuses. Callers pass only decisions with Available() == false.
+func errorForDecision(d *ladder.Decision) *ClientError {
+	switch d.Admission {
+	case ladder.Shed:
+		e := planeError(http.StatusTooManyRequests, CodeOverloaded, "all prefill endpoints are at capacity; retry later")
+		e.RetryAfter = DefaultRetryAfter
+		return e
+	case ladder.Refuse:
+		e := planeError(http.StatusServiceUnavailable, CodeServiceUnavailable, "the service's total in-flight bound is reached; retry later")
+		e.RetryAfter = DefaultRetryAfter
+		return e
+	case ladder.Park:
+		// Route blocks while a request is parked and answers Admit or
+		// ErrParkTimeout; a Park decision reaching the gateway is a
+		// contract violation, answered as a retriable 503.
+		e := planeError(http.StatusServiceUnavailable, CodeServiceUnavailable, "the request was parked but not resumed; retry later")
+		e.RetryAfter = DefaultRetryAfter
+		return e
+	}
+	switch d.Unavailable {
+	case ladder.ReasonPDPoolUnavailable:
+		return planeError(http.StatusServiceUnavailable, CodePoolUnavailable, "no healthy prefill/decode pair and no rescue endpoint is available")
+	case ladder.ReasonNoHealthyBackend:
+		return planeError(http.StatusServiceUnavailable, CodeNoHealthyBackend, "no healthy endpoint is available")
+	}
+	return planeError(http.StatusServiceUnavailable, CodeNoHealthyBackend, "the router selected no endpoint ("+d.String()+")")
+}
+
+// errorForRouteErr maps an error from Router.Route. ctx errors (the client
+// left) are not mapped: the caller checks the request context first.
+func errorForRouteErr(err error) *ClientError {
+	switch {
+	case errors.Is(err, actors.ErrParkTimeout):
+		return planeError(http.StatusGatewayTimeout, CodeParkTimeout, "the request waited for admission longer than the park deadline")
+	case errors.Is(err, actors.ErrStopped):
+		e := planeError(http.StatusServiceUnavailable, CodeServiceUnavailable, "the service is stopping")
+		e.RetryAfter = DefaultRetryAfter
+		return e
+	case errors.Is(err, actors.ErrRouterTimeout):
+		e := planeError(http.StatusServiceUnavailable, CodeServiceUnavailable, "the router did not answer in time; retry later")
+		e.RetryAfter = DefaultRetryAfter
+		return e
+	case errors.Is(err, context.DeadlineExceeded):
+		return planeError(http.StatusGatewayTimeout, CodeStreamDuration, "the request's deadline passed while it was being routed")
+	}
+	e := planeError(http.StatusServiceUnavailable, CodeServiceUnavailable, "routing failed: "+err.Error())
+	e.RetryAfter = DefaultRetryAfter
+	return e
+}
+
+// Errors for failures of the upstream legs.
+func errBackendUnreachable(detail string) *ClientError {
+	return planeError(http.StatusBadGateway, CodeBackendUnreachable, "no backend could serve the request: "+detail)
+}
+
+func errDecodeDied(detail string) *ClientError {
+	return planeError(http.StatusBadGateway, CodeDecodeDied, "the decode backend failed before sending a response: "+detail)
+}
+
+func errPrefillTimeout(d time.Duration) *ClientError {
+	return planeError(http.StatusGatewayTimeout, CodePrefillTimeout, "the prefill leg did not finish within "+d.String())
+}
+
+func errIdleTimeout(d time.Duration) *ClientError {
+	return planeError(http.StatusGatewayTimeout, CodeIdleTimeout, "the backend sent nothing for "+d.String())
+}
+
+func errStreamDuration(d time.Duration) *ClientError {
+	return planeError(http.StatusGatewayTimeout, CodeStreamDuration, "the request exceeded the maximum stream duration of "+d.String())
+}

@@ -1,0 +1,298 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/llbproject/llb/actors"
+	"github.com/llbproject/llb/inventory"
+)
+
+// ErrNoRouter is returned by NewHandler when Deps.Router is nil.
+var ErrNoRouter = errors.New("gateway: no router")
+
+// Deps are the runtime services a rule's data plane uses.
+type Deps struct {
+	// Router is the service's router (a *actors.Service); required.
+	Router actors.Router
+	// Hasher computes Tier-1.5 block keys. nil builds one from
+	// RuleConfig.Hasher when kvExactMode is on; pass the runtime's own to
+	// share it with the inventory mirror.
+	Hasher inventory.ChainHasher
+	// Tokenizer is the engine /tokenize client for Tier 1.5; nil makes
+	// every text prompt a tokenize guard (token-id prompts still hash).
+	Tokenizer Tokenizer
+	// Metrics receives the rule's metrics; nil keeps them in a private set.
+	Metrics *Metrics
+	// Log receives the access log (Info, one line per request) and
+	// decision traces (Debug). The zero Logger discards.
+	Log zerolog.Logger
+	// Transport carries upstream requests; nil builds NewTransport with the
+	// rule's connect timeout.
+	Transport http.RoundTripper
+}
+
+// Handler is one rule's data plane as an http.Handler: parsing, routing
+// input, single-pool and P/D proxying, client errors, access log and
+// metrics. It is safe for concurrent use; each request runs entirely in
+// its own goroutine (the server's), with no goroutine per token.
+type Handler struct {
+	cfg    RuleConfig
+	addrs  []string // endpoint ip:port, by index
+	router actors.Router
+	rt     http.RoundTripper
+	input  *routeInput
+	met    *Metrics
+	log    zerolog.Logger
+
+	// Effective settings (defaults applied).
+	maxStream       time.Duration
+	prefillTimeout  time.Duration
+	dataTimeout     time.Duration
+	bodyLimit       int64
+	bodyReadTimeout time.Duration
+	maxRetries      int
+
+	bufs sync.Pool // *[]byte, copyBufSize
+}
+
+// copyBufSize is the relay buffer size (one per active response).
+const copyBufSize = 32 << 10
+
+// NewHandler validates cfg and builds the rule's handler.
+func NewHandler(cfg RuleConfig, deps Deps) (*Handler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.Router == nil {
+		return nil, ErrNoRouter
+	}
+	var kv *kvInput
+	if cfg.KVExactMode != 0 {
+		hasher := deps.Hasher
+		if hasher == nil {
+			var err error
+			if hasher, err = cfg.Hasher.Build(); err != nil {
+				return nil, fmt.Errorf("gateway: rule %q hasher: %w", cfg.Name, err)
+			}
+		}
+		kv = &kvInput{hasher: hasher, tokenizer: deps.Tokenizer, timeout: cfg.tokenizeTimeout()}
+	}
+	input, err := newRouteInput(&cfg, kv)
+	if err != nil {
+		return nil, err
+	}
+	h := &Handler{
+		cfg:             cfg,
+		router:          deps.Router,
+		rt:              deps.Transport,
+		input:           input,
+		met:             deps.Metrics,
+		log:             deps.Log,
+		maxStream:       cfg.maxStreamDuration(),
+		prefillTimeout:  cfg.prefillTimeout(),
+		dataTimeout:     cfg.dataTimeout(),
+		bodyLimit:       cfg.bodyLimit(),
+		bodyReadTimeout: cfg.bodyReadTimeout(),
+		maxRetries:      cfg.maxConnectRetries(),
+	}
+	h.cfg.Endpoints = append([]EndpointConfig(nil), cfg.Endpoints...)
+	for _, ep := range cfg.Endpoints {
+		h.addrs = append(h.addrs, ep.Addr.String())
+	}
+	if h.rt == nil {
+		h.rt = NewTransport(TransportConfig{ConnectTimeout: cfg.connectTimeout()})
+	}
+	if h.met == nil {
+		h.met = NewMetrics(nil, cfg.Name)
+	}
+	h.bufs.New = func() any { b := make([]byte, copyBufSize); return &b }
+	return h, nil
+}
+
+// Metrics returns the handler's metrics.
+func (h *Handler) Metrics() *Metrics { return h.met }
+
+// ServeHTTP serves one client request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	x := exchange{start: time.Now(), prefillEP: -1, decodeEP: -1}
+	switch r.URL.Path {
+	case PathCompletions, PathChatCompletions:
+		kind := KindCompletion
+		if r.URL.Path == PathChatCompletions {
+			kind = KindChat
+		}
+		x.api = kind.String()
+		if r.Method != http.MethodPost {
+			h.methodNotAllowed(w, &x, "POST")
+			break
+		}
+		h.serveGenerate(w, r, kind, &x)
+	case PathModels, PathHealth:
+		x.api = "passthrough"
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			h.methodNotAllowed(w, &x, "GET, HEAD")
+			break
+		}
+		h.servePassthrough(w, r, &x)
+	default:
+		x.api = "unknown"
+		h.fail(w, &x, requestError(http.StatusNotFound, CodeUnknownURL, "",
+			"llb serves POST "+PathCompletions+", POST "+PathChatCompletions+", GET "+PathModels+" and GET "+PathHealth+"; not "+r.Method+" "+r.URL.Path))
+	}
+	h.record(r, &x)
+	if x.aborted {
+		// The response was already under way when the upstream broke: cut
+		// the client connection rather than fake a clean end (httputil's
+		// rule; net/http recovers this panic silently).
+		panic(http.ErrAbortHandler)
+	}
+}
+
+func (h *Handler) methodNotAllowed(w http.ResponseWriter, x *exchange, allow string) {
+	w.Header().Set("Allow", allow)
+	h.fail(w, x, requestError(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "", "this path accepts "+allow))
+}
+
+// fail answers the client with e (nothing was sent yet).
+func (h *Handler) fail(w http.ResponseWriter, x *exchange, e *ClientError) {
+	x.setRouteHeader(w.Header(), h.addrs)
+	x.status, x.code = e.Status, e.Code
+	x.bytes += int64(e.write(w))
+}
+
+// serveGenerate handles the completion and chat APIs.
+func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, kind APIKind, x *exchange) {
+	ctx, cancel := context.WithTimeout(r.Context(), h.maxStream)
+	defer cancel()
+	h.met.aiRequests.Inc()
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(h.bodyReadTimeout)) // unsupported writers just skip it
+	body, cerr := readBody(w, r, h.bodyLimit)
+	_ = rc.SetReadDeadline(time.Time{})
+	if cerr != nil {
+		if r.Context().Err() != nil {
+			x.clientGone()
+			return
+		}
+		h.fail(w, x, cerr)
+		return
+	}
+	req, err := ParseRequest(kind, body)
+	if err != nil {
+		var ce *ClientError
+		if !errors.As(err, &ce) {
+			ce = requestError(http.StatusBadRequest, CodeInvalidJSON, "", err.Error())
+		}
+		h.fail(w, x, ce)
+		return
+	}
+	req.ConversationID = r.Header.Get(HeaderConversationID)
+	x.model, x.stream = req.Model, req.Stream
+	var rr actors.RouteRequest
+	h.input.build(ctx, r, req, &rr)
+	x.kvGuard = rr.Req.KV.Guard
+	h.proxy(ctx, w, r, req, &rr, x)
+}
+
+// servePassthrough forwards GET /v1/models and /health to an available
+// endpoint chosen by the router (so health and breaker state apply).
+func (h *Handler) servePassthrough(w http.ResponseWriter, r *http.Request, x *exchange) {
+	ctx, cancel := context.WithTimeout(r.Context(), h.maxStream)
+	defer cancel()
+	var rr actors.RouteRequest
+	h.input.buildBasic(r, &rr)
+	h.proxy(ctx, w, r, nil, &rr, x)
+}
+
+// attempt is the result of one routed attempt.
+type attempt struct {
+	// retry asks the loop to route again avoiding failedEP. The attempt has
+	// already reported its outcome and finished its ticket.
+	retry    bool
+	failedEP int
+	// prefill is true when the failed leg was a P/D prefill.
+	prefill bool
+	// err is the answer if no retry can be made.
+	err *ClientError
+}
+
+// proxy routes and serves, retrying on another endpoint while no byte has
+// reached the client and the failure was a connect failure (single leg) or
+// a dead prefill (P/D, once). req is nil for pass-through paths.
+func (h *Handler) proxy(ctx context.Context, w http.ResponseWriter, r *http.Request, req *Request, rr *actors.RouteRequest, x *exchange) {
+	hdr := outboundHeader(r, h.cfg.TrustForwardedHeaders)
+	retriesLeft, prefillRetries := h.maxRetries, 1
+	var last *ClientError
+	for {
+		route, err := h.router.Route(ctx, rr)
+		if err != nil {
+			switch {
+			case r.Context().Err() != nil:
+				x.clientGone()
+			case last != nil:
+				h.fail(w, x, last)
+			case ctx.Err() != nil:
+				h.fail(w, x, errStreamDuration(h.maxStream))
+			default:
+				h.fail(w, x, errorForRouteErr(err))
+			}
+			return
+		}
+		x.decision, x.decided, x.parked = route.Decision, true, route.Parked
+		d := &x.decision
+		if !d.Available() {
+			if last != nil {
+				h.fail(w, x, last) // the retry found nothing better than what failed
+			} else {
+				h.fail(w, x, errorForDecision(d))
+			}
+			return
+		}
+		h.met.decision(d)
+		if e := h.log.Debug(); e.Enabled() {
+			e.Str("route", d.String()).Uint64("ticket", route.Ticket.ID).Int("retries", x.retries).Msg("routed")
+		}
+		var a attempt
+		switch {
+		case req == nil:
+			leg := actors.LegSingle
+			if d.Decode >= 0 {
+				leg = actors.LegPrefill
+			}
+			x.prefillEP, x.decodeEP = d.Prefill, -1
+			a = h.serveSingle(ctx, w, r, hdr, nil, route.Ticket, leg, d.Prefill, retriesLeft > 0, x)
+		case d.Decode >= 0 && req.PromptCount() > 1:
+			// Multi-prompt P/D request: served whole by the decode endpoint,
+			// which computes the prefill itself (a shared remote_block_ids
+			// would trip vLLM; see doc.go).
+			x.prefillEP, x.decodeEP = -1, d.Decode
+			a = h.serveSingle(ctx, w, r, hdr, req.Body, route.Ticket, actors.LegDecode, d.Decode, retriesLeft > 0, x)
+		case d.Decode >= 0:
+			a = h.servePD(ctx, w, r, hdr, req, route, prefillRetries > 0, x)
+		default:
+			x.prefillEP, x.decodeEP = d.Prefill, -1
+			a = h.serveSingle(ctx, w, r, hdr, req.Body, route.Ticket, actors.LegSingle, d.Prefill, retriesLeft > 0, x)
+		}
+		if !a.retry {
+			return
+		}
+		if a.failedEP >= 0 && a.failedEP < 32 {
+			rr.Avoid |= 1 << uint(a.failedEP)
+		}
+		x.retries++
+		h.met.connectFailover.Inc()
+		last = a.err
+		if a.prefill {
+			prefillRetries--
+		} else {
+			retriesLeft--
+		}
+	}
+}

@@ -1,0 +1,202 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Top-level JSON object surgery. The gateway forwards request bodies
+// byte-for-byte and only ever touches top-level members (the P/D prefill
+// rewrite, the decode leg's kv_transfer_params). Decoding the body into a map
+// and re-encoding it would reorder keys and reformat numbers (1e3 → 1000,
+// big token ids → floats), so instead these helpers walk the raw bytes,
+// yield each top-level member's key and raw value, and splice new bodies out
+// of the original spans.
+
+// errNotObject reports a JSON value that is not an object where one is
+// required.
+var errNotObject = errors.New("gateway: JSON value is not an object")
+
+// member is one top-level member of a JSON object: the decoded key and the
+// raw value bytes (a sub-slice of the scanned document).
+type member struct {
+	key string
+	val []byte
+	// start and end delimit the whole member in the document (key through
+	// value), for splicing.
+	start, end int
+}
+
+// forEachMember calls fn for every top-level member of the JSON object in
+// doc, in document order (duplicates included, as they appear). doc must be
+// valid JSON (json.Valid); a value that is not an object yields errNotObject.
+// Keys without escapes are compared without allocating when fn only reads
+// m.key against constants (the compiler elides the conversion for switch and
+// == on string(bytes)).
+func forEachMember(doc []byte, fn func(m *member) error) error {
+	i := skipSpace(doc, 0)
+	if i >= len(doc) || doc[i] != '{' {
+		return errNotObject
+	}
+	i++
+	var m member
+	for {
+		i = skipSpace(doc, i)
+		if i >= len(doc) {
+			return errNotObject
+		}
+		if doc[i] == '}' {
+			return nil
+		}
+		if doc[i] == ',' {
+			i = skipSpace(doc, i+1)
+		}
+		m.start = i
+		kEnd := skipString(doc, i)
+		raw := doc[i+1 : kEnd-1]
+		if bytes.IndexByte(raw, '\\') >= 0 {
+			var k string
+			if err := json.Unmarshal(doc[i:kEnd], &k); err != nil {
+				return fmt.Errorf("gateway: object key: %w", err)
+			}
+			m.key = k
+		} else {
+			m.key = string(raw)
+		}
+		i = skipSpace(doc, kEnd)
+		i = skipSpace(doc, i+1) // ':'
+		vEnd := skipValue(doc, i)
+		m.val = doc[i:vEnd]
+		m.end = vEnd
+		if err := fn(&m); err != nil {
+			return err
+		}
+		i = vEnd
+	}
+}
+
+// skipSpace returns the index of the first non-whitespace byte at or after i.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// skipString returns the index just past the string starting at b[i] == '"'.
+func skipString(b []byte, i int) int {
+	i++
+	for i < len(b) {
+		switch b[i] {
+		case '\\':
+			i += 2
+		case '"':
+			return i + 1
+		default:
+			i++
+		}
+	}
+	return i
+}
+
+// skipValue returns the index just past the value starting at b[i]. b must
+// be valid JSON.
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return i
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	default: // number, true, false, null
+		for i < len(b) {
+			switch b[i] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return i
+			}
+			i++
+		}
+		return i
+	}
+}
+
+// isNull reports whether a raw JSON value is the literal null.
+func isNull(v []byte) bool { return len(v) == 4 && string(v) == "null" }
+
+// objectEditor rebuilds a JSON object from an original document: members
+// whose key is dropped are left out, the rest are copied byte-for-byte in
+// order, and appended members follow. Whitespace between members is not
+// preserved (the original spans are joined with ',').
+type objectEditor struct {
+	out   []byte
+	first bool
+}
+
+func newObjectEditor(capHint int) objectEditor {
+	e := objectEditor{out: make([]byte, 0, capHint+2), first: true}
+	e.out = append(e.out, '{')
+	return e
+}
+
+// copyMember appends an original member (its raw span).
+func (e *objectEditor) copyMember(doc []byte, m *member) {
+	e.sep()
+	e.out = append(e.out, doc[m.start:m.end]...)
+}
+
+// add appends "key":raw. key must not need escaping.
+func (e *objectEditor) add(key string, raw []byte) {
+	e.sep()
+	e.out = append(e.out, '"')
+	e.out = append(e.out, key...)
+	e.out = append(e.out, '"', ':')
+	e.out = append(e.out, raw...)
+}
+
+func (e *objectEditor) sep() {
+	if !e.first {
+		e.out = append(e.out, ',')
+	}
+	e.first = false
+}
+
+// bytes closes the object and returns it.
+func (e *objectEditor) bytes() []byte { return append(e.out, '}') }
+
+// topLevelValue returns the raw value of the last top-level member named key
+// in the JSON object doc (valid JSON), or nil when absent.
+func topLevelValue(doc []byte, key string) ([]byte, error) {
+	var v []byte
+	err := forEachMember(doc, func(m *member) error {
+		if m.key == key {
+			v = m.val
+		}
+		return nil
+	})
+	return v, err
+}

@@ -1,0 +1,161 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// Listener serving: one HTTP server per mode:4 rule on externalIP:port.
+
+// Server timeouts. None of them bounds a response: long SSE streams are
+// bounded per request (RuleConfig.MaxStreamDuration, DataTimeout).
+const (
+	// DefaultReadHeaderTimeout bounds reading a request's headers.
+	DefaultReadHeaderTimeout = 10 * time.Second
+	// DefaultIdleTimeout closes keep-alive client connections idle this long.
+	DefaultIdleTimeout = 120 * time.Second
+)
+
+// ErrBind classifies a listener that could not bind its address; the
+// runtime reports it in the rule's REST status (other rules keep running).
+var ErrBind = errors.New("gateway: cannot listen")
+
+// ErrNotStarted is returned by Addr-dependent calls before Start.
+var ErrNotStarted = errors.New("gateway: listener not started")
+
+// Listener is one rule's HTTP listener: HTTP/1.1 and cleartext HTTP/2 with
+// prior knowledge (h2c), serving the rule's Handler.
+//
+// Lifecycle: NewListener → Start (once) → Shutdown or Close (once; later
+// calls return the first result). Safe for concurrent use.
+type Listener struct {
+	h      *Handler
+	addr   netip.AddrPort
+	srv    *http.Server
+	base   context.Context
+	cancel context.CancelFunc
+
+	mu      sync.Mutex // guards ln, started, serveErr
+	ln      net.Listener
+	started bool
+	done    chan struct{} // closed when Serve returned
+	served  error
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// NewListener validates cfg and builds the rule's listener (not yet bound).
+func NewListener(cfg RuleConfig, deps Deps) (*Listener, error) {
+	h, err := NewHandler(cfg, deps)
+	if err != nil {
+		return nil, err
+	}
+	base, cancel := context.WithCancel(context.Background())
+	l := &Listener{h: h, addr: netip.AddrPortFrom(cfg.VIP, cfg.Port), base: base, cancel: cancel, done: make(chan struct{})}
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
+	l.srv = &http.Server{
+		Handler:           h,
+		Protocols:         &protos,
+		ReadHeaderTimeout: DefaultReadHeaderTimeout,
+		IdleTimeout:       DefaultIdleTimeout,
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ErrorLog:          log.New(h.log, "", 0),
+	}
+	return l, nil
+}
+
+// Handler returns the rule's handler.
+func (l *Listener) Handler() *Handler { return l.h }
+
+// Start binds VIP:port and serves in the background. A bind failure is
+// returned (wrapping ErrBind and the OS error) and leaves nothing running.
+func (l *Listener) Start() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.started {
+		return fmt.Errorf("gateway: listener %s already started", l.addr)
+	}
+	ln, err := net.Listen("tcp", l.addr.String())
+	if err != nil {
+		return fmt.Errorf("%w %s: %w", ErrBind, l.addr, err)
+	}
+	l.ln, l.started = ln, true
+	go func() {
+		err := l.srv.Serve(ln)
+		l.mu.Lock()
+		if !errors.Is(err, http.ErrServerClosed) {
+			l.served = err
+		}
+		l.mu.Unlock()
+		close(l.done)
+	}()
+	return nil
+}
+
+// Addr returns the bound address (useful with port 0), or nil before Start.
+func (l *Listener) Addr() net.Addr {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ln == nil {
+		return nil
+	}
+	return l.ln.Addr()
+}
+
+// Done is closed when the server stopped serving (after Shutdown/Close, or
+// when accepting failed); Err then tells why.
+func (l *Listener) Done() <-chan struct{} { return l.done }
+
+// Err returns the error that stopped serving, nil after a requested stop.
+func (l *Listener) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.served
+}
+
+// Shutdown stops accepting, lets in-flight requests and streams finish
+// until ctx ends, then cuts what remains (their upstream legs are
+// cancelled and reported as client-gone). It returns ctx.Err() when it had
+// to cut streams, nil when everything drained.
+func (l *Listener) Shutdown(ctx context.Context) error {
+	l.stopOnce.Do(func() {
+		err := l.srv.Shutdown(ctx)
+		if err != nil {
+			l.cancel() // cancel upstream legs so handlers return now
+			_ = l.srv.Close()
+		}
+		l.cancel()
+		l.stopErr = err
+		l.waitServe()
+	})
+	return l.stopErr
+}
+
+// Close stops the listener immediately, cutting in-flight requests.
+func (l *Listener) Close() error {
+	l.stopOnce.Do(func() {
+		l.cancel()
+		l.stopErr = l.srv.Close()
+		l.waitServe()
+	})
+	return l.stopErr
+}
+
+func (l *Listener) waitServe() {
+	l.mu.Lock()
+	started := l.started
+	l.mu.Unlock()
+	if started {
+		<-l.done
+	}
+}

@@ -1,0 +1,466 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+)
+
+// OpenAI request parsing. Only what routing needs is read; the body itself
+// is forwarded byte-for-byte (except the P/D prefill rewrite). Keys are
+// matched exactly (case-sensitive, as vLLM's pydantic models do; Go's
+// encoding/json would also bind "Model" to model) and, like Python's json,
+// the last of duplicate keys wins.
+
+// Paths the gateway serves.
+const (
+	// PathCompletions is the OpenAI completions API.
+	PathCompletions = "/v1/completions"
+	// PathChatCompletions is the OpenAI chat completions API.
+	PathChatCompletions = "/v1/chat/completions"
+	// PathModels is passed through to an available endpoint (GET).
+	PathModels = "/v1/models"
+	// PathHealth is passed through to an available endpoint (GET).
+	PathHealth = "/health"
+)
+
+// HeaderConversationID is the client's conversation id header: the Tier-0
+// key when present (it overrides user_id), and the CHWBL fallback key.
+const HeaderConversationID = "X-Conversation-Id"
+
+// DefaultBodyLimit bounds a request body when RuleConfig.BodyLimit is 0.
+const DefaultBodyLimit = 16 << 20
+
+// APIKind is which generation API a request uses.
+type APIKind uint8
+
+// API kinds.
+const (
+	// KindCompletion is POST /v1/completions.
+	KindCompletion APIKind = iota
+	// KindChat is POST /v1/chat/completions.
+	KindChat
+)
+
+// String returns "completion" or "chat".
+func (k APIKind) String() string {
+	if k == KindChat {
+		return "chat"
+	}
+	return "completion"
+}
+
+// PromptForm is the shape of a completion's prompt field.
+type PromptForm uint8
+
+// Prompt forms (vllm-contract.md §8).
+const (
+	// PromptNone: no prompt (a chat request, or prompt_embeds only).
+	PromptNone PromptForm = iota
+	// PromptText: one string.
+	PromptText
+	// PromptTexts: an array of strings (a multi-prompt request when len > 1).
+	PromptTexts
+	// PromptTokens: one array of token ids.
+	PromptTokens
+	// PromptTokenLists: an array of token-id arrays.
+	PromptTokenLists
+)
+
+// ChatMessage is one chat message as routing sees it.
+type ChatMessage struct {
+	// Role is the message's role ("system", "user", ...).
+	Role string
+	// Text is the content's text: the string content, or the text parts
+	// concatenated; a non-text part contributes a "[type:ref]" marker so two
+	// requests with different images do not render alike.
+	Text string
+	// Media is true when the content has a non-text part (image, audio,
+	// video, file): Tier 1.5 cannot reproduce the engine's multimodal hashes
+	// for it.
+	Media bool
+}
+
+// Request is a parsed OpenAI generation request. It does not own Body
+// exclusively: Body is the exact bytes the client sent.
+type Request struct {
+	// Kind is the API the request came in on.
+	Kind APIKind
+	// Body is the client's body, forwarded as-is on single-pool and decode
+	// legs.
+	Body []byte
+	// Model is the model field; "" when absent.
+	Model string
+	// Stream is the stream field (false when absent or null).
+	Stream bool
+	// Form is the completion prompt's shape (PromptNone for chat).
+	Form PromptForm
+	// Texts holds the prompt strings (PromptText: one, PromptTexts: ≥ 1).
+	Texts []string
+	// Tokens holds the token-id prompts (PromptTokens: one, PromptTokenLists:
+	// ≥ 1).
+	Tokens [][]uint32
+	// PromptEmbeds is true when the completion carries prompt_embeds (no
+	// text or tokens to hash).
+	PromptEmbeds bool
+	// Messages are the chat messages, in order.
+	Messages []ChatMessage
+	// RawMessages is the messages array as sent, for /tokenize's chat form.
+	RawMessages json.RawMessage
+	// ChatTemplate, ChatTemplateKwargs, Tools, AddGenerationPrompt and
+	// ContinueFinalMessage are the raw chat-template inputs, forwarded to
+	// /tokenize so the engine renders exactly what it will serve; nil when
+	// absent.
+	ChatTemplate, ChatTemplateKwargs, Tools       json.RawMessage
+	AddGenerationPrompt, ContinueFinalMessage     json.RawMessage
+	MMProcessorKwargs, AddSpecialTokens, Truncate json.RawMessage
+	// UserID is the user_id field (the seed page's Tier-0 key).
+	UserID string
+	// User is OpenAI's user field, a lower-priority fallback for UserID.
+	User string
+	// CacheSalt is vLLM's cache_salt (it changes every block hash).
+	CacheSalt string
+	// HasMaxCompletionTokens is true when the body has max_completion_tokens
+	// (the prefill rewrite sets it to 1 only then).
+	HasMaxCompletionTokens bool
+	// ConversationID is the X-Conversation-Id header.
+	ConversationID string
+}
+
+// PromptCount returns how many prompts a completion carries (1 for chat).
+func (r *Request) PromptCount() int {
+	switch r.Form {
+	case PromptText, PromptTexts:
+		return len(r.Texts)
+	case PromptTokens, PromptTokenLists:
+		return len(r.Tokens)
+	}
+	return 1
+}
+
+// SessionUser returns the user id routing keys on: user_id, else OpenAI's
+// user. (X-Conversation-Id overrides both; see ladder.SessionKeyFor.)
+func (r *Request) SessionUser() string {
+	if r.UserID != "" {
+		return r.UserID
+	}
+	return r.User
+}
+
+// ParseRequest parses body as a request of kind. Problems are returned as a
+// *ClientError (400) naming the field; use errors.As.
+func ParseRequest(kind APIKind, body []byte) (*Request, error) {
+	if !json.Valid(body) {
+		return nil, requestError(http.StatusBadRequest, CodeInvalidJSON, "", "the request body is not valid JSON")
+	}
+	r := &Request{Kind: kind, Body: body}
+	var prompt, messages []byte
+	var hasPrompt, hasMessages bool
+	err := forEachMember(body, func(m *member) error {
+		var err error
+		switch m.key {
+		case "model":
+			err = decodeString(m, &r.Model)
+		case "stream":
+			err = decodeBool(m, &r.Stream)
+		case "stream_options":
+			err = expectObject(m)
+		case "kv_transfer_params":
+			err = expectObject(m)
+		case "max_tokens", "min_tokens":
+			err = decodeCount(m)
+		case "max_completion_tokens":
+			r.HasMaxCompletionTokens = true
+			err = decodeCount(m)
+		case "user_id":
+			err = decodeString(m, &r.UserID)
+		case "user":
+			err = decodeString(m, &r.User)
+		case "cache_salt":
+			err = decodeString(m, &r.CacheSalt)
+		case "prompt":
+			prompt, hasPrompt = m.val, !isNull(m.val)
+		case "prompt_embeds":
+			r.PromptEmbeds = !isNull(m.val)
+		case "messages":
+			messages, hasMessages = m.val, !isNull(m.val)
+		case "chat_template":
+			r.ChatTemplate = keep(m.val)
+		case "chat_template_kwargs":
+			r.ChatTemplateKwargs = keep(m.val)
+		case "tools":
+			r.Tools = keep(m.val)
+		case "add_generation_prompt":
+			r.AddGenerationPrompt = keep(m.val)
+		case "continue_final_message":
+			r.ContinueFinalMessage = keep(m.val)
+		case "mm_processor_kwargs":
+			r.MMProcessorKwargs = keep(m.val)
+		case "add_special_tokens":
+			r.AddSpecialTokens = keep(m.val)
+		case "truncate_prompt_tokens":
+			r.Truncate = keep(m.val)
+		}
+		return err
+	})
+	if err != nil {
+		var ce *ClientError
+		if errors.As(err, &ce) {
+			return nil, ce
+		}
+		return nil, requestError(http.StatusBadRequest, CodeInvalidJSON, "", "the request body must be a JSON object")
+	}
+	switch kind {
+	case KindCompletion:
+		if hasPrompt {
+			if err := r.parsePrompt(prompt); err != nil {
+				return nil, err
+			}
+		} else if !r.PromptEmbeds {
+			return nil, requestError(http.StatusBadRequest, CodeMissingField, "prompt", "a completion request needs a prompt (or prompt_embeds)")
+		}
+	case KindChat:
+		if !hasMessages {
+			return nil, requestError(http.StatusBadRequest, CodeMissingField, "messages", "a chat completion request needs a messages array")
+		}
+		if err := r.parseMessages(messages); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// keep returns a raw value, or nil for JSON null.
+func keep(v []byte) json.RawMessage {
+	if isNull(v) {
+		return nil
+	}
+	return v
+}
+
+func fieldError(param, msg string) *ClientError {
+	return requestError(http.StatusBadRequest, CodeInvalidField, param, msg)
+}
+
+func decodeString(m *member, dst *string) error {
+	if isNull(m.val) {
+		*dst = ""
+		return nil
+	}
+	if len(m.val) == 0 || m.val[0] != '"' {
+		return fieldError(m.key, m.key+" must be a string")
+	}
+	if bytes.IndexByte(m.val, '\\') < 0 {
+		*dst = string(m.val[1 : len(m.val)-1])
+		return nil
+	}
+	if err := json.Unmarshal(m.val, dst); err != nil {
+		return fieldError(m.key, m.key+" must be a string")
+	}
+	return nil
+}
+
+func decodeBool(m *member, dst *bool) error {
+	switch string(m.val) {
+	case "true":
+		*dst = true
+	case "false", "null":
+		*dst = false
+	default:
+		return fieldError(m.key, m.key+" must be a boolean")
+	}
+	return nil
+}
+
+func expectObject(m *member) error {
+	if isNull(m.val) || (len(m.val) > 0 && m.val[0] == '{') {
+		return nil
+	}
+	return fieldError(m.key, m.key+" must be an object or null")
+}
+
+// decodeCount checks a token-count field: a non-negative integer or null.
+func decodeCount(m *member) error {
+	if isNull(m.val) {
+		return nil
+	}
+	if _, err := strconv.ParseUint(string(m.val), 10, 32); err != nil {
+		return fieldError(m.key, m.key+" must be a non-negative integer below 2^32")
+	}
+	return nil
+}
+
+func (r *Request) parsePrompt(v []byte) error {
+	const param = "prompt"
+	if v[0] == '"' {
+		var s string
+		if err := json.Unmarshal(v, &s); err != nil {
+			return fieldError(param, "prompt must be a string, an array of strings, an array of token ids or an array of token-id arrays")
+		}
+		r.Form, r.Texts = PromptText, []string{s}
+		return nil
+	}
+	if v[0] != '[' {
+		return fieldError(param, "prompt must be a string, an array of strings, an array of token ids or an array of token-id arrays")
+	}
+	i := skipSpace(v, 1)
+	if i >= len(v) || v[i] == ']' {
+		return fieldError(param, "prompt must not be an empty array")
+	}
+	switch v[i] {
+	case '"':
+		if err := json.Unmarshal(v, &r.Texts); err != nil {
+			return fieldError(param, "a prompt array that starts with a string must hold only strings")
+		}
+		r.Form = PromptTexts
+	case '[':
+		if err := json.Unmarshal(v, &r.Tokens); err != nil {
+			return fieldError(param, "a prompt of token-id arrays must hold only arrays of token ids (integers 0–4294967295)")
+		}
+		for _, t := range r.Tokens {
+			if len(t) == 0 {
+				return fieldError(param, "a token-id prompt must not be empty")
+			}
+		}
+		r.Form = PromptTokenLists
+	default:
+		var toks []uint32
+		if err := json.Unmarshal(v, &toks); err != nil {
+			return fieldError(param, "a prompt of token ids must hold only integers 0–4294967295")
+		}
+		r.Form, r.Tokens = PromptTokens, [][]uint32{toks}
+	}
+	return nil
+}
+
+// wireMessage is the part of a chat message routing reads.
+type wireMessage struct {
+	Role    json.RawMessage `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// wirePart is one content part.
+type wirePart struct {
+	Type     string          `json:"type"`
+	Text     *string         `json:"text"`
+	ImageURL json.RawMessage `json:"image_url"`
+}
+
+func (r *Request) parseMessages(v []byte) error {
+	const param = "messages"
+	if v[0] != '[' {
+		return fieldError(param, "messages must be an array of message objects")
+	}
+	var msgs []wireMessage
+	if err := json.Unmarshal(v, &msgs); err != nil {
+		return fieldError(param, "messages must be an array of message objects")
+	}
+	if len(msgs) == 0 {
+		return fieldError(param, "messages must not be empty")
+	}
+	r.RawMessages = v
+	r.Messages = make([]ChatMessage, len(msgs))
+	for i := range msgs {
+		var role string
+		if len(msgs[i].Role) == 0 || json.Unmarshal(msgs[i].Role, &role) != nil || role == "" {
+			return fieldError("messages["+strconv.Itoa(i)+"].role", "every message needs a non-empty string role")
+		}
+		text, media, err := renderContent(msgs[i].Content)
+		if err != nil {
+			return fieldError("messages["+strconv.Itoa(i)+"].content", err.Error())
+		}
+		r.Messages[i] = ChatMessage{Role: role, Text: text, Media: media}
+	}
+	return nil
+}
+
+var errContentShape = errors.New("content must be a string, an array of content parts, or null")
+
+// renderContent renders a message's content for routing.
+func renderContent(c json.RawMessage) (string, bool, error) {
+	if len(c) == 0 || isNull(c) {
+		return "", false, nil
+	}
+	switch c[0] {
+	case '"':
+		var s string
+		if err := json.Unmarshal(c, &s); err != nil {
+			return "", false, errContentShape
+		}
+		return s, false, nil
+	case '[':
+	default:
+		return "", false, errContentShape
+	}
+	var parts []wirePart
+	if err := json.Unmarshal(c, &parts); err != nil {
+		return "", false, errContentShape
+	}
+	var b []byte
+	media := false
+	for _, p := range parts {
+		switch {
+		case p.Type == "text" || p.Type == "input_text" || p.Type == "refusal" || (p.Type == "" && p.Text != nil):
+			if p.Text != nil {
+				b = append(b, *p.Text...)
+			}
+		default:
+			media = true
+			b = append(b, '[')
+			b = append(b, p.Type...)
+			if len(p.ImageURL) > 0 {
+				b = append(b, ':')
+				b = append(b, p.ImageURL...)
+			}
+			b = append(b, ']')
+		}
+	}
+	return string(b), media, nil
+}
+
+// readBody reads the request body up to limit bytes. Too large → 413; a
+// read failure → 400 (or the client is gone, which the caller notices from
+// the request context).
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *ClientError) {
+	if r.ContentLength > limit {
+		return nil, bodyTooLarge(limit)
+	}
+	size := 512
+	if r.ContentLength > 0 {
+		size = int(r.ContentLength) + 1 // +1 so ReadAll sees EOF without growing
+	}
+	body, err := readAllSized(http.MaxBytesReader(w, r.Body, limit), size)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, bodyTooLarge(limit)
+		}
+		return nil, requestError(http.StatusBadRequest, CodeBodyRead, "", "the request body could not be read: "+err.Error())
+	}
+	return body, nil
+}
+
+func bodyTooLarge(limit int64) *ClientError {
+	return requestError(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "", "the request body exceeds the limit of "+strconv.FormatInt(limit, 10)+" bytes")
+}
+
+// readAllSized is io.ReadAll starting from a buffer of the given capacity.
+func readAllSized(r io.Reader, size int) ([]byte, error) {
+	b := make([]byte, 0, size)
+	for {
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err != nil {
+			if err == io.EOF {
+				return b, nil
+			}
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+	}
+}

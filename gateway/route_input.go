@@ -1,0 +1,244 @@
+package gateway
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/llbproject/llb/actors"
+	"github.com/llbproject/llb/ladder"
+)
+
+// Routing input: what the ladder keys on, derived from the parsed request.
+//
+//   - Session key (Tier 0): ladder.SessionKeyFor(user_id or user,
+//     X-Conversation-Id). OpenAI's "user" is honoured only when user_id is
+//     absent; X-Conversation-Id overrides both.
+//   - Prompt bytes (Tier-1 trie): the completion prompt (the first prompt of
+//     a multi-prompt request), or for chat the rendering of ALL messages,
+//     each as role 0x1F text 0x1E. Token-id prompts render as 4-byte
+//     little-endian ids, so equal token prefixes are equal byte prefixes.
+//   - Prefix hash (CHWBL, sel:9): ladder.PrefixHash over model, LoRA,
+//     cache_salt and the leading PrefixSpan(level) bytes of the prompt
+//     rendering — for chat, of the messages up to and including the first
+//     user message only, so a multi-turn chat keeps its key as it grows.
+//   - Conversation hash: XXH64 of X-Conversation-Id.
+//   - Client hash / key (sel:1, sel:3): the client's ip:port and IP, or the
+//     session_header_name value.
+
+// Chat rendering separators.
+const (
+	chatRoleSep = 0x1f
+	chatMsgSep  = 0x1e
+)
+
+// PrefixSpan returns how many leading bytes of the prompt rendering the
+// CHWBL prefix hash covers at chwbl_prefix_hash_level level: 1 → 256 (about
+// 64 tokens: a system prompt's head), 2 → 1024, 3 → 4096. Other values are
+// treated as 1.
+func PrefixSpan(level int) int {
+	switch level {
+	case 2:
+		return 1024
+	case 3:
+		return 4096
+	}
+	return 256
+}
+
+// Prefix-hash flag bits honoured (chwbl_prefix_hash_flags).
+const (
+	prefixFlagLoRA      = 1 << 0
+	prefixFlagCacheSalt = 1 << 3
+)
+
+// sessionSourceKind is where the persist key comes from.
+type sessionSourceKind uint8
+
+const (
+	sessionFromIP sessionSourceKind = iota
+	sessionFromHeader
+	sessionFromCookie
+	sessionFromQuery
+	sessionFromBasicAuth
+)
+
+// sessionSource is a parsed session_header_name.
+type sessionSource struct {
+	kind sessionSourceKind
+	name string
+}
+
+var errSessionSource = errors.New(`want "<Header>", "cookie:<name>", "query:<param>" or "basic-auth"`)
+
+func parseSessionHeader(s string) (sessionSource, error) {
+	switch {
+	case s == "":
+		return sessionSource{}, nil
+	case s == "basic-auth":
+		return sessionSource{kind: sessionFromBasicAuth}, nil
+	case strings.HasPrefix(s, "cookie:"):
+		if n := s[len("cookie:"):]; n != "" {
+			return sessionSource{kind: sessionFromCookie, name: n}, nil
+		}
+	case strings.HasPrefix(s, "query:"):
+		if n := s[len("query:"):]; n != "" {
+			return sessionSource{kind: sessionFromQuery, name: n}, nil
+		}
+	case strings.ContainsAny(s, ": \t"):
+	default:
+		return sessionSource{kind: sessionFromHeader, name: http.CanonicalHeaderKey(s)}, nil
+	}
+	return sessionSource{}, fmt.Errorf("%q: %w", s, errSessionSource)
+}
+
+// value extracts the persist key from r; "" when the request lacks it.
+func (s sessionSource) value(r *http.Request) string {
+	switch s.kind {
+	case sessionFromHeader:
+		return r.Header.Get(s.name)
+	case sessionFromCookie:
+		if c, err := r.Cookie(s.name); err == nil {
+			return c.Value
+		}
+	case sessionFromQuery:
+		return r.URL.Query().Get(s.name)
+	case sessionFromBasicAuth:
+		if u, _, ok := r.BasicAuth(); ok {
+			return u
+		}
+	}
+	return ""
+}
+
+// clientIP returns the host part of r.RemoteAddr.
+func clientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// rendering is a request's prompt rendering for routing.
+type rendering struct {
+	// text is the full rendering (Tier-1 trie input).
+	text []byte
+	// stable is the length of the turn-stable head (chat: through the first
+	// user message; completion: everything).
+	stable int
+}
+
+// renderPrompt renders the request for the trie and the prefix hash. The
+// bytes are freshly allocated: the router may keep them after Route returns.
+func renderPrompt(req *Request) rendering {
+	switch req.Kind {
+	case KindChat:
+		n := 0
+		for i := range req.Messages {
+			n += len(req.Messages[i].Role) + len(req.Messages[i].Text) + 2
+		}
+		b := make([]byte, 0, n)
+		stable := -1
+		for i := range req.Messages {
+			m := &req.Messages[i]
+			b = append(b, m.Role...)
+			b = append(b, chatRoleSep)
+			b = append(b, m.Text...)
+			b = append(b, chatMsgSep)
+			if stable < 0 && m.Role == "user" {
+				stable = len(b)
+			}
+		}
+		if stable < 0 {
+			stable = len(b)
+		}
+		return rendering{text: b, stable: stable}
+	default:
+		var b []byte
+		switch req.Form {
+		case PromptText, PromptTexts:
+			b = []byte(req.Texts[0])
+		case PromptTokens, PromptTokenLists:
+			toks := req.Tokens[0]
+			b = make([]byte, 4*len(toks))
+			for i, t := range toks {
+				binary.LittleEndian.PutUint32(b[4*i:], t)
+			}
+		}
+		return rendering{text: b, stable: len(b)}
+	}
+}
+
+// routeInput builds RouteRequests for one rule.
+type routeInput struct {
+	span    int
+	flags   int
+	loraOf  func(string) string
+	session sessionSource
+	kv      *kvInput // nil when kvExactMode is off
+	pd      bool
+}
+
+func newRouteInput(cfg *RuleConfig, kv *kvInput) (*routeInput, error) {
+	src, err := parseSessionHeader(cfg.SessionHeaderName)
+	if err != nil {
+		return nil, fmt.Errorf("session_header_name: %w: %w", err, ErrInvalidConfig)
+	}
+	return &routeInput{
+		span:    PrefixSpan(cfg.PrefixHashLevel),
+		flags:   cfg.PrefixHashFlags,
+		loraOf:  cfg.LoRAOf,
+		session: src,
+		kv:      kv,
+		pd:      cfg.PDDisagg,
+	}, nil
+}
+
+// lora returns the LoRA adapter name the model names, or "".
+func (ri *routeInput) lora(model string) string {
+	if ri.loraOf == nil || model == "" {
+		return ""
+	}
+	return ri.loraOf(model)
+}
+
+// build fills rr for req (generation APIs). It runs in the request's own
+// goroutine and may call the engine's /tokenize (bounded by its deadline).
+func (ri *routeInput) build(ctx context.Context, r *http.Request, req *Request, rr *actors.RouteRequest) {
+	ri.buildBasic(r, rr)
+	lr := &rr.Req
+	lr.SessionKey, _ = ladder.SessionKeyFor(req.SessionUser(), req.ConversationID)
+	if req.ConversationID != "" {
+		lr.ConvHash, lr.HasConvHash = ladder.XXH64String(req.ConversationID, 0), true
+	}
+	rend := renderPrompt(req)
+	lr.Prompt = rend.text
+	lora := ri.lora(req.Model)
+	key := ladder.PrefixKey{Model: req.Model, Prefix: rend.text[:min(rend.stable, ri.span)]}
+	if ri.flags == 0 || ri.flags&prefixFlagLoRA != 0 {
+		key.LoRA = lora
+	}
+	if ri.flags == 0 || ri.flags&prefixFlagCacheSalt != 0 {
+		key.CacheSalt = req.CacheSalt
+	}
+	lr.PrefixHash, lr.HasPrefixHash = ladder.PrefixHash(&key), true
+	if ri.kv != nil {
+		rr.Chain, lr.KV = ri.kv.compute(ctx, req, lora, ri.pd)
+	}
+}
+
+// buildBasic fills the client keys, the only input of pass-through routes.
+func (ri *routeInput) buildBasic(r *http.Request, rr *actors.RouteRequest) {
+	lr := &rr.Req
+	lr.ClientHash = ladder.XXH64String(r.RemoteAddr, 0)
+	if v := ri.session.value(r); v != "" {
+		lr.ClientKey = v
+	} else {
+		lr.ClientKey = clientIP(r)
+	}
+}

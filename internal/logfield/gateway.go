@@ -1,0 +1,46 @@
+package logfield
+
+// Field names used by the data plane (gateway/): the access log and the
+// decision traces.
+const (
+	// API is the request's API: "completion", "chat", "passthrough", "unknown".
+	API = "api"
+	// Model is the request's model field.
+	Model = "model"
+	// Stream is the request's stream flag.
+	Stream = "stream"
+	// Tier is the routing tier that chose the endpoint ("0", "1.5", "sel", ...).
+	Tier = "tier"
+	// LLBRoute is the full X-Llb-Route value (decision, trace, endpoints).
+	LLBRoute = "llb_route"
+	// PrefillAddr is the prefill (or single-pool) endpoint, ip:port.
+	PrefillAddr = "prefill_addr"
+	// DecodeAddr is the decode endpoint, ip:port.
+	DecodeAddr = "decode_addr"
+	// Retries is how many times a request was re-routed before its first byte.
+	Retries = "retries"
+	// Code is llb's client error code when llb itself answered.
+	Code = "code"
+	// Bytes is the response body bytes written to the client.
+	Bytes = "bytes"
+	// TTFB is the time from request start to the serving backend's response headers.
+	TTFB = "ttfb"
+	// TTFT is the time from request start to the first response byte sent to the client.
+	TTFT = "ttft"
+	// PrefillDuration is the P/D prefill leg's duration.
+	PrefillDuration = "prefill_duration"
+	// KVParams says what the prefill returned: found, missing, oversize, invalid.
+	KVParams = "kv_params"
+	// KVGuard is the Tier-1.5 guard the gateway set (tokenize, hash_contract, ...).
+	KVGuard = "kv_guard"
+	// Failure is a leg's failure class (connect, reset, timeout, client_gone).
+	Failure = "failure"
+	// Aborted is true when a response was cut after bytes went out.
+	Aborted = "aborted"
+	// Parked is how long admission held the request.
+	Parked = "parked"
+	// RequestID is the X-Request-Id sent upstream.
+	RequestID = "request_id"
+	// Ticket is the router's ticket id.
+	Ticket = "ticket"
+)
