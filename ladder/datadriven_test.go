@@ -37,10 +37,14 @@ import (
 //	                         input lines "<ep> overlap=N load=N cap=N";
 //	                         prints the worked cap_i / cost_i and the pick
 //	adaptive loads=(L, ...)  prints ε(L) and λ(L)
+//	sessions [cap=N] [shards=N]
+//	                         a session table with the rule's TTL (0 → 300 s)
+//	sput key=K pin=P,D now=N / sget key=K now=N / sevict-ep ep=N / ssweep now=N
 
 var goldenEpoch = time.Unix(1_000_000, 0)
 
 type goldenState struct {
+	table   *SessionTable
 	env     Env
 	svc     ServiceSpec
 	eps     []EndpointSpec
@@ -158,6 +162,33 @@ func (st *goldenState) run(t *testing.T, d *datadriven.TestData) string {
 		return "ok\n"
 	case "law":
 		return st.law(t, d)
+	case "sessions":
+		st.table = NewSessionTable(SessionConfig{
+			Shards: intArg(t, d, "shards", 1), MaxEntries: intArg(t, d, "cap", 0), TTL: st.svc.SessionTTLOrDefault(),
+		})
+		return fmt.Sprintf("ttl=%s shards=%d\n", st.svc.SessionTTLOrDefault(), st.table.NumShards())
+	case "sput", "sget":
+		key := d.CmdArgs[0].Vals[0]
+		shard := st.table.Shard(st.table.ShardFor(key))
+		if d.Cmd == "sput" {
+			req := st.request(t, d)
+			shard.Put(st.now(t, d), key, req.Session.Pin)
+			return fmt.Sprintf("len=%d\n", shard.Len())
+		}
+		if got := shard.Get(st.now(t, d), key); got.Found {
+			return fmt.Sprintf("found prefill=%d decode=%d\n", got.Pin.Prefill, got.Pin.Decode)
+		}
+		return "miss\n"
+	case "sevict-ep", "ssweep":
+		n := 0
+		for i := 0; i < st.table.NumShards(); i++ {
+			if d.Cmd == "sevict-ep" {
+				n += st.table.Shard(i).EvictEndpoint(intArg(t, d, "ep", -1))
+			} else {
+				n += st.table.Shard(i).Sweep(st.now(t, d))
+			}
+		}
+		return fmt.Sprintf("evicted=%d\n", n)
 	case "adaptive":
 		var b strings.Builder
 		arg, _ := d.Arg("loads")
