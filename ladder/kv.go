@@ -73,14 +73,6 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 			inventory = true
 		}
 	}
-	// An ineligible endpoint (excluded, draining, capped) with a better
-	// overlap is never a candidate; the pick falls to the best eligible one.
-	for i := (roleSet &^ set).next(0); i >= 0; i = (roleSet &^ set).next(i + 1) {
-		if overlap(i) > best {
-			d.Flags |= FlagExcludedWinner
-			break
-		}
-	}
 	if !inventory {
 		d.Trace.add(Tier15, ReasonEmptyInventory)
 		return -1
@@ -98,6 +90,17 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 		if best < max(minBlocks, 1) {
 			d.Trace.add(Tier15, ReasonMinMatch)
 			return -1
+		}
+	}
+
+	// An ineligible endpoint (excluded, draining, capped) with a better
+	// overlap is never a candidate; the pick falls to the best eligible one.
+	// Flag it so operators can see the excluded_mask at work.
+	ineligible := roleSet &^ set
+	for i := ineligible.next(0); i >= 0; i = ineligible.next(i + 1) {
+		if overlap(i) > best {
+			d.Flags |= FlagExcludedWinner
+			break
 		}
 	}
 
