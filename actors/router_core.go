@@ -230,7 +230,7 @@ func (c *routerCore) finalize(now time.Time, p *pending) {
 // decide runs fn with the request's overlaps, its avoid set and the
 // half-open trial exclusions folded into the views, and restores them.
 func (c *routerCore) decide(now time.Time, m *routeMsg, fn func(*ladder.Request) (ladder.Decision, error)) ladder.Decision {
-	var saved [ladder.MaxEndpoints]ladder.EndpointView
+	var wasDown uint32
 	touched := m.rr.Avoid
 	for i := range c.views {
 		c.views[i].Overlap = 0
@@ -243,7 +243,9 @@ func (c *routerCore) decide(now time.Time, m *routeMsg, fn func(*ladder.Request)
 	}
 	for i := range c.views {
 		if touched&(1<<uint(i)) != 0 {
-			saved[i] = c.views[i]
+			if c.views[i].Down {
+				wasDown |= 1 << uint(i)
+			}
 			c.views[i].Down = true
 		}
 	}
@@ -251,7 +253,7 @@ func (c *routerCore) decide(now time.Time, m *routeMsg, fn func(*ladder.Request)
 	d, err := fn(&m.rr.Req)
 	for i := range c.views {
 		if touched&(1<<uint(i)) != 0 {
-			c.views[i].Down = saved[i].Down
+			c.views[i].Down = wasDown&(1<<uint(i)) != 0
 		}
 	}
 	c.stats.decisions++

@@ -24,6 +24,7 @@ type System struct {
 	as      *actor.ActorSystem
 	log     zerolog.Logger
 	set     *metrics.Set
+	disp    *workerDispatcher
 	nextSvc atomic.Uint64
 }
 
@@ -32,7 +33,7 @@ type System struct {
 func NewSystem(log zerolog.Logger, set *metrics.Set) *System {
 	quiet := slog.New(slog.NewTextHandler(discard{}, &slog.HandlerOptions{Level: slog.LevelError + 1}))
 	as := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
-	return &System{as: as, log: log, set: set}
+	return &System{as: as, log: log, set: set, disp: newWorkerDispatcher(0, 300)}
 }
 
 type discard struct{}
@@ -40,7 +41,15 @@ type discard struct{}
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // Shutdown stops the actor runtime. Stop services first.
-func (s *System) Shutdown() { s.as.Shutdown() }
+func (s *System) Shutdown() {
+	s.as.Shutdown()
+	s.disp.close()
+}
+
+// props builds the Props of one of the runtime's actors.
+func (s *System) props(p actor.Producer, opts ...actor.PropsOption) *actor.Props {
+	return actor.PropsFromProducer(p, append(opts, actor.WithDispatcher(s.disp))...)
+}
 
 // Service is one running rule: a supervisor actor with a router actor, and
 // per endpoint an endpoint actor, a breaker actor and (for endpoints with
@@ -134,7 +143,7 @@ func (s *System) Start(cfg ServiceConfig) (*Service, error) {
 		svc.log.Error().Str(logfield.Reason, fmt.Sprint(reason)).Msg("actor failed; restarting it")
 		return actor.RestartDirective
 	})
-	props := actor.PropsFromProducer(func() actor.Actor { return &supervisorActor{svc: svc, ready: ready} },
+	props := s.props(func() actor.Actor { return &supervisorActor{svc: svc, ready: ready} },
 		actor.WithSupervisor(strategy))
 	if _, err := s.as.Root.SpawnNamed(props, name); err != nil {
 		return nil, fmt.Errorf("actors: service %q: spawn: %w", cfg.Key, err)
@@ -325,7 +334,7 @@ func (s *supervisorActor) Receive(ctx actor.Context) {
 func (s *supervisorActor) spawnAll(ctx actor.Context) error {
 	svc := s.svc
 	spawn := func(name string, producer actor.Producer) error {
-		pid, err := ctx.SpawnNamed(actor.PropsFromProducer(producer), name)
+		pid, err := ctx.SpawnNamed(svc.sys.props(producer), name)
 		if err != nil {
 			return fmt.Errorf("spawn %s: %w", name, err)
 		}

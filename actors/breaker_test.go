@@ -1,0 +1,106 @@
+package actors
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestBreaker_OpensAfterConsecutiveTransportFailures(t *testing.T) {
+	b := breakerCore{cfg: BreakerConfig{Enabled: true, Threshold: 3, OriginErrThreshold: 3}}
+	steps := []struct {
+		give outcomeClass
+		want BreakerState
+	}{
+		{classTransport, BreakerClosed},
+		{classTransport, BreakerClosed},
+		{classSuccess, BreakerClosed}, // resets
+		{classTransport, BreakerClosed},
+		{classBackpressure, BreakerClosed}, // alive: resets the transport streak
+		{classTransport, BreakerClosed},
+		{classTransport, BreakerClosed},
+		{classTransport, BreakerOpen},
+	}
+	for i, s := range steps {
+		if got, _ := b.observe(t0, s.give); got != s.want {
+			t.Fatalf("step %d (%d): got %s; want %s", i, s.give, got, s.want)
+		}
+	}
+}
+
+func TestBreaker_OriginStreakIgnoresClientErrorsAndBackpressure(t *testing.T) {
+	b := breakerCore{cfg: BreakerConfig{Enabled: true, Threshold: 3, OriginErrThreshold: 3}}
+	for i, c := range []outcomeClass{classOrigin5xx, classClientError, classOrigin5xx, classBackpressure} {
+		if got, _ := b.observe(t0, c); got != BreakerClosed {
+			t.Fatalf("step %d: %s; want closed", i, got)
+		}
+	}
+	if got, changed := b.observe(t0, classOrigin5xx); got != BreakerOpen || !changed {
+		t.Fatalf("third 5xx: %s (changed %v); want open", got, changed)
+	}
+}
+
+func TestBreaker_OriginDemotionOffWithZeroThreshold(t *testing.T) {
+	b := breakerCore{cfg: BreakerConfig{Enabled: true, Threshold: 3}}
+	for i := 0; i < 10; i++ {
+		if got, _ := b.observe(t0, classOrigin5xx); got != BreakerClosed {
+			t.Fatalf("5xx %d opened the breaker with LLB_PD_ORIGIN_ERR_THRESHOLD=0", i)
+		}
+	}
+}
+
+func TestBreaker_HalfOpenTrialDecides(t *testing.T) {
+	b := breakerCore{cfg: BreakerConfig{Enabled: true, Threshold: 1, OriginErrThreshold: 3}}
+	b.observe(t0, classTransport)
+	epoch := b.epoch
+	if b.halfOpen(epoch + 1) {
+		t.Fatal("a stale timer half-opened the breaker")
+	}
+	if !b.halfOpen(epoch) || b.state != BreakerHalfOpen {
+		t.Fatalf("state %s; want half_open", b.state)
+	}
+	if got, _ := b.observe(t0, classTransport); got != BreakerOpen {
+		t.Fatalf("failed trial: %s; want open", got)
+	}
+	if !b.halfOpen(b.epoch) {
+		t.Fatal("second window did not half-open")
+	}
+	if got, _ := b.observe(t0, classClientError); got != BreakerClosed {
+		t.Fatalf("trial answered 4xx: %s; want closed (the endpoint is reachable)", got)
+	}
+}
+
+func TestBreaker_DisabledNeverOpens(t *testing.T) {
+	b := breakerCore{cfg: BreakerConfig{Threshold: 1}}
+	for i := 0; i < 5; i++ {
+		if got, _ := b.observe(t0, classTransport); got != BreakerClosed {
+			t.Fatal("a disabled breaker opened")
+		}
+	}
+}
+
+func TestProbe_ConsecutiveFailuresWithFirstProbeShortcut(t *testing.T) {
+	p := newProbeCore(ProbeConfig{Interval: time.Second, Retries: 3, MaxBackoff: 4 * time.Second})
+	bad := errors.New("refused")
+	if !p.observe(bad) || p.up {
+		t.Fatal("a failing first probe must mark the endpoint down at once")
+	}
+	if !p.observe(nil) || !p.up {
+		t.Fatal("one success must bring it back up")
+	}
+	if p.observe(bad) || p.observe(bad) || !p.up {
+		t.Fatal("two failures (retries 3) must not mark it down")
+	}
+	p.observe(nil) // any success resets the streak (LoxiLB #1087)
+	p.observe(bad)
+	p.observe(bad)
+	if !p.up {
+		t.Fatal("streak was not reset by the success")
+	}
+	if !p.observe(bad) || p.up {
+		t.Fatal("third consecutive failure must mark it down")
+	}
+	if got := p.nextDelay(); got != 4*time.Second {
+		t.Fatalf("backoff while down = %v; want the 4s cap", got)
+	}
+}

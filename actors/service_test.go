@@ -1,0 +1,397 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/rs/zerolog"
+
+	"github.com/llbproject/llb/inventory"
+	"github.com/llbproject/llb/ladder"
+)
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v: %s", within, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// feedHub is a FeedStarter that hands the test each feed's sink, so the
+// test can publish updates into the real inventory actors.
+type feedHub struct {
+	mu    sync.Mutex
+	sinks map[int]func(inventory.Update)
+	live  atomic.Int32
+}
+
+func newFeedHub() *feedHub { return &feedHub{sinks: map[int]func(inventory.Update){}} }
+
+func (h *feedHub) start(ctx context.Context, id inventory.EndpointID, _ FeedConfig, sink func(inventory.Update)) {
+	h.mu.Lock()
+	h.sinks[id.EpIdx] = sink
+	h.mu.Unlock()
+	h.live.Add(1)
+	go func() { <-ctx.Done(); h.live.Add(-1) }()
+}
+
+func (h *feedHub) publish(t *testing.T, ep int, b *inventory.Batch) {
+	t.Helper()
+	eventually(t, time.Second, "feed started", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.sinks[ep] != nil
+	})
+	h.mu.Lock()
+	sink := h.sinks[ep]
+	h.mu.Unlock()
+	sink(inventory.Update{Kind: inventory.UpdateBatch, Batch: b})
+}
+
+func newTestSystem(t *testing.T) *System {
+	t.Helper()
+	sys := NewSystem(zerolog.Nop(), metrics.NewSet())
+	t.Cleanup(sys.Shutdown)
+	return sys
+}
+
+func startService(t *testing.T, sys *System, cfg ServiceConfig) *Service {
+	t.Helper()
+	svc, err := sys.Start(cfg)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := svc.Stop(ctx); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+	return svc
+}
+
+// kvPD is a P/D rule with KV-exact on token-keyed mirrors fed by hub.
+func kvPD(t *testing.T, hub *feedHub, prefill, decode int) (ServiceConfig, *inventory.TokenHasher) {
+	t.Helper()
+	th, err := inventory.NewTokenHasher(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := ladder.DefaultEnv()
+	env.MinMatchTokens = 0
+	env.ColdStartSeedN = 0
+	cfg := *pdConfig(prefill, decode, env)
+	cfg.KV = KVConfig{Keys: th, StartFeed: hub.start}
+	cfg.DecisionTimeout = 200 * time.Millisecond
+	return cfg, th
+}
+
+func tokens(n int, base uint32) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = base + uint32(i)
+	}
+	return out
+}
+
+func route(t *testing.T, r Router, rr *RouteRequest) Route {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rt, err := r.Route(ctx, rr)
+	if err != nil {
+		t.Fatalf("Route: %v", err)
+	}
+	return rt
+}
+
+func TestService_TierOneFiveRoutesToTheEndpointHoldingThePrompt(t *testing.T) {
+	sys := newTestSystem(t)
+	hub := newFeedHub()
+	cfg, th := kvPD(t, hub, 3, 1)
+	svc := startService(t, sys, cfg)
+
+	prompt := tokens(64, 1000)
+	chain := th.AppendBlockKeys(nil, prompt, inventory.ExtraKeys{})
+	ev := inventory.Event{
+		Kind: inventory.EventBlockStored, BlockHashes: []uint64{11, 12, 13, 14},
+		TokenIDs: prompt, BlockSize: 16,
+	}
+	hub.publish(t, 2, &inventory.Batch{Events: []inventory.Event{ev}})
+
+	rr := func() *RouteRequest {
+		r := &RouteRequest{Chain: chain}
+		r.Req.KV.PromptBlocks = uint32(len(chain))
+		return r
+	}
+	eventually(t, 2*time.Second, "tier 1.5 picks endpoint 2", func() bool {
+		rt := route(t, svc, rr())
+		defer svc.Finish(rt.Ticket, Result{OK: true})
+		return rt.Decision.Tier == ladder.Tier15 && rt.Decision.Prefill == 2
+	})
+	rt := route(t, svc, rr())
+	if rt.Decision.Decode != 3 {
+		t.Fatalf("decode %d; want 3", rt.Decision.Decode)
+	}
+	svc.Report(Outcome{Ticket: rt.Ticket, Leg: LegPrefill, Status: 200})
+	svc.Report(Outcome{Ticket: rt.Ticket, Leg: LegDecode, Status: 200})
+	svc.Finish(rt.Ticket, Result{OK: true})
+	eventually(t, time.Second, "all slots released", func() bool {
+		st, ok := svc.Status(time.Second)
+		if !ok {
+			return false
+		}
+		for _, e := range st.Endpoints {
+			if e.ActiveConns != 0 {
+				return false
+			}
+		}
+		return st.InFlight == 0
+	})
+}
+
+func TestService_SessionPinsThePairAfterSuccess(t *testing.T) {
+	sys := newTestSystem(t)
+	cfg := *pdConfig(3, 2, ladder.DefaultEnv())
+	cfg.Spec.KVExactMode = ladder.KVOff
+	for i := range cfg.Endpoints {
+		cfg.Endpoints[i].Feeds = nil
+	}
+	svc := startService(t, sys, cfg)
+	rr := &RouteRequest{}
+	rr.Req.SessionKey = "conv-1"
+	first := route(t, svc, rr)
+	svc.Finish(first.Ticket, Result{OK: true})
+	eventually(t, time.Second, "session pinned", func() bool {
+		rr := &RouteRequest{}
+		rr.Req.SessionKey = "conv-1"
+		rt := route(t, svc, rr)
+		svc.Finish(rt.Ticket, Result{OK: true})
+		return rt.Decision.Tier == ladder.Tier0 &&
+			rt.Decision.Prefill == first.Decision.Prefill && rt.Decision.Decode == first.Decision.Decode
+	})
+}
+
+func TestService_ProbeDownExcludesAtOnceAndRecovers(t *testing.T) {
+	sys := newTestSystem(t)
+	cfg := *poolConfig(2, ladder.SelRR)
+	var down atomic.Bool
+	down.Store(true)
+	cfg.Endpoints[0].Probe = func(ctx context.Context) error {
+		if down.Load() {
+			return errors.New("connection refused")
+		}
+		return nil
+	}
+	cfg.Probe = ProbeConfig{Interval: 10 * time.Millisecond, Timeout: 50 * time.Millisecond, Retries: 2}
+	svc := startService(t, sys, cfg)
+	eventually(t, time.Second, "endpoint 0 marked down", func() bool {
+		st, ok := svc.Status(time.Second)
+		return ok && !st.Endpoints[0].Up
+	})
+	for i := 0; i < 6; i++ {
+		rt := route(t, svc, &RouteRequest{})
+		if rt.Decision.Prefill != 1 {
+			t.Fatalf("request %d went to %d; want 1 while 0 is down", i, rt.Decision.Prefill)
+		}
+		svc.Finish(rt.Ticket, Result{OK: true})
+	}
+	down.Store(false)
+	eventually(t, time.Second, "endpoint 0 back up", func() bool {
+		st, ok := svc.Status(time.Second)
+		return ok && st.Endpoints[0].Up
+	})
+}
+
+func TestService_BreakerOpensOnConnectFailuresThenHalfOpens(t *testing.T) {
+	sys := newTestSystem(t)
+	cfg := *poolConfig(2, ladder.SelRR)
+	cfg.Breaker = BreakerConfig{Enabled: true, Threshold: 3, OpenFor: 50 * time.Millisecond}
+	svc := startService(t, sys, cfg)
+	failed := 0
+	for failed < 3 {
+		rt := route(t, svc, &RouteRequest{})
+		if rt.Decision.Prefill == 0 {
+			svc.Report(Outcome{Ticket: rt.Ticket, Leg: LegSingle, Failure: FailConnect})
+			failed++
+		}
+		svc.Finish(rt.Ticket, Result{})
+	}
+	eventually(t, time.Second, "breaker open", func() bool {
+		st, ok := svc.Status(time.Second)
+		return ok && st.Endpoints[0].Breaker == BreakerOpen
+	})
+	eventually(t, 2*time.Second, "breaker half-open", func() bool {
+		st, ok := svc.Status(time.Second)
+		return ok && st.Endpoints[0].Breaker == BreakerHalfOpen
+	})
+	// The trial succeeds: closed again.
+	for {
+		rt := route(t, svc, &RouteRequest{})
+		if rt.Decision.Prefill == 0 {
+			svc.Report(Outcome{Ticket: rt.Ticket, Leg: LegSingle, Status: 200})
+			svc.Finish(rt.Ticket, Result{OK: true})
+			break
+		}
+		svc.Finish(rt.Ticket, Result{OK: true})
+	}
+	eventually(t, time.Second, "breaker closed", func() bool {
+		st, ok := svc.Status(time.Second)
+		return ok && st.Endpoints[0].Breaker == BreakerClosed
+	})
+}
+
+func TestService_ParkHoldsThenResumesOrTimesOut(t *testing.T) {
+	sys := newTestSystem(t)
+	cfg := *pdConfig(1, 1, admissionEnv(1, 8, 0))
+	cfg.Spec.KVExactMode = ladder.KVOff
+	cfg.Endpoints[0].Feeds = nil
+	cfg.Spec.Admission.MaxPark = 300 * time.Millisecond
+	svc := startService(t, sys, cfg)
+
+	first := route(t, svc, &RouteRequest{})
+	if !first.Decision.Available() {
+		t.Fatalf("first: %s", first.Decision.String())
+	}
+	type res struct {
+		rt  Route
+		err error
+	}
+	resumed := make(chan res, 1)
+	go func() {
+		rt, err := svc.Route(context.Background(), &RouteRequest{})
+		resumed <- res{rt, err}
+	}()
+	eventually(t, time.Second, "second request parked", func() bool {
+		st, ok := svc.Status(time.Second)
+		return ok && st.Parked == 1
+	})
+	svc.Finish(first.Ticket, Result{OK: true})
+	r := <-resumed
+	if r.err != nil || r.rt.Decision.Tier != ladder.TierResume {
+		t.Fatalf("second: %v %s; want resumed", r.err, r.rt.Decision.String())
+	}
+	// Hold the slot and let a third request time out in the queue.
+	start := time.Now()
+	_, err := svc.Route(context.Background(), &RouteRequest{})
+	if !errors.Is(err, ErrParkTimeout) {
+		t.Fatalf("third: %v; want ErrParkTimeout", err)
+	}
+	if waited := time.Since(start); waited < 250*time.Millisecond {
+		t.Fatalf("third timed out after %v; want about the 300ms park limit", waited)
+	}
+	// A client that leaves while parked leaves nothing behind.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := svc.Route(ctx, &RouteRequest{}); done <- err }()
+	eventually(t, time.Second, "fourth parked", func() bool {
+		st, ok := svc.Status(time.Second)
+		return ok && st.Parked == 1
+	})
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("fourth: %v; want context.Canceled", err)
+	}
+	svc.Finish(r.rt.Ticket, Result{OK: true})
+	eventually(t, time.Second, "queue and slots empty", func() bool {
+		st, ok := svc.Status(time.Second)
+		return ok && st.Parked == 0 && st.InFlight == 0 && st.Endpoints[0].ActiveConns == 0
+	})
+}
+
+func TestService_CrashedActorsRestartAndServiceKeepsAnswering(t *testing.T) {
+	sys := newTestSystem(t)
+	hub := newFeedHub()
+	cfg, th := kvPD(t, hub, 2, 2)
+	cfg.Probe = ProbeConfig{Interval: 10 * time.Millisecond}
+	for i := range cfg.Endpoints {
+		cfg.Endpoints[i].Probe = func(context.Context) error { return nil }
+	}
+	svc := startService(t, sys, cfg)
+	chain := th.AppendBlockKeys(nil, tokens(32, 7), inventory.ExtraKeys{})
+	kinds := []ActorKind{KindEndpoint, KindBreaker, KindInventory, KindSession, KindRouter}
+	for round := 0; round < 3; round++ {
+		for _, k := range kinds {
+			for idx := 0; idx < 4; idx++ {
+				svc.Crash(k, idx)
+			}
+			rr := &RouteRequest{Chain: chain}
+			rr.Req.SessionKey = fmt.Sprintf("s-%d", round)
+			rr.Req.KV.PromptBlocks = uint32(len(chain))
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			rt, err := svc.Route(ctx, rr)
+			cancel()
+			if err != nil && !errors.Is(err, ErrRouterTimeout) {
+				t.Fatalf("round %d after crashing %d: %v", round, k, err)
+			}
+			if err == nil {
+				if !rt.Decision.Available() {
+					t.Fatalf("round %d after crashing %d: %s", round, k, rt.Decision.String())
+				}
+				svc.Finish(rt.Ticket, Result{OK: true})
+			}
+		}
+	}
+	// Every actor is back: a decision still fans out and answers.
+	eventually(t, 2*time.Second, "service answers after the crashes", func() bool {
+		rt := route(t, svc, &RouteRequest{Chain: chain})
+		svc.Finish(rt.Ticket, Result{OK: true})
+		return rt.Decision.Available()
+	})
+	if live := hub.live.Load(); live != 2 {
+		t.Fatalf("%d feeds running; want 2 (one per prefill endpoint, restarted ones replaced)", live)
+	}
+	if got := svc.metrics.restarts.Get(); got < 30 {
+		t.Fatalf("%d supervised restarts; want at least 30 (every crash restarts its actor)", got)
+	}
+}
+
+func TestService_StopAnswersWaitersAndRefusesNewWork(t *testing.T) {
+	sys := newTestSystem(t)
+	cfg := *pdConfig(1, 1, admissionEnv(1, 8, 0))
+	cfg.Spec.KVExactMode = ladder.KVOff
+	cfg.Endpoints[0].Feeds = nil
+	svc, err := sys.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := route(t, svc, &RouteRequest{})
+	_ = first
+	done := make(chan error, 1)
+	go func() { _, err := svc.Route(context.Background(), &RouteRequest{}); done <- err }()
+	eventually(t, time.Second, "second parked", func() bool {
+		st, ok := svc.Status(time.Second)
+		return ok && st.Parked == 1
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := svc.Stop(ctx); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if err := <-done; !errors.Is(err, ErrStopped) {
+		t.Fatalf("parked request got %v; want ErrStopped", err)
+	}
+	if _, err := svc.Route(context.Background(), &RouteRequest{}); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Route after Stop: %v; want ErrStopped", err)
+	}
+}
+
+func zerologNop() zerolog.Logger { return zerolog.Nop() }
+
+func benchEnv() ladder.Env {
+	env := ladder.DefaultEnv()
+	env.ColdStartSeedN = 0
+	return env
+}
