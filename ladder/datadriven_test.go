@@ -40,6 +40,7 @@ import (
 //	sessions [cap=N] [shards=N]
 //	                         a session table with the rule's TTL (0 → 300 s)
 //	sput key=K pin=P,D now=N / sget key=K now=N / sevict-ep ep=N / ssweep now=N
+//	sessionkey [user=U] [conv=C]   SessionKeyFor
 
 var goldenEpoch = time.Unix(1_000_000, 0)
 
@@ -179,6 +180,16 @@ func (st *goldenState) run(t *testing.T, d *datadriven.TestData) string {
 			return fmt.Sprintf("found prefill=%d decode=%d\n", got.Pin.Prefill, got.Pin.Decode)
 		}
 		return "miss\n"
+	case "sessionkey":
+		var user, conv string
+		if arg, ok := d.Arg("user"); ok {
+			user = arg.SingleVal(t)
+		}
+		if arg, ok := d.Arg("conv"); ok {
+			conv = arg.SingleVal(t)
+		}
+		key, src := SessionKeyFor(user, conv)
+		return fmt.Sprintf("key=%q source=%s\n", key, [...]string{"none", "user_id", "x-conversation-id"}[src])
 	case "sevict-ep", "ssweep":
 		n := 0
 		for i := 0; i < st.table.NumShards(); i++ {
@@ -203,8 +214,8 @@ func (st *goldenState) run(t *testing.T, d *datadriven.TestData) string {
 }
 
 func (st *goldenState) rebuild() string {
-	if len(st.eps) == 0 {
-		return ""
+	if st.svc.Name == "" {
+		return "" // env before any rule
 	}
 	r, err := NewRouter(st.svc, st.eps, st.env, RouterConfig{})
 	if err != nil {
