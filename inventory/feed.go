@@ -1,0 +1,496 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	zmq "github.com/pebbe/zmq4"
+	"github.com/rs/zerolog"
+)
+
+// Feed defaults.
+const (
+	// DefaultPollInterval bounds how long Run waits before checking ctx.
+	DefaultPollInterval = 100 * time.Millisecond
+	// DefaultReconnectIvl is ZMQ's first reconnect delay.
+	DefaultReconnectIvl = 100 * time.Millisecond
+	// DefaultReconnectIvlMax caps ZMQ's exponential reconnect backoff.
+	DefaultReconnectIvlMax = 5 * time.Second
+	// DefaultReplayTimeout bounds one whole replay exchange.
+	DefaultReplayTimeout = 2 * time.Second
+	// DefaultRcvHWM is the SUB receive high-water mark (vLLM's PUB uses
+	// 100000 as its send HWM).
+	DefaultRcvHWM = 100_000
+	// DefaultLogEvery rate-limits malformed-input log lines.
+	DefaultLogEvery = 10 * time.Second
+	// maxDrain bounds messages read per poll so ctx is checked often.
+	maxDrain = 4096
+)
+
+// FeedEndpoint builds the ZMQ address of a rank's publisher:
+// tcp://<ip>:<kvZmqPort+rank> (IPv6 addresses are bracketed).
+func FeedEndpoint(ip string, kvZmqPort, rank int) string {
+	return "tcp://" + net.JoinHostPort(ip, strconv.Itoa(kvZmqPort+rank))
+}
+
+// FeedConfig configures a Feed. Durations of 0 take the defaults above.
+type FeedConfig struct {
+	// ID names the endpoint and rank (labels, log fields, Update.ID).
+	ID EndpointID
+	// Endpoint is the publisher's address, e.g. FeedEndpoint(ip, 5557, 0).
+	// Required.
+	Endpoint string
+	// ReplayEndpoint is the publisher's ROUTER replay address; "" disables
+	// replay, and gaps then keep or clear the mirror by GapWindow.
+	ReplayEndpoint string
+	// Topic is the subscription prefix; "" receives every topic.
+	Topic string
+	// Sink receives every Update, in stream order, on the feed goroutine.
+	// It must not block for long (the SUB socket buffers up to RcvHWM
+	// messages meanwhile; beyond that ZMQ drops and the feed sees gaps).
+	// Required.
+	Sink func(Update)
+	// GapWindow is the largest gap that keeps the mirror (default 64).
+	GapWindow uint64
+	// PollInterval bounds the latency of noticing ctx cancellation.
+	PollInterval time.Duration
+	// ReconnectIvl and ReconnectIvlMax set ZMQ's reconnect backoff.
+	ReconnectIvl, ReconnectIvlMax time.Duration
+	// ReplayTimeout bounds one replay (request to end marker).
+	ReplayTimeout time.Duration
+	// RcvHWM is the SUB receive high-water mark, in messages.
+	RcvHWM int
+	// LogEvery rate-limits malformed-input log lines.
+	LogEvery time.Duration
+	// Logger receives transitions (Info) and malformed input (Warn,
+	// rate-limited).
+	Logger zerolog.Logger
+	// Metrics receives the feed's series; nil keeps them private.
+	Metrics *metrics.Set
+}
+
+// Validate reports every configuration problem at once.
+func (c FeedConfig) Validate() error {
+	var errs []error
+	if c.Endpoint == "" {
+		errs = append(errs, errors.New("Endpoint is required"))
+	}
+	if c.Sink == nil {
+		errs = append(errs, errors.New("Sink is required"))
+	}
+	for name, d := range map[string]time.Duration{"PollInterval": c.PollInterval, "ReconnectIvl": c.ReconnectIvl,
+		"ReconnectIvlMax": c.ReconnectIvlMax, "ReplayTimeout": c.ReplayTimeout, "LogEvery": c.LogEvery} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s %v (want >= 0)", name, d))
+		}
+	}
+	if c.RcvHWM < 0 {
+		errs = append(errs, fmt.Errorf("RcvHWM %d (want >= 0)", c.RcvHWM))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("feed config: %w: %w", ErrConfig, errors.Join(errs...))
+	}
+	return nil
+}
+
+func (c *FeedConfig) defaults() {
+	if c.PollInterval == 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.ReconnectIvl == 0 {
+		c.ReconnectIvl = DefaultReconnectIvl
+	}
+	if c.ReconnectIvlMax == 0 {
+		c.ReconnectIvlMax = DefaultReconnectIvlMax
+	}
+	if c.ReplayTimeout == 0 {
+		c.ReplayTimeout = DefaultReplayTimeout
+	}
+	if c.RcvHWM == 0 {
+		c.RcvHWM = DefaultRcvHWM
+	}
+	if c.LogEvery == 0 {
+		c.LogEvery = DefaultLogEvery
+	}
+}
+
+// FeedStats is a snapshot of a feed's counters; safe to take from any
+// goroutine.
+type FeedStats struct {
+	// Connected is true while the SUB socket has a live connection.
+	Connected bool
+	// Reconnects counts connections after the first.
+	Reconnects uint64
+	// RecvErrors counts socket errors and malformed frames or payloads.
+	RecvErrors uint64
+	// Batches and Events count decoded batches and their events.
+	Batches, Events uint64
+	// InvalidEvents and UnknownEvents count dropped and skipped events.
+	InvalidEvents, UnknownEvents uint64
+	// LastSeq is the last sequence number accepted (HaveSeq false before
+	// the first batch).
+	LastSeq uint64
+	HaveSeq bool
+	// Duplicates counts batches dropped for a repeated sequence number.
+	Duplicates uint64
+	// Gaps counts sequence gaps; LostBatches the batches they skipped.
+	Gaps, LostBatches uint64
+	// Resyncs counts mirror clears ordered (gap, restart, failed replay).
+	Resyncs uint64
+	// Restarts counts publisher restarts (sequence went backwards).
+	Restarts uint64
+	// Replays and ReplayFailures count gap fills attempted by replay.
+	Replays, ReplayFailures uint64
+	// EventsPerSec is the event rate over the last second or so.
+	EventsPerSec float64
+}
+
+// Feed subscribes to one publisher (an endpoint's DP rank) and turns its
+// stream into Updates: it owns the ZMQ SUB socket (and, during a replay, a
+// DEALER socket), decodes frames and payloads, and applies the sequence
+// rules (SeqTracker). It never touches a Mirror: the sink forwards Updates
+// to the mirror's owner.
+//
+// Run must be called once; every other method is safe from any goroutine.
+type Feed struct {
+	cfg FeedConfig
+	log zerolog.Logger
+	mg  *metricGroup
+
+	// Written by the Run goroutine, read anywhere.
+	connected                          *metrics.Gauge
+	reconnects, recvErrors             *metrics.Counter
+	batches, events, invalid, unknown  *metrics.Counter
+	duplicates, gaps, lost             *metrics.Counter
+	resyncs, restarts, replays, replFa *metrics.Counter
+	lastSeq                            atomic.Uint64
+	haveSeq                            atomic.Bool
+	rateBits                           atomic.Uint64
+	started                            atomic.Bool
+
+	// Owned by the Run goroutine.
+	seq        SeqTracker
+	everUp     bool
+	limiter    logLimiter
+	rateAt     time.Time
+	rateEvents uint64
+}
+
+// NewFeed validates cfg and registers the feed's metric series (they are
+// unregistered when Run returns).
+func NewFeed(cfg FeedConfig) (*Feed, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.defaults()
+	f := &Feed{
+		cfg: cfg,
+		log: cfg.Logger.With().Str(logService, cfg.ID.Service).Int(logEpIdx, cfg.ID.EpIdx).
+			Int(logRank, cfg.ID.Rank).Str(logAddr, cfg.Endpoint).Logger(),
+		mg:  newMetricGroup(cfg.Metrics, cfg.ID),
+		seq: SeqTracker{Window: cfg.GapWindow, Replay: cfg.ReplayEndpoint != ""},
+	}
+	f.limiter.every = cfg.LogEvery
+	f.connected = f.mg.gauge(MetricSubscriberConnected)
+	f.reconnects = f.mg.counter(MetricSubscriberReconnects)
+	f.recvErrors = f.mg.counter(MetricSubscriberRecvErrors)
+	f.batches = f.mg.counter("llb_kv_batches_total")
+	f.events = f.mg.counter(MetricEvents)
+	f.invalid = f.mg.counter(MetricEventsInvalid)
+	f.unknown = f.mg.counter(MetricEventsUnknown)
+	f.duplicates = f.mg.counter("llb_kv_seq_duplicates_total")
+	f.gaps = f.mg.counter(MetricSeqGaps)
+	f.lost = f.mg.counter(MetricSeqLostBatches)
+	f.resyncs = f.mg.counter(MetricResyncs)
+	f.restarts = f.mg.counter(MetricRestarts)
+	f.replays = f.mg.counter(MetricReplays)
+	f.replFa = f.mg.counter(MetricReplayFailures)
+	f.connected.Set(0)
+	return f, nil
+}
+
+// Stats returns a snapshot of the counters.
+func (f *Feed) Stats() FeedStats {
+	return FeedStats{
+		Connected:      f.connected.Get() == 1,
+		Reconnects:     f.reconnects.Get(),
+		RecvErrors:     f.recvErrors.Get(),
+		Batches:        f.batches.Get(),
+		Events:         f.events.Get(),
+		InvalidEvents:  f.invalid.Get(),
+		UnknownEvents:  f.unknown.Get(),
+		LastSeq:        f.lastSeq.Load(),
+		HaveSeq:        f.haveSeq.Load(),
+		Duplicates:     f.duplicates.Get(),
+		Gaps:           f.gaps.Get(),
+		LostBatches:    f.lost.Get(),
+		Resyncs:        f.resyncs.Get(),
+		Restarts:       f.restarts.Get(),
+		Replays:        f.replays.Get(),
+		ReplayFailures: f.replFa.Get(),
+		EventsPerSec:   math.Float64frombits(f.rateBits.Load()),
+	}
+}
+
+// Run connects, then receives until ctx is done; it returns nil after a
+// clean shutdown, or an error if the sockets could not be set up (a bad
+// endpoint string, for instance). Publisher outages are not errors: ZMQ
+// reconnects by itself with backoff. All sockets are closed by this
+// goroutine before Run returns, and the metric series are unregistered.
+func (f *Feed) Run(ctx context.Context) error {
+	if !f.started.CompareAndSwap(false, true) {
+		return fmt.Errorf("feed %s: Run called twice: %w", f.cfg.Endpoint, ErrConfig)
+	}
+	defer f.mg.close()
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		return fmt.Errorf("zmq context: %w", err)
+	}
+	defer func() {
+		if err := zctx.Term(); err != nil {
+			f.log.Warn().Err(err).Msg("zmq context term")
+		}
+	}()
+	sub, mon, err := f.open(zctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		closeSocket(mon)
+		closeSocket(sub)
+		if f.connected.Get() == 1 {
+			f.connected.Set(0)
+		}
+	}()
+	poller := zmq.NewPoller()
+	poller.Add(sub, zmq.POLLIN)
+	poller.Add(mon, zmq.POLLIN)
+	f.rateAt = time.Now()
+	for ctx.Err() == nil {
+		polled, err := poller.Poll(f.cfg.PollInterval)
+		if err != nil {
+			if zmq.AsErrno(err) == zmq.ETERM {
+				return fmt.Errorf("feed %s: %w", f.cfg.Endpoint, err)
+			}
+			f.recvErrors.Inc()
+			f.malformed("poll failed", err)
+			continue
+		}
+		for _, p := range polled {
+			switch p.Socket {
+			case sub:
+				f.drain(ctx, zctx, sub)
+			case mon:
+				f.monitorEvents(mon)
+			}
+		}
+		f.tickRate(time.Now())
+	}
+	return nil
+}
+
+// open creates the SUB socket and its monitor.
+func (f *Feed) open(zctx *zmq.Context) (sub, mon *zmq.Socket, err error) {
+	if sub, err = zctx.NewSocket(zmq.SUB); err != nil {
+		return nil, nil, fmt.Errorf("zmq sub socket: %w", err)
+	}
+	fail := func(op string, err error) (*zmq.Socket, *zmq.Socket, error) {
+		closeSocket(mon)
+		closeSocket(sub)
+		return nil, nil, fmt.Errorf("feed %s: %s: %w", f.cfg.Endpoint, op, err)
+	}
+	for _, step := range []struct {
+		op string
+		do func() error
+	}{
+		{"linger", func() error { return sub.SetLinger(0) }},
+		{"rcvhwm", func() error { return sub.SetRcvhwm(f.cfg.RcvHWM) }},
+		{"reconnect_ivl", func() error { return sub.SetReconnectIvl(f.cfg.ReconnectIvl) }},
+		{"reconnect_ivl_max", func() error { return sub.SetReconnectIvlMax(f.cfg.ReconnectIvlMax) }},
+		{"subscribe", func() error { return sub.SetSubscribe(f.cfg.Topic) }},
+	} {
+		if err := step.do(); err != nil {
+			return fail(step.op, err)
+		}
+	}
+	monAddr := fmt.Sprintf("inproc://llb-kv-monitor-%p", f)
+	if err := sub.Monitor(monAddr, zmq.EVENT_CONNECTED|zmq.EVENT_DISCONNECTED); err != nil {
+		return fail("monitor", err)
+	}
+	if mon, err = zctx.NewSocket(zmq.PAIR); err != nil {
+		return fail("monitor socket", err)
+	}
+	if err := mon.SetLinger(0); err != nil {
+		return fail("monitor linger", err)
+	}
+	if err := mon.Connect(monAddr); err != nil {
+		return fail("monitor connect", err)
+	}
+	if err := sub.Connect(f.cfg.Endpoint); err != nil {
+		return fail("connect", err)
+	}
+	return sub, mon, nil
+}
+
+// closeSocket closes a socket owned by the calling goroutine.
+func closeSocket(s *zmq.Socket) {
+	if s != nil {
+		_ = s.Close() // linger 0: nothing left to flush; a close error leaves nothing to do
+	}
+}
+
+// monitorEvents tracks connection state from the socket monitor.
+func (f *Feed) monitorEvents(mon *zmq.Socket) {
+	for {
+		ev, addr, _, err := mon.RecvEvent(zmq.DONTWAIT)
+		if err != nil {
+			return // EAGAIN: drained
+		}
+		switch {
+		case ev&zmq.EVENT_CONNECTED != 0:
+			f.connected.Set(1)
+			if f.everUp {
+				f.reconnects.Inc()
+			}
+			f.everUp = true
+			f.log.Info().Str(logEndpoint, addr).Msg("kv feed connected")
+			f.cfg.Sink(Update{ID: f.cfg.ID, Kind: UpdateConnected})
+		case ev&zmq.EVENT_DISCONNECTED != 0:
+			f.connected.Set(0)
+			f.log.Info().Str(logEndpoint, addr).Msg("kv feed disconnected; zmq reconnects with backoff")
+			f.cfg.Sink(Update{ID: f.cfg.ID, Kind: UpdateDisconnected})
+		}
+	}
+}
+
+// drain reads the messages already queued on the SUB socket.
+func (f *Feed) drain(ctx context.Context, zctx *zmq.Context, sub *zmq.Socket) {
+	for n := 0; n < maxDrain && ctx.Err() == nil; n++ {
+		parts, err := sub.RecvMessageBytes(zmq.DONTWAIT)
+		if err != nil {
+			if zmq.AsErrno(err) != zmq.Errno(syscall.EAGAIN) {
+				f.recvErrors.Inc()
+				f.malformed("receive failed", err)
+			}
+			return
+		}
+		f.handle(ctx, zctx, parts)
+	}
+}
+
+// handle processes one live message.
+func (f *Feed) handle(ctx context.Context, zctx *zmq.Context, parts [][]byte) {
+	frame, err := ParseFrame(parts)
+	if err != nil {
+		f.recvErrors.Inc()
+		f.malformed("malformed kv event message dropped", err)
+		return
+	}
+	d := f.seq.Observe(frame.Seq)
+	if d.Action == SeqDuplicate {
+		f.duplicates.Inc()
+		return
+	}
+	f.lastSeq.Store(frame.Seq)
+	f.haveSeq.Store(true)
+	batch := f.decode(frame)
+	reset := ResetNone
+	switch d.Action {
+	case SeqGapKeep:
+		f.countGap(d)
+	case SeqGapResync:
+		f.countGap(d)
+		reset = ResetGap
+	case SeqRestart:
+		f.restarts.Inc()
+		f.log.Info().Uint64(logSeq, frame.Seq).Msg("kv publisher restarted (sequence went backwards); clearing the mirror")
+		reset = ResetRestart
+	case SeqGapReplay:
+		f.countGap(d)
+		reset = f.fillGap(ctx, zctx, d, frame.Seq)
+	}
+	if reset != ResetNone {
+		f.resyncs.Inc()
+	}
+	if batch == nil && reset == ResetNone {
+		return
+	}
+	f.cfg.Sink(Update{ID: f.cfg.ID, Kind: UpdateBatch, Seq: frame.Seq, Reset: reset, Batch: batch})
+}
+
+// decode decodes a payload, counting and logging failures (nil batch).
+func (f *Feed) decode(frame Frame) *Batch {
+	b := new(Batch)
+	if err := b.Decode(frame.Payload); err != nil {
+		f.recvErrors.Inc()
+		f.malformed(fmt.Sprintf("malformed kv event batch seq %d dropped", frame.Seq), err)
+		return nil
+	}
+	f.batches.Inc()
+	f.events.Add(len(b.Events))
+	if b.Invalid > 0 {
+		f.invalid.Add(b.Invalid)
+		f.malformed(fmt.Sprintf("%d invalid kv events dropped from batch seq %d", b.Invalid, frame.Seq), b.InvalidErr)
+	}
+	if b.Unknown > 0 {
+		f.unknown.Add(b.Unknown)
+	}
+	return b
+}
+
+func (f *Feed) countGap(d SeqDecision) {
+	f.gaps.Inc()
+	f.lost.Add(int(min(d.Missing, math.MaxInt32)))
+	f.log.Info().Uint64(logMissing, d.Missing).Uint64(logSeq, d.From+d.Missing).Stringer(logReason, d.Action).
+		Msg("kv event sequence gap")
+}
+
+// fillGap replays [d.From, seq), delivering batches as they arrive. If the
+// replay stops short, the batches still missing decide by the window rule
+// whether the mirror is kept or cleared; it returns the reset to apply
+// before the live batch.
+func (f *Feed) fillGap(ctx context.Context, zctx *zmq.Context, d SeqDecision, seq uint64) ResetReason {
+	next, err := f.replay(ctx, zctx, d.From, seq, func(s uint64, b *Batch) {
+		f.cfg.Sink(Update{ID: f.cfg.ID, Kind: UpdateBatch, Seq: s, Batch: b})
+	})
+	if err == nil {
+		f.replays.Inc()
+		return ResetNone
+	}
+	f.replFa.Inc()
+	rest := SeqDecision{Action: SeqGapReplay, Missing: seq - next, From: next}
+	act := f.seq.Fallback(rest)
+	f.log.Warn().Err(err).Uint64(logMissing, rest.Missing).Stringer(logReason, act).Msg("kv replay failed")
+	if act == SeqGapResync {
+		return ResetReplayFailed
+	}
+	return ResetNone
+}
+
+// malformed logs bad input, rate-limited.
+func (f *Feed) malformed(msg string, err error) {
+	ok, suppressed := f.limiter.allow(time.Now())
+	if !ok {
+		return
+	}
+	f.log.Warn().Err(err).Int(logCount, suppressed).Msg(msg)
+}
+
+// tickRate refreshes EventsPerSec about once a second.
+func (f *Feed) tickRate(now time.Time) {
+	el := now.Sub(f.rateAt)
+	if el < time.Second {
+		return
+	}
+	ev := f.events.Get()
+	f.rateBits.Store(math.Float64bits(float64(ev-f.rateEvents) / el.Seconds()))
+	f.rateAt, f.rateEvents = now, ev
+}
