@@ -201,7 +201,7 @@ func TestCommonPrefix(t *testing.T) {
 }
 
 // checkTrieInvariants verifies the structure and the counters.
-func checkTrieInvariants(t *testing.T, tr *Trie) {
+func checkTrieInvariants(t testing.TB, tr *Trie) {
 	t.Helper()
 	entries, nodes := 0, 0
 	bufs := map[*trieBuf]int32{}
