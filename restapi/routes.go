@@ -74,6 +74,8 @@ func (s *Server) buildEcho() *echo.Echo {
 func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
+		s.log.Debug().Str(logfield.Method, c.Request().Method).Str(logfield.Path, c.Request().URL.Path).
+			Str(logfield.Remote, c.RealIP()).Msg("request received")
 		err := func() (err error) {
 			defer func() {
 				if p := recover(); p != nil {
@@ -96,7 +98,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		s.metrics.request(c.Request().Method, route, status, d)
 		s.log.Debug().Str(logfield.Method, c.Request().Method).Str(logfield.Path, c.Request().URL.Path).
 			Str(logfield.Route, route).Int(logfield.Status, status).Dur(logfield.Duration, d).
-			Str(logfield.Remote, c.RealIP()).Msg("request")
+			Str(logfield.Remote, c.RealIP()).Msg("request answered")
 		return nil
 	}
 }

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/llbproject/llb/restapi"
+)
+
+// config is llbd's configuration: flags, each with an LLB_* environment
+// fallback (a flag on the command line wins over the environment, which wins
+// over the default). docs/configuration.md documents every one.
+type config struct {
+	// Listen is the REST API's host:port (default ":11111", LoxiLB's port).
+	Listen string
+	// StateDir holds rules.json. Default: /var/lib/llb when writable, else
+	// ./state; an explicitly given directory must be writable.
+	StateDir string
+	// stateDirExplicit is true when StateDir came from a flag or LLB_STATE_DIR.
+	stateDirExplicit bool
+	// TokenFile holds the REST bearer token; "" disables authentication.
+	TokenFile string
+	// TLSCert and TLSKey turn on HTTPS for the REST API; both or neither.
+	TLSCert, TLSKey string
+	// LogLevel is debug, info, warn or error (default info).
+	LogLevel zerolog.Level
+	// LogFormat is json, console or auto (default auto: console when stderr
+	// is a terminal, JSON otherwise).
+	LogFormat string
+	// DrainTimeout bounds how long SIGTERM/SIGINT waits for in-flight
+	// requests (default 15s; 1ms–10m).
+	DrainTimeout time.Duration
+	// BodyLimit caps a REST request body in bytes (default 1 MiB; 1 KiB–64 MiB).
+	BodyLimit int64
+	// ShowVersion prints the version and exits.
+	ShowVersion bool
+}
+
+// flagSpec ties a flag to its environment variable.
+type flagSpec struct {
+	name, env, usage string
+}
+
+// usageError is a configuration error: a bad flag, environment variable or
+// file named by one. llbd exits 2 on it.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+// defaultStateDirs are tried in order when no state directory is given.
+func defaultStateDirs() []string { return []string{"/var/lib/llb", "state"} }
+
+// parseConfig reads args and the environment. It prints the usage and returns
+// flag.ErrHelp for -h/--help, and returns a usageError (exit 2) naming every
+// bad flag or variable at once.
+func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	var cfg config
+	fs := flag.NewFlagSet("llbd", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are returned, not printed twice
+	var logLevel string
+	var bodyLimit int64
+	specs := []flagSpec{
+		{"listen", "LLB_LISTEN", "REST API listen address, host:port"},
+		{"state-dir", "LLB_STATE_DIR", "directory for rules.json (default /var/lib/llb if writable, else ./state)"},
+		{"token-file", "LLB_TOKEN_FILE", "file holding the REST bearer token (empty: no authentication)"},
+		{"tls-cert", "LLB_TLS_CERT", "PEM certificate for HTTPS on the REST API (needs --tls-key)"},
+		{"tls-key", "LLB_TLS_KEY", "PEM private key for --tls-cert"},
+		{"log-level", "LLB_LOG_LEVEL", "debug, info, warn or error"},
+		{"log-format", "LLB_LOG_FORMAT", "json, console or auto (console when stderr is a terminal)"},
+		{"drain-timeout", "LLB_DRAIN_TIMEOUT", "how long SIGTERM/SIGINT waits for in-flight requests"},
+		{"body-limit", "LLB_BODY_LIMIT", "largest REST request body, in bytes"},
+	}
+	usage := func(name string) string {
+		for _, s := range specs {
+			if s.name == name {
+				return s.usage + " (env " + s.env + ")"
+			}
+		}
+		return ""
+	}
+	fs.StringVar(&cfg.Listen, "listen", ":11111", usage("listen"))
+	fs.StringVar(&cfg.StateDir, "state-dir", "", usage("state-dir"))
+	fs.StringVar(&cfg.TokenFile, "token-file", "", usage("token-file"))
+	fs.StringVar(&cfg.TLSCert, "tls-cert", "", usage("tls-cert"))
+	fs.StringVar(&cfg.TLSKey, "tls-key", "", usage("tls-key"))
+	fs.StringVar(&logLevel, "log-level", "info", usage("log-level"))
+	fs.StringVar(&cfg.LogFormat, "log-format", "auto", usage("log-format"))
+	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", 15*time.Second, usage("drain-timeout"))
+	fs.Int64Var(&bodyLimit, "body-limit", restapi.DefaultBodyLimit, usage("body-limit"))
+	fs.BoolVar(&cfg.ShowVersion, "version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stderr, "Usage: llbd [flags]\n\nllbd is an LLM-aware L7 load balancer with LoxiLB's REST API.\n\nFlags:\n")
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
+			return cfg, err
+		}
+		return cfg, usagef("%v", err)
+	}
+	if fs.NArg() > 0 {
+		return cfg, usagef("unexpected arguments %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var problems []error
+	for _, s := range specs {
+		v := getenv(s.env)
+		if set[s.name] || v == "" {
+			continue
+		}
+		if err := fs.Set(s.name, v); err != nil {
+			problems = append(problems, fmt.Errorf("%s=%q is not a valid value for --%s: %v", s.env, v, s.name, err))
+			_ = fs.Set(s.name, fs.Lookup(s.name).DefValue) // report only this problem for the flag
+			continue
+		}
+		set[s.name] = true
+	}
+	cfg.stateDirExplicit = set["state-dir"]
+	cfg.BodyLimit = bodyLimit
+	lvl, err := zerolog.ParseLevel(strings.ToLower(logLevel))
+	if err != nil || logLevel == "" || lvl > zerolog.ErrorLevel || lvl < zerolog.DebugLevel {
+		problems = append(problems, fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel))
+	}
+	cfg.LogLevel = lvl
+	problems = append(problems, cfg.validate()...)
+	if err := errors.Join(problems...); err != nil {
+		return cfg, usageError{err}
+	}
+	return cfg, nil
+}
+
+// validate checks everything that can be checked before starting.
+func (c *config) validate() []error {
+	var errs []error
+	if err := checkListen(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("--listen %q: %v", c.Listen, err))
+	}
+	switch c.LogFormat {
+	case "json", "console", "auto":
+	default:
+		errs = append(errs, fmt.Errorf("--log-format %q: want json, console or auto", c.LogFormat))
+	}
+	if c.DrainTimeout < time.Millisecond || c.DrainTimeout > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("--drain-timeout %s: want 1ms to 10m", c.DrainTimeout))
+	}
+	if c.BodyLimit < 1<<10 || c.BodyLimit > 64<<20 {
+		errs = append(errs, fmt.Errorf("--body-limit %d: want 1024 to 67108864 bytes", c.BodyLimit))
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		errs = append(errs, errors.New("--tls-cert and --tls-key go together: give both or neither"))
+	}
+	for flagName, path := range map[string]string{"--token-file": c.TokenFile, "--tls-cert": c.TLSCert, "--tls-key": c.TLSKey} {
+		if path == "" {
+			continue
+		}
+		if f, err := os.Open(path); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %v", flagName, err))
+		} else {
+			f.Close()
+		}
+	}
+	return errs
+}
+
+func checkListen(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("port %q is not a number in 0..65535", port)
+	}
+	return nil
+}
+
+// resolveStateDir picks and prepares the state directory: the given one (which
+// must be writable), or the first writable of candidates. It reports whether
+// it fell back from the first candidate.
+func resolveStateDir(cfg config, candidates []string) (dir string, fellBack bool, err error) {
+	if cfg.stateDirExplicit {
+		if err := ensureWritable(cfg.StateDir); err != nil {
+			return "", false, usagef("--state-dir %s: %v", cfg.StateDir, err)
+		}
+		return cfg.StateDir, false, nil
+	}
+	var tried []string
+	for i, c := range candidates {
+		if err := ensureWritable(c); err != nil {
+			tried = append(tried, fmt.Sprintf("%s (%v)", c, err))
+			continue
+		}
+		abs, err := filepath.Abs(c)
+		if err != nil {
+			abs = c
+		}
+		return abs, i > 0, nil
+	}
+	return "", false, usagef("no writable state directory: tried %s; set --state-dir", strings.Join(tried, ", "))
+}
+
+// ensureWritable creates dir (0700) if needed and proves it writable.
+func ensureWritable(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".llbd-probe-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}

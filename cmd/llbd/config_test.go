@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bytes"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+func envOf(kv ...string) func(string) string {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) string { return m[k] }
+}
+
+func TestParseConfig_FlagsWinOverEnvWhichWinsOverDefaults(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  []string
+		want func(config) bool
+	}{
+		{"defaults", nil, nil, func(c config) bool {
+			return c.Listen == ":11111" && c.LogLevel == zerolog.InfoLevel && c.LogFormat == "auto" &&
+				c.DrainTimeout == 15*time.Second && c.BodyLimit == 1<<20 && !c.stateDirExplicit
+		}},
+		{"env fallback", nil, []string{"LLB_LISTEN", "127.0.0.1:9", "LLB_LOG_LEVEL", "debug", "LLB_DRAIN_TIMEOUT", "3s", "LLB_STATE_DIR", "/x"},
+			func(c config) bool {
+				return c.Listen == "127.0.0.1:9" && c.LogLevel == zerolog.DebugLevel && c.DrainTimeout == 3*time.Second && c.StateDir == "/x" && c.stateDirExplicit
+			}},
+		{"flag wins", []string{"--listen", "127.0.0.1:8", "--log-format", "json"}, []string{"LLB_LISTEN", "127.0.0.1:9", "LLB_LOG_FORMAT", "console"},
+			func(c config) bool { return c.Listen == "127.0.0.1:8" && c.LogFormat == "json" }},
+		{"level is case-insensitive", []string{"--log-level", "WARN"}, nil, func(c config) bool { return c.LogLevel == zerolog.WarnLevel }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := parseConfig(tt.args, envOf(tt.env...), &bytes.Buffer{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.want(c) {
+				t.Errorf("got %+v", c)
+			}
+		})
+	}
+}
+
+func TestRun_BadConfigurationExits2NamingEveryProblem(t *testing.T) {
+	dir := t.TempDir()
+	notDir := filepath.Join(dir, "file")
+	if err := os.WriteFile(notDir, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty-token")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		env  []string
+		want []string
+	}{
+		{"unknown flag", []string{"--bogus"}, nil, []string{"flag provided but not defined: -bogus"}},
+		{"stray argument", []string{"serve"}, nil, []string{`unexpected arguments ["serve"]`}},
+		{"bad env value", nil, []string{"LLB_DRAIN_TIMEOUT", "soon"}, []string{`LLB_DRAIN_TIMEOUT="soon" is not a valid value for --drain-timeout`}},
+		{"every problem at once", []string{"--log-level", "loud", "--listen", "nowhere", "--log-format", "xml", "--drain-timeout", "0s", "--body-limit", "10"}, nil,
+			[]string{`--log-level "loud"`, `--listen "nowhere"`, `--log-format "xml"`, "--drain-timeout 0s", "--body-limit 10"}},
+		{"tls halves", []string{"--tls-cert", notDir}, nil, []string{"--tls-cert and --tls-key go together"}},
+		{"missing token file", []string{"--token-file", filepath.Join(dir, "nope")}, nil, []string{"--token-file: open"}},
+		{"empty token file", []string{"--token-file", empty, "--state-dir", dir}, nil, []string{"--token-file: restapi: token file " + empty + " is empty"}},
+		{"garbage tls pair", []string{"--tls-cert", notDir, "--tls-key", notDir, "--state-dir", dir}, nil, []string{"--tls-cert/--tls-key"}},
+		{"unwritable state dir", []string{"--state-dir", filepath.Join(notDir, "sub")}, nil, []string{"--state-dir " + filepath.Join(notDir, "sub")}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			err := run(t.Context(), tt.args, envOf(tt.env...), &bytes.Buffer{}, &stderr)
+			if code := exitCode(err, &stderr); code != exitUsage {
+				t.Fatalf("exit code: got %d; want 2 (err %v)", code, err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr %q does not say %q", stderr.String(), w)
+				}
+			}
+		})
+	}
+}
+
+func TestRun_HelpAndVersionExit0(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if err := run(t.Context(), []string{"--help"}, envOf(), &out, &errOut); err != nil || !strings.Contains(errOut.String(), "-state-dir") {
+		t.Errorf("--help: err %v, stderr %q", err, errOut.String())
+	}
+	out.Reset()
+	if err := run(t.Context(), []string{"--version"}, envOf(), &out, &errOut); err != nil || !strings.HasPrefix(out.String(), version) {
+		t.Errorf("--version: err %v, stdout %q", err, out.String())
+	}
+}
+
+func TestResolveStateDir(t *testing.T) {
+	dir := t.TempDir()
+	blocked := filepath.Join(dir, "file")
+	if err := os.WriteFile(blocked, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(dir, "state")
+	got, fellBack, err := resolveStateDir(config{}, []string{filepath.Join(blocked, "llb"), good})
+	if err != nil || got != good || !fellBack {
+		t.Errorf("fallback: got %q, %t, %v; want %q after falling back", got, fellBack, err, good)
+	}
+	got, fellBack, err = resolveStateDir(config{}, []string{good})
+	if err != nil || got != good || fellBack {
+		t.Errorf("first candidate: got %q, %t, %v", got, fellBack, err)
+	}
+	if _, _, err := resolveStateDir(config{}, []string{filepath.Join(blocked, "a")}); err == nil {
+		t.Error("no writable candidate: got no error")
+	}
+	if _, _, err := resolveStateDir(config{StateDir: filepath.Join(blocked, "x"), stateDirExplicit: true}, []string{good}); err == nil {
+		t.Error("explicit unwritable dir: got no error; it must not fall back silently")
+	}
+}
+
+func TestWarnExposure(t *testing.T) {
+	tests := []struct {
+		name      string
+		ip        string
+		auth, tls bool
+		want      string
+	}{
+		{"loopback without token is quiet", "127.0.0.1", false, false, ""},
+		{"ipv6 loopback is quiet", "::1", false, false, ""},
+		{"all interfaces without token", "0.0.0.0", false, false, "WITHOUT authentication"},
+		{"public address without token", "192.0.2.10", false, false, "WITHOUT authentication"},
+		{"token in clear text", "0.0.0.0", true, false, "clear text"},
+		{"token over tls is quiet", "0.0.0.0", true, true, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			warnExposure(zerolog.New(&buf), &net.TCPAddr{IP: net.ParseIP(tt.ip), Port: 11111}, tt.auth, tt.tls)
+			if tt.want == "" && buf.Len() != 0 || !strings.Contains(buf.String(), tt.want) {
+				t.Errorf("got %q; want %q", buf.String(), tt.want)
+			}
+		})
+	}
+}
+
+func TestNewLogger_Formats(t *testing.T) {
+	var buf bytes.Buffer
+	lg := newLogger("json", zerolog.InfoLevel, &buf)
+	lg.Debug().Msg("hidden")
+	lg.Info().Msg("shown")
+	if s := buf.String(); strings.Contains(s, "hidden") || !strings.Contains(s, `"message":"shown"`) {
+		t.Errorf("json: got %q", s)
+	}
+	buf.Reset()
+	lg = newLogger("auto", zerolog.InfoLevel, &buf) // a buffer is not a terminal: JSON
+	lg.Info().Msg("x")
+	if !strings.HasPrefix(buf.String(), "{") {
+		t.Errorf("auto on a non-terminal: got %q; want JSON", buf.String())
+	}
+	buf.Reset()
+	lg = newLogger("console", zerolog.InfoLevel, &buf)
+	lg.Info().Msg("x")
+	if strings.HasPrefix(buf.String(), "{") {
+		t.Errorf("console: got %q; want the console format", buf.String())
+	}
+}

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strings"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/rs/zerolog"
+
+	"github.com/llbproject/llb/internal/logfield"
+	"github.com/llbproject/llb/restapi"
+)
+
+// exitCode maps run's error to the process exit status, printing it.
+func exitCode(err error, stderr io.Writer) int {
+	var ue usageError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "llbd: %v\nRun llbd --help for the flags.\n", strings.ReplaceAll(ue.Error(), "\n", "\nllbd: "))
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "llbd: %v\n", err)
+		return exitFailure
+	}
+}
+
+// run is llbd: parse the configuration, wire the parts, serve until ctx is
+// cancelled (SIGTERM/SIGINT), then drain in-flight requests up to the drain
+// timeout and return nil. Everything main does not need to own happens here,
+// so tests run the daemon in-process.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := parseConfig(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if cfg.ShowVersion {
+		fmt.Fprintln(stdout, buildVersion())
+		return nil
+	}
+	log := newLogger(cfg.LogFormat, cfg.LogLevel, stderr).With().Str(logfield.Component, "llbd").Logger()
+
+	stateDir, fellBack, err := resolveStateDir(cfg, defaultStateDirs())
+	if err != nil {
+		return err
+	}
+	if fellBack {
+		log.Warn().Str(logfield.StateDir, stateDir).Msg("/var/lib/llb is not writable; keeping state in ./state (set --state-dir to choose)")
+	}
+	var token string
+	if cfg.TokenFile != "" {
+		if token, err = restapi.LoadToken(cfg.TokenFile); err != nil {
+			return usagef("--token-file: %v", err)
+		}
+	}
+	var tlsConf *tls.Config
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return usagef("--tls-cert/--tls-key: %v", err)
+		}
+		tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+
+	set := metrics.NewSet()
+	rt, closeRuntime, err := newRuntime(log)
+	if err != nil {
+		return err
+	}
+	defer closeRuntime()
+	srv, err := restapi.New(restapi.Config{
+		Logger:         log,
+		Metrics:        set,
+		ProcessMetrics: true,
+		Runtime:        rt,
+		StateDir:       stateDir,
+		Token:          token,
+		BodyLimit:      cfg.BodyLimit,
+		Version:        buildVersion(),
+	})
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("rest api: %w", err)
+	}
+	warnExposure(log, ln.Addr(), token != "", tlsConf != nil)
+	hs := srv.HTTPServer(tlsConf)
+	served := make(chan error, 1)
+	go func() {
+		if tlsConf != nil {
+			served <- hs.ServeTLS(ln, "", "")
+			return
+		}
+		served <- hs.Serve(ln)
+	}()
+	log.Info().Str(logfield.Addr, ln.Addr().String()).Str(logfield.Version, buildVersion()).
+		Str(logfield.StateDir, stateDir).Bool("tls", tlsConf != nil).Bool("auth", token != "").Msg("rest api listening")
+
+	if _, err := srv.Restore(ctx); err != nil {
+		_ = hs.Close()
+		if ctx.Err() != nil {
+			log.Info().Msg("stopped during state restore")
+			return nil
+		}
+		return fmt.Errorf("restore state from %s: %w", stateDir, err)
+	}
+
+	select {
+	case <-ctx.Done():
+	case err := <-served:
+		return fmt.Errorf("rest api stopped: %w", err)
+	}
+	log.Info().Str(logfield.Deadline, cfg.DrainTimeout.String()).Msg("shutting down: no new connections, draining in-flight requests")
+	dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
+	defer cancel()
+	if err := hs.Shutdown(dctx); err != nil {
+		log.Warn().Err(err).Msg("drain deadline passed; closing the remaining connections")
+		_ = hs.Close()
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Warn().Err(err).Msg("rest api listener")
+	}
+	log.Info().Msg("stopped")
+	return nil
+}
+
+// newRuntime builds the data plane the REST API hands rules to. The actors
+// and gateway data plane is not wired yet, so llbd runs with
+// restapi.NoDataPlane and says so; the real runtime (and --demo's simulated
+// fleet) plug in here.
+func newRuntime(log zerolog.Logger) (restapi.Runtime, func(), error) {
+	log.Warn().Msg("no data plane attached: rules are validated, persisted and listed, but no traffic is served and every endpoint reports inactive")
+	return restapi.NewNoDataPlane(), func() {}, nil
+}
+
+// warnExposure warns loudly when the REST API is reachable beyond loopback
+// without a token, or sends a token in the clear beyond loopback.
+func warnExposure(log zerolog.Logger, addr net.Addr, auth, tls bool) {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok || tcp.IP.IsLoopback() {
+		return
+	}
+	if !auth {
+		log.Warn().Str(logfield.Addr, addr.String()).
+			Msg("SECURITY: the REST API is reachable beyond loopback WITHOUT authentication: anyone who can reach it can rewrite the load balancer. Set --token-file (LLB_TOKEN_FILE), or listen on 127.0.0.1")
+		return
+	}
+	if !tls {
+		log.Warn().Str(logfield.Addr, addr.String()).
+			Msg("SECURITY: the bearer token travels in clear text beyond loopback; set --tls-cert and --tls-key")
+	}
+}
+
+// buildVersion is the -ldflags version, with the VCS revision when known.
+func buildVersion() string {
+	v := version
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				v += "+" + s.Value[:12]
+			}
+		}
+	}
+	return v
+}
