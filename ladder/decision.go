@@ -11,14 +11,18 @@ const MaxTraceSteps = 8
 
 // TraceStep is one fall-through: the stage and why it did not decide.
 type TraceStep struct {
-	Tier   Tier
+	// Tier is the stage that fell through.
+	Tier Tier
+	// Reason is why it fell through.
 	Reason Reason
 }
 
 // Trace is the fixed-size list of fall-through steps, in ladder order.
 type Trace struct {
+	// Steps holds the recorded steps in Steps[:N].
 	Steps [MaxTraceSteps]TraceStep
-	N     uint8
+	// N is the number of recorded steps.
+	N uint8
 }
 
 func (t *Trace) add(tier Tier, r Reason) {

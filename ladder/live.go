@@ -81,8 +81,10 @@ type Snapshot struct {
 
 // Pin is a Tier-0 session's pinned endpoint pair. Decode is -1 when none.
 type Pin struct {
+	// Prefill is the pinned prefill endpoint.
 	Prefill int
-	Decode  int
+	// Decode is the pinned decode endpoint, or -1.
+	Decode int
 }
 
 // SessionLookup is the session shard's answer for the request's key.
@@ -116,13 +118,15 @@ type Request struct {
 	// Prompt is the prompt text the Tier-1 trie matches (bytes, no
 	// tokenization). Not retained by Decide.
 	Prompt []byte
-	// PrefixHash is the request's prefix hash (PrefixHash helper) for
-	// CHWBL and modulo selectors; valid when HasPrefixHash.
-	PrefixHash    uint64
+	// PrefixHash is the request's prefix hash (PrefixHash helper), the
+	// first key of the CHWBL and modulo selectors; valid when HasPrefixHash.
+	PrefixHash uint64
+	// HasPrefixHash says whether PrefixHash was computed.
 	HasPrefixHash bool
-	// ConvHash is the hash of the conversation ID, the second CHWBL key;
-	// valid when HasConvHash.
-	ConvHash    uint64
+	// ConvHash is the hash of the conversation ID (e.g. XXH64String), the
+	// second CHWBL/modulo key; valid when HasConvHash.
+	ConvHash uint64
+	// HasConvHash says whether ConvHash was computed.
 	HasConvHash bool
 	// ClientHash is the hash selector's (sel:1) key, e.g. of the 5-tuple or
 	// client address.

@@ -81,6 +81,7 @@ func newSelector(svc *ServiceSpec, eps []EndpointSpec, persistCap int) Selector 
 // resuming after the previous pick.
 type rrSelector struct{ next int }
 
+// Pick returns the next available endpoint after the previous pick.
 func (s *rrSelector) Pick(p *Pool) (int, Flags) {
 	ep := p.Avail.next(s.next)
 	if ep < 0 {
@@ -112,12 +113,14 @@ func placeByKey(p *Pool, key uint64) int {
 // hashSelector (sel:1) places Request.ClientHash modulo the fixed list.
 type hashSelector struct{}
 
+// Pick places Request.ClientHash on the fixed list.
 func (hashSelector) Pick(p *Pool) (int, Flags) { return placeByKey(p, p.Req.ClientHash), 0 }
 
 // moduloSelector (sel:9, gpuaware on a single pool) places prefix_hash, else
 // conv_id's hash, modulo the fixed list; round robin without either key.
 type moduloSelector struct{ rr rrSelector }
 
+// Pick places the prefix hash, else the conversation hash; RR without either.
 func (s *moduloSelector) Pick(p *Pool) (int, Flags) {
 	switch {
 	case p.Req.HasPrefixHash:
@@ -133,6 +136,7 @@ func (s *moduloSelector) Pick(p *Pool) (int, Flags) {
 // endpoint keeps its current weight and simply sits out.
 type wrrSelector struct{ current [MaxEndpoints]int64 }
 
+// Pick runs one step of smooth weighted round robin.
 func (s *wrrSelector) Pick(p *Pool) (int, Flags) {
 	var total int64
 	best := -1
@@ -152,6 +156,7 @@ func (s *wrrSelector) Pick(p *Pool) (int, Flags) {
 // broken by a round-robin counter over the tied endpoints in index order.
 type leastConnSelector struct{ rr uint64 }
 
+// Pick returns the least-connected available endpoint.
 func (s *leastConnSelector) Pick(p *Pool) (int, Flags) {
 	var ties [MaxEndpoints]int
 	n := 0
@@ -183,6 +188,7 @@ type persistSelector struct {
 	rr    rrSelector
 }
 
+// Pick returns the client key's pinned endpoint, pinning a new one when needed.
 func (s *persistSelector) Pick(p *Pool) (int, Flags) {
 	key := p.Req.ClientKey
 	if key == "" || len(key) > MaxSessionKeyLen {
@@ -210,6 +216,7 @@ type chwblSelector struct {
 	rr       rrSelector
 }
 
+// Pick walks the ring from the request's key to the first endpoint under its bound.
 func (s *chwblSelector) Pick(p *Pool) (int, Flags) {
 	var key uint64
 	switch {
