@@ -31,7 +31,7 @@ type TokenizeInput struct {
 	// absent): add_special_tokens (both forms), chat_template,
 	// chat_template_kwargs, tools, add_generation_prompt,
 	// continue_final_message, mm_processor_kwargs (chat form).
-	AddSpecialTokens, ChatTemplate, ChatTemplateKwargs, Tools json.RawMessage
+	AddSpecialTokens, ChatTemplate, ChatTemplateKwargs, Tools    json.RawMessage
 	AddGenerationPrompt, ContinueFinalMessage, MMProcessorKwargs json.RawMessage
 }
 
