@@ -94,7 +94,9 @@ func TestRouteInput_ChatPrefixHashIsStableAcrossTurns(t *testing.T) {
 func TestRouteInput_PrefixHashCoversLeadingSpanAndContext(t *testing.T) {
 	base := singlePool(closedAddr(t))
 	long := strings.Repeat("a", 300)
-	h := func(cfg RuleConfig, body string) uint64 { return buildInput(t, cfg, KindCompletion, body).Req.PrefixHash }
+	h := func(cfg RuleConfig, body string) uint64 {
+		return buildInput(t, cfg, KindCompletion, body).Req.PrefixHash
+	}
 	lvl2 := base
 	lvl2.PrefixHashLevel = 2
 	noSalt := base
