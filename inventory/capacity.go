@@ -1,0 +1,331 @@
+package inventory
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// CacheConfig is what an engine's vllm:cache_config_info series says about
+// its KV cache.
+type CacheConfig struct {
+	// NumGPUBlocks is the KV-block capacity, summed over the engines (DP
+	// ranks) the endpoint reports; 0 when unknown.
+	NumGPUBlocks int64
+	// BlockSize is the engine's tokens per block; 0 when unknown (or when
+	// engines disagree).
+	BlockSize int
+	// HashAlgo is prefix_caching_hash_algo when reported.
+	HashAlgo string
+	// Engines is the number of cache_config_info series found.
+	Engines int
+}
+
+// Known reports whether the capacity is known; an unknown capacity is
+// treated as equal to the other endpoints' by the selection law.
+func (c CacheConfig) Known() bool { return c.NumGPUBlocks > 0 }
+
+// cacheConfigMetric is vLLM's info metric (value 1, data in labels).
+const cacheConfigMetric = "vllm:cache_config_info"
+
+// maxMetricsLine bounds one exposition line.
+const maxMetricsLine = 1 << 20
+
+// ParseCacheConfig reads Prometheus text exposition and extracts every
+// vllm:cache_config_info series: num_gpu_blocks summed per distinct
+// "engine" label (the last series of an engine wins), block_size and
+// prefix_caching_hash_algo. Labels may come in any order with escaped
+// values. Absent series give a zero CacheConfig and no error; a malformed
+// cache_config_info line is an error wrapping ErrMalformed.
+func ParseCacheConfig(r io.Reader) (CacheConfig, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), maxMetricsLine)
+	perEngine := map[string]int64{}
+	var cfg CacheConfig
+	sizes := map[int]bool{}
+	for sc.Scan() {
+		line := sc.Bytes()
+		if len(line) == 0 || line[0] == '#' {
+			continue
+		}
+		name, rest, ok := bytes.Cut(line, []byte("{"))
+		if !ok || string(bytes.TrimSpace(name)) != cacheConfigMetric {
+			continue
+		}
+		labels, err := parseLabels(rest)
+		if err != nil {
+			return CacheConfig{}, fmt.Errorf("%s: %w", cacheConfigMetric, err)
+		}
+		cfg.Engines++
+		if v, ok := labels["num_gpu_blocks"]; ok && v != "" && v != "None" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return CacheConfig{}, fmt.Errorf("%s: num_gpu_blocks %q: %w", cacheConfigMetric, v, ErrMalformed)
+			}
+			perEngine[labels["engine"]] = n
+		}
+		if v, ok := labels["block_size"]; ok && v != "" && v != "None" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 {
+				return CacheConfig{}, fmt.Errorf("%s: block_size %q: %w", cacheConfigMetric, v, ErrMalformed)
+			}
+			sizes[n] = true
+		}
+		if v := labels["prefix_caching_hash_algo"]; v != "" {
+			cfg.HashAlgo = v
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return CacheConfig{}, fmt.Errorf("metrics text: %w: %w", ErrMalformed, err)
+	}
+	for _, n := range perEngine {
+		cfg.NumGPUBlocks += n
+	}
+	if len(sizes) == 1 {
+		for n := range sizes {
+			cfg.BlockSize = n
+		}
+	}
+	return cfg, nil
+}
+
+// parseLabels parses `k="v",k2="v2"} value` (the text after '{').
+func parseLabels(s []byte) (map[string]string, error) {
+	out := map[string]string{}
+	i := 0
+	for {
+		for i < len(s) && (s[i] == ' ' || s[i] == ',') {
+			i++
+		}
+		if i < len(s) && s[i] == '}' {
+			return out, nil
+		}
+		eq := bytes.IndexByte(s[i:], '=')
+		if eq <= 0 {
+			return nil, fmt.Errorf("label without '=' at %q: %w", clip(s[i:]), ErrMalformed)
+		}
+		key := string(bytes.TrimSpace(s[i : i+eq]))
+		i += eq + 1
+		if i >= len(s) || s[i] != '"' {
+			return nil, fmt.Errorf("label %s value not quoted: %w", key, ErrMalformed)
+		}
+		i++
+		var v strings.Builder
+		for {
+			if i >= len(s) {
+				return nil, fmt.Errorf("label %s value unterminated: %w", key, ErrMalformed)
+			}
+			c := s[i]
+			i++
+			if c == '"' {
+				break
+			}
+			if c == '\\' && i < len(s) {
+				switch s[i] {
+				case 'n':
+					c = '\n'
+				default: // \\ and \"
+					c = s[i]
+				}
+				i++
+			}
+			v.WriteByte(c)
+		}
+		out[key] = v.String()
+	}
+}
+
+func clip(b []byte) string {
+	if len(b) > 40 {
+		return string(b[:40]) + "..."
+	}
+	return string(b)
+}
+
+// ScrapeCacheConfig GETs an engine's /metrics (metricsURL is the full URL)
+// and parses it, reading at most maxBytes.
+func ScrapeCacheConfig(ctx context.Context, client *http.Client, metricsURL string, maxBytes int64) (CacheConfig, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL, nil)
+	if err != nil {
+		return CacheConfig{}, fmt.Errorf("scrape %s: %w: %w", metricsURL, ErrConfig, err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return CacheConfig{}, fmt.Errorf("scrape %s: %w", metricsURL, ErrTimeout)
+		}
+		return CacheConfig{}, fmt.Errorf("scrape %s: %w: %w", metricsURL, ErrUpstream, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		return CacheConfig{}, fmt.Errorf("scrape %s: %w", metricsURL, &UpstreamError{Status: resp.StatusCode})
+	}
+	body := io.LimitReader(resp.Body, maxBytes+1)
+	cr := &countingReader{r: body}
+	cfg, err := ParseCacheConfig(cr)
+	if err == nil && cr.n > maxBytes {
+		err = fmt.Errorf("metrics over %d bytes: %w", maxBytes, ErrMalformed)
+	}
+	if err != nil {
+		return CacheConfig{}, fmt.Errorf("scrape %s: %w", metricsURL, err)
+	}
+	return cfg, nil
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// Capacity poller defaults.
+const (
+	// DefaultCapacityInterval is how often capacity is re-read.
+	DefaultCapacityInterval = 30 * time.Second
+	// DefaultCapacityTimeout bounds one scrape.
+	DefaultCapacityTimeout = 2 * time.Second
+	// DefaultCapacityMaxBytes bounds one /metrics body.
+	DefaultCapacityMaxBytes = 8 << 20
+)
+
+// CapacityConfig configures a CapacityPoller. Zero durations take defaults.
+type CapacityConfig struct {
+	// MetricsURL is the engine's metrics URL, e.g. http://10.0.0.1:8000/metrics.
+	MetricsURL string
+	// Client sends the scrapes; nil uses a dedicated client.
+	Client *http.Client
+	// Interval between periodic scrapes.
+	Interval time.Duration
+	// Timeout bounds one scrape.
+	Timeout time.Duration
+	// MaxBytes bounds one response.
+	MaxBytes int64
+	// OnUpdate, when set, is called on the poller goroutine after every
+	// scrape (successful or not).
+	OnUpdate func(Capacity)
+	// Logger receives capacity changes (Info) and failures (Warn, on
+	// transitions only).
+	Logger zerolog.Logger
+}
+
+// Capacity is the poller's current view.
+type Capacity struct {
+	// CacheConfig is the last successfully scraped configuration (zero
+	// until one succeeds; kept across later failures, because capacity
+	// only changes when the engine restarts, which a reconnect refresh
+	// catches).
+	CacheConfig
+	// Scraped is when CacheConfig was read; zero if never.
+	Scraped time.Time
+	// LastErr is the last scrape's error (nil if it succeeded).
+	LastErr error
+}
+
+// CapacityPoller keeps an endpoint's KV capacity current: it scrapes at
+// start, every Interval, and whenever Refresh is called (on reconnect).
+// Run owns the loop; Capacity and Refresh are safe from any goroutine.
+type CapacityPoller struct {
+	cfg     CapacityConfig
+	client  *http.Client
+	refresh chan struct{}
+	cur     atomic.Pointer[Capacity]
+}
+
+// NewCapacityPoller validates cfg.
+func NewCapacityPoller(cfg CapacityConfig) (*CapacityPoller, error) {
+	var errs []error
+	if !strings.HasPrefix(cfg.MetricsURL, "http://") && !strings.HasPrefix(cfg.MetricsURL, "https://") {
+		errs = append(errs, fmt.Errorf("MetricsURL %q (want http:// or https://)", cfg.MetricsURL))
+	}
+	if cfg.Interval < 0 || cfg.Timeout < 0 || cfg.MaxBytes < 0 {
+		errs = append(errs, errors.New("negative Interval, Timeout or MaxBytes"))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("capacity poller: %w: %w", ErrConfig, errors.Join(errs...))
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = DefaultCapacityInterval
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultCapacityTimeout
+	}
+	if cfg.MaxBytes == 0 {
+		cfg.MaxBytes = DefaultCapacityMaxBytes
+	}
+	p := &CapacityPoller{cfg: cfg, client: cfg.Client, refresh: make(chan struct{}, 1)}
+	if p.client == nil {
+		p.client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	}
+	p.cur.Store(&Capacity{})
+	return p, nil
+}
+
+// Capacity returns the current view.
+func (p *CapacityPoller) Capacity() Capacity { return *p.cur.Load() }
+
+// Refresh asks for a scrape now (coalesced; never blocks).
+func (p *CapacityPoller) Refresh() {
+	select {
+	case p.refresh <- struct{}{}:
+	default:
+	}
+}
+
+// Run scrapes until ctx is done.
+func (p *CapacityPoller) Run(ctx context.Context) error {
+	if p.cfg.Client == nil {
+		defer p.client.CloseIdleConnections()
+	}
+	tick := time.NewTicker(p.cfg.Interval)
+	defer tick.Stop()
+	for {
+		p.scrape(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		case <-p.refresh:
+		}
+	}
+}
+
+func (p *CapacityPoller) scrape(ctx context.Context) {
+	sctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	cfg, err := ScrapeCacheConfig(sctx, p.client, p.cfg.MetricsURL, p.cfg.MaxBytes)
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	prev := p.Capacity()
+	next := prev
+	next.LastErr = err
+	if err == nil {
+		next.CacheConfig, next.Scraped = cfg, time.Now()
+		if cfg != prev.CacheConfig {
+			p.cfg.Logger.Info().Str(logAddr, p.cfg.MetricsURL).Int64(logBlocks, cfg.NumGPUBlocks).
+				Int(logBlockSize, cfg.BlockSize).Msg("kv capacity read")
+		}
+	} else if prev.LastErr == nil {
+		p.cfg.Logger.Warn().Err(err).Str(logAddr, p.cfg.MetricsURL).Msg("kv capacity scrape failed; keeping the last known value")
+	}
+	p.cur.Store(&next)
+	if p.cfg.OnUpdate != nil {
+		p.cfg.OnUpdate(next)
+	}
+}

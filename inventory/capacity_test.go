@@ -1,0 +1,169 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// vllmMetrics is shaped like a real vLLM V1 /metrics page.
+const vllmMetrics = `# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="Qwen/Qwen3-0.6B"} 3.0
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="Qwen/Qwen3-0.6B"} 0.042
+# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",cache_dtype="auto",calculate_kv_scales="False",cpu_offload_gb="0",enable_prefix_caching="True",engine="0",gpu_memory_utilization="0.9",is_attention_free="False",num_cpu_blocks="None",num_gpu_blocks="27709",num_gpu_blocks_override="None",prefix_caching_hash_algo="sha256_cbor",sliding_window="None",swap_space="4",swap_space_bytes="4294967296"} 1.0
+# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.
+# TYPE vllm:prefix_cache_queries_total counter
+vllm:prefix_cache_queries_total{engine="0",model_name="Qwen/Qwen3-0.6B"} 12800.0
+`
+
+func TestParseCacheConfig_ReadsRealisticExpositions(t *testing.T) {
+	tests := []struct {
+		name string
+		give string
+		want CacheConfig
+	}{
+		{"vLLM V1 page", vllmMetrics, CacheConfig{NumGPUBlocks: 27709, BlockSize: 16, HashAlgo: "sha256_cbor", Engines: 1}},
+		{"llm-d-inference-sim", "vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"64\"} 1\n", CacheConfig{NumGPUBlocks: 64, BlockSize: 16, Engines: 1}},
+		{"labels in another order, escaped quotes and newline",
+			`vllm:cache_config_info{model_name="a \"quoted\\ model\nx",num_gpu_blocks="100",engine="0",block_size="32",} 1` + "\n",
+			CacheConfig{NumGPUBlocks: 100, BlockSize: 32, Engines: 1}},
+		{"data-parallel engines are summed",
+			"vllm:cache_config_info{engine=\"0\",num_gpu_blocks=\"1000\",block_size=\"16\"} 1\nvllm:cache_config_info{engine=\"1\",num_gpu_blocks=\"1200\",block_size=\"16\"} 1\n",
+			CacheConfig{NumGPUBlocks: 2200, BlockSize: 16, Engines: 2}},
+		{"a repeated engine counts once",
+			"vllm:cache_config_info{engine=\"0\",num_gpu_blocks=\"1000\"} 1\nvllm:cache_config_info{engine=\"0\",num_gpu_blocks=\"1000\"} 1\n",
+			CacheConfig{NumGPUBlocks: 1000, Engines: 2}},
+		{"not profiled yet", "vllm:cache_config_info{num_gpu_blocks=\"None\",block_size=\"16\"} 1\n", CacheConfig{BlockSize: 16, Engines: 1}},
+		{"no cache_config_info at all", "vllm:num_requests_running 0\n", CacheConfig{}},
+		{"a similar name is not it", "vllm:cache_config_info_total{num_gpu_blocks=\"5\"} 1\n", CacheConfig{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseCacheConfig(strings.NewReader(tt.give))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Fatalf("got %+v; want %+v", got, tt.want)
+			}
+			if got.Known() != (tt.want.NumGPUBlocks > 0) {
+				t.Fatalf("Known() = %v", got.Known())
+			}
+		})
+	}
+}
+
+func TestParseCacheConfig_RejectsMalformedSeries(t *testing.T) {
+	for _, give := range []string{
+		`vllm:cache_config_info{num_gpu_blocks="12x"} 1`,
+		`vllm:cache_config_info{num_gpu_blocks="-3"} 1`,
+		`vllm:cache_config_info{block_size="0"} 1`,
+		`vllm:cache_config_info{num_gpu_blocks=12} 1`,
+		`vllm:cache_config_info{num_gpu_blocks="12} 1`,
+		`vllm:cache_config_info{oops} 1`,
+	} {
+		if _, err := ParseCacheConfig(strings.NewReader(give)); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: got %v; want ErrMalformed", give, err)
+		}
+	}
+}
+
+func TestScrapeCacheConfig_OverRealHTTP(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/metrics":
+			io.WriteString(w, vllmMetrics)
+		case "/huge":
+			io.WriteString(w, strings.Repeat("# padding line\n", 1000))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	got, err := ScrapeCacheConfig(ctx, srv.Client(), srv.URL+"/metrics", 1<<20)
+	if err != nil || got.NumGPUBlocks != 27709 {
+		t.Fatalf("got %+v, %v; want 27709 blocks", got, err)
+	}
+	if _, err := ScrapeCacheConfig(ctx, srv.Client(), srv.URL+"/nope", 1<<20); !errors.Is(err, ErrUpstream) {
+		t.Fatalf("404: got %v; want ErrUpstream", err)
+	}
+	if _, err := ScrapeCacheConfig(ctx, srv.Client(), srv.URL+"/huge", 100); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("oversized: got %v; want ErrMalformed", err)
+	}
+}
+
+func TestCapacityPoller_RefreshesOnDemandAndKeepsTheLastKnownValue(t *testing.T) {
+	var blocks atomic.Int64
+	blocks.Store(500)
+	var fail atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if fail.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, "vllm:cache_config_info{num_gpu_blocks=\"%d\",block_size=\"16\"} 1\n", blocks.Load())
+	}))
+	defer srv.Close()
+	updates := make(chan Capacity, 16)
+	p, err := NewCapacityPoller(CapacityConfig{MetricsURL: srv.URL + "/metrics", Client: srv.Client(), Interval: time.Hour,
+		OnUpdate: func(c Capacity) { updates <- c }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Capacity().Known() {
+		t.Fatal("capacity known before the first scrape")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	next := func() Capacity {
+		t.Helper()
+		select {
+		case c := <-updates:
+			return c
+		case <-time.After(waitTimeout):
+			t.Fatal("no scrape")
+			return Capacity{}
+		}
+	}
+	if c := next(); c.NumGPUBlocks != 500 || c.LastErr != nil {
+		t.Fatalf("first scrape %+v; want 500 blocks", c)
+	}
+	blocks.Store(800) // the engine restarted with more memory
+	p.Refresh()
+	if c := next(); c.NumGPUBlocks != 800 {
+		t.Fatalf("after refresh %+v; want 800 blocks", c)
+	}
+	fail.Store(true)
+	p.Refresh()
+	if c := next(); c.NumGPUBlocks != 800 || !errors.Is(c.LastErr, ErrUpstream) {
+		t.Fatalf("after a failed scrape %+v; want the last known 800 and the error", c)
+	}
+	if c := p.Capacity(); c.NumGPUBlocks != 800 {
+		t.Fatalf("Capacity() = %+v", c)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNewCapacityPoller_ReportsAllProblems(t *testing.T) {
+	_, err := NewCapacityPoller(CapacityConfig{MetricsURL: "10.0.0.1/metrics", Interval: -1})
+	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "MetricsURL") || !strings.Contains(err.Error(), "negative") {
+		t.Fatalf("got %v", err)
+	}
+}
