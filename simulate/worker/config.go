@@ -1,0 +1,143 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/llbproject/llb/inventory"
+	"github.com/llbproject/llb/simulate/engine"
+)
+
+// Config configures one simulated vLLM worker. Start from DefaultConfig.
+type Config struct {
+	// Name labels the worker in logs and /_sim/debug ("prefill-0").
+	Name string
+	// Model is the served model name. Default "sim-model".
+	Model string
+	// LoRAs are LoRA adapter names also served; a request whose "model" is
+	// one of them hashes with that lora_name (and lora_id = index+1).
+	LoRAs []string
+	// IP is the address every socket of the worker binds (HTTP, ZMQ, NIXL);
+	// each worker of a fleet gets its own 127.0.0.x. Default 127.0.0.1.
+	IP string
+	// HTTPPort is the OpenAI API port; 0 picks a free one.
+	HTTPPort int
+	// KVEvents turns the ZMQ KV-event publisher on.
+	KVEvents bool
+	// KVPort is the PUB port (0 picks a free one). Used when KVEvents.
+	KVPort int
+	// Replay turns the ROUTER replay socket on (needs KVEvents).
+	Replay bool
+	// ReplayPort is the ROUTER port (0 picks a free one).
+	ReplayPort int
+	// Topic is frame 0 of every KV message. Default "kv@<ip>:<http port>@<model>"
+	// (the llm-d convention); set it to "-" for vLLM's default empty topic.
+	Topic string
+	// Layout is the KV-event encoding: map (default) or legacy array.
+	Layout inventory.Layout
+	// DigestHashes publishes raw digests instead of uint64 keys
+	// (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0).
+	DigestHashes bool
+	// EventInterval coalesces KV events into one batch per interval (one
+	// engine step); 0 publishes after every engine step. Default 5ms.
+	EventInterval time.Duration
+	// NIXLPort is the P/D side-channel port (VLLM_NIXL_SIDE_CHANNEL_PORT);
+	// 0 picks a free one. The side channel runs for every role but none.
+	NIXLPort int
+	// SeedUnset simulates PYTHONHASHSEED unset: NONE_HASH is random bytes,
+	// so nobody can recompute this worker's block hashes.
+	SeedUnset bool
+	// Engine is the engine model (cache, batch, latency, hash, role).
+	Engine engine.Config
+	// DefaultMaxTokens is used when a request gives no max_tokens (vLLM's
+	// completions default 16; used for chat too, where vLLM would fill the
+	// context). Default 16.
+	DefaultMaxTokens int
+	// MaxBodyBytes bounds a request body. Default 16 MiB.
+	MaxBodyBytes int64
+	// PullTimeout bounds a decode leg's pull from the prefill side
+	// channel. Default 2s.
+	PullTimeout time.Duration
+	// Faults are injected from the start (see Faults).
+	Faults Faults
+	// FaultSeed seeds the error/drop rate dice. Default 1.
+	FaultSeed uint64
+	// Logger receives transitions at Info and per-request detail at Debug.
+	// Default: disabled.
+	Logger *zerolog.Logger
+}
+
+// DefaultConfig is a single-pool worker on 127.0.0.1 with KV events on, an
+// 8B-on-H100 engine and the defaults documented on Config.
+func DefaultConfig() Config {
+	return Config{
+		Model:            "sim-model",
+		IP:               "127.0.0.1",
+		KVEvents:         true,
+		EventInterval:    5 * time.Millisecond,
+		Engine:           engine.DefaultConfig(),
+		DefaultMaxTokens: 16,
+		MaxBodyBytes:     16 << 20,
+		PullTimeout:      2 * time.Second,
+		FaultSeed:        1,
+	}
+}
+
+// Validate reports every problem at once, each wrapping ErrConfig.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Model == "" {
+		errs = append(errs, errors.New("model name is required"))
+	}
+	if _, err := netip.ParseAddr(c.IP); err != nil {
+		errs = append(errs, fmt.Errorf("ip %q: %w", c.IP, err))
+	}
+	for _, p := range []struct {
+		name string
+		v    int
+	}{{"http port", c.HTTPPort}, {"kv port", c.KVPort}, {"replay port", c.ReplayPort}, {"nixl port", c.NIXLPort}} {
+		if p.v < 0 || p.v > 65535 {
+			errs = append(errs, fmt.Errorf("%s %d (want 0..65535)", p.name, p.v))
+		}
+	}
+	if c.Replay && !c.KVEvents {
+		errs = append(errs, errors.New("replay needs kv events"))
+	}
+	if c.EventInterval < 0 {
+		errs = append(errs, fmt.Errorf("event interval %v (want >= 0)", c.EventInterval))
+	}
+	if c.DefaultMaxTokens < 1 {
+		errs = append(errs, fmt.Errorf("default max tokens %d (want >= 1)", c.DefaultMaxTokens))
+	}
+	if c.MaxBodyBytes < 1 {
+		errs = append(errs, fmt.Errorf("max body bytes %d (want >= 1)", c.MaxBodyBytes))
+	}
+	if c.PullTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("pull timeout %v (want > 0)", c.PullTimeout))
+	}
+	seen := map[string]bool{c.Model: true}
+	for _, l := range c.LoRAs {
+		if l == "" || seen[l] {
+			errs = append(errs, fmt.Errorf("lora name %q empty or duplicate", l))
+		}
+		seen[l] = true
+	}
+	if err := c.Faults.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	ec := c.Engine
+	if ec.EngineID == "" {
+		ec.EngineID = "validate" // Start fills it in
+	}
+	if err := ec.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("worker config: %w: %w", ErrConfig, errors.Join(errs...))
+}

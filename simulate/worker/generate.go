@@ -1,0 +1,508 @@
+package worker
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/llbproject/llb/simulate/engine"
+)
+
+// usage is the OpenAI usage object with vLLM's cached-token detail.
+type usage struct {
+	PromptTokens        int           `json:"prompt_tokens"`
+	TotalTokens         int           `json:"total_tokens"`
+	CompletionTokens    int           `json:"completion_tokens"`
+	PromptTokensDetails promptDetails `json:"prompt_tokens_details"`
+}
+
+type promptDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+// choice is one sequence of a (streaming or not) response.
+type choice struct {
+	Index        int        `json:"index"`
+	Text         *string    `json:"text,omitempty"`
+	Message      *chatDelta `json:"message,omitempty"`
+	Delta        *chatDelta `json:"delta,omitempty"`
+	Logprobs     any        `json:"logprobs"`
+	FinishReason *string    `json:"finish_reason"`
+	StopReason   any        `json:"stop_reason"`
+}
+
+// chatDelta is a chat message or a streamed delta.
+type chatDelta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+// response is a completion, chat completion, or one of their chunks.
+type response struct {
+	ID               string          `json:"id"`
+	Object           string          `json:"object"`
+	Created          int64           `json:"created"`
+	Model            string          `json:"model"`
+	Choices          []choice        `json:"choices"`
+	Usage            *usage          `json:"usage,omitempty"`
+	KVTransferParams json.RawMessage `json:"kv_transfer_params,omitempty"`
+}
+
+// seqRun is one engine request of an HTTP request.
+type seqRun struct {
+	p       prompt
+	id      string
+	seed    uint64
+	tr      *tracker
+	ticket  engine.Ticket
+	sent    int  // tokens written to the client (stream)
+	done    bool // final progress seen
+	started time.Time
+	ttftObs bool
+}
+
+// genCtx is one generation request in flight.
+type genCtx struct {
+	w       *Worker
+	rw      http.ResponseWriter
+	r       *http.Request
+	g       *genRequest
+	rid     string
+	idBase  string
+	created int64
+	notify  chan struct{}
+	runs    []*seqRun
+	fault   faultDecision
+	wrote   int // tokens written (for mid-stream drops)
+}
+
+// requestID returns the client's X-Request-Id or a fresh random one.
+func requestID(r *http.Request) string {
+	if id := r.Header.Get("X-Request-Id"); id != "" {
+		return id
+	}
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand never fails on Linux
+	return hex.EncodeToString(b[:])
+}
+
+// handleGenerate serves /v1/completions (chat=false) and
+// /v1/chat/completions (chat=true).
+func (w *Worker) handleGenerate(chat bool) http.HandlerFunc {
+	return func(rw http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			writeError(rw, http.StatusMethodNotAllowed, "use POST")
+			return
+		}
+		rid := requestID(r)
+		rw.Header().Set("X-Request-Id", rid)
+		c := &genCtx{w: w, rw: rw, r: r, rid: rid, created: time.Now().Unix(), notify: make(chan struct{}, 1)}
+		c.fault = w.faults.decide()
+		if c.fault.kind != faultNone {
+			w.met.fault(c.fault.kind)
+		}
+		if !c.injectBefore() {
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(rw, r.Body, w.cfg.MaxBodyBytes))
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				writeError(rw, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", mbe.Limit))
+				return
+			}
+			writeError(rw, http.StatusBadRequest, "cannot read request body: "+err.Error())
+			return
+		}
+		var rerr *reqError
+		if chat {
+			c.g, rerr = w.parseChat(body)
+			c.idBase = "chatcmpl-" + rid
+		} else {
+			c.g, rerr = w.parseCompletion(body)
+			c.idBase = "cmpl-" + rid
+		}
+		if rerr != nil {
+			w.met.rejected.Inc()
+			writeError(rw, rerr.status, rerr.msg)
+			return
+		}
+		defer c.abortUnfinished()
+		if rerr := c.submit(); rerr != nil {
+			writeError(rw, rerr.status, rerr.msg)
+			return
+		}
+		if c.g.stream {
+			c.serveStream()
+		} else {
+			c.serveWhole()
+		}
+	}
+}
+
+// injectBefore applies the fault decided for this request before any byte
+// is read; false means the request has been answered (or dropped).
+func (c *genCtx) injectBefore() bool {
+	if c.fault.latency > 0 && !c.wait(c.fault.latency) {
+		return false
+	}
+	switch c.fault.kind {
+	case faultDead:
+		writeError(c.rw, http.StatusInternalServerError, "EngineCore encountered an issue (simulated dead engine)")
+		return false
+	case faultStall:
+		c.wait(0)
+		return false
+	case faultError:
+		writeError(c.rw, c.fault.status, fmt.Sprintf("injected fault: status %d", c.fault.status))
+		return false
+	case faultDrop:
+		if c.fault.mode == DropBeforeHeaders {
+			dropConn(c.rw)
+			return false
+		}
+	}
+	return true
+}
+
+// wait blocks for d (0: until the client or the worker goes away); false
+// when the client or the worker went away.
+func (c *genCtx) wait(d time.Duration) bool {
+	var timer <-chan time.Time
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case <-timer:
+		return true
+	case <-c.r.Context().Done():
+	case <-c.w.stopping:
+	}
+	return false
+}
+
+// dropConn closes the client connection abruptly.
+func dropConn(rw http.ResponseWriter) {
+	if hj, ok := rw.(http.Hijacker); ok {
+		if conn, _, err := hj.Hijack(); err == nil {
+			_ = conn.Close() // the point is to close it
+			return
+		}
+	}
+	panic(http.ErrAbortHandler) // net/http closes the connection without logging
+}
+
+// submit builds and queues the engine requests of every prompt.
+func (c *genCtx) submit() *reqError {
+	w, g := c.w, c.g
+	var remote *engine.RemotePrefill
+	remoteDecode := false
+	if g.kv != nil {
+		rec := newReceipt(c.rid, g.kv)
+		switch {
+		case g.kv.DoRemotePrefill && w.cfg.Engine.Role.AcceptsRemotePrefill():
+			remote = w.pull(c.r.Context(), g.kv, &rec)
+		case g.kv.DoRemotePrefill:
+			remote = &engine.RemotePrefill{} // not honoured: the engine counts it
+		case g.kv.DoRemoteDecode:
+			remoteDecode = true
+		}
+		w.met.kvParamsReceived.Inc()
+		w.receipts.add(rec)
+	}
+	hasher := w.eng.Hasher()
+	for i, p := range g.prompts {
+		req := engine.Request{
+			ID:            c.idBase + "-" + strconv.Itoa(i),
+			Tokens:        p.tokens,
+			MaxTokens:     g.maxTokens,
+			Extra:         p.extra,
+			LoRAID:        g.loraID,
+			RemoteDecode:  remoteDecode,
+			RemotePrefill: remote,
+		}
+		if remote == nil || !w.cfg.Engine.Role.AcceptsRemotePrefill() {
+			d, err := hasher.AppendDigests(nil, p.tokens, p.extra)
+			if err != nil {
+				return badRequest("cannot hash prompt %d: %v", i, err)
+			}
+			req.Digests = d
+		}
+		run := &seqRun{p: p, id: req.ID, seed: outputSeed(p.tokens), tr: &tracker{notify: c.notify}, started: time.Now()}
+		t, err := w.drv.submit(c.r.Context(), req, run.tr)
+		if err != nil {
+			w.met.rejected.Inc()
+			switch {
+			case errors.Is(err, engine.ErrInvalidRequest):
+				return badRequest("%s", strings.TrimPrefix(err.Error(), "submit "+strconv.Quote(req.ID)+": "))
+			case errors.Is(err, engine.ErrQueueFull):
+				return &reqError{status: http.StatusServiceUnavailable, msg: "the waiting queue is full; retry later"}
+			default:
+				return &reqError{status: http.StatusServiceUnavailable, msg: "worker unavailable: " + err.Error()}
+			}
+		}
+		run.ticket = t
+		c.runs = append(c.runs, run)
+	}
+	return nil
+}
+
+// abortUnfinished cancels engine requests the handler leaves behind
+// (client gone, connection dropped, worker stopping).
+func (c *genCtx) abortUnfinished() {
+	for _, run := range c.runs {
+		if !run.done {
+			c.w.drv.abort(run.ticket)
+		}
+	}
+}
+
+// next waits for progress; false when the client or worker went away (the
+// caller just returns; deferred aborts clean up).
+func (c *genCtx) next() bool {
+	select {
+	case <-c.notify:
+		return true
+	case <-c.r.Context().Done():
+		return false
+	case <-c.w.stopping:
+		return false
+	}
+}
+
+// observe reads every run's progress and records metrics; it reports
+// whether all runs are done and the first error.
+func (c *genCtx) observe() (all bool, err error) {
+	all = true
+	for _, run := range c.runs {
+		p, rerr := run.tr.get()
+		if rerr != nil && err == nil {
+			err = rerr
+		}
+		if !p.FirstTokenAt.IsZero() && !run.ttftObs {
+			run.ttftObs = true
+			c.w.met.ttft.Update(p.FirstTokenAt.Sub(run.started).Seconds())
+		}
+		if p.Done && !run.done {
+			run.done = true
+			c.w.met.e2e.Update(p.DoneAt.Sub(run.started).Seconds())
+		}
+		all = all && run.done
+	}
+	return all, err
+}
+
+// serveWhole waits for every sequence and writes one JSON response.
+func (c *genCtx) serveWhole() {
+	for {
+		all, err := c.observe()
+		if err != nil {
+			writeError(c.rw, http.StatusServiceUnavailable, "worker stopped: "+err.Error())
+			return
+		}
+		if all {
+			break
+		}
+		if !c.next() {
+			return
+		}
+	}
+	resp := c.base(false)
+	u := &usage{}
+	for i, run := range c.runs {
+		p, _ := run.tr.get()
+		text := c.text(run, 0, p.Generated)
+		if c.g.echo && !c.g.chat {
+			text = run.p.text + text
+		}
+		fr := p.Finish.String()
+		ch := choice{Index: i, FinishReason: &fr}
+		if c.g.chat {
+			ch.Message = &chatDelta{Role: "assistant", Content: &text}
+		} else {
+			ch.Text = &text
+		}
+		resp.Choices = append(resp.Choices, ch)
+		c.addUsage(u, run, p)
+		if p.Remote != nil {
+			resp.KVTransferParams = c.w.transferParams(p.Remote)
+		}
+	}
+	resp.Usage = u
+	if c.fault.kind == faultDrop && c.fault.mode == DropMidStream {
+		body, _ := json.Marshal(resp) // our own struct: cannot fail
+		c.rw.Header().Set("Content-Type", "application/json")
+		c.rw.WriteHeader(http.StatusOK)
+		_, _ = c.rw.Write(body[:len(body)/2])
+		if f, ok := c.rw.(http.Flusher); ok {
+			f.Flush()
+		}
+		dropConn(c.rw)
+		return
+	}
+	writeJSON(c.rw, http.StatusOK, resp)
+}
+
+// serveStream writes SSE events as tokens appear.
+func (c *genCtx) serveStream() {
+	rw := c.rw
+	h := rw.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	rw.WriteHeader(http.StatusOK)
+	flusher, _ := rw.(http.Flusher)
+	flush := func() {
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	if c.g.chat {
+		for i := range c.runs {
+			empty := ""
+			ch := choice{Index: i, Delta: &chatDelta{Role: "assistant", Content: &empty}}
+			c.event(ch, nil)
+		}
+	} else if c.g.echo {
+		for i, run := range c.runs {
+			text := run.p.text
+			c.event(choice{Index: i, Text: &text}, nil)
+		}
+	}
+	flush()
+	for {
+		all, err := c.observe()
+		for i, run := range c.runs {
+			p, _ := run.tr.get()
+			for run.sent < p.Generated {
+				piece := outputPiece(run.seed, run.sent)
+				run.sent++
+				ch := choice{Index: i}
+				if c.g.chat {
+					ch.Delta = &chatDelta{Content: &piece}
+				} else {
+					ch.Text = &piece
+				}
+				var kv json.RawMessage
+				if run.sent == p.Generated && p.Done {
+					fr := p.Finish.String()
+					ch.FinishReason = &fr
+					if p.Remote != nil {
+						kv = c.w.transferParams(p.Remote)
+					}
+				}
+				c.event(ch, kv)
+				flush()
+				c.wrote++
+				if c.fault.kind == faultDrop && c.fault.mode == DropMidStream && c.wrote >= c.fault.dropAfter {
+					dropConn(rw)
+					return
+				}
+			}
+		}
+		if err != nil {
+			panic(http.ErrAbortHandler) // headers are out: abort the connection, as a proxy would
+		}
+		if all {
+			break
+		}
+		if !c.next() {
+			return
+		}
+	}
+	if c.g.includeUsage {
+		u := &usage{}
+		for _, run := range c.runs {
+			p, _ := run.tr.get()
+			c.addUsage(u, run, p)
+		}
+		resp := c.base(true)
+		resp.Choices = []choice{}
+		resp.Usage = u
+		c.writeData(resp)
+	}
+	_, _ = io.WriteString(rw, "data: [DONE]\n\n")
+	flush()
+}
+
+// base is the response envelope.
+func (c *genCtx) base(chunk bool) response {
+	obj := "text_completion"
+	if c.g.chat {
+		obj = "chat.completion"
+		if chunk {
+			obj = "chat.completion.chunk"
+		}
+	}
+	return response{ID: c.idBase + "-0", Object: obj, Created: c.created, Model: c.g.model}
+}
+
+// event writes one streamed choice.
+func (c *genCtx) event(ch choice, kv json.RawMessage) {
+	resp := c.base(true)
+	resp.Choices = []choice{ch}
+	resp.KVTransferParams = kv
+	c.writeData(resp)
+}
+
+// writeData writes one SSE data event.
+func (c *genCtx) writeData(v any) {
+	b, _ := json.Marshal(v) // our own structs: cannot fail
+	buf := make([]byte, 0, len(b)+8)
+	buf = append(buf, "data: "...)
+	buf = append(buf, b...)
+	buf = append(buf, "\n\n"...)
+	_, _ = c.rw.Write(buf) // a client that went away shows up as a cancelled context
+}
+
+// text is the generated text of tokens [from, to) of a run.
+func (c *genCtx) text(run *seqRun, from, to int) string {
+	var sb strings.Builder
+	for k := from; k < to; k++ {
+		sb.WriteString(outputPiece(run.seed, k))
+	}
+	return sb.String()
+}
+
+// addUsage accumulates one run into u.
+func (c *genCtx) addUsage(u *usage, run *seqRun, p engine.Progress) {
+	u.PromptTokens += len(run.p.tokens)
+	u.CompletionTokens += p.Generated
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	u.PromptTokensDetails.CachedTokens += p.CachedTokens
+}
+
+// transferParams renders a prefill leg's kv_transfer_params the way the
+// current NIXL pull connector does.
+func (w *Worker) transferParams(r *engine.RemoteParams) json.RawMessage {
+	ids := r.BlockIDs
+	if ids == nil {
+		ids = []int{}
+	}
+	v := map[string]any{
+		"do_remote_prefill":         true,
+		"do_remote_decode":          false,
+		"remote_block_ids":          [][]int{ids},
+		"remote_engine_id":          r.EngineID,
+		"remote_request_id":         r.RequestID,
+		"remote_host":               w.cfg.IP,
+		"remote_port":               w.nixlPort(),
+		"tp_size":                   1,
+		"dcp_size":                  1,
+		"pp_size":                   1,
+		"remote_num_tokens":         r.NumTokens,
+		"remote_blocks_expiry_time": nil,
+		"transfer_mode":             "pull",
+	}
+	b, _ := json.Marshal(v) // plain values: cannot fail
+	return b
+}
+

@@ -1,0 +1,402 @@
+package worker
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/zeebo/xxh3"
+
+	"github.com/llbproject/llb/inventory"
+	"github.com/llbproject/llb/simulate/tokenizer"
+)
+
+// reqError is a client-facing failure: status and message.
+type reqError struct {
+	status int
+	msg    string
+}
+
+func (e *reqError) Error() string { return fmt.Sprintf("%d: %s", e.status, e.msg) }
+
+func badRequest(format string, args ...any) *reqError {
+	return &reqError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, args...)}
+}
+
+// streamOptions is the OpenAI stream_options object.
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// completionWire is the part of a /v1/completions body the simulator reads;
+// other fields are accepted and ignored.
+type completionWire struct {
+	Model            *string         `json:"model"`
+	Prompt           json.RawMessage `json:"prompt"`
+	MaxTokens        *int            `json:"max_tokens"`
+	Stream           *bool           `json:"stream"`
+	StreamOptions    *streamOptions  `json:"stream_options"`
+	N                *int            `json:"n"`
+	Echo             *bool           `json:"echo"`
+	AddSpecialTokens *bool           `json:"add_special_tokens"`
+	CacheSalt        *string         `json:"cache_salt"`
+	KVTransferParams json.RawMessage `json:"kv_transfer_params"`
+}
+
+// chatWire is the part of a /v1/chat/completions body the simulator reads.
+type chatWire struct {
+	Model                *string         `json:"model"`
+	Messages             json.RawMessage `json:"messages"`
+	MaxTokens            *int            `json:"max_tokens"`
+	MaxCompletionTokens  *int            `json:"max_completion_tokens"`
+	Stream               *bool           `json:"stream"`
+	StreamOptions        *streamOptions  `json:"stream_options"`
+	N                    *int            `json:"n"`
+	AddGenerationPrompt  *bool           `json:"add_generation_prompt"`
+	ContinueFinalMessage *bool           `json:"continue_final_message"`
+	AddSpecialTokens     *bool           `json:"add_special_tokens"`
+	Tools                json.RawMessage `json:"tools"`
+	CacheSalt            *string         `json:"cache_salt"`
+	KVTransferParams     json.RawMessage `json:"kv_transfer_params"`
+}
+
+// kvParams is kv_transfer_params as the simulator reads it.
+type kvParams struct {
+	DoRemoteDecode  bool            `json:"do_remote_decode"`
+	DoRemotePrefill bool            `json:"do_remote_prefill"`
+	RemoteEngineID  *string         `json:"remote_engine_id"`
+	RemoteRequestID *string         `json:"remote_request_id"`
+	RemoteBlockIDs  json.RawMessage `json:"remote_block_ids"`
+	RemoteHost      *string         `json:"remote_host"`
+	RemotePort      *int            `json:"remote_port"`
+	RemoteNumTokens *int            `json:"remote_num_tokens"`
+}
+
+// blockIDs reads remote_block_ids, flat ([1,2]) or per KV group ([[1,2]]);
+// only group 0 is used.
+func (p *kvParams) blockIDs() ([]int, error) {
+	raw := bytes.TrimSpace(p.RemoteBlockIDs)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, nil
+	}
+	var flat []int
+	if err := json.Unmarshal(raw, &flat); err == nil {
+		return flat, nil
+	}
+	var groups [][]int
+	if err := json.Unmarshal(raw, &groups); err != nil {
+		return nil, fmt.Errorf("remote_block_ids must be a list of ints or of int lists: %w", err)
+	}
+	if len(groups) == 0 {
+		return nil, nil
+	}
+	return groups[0], nil
+}
+
+// prompt is one sequence of a generation request.
+type prompt struct {
+	tokens []uint32
+	text   string // the prompt text (for echo); "" for token-id prompts
+	extra  inventory.ExtraKeys
+}
+
+// genRequest is a parsed generation request.
+type genRequest struct {
+	chat         bool
+	model        string
+	loraID       int
+	prompts      []prompt
+	maxTokens    int
+	stream       bool
+	includeUsage bool
+	echo         bool
+	kv           *kvParams
+	rawKV        json.RawMessage
+}
+
+// decodeBody unmarshals a JSON object body into v, classifying errors.
+func decodeBody(body []byte, v any) *reqError {
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return badRequest("request body must be a JSON object")
+	}
+	if err := json.Unmarshal(trimmed, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return badRequest("field %q: expected %s, got JSON %s", te.Field, te.Type, te.Value)
+		}
+		return badRequest("malformed JSON body: %v", err)
+	}
+	return nil
+}
+
+// resolveModel checks the requested model and returns the LoRA it names.
+func (w *Worker) resolveModel(m *string) (name string, loraName string, loraID int, rerr *reqError) {
+	if m == nil || *m == "" || *m == w.cfg.Model {
+		return w.cfg.Model, "", 0, nil
+	}
+	for i, l := range w.cfg.LoRAs {
+		if *m == l {
+			return l, l, i + 1, nil
+		}
+	}
+	return "", "", 0, &reqError{status: http.StatusNotFound, msg: fmt.Sprintf("The model `%s` does not exist.", *m)}
+}
+
+// parseKV reads kv_transfer_params (absent or null: none).
+func parseKV(raw json.RawMessage) (*kvParams, *reqError) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, nil
+	}
+	if raw[0] != '{' {
+		return nil, badRequest("kv_transfer_params must be an object")
+	}
+	var p kvParams
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, badRequest("kv_transfer_params: %v", err)
+	}
+	return &p, nil
+}
+
+// parseCompletion parses a /v1/completions body.
+func (w *Worker) parseCompletion(body []byte) (*genRequest, *reqError) {
+	var wire completionWire
+	if rerr := decodeBody(body, &wire); rerr != nil {
+		return nil, rerr
+	}
+	g := &genRequest{}
+	model, loraName, loraID, rerr := w.resolveModel(wire.Model)
+	if rerr != nil {
+		return nil, rerr
+	}
+	g.model, g.loraID = model, loraID
+	addSpecial := wire.AddSpecialTokens == nil || *wire.AddSpecialTokens
+	texts, tokenPrompts, rerr := parsePrompt(wire.Prompt)
+	if rerr != nil {
+		return nil, rerr
+	}
+	extra := inventory.ExtraKeys{LoRAName: loraName}
+	if wire.CacheSalt != nil {
+		extra.CacheSalt = *wire.CacheSalt
+	}
+	for _, t := range texts {
+		toks := tokenizer.Encode(nil, t, addSpecial)
+		if len(toks) == 0 {
+			return nil, badRequest("prompt cannot be empty")
+		}
+		g.prompts = append(g.prompts, prompt{tokens: toks, text: t, extra: extra})
+	}
+	for _, toks := range tokenPrompts {
+		g.prompts = append(g.prompts, prompt{tokens: toks, extra: extra})
+	}
+	if rerr := g.common(w, wire.MaxTokens, wire.Stream, wire.StreamOptions, wire.N, wire.KVTransferParams); rerr != nil {
+		return nil, rerr
+	}
+	g.echo = wire.Echo != nil && *wire.Echo
+	return g, nil
+}
+
+// parsePrompt reads "prompt": a string, strings, token ids, or lists of
+// token ids.
+func parsePrompt(raw json.RawMessage) (texts []string, tokens [][]uint32, rerr *reqError) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, nil, badRequest("prompt is required")
+	}
+	switch raw[0] {
+	case '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, nil, badRequest("prompt: %v", err)
+		}
+		return []string{s}, nil, nil
+	case '[':
+	default:
+		return nil, nil, badRequest("prompt must be a string, a list of strings, a list of token ids or a list of token-id lists")
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, nil, badRequest("prompt: %v", err)
+	}
+	if len(items) == 0 {
+		return nil, nil, badRequest("prompt cannot be empty")
+	}
+	switch first := bytes.TrimSpace(items[0]); {
+	case len(first) > 0 && first[0] == '"':
+		if err := json.Unmarshal(raw, &texts); err != nil {
+			return nil, nil, badRequest("prompt: a list of strings must hold only strings")
+		}
+		return texts, nil, nil
+	case len(first) > 0 && first[0] == '[':
+		var lists [][]int64
+		if err := json.Unmarshal(raw, &lists); err != nil {
+			return nil, nil, badRequest("prompt: a list of token-id lists must hold only lists of ints")
+		}
+		for _, l := range lists {
+			toks, rerr := checkTokenIDs(l)
+			if rerr != nil {
+				return nil, nil, rerr
+			}
+			tokens = append(tokens, toks)
+		}
+		return nil, tokens, nil
+	default:
+		var ids []int64
+		if err := json.Unmarshal(raw, &ids); err != nil {
+			return nil, nil, badRequest("prompt: a list of token ids must hold only ints")
+		}
+		toks, rerr := checkTokenIDs(ids)
+		if rerr != nil {
+			return nil, nil, rerr
+		}
+		return nil, [][]uint32{toks}, nil
+	}
+}
+
+// checkTokenIDs validates token ids against the vocabulary.
+func checkTokenIDs(ids []int64) ([]uint32, *reqError) {
+	if len(ids) == 0 {
+		return nil, badRequest("prompt cannot be empty")
+	}
+	out := make([]uint32, len(ids))
+	for i, id := range ids {
+		if id < 0 || id >= tokenizer.VocabSize {
+			return nil, badRequest("Token id %d is out of vocabulary (0..%d)", id, tokenizer.VocabSize-1)
+		}
+		out[i] = uint32(id)
+	}
+	return out, nil
+}
+
+// common handles the fields shared by both endpoints.
+func (g *genRequest) common(w *Worker, maxTokens *int, stream *bool, so *streamOptions, n *int, rawKV json.RawMessage) *reqError {
+	g.maxTokens = w.cfg.DefaultMaxTokens
+	if maxTokens != nil {
+		if *maxTokens < 1 {
+			return badRequest("max_tokens must be at least 1, got %d", *maxTokens)
+		}
+		g.maxTokens = *maxTokens
+	}
+	if n != nil && *n != 1 {
+		return badRequest("n must be 1 (the simulator generates one choice per prompt), got %d", *n)
+	}
+	g.stream = stream != nil && *stream
+	if so != nil {
+		if !g.stream {
+			return badRequest("stream_options can only be set when stream is true")
+		}
+		g.includeUsage = so.IncludeUsage
+	}
+	kv, rerr := parseKV(rawKV)
+	if rerr != nil {
+		return rerr
+	}
+	if kv != nil && len(g.prompts) > 1 {
+		return badRequest("kv_transfer_params with %d prompts: split multi-prompt requests into one request per prompt for P/D", len(g.prompts))
+	}
+	g.kv, g.rawKV = kv, rawKV
+	return nil
+}
+
+// parseChat parses a /v1/chat/completions body.
+func (w *Worker) parseChat(body []byte) (*genRequest, *reqError) {
+	var wire chatWire
+	if rerr := decodeBody(body, &wire); rerr != nil {
+		return nil, rerr
+	}
+	g := &genRequest{chat: true}
+	model, loraName, loraID, rerr := w.resolveModel(wire.Model)
+	if rerr != nil {
+		return nil, rerr
+	}
+	g.model, g.loraID = model, loraID
+	p, rerr := chatPrompt(wire.Messages, chatFlags{
+		addGenerationPrompt:  wire.AddGenerationPrompt,
+		continueFinalMessage: wire.ContinueFinalMessage,
+		addSpecialTokens:     wire.AddSpecialTokens,
+		tools:                wire.Tools,
+	})
+	if rerr != nil {
+		return nil, rerr
+	}
+	p.extra.LoRAName = loraName
+	if wire.CacheSalt != nil {
+		p.extra.CacheSalt = *wire.CacheSalt
+	}
+	g.prompts = []prompt{p}
+	mt := wire.MaxTokens
+	if wire.MaxCompletionTokens != nil {
+		mt = wire.MaxCompletionTokens
+	}
+	if rerr := g.common(w, mt, wire.Stream, wire.StreamOptions, wire.N, wire.KVTransferParams); rerr != nil {
+		return nil, rerr
+	}
+	return g, nil
+}
+
+// chatFlags are the template switches as sent (nil = default).
+type chatFlags struct {
+	addGenerationPrompt  *bool
+	continueFinalMessage *bool
+	addSpecialTokens     *bool
+	tools                json.RawMessage
+}
+
+// chatPrompt renders and tokenizes chat messages exactly as both the chat
+// endpoint and the messages form of /tokenize do: defaults
+// add_generation_prompt true, add_special_tokens false. Multimodal parts
+// become one pad token each, hashed with an (identifier, offset) extra key.
+func chatPrompt(rawMessages json.RawMessage, f chatFlags) (prompt, *reqError) {
+	msgs, err := tokenizer.ParseMessages(rawMessages)
+	if err != nil {
+		return prompt{}, badRequest("%v", strings.TrimSuffix(err.Error(), ": "+tokenizer.ErrInvalidChat.Error()))
+	}
+	opts := tokenizer.ChatOptions{
+		AddGenerationPrompt:  f.addGenerationPrompt == nil || *f.addGenerationPrompt,
+		ContinueFinalMessage: f.continueFinalMessage != nil && *f.continueFinalMessage,
+		Tools:                f.tools,
+	}
+	if f.addGenerationPrompt == nil && opts.ContinueFinalMessage {
+		opts.AddGenerationPrompt = false // continuing a message implies no new turn
+	}
+	r, err := tokenizer.RenderChat(msgs, opts)
+	if err != nil {
+		return prompt{}, badRequest("%v", err)
+	}
+	addSpecial := f.addSpecialTokens != nil && *f.addSpecialTokens
+	toks := tokenizer.Encode(nil, r.Text, addSpecial)
+	p := prompt{tokens: toks, text: r.Text}
+	k := 0
+	for i, t := range toks {
+		if (t == tokenizer.ImagePad || t == tokenizer.AudioPad) && k < len(r.MM) {
+			p.extra.MM = append(p.extra.MM, inventory.MMItem{Identifier: r.MM[k], Offset: i, Length: 1})
+			k++
+		}
+	}
+	return p, nil
+}
+
+// outputSeed derives the deterministic "sampling" seed of a prompt: the
+// same prompt always generates the same text.
+func outputSeed(tokens []uint32) uint64 {
+	buf := make([]byte, 4*len(tokens))
+	for i, t := range tokens {
+		binary.LittleEndian.PutUint32(buf[4*i:], t)
+	}
+	return xxh3.Hash(buf)
+}
+
+// outputPiece is the text of output token k for a prompt seed: one word,
+// so one token of the worker's tokenizer.
+func outputPiece(seed uint64, k int) string {
+	x := seed ^ (uint64(k)+1)*0x9e3779b97f4a7c15
+	x ^= x >> 31
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 29
+	return " " + tokenizer.Word(x)
+}

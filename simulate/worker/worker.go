@@ -1,0 +1,373 @@
+// Package worker is a GPU-free stand-in for one vLLM server: the OpenAI
+// completions and chat endpoints (streaming and not), /tokenize, /health,
+// /metrics with vLLM's names, /v1/models and /reset_prefix_cache, KV events
+// on a real ZMQ PUB socket (plus an optional replay ROUTER), the P/D NIXL
+// protocol with a side channel, and fault injection (POST /_sim/faults).
+//
+// A Worker drives a simulate/engine.Engine in real time from one goroutine
+// (the driver); request handlers talk to it through commands and read their
+// progress from per-request trackers. Everything binds the worker's own IP so
+// a fleet can give every worker its own 127.0.0.x and one shared ZMQ port.
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/llbproject/llb/simulate/engine"
+	"github.com/llbproject/llb/simulate/kvpub"
+)
+
+// Worker is a running simulated vLLM server.
+type Worker struct {
+	cfg        Config
+	engineID   string
+	eng        *engine.Engine
+	drv        *driver
+	pub        *kvpub.Publisher // nil without KV events
+	faults     *faultState
+	met        *workerMetrics
+	receipts   *receiptLog
+	log        *zerolog.Logger
+	started    time.Time
+	pullClient *http.Client
+
+	srv, nixlSrv *http.Server // nixlSrv nil for RoleNone
+	ln, nixlLn   net.Listener
+	serving      sync.WaitGroup // Serve goroutines
+
+	// inflight counts handlers; closing (under mu) refuses new ones once
+	// shutdown waits for the count.
+	mu       sync.Mutex
+	closing  bool
+	inflight sync.WaitGroup
+
+	stopping chan struct{} // closed when handlers must give up
+	done     chan struct{} // closed when everything is down
+	once     sync.Once
+	crashed  bool // set before done closes
+}
+
+// Start validates cfg, binds every socket and starts serving. On error
+// nothing is left running.
+func Start(cfg Config) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	w := &Worker{
+		cfg:      cfg,
+		receipts: &receiptLog{max: 64},
+		started:  time.Now(),
+		stopping: make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	w.log = cfg.Logger
+	if w.log == nil {
+		nop := zerolog.Nop()
+		w.log = &nop
+	}
+	l := w.log.With().Str("component", "llbsim").Str("worker", cfg.Name).Logger()
+	w.log = &l
+	w.engineID = randomHex(16)
+	ec := cfg.Engine
+	ec.EngineID = w.engineID
+	ec.Hash.Model = cfg.Model
+	if cfg.SeedUnset {
+		ec.Hash.NoneHash = make([]byte, digestSize(ec.Hash.Algo))
+		_, _ = rand.Read(ec.Hash.NoneHash) // crypto/rand never fails on Linux
+	}
+	w.cfg.Engine = ec
+	eng, err := engine.New(ec)
+	if err != nil {
+		return nil, err
+	}
+	w.eng = eng
+	w.faults = newFaultState(cfg.Faults, cfg.FaultSeed)
+	w.pullClient = newPullClient(cfg.PullTimeout)
+
+	if w.ln, err = net.Listen("tcp", net.JoinHostPort(cfg.IP, strconv.Itoa(cfg.HTTPPort))); err != nil {
+		return nil, fmt.Errorf("worker %s: http: %w: %w", cfg.Name, ErrListen, err)
+	}
+	if ec.Role != engine.RoleNone {
+		if w.nixlLn, err = net.Listen("tcp", net.JoinHostPort(cfg.IP, strconv.Itoa(cfg.NIXLPort))); err != nil {
+			_ = w.ln.Close()
+			return nil, fmt.Errorf("worker %s: nixl side channel: %w: %w", cfg.Name, ErrListen, err)
+		}
+	}
+	if cfg.KVEvents {
+		if w.pub, err = kvpub.Start(w.pubConfig()); err != nil {
+			w.closeListeners()
+			return nil, fmt.Errorf("worker %s: kv events: %w: %w", cfg.Name, ErrListen, err)
+		}
+	}
+	w.drv = newDriver(eng, w.pub, cfg.EventInterval, w.log)
+	w.met = newMetrics(w)
+	w.srv = &http.Server{Handler: w.track(w.routes()), ReadHeaderTimeout: 10 * time.Second}
+	w.serve(w.srv, w.ln)
+	if w.nixlLn != nil {
+		mux := http.NewServeMux()
+		mux.HandleFunc(nixlReadPath, w.handleNIXLRead)
+		w.nixlSrv = &http.Server{Handler: w.track(mux), ReadHeaderTimeout: 10 * time.Second}
+		w.serve(w.nixlSrv, w.nixlLn)
+	}
+	w.log.Info().Str("addr", w.Addr()).Str("role", ec.Role.String()).Str("kv_endpoint", w.KVEndpoint()).
+		Str("nixl_addr", w.NIXLAddr()).Msg("simulated worker started")
+	return w, nil
+}
+
+// pubConfig is the publisher configuration derived from the worker's.
+func (w *Worker) pubConfig() kvpub.Config {
+	port := "*"
+	if w.cfg.KVPort != 0 {
+		port = strconv.Itoa(w.cfg.KVPort)
+	}
+	pc := kvpub.Config{
+		Endpoint:     "tcp://" + net.JoinHostPort(w.cfg.IP, port),
+		Topic:        w.topic(),
+		Layout:       w.cfg.Layout,
+		DigestHashes: w.cfg.DigestHashes,
+		Logger:       w.log,
+	}
+	if w.cfg.Replay {
+		rp := "*"
+		if w.cfg.ReplayPort != 0 {
+			rp = strconv.Itoa(w.cfg.ReplayPort)
+		}
+		pc.ReplayEndpoint = "tcp://" + net.JoinHostPort(w.cfg.IP, rp)
+	}
+	return pc
+}
+
+// topic is frame 0 of the KV messages.
+func (w *Worker) topic() string {
+	switch w.cfg.Topic {
+	case "-":
+		return ""
+	case "":
+		return "kv@" + w.Addr() + "@" + w.cfg.Model
+	}
+	return w.cfg.Topic
+}
+
+// routes is the OpenAI/vLLM API plus the /_sim control endpoints.
+func (w *Worker) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/completions", w.handleGenerate(false))
+	mux.HandleFunc("/v1/chat/completions", w.handleGenerate(true))
+	mux.HandleFunc("/tokenize", w.handleTokenize)
+	mux.HandleFunc("/v1/tokenize", w.handleTokenize)
+	mux.HandleFunc("GET /health", w.handleHealth)
+	mux.HandleFunc("GET /ping", w.handleHealth)
+	mux.HandleFunc("GET /v1/models", w.handleModels)
+	mux.HandleFunc("GET /metrics", w.handleMetrics)
+	mux.HandleFunc("/reset_prefix_cache", w.handleReset)
+	mux.HandleFunc("/_sim/faults", w.handleFaults)
+	mux.HandleFunc("GET /_sim/debug", w.handleDebug)
+	mux.HandleFunc("/", func(rw http.ResponseWriter, r *http.Request) {
+		writeError(rw, http.StatusNotFound, "no route "+r.Method+" "+r.URL.Path)
+	})
+	return mux
+}
+
+// track counts in-flight handlers so shutdown can wait for them.
+func (w *Worker) track(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		w.mu.Lock()
+		if w.closing {
+			w.mu.Unlock()
+			writeError(rw, http.StatusServiceUnavailable, "worker is shutting down")
+			return
+		}
+		w.inflight.Add(1)
+		w.mu.Unlock()
+		defer w.inflight.Done()
+		h.ServeHTTP(rw, r)
+	})
+}
+
+// serve runs srv on ln in a tracked goroutine.
+func (w *Worker) serve(srv *http.Server, ln net.Listener) {
+	w.serving.Add(1)
+	go func() {
+		defer w.serving.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			w.log.Error().Err(err).Msg("http server stopped")
+		}
+	}()
+}
+
+// Addr is the OpenAI API address, ip:port.
+func (w *Worker) Addr() string { return w.ln.Addr().String() }
+
+// URL is the OpenAI API base URL, http://ip:port.
+func (w *Worker) URL() string { return "http://" + w.Addr() }
+
+// HTTPPort is the bound API port.
+func (w *Worker) HTTPPort() int { return w.ln.Addr().(*net.TCPAddr).Port }
+
+// KVEndpoint is the bound ZMQ PUB address ("" without KV events).
+func (w *Worker) KVEndpoint() string {
+	if w.pub == nil {
+		return ""
+	}
+	return w.pub.Endpoint()
+}
+
+// ReplayEndpoint is the bound ROUTER address ("" without replay).
+func (w *Worker) ReplayEndpoint() string {
+	if w.pub == nil {
+		return ""
+	}
+	return w.pub.ReplayEndpoint()
+}
+
+// NIXLAddr is the side-channel address ("" for RoleNone).
+func (w *Worker) NIXLAddr() string {
+	if w.nixlLn == nil {
+		return ""
+	}
+	return w.nixlLn.Addr().String()
+}
+
+// nixlPort is the side-channel port (0 for RoleNone).
+func (w *Worker) nixlPort() int {
+	if w.nixlLn == nil {
+		return 0
+	}
+	return w.nixlLn.Addr().(*net.TCPAddr).Port
+}
+
+// EngineID is remote_engine_id of this worker.
+func (w *Worker) EngineID() string { return w.engineID }
+
+// Config is the worker's effective configuration (engine id and hash
+// overrides filled in).
+func (w *Worker) Config() Config { return w.cfg }
+
+// Stats is the engine's gauges and counters as of its last step.
+func (w *Worker) Stats() engine.Stats { return w.drv.snapshot() }
+
+// pubStats is the publisher's counters (zero without KV events).
+func (w *Worker) pubStats() kvpub.Stats {
+	if w.pub == nil {
+		return kvpub.Stats{}
+	}
+	return w.pub.Stats()
+}
+
+// Done is closed once the worker has stopped (Stop, Crash, or a crash
+// fault).
+func (w *Worker) Done() <-chan struct{} { return w.done }
+
+// Crashed reports whether the worker ended by Crash; valid after Done.
+func (w *Worker) Crashed() bool {
+	<-w.done
+	return w.crashed
+}
+
+// Stop shuts the worker down gracefully: no new connections, in-flight
+// requests finish (until ctx ends, then they are cut), queued KV events are
+// flushed, every socket is closed. It returns ctx's error when it had to cut
+// requests. Safe to call more than once and after Crash.
+func (w *Worker) Stop(ctx context.Context) error {
+	var err error
+	w.once.Do(func() {
+		w.log.Info().Msg("simulated worker stopping")
+		err = w.srv.Shutdown(ctx)
+		if w.nixlSrv != nil {
+			if e := w.nixlSrv.Shutdown(ctx); err == nil {
+				err = e
+			}
+		}
+		close(w.stopping)
+		if err != nil {
+			_ = w.srv.Close() // ctx ended: cut what is left
+			if w.nixlSrv != nil {
+				_ = w.nixlSrv.Close()
+			}
+		}
+		w.waitHandlers()
+		w.drv.shutdown()
+		if w.pub != nil {
+			w.pub.Close()
+		}
+		w.finish(false)
+	})
+	<-w.done
+	return err
+}
+
+// Crash stops the worker abruptly, like a killed process: listeners and
+// connections close at once (in-flight requests see a reset or a truncated
+// stream), queued KV events are dropped, the ZMQ sockets close with no
+// linger. Safe to call more than once.
+func (w *Worker) Crash() {
+	w.once.Do(func() {
+		w.log.Info().Msg("simulated worker crashing")
+		close(w.stopping)
+		_ = w.srv.Close() // closing is the point; errors are moot
+		if w.nixlSrv != nil {
+			_ = w.nixlSrv.Close()
+		}
+		if w.pub != nil {
+			w.pub.Kill()
+		}
+		w.drv.shutdown()
+		w.waitHandlers()
+		w.finish(true)
+	})
+	<-w.done
+}
+
+// waitHandlers refuses new handlers and waits for the running ones.
+func (w *Worker) waitHandlers() {
+	w.mu.Lock()
+	w.closing = true
+	w.mu.Unlock()
+	w.inflight.Wait()
+}
+
+// finish releases what is left and marks the worker done.
+func (w *Worker) finish(crashed bool) {
+	w.serving.Wait()
+	w.pullClient.CloseIdleConnections()
+	w.crashed = crashed
+	close(w.done)
+	w.log.Info().Bool("crashed", crashed).Msg("simulated worker stopped")
+}
+
+// closeListeners closes the listeners (Start failed before serving).
+func (w *Worker) closeListeners() {
+	_ = w.ln.Close() // nothing accepted yet
+	if w.nixlLn != nil {
+		_ = w.nixlLn.Close()
+	}
+}
+
+// randomHex is n random hex characters.
+func randomHex(n int) string {
+	b := make([]byte, (n+1)/2)
+	_, _ = rand.Read(b) // crypto/rand never fails on Linux
+	return hex.EncodeToString(b)[:n]
+}
+
+// digestSize is the NONE_HASH length of an algorithm.
+func digestSize(a engine.HashAlgo) int {
+	switch a {
+	case engine.HashXXHashCBOR:
+		return 16
+	case engine.HashFNV:
+		return 8
+	}
+	return 32
+}
