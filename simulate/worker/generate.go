@@ -505,4 +505,3 @@ func (w *Worker) transferParams(r *engine.RemoteParams) json.RawMessage {
 	b, _ := json.Marshal(v) // plain values: cannot fail
 	return b
 }
-

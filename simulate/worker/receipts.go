@@ -65,4 +65,3 @@ func (l *receiptLog) list() []KVReceipt {
 	defer l.mu.Unlock()
 	return append([]KVReceipt(nil), l.items...)
 }
-
