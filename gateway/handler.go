@@ -162,8 +162,8 @@ func (h *Handler) methodNotAllowed(w http.ResponseWriter, x *exchange, allow str
 
 // fail answers the client with e (nothing was sent yet).
 func (h *Handler) fail(w http.ResponseWriter, x *exchange, e *ClientError) {
-	x.setRouteHeader(w.Header(), h.addrs)
 	x.status, x.code = e.Status, e.Code
+	x.setRouteHeader(w.Header(), h.addrs)
 	x.bytes += int64(e.write(w))
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 )
@@ -263,11 +264,27 @@ func decodeString(m *member, dst *string) error {
 	return nil
 }
 
+// decodeBool reads a boolean the way vLLM's pydantic models do in lax mode:
+// true/false, 0/1, and the strings "true"/"false", "yes"/"no", "on"/"off",
+// "1"/"0", "t"/"f", "y"/"n" in any case; null is false.
 func decodeBool(m *member, dst *bool) error {
-	switch string(m.val) {
-	case "true":
+	v := m.val
+	if len(v) > 1 && v[0] == '"' && bytes.IndexByte(v, '\\') < 0 {
+		v = bytes.ToLower(v[1 : len(v)-1])
+		switch string(v) {
+		case "true", "yes", "on", "1", "t", "y":
+			*dst = true
+			return nil
+		case "false", "no", "off", "0", "f", "n":
+			*dst = false
+			return nil
+		}
+		return fieldError(m.key, m.key+" must be a boolean")
+	}
+	switch string(v) {
+	case "true", "1":
 		*dst = true
-	case "false", "null":
+	case "false", "null", "0":
 		*dst = false
 	default:
 		return fieldError(m.key, m.key+" must be a boolean")
@@ -282,15 +299,19 @@ func expectObject(m *member) error {
 	return fieldError(m.key, m.key+" must be an object or null")
 }
 
-// decodeCount checks a token-count field: a non-negative integer or null.
+// decodeCount checks a token-count field: null or a whole non-negative
+// number below 2^32 (10, 1e1 and 10.0 are all 10, as pydantic accepts them).
 func decodeCount(m *member) error {
 	if isNull(m.val) {
 		return nil
 	}
-	if _, err := strconv.ParseUint(string(m.val), 10, 32); err != nil {
-		return fieldError(m.key, m.key+" must be a non-negative integer below 2^32")
+	if len(m.val) > 0 && (m.val[0] == '-' || (m.val[0] >= '0' && m.val[0] <= '9')) {
+		f, err := strconv.ParseFloat(string(m.val), 64)
+		if err == nil && f >= 0 && f < 1<<32 && f == math.Trunc(f) {
+			return nil
+		}
 	}
-	return nil
+	return fieldError(m.key, m.key+" must be a whole non-negative number below 2^32")
 }
 
 func (r *Request) parsePrompt(v []byte) error {

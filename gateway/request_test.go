@@ -59,6 +59,28 @@ func TestParseRequest_ReadsRoutingFields(t *testing.T) {
 	}
 }
 
+func TestParseRequest_AcceptsWhatVLLMAccepts(t *testing.T) {
+	tests := []struct {
+		give       string
+		wantStream bool
+	}{
+		{`{"prompt":"x","stream":"yes","max_tokens":1e1}`, true},
+		{`{"prompt":"x","stream":"False","max_tokens":10.0}`, false},
+		{`{"prompt":"x","stream":1,"max_completion_tokens":null}`, true},
+		{`{"prompt":"x","stream":null,"min_tokens":0}`, false},
+	}
+	for _, tt := range tests {
+		r, err := ParseRequest(KindCompletion, []byte(tt.give))
+		if err != nil {
+			t.Errorf("ParseRequest(%s): %v", tt.give, err)
+			continue
+		}
+		if r.Stream != tt.wantStream {
+			t.Errorf("ParseRequest(%s).Stream = %v; want %v", tt.give, r.Stream, tt.wantStream)
+		}
+	}
+}
+
 func TestParseRequest_ChatMessages(t *testing.T) {
 	body := `{"model":"m","messages":[{"role":"system","content":"be brief"},` +
 		`{"role":"user","content":[{"type":"text","text":"look: "},{"type":"image_url","image_url":{"url":"http://x/a.png"}}]},` +
@@ -94,7 +116,8 @@ func TestParseRequest_RejectsBadInputWithTheFieldNamed(t *testing.T) {
 		{"malformed JSON", KindCompletion, `{"prompt":`, CodeInvalidJSON, ""},
 		{"not an object", KindCompletion, `["prompt"]`, CodeInvalidJSON, ""},
 		{"model not a string", KindCompletion, `{"model":5,"prompt":"x"}`, CodeInvalidField, "model"},
-		{"stream not a bool", KindCompletion, `{"stream":"yes","prompt":"x"}`, CodeInvalidField, "stream"},
+		{"stream not a bool", KindCompletion, `{"stream":"maybe","prompt":"x"}`, CodeInvalidField, "stream"},
+		{"stream a number other than 0/1", KindCompletion, `{"stream":2,"prompt":"x"}`, CodeInvalidField, "stream"},
 		{"negative max_tokens", KindCompletion, `{"max_tokens":-1,"prompt":"x"}`, CodeInvalidField, "max_tokens"},
 		{"fractional max_tokens", KindCompletion, `{"max_tokens":1.5,"prompt":"x"}`, CodeInvalidField, "max_tokens"},
 		{"stream_options not an object", KindCompletion, `{"stream_options":1,"prompt":"x"}`, CodeInvalidField, "stream_options"},

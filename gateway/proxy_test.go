@@ -1,0 +1,542 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llbproject/llb/actors"
+	"github.com/llbproject/llb/ladder"
+)
+
+func TestSinglePool_ProxiesNonStreamingRequest(t *testing.T) {
+	be := newFakeVLLM(t)
+	d := decision(ladder.TierSelector, 0, -1)
+	d.Selector = ladder.SelCHWBL
+	fr := newFakeRouter(fixedRoute(d))
+	url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+	body := `{"model":"m", "prompt":"hi","max_tokens":1e1,"user_id":"u"}`
+	resp, got := post(t, testClient(t), url+PathCompletions, body, "Authorization", "Bearer k", "X-Request-Id", "client-id")
+
+	if resp.StatusCode != 200 || !strings.Contains(string(got), `"text":"hello"`) {
+		t.Fatalf("got %d %s", resp.StatusCode, got)
+	}
+	wantRoute := "tier=sel sel=chwbl prefill=0 decode=-1 prefill_addr=" + be.addr().String() + " retries=0"
+	if r := resp.Header.Get(HeaderRoute); r != wantRoute {
+		t.Errorf("%s = %q; want %q", HeaderRoute, r, wantRoute)
+	}
+	reqs := be.requests()
+	if len(reqs) != 1 {
+		t.Fatalf("backend got %d requests; want 1", len(reqs))
+	}
+	br := reqs[0]
+	if string(br.Body) != body {
+		t.Errorf("backend body = %s; want the client's bytes %s", br.Body, body)
+	}
+	for k, want := range map[string]string{"Authorization": "Bearer k", "X-Request-Id": "client-id", "X-Forwarded-For": "127.0.0.1", "X-Forwarded-Proto": "http"} {
+		if got := br.Header.Get(k); got != want {
+			t.Errorf("backend %s = %q; want %q", k, got, want)
+		}
+	}
+	fr.checkTicketsClosed(t, 1)
+	routes, outcomes, fin := fr.snapshot()
+	if routes[0].Req.SessionKey != "u" || !routes[0].Req.HasPrefixHash || string(routes[0].Req.Prompt) != "hi" {
+		t.Errorf("route request = %+v", routes[0].Req)
+	}
+	if len(outcomes) != 1 || outcomes[0].Leg != actors.LegSingle || outcomes[0].Status != 200 || outcomes[0].Failure != actors.FailNone || outcomes[0].TTFB <= 0 {
+		t.Errorf("outcomes = %+v; want one single-leg 200 with a TTFB", outcomes)
+	}
+	if !fin[1].OK {
+		t.Errorf("ticket finished with %+v; want OK", fin[1])
+	}
+}
+
+func TestSinglePool_FlushesEachSSEEventAsItArrives(t *testing.T) {
+	be := newFakeVLLM(t)
+	release := make(chan struct{})
+	stalled := make(chan bool, 1)
+	be.answer = func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: first\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+			stalled <- false
+		case <-time.After(5 * time.Second):
+			stalled <- true // the client never saw the first event
+		}
+		_, _ = io.WriteString(w, "data: second\n\ndata: [DONE]\n\n")
+	}
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+	req, _ := http.NewRequest(http.MethodPost, url+PathCompletions, strings.NewReader(`{"model":"m","prompt":"p","stream":true}`))
+	resp, err := testClient(t).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Errorf("Content-Type = %q", ct)
+	}
+	br := bufio.NewReader(resp.Body)
+	line, err := br.ReadString('\n')
+	if err != nil || line != "data: first\n" {
+		t.Fatalf("first line = %q, %v", line, err)
+	}
+	close(release)
+	rest, err := io.ReadAll(br)
+	if err != nil {
+		t.Fatalf("reading the rest: %v", err)
+	}
+	if string(rest) != "\ndata: second\n\ndata: [DONE]\n\n" {
+		t.Errorf("rest = %q; want the stream through [DONE] as-is", rest)
+	}
+	if <-stalled {
+		t.Error("the first event only reached the client after the backend sent more: not flushed per event")
+	}
+	fr.checkTicketsClosed(t, 1)
+}
+
+func TestSinglePool_RetriesAnotherEndpointAfterConnectFailure(t *testing.T) {
+	be := newFakeVLLM(t)
+	cfg := singlePool(closedAddr(t), be.addr())
+	fr := newFakeRouter(firstAllowed(&cfg))
+	url, _ := startGateway(t, cfg, Deps{Router: fr})
+	resp, body := post(t, testClient(t), url+PathCompletions, `{"model":"m","prompt":"p"}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("got %d %s; want 200 from the second endpoint", resp.StatusCode, body)
+	}
+	if r := resp.Header.Get(HeaderRoute); !strings.Contains(r, "prefill=1") || !strings.HasSuffix(r, "retries=1") {
+		t.Errorf("%s = %q; want prefill=1 … retries=1", HeaderRoute, r)
+	}
+	fr.checkTicketsClosed(t, 2)
+	routes, outcomes, fin := fr.snapshot()
+	if len(routes) != 2 || routes[0].Avoid != 0 || routes[1].Avoid != 1 {
+		t.Errorf("Avoid masks = %v; want [0 1]", avoidMasks(routes))
+	}
+	if len(outcomes) != 2 || outcomes[0].Failure != actors.FailConnect || outcomes[1].Status != 200 {
+		t.Errorf("outcomes = %+v; want connect failure then 200", outcomes)
+	}
+	if fin[1].OK || !fin[2].OK {
+		t.Errorf("finishes = %+v; want the failed ticket not OK and the retry OK", fin)
+	}
+}
+
+func avoidMasks(rs []actors.RouteRequest) []uint32 {
+	var out []uint32
+	for _, r := range rs {
+		out = append(out, r.Avoid)
+	}
+	return out
+}
+
+func TestSinglePool_ConnectFailuresExhaust(t *testing.T) {
+	tests := []struct {
+		name        string
+		endpoints   int
+		retries     int
+		wantTickets int
+	}{
+		{"retry budget runs out", 4, 0, 3},      // 1 try + 2 retries
+		{"router runs out of endpoints", 2, 0, 2}, // third Route is unavailable
+		{"retries disabled", 3, -1, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var addrs []netip.AddrPort
+			for range tt.endpoints {
+				addrs = append(addrs, closedAddr(t))
+			}
+			cfg := singlePool(addrs...)
+			cfg.MaxConnectRetries = tt.retries
+			fr := newFakeRouter(firstAllowed(&cfg))
+			url, _ := startGateway(t, cfg, Deps{Router: fr})
+			resp, body := post(t, testClient(t), url+PathCompletions, `{"model":"m","prompt":"p"}`)
+			if e := decodeError(t, body); resp.StatusCode != 502 || e.Error.Code != CodeBackendUnreachable {
+				t.Errorf("got %d %s; want 502 %s", resp.StatusCode, e.Error.Code, CodeBackendUnreachable)
+			}
+			fr.checkTicketsClosed(t, tt.wantTickets)
+			_, outcomes, _ := fr.snapshot()
+			for _, o := range outcomes {
+				if o.Failure != actors.FailConnect {
+					t.Errorf("outcome %+v; want FailConnect", o)
+				}
+			}
+		})
+	}
+}
+
+// abortAfter makes a backend answer that sends head (nothing when empty) and
+// then kills the connection.
+func abortAfter(head string, headers bool) func(http.ResponseWriter, *http.Request, []byte) {
+	return func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		if headers {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(200)
+		}
+		if head != "" {
+			_, _ = io.WriteString(w, head)
+		}
+		if headers || head != "" {
+			w.(http.Flusher).Flush()
+		}
+		panic(http.ErrAbortHandler)
+	}
+}
+
+func TestSinglePool_BackendDeathBeforeFirstByteIs502(t *testing.T) {
+	tests := []struct {
+		name    string
+		headers bool
+	}{
+		{"before headers", false},
+		{"after headers", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			be := newFakeVLLM(t)
+			be.answer = abortAfter("", tt.headers)
+			fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+			url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+			resp, body := post(t, testClient(t), url+PathCompletions, `{"model":"m","prompt":"p","stream":true}`)
+			if e := decodeError(t, body); resp.StatusCode != 502 || e.Error.Code != CodeBackendUnreachable {
+				t.Errorf("got %d %s; want 502 %s", resp.StatusCode, e.Error.Code, CodeBackendUnreachable)
+			}
+			fr.checkTicketsClosed(t, 1)
+			_, outcomes, _ := fr.snapshot()
+			if len(outcomes) != 1 || outcomes[0].Failure != actors.FailReset {
+				t.Errorf("outcomes = %+v; want one FailReset", outcomes)
+			}
+		})
+	}
+}
+
+func TestSinglePool_MidStreamDeathAbortsTheClientConnection(t *testing.T) {
+	be := newFakeVLLM(t)
+	be.answer = abortAfter("data: partial\n\n", true)
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+	req, _ := http.NewRequest(http.MethodPost, url+PathCompletions, strings.NewReader(`{"model":"m","prompt":"p","stream":true}`))
+	resp, err := testClient(t).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	if err == nil {
+		t.Errorf("read %q to a clean end; want the connection aborted", got)
+	}
+	if !strings.HasPrefix(string(got), "data: partial") {
+		t.Errorf("client got %q before the abort; want the partial event", got)
+	}
+	fr.checkTicketsClosed(t, 1)
+	_, outcomes, fin := fr.snapshot()
+	if len(outcomes) != 1 || outcomes[0].Failure != actors.FailReset || outcomes[0].Status != 200 {
+		t.Errorf("outcomes = %+v; want status 200 with FailReset", outcomes)
+	}
+	if fin[1].OK {
+		t.Error("an aborted stream finished OK")
+	}
+}
+
+func TestSinglePool_ClientDisconnectCancelsUpstream(t *testing.T) {
+	be := newFakeVLLM(t)
+	upstreamGone := make(chan struct{})
+	be.answer = func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: one\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // the gateway must cancel us
+		close(upstreamGone)
+	}
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+PathCompletions, strings.NewReader(`{"model":"m","prompt":"p","stream":true}`))
+	resp, err := testClient(t).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(resp.Body).ReadString('\n')
+	if line != "data: one\n" {
+		t.Fatalf("first line %q", line)
+	}
+	cancel()
+	resp.Body.Close()
+	select {
+	case <-upstreamGone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream request was not cancelled after the client left")
+	}
+	fr.checkTicketsClosed(t, 1)
+	_, outcomes, _ := fr.snapshot()
+	if len(outcomes) != 1 || outcomes[0].Failure != actors.FailClientGone {
+		t.Errorf("outcomes = %+v; want FailClientGone", outcomes)
+	}
+}
+
+func TestSinglePool_OriginErrorsAreRelayed(t *testing.T) {
+	be := newFakeVLLM(t)
+	be.answer = func(w http.ResponseWriter, _ *http.Request, _ []byte) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"error":{"message":"max_tokens too large","type":"BadRequestError","param":null,"code":400}}`)
+	}
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+	resp, body := post(t, testClient(t), url+PathCompletions, `{"model":"m","prompt":"p"}`)
+	if resp.StatusCode != 400 || !strings.Contains(string(body), "max_tokens too large") {
+		t.Errorf("got %d %s; want the origin's 400", resp.StatusCode, body)
+	}
+	fr.checkTicketsClosed(t, 1)
+	_, outcomes, fin := fr.snapshot()
+	if outcomes[0].Status != 400 || outcomes[0].Failure != actors.FailNone || fin[1].OK {
+		t.Errorf("outcome %+v finish %+v; want status 400, no failure, not OK", outcomes[0], fin[1])
+	}
+}
+
+func TestSinglePool_Timeouts(t *testing.T) {
+	tests := []struct {
+		name     string
+		setup    func(*RuleConfig)
+		wantCode string
+	}{
+		{"idle data timeout", func(c *RuleConfig) { c.DataTimeout = 50 * time.Millisecond }, CodeIdleTimeout},
+		{"max stream duration", func(c *RuleConfig) { c.MaxStreamDuration = 50 * time.Millisecond }, CodeStreamDuration},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			be := newFakeVLLM(t)
+			be.answer = func(w http.ResponseWriter, r *http.Request, _ []byte) { <-r.Context().Done() }
+			cfg := singlePool(be.addr())
+			tt.setup(&cfg)
+			fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+			url, _ := startGateway(t, cfg, Deps{Router: fr})
+			resp, body := post(t, testClient(t), url+PathCompletions, `{"model":"m","prompt":"p"}`)
+			if e := decodeError(t, body); resp.StatusCode != 504 || e.Error.Code != tt.wantCode {
+				t.Errorf("got %d %s; want 504 %s", resp.StatusCode, e.Error.Code, tt.wantCode)
+			}
+			fr.checkTicketsClosed(t, 1)
+			_, outcomes, _ := fr.snapshot()
+			if outcomes[0].Failure != actors.FailTimeout {
+				t.Errorf("outcome %+v; want FailTimeout", outcomes[0])
+			}
+		})
+	}
+}
+
+func TestSinglePool_IdleTimeoutIsOffInSSEMode(t *testing.T) {
+	be := newFakeVLLM(t)
+	release := make(chan struct{})
+	be.answer = func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: a\n\n")
+		w.(http.Flusher).Flush()
+		<-release
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	}
+	cfg := singlePool(be.addr())
+	cfg.DataTimeout, cfg.SSEMode = 20*time.Millisecond, true
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, cfg, Deps{Router: fr})
+	req, _ := http.NewRequest(http.MethodPost, url+PathCompletions, strings.NewReader(`{"model":"m","prompt":"p","stream":true}`))
+	resp, err := testClient(t).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if line, _ := br.ReadString('\n'); line != "data: a\n" {
+		t.Fatalf("first line %q", line)
+	}
+	// Keep the stream idle for ten DataTimeouts (elapsed time is the thing
+	// under test here, not a synchronisation): in SSE mode the idle
+	// watchdog must not cut it.
+	<-time.After(10 * cfg.DataTimeout)
+	close(release)
+	rest, err := io.ReadAll(br)
+	if err != nil || !strings.Contains(string(rest), "[DONE]") {
+		t.Errorf("rest = %q, %v; want the stream to survive idling in SSE mode", rest, err)
+	}
+}
+
+func TestHandler_StripsHopByHopHeadersBothWays(t *testing.T) {
+	be := newFakeVLLM(t)
+	be.answer = func(w http.ResponseWriter, _ *http.Request, _ []byte) {
+		h := w.Header()
+		h.Set("Connection", "X-Resp-Hop")
+		h.Set("X-Resp-Hop", "1")
+		h.Set("Keep-Alive", "timeout=5")
+		h.Set("Proxy-Authenticate", "Basic")
+		h.Set("X-End-To-End", "kept")
+		_, _ = io.WriteString(w, `{"ok":true}`)
+	}
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+	resp, _ := post(t, testClient(t), url+PathCompletions, `{"model":"m","prompt":"p"}`,
+		"Connection", "X-Hop, keep-alive", "X-Hop", "1", "Keep-Alive", "timeout=5", "Te", "trailers",
+		"Proxy-Authorization", "Basic eA==", "Proxy-Connection", "keep-alive", "X-Forwarded-For", "6.6.6.6",
+		"Forwarded", "for=6.6.6.6", "X-Custom", "kept")
+	br := be.requests()[0]
+	for _, k := range []string{"Connection", "X-Hop", "Keep-Alive", "Te", "Proxy-Authorization", "Proxy-Connection", "Forwarded"} {
+		if v := br.Header.Values(k); len(v) != 0 {
+			t.Errorf("backend saw hop-by-hop %s: %q", k, v)
+		}
+	}
+	if got := br.Header.Get("X-Forwarded-For"); got != "127.0.0.1" {
+		t.Errorf("X-Forwarded-For = %q; want llb's own view 127.0.0.1", got)
+	}
+	if br.Header.Get("X-Custom") != "kept" {
+		t.Error("an end-to-end request header was dropped")
+	}
+	for _, k := range []string{"X-Resp-Hop", "Keep-Alive", "Proxy-Authenticate"} {
+		if v := resp.Header.Values(k); len(v) != 0 {
+			t.Errorf("client saw hop-by-hop %s: %q", k, v)
+		}
+	}
+	if resp.Header.Get("X-End-To-End") != "kept" {
+		t.Error("an end-to-end response header was dropped")
+	}
+}
+
+func TestOutboundHeader_TrustedForwardedChainIsExtended(t *testing.T) {
+	r, _ := http.NewRequest(http.MethodPost, "http://vip/v1/completions", nil)
+	r.RemoteAddr, r.Host = "10.1.1.1:999", "vip:2020"
+	r.TLS = &tls.ConnectionState{}
+	r.Header.Set("X-Forwarded-For", "1.2.3.4")
+	h := outboundHeader(r, true)
+	if got := h.Get("X-Forwarded-For"); got != "1.2.3.4, 10.1.1.1" {
+		t.Errorf("X-Forwarded-For = %q", got)
+	}
+	if h.Get("X-Forwarded-Proto") != "https" || h.Get("X-Forwarded-Host") != "vip:2020" {
+		t.Errorf("X-Forwarded-Proto/Host = %q/%q", h.Get("X-Forwarded-Proto"), h.Get("X-Forwarded-Host"))
+	}
+	if r.Header.Get("X-Forwarded-For") != "1.2.3.4" {
+		t.Error("the inbound request's header was mutated")
+	}
+}
+
+func TestHandler_RejectsBadRequestsWithOpenAIErrors(t *testing.T) {
+	be := newFakeVLLM(t)
+	cfg := singlePool(be.addr())
+	cfg.BodyLimit = 64
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, cfg, Deps{Router: fr})
+	c := testClient(t)
+	tests := []struct {
+		name       string
+		method     string
+		path       string
+		body       string
+		wantStatus int
+		wantCode   string
+	}{
+		{"malformed JSON", "POST", PathCompletions, `{"prompt":`, 400, CodeInvalidJSON},
+		{"bad field", "POST", PathChatCompletions, `{"messages":"x"}`, 400, CodeInvalidField},
+		{"body too large", "POST", PathCompletions, `{"prompt":"` + strings.Repeat("x", 100) + `"}`, 413, CodeBodyTooLarge},
+		{"unknown path", "POST", "/v1/embeddings", `{}`, 404, CodeUnknownURL},
+		{"wrong method", "GET", PathCompletions, ``, 405, CodeMethodNotAllowed},
+		{"wrong method on passthrough", "POST", PathHealth, `{}`, 405, CodeMethodNotAllowed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tt.method, url+tt.path, strings.NewReader(tt.body))
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			e := decodeError(t, b)
+			if resp.StatusCode != tt.wantStatus || e.Error.Code != tt.wantCode {
+				t.Errorf("got %d %s; want %d %s", resp.StatusCode, e.Error.Code, tt.wantStatus, tt.wantCode)
+			}
+			if r := resp.Header.Get(HeaderRoute); r != "tier=none error="+tt.wantCode {
+				t.Errorf("%s = %q", HeaderRoute, r)
+			}
+		})
+	}
+	if n := len(be.requests()); n != 0 {
+		t.Errorf("backend got %d requests; want none", n)
+	}
+}
+
+func TestPassthrough_ForwardsHealthAndModels(t *testing.T) {
+	be := newFakeVLLM(t)
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+	c := testClient(t)
+	for _, tt := range []struct{ path, want string }{{PathHealth, ""}, {PathModels, `"id":"m1"`}} {
+		resp, err := c.Get(url + tt.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), tt.want) {
+			t.Errorf("GET %s = %d %q", tt.path, resp.StatusCode, b)
+		}
+		if resp.Header.Get(HeaderRoute) == "" {
+			t.Errorf("GET %s has no %s", tt.path, HeaderRoute)
+		}
+	}
+	fr.checkTicketsClosed(t, 2)
+	if paths := be.requests(); paths[0].Path != PathHealth || paths[1].Path != PathModels {
+		t.Errorf("backend paths = %v", paths)
+	}
+}
+
+func TestListener_ServesCleartextHTTP2(t *testing.T) {
+	be := newFakeVLLM(t)
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: &protos}
+	t.Cleanup(tr.CloseIdleConnections)
+	resp, err := (&http.Client{Transport: tr}).Post(url+PathCompletions, "application/json", strings.NewReader(`{"model":"m","prompt":"p","stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	events, err := sseEvents(t, resp.Body)
+	if resp.ProtoMajor != 2 || err != nil || len(events) != 4 || events[3] != "[DONE]" {
+		t.Errorf("proto %d events %q err %v; want HTTP/2 and 3 events + [DONE]", resp.ProtoMajor, events, err)
+	}
+}
+
+func TestClassifyUpstream(t *testing.T) {
+	live := context.Background()
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	dialErr := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
+	readErr := &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}
+	tests := []struct {
+		name string
+		err  error
+		ctx  context.Context
+		want actors.Failure
+	}{
+		{"dial", dialErr, live, actors.FailConnect},
+		{"dns", &net.DNSError{Err: "no such host"}, live, actors.FailConnect},
+		{"read reset", readErr, live, actors.FailReset},
+		{"eof", io.ErrUnexpectedEOF, live, actors.FailReset},
+		{"deadline", context.DeadlineExceeded, live, actors.FailTimeout},
+		{"client gone wins", dialErr, gone, actors.FailClientGone},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := classifyUpstream(tt.err, tt.ctx); got != tt.want {
+				t.Errorf("got %v; want %v", got, tt.want)
+			}
+		})
+	}
+}
