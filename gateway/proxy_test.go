@@ -145,7 +145,7 @@ func TestSinglePool_ConnectFailuresExhaust(t *testing.T) {
 		retries     int
 		wantTickets int
 	}{
-		{"retry budget runs out", 4, 0, 3},      // 1 try + 2 retries
+		{"retry budget runs out", 4, 0, 3},        // 1 try + 2 retries
 		{"router runs out of endpoints", 2, 0, 2}, // third Route is unavailable
 		{"retries disabled", 3, -1, 1},
 	}
