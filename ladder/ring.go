@@ -116,7 +116,11 @@ func (r *Ring) First(key uint64, set EndpointSet) int {
 	if len(r.points) == 0 || set == 0 {
 		return -1
 	}
-	start := r.search(key)
+	return r.firstFrom(r.search(key), set)
+}
+
+// firstFrom is First starting at point index start.
+func (r *Ring) firstFrom(start int, set EndpointSet) int {
 	for k := 0; k < len(r.points); k++ {
 		i := start + k
 		if i >= len(r.points) {

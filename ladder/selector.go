@@ -227,13 +227,19 @@ func (s *chwblSelector) Pick(p *Pool) (int, Flags) {
 	default:
 		return s.rr.Pick(p)
 	}
-	under := chwblUnderBound(p, s.weighted)
-	ep := s.ring.First(key, under)
+	if s.ring.Len() == 0 {
+		return s.rr.Pick(p)
+	}
+	start := s.ring.search(key)
+	ep := -1
+	if under := chwblUnderBound(p, s.weighted); under != 0 {
+		ep = s.ring.firstFrom(start, under)
+	}
 	if ep < 0 {
 		ep = leastLoaded(p.Views, p.Avail)
 	}
 	var f Flags
-	if ep != s.ring.Home(key) {
+	if ep != int(s.ring.points[start].ep) {
 		f = FlagBoundWalk
 	}
 	return ep, f
