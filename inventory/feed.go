@@ -2,11 +2,8 @@ package inventory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
-	"net"
-	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -35,124 +32,6 @@ const (
 	maxDrain = 4096
 )
 
-// FeedEndpoint builds the ZMQ address of a rank's publisher:
-// tcp://<ip>:<kvZmqPort+rank> (IPv6 addresses are bracketed).
-func FeedEndpoint(ip string, kvZmqPort, rank int) string {
-	return "tcp://" + net.JoinHostPort(ip, strconv.Itoa(kvZmqPort+rank))
-}
-
-// FeedConfig configures a Feed. Durations of 0 take the defaults above.
-type FeedConfig struct {
-	// ID names the endpoint and rank (labels, log fields, Update.ID).
-	ID EndpointID
-	// Endpoint is the publisher's address, e.g. FeedEndpoint(ip, 5557, 0).
-	// Required.
-	Endpoint string
-	// ReplayEndpoint is the publisher's ROUTER replay address; "" disables
-	// replay, and gaps then keep or clear the mirror by GapWindow.
-	ReplayEndpoint string
-	// Topic is the subscription prefix; "" receives every topic.
-	Topic string
-	// Sink receives every Update, in stream order, on the feed goroutine.
-	// It must not block for long (the SUB socket buffers up to RcvHWM
-	// messages meanwhile; beyond that ZMQ drops and the feed sees gaps).
-	// Required.
-	Sink func(Update)
-	// GapWindow is the largest gap that keeps the mirror (default 64).
-	GapWindow uint64
-	// PollInterval bounds the latency of noticing ctx cancellation.
-	PollInterval time.Duration
-	// ReconnectIvl and ReconnectIvlMax set ZMQ's reconnect backoff.
-	ReconnectIvl, ReconnectIvlMax time.Duration
-	// ReplayTimeout bounds one replay (request to end marker).
-	ReplayTimeout time.Duration
-	// RcvHWM is the SUB receive high-water mark, in messages.
-	RcvHWM int
-	// LogEvery rate-limits malformed-input log lines.
-	LogEvery time.Duration
-	// Logger receives transitions (Info) and malformed input (Warn,
-	// rate-limited).
-	Logger zerolog.Logger
-	// Metrics receives the feed's series; nil keeps them private.
-	Metrics *metrics.Set
-}
-
-// Validate reports every configuration problem at once.
-func (c FeedConfig) Validate() error {
-	var errs []error
-	if c.Endpoint == "" {
-		errs = append(errs, errors.New("Endpoint is required"))
-	}
-	if c.Sink == nil {
-		errs = append(errs, errors.New("Sink is required"))
-	}
-	for name, d := range map[string]time.Duration{"PollInterval": c.PollInterval, "ReconnectIvl": c.ReconnectIvl,
-		"ReconnectIvlMax": c.ReconnectIvlMax, "ReplayTimeout": c.ReplayTimeout, "LogEvery": c.LogEvery} {
-		if d < 0 {
-			errs = append(errs, fmt.Errorf("%s %v (want >= 0)", name, d))
-		}
-	}
-	if c.RcvHWM < 0 {
-		errs = append(errs, fmt.Errorf("RcvHWM %d (want >= 0)", c.RcvHWM))
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("feed config: %w: %w", ErrConfig, errors.Join(errs...))
-	}
-	return nil
-}
-
-func (c *FeedConfig) defaults() {
-	if c.PollInterval == 0 {
-		c.PollInterval = DefaultPollInterval
-	}
-	if c.ReconnectIvl == 0 {
-		c.ReconnectIvl = DefaultReconnectIvl
-	}
-	if c.ReconnectIvlMax == 0 {
-		c.ReconnectIvlMax = DefaultReconnectIvlMax
-	}
-	if c.ReplayTimeout == 0 {
-		c.ReplayTimeout = DefaultReplayTimeout
-	}
-	if c.RcvHWM == 0 {
-		c.RcvHWM = DefaultRcvHWM
-	}
-	if c.LogEvery == 0 {
-		c.LogEvery = DefaultLogEvery
-	}
-}
-
-// FeedStats is a snapshot of a feed's counters; safe to take from any
-// goroutine.
-type FeedStats struct {
-	// Connected is true while the SUB socket has a live connection.
-	Connected bool
-	// Reconnects counts connections after the first.
-	Reconnects uint64
-	// RecvErrors counts socket errors and malformed frames or payloads.
-	RecvErrors uint64
-	// Batches and Events count decoded batches and their events.
-	Batches, Events uint64
-	// InvalidEvents and UnknownEvents count dropped and skipped events.
-	InvalidEvents, UnknownEvents uint64
-	// LastSeq is the last sequence number accepted (HaveSeq false before
-	// the first batch).
-	LastSeq uint64
-	HaveSeq bool
-	// Duplicates counts batches dropped for a repeated sequence number.
-	Duplicates uint64
-	// Gaps counts sequence gaps; LostBatches the batches they skipped.
-	Gaps, LostBatches uint64
-	// Resyncs counts mirror clears ordered (gap, restart, failed replay).
-	Resyncs uint64
-	// Restarts counts publisher restarts (sequence went backwards).
-	Restarts uint64
-	// Replays and ReplayFailures count gap fills attempted by replay.
-	Replays, ReplayFailures uint64
-	// EventsPerSec is the event rate over the last second or so.
-	EventsPerSec float64
-}
-
 // Feed subscribes to one publisher (an endpoint's DP rank) and turns its
 // stream into Updates: it owns the ZMQ SUB socket (and, during a replay, a
 // DEALER socket), decodes frames and payloads, and applies the sequence
@@ -179,7 +58,8 @@ type Feed struct {
 	// Owned by the Run goroutine.
 	seq        SeqTracker
 	everUp     bool
-	limiter    logLimiter
+	limiter    logLimiter // malformed input
+	gapLimiter logLimiter // gaps and replay failures
 	rateAt     time.Time
 	rateEvents uint64
 }
@@ -198,7 +78,7 @@ func NewFeed(cfg FeedConfig) (*Feed, error) {
 		mg:  newMetricGroup(cfg.Metrics, cfg.ID),
 		seq: SeqTracker{Window: cfg.GapWindow, Replay: cfg.ReplayEndpoint != ""},
 	}
-	f.limiter.every = cfg.LogEvery
+	f.limiter.every, f.gapLimiter.every = cfg.LogEvery, cfg.LogEvery
 	f.connected = f.mg.gauge(MetricSubscriberConnected)
 	f.reconnects = f.mg.counter(MetricSubscriberReconnects)
 	f.recvErrors = f.mg.counter(MetricSubscriberRecvErrors)
@@ -282,6 +162,10 @@ func (f *Feed) Run(ctx context.Context) error {
 			}
 			f.recvErrors.Inc()
 			f.malformed("poll failed", err)
+			select { // back off instead of spinning on a persistent error
+			case <-ctx.Done():
+			case <-time.After(f.cfg.PollInterval):
+			}
 			continue
 		}
 		for _, p := range polled {
@@ -449,8 +333,10 @@ func (f *Feed) decode(frame Frame) *Batch {
 func (f *Feed) countGap(d SeqDecision) {
 	f.gaps.Inc()
 	f.lost.Add(int(min(d.Missing, math.MaxInt32)))
-	f.log.Info().Uint64(logMissing, d.Missing).Uint64(logSeq, d.From+d.Missing).Stringer(logReason, d.Action).
-		Msg("kv event sequence gap")
+	if ok, suppressed := f.gapLimiter.allow(time.Now()); ok {
+		f.log.Info().Uint64(logMissing, d.Missing).Uint64(logSeq, d.From+d.Missing).Stringer(logReason, d.Action).
+			Int(logCount, suppressed).Msg("kv event sequence gap")
+	}
 }
 
 // fillGap replays [d.From, seq), delivering batches as they arrive. If the
@@ -468,7 +354,9 @@ func (f *Feed) fillGap(ctx context.Context, zctx *zmq.Context, d SeqDecision, se
 	f.replFa.Inc()
 	rest := SeqDecision{Action: SeqGapReplay, Missing: seq - next, From: next}
 	act := f.seq.Fallback(rest)
-	f.log.Warn().Err(err).Uint64(logMissing, rest.Missing).Stringer(logReason, act).Msg("kv replay failed")
+	if ok, suppressed := f.gapLimiter.allow(time.Now()); ok {
+		f.log.Warn().Err(err).Uint64(logMissing, rest.Missing).Stringer(logReason, act).Int(logCount, suppressed).Msg("kv replay failed")
+	}
 	if act == SeqGapResync {
 		return ResetReplayFailed
 	}
