@@ -57,19 +57,7 @@ func (s *Store) Path() string { return filepath.Join(s.dir, StateFileName) }
 
 // save writes recs durably; see Store.
 func (s *Store) save(recs []*record) (err error) {
-	env := stateEnvelope{Format: stateFormat, Version: stateVersion, SavedAt: s.now().UTC(), Rules: make([]storedRule, len(recs))}
-	for i, r := range recs {
-		b, err := json.Marshal(&r.rule.Entry)
-		if err != nil {
-			return fmt.Errorf("restapi: encode rule %s: %w", r.rule.Key, err)
-		}
-		env.Rules[i] = storedRule{LastUpdated: r.updated.UTC(), Entry: b}
-	}
-	data, err := json.MarshalIndent(&env, "", "  ")
-	if err != nil {
-		return fmt.Errorf("restapi: encode state: %w", err)
-	}
-	data = append(data, '\n')
+	data := encodeState(s.now(), recs)
 
 	f, err := s.fs.CreateTemp(s.dir, tempPrefix+"*")
 	if err != nil {
@@ -104,6 +92,28 @@ func (s *Store) save(recs []*record) (err error) {
 		return fmt.Errorf("restapi: fsync %s after rename: %w", s.dir, err)
 	}
 	return nil
+}
+
+// encodeState writes the envelope by hand, one rule per line, from each
+// record's cached JSON: a save costs a copy of the bytes, not a re-encode.
+// The result is the stateEnvelope's JSON.
+func encodeState(savedAt time.Time, recs []*record) []byte {
+	n := 128
+	for _, r := range recs {
+		n += len(r.encoded) + 64
+	}
+	b := make([]byte, 0, n)
+	b = fmt.Appendf(b, "{\n  \"format\": %q,\n  \"version\": %d,\n  \"savedAt\": %q,\n  \"rules\": [",
+		stateFormat, stateVersion, savedAt.UTC().Format(time.RFC3339Nano))
+	for i, r := range recs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = fmt.Appendf(b, "\n    {\"lastUpdated\": %q, \"entry\": ", r.updated.UTC().Format(time.RFC3339Nano))
+		b = append(b, r.encoded...)
+		b = append(b, '}')
+	}
+	return append(b, "\n  ]\n}\n"...)
 }
 
 // loaded is what load found on disk.

@@ -256,7 +256,12 @@ func TestRestore_RulesThatNoLongerValidateAreKeptAside(t *testing.T) {
 	m := newMemFS()
 	s := NewStore(m, memDir, newFakeClock().Now)
 	recs := recsOf(t, pdExample, chwblExample)
-	recs[1].rule.Entry.ServiceArguments.Sel = SelReserved // a rule an older llbd accepted
+	bad := recs[1].rule.Clone()
+	bad.Entry.ServiceArguments.Sel = SelReserved // a rule an older llbd accepted
+	var err error
+	if recs[1], err = newRecord(bad, testEpoch); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.save(recs); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package restapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/netip"
@@ -86,7 +87,7 @@ func (r *Rule) Clone() Rule {
 func (r *Rule) sameConfig(o *Rule) bool {
 	a, errA := json.Marshal(&r.Entry)
 	b, errB := json.Marshal(&o.Entry)
-	return errA == nil && errB == nil && string(a) == string(b)
+	return errA == nil && errB == nil && bytes.Equal(a, b)
 }
 
 // NormalizeEntry turns a validated entry into a Rule: canonical IP spellings,
@@ -199,16 +200,5 @@ func nilIfEmpty[T any](s []T) []T {
 	return s
 }
 
-// cloneEntry deep-copies an entry through its JSON form, which is exactly
-// the data the model holds.
-func cloneEntry(e *LoadbalanceEntry) LoadbalanceEntry {
-	b, err := json.Marshal(e)
-	if err != nil {
-		panic(fmt.Sprintf("restapi: marshal entry: %v", err)) // the model has only marshalable fields
-	}
-	var out LoadbalanceEntry
-	if err := json.Unmarshal(b, &out); err != nil {
-		panic(fmt.Sprintf("restapi: unmarshal entry: %v", err))
-	}
-	return out
-}
+// cloneEntry deep-copies an entry.
+func cloneEntry(e *LoadbalanceEntry) LoadbalanceEntry { return deepCopy(*e) }

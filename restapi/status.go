@@ -1,6 +1,7 @@
 package restapi
 
 import (
+	"slices"
 	"strconv"
 	"time"
 )
@@ -114,9 +115,15 @@ func operatingStatus(r *Rule, st RuleStatus, eps []EndpointStatus, applyErr stri
 // entryView is a rule as GET returns it: the stored entry with each
 // endpoint's state and counter ("<requests>:<bytes>") and the effective
 // adminStateUp.
+//
+// The view is a shallow copy: it shares the rule's immutable nested data and
+// replaces only what it changes, so it must be treated as read-only.
 func entryView(r *Rule, st RuleStatus) LoadbalanceEntry {
-	v := cloneEntry(&r.Entry)
-	v.ServiceArguments.AdminStateUp = ptr(r.Effective.AdminUp)
+	v := r.Entry
+	sa := *r.Entry.ServiceArguments
+	sa.AdminStateUp = ptr(r.Effective.AdminUp)
+	v.ServiceArguments = &sa
+	v.Endpoints = slices.Clone(r.Entry.Endpoints)
 	for i, s := range endpointStates(r, st) {
 		v.Endpoints[i].State = stateWord(s.Active)
 		v.Endpoints[i].Counter = strconv.FormatUint(s.Requests, 10) + ":" + strconv.FormatUint(s.Bytes, 10)

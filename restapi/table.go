@@ -1,6 +1,8 @@
 package restapi
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
@@ -13,6 +15,16 @@ import (
 type record struct {
 	rule    Rule
 	updated time.Time
+	// encoded is rule.Entry as compact JSON, computed once for every save.
+	encoded json.RawMessage
+}
+
+func newRecord(rule Rule, updated time.Time) (*record, error) {
+	b, err := json.Marshal(&rule.Entry)
+	if err != nil {
+		return nil, fmt.Errorf("restapi: encode rule %s: %w", rule.Key, err)
+	}
+	return &record{rule: rule, updated: updated, encoded: b}, nil
 }
 
 // table is an immutable snapshot of every rule, in creation order. Writers
@@ -124,18 +136,22 @@ func (t *table) upsert(req Rule, oper int64, now time.Time, newID func() string)
 	if other, ok := t.byID[rule.ID()]; ok && other.rule.Key != rule.Key {
 		return nil, Change{}, fmt.Errorf("%w: id %q is already used by rule %s", ErrRuleExists, rule.ID(), other.rule.Key)
 	}
+	rec, err := newRecord(rule, now)
+	if err != nil {
+		return nil, Change{}, err
+	}
 	if old == nil {
-		recs := append(slices.Clone(t.order), &record{rule: rule, updated: now})
+		recs := append(slices.Clone(t.order), rec)
 		return newTable(recs), Change{Kind: ChangeCreated, Key: rule.Key, New: &rule, Trace: trace}, nil
 	}
 	if err := problemsErr(immutableChanges(&old.rule, &rule)); err != nil {
 		return nil, Change{}, err
 	}
-	if rule.sameConfig(&old.rule) {
+	if bytes.Equal(rec.encoded, old.encoded) {
 		return nil, Change{}, fmt.Errorf("%w: rule %s already has this configuration", ErrRuleExists, rule.Key)
 	}
 	recs := slices.Clone(t.order)
-	recs[slices.Index(recs, old)] = &record{rule: rule, updated: now}
+	recs[slices.Index(recs, old)] = rec
 	kind := [...]ChangeKind{ChangeReplaced, ChangeAttached, ChangeDetached}[oper]
 	prev := old.rule
 	return newTable(recs), Change{Kind: kind, Key: rule.Key, Old: &prev, New: &rule, Trace: trace}, nil
