@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Frame is one live KV-event message: [topic, seq (8 bytes BE), payload].
@@ -142,6 +143,15 @@ func (b *Batch) decodeEvents(r *mpReader) error {
 	n, err := r.arrayLen()
 	if err != nil {
 		return fmt.Errorf("batch events: %w", err)
+	}
+	b.Events = slices.Grow(b.Events, n)
+	b.spans = slices.Grow(b.spans, n)
+	if cap(b.hashes) == 0 {
+		// A fresh Batch: size the storage from the payload once rather
+		// than growing it block by block (a stored block takes at least
+		// ~20 payload bytes with its tokens; a token 1 to 5).
+		b.hashes = make([]uint64, 0, len(r.b)/20+4)
+		b.tokens = make([]uint32, 0, len(r.b)/3+16)
 	}
 	for k := 0; k < n; k++ {
 		if err := b.decodeEvent(r); err != nil {

@@ -133,7 +133,7 @@ func (b *Batch) NumBlocks() int {
 
 // reset empties the batch, keeping storage.
 func (b *Batch) reset() {
-	clear(b.extras) // drop references held by generic values
+	clear(b.extras[:cap(b.extras)]) // drop references held by generic values
 	*b = Batch{
 		Events:  b.Events[:0],
 		hashes:  b.hashes[:0],

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // This file decodes one KV event, in either layout, into an Event whose
@@ -296,7 +297,7 @@ func (d *eventDecoder) hashes(r *mpReader) error {
 		return d.recover(r, name, err)
 	}
 	b := d.b
-	b.hashes = b.hashes[:d.span.h0]
+	b.hashes = slices.Grow(b.hashes[:d.span.h0], n)
 	b.digests = b.digests[:d.span.d0]
 	anyBin := false
 	for k := 0; k < n; k++ {

@@ -295,7 +295,10 @@ func (f *Feed) handle(ctx context.Context, zctx *zmq.Context, parts [][]byte) {
 		reset = ResetGap
 	case SeqRestart:
 		f.restarts.Inc()
-		f.log.Info().Uint64(logSeq, frame.Seq).Msg("kv publisher restarted (sequence went backwards); clearing the mirror")
+		if ok, suppressed := f.gapLimiter.allow(time.Now()); ok {
+			f.log.Info().Uint64(logSeq, frame.Seq).Int(logCount, suppressed).
+				Msg("kv publisher restarted (sequence went backwards); clearing the mirror")
+		}
 		reset = ResetRestart
 	case SeqGapReplay:
 		f.countGap(d)
