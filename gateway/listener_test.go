@@ -1,0 +1,204 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/llbproject/llb/ladder"
+)
+
+func TestListener_BindFailureIsReturnedAndOthersKeepRunning(t *testing.T) {
+	be := newFakeVLLM(t)
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, first := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+
+	cfg := singlePool(be.addr())
+	cfg.Port = uint16(first.Addr().(*net.TCPAddr).Port)
+	second, err := NewListener(cfg, Deps{Router: fr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = second.Start()
+	if !errors.Is(err, ErrBind) || !errors.Is(err, syscall.EADDRINUSE) {
+		t.Errorf("Start on a used port = %v; want ErrBind wrapping EADDRINUSE", err)
+	}
+	if second.Addr() != nil {
+		t.Errorf("a failed listener reports address %v", second.Addr())
+	}
+	if err := second.Close(); err != nil {
+		t.Errorf("Close of an unstarted listener: %v", err)
+	}
+	if resp, _ := post(t, testClient(t), url+PathCompletions, `{"model":"m","prompt":"p"}`); resp.StatusCode != 200 {
+		t.Errorf("the first rule answered %d after the second failed to bind", resp.StatusCode)
+	}
+}
+
+func TestNewListener_RejectsInvalidConfig(t *testing.T) {
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	tests := []struct {
+		name string
+		cfg  RuleConfig
+		deps Deps
+		want error
+	}{
+		{"no endpoints", RuleConfig{VIP: netip.MustParseAddr("127.0.0.1")}, Deps{Router: fr}, ErrInvalidConfig},
+		{"no vip", RuleConfig{Endpoints: []EndpointConfig{{Addr: netip.MustParseAddrPort("127.0.0.1:1")}}}, Deps{Router: fr}, ErrInvalidConfig},
+		{"pd without decode", pdPool([]netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}, nil), Deps{Router: fr}, ErrInvalidConfig},
+		{"kv mode 1 without pd", func() RuleConfig { c := singlePool(netip.MustParseAddrPort("127.0.0.1:1")); c.KVExactMode = 1; return c }(), Deps{Router: fr}, ErrInvalidConfig},
+		{"bad session header", func() RuleConfig {
+			c := singlePool(netip.MustParseAddrPort("127.0.0.1:1"))
+			c.SessionHeaderName = "cookie:"
+			return c
+		}(), Deps{Router: fr}, ErrInvalidConfig},
+		{"bad probe type", func() RuleConfig {
+			c := singlePool(netip.MustParseAddrPort("127.0.0.1:1"))
+			c.Probe.Type = "udp"
+			return c
+		}(), Deps{Router: fr}, ErrInvalidConfig},
+		{"no router", singlePool(netip.MustParseAddrPort("127.0.0.1:1")), Deps{}, ErrNoRouter},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := NewListener(tt.cfg, tt.deps); !errors.Is(err, tt.want) {
+				t.Errorf("err = %v; want %v", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestRuleConfig_ValidateReportsEveryProblem(t *testing.T) {
+	c := RuleConfig{KVExactMode: 2, PrefixHashLevel: 4, BodyLimit: -1, ConnectTimeout: -1}
+	err := c.Validate()
+	for _, want := range []string{"externalIP", "endpoints", "kvExactMode", "chwbl_prefix_hash_level", "body limit", "timeoutMemberConnect"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v; want a problem about %s", err, want)
+		}
+	}
+}
+
+func TestPrefillTimeoutFromEnv(t *testing.T) {
+	tests := []struct {
+		give    string
+		set     bool
+		want    time.Duration
+		wantErr bool
+	}{
+		{"", false, 0, false},
+		{"180", true, 180 * time.Second, false},
+		{" 5 ", true, 5 * time.Second, false},
+		{"0", true, 0, true},
+		{"abc", true, 0, true},
+		{"100000", true, 0, true},
+	}
+	for _, tt := range tests {
+		got, err := PrefillTimeoutFromEnv(func(k string) (string, bool) {
+			if k != EnvPrefillTimeoutSec {
+				t.Errorf("looked up %s", k)
+			}
+			return tt.give, tt.set
+		})
+		if got != tt.want || (err != nil) != tt.wantErr || (err != nil && !errors.Is(err, ErrInvalidConfig)) {
+			t.Errorf("PrefillTimeoutFromEnv(%q) = %v, %v; want %v, err %v", tt.give, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+// streamingBackend sends one event, waits for release, then finishes.
+func streamingBackend(t *testing.T, release <-chan struct{}) *fakeVLLM {
+	be := newFakeVLLM(t)
+	be.answer = func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: one\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = io.WriteString(w, "data: two\n\ndata: [DONE]\n\n")
+	}
+	return be
+}
+
+func TestListener_ShutdownFinishesInFlightStreams(t *testing.T) {
+	release := make(chan struct{})
+	be := streamingBackend(t, release)
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, l := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+	req, _ := http.NewRequest(http.MethodPost, url+PathCompletions, strings.NewReader(`{"model":"m","prompt":"p","stream":true}`))
+	resp, err := testClient(t).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if line, _ := br.ReadString('\n'); line != "data: one\n" {
+		t.Fatalf("first line %q", line)
+	}
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		done <- l.Shutdown(ctx)
+	}()
+	// New connections are refused once shutdown began; wait for that.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			break
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("the listener still accepts after Shutdown")
+		}
+		<-time.After(5 * time.Millisecond)
+	}
+	close(release)
+	rest, err := io.ReadAll(br)
+	if err != nil || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
+		t.Errorf("rest = %q, %v; want the in-flight stream to complete", rest, err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("Shutdown = %v; want nil after draining", err)
+	}
+	<-l.Done()
+	if l.Err() != nil {
+		t.Errorf("Err() = %v after a requested stop", l.Err())
+	}
+}
+
+func TestListener_ShutdownDeadlineCutsRemainingStreams(t *testing.T) {
+	release := make(chan struct{}) // never closed
+	be := streamingBackend(t, release)
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, l := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+	req, _ := http.NewRequest(http.MethodPost, url+PathCompletions, strings.NewReader(`{"model":"m","prompt":"p","stream":true}`))
+	resp, err := testClient(t).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if line, _ := br.ReadString('\n'); line != "data: one\n" {
+		t.Fatalf("first line %q", line)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := l.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Shutdown = %v; want the deadline error", err)
+	}
+	if _, err := io.ReadAll(br); err == nil {
+		t.Error("the stream ended cleanly; want it cut at the drain deadline")
+	}
+	fr.checkTicketsClosed(t, 1)
+}
