@@ -53,7 +53,11 @@ func TestNewListener_RejectsInvalidConfig(t *testing.T) {
 		{"no endpoints", RuleConfig{VIP: netip.MustParseAddr("127.0.0.1")}, Deps{Router: fr}, ErrInvalidConfig},
 		{"no vip", RuleConfig{Endpoints: []EndpointConfig{{Addr: netip.MustParseAddrPort("127.0.0.1:1")}}}, Deps{Router: fr}, ErrInvalidConfig},
 		{"pd without decode", pdPool([]netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}, nil), Deps{Router: fr}, ErrInvalidConfig},
-		{"kv mode 1 without pd", func() RuleConfig { c := singlePool(netip.MustParseAddrPort("127.0.0.1:1")); c.KVExactMode = 1; return c }(), Deps{Router: fr}, ErrInvalidConfig},
+		{"kv mode 1 without pd", func() RuleConfig {
+			c := singlePool(netip.MustParseAddrPort("127.0.0.1:1"))
+			c.KVExactMode = 1
+			return c
+		}(), Deps{Router: fr}, ErrInvalidConfig},
 		{"bad session header", func() RuleConfig {
 			c := singlePool(netip.MustParseAddrPort("127.0.0.1:1"))
 			c.SessionHeaderName = "cookie:"
