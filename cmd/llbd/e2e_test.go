@@ -203,6 +203,11 @@ func TestE2E_Daemon(t *testing.T) {
 	if !d.log.has("stopped") {
 		t.Errorf("no clean-stop log line after SIGTERM")
 	}
+	for _, line := range strings.Split(d.log.text(), "\n") {
+		if strings.Count(line, `"component"`) > 1 {
+			t.Errorf("log line with a duplicate key: %s", line)
+		}
+	}
 
 	d = startDaemon(t, bin, args...)
 	if after := d.rules(); !reflect.DeepEqual(after, before) {

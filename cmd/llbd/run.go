@@ -50,7 +50,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stdout, buildVersion())
 		return nil
 	}
-	log := newLogger(cfg.LogFormat, cfg.LogLevel, stderr).With().Str(logfield.Component, "llbd").Logger()
+	base := newLogger(cfg.LogFormat, cfg.LogLevel, stderr)
+	log := base.With().Str(logfield.Component, "llbd").Logger()
 
 	stateDir, fellBack, err := resolveStateDir(cfg, defaultStateDirs())
 	if err != nil {
@@ -81,7 +82,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer closeRuntime()
 	srv, err := restapi.New(restapi.Config{
-		Logger:         log,
+		Logger:         base, // restapi adds its own component field
 		Metrics:        set,
 		ProcessMetrics: true,
 		Runtime:        rt,
