@@ -183,11 +183,13 @@ func ScrapeCacheConfig(ctx context.Context, client *http.Client, metricsURL stri
 	return cfg, nil
 }
 
+// countingReader counts the bytes read through it.
 type countingReader struct {
 	r io.Reader
 	n int64
 }
 
+// Read implements io.Reader.
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)

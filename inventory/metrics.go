@@ -35,6 +35,10 @@ const (
 	MetricReplays = "llb_kv_replays_total"
 	// MetricReplayFailures: replays that could not fill a gap.
 	MetricReplayFailures = "llb_kv_replay_failures_total"
+	// MetricBatches: batches decoded and handed to the sink.
+	MetricBatches = "llb_kv_batches_total"
+	// MetricSeqDuplicates: batches dropped for a repeated sequence number.
+	MetricSeqDuplicates = "llb_kv_seq_duplicates_total"
 	// MetricEvents: events decoded and handed to the sink.
 	MetricEvents = "llb_kv_events_total"
 	// MetricEventsInvalid: events dropped for bad fields.
