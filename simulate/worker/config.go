@@ -45,6 +45,9 @@ type Config struct {
 	// EventInterval coalesces KV events into one batch per interval (one
 	// engine step); 0 publishes after every engine step. Default 5ms.
 	EventInterval time.Duration
+	// KVBindRetry is how long binding the ZMQ ports retries an address
+	// still held by a crashed predecessor. Default 2s.
+	KVBindRetry time.Duration
 	// NIXLPort is the P/D side-channel port (VLLM_NIXL_SIDE_CHANNEL_PORT);
 	// 0 picks a free one. The side channel runs for every role but none.
 	NIXLPort int
@@ -79,6 +82,7 @@ func DefaultConfig() Config {
 		IP:               "127.0.0.1",
 		KVEvents:         true,
 		EventInterval:    5 * time.Millisecond,
+		KVBindRetry:      2 * time.Second,
 		Engine:           engine.DefaultConfig(),
 		DefaultMaxTokens: 16,
 		MaxBodyBytes:     16 << 20,
@@ -106,6 +110,9 @@ func (c Config) Validate() error {
 	}
 	if c.Replay && !c.KVEvents {
 		errs = append(errs, errors.New("replay needs kv events"))
+	}
+	if c.KVBindRetry < 0 {
+		errs = append(errs, fmt.Errorf("kv bind retry %v (want >= 0)", c.KVBindRetry))
 	}
 	if c.EventInterval < 0 {
 		errs = append(errs, fmt.Errorf("event interval %v (want >= 0)", c.EventInterval))

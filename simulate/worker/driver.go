@@ -215,6 +215,10 @@ func (d *driver) run() {
 		}
 		now := time.Now()
 		progress = d.eng.Advance(now, progress[:0])
+		// Publish the gauges before waking handlers, so a client that got
+		// its answer never scrapes a state older than that answer.
+		st := d.eng.Stats()
+		d.stats.Store(&st)
 		for _, p := range progress {
 			if tr, ok := d.trackers[p.Ticket]; ok {
 				tr.set(p)
@@ -244,8 +248,6 @@ func (d *driver) run() {
 				}
 			}
 		}
-		st := d.eng.Stats()
-		d.stats.Store(&st)
 		if ok {
 			timer.Reset(max(time.Until(next), 0))
 		} else {

@@ -104,13 +104,8 @@ func (w *Worker) handleGenerate(chat bool) http.HandlerFunc {
 		rid := requestID(r)
 		rw.Header().Set("X-Request-Id", rid)
 		c := &genCtx{w: w, rw: rw, r: r, rid: rid, created: time.Now().Unix(), notify: make(chan struct{}, 1)}
-		c.fault = w.faults.decide()
-		if c.fault.kind != faultNone {
-			w.met.fault(c.fault.kind)
-		}
-		if !c.injectBefore() {
-			return
-		}
+		// Read the body first: until it is read, net/http cannot notice a
+		// client that hangs up, and a stalled handler would never learn.
 		body, err := io.ReadAll(http.MaxBytesReader(rw, r.Body, w.cfg.MaxBodyBytes))
 		if err != nil {
 			var mbe *http.MaxBytesError
@@ -119,6 +114,13 @@ func (w *Worker) handleGenerate(chat bool) http.HandlerFunc {
 				return
 			}
 			writeError(rw, http.StatusBadRequest, "cannot read request body: "+err.Error())
+			return
+		}
+		c.fault = w.faults.decide()
+		if c.fault.kind != faultNone {
+			w.met.fault(c.fault.kind)
+		}
+		if !c.injectBefore() {
 			return
 		}
 		var rerr *reqError
@@ -151,6 +153,7 @@ func (w *Worker) handleGenerate(chat bool) http.HandlerFunc {
 // is read; false means the request has been answered (or dropped).
 func (c *genCtx) injectBefore() bool {
 	if c.fault.latency > 0 && !c.wait(c.fault.latency) {
+		c.giveUp()
 		return false
 	}
 	switch c.fault.kind {
@@ -159,6 +162,7 @@ func (c *genCtx) injectBefore() bool {
 		return false
 	case faultStall:
 		c.wait(0)
+		c.giveUp()
 		return false
 	case faultError:
 		writeError(c.rw, c.fault.status, fmt.Sprintf("injected fault: status %d", c.fault.status))
@@ -188,6 +192,16 @@ func (c *genCtx) wait(d time.Duration) bool {
 	case <-c.w.stopping:
 	}
 	return false
+}
+
+// giveUp ends a request that cannot complete: when the client left there is
+// nobody to answer; when the worker is stopping the connection is aborted,
+// so the client never mistakes a cut response for a whole one.
+func (c *genCtx) giveUp() {
+	if c.r.Context().Err() != nil {
+		return
+	}
+	panic(http.ErrAbortHandler) // net/http closes the connection without logging
 }
 
 // dropConn closes the client connection abruptly.
@@ -313,6 +327,7 @@ func (c *genCtx) serveWhole() {
 			break
 		}
 		if !c.next() {
+			c.giveUp()
 			return
 		}
 	}
@@ -415,6 +430,7 @@ func (c *genCtx) serveStream() {
 			break
 		}
 		if !c.next() {
+			c.giveUp()
 			return
 		}
 	}

@@ -136,6 +136,7 @@ func (w *Worker) pubConfig() kvpub.Config {
 		Topic:        w.topic(),
 		Layout:       w.cfg.Layout,
 		DigestHashes: w.cfg.DigestHashes,
+		BindRetry:    w.cfg.KVBindRetry,
 		Logger:       w.log,
 	}
 	if w.cfg.Replay {
@@ -289,13 +290,13 @@ func (w *Worker) Stop(ctx context.Context) error {
 				err = e
 			}
 		}
-		close(w.stopping)
 		if err != nil {
 			_ = w.srv.Close() // ctx ended: cut what is left
 			if w.nixlSrv != nil {
 				_ = w.nixlSrv.Close()
 			}
 		}
+		close(w.stopping)
 		w.waitHandlers()
 		w.drv.shutdown()
 		if w.pub != nil {
@@ -314,11 +315,11 @@ func (w *Worker) Stop(ctx context.Context) error {
 func (w *Worker) Crash() {
 	w.once.Do(func() {
 		w.log.Info().Msg("simulated worker crashing")
-		close(w.stopping)
 		_ = w.srv.Close() // closing is the point; errors are moot
 		if w.nixlSrv != nil {
 			_ = w.nixlSrv.Close()
 		}
+		close(w.stopping)
 		if w.pub != nil {
 			w.pub.Kill()
 		}
