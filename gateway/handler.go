@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/llbproject/llb/actors"
+	"github.com/llbproject/llb/internal/logfield"
 	"github.com/llbproject/llb/inventory"
 )
 
@@ -257,7 +258,8 @@ func (h *Handler) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		}
 		h.met.decision(d)
 		if e := h.log.Debug(); e.Enabled() {
-			e.Str("route", d.String()).Uint64("ticket", route.Ticket.ID).Int("retries", x.retries).Msg("routed")
+			e.Str(logfield.LLBRoute, d.String()).Uint64(logfield.Ticket, route.Ticket.ID).Int(logfield.Retries, x.retries).
+				Str(logfield.KVGuard, rr.Req.KV.Guard.String()).Uint32("prompt_blocks", rr.Req.KV.PromptBlocks).Msg("routed")
 		}
 		var a attempt
 		switch {
