@@ -19,6 +19,7 @@ func TestPOST_ValidationRules(t *testing.T) {
 		wantCode   int    // body "code"
 		wantField  string // must be listed in body "fields"
 		wantMsg    string // substring of body "result"
+		wantAlso   []string
 	}
 	const (
 		ok   = http.StatusOK
@@ -352,7 +353,8 @@ func TestPOST_ValidationRules(t *testing.T) {
 			wantStatus: bad, wantCode: 400, wantField: "serviceArguments.pd_cache_aware_mode", wantMsg: "pd-cache-aware requires pd_disagg_mode=true"},
 		{name: "p/d thresholds need p/d", give: func(t testing.TB) entry {
 			return single(t).set("serviceArguments.pd_cache_threshold", 50).set("serviceArguments.pd_session_ttl_sec", 60).set("serviceArguments.pd_balance_abs_threshold", 4)
-		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.pd_balance_abs_threshold", wantMsg: "pd_cache_threshold requires pd_disagg_mode=true"},
+		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.pd_balance_abs_threshold", wantMsg: "pd_cache_threshold requires pd_disagg_mode=true",
+			wantAlso: []string{"pd_session_ttl_sec requires pd_disagg_mode=true", "pd_balance_abs_threshold requires pd_disagg_mode=true"}},
 		{name: "roles need p/d", give: func(t testing.TB) entry { return single(t).set("endpoints.0.ep_role", 1) },
 			wantStatus: bad, wantCode: 400, wantField: "endpoints.0.ep_role", wantMsg: "ep_role 1 needs pd_disagg_mode=true"},
 		{name: "nixl port needs p/d", give: func(t testing.TB) entry { return single(t).set("endpoints.0.nixl_port", 5600) },
@@ -370,6 +372,20 @@ func TestPOST_ValidationRules(t *testing.T) {
 		{name: "kv tuning needs kv exact", give: func(t testing.TB) entry {
 			return single(t).set("serviceArguments.kvZmqPort", 5557).set("serviceArguments.kvNoneHashSeed", "0")
 		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.kvNoneHashSeed", wantMsg: "kvZmqPort requires kvExactMode 1 (P/D) or 3 (single pool)"},
+		{name: "every kv tuning key needs kv exact", give: func(t testing.TB) entry {
+			return single(t).set("serviceArguments.kvBlockSize", 32).set("serviceArguments.kvHashAlgo", "sha256_cbor").
+				set("serviceArguments.kvWarmupSec", 5).set("serviceArguments.kvDpRankCount", 2).
+				set("serviceArguments.kvReplayPort", 5600).set("serviceArguments.kvBlockKey", "tokens")
+		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.kvBlockKey", wantMsg: "kvBlockSize requires kvExactMode",
+			wantAlso: []string{"kvHashAlgo requires kvExactMode", "kvWarmupSec requires kvExactMode", "kvDpRankCount requires kvExactMode",
+				"kvReplayPort requires kvExactMode", "kvBlockKey requires kvExactMode"}},
+		{name: "llamacpp keeps kv defaults", give: func(t testing.TB) entry {
+			return single(t).set("serviceArguments.kvEngineType", "llamacpp").set("serviceArguments.kvBlockSize", 32).
+				set("serviceArguments.kvZmqPort", 6000).set("serviceArguments.kvDpRankCount", 2).set("serviceArguments.kvHashAlgo", "xxhash_cbor")
+		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.kvBlockSize", wantMsg: "kvBlockSize is unsupported for llamacpp",
+			wantAlso: []string{"kvZmqPort is unsupported for llamacpp", "kvDpRankCount is unsupported for llamacpp", "kvHashAlgo is unsupported for llamacpp"}},
+		{name: "plain sglang proxy rule accepted", give: func(t testing.TB) entry { return single(t).set("serviceArguments.kvEngineType", "sglang") },
+			wantStatus: ok},
 		{name: "vllm rejects the sglang hash", give: func(t testing.TB) entry { return pd(t).set("serviceArguments.kvHashAlgo", "sha256_sglang") },
 			wantStatus: bad, wantCode: 400, wantField: "serviceArguments.kvHashAlgo",
 			wantMsg: `kv-hash-algo "sha256_sglang" is incompatible with kv-engine-type "vllm" (omit kvHashAlgo to take the engine default "sha256_cbor")`},
@@ -396,12 +412,18 @@ func TestPOST_ValidationRules(t *testing.T) {
 			return pd(t).set("serviceArguments.kvEngineType", "sglang").del("serviceArguments.kvHashAlgo").set("serviceArguments.pdBootstrapPort", 8998)
 		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.kvEngineType", wantMsg: "not implemented by llb"},
 		{name: "ring fields need a ring selector", give: func(t testing.TB) entry {
-			return single(t).set("serviceArguments.sel", 9).set("serviceArguments.chwbl_mean_load_factor", 150)
+			return single(t).set("serviceArguments.sel", 9).set("serviceArguments.chwbl_mean_load_factor", 150).set("serviceArguments.chwbl_replication", 64)
 		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.chwbl_mean_load_factor",
-			wantMsg: "chwbl_mean_load_factor requires sel 8 (chwbl) or 10 (wrr-hash), got sel 9"},
+			wantMsg: "chwbl_mean_load_factor requires sel 8 (chwbl) or 10 (wrr-hash), got sel 9", wantAlso: []string{"chwbl_replication requires sel 8"}},
 		{name: "prefix hash fields need a hash selector", give: func(t testing.TB) entry {
-			return single(t).set("serviceArguments.chwbl_enable_cache_salt", true)
-		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.chwbl_enable_cache_salt", wantMsg: "requires sel 8 (chwbl), 9 (gpuaware) or 10 (wrr-hash)"},
+			return single(t).set("serviceArguments.chwbl_enable_cache_salt", true).set("serviceArguments.chwbl_prefix_hash_level", 1).
+				set("serviceArguments.chwbl_prefix_hash_flags", 3)
+		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.chwbl_enable_cache_salt", wantMsg: "chwbl_enable_cache_salt requires sel 8 (chwbl), 9 (gpuaware) or 10 (wrr-hash)",
+			wantAlso: []string{"chwbl_prefix_hash_level requires sel 8", "chwbl_prefix_hash_flags requires sel 8"}},
+		{name: "ring fields accepted with wrr-hash", give: func(t testing.TB) entry {
+			return single(t).set("serviceArguments.sel", 10).set("serviceArguments.chwbl_mean_load_factor", 125).set("serviceArguments.chwbl_replication", 256).
+				set("serviceArguments.chwbl_prefix_hash_flags", 0).set("serviceArguments.chwbl_enable_cache_salt", false)
+		}, wantStatus: ok},
 		{name: "dp rank ports fit in 16 bits", give: func(t testing.TB) entry {
 			return pd(t).set("serviceArguments.kvZmqPort", 65535).set("serviceArguments.kvDpRankCount", 2)
 		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.kvDpRankCount", wantMsg: "needs ports up to 65536"},
@@ -444,8 +466,10 @@ func TestPOST_ValidationRules(t *testing.T) {
 			if r.wantField != "" && !slices.Contains(b.Fields, r.wantField) {
 				t.Errorf("fields: got %v; want it to list %q", b.Fields, r.wantField)
 			}
-			if !strings.Contains(b.Result, r.wantMsg) {
-				t.Errorf("result: got %q; want it to contain %q", b.Result, r.wantMsg)
+			for _, m := range append([]string{r.wantMsg}, r.wantAlso...) {
+				if !strings.Contains(b.Result, m) {
+					t.Errorf("result: got %q; want it to contain %q", b.Result, m)
+				}
 			}
 			wantClass := map[int]string{bad: msgMalformed}[r.wantStatus]
 			if wantClass != "" && b.Message != wantClass {
