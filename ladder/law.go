@@ -126,6 +126,24 @@ func CapFor(totalLoad, capI, totalCap uint64, factorPct uint32) uint64 {
 	return c
 }
 
+// underCap reports load < CapFor(totalLoad, capI, totalCap, factorPct)
+// without dividing: with X = factor·totalLoad·capI and D = 100·totalCap,
+// load < max(1, ceil(X/D)) ⇔ load == 0 ∨ load·D < X.
+func underCap(load uint32, capI, totalLoad, totalCap uint64, factorPct uint32) bool {
+	if load == 0 {
+		return true // every cap is at least 1
+	}
+	if totalCap == 0 {
+		return false // CapFor is 1
+	}
+	xh, xl, ok1 := mul3(uint64(factorPct), totalLoad, capI)
+	dh, dl, ok2 := mul3(uint64(load), 100, totalCap)
+	if !ok1 || !ok2 {
+		return uint64(load) < CapFor(totalLoad, capI, totalCap, factorPct)
+	}
+	return dh < xh || (dh == xh && dl < xl)
+}
+
 // MeanCapacity is Σcapacity / n (floored, at least 1): the capacity an
 // endpoint needs for a soft-mode capacity weight of exactly 1.
 func MeanCapacity(cands []Candidate) uint64 {
@@ -241,19 +259,19 @@ func hardPick(cands []Candidate, totalLoad, totalCap uint64, factor uint32) (pos
 	// Each cap is computed once; slices longer than the scratch (never the
 	// case inside Decide, which passes at most MaxEndpoints) recompute.
 	var scratch [2 * MaxEndpoints]bool
-	underCap := func(i int) bool {
+	isUnder := func(i int) bool {
 		c := &cands[i]
-		return uint64(c.Load) < CapFor(totalLoad, c.capacity(), totalCap, factor)
+		return underCap(c.Load, c.capacity(), totalLoad, totalCap, factor)
 	}
 	if len(cands) <= len(scratch) {
 		for i := range cands {
-			scratch[i] = underCap(i)
+			scratch[i] = isUnder(i)
 		}
-		underCap = func(i int) bool { return scratch[i] }
+		isUnder = func(i int) bool { return scratch[i] }
 	}
 	under := -1
 	for i := range cands {
-		if underCap(i) && (under < 0 || better(&cands[i], &cands[under])) {
+		if isUnder(i) && (under < 0 || better(&cands[i], &cands[under])) {
 			under = i
 		}
 	}
@@ -264,7 +282,7 @@ func hardPick(cands []Candidate, totalLoad, totalCap uint64, factor uint32) (pos
 		// Negligible overlap: no affinity worth honouring; least-loaded under cap.
 		least := -1
 		for i := range cands {
-			if underCap(i) && (least < 0 || lessLoaded(&cands[i], &cands[least])) {
+			if isUnder(i) && (least < 0 || lessLoaded(&cands[i], &cands[least])) {
 				least = i
 			}
 		}
@@ -330,13 +348,13 @@ func ReliefTarget(fleet []Candidate, sel int, factorPct uint32) (int, bool) {
 		totalLoad += uint64(fleet[i].Load)
 		totalCap = satAdd(totalCap, fleet[i].capacity())
 	}
-	if uint64(fleet[sel].Load) < CapFor(totalLoad, fleet[sel].capacity(), totalCap, factorPct) {
+	if underCap(fleet[sel].Load, fleet[sel].capacity(), totalLoad, totalCap, factorPct) {
 		return sel, false
 	}
 	relief := -1
 	for i := range fleet {
 		c := &fleet[i]
-		if uint64(c.Load) >= CapFor(totalLoad, c.capacity(), totalCap, factorPct) {
+		if !underCap(c.Load, c.capacity(), totalLoad, totalCap, factorPct) {
 			continue
 		}
 		if relief < 0 || lessLoaded(c, &fleet[relief]) {

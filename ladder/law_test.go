@@ -203,3 +203,20 @@ func TestMulDiv_MatchesBigIntArithmetic(t *testing.T) {
 		}
 	})
 }
+
+func TestUnderCap_AgreesWithCapFor(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		small := rapid.Uint64Range(0, 1<<24)
+		wide := rapid.OneOf(small, rapid.Uint64())
+		load := uint32(rapid.Uint64Range(0, 1<<32-1).Draw(t, "load"))
+		if rapid.Bool().Draw(t, "smallLoad") {
+			load = uint32(rapid.IntRange(0, 40).Draw(t, "load"))
+		}
+		capI, totalLoad, totalCap := wide.Draw(t, "capI"), wide.Draw(t, "totalLoad"), wide.Draw(t, "totalCap")
+		factor := uint32(rapid.IntRange(0, 2000).Draw(t, "factor"))
+		want := uint64(load) < CapFor(totalLoad, capI, totalCap, factor)
+		if got := underCap(load, capI, totalLoad, totalCap, factor); got != want {
+			t.Fatalf("underCap(%d,%d,%d,%d,%d) = %v; CapFor says %v", load, capI, totalLoad, totalCap, factor, got, want)
+		}
+	})
+}
