@@ -30,6 +30,7 @@ const (
 	kindBoolean
 )
 
+// String names the JSON type, as in "must be of type integer".
 func (k shapeKind) String() string {
 	switch k {
 	case kindObject:

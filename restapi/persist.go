@@ -23,15 +23,16 @@ const (
 // stateEnvelope is the versioned content of rules.json. Each rule is stored in
 // LoxiLB's JSON model, so the file is readable and any entry can be re-POSTed.
 type stateEnvelope struct {
-	Format  string       `json:"format"`
-	Version int          `json:"version"`
-	SavedAt time.Time    `json:"savedAt"`
-	Rules   []storedRule `json:"rules"`
+	Format  string       `json:"format"`  // always "llb-rules"
+	Version int          `json:"version"` // 1; another version is moved aside, not guessed at
+	SavedAt time.Time    `json:"savedAt"` // when the file was written
+	Rules   []storedRule `json:"rules"`   // in creation order
 }
 
+// storedRule is one rule in the state file.
 type storedRule struct {
-	LastUpdated time.Time       `json:"lastUpdated"`
-	Entry       json.RawMessage `json:"entry"`
+	LastUpdated time.Time       `json:"lastUpdated"` // the rule's last configuration change
+	Entry       json.RawMessage `json:"entry"`       // the rule in the API's JSON model
 }
 
 // Store persists the rule table to <dir>/rules.json.

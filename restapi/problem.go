@@ -36,6 +36,7 @@ type Problem struct {
 	Msg string
 }
 
+// String is the problem's message.
 func (p Problem) String() string { return p.Msg }
 
 // Status is the HTTP status class of the problem.
@@ -73,6 +74,7 @@ type ValidationError struct {
 	Problems []Problem
 }
 
+// Error joins every problem's message with "; ".
 func (e *ValidationError) Error() string {
 	msgs := make([]string, len(e.Problems))
 	for i, p := range e.Problems {

@@ -183,6 +183,7 @@ func (s *Server) HTTPServer(tlsConf *tls.Config) *http.Server {
 // to zerolog at Debug.
 type debugWriter struct{ log zerolog.Logger }
 
+// Write logs p as one debug line.
 func (w debugWriter) Write(p []byte) (int, error) {
 	w.log.Debug().Msg(string(p))
 	return len(p), nil

@@ -55,7 +55,10 @@ type flagSpec struct {
 // file named by one. llbd exits 2 on it.
 type usageError struct{ err error }
 
+// Error is the underlying message.
 func (e usageError) Error() string { return e.err.Error() }
+
+// Unwrap returns the underlying error.
 func (e usageError) Unwrap() error { return e.err }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
