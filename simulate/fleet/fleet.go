@@ -1,0 +1,287 @@
+// Package fleet starts and stops a set of simulated vLLM workers in-process,
+// each on its own loopback address (127.0.0.2, 127.0.0.3, ...), so that one
+// ZMQ port serves every worker as an llb rule's single kvZmqPort requires.
+// Tests of other packages, the llbsim CLI and the make-run demo use it.
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/llbproject/llb/simulate/engine"
+	"github.com/llbproject/llb/simulate/worker"
+)
+
+// Sentinel errors; every error the package returns wraps one of them.
+var (
+	// ErrConfig reports an invalid Config.
+	ErrConfig = errors.New("fleet: invalid configuration")
+	// ErrStart reports a worker that could not start.
+	ErrStart = errors.New("fleet: worker failed to start")
+	// ErrRunning reports a restart of a member that is still running.
+	ErrRunning = errors.New("fleet: member still running")
+)
+
+// Config describes a fleet. Workers are laid out prefill first, then
+// decode, then single-pool (role-less) workers, on consecutive addresses
+// from BaseIP.
+type Config struct {
+	// Prefill, Decode and Single are how many workers of each kind to
+	// start (P/D rules need at least one prefill and one decode).
+	Prefill, Decode, Single int
+	// BaseIP is the first worker's address. Default 127.0.0.2 (every
+	// 127.0.0.0/8 address is loopback on Linux).
+	BaseIP string
+	// HTTPPort is every worker's API port; 0 gives each a free port.
+	HTTPPort int
+	// KVPort is the ZMQ PUB port shared by every worker that publishes; 0
+	// picks one free port (the first worker's) for all of them.
+	KVPort int
+	// ReplayPort is the shared replay ROUTER port when Template.Replay; 0
+	// picks one like KVPort.
+	ReplayPort int
+	// NIXLPort is every P/D worker's side-channel port; 0 gives each a
+	// free port.
+	NIXLPort int
+	// DecodeKVEvents makes decode workers publish KV events too (by default
+	// they do not: decode endpoints are never KV-selection candidates).
+	DecodeKVEvents bool
+	// Template is the configuration every worker starts from (its Name,
+	// IP, ports and role are set by the fleet). Default worker.DefaultConfig.
+	Template *worker.Config
+	// Customize, when set, adjusts one worker's configuration after the
+	// fleet filled it in (index in layout order, and its role).
+	Customize func(index int, role engine.Role, c *worker.Config)
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Prefill < 0 || c.Decode < 0 || c.Single < 0 {
+		errs = append(errs, fmt.Errorf("worker counts %d/%d/%d (want >= 0)", c.Prefill, c.Decode, c.Single))
+	}
+	if c.Prefill+c.Decode+c.Single == 0 {
+		errs = append(errs, errors.New("a fleet needs at least one worker"))
+	}
+	if (c.Prefill == 0) != (c.Decode == 0) {
+		errs = append(errs, fmt.Errorf("P/D needs both roles: %d prefill, %d decode", c.Prefill, c.Decode))
+	}
+	if c.BaseIP != "" {
+		if _, err := baseAddrs(c.BaseIP, c.Prefill+c.Decode+c.Single); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, p := range []struct {
+		name string
+		v    int
+	}{{"http port", c.HTTPPort}, {"kv port", c.KVPort}, {"replay port", c.ReplayPort}, {"nixl port", c.NIXLPort}} {
+		if p.v < 0 || p.v > 65535 {
+			errs = append(errs, fmt.Errorf("%s %d (want 0..65535)", p.name, p.v))
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("fleet config: %w: %w", ErrConfig, errors.Join(errs...))
+}
+
+// baseAddrs returns n consecutive IPv4 addresses from base.
+func baseAddrs(base string, n int) ([]netip.Addr, error) {
+	a, err := netip.ParseAddr(base)
+	if err != nil || !a.Is4() {
+		return nil, fmt.Errorf("base ip %q (want an IPv4 address such as 127.0.0.2)", base)
+	}
+	out := make([]netip.Addr, 0, n)
+	for i := 0; i < n; i++ {
+		if !a.IsValid() || (i > 0 && !a.Is4()) {
+			return nil, fmt.Errorf("base ip %s leaves no room for %d workers", base, n)
+		}
+		out = append(out, a)
+		a = a.Next()
+	}
+	return out, nil
+}
+
+// Member is one worker of a fleet.
+type Member struct {
+	// Index is the position in layout order.
+	Index int
+	// Role is the P/D role (RoleNone for single-pool workers).
+	Role engine.Role
+
+	mu  sync.Mutex
+	w   *worker.Worker
+	cfg worker.Config // with the ports actually bound, for restarts
+}
+
+// Worker is the member's current worker (a new one after Restart).
+func (m *Member) Worker() *worker.Worker {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.w
+}
+
+// Fleet is a running set of workers.
+type Fleet struct {
+	members []*Member
+	kvPort  int
+	hash    engine.HashConfig
+	bs      int
+	events  bool
+}
+
+// Start launches the fleet. On error every worker already started is
+// crashed and nothing is left running.
+func Start(cfg Config) (*Fleet, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	tmpl := worker.DefaultConfig()
+	if cfg.Template != nil {
+		tmpl = *cfg.Template
+	}
+	if cfg.BaseIP == "" {
+		cfg.BaseIP = "127.0.0.2"
+	}
+	n := cfg.Prefill + cfg.Decode + cfg.Single
+	addrs, err := baseAddrs(cfg.BaseIP, n)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	f := &Fleet{kvPort: cfg.KVPort, hash: tmpl.Engine.Hash, bs: tmpl.Engine.BlockSize}
+	replayPort := cfg.ReplayPort
+	for i := 0; i < n; i++ {
+		role, name := roleAt(cfg, i)
+		c := tmpl
+		c.Name = name
+		c.IP = addrs[i].String()
+		c.HTTPPort = cfg.HTTPPort
+		c.NIXLPort = cfg.NIXLPort
+		c.Engine.Role = role
+		c.KVEvents = tmpl.KVEvents && (role != engine.RoleDecode || cfg.DecodeKVEvents)
+		c.Replay = tmpl.Replay && c.KVEvents
+		c.KVPort = f.kvPort
+		c.ReplayPort = replayPort
+		if cfg.Customize != nil {
+			cfg.Customize(i, role, &c)
+		}
+		w, err := worker.Start(c)
+		if err != nil {
+			f.crashAll()
+			return nil, fmt.Errorf("start %s on %s: %w: %w", name, c.IP, ErrStart, err)
+		}
+		if c.KVEvents {
+			f.events = true
+			if f.kvPort == 0 {
+				f.kvPort = endpointPort(w.KVEndpoint())
+			}
+			if c.Replay && replayPort == 0 {
+				replayPort = endpointPort(w.ReplayEndpoint())
+			}
+		}
+		bound := w.Config()
+		bound.HTTPPort = w.HTTPPort()
+		bound.KVPort = endpointPort(w.KVEndpoint())
+		bound.ReplayPort = endpointPort(w.ReplayEndpoint())
+		bound.NIXLPort = endpointPort(w.NIXLAddr())
+		bound.Engine.EngineID = "" // a restarted engine gets a fresh id
+		bound.Engine.Hash.NoneHash = nil
+		f.members = append(f.members, &Member{Index: i, Role: role, w: w, cfg: bound})
+	}
+	return f, nil
+}
+
+// roleAt is the role and name of the i-th worker in layout order.
+func roleAt(cfg Config, i int) (engine.Role, string) {
+	switch {
+	case i < cfg.Prefill:
+		return engine.RolePrefill, "prefill-" + strconv.Itoa(i)
+	case i < cfg.Prefill+cfg.Decode:
+		return engine.RoleDecode, "decode-" + strconv.Itoa(i-cfg.Prefill)
+	}
+	return engine.RoleNone, "worker-" + strconv.Itoa(i-cfg.Prefill-cfg.Decode)
+}
+
+// endpointPort is the port of "tcp://ip:port" or "ip:port" (0 when empty).
+func endpointPort(ep string) int {
+	if ep == "" {
+		return 0
+	}
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(ep, "tcp://"))
+	if err != nil {
+		return 0
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return 0
+	}
+	return p
+}
+
+// Members returns the fleet's members in layout order.
+func (f *Fleet) Members() []*Member { return f.members }
+
+// Workers returns the current workers in layout order.
+func (f *Fleet) Workers() []*worker.Worker {
+	out := make([]*worker.Worker, len(f.members))
+	for i, m := range f.members {
+		out[i] = m.Worker()
+	}
+	return out
+}
+
+// KVZmqPort is the ZMQ port every publishing worker binds (0 when none
+// publishes).
+func (f *Fleet) KVZmqPort() int { return f.kvPort }
+
+// Stop stops every worker gracefully and in parallel, returning the first
+// error (ctx ended before in-flight requests finished).
+func (f *Fleet) Stop(ctx context.Context) error {
+	errs := make([]error, len(f.members))
+	var wg sync.WaitGroup
+	for i, m := range f.members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = m.Worker().Stop(ctx)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// crashAll crashes every member (Start failed half way).
+func (f *Fleet) crashAll() {
+	for _, m := range f.members {
+		m.Worker().Crash()
+	}
+}
+
+// Restart starts a fresh worker for a member whose worker has stopped or
+// crashed, on the same addresses and ports (a restarted vLLM process: a new
+// engine id, an empty cache, KV sequence numbers from 0 again).
+func (f *Fleet) Restart(index int) (*worker.Worker, error) {
+	if index < 0 || index >= len(f.members) {
+		return nil, fmt.Errorf("restart member %d of %d: %w", index, len(f.members), ErrConfig)
+	}
+	m := f.members[index]
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	select {
+	case <-m.w.Done():
+	default:
+		return nil, fmt.Errorf("restart %s: %w", m.cfg.Name, ErrRunning)
+	}
+	w, err := worker.Start(m.cfg)
+	if err != nil {
+		return nil, fmt.Errorf("restart %s: %w: %w", m.cfg.Name, ErrStart, err)
+	}
+	m.w = w
+	return w, nil
+}

@@ -1,0 +1,211 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/llbproject/llb/simulate/engine"
+	"github.com/llbproject/llb/simulate/worker"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func fastTemplate() *worker.Config {
+	c := worker.DefaultConfig()
+	c.Engine.NumBlocks = 256
+	c.Engine.Latency.TimeScale = 0.01
+	c.EventInterval = 0
+	return &c
+}
+
+func startFleet(t *testing.T, cfg Config) *Fleet {
+	t.Helper()
+	if cfg.Template == nil {
+		cfg.Template = fastTemplate()
+	}
+	f, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := f.Stop(ctx); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	return f
+}
+
+func httpClient(t *testing.T) *http.Client {
+	tr := &http.Transport{Proxy: nil}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
+
+func TestFleet_StartsPDWorkersOnConsecutiveLoopbackAddresses(t *testing.T) {
+	f := startFleet(t, Config{Prefill: 2, Decode: 2, BaseIP: "127.0.0.2"})
+	eps := f.Endpoints()
+	wantIPs := []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"}
+	wantRoles := []int{EpRolePrefill, EpRolePrefill, EpRoleDecode, EpRoleDecode}
+	if len(eps) != 4 {
+		t.Fatalf("%d endpoints; want 4", len(eps))
+	}
+	c := httpClient(t)
+	for i, ep := range eps {
+		if ep.EndpointIP != wantIPs[i] || ep.EpRole != wantRoles[i] || ep.Weight != 1 || ep.TargetPort == 0 || ep.NIXLPort == 0 {
+			t.Fatalf("endpoint %d %+v; want ip %s role %d", i, ep, wantIPs[i], wantRoles[i])
+		}
+		resp, err := c.Get(f.Workers()[i].URL() + "/health")
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("worker %d health: %v", i, err)
+		}
+		resp.Body.Close()
+	}
+	port := f.KVZmqPort()
+	if port == 0 {
+		t.Fatal("no kv port")
+	}
+	for i, w := range f.Workers() {
+		want := ""
+		if i < 2 {
+			want = "tcp://" + wantIPs[i] + ":" + itoa(port)
+		}
+		if w.KVEndpoint() != want {
+			t.Fatalf("worker %d kv endpoint %q; want %q (decode workers publish nothing)", i, w.KVEndpoint(), want)
+		}
+	}
+	raw, err := json.Marshal(f.Rule())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, frag := range []string{`"kvZmqPort":` + itoa(port), `"kvBlockSize":16`, `"kvHashAlgo":"sha256_cbor"`, `"kvNoneHashSeed":"0"`,
+		`"pd_disagg_mode":true`, `"endpointIP":"127.0.0.4"`, `"ep_role":2`, `"nixl_port":`} {
+		if !strings.Contains(string(raw), frag) {
+			t.Fatalf("rule %s lacks %s", raw, frag)
+		}
+	}
+}
+
+func itoa(n int) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
+
+func TestFleet_SinglePoolRuleHasNoRoles(t *testing.T) {
+	f := startFleet(t, Config{Single: 2, BaseIP: "127.0.1.2"})
+	raw, _ := json.Marshal(f.Rule())
+	if strings.Contains(string(raw), "ep_role") || strings.Contains(string(raw), "nixl_port") || strings.Contains(string(raw), "pd_disagg_mode") {
+		t.Fatalf("single-pool rule %s carries P/D fields", raw)
+	}
+	if f.Workers()[1].KVEndpoint() == "" {
+		t.Fatal("single-pool workers must publish KV events")
+	}
+}
+
+// TestFleet_PDLegsAcrossMembers runs the two-leg protocol between fleet
+// members, as llb's gateway will.
+func TestFleet_PDLegsAcrossMembers(t *testing.T) {
+	f := startFleet(t, Config{Prefill: 1, Decode: 1, BaseIP: "127.0.2.2"})
+	p, d := f.Workers()[0], f.Workers()[1]
+	c := httpClient(t)
+	prompt := strings.Repeat(" word", 64)
+	pre := postJSON(t, c, p.URL()+"/v1/completions", `{"prompt":"`+prompt+`","max_tokens":1,"kv_transfer_params":{"do_remote_decode":true}}`)
+	var pr struct {
+		KVTransferParams json.RawMessage `json:"kv_transfer_params"`
+	}
+	if err := json.Unmarshal(pre, &pr); err != nil || pr.KVTransferParams == nil {
+		t.Fatalf("prefill leg %s", pre)
+	}
+	postJSON(t, c, d.URL()+"/v1/completions", `{"prompt":"`+prompt+`","max_tokens":3,"kv_transfer_params":`+string(pr.KVTransferParams)+`}`)
+	recs := d.Debug().KVParamsReceived
+	if len(recs) != 1 || !recs[0].Pulled || recs[0].RemoteEngineID != p.EngineID() || recs[0].RemoteHost != "127.0.2.2" {
+		t.Fatalf("decode receipts %+v", recs)
+	}
+}
+
+func postJSON(t *testing.T, c *http.Client, url, body string) []byte {
+	t.Helper()
+	resp, err := c.Post(url, "application/json", bytes.NewReader([]byte(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("POST %s: %d %s", url, resp.StatusCode, raw)
+	}
+	return raw
+}
+
+func TestFleet_RestartBringsACrashedMemberBackOnItsAddresses(t *testing.T) {
+	f := startFleet(t, Config{Prefill: 1, Decode: 1, BaseIP: "127.0.3.2", Template: func() *worker.Config {
+		c := fastTemplate()
+		c.Replay = true
+		return c
+	}()})
+	old := f.Workers()[0]
+	if _, err := f.Restart(0); !errors.Is(err, ErrRunning) {
+		t.Fatalf("restart of a running member: %v; want ErrRunning", err)
+	}
+	old.Crash()
+	w, err := f.Restart(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Addr() != old.Addr() || w.KVEndpoint() != old.KVEndpoint() || w.ReplayEndpoint() != old.ReplayEndpoint() ||
+		w.NIXLAddr() != old.NIXLAddr() || w.EngineID() == old.EngineID() {
+		t.Fatalf("restarted on %s %s %s %s (engine %s); was %s %s %s %s (engine %s)",
+			w.Addr(), w.KVEndpoint(), w.ReplayEndpoint(), w.NIXLAddr(), w.EngineID(),
+			old.Addr(), old.KVEndpoint(), old.ReplayEndpoint(), old.NIXLAddr(), old.EngineID())
+	}
+	if f.Workers()[0] != w || f.Endpoints()[0].TargetPort != w.HTTPPort() {
+		t.Fatal("fleet does not report the restarted worker")
+	}
+	if _, err := f.Restart(7); !errors.Is(err, ErrConfig) {
+		t.Fatalf("restart of a missing member: %v; want ErrConfig", err)
+	}
+}
+
+func TestStart_RejectsBadFleetsAndLeavesNothingRunning(t *testing.T) {
+	tests := []struct {
+		name string
+		give Config
+		want error
+	}{
+		{"no workers", Config{}, ErrConfig},
+		{"prefill without decode", Config{Prefill: 1}, ErrConfig},
+		{"negative count", Config{Single: -1, Decode: 1, Prefill: 1}, ErrConfig},
+		{"base ip not ipv4", Config{Single: 1, BaseIP: "::1"}, ErrConfig},
+		{"base ip without room", Config{Single: 2, BaseIP: "255.255.255.255"}, ErrConfig},
+		{"port out of range", Config{Single: 1, KVPort: 70000}, ErrConfig},
+		{"second worker cannot start", Config{Single: 2, BaseIP: "127.0.4.2", Template: fastTemplate(),
+			Customize: func(i int, _ engine.Role, c *worker.Config) {
+				if i == 1 {
+					c.Engine.NumBlocks = -1
+				}
+			}}, ErrStart},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, err := Start(tt.give)
+			if !errors.Is(err, tt.want) {
+				if f != nil {
+					_ = f.Stop(context.Background())
+				}
+				t.Fatalf("error %v; want %v", err, tt.want)
+			}
+		})
+	}
+}
