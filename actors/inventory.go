@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
@@ -13,9 +14,15 @@ import (
 
 // FeedStarter starts one KV-event subscription. The feed runs on its own
 // goroutine, owns its socket, and hands every update to sink in stream
-// order until ctx ends; then it closes its socket and returns. Start must
-// not block.
-type FeedStarter func(ctx context.Context, id inventory.EndpointID, feed FeedConfig, sink func(inventory.Update))
+// order until ctx ends; then it closes its socket, unregisters its metrics
+// and closes the handle's Done channel. It must not block.
+type FeedStarter func(ctx context.Context, id inventory.EndpointID, feed FeedConfig, sink func(inventory.Update)) FeedHandle
+
+// feedStopWait bounds how long a restarting or stopping inventory actor
+// waits for its feeds to close their sockets (a feed notices cancellation
+// within its poll interval). Waiting keeps a feed's successor from starting
+// while the old one still holds the metric series they share.
+const feedStopWait = 2 * time.Second
 
 // feedUpdate is one update from a feed goroutine, tagged with the
 // incarnation that started the feed.
@@ -53,6 +60,7 @@ type inventoryActor struct {
 	svc     *Service
 	ep      int
 	mirrors []*inventory.Mirror
+	feeds   []FeedHandle
 	gen     uint64
 	cancel  context.CancelFunc
 	log     zerolog.Logger
@@ -116,18 +124,32 @@ func (a *inventoryActor) start(ctx actor.Context) {
 	for rank, fc := range a.svc.cfg.Endpoints[a.ep].Feeds {
 		rank := rank
 		id := inventory.EndpointID{Service: a.svc.cfg.Key, EpIdx: a.ep, Rank: fc.Rank}
-		a.svc.cfg.KV.StartFeed(fctx, id, fc, func(u inventory.Update) {
+		a.feeds = append(a.feeds, a.svc.cfg.KV.StartFeed(fctx, id, fc, func(u inventory.Update) {
 			root.Send(self, feedUpdate{gen: gen, rank: rank, u: u})
-		})
+		}))
 	}
 }
 
+// stopFeeds cancels the feeds and waits (bounded) until they have closed
+// their sockets. It blocks Receive only on restart and stop.
 func (a *inventoryActor) stopFeeds() {
 	if a.cancel != nil {
 		a.cancel()
 		a.cancel = nil
 	}
 	a.gen = 0
+	timeout := time.NewTimer(feedStopWait)
+	defer timeout.Stop()
+	for _, f := range a.feeds {
+		select {
+		case <-f.Done():
+		case <-timeout.C:
+			a.log.Warn().Msg("kv feed did not stop in time")
+			a.feeds = nil
+			return
+		}
+	}
+	a.feeds = nil
 }
 
 // score is the endpoint's overlap: the best over its DP ranks (a request

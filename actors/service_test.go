@@ -38,13 +38,20 @@ type feedHub struct {
 
 func newFeedHub() *feedHub { return &feedHub{sinks: map[int]func(inventory.Update){}} }
 
-func (h *feedHub) start(ctx context.Context, id inventory.EndpointID, _ FeedConfig, sink func(inventory.Update)) {
+func (h *feedHub) start(ctx context.Context, id inventory.EndpointID, _ FeedConfig, sink func(inventory.Update)) FeedHandle {
 	h.mu.Lock()
 	h.sinks[id.EpIdx] = sink
 	h.mu.Unlock()
 	h.live.Add(1)
-	go func() { <-ctx.Done(); h.live.Add(-1) }()
+	f := &hubFeed{done: make(chan struct{})}
+	go func() { <-ctx.Done(); h.live.Add(-1); close(f.done) }()
+	return f
 }
+
+type hubFeed struct{ done chan struct{} }
+
+func (f *hubFeed) Stats() inventory.FeedStats { return inventory.FeedStats{Connected: true} }
+func (f *hubFeed) Done() <-chan struct{}      { return f.done }
 
 func (h *feedHub) publish(t *testing.T, ep int, b *inventory.Batch) {
 	t.Helper()
