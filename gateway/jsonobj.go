@@ -1,10 +1,7 @@
 package gateway
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
-	"fmt"
 )
 
 // Top-level JSON object surgery. The gateway forwards request bodies
@@ -22,7 +19,9 @@ var errNotObject = errors.New("gateway: JSON value is not an object")
 // member is one top-level member of a JSON object: the decoded key and the
 // raw value bytes (a sub-slice of the scanned document).
 type member struct {
-	key string
+	// key is the decoded key; it aliases doc unless the key had escapes.
+	// Compare it as string(m.key), which does not allocate.
+	key []byte
 	val []byte
 	// start and end delimit the whole member in the document (key through
 	// value), for splicing.
@@ -31,10 +30,8 @@ type member struct {
 
 // forEachMember calls fn for every top-level member of the JSON object in
 // doc, in document order (duplicates included, as they appear). doc must be
-// valid JSON (json.Valid); a value that is not an object yields errNotObject.
-// Keys without escapes are compared without allocating when fn only reads
-// m.key against constants (the compiler elides the conversion for switch and
-// == on string(bytes)).
+// valid JSON (validJSON); a value that is not an object yields errNotObject.
+// fn must not keep m beyond the call.
 func forEachMember(doc []byte, fn func(m *member) error) error {
 	i := skipSpace(doc, 0)
 	if i >= len(doc) || doc[i] != '{' {
@@ -56,14 +53,10 @@ func forEachMember(doc []byte, fn func(m *member) error) error {
 		m.start = i
 		kEnd := skipString(doc, i)
 		raw := doc[i+1 : kEnd-1]
-		if bytes.IndexByte(raw, '\\') >= 0 {
-			var k string
-			if err := json.Unmarshal(doc[i:kEnd], &k); err != nil {
-				return fmt.Errorf("gateway: object key: %w", err)
-			}
-			m.key = k
+		if !plainString(raw) {
+			m.key = []byte(unquote(doc[i:kEnd]))
 		} else {
-			m.key = string(raw)
+			m.key = raw
 		}
 		i = skipSpace(doc, kEnd)
 		i = skipSpace(doc, i+1) // ':'
@@ -75,6 +68,17 @@ func forEachMember(doc []byte, fn func(m *member) error) error {
 		}
 		i = vEnd
 	}
+}
+
+// plainString reports whether a string literal's body needs no decoding
+// (no escapes, ASCII only).
+func plainString(raw []byte) bool {
+	for _, c := range raw {
+		if c == '\\' || c >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // skipSpace returns the index of the first non-whitespace byte at or after i.
@@ -193,7 +197,7 @@ func (e *objectEditor) bytes() []byte { return append(e.out, '}') }
 func topLevelValue(doc []byte, key string) ([]byte, error) {
 	var v []byte
 	err := forEachMember(doc, func(m *member) error {
-		if m.key == key {
+		if string(m.key) == key {
 			v = m.val
 		}
 		return nil

@@ -3,7 +3,6 @@ package gateway
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 )
 
 // The P/D NIXL protocol's request rewriting (vllm-contract.md §4) and the
@@ -34,10 +33,10 @@ func PrefillBody(body []byte) ([]byte, error) {
 	ed := newObjectEditor(len(body) + len(prefillKVParams) + 96)
 	hasMCT := false
 	err := forEachMember(body, func(m *member) error {
-		if m.key == "max_completion_tokens" {
+		if string(m.key) == "max_completion_tokens" {
 			hasMCT = true
 		}
-		if !prefillDropped(m.key) {
+		if !prefillDropped(string(m.key)) {
 			ed.copyMember(body, m)
 		}
 		return nil
@@ -70,7 +69,7 @@ func DecodeBody(body, params []byte) ([]byte, error) {
 	}
 	ed := newObjectEditor(len(body) + len(params) + 24)
 	err := forEachMember(body, func(m *member) error {
-		if m.key != "kv_transfer_params" {
+		if string(m.key) != "kv_transfer_params" {
 			ed.copyMember(body, m)
 		}
 		return nil
@@ -115,7 +114,7 @@ func (o KVParamsOutcome) String() string {
 // ExtractKVParams returns the top-level kv_transfer_params of a prefill
 // response, verbatim, or nil with the reason it is not usable.
 func ExtractKVParams(resp []byte) ([]byte, KVParamsOutcome) {
-	if !json.Valid(resp) {
+	if !validJSON(resp) {
 		return nil, KVParamsInvalid
 	}
 	v, err := topLevelValue(resp, "kv_transfer_params")

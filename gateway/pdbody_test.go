@@ -13,7 +13,7 @@ func members(t *testing.T, doc string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	if err := forEachMember([]byte(doc), func(m *member) error {
-		out[m.key] = string(m.val)
+		out[string(m.key)] = string(m.val)
 		return nil
 	}); err != nil {
 		t.Fatalf("forEachMember(%s): %v", doc, err)
@@ -180,7 +180,7 @@ func TestObjectEditor_CopiesMembersInOrder(t *testing.T) {
 	doc := []byte(`{"a":1, "b" : [2], "c":"3"}`)
 	ed := newObjectEditor(len(doc))
 	_ = forEachMember(doc, func(m *member) error {
-		if m.key != "b" {
+		if string(m.key) != "b" {
 			ed.copyMember(doc, m)
 		}
 		return nil

@@ -154,7 +154,7 @@ func (r *Request) SessionUser() string {
 // ParseRequest parses body as a request of kind. Problems are returned as a
 // *ClientError (400) naming the field; use errors.As.
 func ParseRequest(kind APIKind, body []byte) (*Request, error) {
-	if !json.Valid(body) {
+	if !validJSON(body) {
 		return nil, requestError(http.StatusBadRequest, CodeInvalidJSON, "", "the request body is not valid JSON")
 	}
 	r := &Request{Kind: kind, Body: body}
@@ -162,7 +162,7 @@ func ParseRequest(kind APIKind, body []byte) (*Request, error) {
 	var hasPrompt, hasMessages bool
 	err := forEachMember(body, func(m *member) error {
 		var err error
-		switch m.key {
+		switch string(m.key) {
 		case "model":
 			err = decodeString(m, &r.Model)
 		case "stream":
@@ -251,16 +251,10 @@ func decodeString(m *member, dst *string) error {
 		*dst = ""
 		return nil
 	}
-	if len(m.val) == 0 || m.val[0] != '"' {
-		return fieldError(m.key, m.key+" must be a string")
+	if m.val[0] != '"' {
+		return fieldError(string(m.key), string(m.key)+" must be a string")
 	}
-	if bytes.IndexByte(m.val, '\\') < 0 {
-		*dst = string(m.val[1 : len(m.val)-1])
-		return nil
-	}
-	if err := json.Unmarshal(m.val, dst); err != nil {
-		return fieldError(m.key, m.key+" must be a string")
-	}
+	*dst = unquote(m.val)
 	return nil
 }
 
@@ -279,7 +273,7 @@ func decodeBool(m *member, dst *bool) error {
 			*dst = false
 			return nil
 		}
-		return fieldError(m.key, m.key+" must be a boolean")
+		return fieldError(string(m.key), string(m.key)+" must be a boolean")
 	}
 	switch string(v) {
 	case "true", "1":
@@ -287,7 +281,7 @@ func decodeBool(m *member, dst *bool) error {
 	case "false", "null", "0":
 		*dst = false
 	default:
-		return fieldError(m.key, m.key+" must be a boolean")
+		return fieldError(string(m.key), string(m.key)+" must be a boolean")
 	}
 	return nil
 }
@@ -296,7 +290,7 @@ func expectObject(m *member) error {
 	if isNull(m.val) || (len(m.val) > 0 && m.val[0] == '{') {
 		return nil
 	}
-	return fieldError(m.key, m.key+" must be an object or null")
+	return fieldError(string(m.key), string(m.key)+" must be an object or null")
 }
 
 // decodeCount checks a token-count field: null or a whole non-negative
@@ -311,45 +305,57 @@ func decodeCount(m *member) error {
 			return nil
 		}
 	}
-	return fieldError(m.key, m.key+" must be a whole non-negative number below 2^32")
+	return fieldError(string(m.key), string(m.key)+" must be a whole non-negative number below 2^32")
 }
+
+const promptShapes = "prompt must be a string, an array of strings, an array of token ids or an array of token-id arrays"
 
 func (r *Request) parsePrompt(v []byte) error {
 	const param = "prompt"
-	if v[0] == '"' {
-		var s string
-		if err := json.Unmarshal(v, &s); err != nil {
-			return fieldError(param, "prompt must be a string, an array of strings, an array of token ids or an array of token-id arrays")
-		}
-		r.Form, r.Texts = PromptText, []string{s}
+	switch v[0] {
+	case '"':
+		r.Form, r.Texts = PromptText, []string{unquote(v)}
 		return nil
-	}
-	if v[0] != '[' {
-		return fieldError(param, "prompt must be a string, an array of strings, an array of token ids or an array of token-id arrays")
+	case '[':
+	default:
+		return fieldError(param, promptShapes)
 	}
 	i := skipSpace(v, 1)
-	if i >= len(v) || v[i] == ']' {
+	if v[i] == ']' {
 		return fieldError(param, "prompt must not be an empty array")
 	}
 	switch v[i] {
 	case '"':
-		if err := json.Unmarshal(v, &r.Texts); err != nil {
-			return fieldError(param, "a prompt array that starts with a string must hold only strings")
+		err := forEachElement(v, func(_ int, e []byte) error {
+			if e[0] != '"' {
+				return fieldError(param, "a prompt array that starts with a string must hold only strings")
+			}
+			r.Texts = append(r.Texts, unquote(e))
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 		r.Form = PromptTexts
 	case '[':
-		if err := json.Unmarshal(v, &r.Tokens); err != nil {
-			return fieldError(param, "a prompt of token-id arrays must hold only arrays of token ids (integers 0–4294967295)")
-		}
-		for _, t := range r.Tokens {
-			if len(t) == 0 {
-				return fieldError(param, "a token-id prompt must not be empty")
+		err := forEachElement(v, func(_ int, e []byte) error {
+			if e[0] != '[' {
+				return errNotTokenIDs
 			}
+			toks, err := appendTokenIDs(nil, e)
+			if err != nil || len(toks) == 0 {
+				return errNotTokenIDs
+			}
+			r.Tokens = append(r.Tokens, toks)
+			return nil
+		})
+		if err != nil {
+			return fieldError(param, "a prompt of token-id arrays must hold only non-empty arrays of token ids (integers 0–4294967295)")
 		}
 		r.Form = PromptTokenLists
 	default:
-		var toks []uint32
-		if err := json.Unmarshal(v, &toks); err != nil {
+		toks, err := appendTokenIDs(make([]uint32, 0, len(v)/4), v)
+		if err != nil {
 			return fieldError(param, "a prompt of token ids must hold only integers 0–4294967295")
 		}
 		r.Form, r.Tokens = PromptTokens, [][]uint32{toks}
@@ -357,87 +363,107 @@ func (r *Request) parsePrompt(v []byte) error {
 	return nil
 }
 
-// wireMessage is the part of a chat message routing reads.
-type wireMessage struct {
-	Role    json.RawMessage `json:"role"`
-	Content json.RawMessage `json:"content"`
-}
-
-// wirePart is one content part.
-type wirePart struct {
-	Type     string          `json:"type"`
-	Text     *string         `json:"text"`
-	ImageURL json.RawMessage `json:"image_url"`
-}
-
 func (r *Request) parseMessages(v []byte) error {
 	const param = "messages"
 	if v[0] != '[' {
 		return fieldError(param, "messages must be an array of message objects")
 	}
-	var msgs []wireMessage
-	if err := json.Unmarshal(v, &msgs); err != nil {
-		return fieldError(param, "messages must be an array of message objects")
+	err := forEachElement(v, func(i int, e []byte) error {
+		if e[0] != '{' {
+			return fieldError("messages["+strconv.Itoa(i)+"]", "every message must be an object")
+		}
+		var msg ChatMessage
+		var content []byte
+		_ = forEachMember(e, func(m *member) error {
+			switch string(m.key) {
+			case "role":
+				if m.val[0] == '"' {
+					msg.Role = unquote(m.val)
+				} else {
+					msg.Role = ""
+				}
+			case "content":
+				content = m.val
+			}
+			return nil
+		})
+		if msg.Role == "" {
+			return fieldError("messages["+strconv.Itoa(i)+"].role", "every message needs a non-empty string role")
+		}
+		var err error
+		if msg.Text, msg.Media, err = renderContent(content); err != nil {
+			return fieldError("messages["+strconv.Itoa(i)+"].content", err.Error())
+		}
+		r.Messages = append(r.Messages, msg)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	if len(msgs) == 0 {
+	if len(r.Messages) == 0 {
 		return fieldError(param, "messages must not be empty")
 	}
 	r.RawMessages = v
-	r.Messages = make([]ChatMessage, len(msgs))
-	for i := range msgs {
-		var role string
-		if len(msgs[i].Role) == 0 || json.Unmarshal(msgs[i].Role, &role) != nil || role == "" {
-			return fieldError("messages["+strconv.Itoa(i)+"].role", "every message needs a non-empty string role")
-		}
-		text, media, err := renderContent(msgs[i].Content)
-		if err != nil {
-			return fieldError("messages["+strconv.Itoa(i)+"].content", err.Error())
-		}
-		r.Messages[i] = ChatMessage{Role: role, Text: text, Media: media}
-	}
 	return nil
 }
 
 var errContentShape = errors.New("content must be a string, an array of content parts, or null")
 
 // renderContent renders a message's content for routing.
-func renderContent(c json.RawMessage) (string, bool, error) {
+func renderContent(c []byte) (string, bool, error) {
 	if len(c) == 0 || isNull(c) {
 		return "", false, nil
 	}
 	switch c[0] {
 	case '"':
-		var s string
-		if err := json.Unmarshal(c, &s); err != nil {
-			return "", false, errContentShape
-		}
-		return s, false, nil
+		return unquote(c), false, nil
 	case '[':
 	default:
 		return "", false, errContentShape
 	}
-	var parts []wirePart
-	if err := json.Unmarshal(c, &parts); err != nil {
-		return "", false, errContentShape
-	}
 	var b []byte
 	media := false
-	for _, p := range parts {
+	err := forEachElement(c, func(_ int, part []byte) error {
+		if part[0] != '{' {
+			return errContentShape
+		}
+		var typ string
+		var text, image []byte
+		_ = forEachMember(part, func(m *member) error {
+			switch string(m.key) {
+			case "type":
+				if m.val[0] == '"' {
+					typ = unquote(m.val)
+				}
+			case "text":
+				text = m.val
+			case "image_url":
+				image = m.val
+			}
+			return nil
+		})
+		if text != nil && !isNull(text) && text[0] != '"' {
+			return errContentShape
+		}
 		switch {
-		case p.Type == "text" || p.Type == "input_text" || p.Type == "refusal" || (p.Type == "" && p.Text != nil):
-			if p.Text != nil {
-				b = append(b, *p.Text...)
+		case typ == "text" || typ == "input_text" || typ == "refusal" || (typ == "" && text != nil):
+			if text != nil && !isNull(text) {
+				b = append(b, unquote(text)...)
 			}
 		default:
 			media = true
 			b = append(b, '[')
-			b = append(b, p.Type...)
-			if len(p.ImageURL) > 0 {
+			b = append(b, typ...)
+			if image != nil {
 				b = append(b, ':')
-				b = append(b, p.ImageURL...)
+				b = append(b, image...)
 			}
 			b = append(b, ']')
 		}
+		return nil
+	})
+	if err != nil {
+		return "", false, err
 	}
 	return string(b), media, nil
 }

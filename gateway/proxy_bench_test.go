@@ -1,0 +1,213 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/llbproject/llb/actors"
+	"github.com/llbproject/llb/ladder"
+)
+
+// instantRouter answers every Route with a fixed decision and ignores
+// reports: the gateway's cost without the router's.
+type instantRouter struct{ d ladder.Decision }
+
+func (r *instantRouter) Route(context.Context, *actors.RouteRequest) (actors.Route, error) {
+	return actors.Route{Decision: r.d, Ticket: actors.Ticket{ID: 1, Prefill: r.d.Prefill, Decode: r.d.Decode}}, nil
+}
+func (*instantRouter) Report(actors.Outcome)               {}
+func (*instantRouter) Finish(actors.Ticket, actors.Result) {}
+
+const benchCompletion = `{"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":" world","finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}}`
+
+// fastBackend answers completions instantly (streaming when asked).
+func fastBackend(b *testing.B) *httptest.Server {
+	b.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if bytes.Contains(body, []byte(`"stream":true`)) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			for range 8 {
+				_, _ = io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"text\":\"tok\"}]}\n\n")
+				w.(http.Flusher).Flush()
+			}
+			_, _ = io.WriteString(w, "data: [DONE]\n\n")
+			return
+		}
+		if bytes.Contains(body, []byte(`"do_remote_decode":true`)) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"id":"p","choices":[{"index":0,"text":"x"}],"kv_transfer_params":{"remote_block_ids":[[1]],"remote_engine_id":"e","remote_host":"h","remote_port":1}}`)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(benchCompletion)))
+		_, _ = io.WriteString(w, benchCompletion)
+	}))
+	b.Cleanup(srv.Close)
+	return srv
+}
+
+// latencyRun sends b.N requests with one client and reports p50/p99 in µs.
+func latencyRun(b *testing.B, c *http.Client, url, body string) {
+	b.Helper()
+	h := hdrhistogram.New(1, int64(10*time.Second/time.Microsecond), 3)
+	do := func() {
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		start := time.Now()
+		resp, err := c.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			b.Fatalf("status %d", resp.StatusCode)
+		}
+		_ = h.RecordValue(time.Since(start).Microseconds())
+	}
+	for range 200 { // warm the connection pools
+		do()
+	}
+	h.Reset()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		do()
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(h.ValueAtQuantile(50)), "p50-µs")
+	b.ReportMetric(float64(h.ValueAtQuantile(99)), "p99-µs")
+}
+
+// BenchmarkAddedLatency compares calling a fast backend directly with
+// calling it through the gateway (in-process listener, instant router),
+// side by side in one run. The added latency is the difference of the
+// p50-µs figures; allocations include the client and the backend, which
+// are the same on both sides.
+func BenchmarkAddedLatency(b *testing.B) {
+	be := fastBackend(b)
+	beAddr := netip.MustParseAddrPort(be.Listener.Addr().String())
+	cfg := singlePool(beAddr)
+	l, err := NewListener(cfg, Deps{Router: &instantRouter{d: decision(ladder.TierSelector, 0, -1)}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := l.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = l.Close() })
+	gw := "http://" + l.Addr().String()
+
+	pdBE := fastBackend(b)
+	pdAddr := netip.MustParseAddrPort(pdBE.Listener.Addr().String())
+	pdCfg := pdPool([]netip.AddrPort{pdAddr}, []netip.AddrPort{pdAddr})
+	pl, err := NewListener(pdCfg, Deps{Router: &instantRouter{d: decision(ladder.Tier2, 0, 1)}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pl.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = pl.Close() })
+	pdURL := "http://" + pl.Addr().String()
+
+	small := `{"model":"m","prompt":"Hello, my name is","max_tokens":1}`
+	big := `{"model":"m","prompt":"` + strings.Repeat("lorem ipsum ", 1365) + `","max_tokens":1}` // ~16 KiB
+	stream := `{"model":"m","prompt":"Hello, my name is","max_tokens":8,"stream":true}`
+	cases := []struct{ name, url, body string }{
+		{"direct/small", be.URL + PathCompletions, small},
+		{"gateway/small", gw + PathCompletions, small},
+		{"direct/prompt=16KiB", be.URL + PathCompletions, big},
+		{"gateway/prompt=16KiB", gw + PathCompletions, big},
+		{"direct/stream=8", be.URL + PathCompletions, stream},
+		{"gateway/stream=8", gw + PathCompletions, stream},
+		{"gateway-pd/small", pdURL + PathCompletions, small},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			tr := &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}
+			defer tr.CloseIdleConnections()
+			latencyRun(b, &http.Client{Transport: tr}, tc.url, tc.body)
+		})
+	}
+}
+
+// memResponse is an in-memory ResponseWriter for handler-only benchmarks.
+type memResponse struct {
+	h      http.Header
+	status int
+	n      int
+}
+
+func (m *memResponse) Header() http.Header         { return m.h }
+func (m *memResponse) WriteHeader(s int)           { m.status = s }
+func (m *memResponse) Write(p []byte) (int, error) { m.n += len(p); return len(p), nil }
+func (m *memResponse) Flush()                      {}
+
+// cannedTransport answers every upstream request in memory.
+type cannedTransport struct{ body []byte }
+
+func (c *cannedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body != nil {
+		_, _ = io.Copy(io.Discard, r.Body)
+	}
+	return &http.Response{
+		StatusCode:    200,
+		Header:        http.Header{"Content-Type": {"application/json"}},
+		Body:          io.NopCloser(bytes.NewReader(c.body)),
+		ContentLength: int64(len(c.body)),
+		Request:       r,
+	}, nil
+}
+
+// BenchmarkHandler measures the gateway's own cost per proxied request —
+// parse, routing input, upstream request, relay, log and metrics — with an
+// in-memory client, router and backend, so allocations are the gateway's.
+func BenchmarkHandler(b *testing.B) {
+	for _, size := range []int{64, 4 << 10, 64 << 10} {
+		b.Run("single/prompt="+strconv.Itoa(size), func(b *testing.B) {
+			cfg := singlePool(netip.MustParseAddrPort("127.0.0.1:8000"))
+			h, err := NewHandler(cfg, Deps{Router: &instantRouter{d: decision(ladder.TierSelector, 0, -1)}, Transport: &cannedTransport{body: []byte(benchCompletion)}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchHandler(b, h, `{"model":"m","prompt":"`+strings.Repeat("a", size)+`","max_tokens":1,"user_id":"u"}`)
+		})
+	}
+	b.Run("pd/prompt=4096", func(b *testing.B) {
+		cfg := pdPool([]netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:8000")}, []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:8001")})
+		resp := []byte(`{"id":"p","choices":[],"kv_transfer_params":{"remote_block_ids":[[1]],"remote_engine_id":"e"}}`)
+		h, err := NewHandler(cfg, Deps{Router: &instantRouter{d: decision(ladder.Tier2, 0, 1)}, Transport: &cannedTransport{body: resp}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchHandler(b, h, `{"model":"m","prompt":"`+strings.Repeat("a", 4096)+`","max_tokens":1}`)
+	})
+}
+
+func benchHandler(b *testing.B, h *Handler, body string) {
+	b.Helper()
+	payload := []byte(body)
+	b.SetBytes(int64(len(payload)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		r := httptest.NewRequest(http.MethodPost, PathCompletions, bytes.NewReader(payload))
+		w := &memResponse{h: make(http.Header, 4)}
+		h.ServeHTTP(w, r)
+		if w.status != 200 {
+			b.Fatalf("status %d", w.status)
+		}
+	}
+}
