@@ -10,7 +10,16 @@ import (
 
 	zmq "github.com/pebbe/zmq4"
 
+	"github.com/llbproject/llb/internal/logfield"
 	"github.com/llbproject/llb/inventory"
+)
+
+// Log field names this package writes (shared ones from internal/logfield).
+const (
+	logReplayEndpoint = "replay_endpoint"
+	logKill           = "kill"
+	logFrames         = "frames"
+	logSeq            = "seq"
 )
 
 // Stats counts what a Publisher did.
@@ -76,7 +85,7 @@ func Start(cfg Config) (*Publisher, error) {
 		<-p.done
 		return nil, err
 	}
-	p.cfg.Logger.Info().Str("endpoint", p.endpoint).Str("replay_endpoint", p.replayEndpoint).Msg("kv event publisher bound")
+	p.cfg.Logger.Info().Str(logfield.Endpoint, p.endpoint).Str(logReplayEndpoint, p.replayEndpoint).Msg("kv event publisher bound")
 	return p, nil
 }
 
@@ -143,7 +152,7 @@ func (p *Publisher) shutdown(mode stopMode) {
 	p.once.Do(func() {
 		p.closed.Store(true)
 		p.stop <- mode
-		p.cfg.Logger.Info().Str("endpoint", p.endpoint).Bool("kill", mode == stopKill).Msg("kv event publisher closing")
+		p.cfg.Logger.Info().Str(logfield.Endpoint, p.endpoint).Bool(logKill, mode == stopKill).Msg("kv event publisher closing")
 	})
 	<-p.done
 }
@@ -180,7 +189,7 @@ func (p *Publisher) run(ready chan<- error) {
 		binary.BigEndian.PutUint64(seq8[:], seq)
 		if _, err := pub.SendMessage(p.cfg.Topic, seq8[:], payload); err != nil {
 			p.sendErrs.Add(1)
-			p.cfg.Logger.Debug().Err(err).Uint64("seq", seq).Msg("kv event batch send failed")
+			p.cfg.Logger.Debug().Err(err).Uint64(logSeq, seq).Msg("kv event batch send failed")
 		} else {
 			p.published.Add(1)
 		}
@@ -293,7 +302,7 @@ func (p *Publisher) serveReplays(router *zmq.Socket, ring []entry) {
 		}
 		if len(msg) != 3 || len(msg[1]) != 0 || len(msg[2]) != 8 {
 			p.badReplayReqs.Add(1)
-			p.cfg.Logger.Debug().Int("frames", len(msg)).Msg("kv replay request ignored: want [identity, \"\", seq8]")
+			p.cfg.Logger.Debug().Int(logFrames, len(msg)).Msg("kv replay request ignored: want [identity, \"\", seq8]")
 			continue
 		}
 		id := msg[0]

@@ -237,7 +237,7 @@ func (d *driver) run() {
 			case d.interval == 0 || now.Sub(lastFlush) >= d.interval:
 				if err := d.pub.Publish(now, events); err != nil {
 					d.publishErrors.Add(1)
-					d.log.Debug().Err(err).Int("events", len(events)).Msg("kv event batch not published")
+					d.log.Debug().Err(err).Int(logEvents, len(events)).Msg("kv event batch not published")
 				}
 				clear(events)
 				events = events[:0]
@@ -276,6 +276,6 @@ func (d *driver) handle(c any) {
 	case resetCmd:
 		c.reply <- d.eng.Reset(now)
 	default:
-		d.log.Error().Str("type", fmt.Sprintf("%T", c)).Msg("driver: unknown command")
+		d.log.Error().Str(logType, fmt.Sprintf("%T", c)).Msg("driver: unknown command")
 	}
 }

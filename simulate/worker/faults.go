@@ -254,7 +254,7 @@ func (w *Worker) handleFaults(rw http.ResponseWriter, r *http.Request) {
 			writeError(rw, http.StatusBadRequest, err.Error())
 			return
 		}
-		w.log.Info().Str("faults", string(body)).Msg("faults changed")
+		w.log.Info().Str(logFaults, string(body)).Msg("faults changed")
 		if p.Crash {
 			writeJSON(rw, http.StatusOK, map[string]any{"crashing": true})
 			if fl, ok := rw.(http.Flusher); ok {

@@ -78,7 +78,7 @@ func (w *Worker) pull(ctx context.Context, kv *kvParams, rec *KVReceipt) *engine
 	if err != nil {
 		w.met.pullFailures.Inc()
 		rec.PullError = err.Error()
-		w.log.Debug().Err(err).Str("remote_request_id", rec.RemoteRequestID).Msg("kv pull failed; prefilling locally")
+		w.log.Debug().Err(err).Str(logRemoteReq, rec.RemoteRequestID).Msg("kv pull failed; prefilling locally")
 		return nil
 	}
 	rec.Pulled, rec.PulledBlocks = true, n

@@ -24,6 +24,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/llbproject/llb/internal/logfield"
 	"github.com/llbproject/llb/simulate/engine"
 	"github.com/llbproject/llb/simulate/kvpub"
 )
@@ -76,7 +77,7 @@ func Start(cfg Config) (*Worker, error) {
 		nop := zerolog.Nop()
 		w.log = &nop
 	}
-	l := w.log.With().Str("component", "llbsim").Str("worker", cfg.Name).Logger()
+	l := w.log.With().Str(logWorker, cfg.Name).Logger()
 	w.log = &l
 	w.engineID = randomHex(16)
 	ec := cfg.Engine
@@ -120,8 +121,8 @@ func Start(cfg Config) (*Worker, error) {
 		w.nixlSrv = &http.Server{Handler: w.track(mux), ReadHeaderTimeout: 10 * time.Second}
 		w.serve(w.nixlSrv, w.nixlLn)
 	}
-	w.log.Info().Str("addr", w.Addr()).Str("role", ec.Role.String()).Str("kv_endpoint", w.KVEndpoint()).
-		Str("nixl_addr", w.NIXLAddr()).Msg("simulated worker started")
+	w.log.Info().Str(logfield.Addr, w.Addr()).Str(logRole, ec.Role.String()).Str(logKVEndpoint, w.KVEndpoint()).
+		Str(logNIXLAddr, w.NIXLAddr()).Msg("simulated worker started")
 	return w, nil
 }
 
@@ -344,7 +345,7 @@ func (w *Worker) finish(crashed bool) {
 	w.pullClient.CloseIdleConnections()
 	w.crashed = crashed
 	close(w.done)
-	w.log.Info().Bool("crashed", crashed).Msg("simulated worker stopped")
+	w.log.Info().Bool(logCrashed, crashed).Msg("simulated worker stopped")
 }
 
 // closeListeners closes the listeners (Start failed before serving).

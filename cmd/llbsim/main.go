@@ -1,0 +1,66 @@
+// Command llbsim runs llb's GPU-free stand-ins: a fleet of simulated vLLM
+// workers on loopback addresses (llbsim fleet) and the workload generators
+// (llbsim workload). The load harness and the discrete-event simulator will
+// join it as further subcommands.
+//
+// Exit status: 0 after a clean run or shutdown (SIGINT or SIGTERM), 1 when it
+// cannot run (a port in use), 2 for a bad flag.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal now takes the default action: exit at once
+	}()
+	root := newRootCmd(os.Stdout, os.Stderr)
+	err := root.ExecuteContext(ctx)
+	stop()
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+// usageError marks a bad command line (exit status 2).
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// exitCode maps a run error to the documented exit status.
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(stderr, "llbsim:", err)
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return 2
+	}
+	return 1
+}
+
+// newRootCmd builds the command tree writing to stdout and stderr.
+func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "llbsim",
+		Short:         "Simulated vLLM fleet and workloads for llb",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	root.AddCommand(newFleetCmd(stdout, stderr), newWorkloadCmd(stdout))
+	return root
+}
