@@ -56,19 +56,20 @@ func outboundHeader(in *http.Request, trust bool) http.Header {
 		delete(h, "Forwarded")
 		prior = nil
 	}
-	ip := clientIP(in)
+	vals := make([]string, 3) // one allocation for the three values
+	vals[0] = clientIP(in)
 	if len(prior) > 0 {
-		h["X-Forwarded-For"] = []string{strings.Join(prior, ", ") + ", " + ip}
-	} else {
-		h["X-Forwarded-For"] = []string{ip}
+		vals[0] = strings.Join(prior, ", ") + ", " + vals[0]
 	}
-	proto := "http"
+	h["X-Forwarded-For"] = vals[0:1:1]
+	vals[1] = "http"
 	if in.TLS != nil {
-		proto = "https"
+		vals[1] = "https"
 	}
-	h["X-Forwarded-Proto"] = []string{proto}
+	h["X-Forwarded-Proto"] = vals[1:2:2]
 	if in.Host != "" {
-		h["X-Forwarded-Host"] = []string{in.Host}
+		vals[2] = in.Host
+		h["X-Forwarded-Host"] = vals[2:3:3]
 	} else {
 		delete(h, "X-Forwarded-Host")
 	}

@@ -72,14 +72,7 @@ func forEachMember(doc []byte, fn func(m *member) error) error {
 
 // plainString reports whether a string literal's body needs no decoding
 // (no escapes, ASCII only).
-func plainString(raw []byte) bool {
-	for _, c := range raw {
-		if c == '\\' || c >= 0x80 {
-			return false
-		}
-	}
-	return true
-}
+func plainString(raw []byte) bool { return decodeSpecial(raw) == len(raw) }
 
 // skipSpace returns the index of the first non-whitespace byte at or after i.
 func skipSpace(b []byte, i int) int {
@@ -98,6 +91,9 @@ func skipSpace(b []byte, i int) int {
 func skipString(b []byte, i int) int {
 	i++
 	for i < len(b) {
+		if i += strSpecial(b[i:]); i >= len(b) {
+			break
+		}
 		switch b[i] {
 		case '\\':
 			i += 2

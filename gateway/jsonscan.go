@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/binary"
 	"errors"
 	"math"
 	"unicode/utf16"
@@ -136,11 +137,62 @@ func scanKey(b []byte, i int) (int, bool) {
 	return skipSpace(b, i+1), true
 }
 
+// SWAR (8 bytes per step) byte-class tests. hasZero is exact as a
+// "some byte is zero" test; hasLess(w, n), n ≤ 128, exactly tests "some byte
+// is below n". Neither says which byte: callers rescan the word bytewise.
+const (
+	swarLSB = 0x0101010101010101
+	swarMSB = 0x8080808080808080
+)
+
+func hasZero(w uint64) uint64           { return (w - swarLSB) & ^w & swarMSB }
+func hasLess(w uint64, n uint64) uint64 { return (w - swarLSB*n) & ^w & swarMSB }
+
+// strSpecial returns the index of the first byte of b that ends a plain run
+// inside a JSON string ('"', '\\' or a control byte), or len(b).
+func strSpecial(b []byte) int {
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		w := binary.LittleEndian.Uint64(b[i:])
+		if hasZero(w^(swarLSB*'"'))|hasZero(w^(swarLSB*'\\'))|hasLess(w, 0x20) != 0 {
+			break
+		}
+	}
+	for ; i < len(b); i++ {
+		if c := b[i]; c == '"' || c == '\\' || c < 0x20 {
+			return i
+		}
+	}
+	return len(b)
+}
+
+// decodeSpecial returns the index of the first byte of b that unquote must
+// decode (a backslash or a non-ASCII byte), or len(b).
+func decodeSpecial(b []byte) int {
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		w := binary.LittleEndian.Uint64(b[i:])
+		if w&swarMSB|hasZero(w^(swarLSB*'\\')) != 0 {
+			break
+		}
+	}
+	for ; i < len(b); i++ {
+		if c := b[i]; c == '\\' || c >= utf8.RuneSelf {
+			return i
+		}
+	}
+	return len(b)
+}
+
 // scanString validates the string starting at b[i] == '"' and returns the
 // index after its closing quote.
 func scanString(b []byte, i int) (int, bool) {
 	i++
 	for i < len(b) {
+		i += strSpecial(b[i:])
+		if i >= len(b) {
+			break
+		}
 		c := b[i]
 		switch {
 		case c == '"':
@@ -229,6 +281,11 @@ func unquote(lit []byte) string {
 	}
 	out := make([]byte, 0, len(s))
 	for i := 0; i < len(s); {
+		j := decodeSpecial(s[i:])
+		out = append(out, s[i:i+j]...)
+		if i += j; i >= len(s) {
+			break
+		}
 		c := s[i]
 		if c == '\\' {
 			switch s[i+1] {

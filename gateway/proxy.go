@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"mime"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -35,13 +35,28 @@ func (h *Handler) newUpstream(ctx context.Context, in *http.Request, ep int, hdr
 		Host:       h.addrs[ep],
 	}).WithContext(ctx)
 	if len(body) > 0 {
+		rb := &replayBody{body: body}
+		rb.Reset(body)
 		out.ContentLength = int64(len(body))
-		out.Body = io.NopCloser(bytes.NewReader(body))
+		out.Body = rb
 		// GetBody lets the transport replay the body on a stale keep-alive
 		// connection that closed before the request was written.
-		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		out.GetBody = rb.replay
 	}
 	return out
+}
+
+// replayBody is an upstream request body over bytes the proxy already holds.
+type replayBody struct {
+	bytes.Reader
+	body []byte
+}
+
+// Close implements io.Closer.
+func (*replayBody) Close() error { return nil }
+
+func (b *replayBody) replay() (io.ReadCloser, error) {
+	return &replayBody{Reader: *bytes.NewReader(b.body), body: b.body}, nil
 }
 
 // idleWatch cancels a leg when the backend stays silent for d
@@ -140,10 +155,15 @@ func (h *Handler) clientErrorFor(c failCause, leg actors.Leg, err error) *Client
 func (h *Handler) serveSingle(ctx context.Context, w http.ResponseWriter, r *http.Request, hdr http.Header, body []byte,
 	t actors.Ticket, leg actors.Leg, ep int, canRetry bool, x *exchange) attempt {
 	start := time.Now()
-	lctx, lcancel := context.WithCancel(ctx)
-	defer lcancel()
-	idle := newIdleWatch(h.dataTimeout, lcancel)
-	defer idle.stop()
+	lctx := ctx
+	var idle *idleWatch
+	if h.dataTimeout > 0 {
+		var lcancel context.CancelFunc
+		lctx, lcancel = context.WithCancel(ctx)
+		defer lcancel()
+		idle = newIdleWatch(h.dataTimeout, lcancel)
+		defer idle.stop()
+	}
 	resp, err := h.rt.RoundTrip(h.newUpstream(lctx, r, ep, hdr, body))
 	if err != nil {
 		fail, cause := legFailure(err, r, ctx, lctx, idle)
@@ -186,11 +206,10 @@ type relayResult struct {
 // isEventStream reports whether a response is SSE.
 func isEventStream(resp *http.Response) bool {
 	ct := resp.Header.Get("Content-Type")
-	if ct == "" {
-		return false
+	if i := strings.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
 	}
-	mt, _, err := mime.ParseMediaType(ct)
-	return err == nil && mt == "text/event-stream"
+	return strings.EqualFold(strings.TrimSpace(ct), "text/event-stream")
 }
 
 // relay streams resp to the client. Headers are committed with the first
