@@ -34,7 +34,10 @@ func main() {
 // usageError marks a bad command line (exit status 2).
 type usageError struct{ err error }
 
+// Error implements error.
 func (e *usageError) Error() string { return e.err.Error() }
+
+// Unwrap returns the cause.
 func (e *usageError) Unwrap() error { return e.err }
 
 // exitCode maps a run error to the documented exit status.

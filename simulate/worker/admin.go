@@ -63,16 +63,22 @@ func (w *Worker) handleReset(rw http.ResponseWriter, r *http.Request) {
 
 // Debug is a worker's full state as /_sim/debug shows it.
 type Debug struct {
-	// Name, Role, EngineID and Model identify the worker.
-	Name     string `json:"name"`
-	Role     string `json:"role"`
+	// Name is Config.Name.
+	Name string `json:"name"`
+	// Role is the P/D role ("none", "prefill", "decode", "both").
+	Role string `json:"role"`
+	// EngineID is the remote_engine_id this worker hands out.
 	EngineID string `json:"engine_id"`
-	Model    string `json:"model"`
-	// Endpoints are the bound addresses ("" when off).
-	HTTPAddr       string `json:"http_addr"`
-	KVEndpoint     string `json:"kv_endpoint"`
+	// Model is the served model name.
+	Model string `json:"model"`
+	// HTTPAddr is the OpenAI API address.
+	HTTPAddr string `json:"http_addr"`
+	// KVEndpoint is the ZMQ PUB address ("" without KV events).
+	KVEndpoint string `json:"kv_endpoint"`
+	// ReplayEndpoint is the ZMQ ROUTER address ("" without replay).
 	ReplayEndpoint string `json:"replay_endpoint"`
-	NIXLAddr       string `json:"nixl_addr"`
+	// NIXLAddr is the side-channel address ("" for role none).
+	NIXLAddr string `json:"nixl_addr"`
 	// Engine is the engine's gauges and counters.
 	Engine engine.Stats `json:"engine"`
 	// Publisher is the KV publisher's counters.

@@ -21,10 +21,8 @@ type tracker struct {
 	mu     sync.Mutex
 	prog   engine.Progress
 	err    error
-	notify chan struct{} // capacity 1: "something changed"
+	notify chan struct{} // capacity 1: "something changed"; shared by the runs of one HTTP request
 }
-
-func newTracker() *tracker { return &tracker{notify: make(chan struct{}, 1)} }
 
 // set records new progress and wakes the handler.
 func (t *tracker) set(p engine.Progress) {

@@ -21,6 +21,7 @@ type reqError struct {
 	msg    string
 }
 
+// Error implements error.
 func (e *reqError) Error() string { return fmt.Sprintf("%d: %s", e.status, e.msg) }
 
 func badRequest(format string, args ...any) *reqError {

@@ -8,18 +8,29 @@ import (
 // KVReceipt records kv_transfer_params a worker received and what it did
 // with them (shown by /_sim/debug and Worker.Debug).
 type KVReceipt struct {
-	RequestID       string `json:"x_request_id"`
-	DoRemoteDecode  bool   `json:"do_remote_decode"`
-	DoRemotePrefill bool   `json:"do_remote_prefill"`
-	RemoteEngineID  string `json:"remote_engine_id,omitempty"`
+	// RequestID is the request's X-Request-Id.
+	RequestID string `json:"x_request_id"`
+	// DoRemoteDecode and DoRemotePrefill are the received flags.
+	DoRemoteDecode  bool `json:"do_remote_decode"`
+	DoRemotePrefill bool `json:"do_remote_prefill"`
+	// RemoteEngineID is the prefill engine the params name.
+	RemoteEngineID string `json:"remote_engine_id,omitempty"`
+	// RemoteRequestID is the prefill request the params name.
 	RemoteRequestID string `json:"remote_request_id,omitempty"`
-	RemoteBlockIDs  []int  `json:"remote_block_ids,omitempty"`
-	RemoteHost      string `json:"remote_host,omitempty"`
-	RemotePort      int    `json:"remote_port,omitempty"`
-	Pulled          bool   `json:"pulled"`
-	PulledBlocks    int    `json:"pulled_blocks"`
-	PullError       string `json:"pull_error,omitempty"`
-	At              string `json:"at"`
+	// RemoteBlockIDs are the block ids of KV group 0.
+	RemoteBlockIDs []int `json:"remote_block_ids,omitempty"`
+	// RemoteHost and RemotePort are the prefill's side channel.
+	RemoteHost string `json:"remote_host,omitempty"`
+	RemotePort int    `json:"remote_port,omitempty"`
+	// Pulled is set when the blocks were read from the prefill side.
+	Pulled bool `json:"pulled"`
+	// PulledBlocks is how many blocks were read.
+	PulledBlocks int `json:"pulled_blocks"`
+	// PullError says why a pull failed (the request was then prefilled
+	// locally).
+	PullError string `json:"pull_error,omitempty"`
+	// At is when the params arrived (RFC 3339, UTC).
+	At string `json:"at"`
 }
 
 // newReceipt starts a receipt for kv (the pull fills in its outcome).

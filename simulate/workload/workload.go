@@ -66,14 +66,19 @@ type Request struct {
 // Item is what a Source produces: a request's content, before the stream
 // stamps its arrival and oracle.
 type Item struct {
-	// Path, Body, Header, Workload, Group, Session and OutputTokens are
-	// copied to the Request.
-	Path         string
-	Body         []byte
-	Header       map[string]string
-	Workload     string
-	Group        int
-	Session      string
+	// Path is Request.Path.
+	Path string
+	// Body is Request.Body.
+	Body []byte
+	// Header is Request.Header.
+	Header map[string]string
+	// Workload is Request.Workload.
+	Workload string
+	// Group is Request.Group.
+	Group int
+	// Session is Request.Session.
+	Session string
+	// OutputTokens is Request.OutputTokens.
 	OutputTokens int
 	// Tokens is the prompt as the worker tokenizes it (for the oracle).
 	Tokens []uint32

@@ -1,0 +1,119 @@
+package worker
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+)
+
+// serveStream writes SSE events as tokens appear.
+func (c *genCtx) serveStream() {
+	rw := c.rw
+	h := rw.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	rw.WriteHeader(http.StatusOK)
+	flusher, _ := rw.(http.Flusher)
+	flush := func() {
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	if c.g.chat {
+		for i := range c.runs {
+			empty := ""
+			ch := choice{Index: i, Delta: &chatDelta{Role: "assistant", Content: &empty}}
+			c.event(ch, nil)
+		}
+	} else if c.g.echo {
+		for i, run := range c.runs {
+			text := run.p.text
+			c.event(choice{Index: i, Text: &text}, nil)
+		}
+	}
+	flush()
+	for {
+		all, err := c.observe()
+		for i, run := range c.runs {
+			p, _ := run.tr.get()
+			for run.sent < p.Generated {
+				piece := outputPiece(run.seed, run.sent)
+				run.sent++
+				ch := choice{Index: i}
+				if c.g.chat {
+					ch.Delta = &chatDelta{Content: &piece}
+				} else {
+					ch.Text = &piece
+				}
+				var kv json.RawMessage
+				if run.sent == p.Generated && p.Done {
+					fr := p.Finish.String()
+					ch.FinishReason = &fr
+					if p.Remote != nil {
+						kv = c.w.transferParams(p.Remote)
+					}
+				}
+				c.event(ch, kv)
+				flush()
+				c.wrote++
+				if c.fault.kind == faultDrop && c.fault.mode == DropMidStream && c.wrote >= c.fault.dropAfter {
+					dropConn(rw)
+					return
+				}
+			}
+		}
+		if err != nil {
+			panic(http.ErrAbortHandler) // headers are out: abort the connection, as a proxy would
+		}
+		if all {
+			break
+		}
+		if !c.next() {
+			c.giveUp()
+			return
+		}
+	}
+	if c.g.includeUsage {
+		u := &usage{}
+		for _, run := range c.runs {
+			p, _ := run.tr.get()
+			c.addUsage(u, run, p)
+		}
+		resp := c.base(true)
+		resp.Choices = []choice{}
+		resp.Usage = u
+		c.writeData(resp)
+	}
+	_, _ = io.WriteString(rw, "data: [DONE]\n\n")
+	flush()
+}
+
+// base is the response envelope.
+func (c *genCtx) base(chunk bool) response {
+	obj := "text_completion"
+	if c.g.chat {
+		obj = "chat.completion"
+		if chunk {
+			obj = "chat.completion.chunk"
+		}
+	}
+	return response{ID: c.idBase + "-0", Object: obj, Created: c.created, Model: c.g.model}
+}
+
+// event writes one streamed choice.
+func (c *genCtx) event(ch choice, kv json.RawMessage) {
+	resp := c.base(true)
+	resp.Choices = []choice{ch}
+	resp.KVTransferParams = kv
+	c.writeData(resp)
+}
+
+// writeData writes one SSE data event.
+func (c *genCtx) writeData(v any) {
+	b, _ := json.Marshal(v) // our own structs: cannot fail
+	buf := make([]byte, 0, len(b)+8)
+	buf = append(buf, "data: "...)
+	buf = append(buf, b...)
+	buf = append(buf, "\n\n"...)
+	_, _ = c.rw.Write(buf) // a client that went away shows up as a cancelled context
+}
