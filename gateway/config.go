@@ -27,8 +27,9 @@ const (
 	// DefaultMaxStreamDuration is the whole-request cap when
 	// max_stream_duration_sec is 0 (LoxiLB's 86400 s).
 	DefaultMaxStreamDuration = 24 * time.Hour
-	// DefaultTokenizeTimeout bounds the Tier-1.5 /tokenize call.
-	DefaultTokenizeTimeout = 250 * time.Millisecond
+	// DefaultTokenizeTimeout bounds the Tier-1.5 /tokenize call (the
+	// inventory client's own default; the lower of the two applies).
+	DefaultTokenizeTimeout = inventory.DefaultTokenizeTimeout
 	// DefaultBodyReadTimeout bounds reading a request body.
 	DefaultBodyReadTimeout = 60 * time.Second
 	// DefaultMaxConnectRetries is how many other endpoints a single-pool
@@ -175,7 +176,7 @@ type RuleConfig struct {
 	BodyLimit int64
 	// BodyReadTimeout bounds reading a request body; 0 means 60 s.
 	BodyReadTimeout time.Duration
-	// TokenizeTimeout bounds the Tier-1.5 /tokenize call; 0 means 250 ms.
+	// TokenizeTimeout bounds the Tier-1.5 /tokenize call; 0 means 500 ms.
 	// A timeout is a Tier-1.5 guard (tokenize), never a client error.
 	TokenizeTimeout time.Duration
 	// MaxConnectRetries is how many other endpoints a request tries after a

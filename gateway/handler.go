@@ -26,9 +26,11 @@ type Deps struct {
 	// RuleConfig.Hasher when kvExactMode is on; pass the runtime's own to
 	// share it with the inventory mirror.
 	Hasher inventory.ChainHasher
-	// Tokenizer is the engine /tokenize client for Tier 1.5; nil makes
-	// every text prompt a tokenize guard (token-id prompts still hash).
-	Tokenizer Tokenizer
+	// Tokenizer is the engine /tokenize client for Tier 1.5 (an
+	// *inventory.RemoteTokenizer for one of the rule's endpoints); nil
+	// makes every text prompt a tokenize guard (token-id prompts still
+	// hash).
+	Tokenizer inventory.Tokenizer
 	// Metrics receives the rule's metrics; nil keeps them in a private set.
 	Metrics *Metrics
 	// Log receives the access log (Info, one line per request) and
@@ -83,7 +85,7 @@ func NewHandler(cfg RuleConfig, deps Deps) (*Handler, error) {
 				return nil, fmt.Errorf("gateway: rule %q hasher: %w", cfg.Name, err)
 			}
 		}
-		kv = &kvInput{hasher: hasher, tokenizer: deps.Tokenizer, timeout: cfg.tokenizeTimeout()}
+		kv = newKVInput(hasher, deps.Tokenizer, cfg.tokenizeTimeout())
 	}
 	input, err := newRouteInput(&cfg, kv)
 	if err != nil {

@@ -3,7 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"strconv"
+	"sync"
 	"time"
 
 	"github.com/llbproject/llb/inventory"
@@ -15,74 +15,18 @@ import (
 // router is asked. Every failure becomes a guard reason in KVInput.Guard —
 // Tier 1.5 falls through and the request is still served.
 
-// TokenizeInput is one /tokenize request (vllm-contract.md §5): the
-// completion form (Prompt) or the chat form (Messages plus the template
-// inputs), exactly as the generation request carried them, so the engine
-// returns the ids it will hash.
-type TokenizeInput struct {
-	// Model is the request's model.
-	Model string
-	// Prompt is the completion prompt (completion form).
-	Prompt string
-	// Messages is the raw messages array (chat form); nil for the
-	// completion form.
-	Messages json.RawMessage
-	// Raw optional fields copied from the generation request (nil when
-	// absent): add_special_tokens (both forms), chat_template,
-	// chat_template_kwargs, tools, add_generation_prompt,
-	// continue_final_message, mm_processor_kwargs (chat form).
-	AddSpecialTokens, ChatTemplate, ChatTemplateKwargs, Tools    json.RawMessage
-	AddGenerationPrompt, ContinueFinalMessage, MMProcessorKwargs json.RawMessage
-}
-
-// IsChat reports whether this is the chat form.
-func (in *TokenizeInput) IsChat() bool { return in.Messages != nil }
-
-// AppendJSON appends the /tokenize request body for in.
-func (in *TokenizeInput) AppendJSON(b []byte) []byte {
-	b = append(b, `{"model":`...)
-	b = strconv.AppendQuote(b, in.Model)
-	if in.IsChat() {
-		b = append(b, `,"messages":`...)
-		b = append(b, in.Messages...)
-		b = appendRaw(b, "chat_template", in.ChatTemplate)
-		b = appendRaw(b, "chat_template_kwargs", in.ChatTemplateKwargs)
-		b = appendRaw(b, "tools", in.Tools)
-		b = appendRaw(b, "add_generation_prompt", in.AddGenerationPrompt)
-		b = appendRaw(b, "continue_final_message", in.ContinueFinalMessage)
-		b = appendRaw(b, "mm_processor_kwargs", in.MMProcessorKwargs)
-	} else {
-		b = append(b, `,"prompt":`...)
-		pb, _ := json.Marshal(in.Prompt) // a string always marshals
-		b = append(b, pb...)
-	}
-	b = appendRaw(b, "add_special_tokens", in.AddSpecialTokens)
-	return append(b, '}')
-}
-
-func appendRaw(b []byte, key string, v json.RawMessage) []byte {
-	if v == nil {
-		return b
-	}
-	b = append(b, ',', '"')
-	b = append(b, key...)
-	b = append(b, '"', ':')
-	return append(b, v...)
-}
-
-// Tokenizer is what the gateway needs from the engine's /tokenize client
-// (inventory's client, adapted by the runtime). Implementations must honour
-// ctx's deadline and be safe for concurrent use.
-type Tokenizer interface {
-	// Tokenize returns the token ids the engine computes for in.
-	Tokenize(ctx context.Context, in *TokenizeInput) ([]uint32, error)
-}
-
 // kvInput computes Tier-1.5 inputs for one rule.
 type kvInput struct {
 	hasher    inventory.ChainHasher // nil → every request is a hash_contract guard
-	tokenizer Tokenizer             // nil → text prompts are tokenize guards
+	tokenizer inventory.Tokenizer   // nil → text prompts are tokenize guards
 	timeout   time.Duration
+	toks      sync.Pool // *[]uint32 scratch for token ids (hashed, then dropped)
+}
+
+func newKVInput(hasher inventory.ChainHasher, tok inventory.Tokenizer, timeout time.Duration) *kvInput {
+	k := &kvInput{hasher: hasher, tokenizer: tok, timeout: timeout}
+	k.toks.New = func() any { b := make([]uint32, 0, 4096); return &b }
+	return k
 }
 
 // compute returns the chain and the KV input for req. pd selects P/D rules'
@@ -117,16 +61,16 @@ func (k *kvInput) compute(ctx context.Context, req *Request, lora string, pd boo
 		if req.Model == "" {
 			return guard(ladder.ReasonModelEmpty)
 		}
-		in := &TokenizeInput{
-			Model: req.Model, Messages: req.RawMessages, AddSpecialTokens: req.AddSpecialTokens,
-			ChatTemplate: req.ChatTemplate, ChatTemplateKwargs: req.ChatTemplateKwargs, Tools: req.Tools,
-			AddGenerationPrompt: req.AddGenerationPrompt, ContinueFinalMessage: req.ContinueFinalMessage,
-			MMProcessorKwargs: req.MMProcessorKwargs,
-		}
-		var ok bool
-		if toks, ok = k.tokenize(ctx, in); !ok {
+		tr, ok := chatTokenizeRequest(req)
+		if !ok {
 			return guard(ladder.ReasonTokenize)
 		}
+		bp := k.toks.Get().(*[]uint32)
+		defer k.putToks(bp)
+		if toks, ok = k.tokenize(ctx, tr, (*bp)[:0]); !ok {
+			return guard(ladder.ReasonTokenize)
+		}
+		*bp = toks
 	default:
 		if req.Texts[0] == "" {
 			return guard(ladder.ReasonEmptyText)
@@ -134,11 +78,14 @@ func (k *kvInput) compute(ctx context.Context, req *Request, lora string, pd boo
 		if req.Model == "" {
 			return guard(ladder.ReasonModelEmpty)
 		}
-		in := &TokenizeInput{Model: req.Model, Prompt: req.Texts[0], AddSpecialTokens: req.AddSpecialTokens}
+		tr := inventory.TokenizeRequest{Model: req.Model, Prompt: req.Texts[0], AddSpecialTokens: rawBool(req.AddSpecialTokens)}
+		bp := k.toks.Get().(*[]uint32)
+		defer k.putToks(bp)
 		var ok bool
-		if toks, ok = k.tokenize(ctx, in); !ok {
+		if toks, ok = k.tokenize(ctx, tr, (*bp)[:0]); !ok {
 			return guard(ladder.ReasonTokenize)
 		}
+		*bp = toks
 	}
 	if len(toks) == 0 {
 		return guard(ladder.ReasonEmptyText)
@@ -148,14 +95,62 @@ func (k *kvInput) compute(ctx context.Context, req *Request, lora string, pd boo
 	return chain, ladder.KVInput{PromptBlocks: uint32(len(chain)), PromptTokens: uint32(len(toks))}
 }
 
-// tokenize calls the tokenizer under the rule's deadline; false on any
-// failure (a guard, not a client error).
-func (k *kvInput) tokenize(ctx context.Context, in *TokenizeInput) ([]uint32, bool) {
+// putToks returns a token buffer to the pool unless it grew huge.
+func (k *kvInput) putToks(bp *[]uint32) {
+	if cap(*bp) <= 1<<20 {
+		k.toks.Put(bp)
+	}
+}
+
+// chatTokenizeRequest builds the chat form of /tokenize from the request's
+// own template inputs. ok is false when an input has a shape the engine
+// would reject anyway (the request still goes out; Tier 1.5 just misses).
+func chatTokenizeRequest(req *Request) (inventory.TokenizeRequest, bool) {
+	tr := inventory.TokenizeRequest{
+		Model:               req.Model,
+		Messages:            req.RawMessages,
+		AddSpecialTokens:    rawBool(req.AddSpecialTokens),
+		AddGenerationPrompt: rawBool(req.AddGenerationPrompt),
+		ChatTemplateKwargs:  req.ChatTemplateKwargs,
+		Tools:               req.Tools,
+	}
+	if c := rawBool(req.ContinueFinalMessage); c != nil {
+		tr.ContinueFinalMessage = *c
+	}
+	if t := req.ChatTemplate; t != nil {
+		if t[0] != '"' {
+			return tr, false
+		}
+		tr.ChatTemplate = unquote(t)
+	}
+	if len(req.MMProcessorKwargs) > 0 {
+		return tr, false // multimodal processing options: cannot reproduce
+	}
+	return tr, true
+}
+
+// rawBool reads a raw JSON true/false; nil for anything else (absent, null,
+// or a shape the engine will reject).
+func rawBool(v json.RawMessage) *bool {
+	switch string(v) {
+	case "true":
+		b := true
+		return &b
+	case "false":
+		b := false
+		return &b
+	}
+	return nil
+}
+
+// tokenize calls the tokenizer under the rule's deadline, appending to dst;
+// false on any failure (a guard, not a client error).
+func (k *kvInput) tokenize(ctx context.Context, tr inventory.TokenizeRequest, dst []uint32) ([]uint32, bool) {
 	if k.tokenizer == nil {
 		return nil, false
 	}
 	tctx, cancel := context.WithTimeout(ctx, k.timeout)
 	defer cancel()
-	toks, err := k.tokenizer.Tokenize(tctx, in)
+	toks, err := k.tokenizer.Tokenize(tctx, tr, dst)
 	return toks, err == nil
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"sync"
 	"testing"
@@ -13,35 +16,34 @@ import (
 	"github.com/llbproject/llb/ladder"
 )
 
-// fakeTokenizer returns one token per prompt byte (or per message byte) and
-// records what it was asked.
+// fakeTokenizer returns one token per prompt byte (or per byte of the raw
+// messages) and records what it was asked.
 type fakeTokenizer struct {
 	mu    sync.Mutex
-	calls []TokenizeInput
+	calls []inventory.TokenizeRequest
 	err   error
 	block bool // wait for ctx to end
 }
 
-func (f *fakeTokenizer) Tokenize(ctx context.Context, in *TokenizeInput) ([]uint32, error) {
+func (f *fakeTokenizer) Tokenize(ctx context.Context, in inventory.TokenizeRequest, dst []uint32) ([]uint32, error) {
 	f.mu.Lock()
-	f.calls = append(f.calls, *in)
+	f.calls = append(f.calls, in)
 	f.mu.Unlock()
 	if f.block {
 		<-ctx.Done()
-		return nil, ctx.Err()
+		return dst, ctx.Err()
 	}
 	if f.err != nil {
-		return nil, f.err
+		return dst, f.err
 	}
 	src := in.Prompt
-	if in.IsChat() {
+	if len(in.Messages) > 0 {
 		src = string(in.Messages)
 	}
-	out := make([]uint32, len(src))
 	for i := range src {
-		out[i] = uint32(src[i])
+		dst = append(dst, uint32(src[i]))
 	}
-	return out, nil
+	return dst, nil
 }
 
 func testHasher(t *testing.T) inventory.ChainHasher {
@@ -76,13 +78,15 @@ func TestKVInput_Guards(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			k := &kvInput{timeout: 20 * time.Millisecond}
+			var hasher inventory.ChainHasher
 			if !tt.noHsh {
-				k.hasher = testHasher(t)
+				hasher = testHasher(t)
 			}
+			var tok inventory.Tokenizer
 			if tt.tok != nil {
-				k.tokenizer = tt.tok
+				tok = tt.tok
 			}
+			k := newKVInput(hasher, tok, 20*time.Millisecond)
 			chain, in := k.compute(context.Background(), mustParse(t, tt.kind, tt.body), "", tt.pd)
 			if in.Guard != tt.want || chain != nil {
 				t.Errorf("got guard %v chain %v; want guard %v and no chain", in.Guard, chain, tt.want)
@@ -97,7 +101,7 @@ func TestKVInput_Guards(t *testing.T) {
 func TestKVInput_TokenPromptsAreHashedWithoutTokenizing(t *testing.T) {
 	tok := &fakeTokenizer{}
 	h := testHasher(t)
-	k := &kvInput{hasher: h, tokenizer: tok, timeout: time.Second}
+	k := newKVInput(h, tok, time.Second)
 	chain, in := k.compute(context.Background(), mustParse(t, KindCompletion, `{"prompt":[1,2,3,4,5,6,7,8,9],"cache_salt":"s"}`), "lora-a", false)
 	want := h.AppendBlockKeys(nil, []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9}, inventory.ExtraKeys{LoRAName: "lora-a", CacheSalt: "s"})
 	if !reflect.DeepEqual(chain, want) || len(chain) != 2 {
@@ -113,8 +117,9 @@ func TestKVInput_TokenPromptsAreHashedWithoutTokenizing(t *testing.T) {
 
 func TestKVInput_TokenizesWithTheRequestsOwnForm(t *testing.T) {
 	tok := &fakeTokenizer{}
-	k := &kvInput{hasher: testHasher(t), tokenizer: tok, timeout: time.Second}
-	chatBody := `{"model":"m","messages":[{"role":"user","content":"hello there"}],"chat_template_kwargs":{"x":1},"add_generation_prompt":false,"tools":[]}`
+	k := newKVInput(testHasher(t), tok, time.Second)
+	chatBody := `{"model":"m","messages":[{"role":"user","content":"hello there"}],"chat_template_kwargs":{"x":1},` +
+		`"add_generation_prompt":false,"continue_final_message":true,"tools":[],"chat_template":"{{x}}","add_special_tokens":true}`
 	chain, in := k.compute(context.Background(), mustParse(t, KindChat, chatBody), "", true)
 	if in.Guard != ladder.ReasonNone || len(chain) == 0 {
 		t.Fatalf("chat: guard %v chain %d; want a chain", in.Guard, len(chain))
@@ -123,23 +128,56 @@ func TestKVInput_TokenizesWithTheRequestsOwnForm(t *testing.T) {
 	if len(tok.calls) != 2 {
 		t.Fatalf("tokenizer calls = %d; want 2", len(tok.calls))
 	}
-	var chat map[string]json.RawMessage
-	if err := json.Unmarshal(tok.calls[0].AppendJSON(nil), &chat); err != nil {
-		t.Fatal(err)
+	chat, comp := tok.calls[0], tok.calls[1]
+	if chat.Model != "m" || string(chat.Messages) != `[{"role":"user","content":"hello there"}]` || chat.Prompt != "" ||
+		string(chat.ChatTemplateKwargs) != `{"x":1}` || string(chat.Tools) != "[]" || chat.ChatTemplate != "{{x}}" ||
+		chat.AddGenerationPrompt == nil || *chat.AddGenerationPrompt || !chat.ContinueFinalMessage ||
+		chat.AddSpecialTokens == nil || !*chat.AddSpecialTokens {
+		t.Errorf("chat tokenize request = %+v", chat)
 	}
-	for _, k := range []string{"model", "messages", "chat_template_kwargs", "add_generation_prompt", "tools"} {
-		if _, ok := chat[k]; !ok {
-			t.Errorf("chat /tokenize body lacks %q: %s", k, tok.calls[0].AppendJSON(nil))
+	if err := chat.Validate(); err != nil {
+		t.Errorf("chat tokenize request invalid: %v", err)
+	}
+	if comp.Prompt != "hello" || comp.Messages != nil || comp.AddSpecialTokens == nil || *comp.AddSpecialTokens {
+		t.Errorf("completion tokenize request = %+v", comp)
+	}
+}
+
+// TestKVInput_EngineTokenizeOverHTTP drives the real inventory client
+// against an HTTP /tokenize that answers like vLLM.
+func TestKVInput_EngineTokenizeOverHTTP(t *testing.T) {
+	var mu sync.Mutex
+	var bodies []map[string]json.RawMessage
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/tokenize" {
+			http.NotFound(w, r)
+			return
 		}
-	}
-	if _, ok := chat["prompt"]; ok {
-		t.Errorf("chat /tokenize body has a prompt")
-	}
-	var comp map[string]json.RawMessage
-	if err := json.Unmarshal(tok.calls[1].AppendJSON(nil), &comp); err != nil {
+		var body map[string]json.RawMessage
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		mu.Lock()
+		bodies = append(bodies, body)
+		mu.Unlock()
+		_, _ = io.WriteString(w, `{"count":8,"max_model_len":4096,"tokens":[1,2,3,4,5,6,7,8],"token_strs":null}`)
+	}))
+	t.Cleanup(srv.Close)
+	rt, err := inventory.NewRemoteTokenizer(inventory.RemoteTokenizerConfig{BaseURL: srv.URL, CacheBytes: -1})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if string(comp["prompt"]) != `"hello"` || string(comp["add_special_tokens"]) != "false" || comp["messages"] != nil {
-		t.Errorf("completion /tokenize body = %s", tok.calls[1].AppendJSON(nil))
+	h := testHasher(t)
+	k := newKVInput(h, rt, time.Second)
+	chain, in := k.compute(context.Background(), mustParse(t, KindChat, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`), "", false)
+	want := h.AppendBlockKeys(nil, []uint32{1, 2, 3, 4, 5, 6, 7, 8}, inventory.ExtraKeys{})
+	if in.Guard != ladder.ReasonNone || !reflect.DeepEqual(chain, want) {
+		t.Errorf("chain %v guard %v; want %v", chain, in.Guard, want)
+	}
+	if len(bodies) != 1 || string(bodies[0]["messages"]) != `[{"role":"user","content":"hi"}]` || bodies[0]["prompt"] != nil {
+		t.Errorf("/tokenize bodies = %v; want the chat form with the client's messages", bodies)
+	}
+	srv.Close()
+	_, in = k.compute(context.Background(), mustParse(t, KindCompletion, `{"model":"m","prompt":"p"}`), "", false)
+	if in.Guard != ladder.ReasonTokenize {
+		t.Errorf("guard with the engine down = %v; want tokenize", in.Guard)
 	}
 }

@@ -231,7 +231,7 @@ func TestTier15_RoutesToTheWorkerHoldingThePromptBlocks(t *testing.T) {
 	url, _ := startGateway(t, cfg, Deps{Router: lr, Hasher: hasher, Tokenizer: tok})
 
 	prompt := strings.Repeat("shared preamble text ", 10) // 210 bytes → 52 blocks of 4
-	toks, _ := tok.Tokenize(context.Background(), &TokenizeInput{Model: "m", Prompt: prompt})
+	toks, _ := tok.Tokenize(context.Background(), inventory.TokenizeRequest{Model: "m", Prompt: prompt}, nil)
 	for _, k := range hasher.AppendBlockKeys(nil, toks, inventory.ExtraKeys{}) {
 		lr.held[2][k] = true // endpoint 2's mirror holds the prompt
 	}
