@@ -38,6 +38,8 @@ type exchange struct {
 	decodeEP  int
 	retries   int
 	requestID string
+	// ticket is the admitted ticket not yet finished (ID 0: none).
+	ticket actors.Ticket
 
 	status  int    // sent to the client (StatusClientGone when it left)
 	code    string // llb's error code when llb answered

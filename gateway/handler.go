@@ -125,6 +125,13 @@ func (h *Handler) Metrics() *Metrics { return h.met }
 // ServeHTTP serves one client request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := exchange{start: time.Now(), prefillEP: -1, decodeEP: -1}
+	defer func() {
+		// Only a panic (a bug) leaves a ticket open here: release it so the
+		// endpoint's in-flight count does not leak, then let it propagate.
+		if x.ticket.ID != 0 {
+			h.router.Finish(x.ticket, actors.Result{})
+		}
+	}()
 	switch r.URL.Path {
 	case PathCompletions, PathChatCompletions:
 		kind := KindCompletion
@@ -164,6 +171,14 @@ func (h *Handler) methodNotAllowed(w http.ResponseWriter, x *exchange, allow str
 }
 
 // fail answers the client with e (nothing was sent yet).
+// finish ends ticket t once and forgets it.
+func (h *Handler) finish(x *exchange, t actors.Ticket, res actors.Result) {
+	h.router.Finish(t, res)
+	if x.ticket.ID == t.ID {
+		x.ticket = actors.Ticket{}
+	}
+}
+
 func (h *Handler) fail(w http.ResponseWriter, x *exchange, e *ClientError) {
 	x.status, x.code = e.Status, e.Code
 	x.setRouteHeader(w.Header(), h.addrs)
@@ -258,6 +273,17 @@ func (h *Handler) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			}
 			return
 		}
+		if d.Prefill >= len(h.addrs) || d.Decode >= len(h.addrs) {
+			// A decision naming an endpoint this rule does not have is a
+			// runtime bug (e.g. a rule replaced under a stale router):
+			// release the ticket and answer a retriable 503.
+			h.router.Finish(route.Ticket, actors.Result{})
+			e := planeError(http.StatusServiceUnavailable, CodeServiceUnavailable, "the router chose an endpoint this rule does not have ("+d.String()+")")
+			e.RetryAfter = DefaultRetryAfter
+			h.fail(w, x, e)
+			return
+		}
+		x.ticket = route.Ticket
 		h.met.decision(d)
 		if e := h.log.Debug(); e.Enabled() {
 			e.Str(logfield.LLBRoute, d.String()).Uint64(logfield.Ticket, route.Ticket.ID).Int(logfield.Retries, x.retries).

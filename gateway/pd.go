@@ -72,7 +72,7 @@ func (h *Handler) servePD(ctx context.Context, w http.ResponseWriter, r *http.Re
 	x.prefillEP, x.decodeEP, x.pd = pEP, dEP, true
 	prefillBody, err := PrefillBody(req.Body)
 	if err != nil { // unreachable: the body parsed as an object
-		h.router.Finish(t, actors.Result{})
+		h.finish(x, t, actors.Result{})
 		h.fail(w, x, requestError(http.StatusBadRequest, CodeInvalidJSON, "", "the request body must be a JSON object"))
 		return attempt{}
 	}
@@ -92,7 +92,7 @@ func (h *Handler) servePD(ctx context.Context, w http.ResponseWriter, r *http.Re
 		fail, cause := legFailure(err, r, ctx, pctx, nil)
 		pcancel()
 		h.router.Report(actors.Outcome{Ticket: t, Leg: actors.LegPrefill, Status: pr.status, Failure: fail, TTFB: pr.ttfb, Duration: x.prefill})
-		h.router.Finish(t, actors.Result{})
+		h.finish(x, t, actors.Result{})
 		if cause == causeConnect || cause == causeReset {
 			h.met.prefillDied.Inc()
 		}
@@ -112,7 +112,7 @@ func (h *Handler) servePD(ctx context.Context, w http.ResponseWriter, r *http.Re
 	h.met.prefillDuration.Update(seconds(x.prefill))
 	h.router.Report(actors.Outcome{Ticket: t, Leg: actors.LegPrefill, Status: pr.status, TTFB: pr.ttfb, Duration: x.prefill})
 	if pr.status/100 != 2 {
-		h.router.Finish(t, actors.Result{})
+		h.finish(x, t, actors.Result{})
 		h.relayPrefillError(w, &pr, x)
 		return attempt{}
 	}
@@ -129,7 +129,7 @@ func (h *Handler) servePD(ctx context.Context, w http.ResponseWriter, r *http.Re
 	}
 	decodeBody, err := DecodeBody(req.Body, params)
 	if err != nil { // unreachable: the body parsed as an object
-		h.router.Finish(t, actors.Result{})
+		h.finish(x, t, actors.Result{})
 		h.fail(w, x, requestError(http.StatusBadRequest, CodeInvalidJSON, "", "the request body must be a JSON object"))
 		return attempt{}
 	}

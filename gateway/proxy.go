@@ -168,7 +168,7 @@ func (h *Handler) serveSingle(ctx context.Context, w http.ResponseWriter, r *htt
 	if err != nil {
 		fail, cause := legFailure(err, r, ctx, lctx, idle)
 		h.router.Report(actors.Outcome{Ticket: t, Leg: leg, Failure: fail, Duration: time.Since(start)})
-		h.router.Finish(t, actors.Result{})
+		h.finish(x, t, actors.Result{})
 		if leg == actors.LegDecode && fail != actors.FailClientGone {
 			h.met.decodeDied.Inc()
 		}
@@ -191,7 +191,7 @@ func (h *Handler) serveSingle(ctx context.Context, w http.ResponseWriter, r *htt
 		h.met.decodeTTFT.Update(seconds(rel.firstByte.Sub(start)))
 	}
 	h.router.Report(actors.Outcome{Ticket: t, Leg: leg, Status: resp.StatusCode, Failure: rel.failure, TTFB: ttfb, Duration: time.Since(start)})
-	h.router.Finish(t, actors.Result{OK: rel.failure == actors.FailNone && resp.StatusCode/100 == 2})
+	h.finish(x, t, actors.Result{OK: rel.failure == actors.FailNone && resp.StatusCode/100 == 2})
 	return attempt{}
 }
 

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/netip"
@@ -537,6 +538,52 @@ func TestClassifyUpstream(t *testing.T) {
 			if got := classifyUpstream(tt.err, tt.ctx); got != tt.want {
 				t.Errorf("got %v; want %v", got, tt.want)
 			}
+		})
+	}
+}
+
+// panicTransport simulates a bug below the handler.
+type panicTransport struct{}
+
+func (panicTransport) RoundTrip(*http.Request) (*http.Response, error) { panic("bug") }
+
+func TestHandler_ReleasesTheTicketOnBadDecisionsAndPanics(t *testing.T) {
+	tests := []struct {
+		name string
+		d    ladder.Decision
+		rt   http.RoundTripper
+		want int // HTTP status; 0 = connection dropped
+	}{
+		{"decision names a missing endpoint", decision(ladder.TierSelector, 7, -1), nil, 503},
+		{"panic below the handler", decision(ladder.TierSelector, 0, -1), panicTransport{}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			be := newFakeVLLM(t)
+			fr := newFakeRouter(fixedRoute(tt.d))
+			cfg := singlePool(be.addr())
+			l, err := NewListener(cfg, Deps{Router: fr, Transport: tt.rt})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.srv.ErrorLog = log.New(io.Discard, "", 0) // the recovered panic is expected
+			if err := l.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Close() })
+			req, _ := http.NewRequest(http.MethodPost, "http://"+l.Addr().String()+PathCompletions, strings.NewReader(`{"model":"m","prompt":"p"}`))
+			resp, err := testClient(t).Do(req)
+			switch {
+			case tt.want == 0 && err == nil:
+				resp.Body.Close()
+				t.Errorf("got %d; want the connection dropped", resp.StatusCode)
+			case tt.want != 0 && (err != nil || resp.StatusCode != tt.want):
+				t.Errorf("got %v, %v; want %d", resp, err, tt.want)
+			}
+			if err == nil {
+				resp.Body.Close()
+			}
+			fr.checkTicketsClosed(t, 1)
 		})
 	}
 }
