@@ -313,9 +313,13 @@ func (h *Handler) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		if !a.retry {
 			return
 		}
+		// A fresh RouteRequest per attempt: the router may still hold the
+		// previous one (it learns the prompt when that ticket finishes).
+		next := *rr
 		if a.failedEP >= 0 && a.failedEP < 32 {
-			rr.Avoid |= 1 << uint(a.failedEP)
+			next.Avoid |= 1 << uint(a.failedEP)
 		}
+		rr = &next
 		x.retries++
 		h.met.connectFailover.Inc()
 		last = a.err

@@ -370,3 +370,6 @@ func sseEvents(t *testing.T, r io.Reader) ([]string, error) {
 	}
 	return out, sc.Err()
 }
+
+// The real runtime satisfies the contract the gateway is written against.
+var _ actors.Router = (*actors.Service)(nil)
