@@ -108,8 +108,9 @@ type Engine struct {
 	leases  []*lease // FIFO == expiry order (constant lease, monotone clock)
 	leaseBy map[string]*lease
 
-	dirty []*seqState
-	st    Stats
+	dirty   []*seqState
+	scratch []int32 // allocatePrompt's per-block lookup results
+	st      Stats
 }
 
 // New builds an Engine from a validated configuration.
@@ -308,13 +309,17 @@ func (e *Engine) NextEventTime() (t time.Time, ok bool) {
 }
 
 // TakeEvents appends the pending KV events (oldest first) to dst and
-// forgets them: one call per engine step gives one EventBatch.
+// forgets them: one call per engine step gives one EventBatch. The events'
+// slices stay valid until the next TakeEvents call (the engine reuses their
+// storage then), so encode or copy them before taking more.
 func (e *Engine) TakeEvents(dst []inventory.Event) []inventory.Event {
 	dst = append(dst, e.pool.events...)
-	clear(e.pool.events)
-	e.pool.events = e.pool.events[:0]
+	e.pool.takeEvents()
 	return dst
 }
+
+// PendingEvents is the number of KV events TakeEvents would return.
+func (e *Engine) PendingEvents() int { return len(e.pool.events) }
 
 // Stats returns a snapshot of the gauges and counters.
 func (e *Engine) Stats() Stats {

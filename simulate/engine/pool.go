@@ -21,6 +21,11 @@ type pool struct {
 	inUse  int
 	events []inventory.Event // pending KV events, oldest first
 
+	// Storage the pending BlockRemoved events alias (one key and one digest
+	// per evicted block), reused after takeEvents.
+	remKeys []uint64
+	remDigs []inventory.Digest
+
 	stored, removed uint64 // blocks named by emitted events
 }
 
@@ -97,16 +102,27 @@ func (p *pool) evict(id int32) {
 	b := &p.blocks[id]
 	key := b.digest.Key()
 	delete(p.byKey, key)
+	p.remKeys = append(p.remKeys, key)
+	p.remDigs = append(p.remDigs, b.digest)
+	n := len(p.remKeys)
 	p.events = append(p.events, inventory.Event{
 		Kind:         inventory.EventBlockRemoved,
-		BlockHashes:  []uint64{key},
-		BlockDigests: []inventory.Digest{b.digest},
+		BlockHashes:  p.remKeys[n-1 : n : n],
+		BlockDigests: p.remDigs[n-1 : n : n],
 		Medium:       inventory.MediumGPU, HasMedium: true,
 		GroupIdx: 0, HasGroupIdx: true,
 	})
 	p.removed++
 	b.cached = false
 	b.digest = inventory.Digest{}
+}
+
+// takeEvents forgets the pending events and recycles their storage.
+func (p *pool) takeEvents() {
+	clear(p.events)
+	p.events = p.events[:0]
+	p.remKeys = p.remKeys[:0]
+	p.remDigs = p.remDigs[:0]
 }
 
 // cache registers a freshly allocated block under its digest.

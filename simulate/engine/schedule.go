@@ -146,26 +146,28 @@ func (e *Engine) admit(s *seqState, t time.Time) bool {
 func (e *Engine) allocatePrompt(s *seqState, total int) (int, bool) {
 	bs := e.cfg.BlockSize
 	nb := len(s.digests)
-	// vLLM always recomputes at least the last prompt token.
+	// vLLM always recomputes at least the last prompt token. Blocks past
+	// the hit that are still cached (their prefix was evicted out of
+	// order) are reused, not duplicated.
 	maxHit := min(nb, (len(s.req.Tokens)-1)/bs)
-	hit := 0
-	for hit < maxHit {
-		if _, ok := e.pool.lookup(s.digests[hit].Key()); !ok {
-			break
-		}
-		hit++
+	if cap(e.scratch) < nb {
+		e.scratch = make([]int32, nb)
 	}
-	// Blocks past the hit that are still cached (their prefix was evicted
-	// out of order) are reused, not duplicated.
-	existing := make([]int32, nb)
+	existing := e.scratch[:nb]
+	hit, contiguous := 0, true
 	pinnedFree, need := 0, total-nb
 	for i := range nb {
 		id, ok := e.pool.lookup(s.digests[i].Key())
-		if i >= hit && !ok {
+		if !ok {
+			existing[i] = 0
 			need++
+			contiguous = false
 			continue
 		}
 		existing[i] = id
+		if contiguous && i < maxHit {
+			hit++
+		}
 		if e.pool.blocks[id].refs == 0 {
 			pinnedFree++
 		}

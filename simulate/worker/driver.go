@@ -225,26 +225,26 @@ func (d *driver) run() {
 				}
 			}
 		}
-		events = d.eng.TakeEvents(events)
 		next, ok := d.eng.NextEventTime()
-		if len(events) > 0 {
+		if pending := d.eng.PendingEvents(); pending > 0 {
 			switch {
 			case d.pub == nil:
-				clear(events)
-				events = events[:0]
+				events = d.eng.TakeEvents(events[:0])
 			case d.interval == 0 || now.Sub(lastFlush) >= d.interval:
+				// One batch per step; Publish encodes before the engine
+				// reuses the events' storage.
+				events = d.eng.TakeEvents(events[:0])
 				if err := d.pub.Publish(now, events); err != nil {
 					d.publishErrors.Add(1)
 					d.log.Debug().Err(err).Int(logEvents, len(events)).Msg("kv event batch not published")
 				}
-				clear(events)
-				events = events[:0]
 				lastFlush = now
 			default:
 				if flushAt := lastFlush.Add(d.interval); !ok || flushAt.Before(next) {
 					next, ok = flushAt, true
 				}
 			}
+			clear(events)
 		}
 		if ok {
 			timer.Reset(max(time.Until(next), 0))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/simulate/engine"
+	"github.com/llbproject/llb/simulate/tokenizer"
 )
 
 // llbView is what llb's inventory makes of a worker's KV events: a real
@@ -111,6 +112,7 @@ func TestKVEvents_LLBRecomputesThePublishedKeys(t *testing.T) {
 			w := startWorker(t, func(c *Config) {
 				c.Engine.Hash = engine.HashConfig{Algo: tt.algo, Seed: tt.seed}
 				c.Layout, c.DigestHashes, c.Replay = tt.layout, tt.digest, tt.replay
+				c.LoRAs = []string{"sql-lora"}
 			})
 			hasher, err := inventory.NewHasher(inventory.Algo(tt.algo), 16, tt.seed)
 			if err != nil {
@@ -135,10 +137,33 @@ func TestKVEvents_LLBRecomputesThePublishedKeys(t *testing.T) {
 			post(t, c, w.URL()+"/v1/chat/completions", map[string]any{"messages": msgs, "max_tokens": 2}, nil)
 			eventually(t, "llb's mirror to hold the chat prompt", func() bool { return v.score(cchain) == len(cchain) })
 
-			// A LoRA request hashes its name into every block; llb does the same.
+			// A cache_salt changes every key through block 0; llb does the same.
 			post(t, c, w.URL()+"/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 1, "cache_salt": "tenant-7"}, nil)
 			schain := hasher.AppendBlockKeys(nil, tok.Tokens, inventory.ExtraKeys{CacheSalt: "tenant-7"})
 			eventually(t, "llb's mirror to hold the salted prompt", func() bool { return v.score(schain) == len(schain) })
+
+			// A LoRA request hashes the adapter name into every block.
+			post(t, c, w.URL()+"/v1/completions", map[string]any{"model": "sql-lora", "prompt": prompt, "max_tokens": 1}, nil)
+			lchain := hasher.AppendBlockKeys(nil, tok.Tokens, inventory.ExtraKeys{LoRAName: "sql-lora"})
+			eventually(t, "llb's mirror to hold the LoRA prompt", func() bool { return v.score(lchain) == len(lchain) })
+
+			// An image part adds an extra key from its block on: llb, which
+			// has no mm hash, matches exactly the blocks before the image.
+			img := []map[string]any{{"role": "user", "content": []map[string]any{
+				{"type": "text", "text": words("Look closely.", 60)},
+				{"type": "image_url", "image_url": map[string]any{"url": "http://example/cat.png"}},
+				{"type": "text", "text": words("What is it?", 60)},
+			}}}
+			itok := tokenize(t, c, w, map[string]any{"messages": img})
+			ichain := hasher.AppendBlockKeys(nil, itok.Tokens, inventory.ExtraKeys{})
+			pad := -1
+			for i, id := range itok.Tokens {
+				if id == tokenizer.ImagePad {
+					pad = i
+				}
+			}
+			post(t, c, w.URL()+"/v1/chat/completions", map[string]any{"messages": img, "max_tokens": 1}, nil)
+			eventually(t, "the image prompt's blocks before the image", func() bool { return v.score(ichain) == pad/16 })
 
 			st := v.stats()
 			if st.Contract.Tripped || st.Contract.Verified == 0 || st.Contract.Mismatched != 0 {
