@@ -12,9 +12,15 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/llbproject/llb/simulate/worker"
 	"github.com/llbproject/llb/simulate/workload"
 )
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
 
 // TestWorkload_OracleIsWhatOneUnboundedWorkerHits sends generated streams,
 // one request at a time, to a single simulated worker whose cache never
