@@ -61,6 +61,10 @@ type Request struct {
 	ReusableTokens int
 	// OutputTokens is max_tokens.
 	OutputTokens int
+	// Tokens is the prompt as the worker tokenizes it, kept only when the
+	// stream's KeepTokens is set (a discrete-event simulator submits them
+	// to engines directly); nil otherwise.
+	Tokens []uint32
 }
 
 // Item is what a Source produces: a request's content, before the stream
@@ -103,6 +107,9 @@ type Spec interface {
 // Stream stamps a Source's items with open-loop arrival times and the
 // oracle's reusable-prefix count.
 type Stream struct {
+	// KeepTokens makes every Request carry its prompt tokens.
+	KeepTokens bool
+
 	src      Source
 	arrivals Arrivals
 	keys     *inventory.TokenHasher
@@ -143,6 +150,9 @@ func (s *Stream) Next(r *rand.Rand) (Request, error) {
 		PromptTokens: len(it.Tokens), OutputTokens: it.OutputTokens,
 	}
 	req.ReusableTokens = s.reusable(it.Tokens)
+	if s.KeepTokens {
+		req.Tokens = it.Tokens
+	}
 	s.seq++
 	return req, nil
 }

@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/llbproject/llb/simulate/tokenizer"
 )
 
 func seeded(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed^0xabcdef)) }
@@ -256,5 +258,26 @@ func TestOracleHitRate_IsReusableOverPromptTokens(t *testing.T) {
 				t.Fatalf("got %v; want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestStream_KeepTokensCarriesThePrompt(t *testing.T) {
+	r := seeded(2)
+	src, err := HotPrefix{Clients: 2, PrefixTokens: 32, SuffixTokens: 4, OutputTokens: 1}.Source(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewStream(src, Constant{Rate: 1}, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := s.Next(r)
+	if req.Tokens != nil {
+		t.Fatal("tokens kept without KeepTokens")
+	}
+	s.KeepTokens = true
+	req, _ = s.Next(r)
+	if len(req.Tokens) != req.PromptTokens || req.Tokens[0] != tokenizer.BOS {
+		t.Fatalf("%d tokens for a %d-token prompt", len(req.Tokens), req.PromptTokens)
 	}
 }
