@@ -109,8 +109,8 @@ func (w *Worker) handleGenerate(chat bool) http.HandlerFunc {
 	}
 }
 
-// injectBefore applies the fault decided for this request before any byte
-// is read; false means the request has been answered (or dropped).
+// injectBefore applies the fault decided for this request before it is
+// parsed; false means the request has been answered (or dropped).
 func (c *genCtx) injectBefore() bool {
 	if c.fault.latency > 0 && !c.wait(c.fault.latency) {
 		c.giveUp()

@@ -11,11 +11,16 @@ import (
 	"github.com/llbproject/llb/simulate/engine"
 )
 
-// vLLM's TTFT histogram buckets (seconds).
-var ttftBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}
+// ttftBuckets are vLLM's TTFT histogram buckets (seconds), fresh per call.
+func ttftBuckets() []float64 {
+	return []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}
+}
 
-// vLLM's e2e latency histogram buckets (seconds).
-var e2eBuckets = []float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
+// e2eBuckets are vLLM's e2e latency histogram buckets (seconds), fresh per
+// call.
+func e2eBuckets() []float64 {
+	return []float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
+}
 
 // workerMetrics is one worker's metric set: vLLM's names (labels model_name
 // and engine) plus llbsim_* counters the tests and the harness read.
@@ -86,8 +91,8 @@ func newMetrics(w *Worker) *workerMetrics {
 
 	m := &workerMetrics{
 		set:              s,
-		ttft:             s.NewPrometheusHistogramExt(name("vllm:time_to_first_token_seconds"), ttftBuckets),
-		e2e:              s.NewPrometheusHistogramExt(name("vllm:e2e_request_latency_seconds"), e2eBuckets),
+		ttft:             s.NewPrometheusHistogramExt(name("vllm:time_to_first_token_seconds"), ttftBuckets()),
+		e2e:              s.NewPrometheusHistogramExt(name("vllm:e2e_request_latency_seconds"), e2eBuckets()),
 		rejected:         s.NewCounter(name("llbsim_requests_rejected_total")),
 		kvParamsReceived: s.NewCounter(name("llbsim_kv_params_received_total")),
 		pulls:            s.NewCounter(name("llbsim_kv_pulls_total")),
