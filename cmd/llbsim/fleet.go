@@ -60,6 +60,7 @@ type fleetFlags struct {
 	logLevel     string
 	stopTimeout  time.Duration
 	outputFormat string
+	exitOnCrash  bool
 }
 
 func newFleetCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -126,6 +127,7 @@ serve until SIGINT or SIGTERM.`,
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fl.DurationVar(&f.stopTimeout, "stop-timeout", 10*time.Second, "how long shutdown lets in-flight requests finish")
 	fl.StringVar(&f.outputFormat, "output", "json", "what to print once serving: json (the rule fragment) or none")
+	fl.BoolVar(&f.exitOnCrash, "exit-on-crash", false, "stop the whole fleet and exit 1 when a worker crashes (POST /_sim/faults {\"crash\":true})")
 	return cmd
 }
 
@@ -213,12 +215,36 @@ func runFleet(ctx context.Context, f *fleetFlags, stdout, stderr io.Writer) erro
 		}
 	}
 	log.Info().Int(logfield.Endpoints, len(fl.Members())).Int(logKVZmqPort, fl.KVZmqPort()).Msg("fleet serving; interrupt to stop")
-	<-ctx.Done()
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case name := <-crashed(fl, f.exitOnCrash):
+		runErr = fmt.Errorf("worker %s crashed", name)
+		log.Info().Str(logfield.Reason, "worker_crashed").Msg("fleet stopping after a crash")
+	}
 	log.Info().Msg("fleet stopping")
 	sctx, cancel := context.WithTimeout(context.Background(), f.stopTimeout)
 	defer cancel()
 	if err := fl.Stop(sctx); err != nil {
 		log.Warn().Err(err).Msg("in-flight requests were cut at the stop timeout")
 	}
-	return nil
+	return runErr
+}
+
+// crashed reports the name of the first worker that crashed; it never
+// fires when watch is false. Its goroutines end when the fleet stops.
+func crashed(fl *fleet.Fleet, watch bool) <-chan string {
+	out := make(chan string, len(fl.Members()))
+	if !watch {
+		return out
+	}
+	for _, w := range fl.Workers() {
+		go func() {
+			<-w.Done()
+			if w.Crashed() {
+				out <- w.Config().Name
+			}
+		}()
+	}
+	return out
 }

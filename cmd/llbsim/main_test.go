@@ -192,3 +192,37 @@ func TestWorkloadCommand_PrintsTheSameStreamForASeed(t *testing.T) {
 		t.Fatalf("%d requests of %v, summary %v", n, kinds, last)
 	}
 }
+
+func TestFleetCommand_ExitOnCrashStopsTheFleet(t *testing.T) {
+	var out, errOut syncBuffer
+	root := newRootCmd(&out, &errOut)
+	root.SetArgs([]string{"fleet", "--single", "2", "--base-ip", "127.0.7.2", "--http-port", "0", "--kv-port", "0",
+		"--time-scale", "0.01", "--exit-on-crash", "--log-level", "error"})
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(context.Background()) }()
+	var rule fleet.RuleFragment
+	deadline := time.Now().Add(10 * time.Second)
+	for json.Unmarshal(out.Bytes(), &rule) != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("no rule printed; stderr:\n%s", errOut.Bytes())
+		}
+		time.Sleep(5 * time.Millisecond) // polling stdout with a deadline
+	}
+	tr := &http.Transport{Proxy: nil}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	ep := rule.Endpoints[1]
+	resp, err := c.Post("http://"+ep.EndpointIP+":"+itoa(ep.TargetPort)+"/_sim/faults", "application/json", strings.NewReader(`{"crash":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "worker-1 crashed") || exitCode(err, io.Discard) != 1 {
+			t.Fatalf("fleet returned %v; want worker-1 crashed (exit 1)", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("fleet kept running after a crash")
+	}
+}
