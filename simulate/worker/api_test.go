@@ -366,3 +366,26 @@ func TestAdmin_HealthModelsResetAndUnknownRoutes(t *testing.T) {
 		t.Fatalf("GET completions %d; want 405", st)
 	}
 }
+
+func TestCompletions_MultiPromptStreamInterleavesChoices(t *testing.T) {
+	w := startWorker(t, nil)
+	c := client(t)
+	st, _, raw := post(t, c, w.URL()+"/v1/completions", map[string]any{"prompt": []string{"one prompt", "another prompt here"}, "max_tokens": 3, "stream": true}, nil)
+	if st != http.StatusOK {
+		t.Fatalf("status %d %s", st, raw)
+	}
+	evs := sseEvents(t, raw)
+	perChoice := map[int]int{}
+	finished := map[int]bool{}
+	for _, e := range evs[:len(evs)-1] {
+		ch := decode[response](t, []byte(e)).Choices[0]
+		if finished[ch.Index] {
+			t.Fatalf("choice %d has events after its finish", ch.Index)
+		}
+		perChoice[ch.Index]++
+		finished[ch.Index] = ch.FinishReason != nil
+	}
+	if perChoice[0] != 3 || perChoice[1] != 3 || !finished[0] || !finished[1] || evs[len(evs)-1] != "[DONE]" {
+		t.Fatalf("events per choice %v finished %v", perChoice, finished)
+	}
+}
