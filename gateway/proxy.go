@@ -35,28 +35,16 @@ func (h *Handler) newUpstream(ctx context.Context, in *http.Request, ep int, hdr
 		Host:       h.addrs[ep],
 	}).WithContext(ctx)
 	if len(body) > 0 {
-		rb := &replayBody{body: body}
-		rb.Reset(body)
+		// A *bytes.Reader (inside NopCloser) is a body net/http knows to be in
+		// memory: it writes headers and body in one syscall instead of
+		// flushing the headers first.
 		out.ContentLength = int64(len(body))
-		out.Body = rb
+		out.Body = io.NopCloser(bytes.NewReader(body))
 		// GetBody lets the transport replay the body on a stale keep-alive
 		// connection that closed before the request was written.
-		out.GetBody = rb.replay
+		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
 	return out
-}
-
-// replayBody is an upstream request body over bytes the proxy already holds.
-type replayBody struct {
-	bytes.Reader
-	body []byte
-}
-
-// Close implements io.Closer.
-func (*replayBody) Close() error { return nil }
-
-func (b *replayBody) replay() (io.ReadCloser, error) {
-	return &replayBody{Reader: *bytes.NewReader(b.body), body: b.body}, nil
 }
 
 // idleWatch cancels a leg when the backend stays silent for d

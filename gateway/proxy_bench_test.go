@@ -34,24 +34,16 @@ const benchCompletion = `{"id":"cmpl-1","object":"text_completion","created":1,"
 func fastBackend(b *testing.B) *httptest.Server {
 	b.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		if bytes.Contains(body, []byte(`"stream":true`)) {
-			w.Header().Set("Content-Type", "text/event-stream")
-			for range 8 {
-				_, _ = io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"text\":\"tok\"}]}\n\n")
-				w.(http.Flusher).Flush()
+		if r.ContentLength > 0 && r.ContentLength < 1<<20 {
+			body, _ := io.ReadAll(r.Body)
+			if bytes.Contains(body, []byte(`"do_remote_decode":true`)) {
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = io.WriteString(w, `{"id":"p","choices":[{"index":0,"text":"x"}],"kv_transfer_params":{"remote_block_ids":[[1]],"remote_engine_id":"e","remote_host":"h","remote_port":1}}`)
+				return
 			}
-			_, _ = io.WriteString(w, "data: [DONE]\n\n")
-			return
+			r.Body = io.NopCloser(bytes.NewReader(body))
 		}
-		if bytes.Contains(body, []byte(`"do_remote_decode":true`)) {
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = io.WriteString(w, `{"id":"p","choices":[{"index":0,"text":"x"}],"kv_transfer_params":{"remote_block_ids":[[1]],"remote_engine_id":"e","remote_host":"h","remote_port":1}}`)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Content-Length", strconv.Itoa(len(benchCompletion)))
-		_, _ = io.WriteString(w, benchCompletion)
+		fastCompletion(w, r)
 	}))
 	b.Cleanup(srv.Close)
 	return srv
