@@ -1,0 +1,137 @@
+package main
+
+import (
+	"net"
+	"net/netip"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/llbproject/llb/restapi"
+)
+
+// endpointView is one row of "get endpoints": the configured endpoint (GET by
+// key) joined with its live state (GET …/status). It is llbctl's own output
+// shape for -o json.
+type endpointView struct {
+	// Idx is the endpoint's index in the rule (ep_idx in metrics and the
+	// KV inventory route).
+	Idx int `json:"idx"`
+	// EndpointIP and TargetPort address the endpoint.
+	EndpointIP string `json:"endpointIP"`
+	TargetPort int64  `json:"targetPort"`
+	// Role is none, prefill or decode.
+	Role string `json:"role"`
+	// Weight is the configured weight.
+	Weight int64 `json:"weight"`
+	// NixlPort is the NIXL side-channel port (0: the target port).
+	NixlPort int64 `json:"nixlPort,omitempty"`
+	// State is active or inactive.
+	State string `json:"state"`
+	// Breaker is the circuit-breaker state; empty when the rule has none.
+	Breaker string `json:"breaker,omitempty"`
+	// InFlight is the data plane's in-flight request count.
+	InFlight int `json:"inFlight"`
+	// InventoryBlocks is the mirrored KV inventory size.
+	InventoryBlocks int `json:"inventoryBlocks"`
+	// Counter is "<requests>:<bytes>".
+	Counter string `json:"counter,omitempty"`
+	// Detail is the data plane's note.
+	Detail string `json:"detail,omitempty"`
+}
+
+func (a *app) getEndpointsCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "endpoints <ip> <port> <proto>",
+		Aliases: []string{"endpoint", "ep", "eps"},
+		Short:   "Show a rule's endpoints with health, breaker state, load and KV inventory size",
+		Example: `  llbctl get endpoints 10.10.10.254 2020 tcp`,
+		Args:    usageArgs(cobra.ExactArgs(3), "llbctl get endpoints <ip> <port> <proto>"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			ref, err := parseRuleRef(args)
+			if err != nil {
+				return err
+			}
+			return a.showEndpoints(ref)
+		},
+	}
+}
+
+// showEndpoints joins the rule's endpoints with their status.
+func (a *app) showEndpoints(ref ruleRef) error {
+	notFound := errorOpts{notFound: "no rule on " + ref.String()}
+	body, err := a.get("get endpoints", ref.path(), nil, notFound)
+	if err != nil {
+		return err
+	}
+	var e restapi.LoadbalanceEntry
+	if err := decode("get endpoints", body, &e); err != nil {
+		return err
+	}
+	body, err = a.get("get endpoints", ref.path()+"/status", nil, notFound)
+	if err != nil {
+		return err
+	}
+	var st restapi.StatusView
+	if err := decode("get endpoints", body, &st); err != nil {
+		return err
+	}
+	views := joinEndpoints(e.Endpoints, st.Endpoints)
+	if a.opts.output == outputJSON {
+		return writeValue(a.stdout, views)
+	}
+	t := newTable("IDX", "ENDPOINT", "ROLE", "WEIGHT", "NIXL", "STATE", "BREAKER", "IN-FLIGHT", "KV BLOCKS", "COUNTER", "DETAIL")
+	for _, v := range views {
+		nixl := "-"
+		if v.NixlPort != 0 {
+			nixl = strconv.FormatInt(v.NixlPort, 10)
+		}
+		t.add(strconv.Itoa(v.Idx), net.JoinHostPort(v.EndpointIP, strconv.FormatInt(v.TargetPort, 10)), v.Role,
+			strconv.FormatInt(v.Weight, 10), nixl, v.State, orDash(v.Breaker), strconv.Itoa(v.InFlight),
+			strconv.Itoa(v.InventoryBlocks), orDash(v.Counter), orDash(v.Detail))
+	}
+	return t.render(a.stdout)
+}
+
+// joinEndpoints pairs each configured endpoint with its status by address,
+// duplicates pairwise in order (as llbd pairs them). An endpoint without a
+// status is shown as unknown.
+func joinEndpoints(eps []restapi.Endpoint, sts []restapi.EndpointStatusView) []endpointView {
+	used := make([]bool, len(sts))
+	out := make([]endpointView, len(eps))
+	for i, ep := range eps {
+		v := endpointView{Idx: i, Role: nameOf(roles, ep.EpRole, "role"), NixlPort: ep.NixlPort,
+			State: "unknown", Counter: ep.Counter, Detail: "no status from llbd"}
+		if ep.EndpointIP != nil {
+			v.EndpointIP = *ep.EndpointIP
+		}
+		if ep.TargetPort != nil {
+			v.TargetPort = *ep.TargetPort
+		}
+		if ep.Weight != nil {
+			v.Weight = *ep.Weight
+		}
+		for j, s := range sts {
+			if !used[j] && sameAddr(v.EndpointIP, v.TargetPort, s.EndpointIP, int64(s.TargetPort)) {
+				used[j] = true
+				v.State, v.Breaker, v.InFlight, v.InventoryBlocks, v.Detail = s.State, s.Breaker, s.InFlight, s.InventoryBlocks, s.Detail
+				break
+			}
+		}
+		out[i] = v
+	}
+	return out
+}
+
+// sameAddr compares two ip:port pairs, IPs in canonical form.
+func sameAddr(ip1 string, port1 int64, ip2 string, port2 int64) bool {
+	if port1 != port2 {
+		return false
+	}
+	a, err1 := netip.ParseAddr(ip1)
+	b, err2 := netip.ParseAddr(ip2)
+	if err1 != nil || err2 != nil {
+		return ip1 == ip2
+	}
+	return a.Unmap() == b.Unmap()
+}

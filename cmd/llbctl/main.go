@@ -1,0 +1,31 @@
+// Command llbctl is llb's command-line client: a loxicmd-style CLI over
+// llbd's LoxiLB-compatible REST API (docs/rest-api.md). It creates, lists and
+// deletes load-balancer rules with the same options as the JSON, shows
+// endpoint health and KV inventories, and sets controller weights.
+//
+// Exit status: 0 on success; 1 when llbd answered with an error (its message
+// is printed); 2 for a bad command line or when llbd could not be reached.
+//
+// See docs/llbctl.md.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=<v>".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal now takes the default action: exit at once
+	}()
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
