@@ -113,7 +113,7 @@ func (h *Handler) servePD(ctx context.Context, w http.ResponseWriter, r *http.Re
 	h.router.Report(actors.Outcome{Ticket: t, Leg: actors.LegPrefill, Status: pr.status, TTFB: pr.ttfb, Duration: x.prefill})
 	if pr.status/100 != 2 {
 		h.finish(x, t, actors.Result{})
-		h.relayPrefillError(w, &pr, x)
+		h.relayPrefillError(ctx, w, &pr, x)
 		return attempt{}
 	}
 
@@ -144,13 +144,14 @@ func (h *Handler) servePD(ctx context.Context, w http.ResponseWriter, r *http.Re
 
 // relayPrefillError sends the prefill's non-2xx answer to the client as the
 // client's answer (status, content type and body).
-func (h *Handler) relayPrefillError(w http.ResponseWriter, pr *prefillResult, x *exchange) {
+func (h *Handler) relayPrefillError(ctx context.Context, w http.ResponseWriter, pr *prefillResult, x *exchange) {
 	hdr := w.Header()
 	copyResponseHeader(hdr, pr.header)
 	hdr.Set("Content-Length", strconv.Itoa(len(pr.body)))
 	x.setRouteHeader(hdr, h.addrs)
 	w.WriteHeader(pr.status)
 	x.status = pr.status
+	defer unblockWritesAtDeadline(ctx, w)()
 	x.ttft = time.Since(x.start)
 	n, err := w.Write(pr.body)
 	x.bytes += int64(n)

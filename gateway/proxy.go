@@ -258,6 +258,7 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, reqCtx, legCtx c
 	w.WriteHeader(resp.StatusCode)
 	x.status = resp.StatusCode
 	x.ttft = time.Since(x.start)
+	defer unblockWritesAtDeadline(reqCtx, w)()
 
 	for {
 		if n > 0 {
@@ -291,6 +292,15 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, reqCtx, legCtx c
 		}
 	}
 	return res
+}
+
+// unblockWritesAtDeadline makes a client write that is blocked (a client
+// that stopped reading) fail once ctx ends — the max stream duration, or a
+// shutdown cutting streams — so the handler always returns and releases its
+// ticket. It returns the function that disarms it.
+func unblockWritesAtDeadline(ctx context.Context, w http.ResponseWriter) (stop func() bool) {
+	rc := http.NewResponseController(w)
+	return context.AfterFunc(ctx, func() { _ = rc.SetWriteDeadline(time.Now()) })
 }
 
 // leg maps relay's decode flag back to the leg kind for error wording.

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -585,5 +586,39 @@ func TestHandler_ReleasesTheTicketOnBadDecisionsAndPanics(t *testing.T) {
 			}
 			fr.checkTicketsClosed(t, 1)
 		})
+	}
+}
+
+func TestSinglePool_ClientThatStopsReadingIsCutAtMaxStreamDuration(t *testing.T) {
+	be := newFakeVLLM(t)
+	chunk := strings.Repeat("data: "+strings.Repeat("x", 1000)+"\n\n", 64)
+	be.answer = func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for r.Context().Err() == nil {
+			if _, err := io.WriteString(w, chunk); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+		}
+	}
+	cfg := singlePool(be.addr())
+	cfg.MaxStreamDuration = 300 * time.Millisecond
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	_, l := startGateway(t, cfg, Deps{Router: fr})
+	conn, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"model":"m","prompt":"p","stream":true}`
+	if _, err := io.WriteString(conn, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "+
+		strconv.Itoa(len(body))+"\r\n\r\n"+body); err != nil {
+		t.Fatal(err)
+	}
+	// Never read: the gateway's writes block once the socket buffers fill.
+	fr.checkTicketsClosed(t, 1)
+	_, outcomes, _ := fr.snapshot()
+	if len(outcomes) != 1 || outcomes[0].Failure == actors.FailNone {
+		t.Errorf("outcomes = %+v; want the stuck stream reported as failed", outcomes)
 	}
 }
