@@ -63,6 +63,10 @@ type Handler struct {
 	maxRetries      int
 
 	bufs sync.Pool // *[]byte, copyBufSize
+
+	// inflight counts ServeHTTP calls in progress (Listener.Shutdown waits
+	// for them so no Report/Finish follows a stop).
+	inflight sync.WaitGroup
 }
 
 // copyBufSize is the relay buffer size (one per active response).
@@ -124,6 +128,8 @@ func (h *Handler) Metrics() *Metrics { return h.met }
 
 // ServeHTTP serves one client request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.inflight.Add(1)
+	defer h.inflight.Done()
 	x := exchange{start: time.Now(), prefillEP: -1, decodeEP: -1}
 	defer func() {
 		// Only a panic (a bug) leaves a ticket open here: release it so the

@@ -125,8 +125,10 @@ func (l *Listener) Err() error {
 
 // Shutdown stops accepting, lets in-flight requests and streams finish
 // until ctx ends, then cuts what remains (their upstream legs are
-// cancelled and reported as client-gone). It returns ctx.Err() when it had
-// to cut streams, nil when everything drained.
+// cancelled and reported as client-gone). When it returns, every handler
+// has returned (up to CutGrace after the cut), so no Report or Finish
+// follows. It returns ctx.Err() when it had to cut streams, nil when
+// everything drained.
 func (l *Listener) Shutdown(ctx context.Context) error {
 	l.stopOnce.Do(func() {
 		err := l.srv.Shutdown(ctx)
@@ -137,16 +139,35 @@ func (l *Listener) Shutdown(ctx context.Context) error {
 		l.cancel()
 		l.stopErr = err
 		l.waitServe()
+		l.waitHandlers()
 	})
 	return l.stopErr
 }
 
-// Close stops the listener immediately, cutting in-flight requests.
+// CutGrace bounds how long Shutdown and Close wait for cut handlers to
+// return (they report their legs and finish their tickets on the way out).
+const CutGrace = 5 * time.Second
+
+// waitHandlers waits up to CutGrace for every handler to return, so no
+// Report or Finish reaches the router after Shutdown/Close returned.
+func (l *Listener) waitHandlers() {
+	done := make(chan struct{})
+	go func() { l.h.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(CutGrace):
+		l.h.log.Warn().Dur("grace", CutGrace).Msg("handlers still running after shutdown")
+	}
+}
+
+// Close stops the listener immediately, cutting in-flight requests, and
+// waits (up to CutGrace) for their handlers to return.
 func (l *Listener) Close() error {
 	l.stopOnce.Do(func() {
 		l.cancel()
 		l.stopErr = l.srv.Close()
 		l.waitServe()
+		l.waitHandlers()
 	})
 	return l.stopErr
 }
