@@ -50,6 +50,7 @@ type Handler struct {
 	addrs  []string // endpoint ip:port, by index
 	router actors.Router
 	rt     http.RoundTripper
+	ownRT  *http.Transport // rt when the handler built it (closed on stop)
 	input  *routeInput
 	met    *Metrics
 	log    zerolog.Logger
@@ -114,7 +115,8 @@ func NewHandler(cfg RuleConfig, deps Deps) (*Handler, error) {
 		h.addrs = append(h.addrs, ep.Addr.String())
 	}
 	if h.rt == nil {
-		h.rt = NewTransport(TransportConfig{ConnectTimeout: cfg.connectTimeout()})
+		t := NewTransport(TransportConfig{ConnectTimeout: cfg.connectTimeout()})
+		h.rt, h.ownRT = t, t
 	}
 	if h.met == nil {
 		h.met = NewMetrics(nil, cfg.Name)

@@ -158,6 +158,9 @@ func (l *Listener) waitHandlers() {
 	case <-time.After(CutGrace):
 		l.h.log.Warn().Dur("grace", CutGrace).Msg("handlers still running after shutdown")
 	}
+	if l.h.ownRT != nil {
+		l.h.ownRT.CloseIdleConnections()
+	}
 }
 
 // Close stops the listener immediately, cutting in-flight requests, and
