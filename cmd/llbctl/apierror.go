@@ -39,15 +39,17 @@ func (e *apiError) Error() string {
 	switch {
 	case e.body.Message != "" || e.body.Result != "":
 		msg := e.body.Message
-		if msg == "" {
+		r := e.body.Result
+		problems := []string{r}
+		if len(e.body.Fields) > 1 {
+			problems = strings.Split(r, "; ")
+		}
+		if msg == "" || (len(problems) > 1 && strings.Contains(r, msg)) {
+			// A 422's message is its first schema problem, listed below.
 			msg = http.StatusText(e.status)
 		}
 		b.WriteString(" " + msg)
-		if r := e.body.Result; r != "" && r != msg {
-			problems := []string{r}
-			if len(e.body.Fields) > 1 {
-				problems = strings.Split(r, "; ")
-			}
+		if r != "" && r != msg {
 			if len(problems) == 1 {
 				b.WriteString(": " + problems[0])
 			} else {
@@ -92,6 +94,8 @@ type errorOpts struct {
 	notFound string
 	// noRoute is the hint when llbd does not serve the route at all.
 	noRoute string
+	// hint404 is the hint for any other 404 with a body.
+	hint404 string
 }
 
 // check returns nil for a 2xx answer and an *apiError otherwise.
@@ -112,6 +116,8 @@ func check(op string, res *response, o errorOpts) error {
 		if e.hint == "" {
 			e.hint = "this llbd does not serve that route; it may be older than llbctl " + version
 		}
+	case res.status == http.StatusNotFound && len(res.body) > 0:
+		e.hint = o.hint404
 	case res.status == http.StatusUnauthorized:
 		e.hint = "llbd wants a bearer token: check --token-file or " + envTokenFile
 	case res.status == http.StatusServiceUnavailable && res.header.Get("Retry-After") != "":

@@ -98,7 +98,9 @@ func (a *app) deleteLB(cmd *cobra.Command, o *deleteOpts, args []string) error {
 	if err != nil {
 		return err
 	}
-	return a.deleteAt("delete lb", path, q, errorOpts{})
+	return a.deleteAt("delete lb", path, q, errorOpts{
+		hint404: "give the rule's key as it was created: its --host, --mark and port range (llbctl get lb shows them)",
+	})
 }
 
 // keyPath builds LoxiLB's DELETE-by-key route.

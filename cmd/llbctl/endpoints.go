@@ -73,8 +73,14 @@ func parseEndpoint(s string) (endpointSpec, error) {
 	roleAt := -1
 	for i, f := range fields {
 		if _, ok := lookupName(roles, f); ok {
+			if roleAt >= 0 {
+				return bad("two roles")
+			}
 			roleAt = i
-			break
+			continue
+		}
+		if _, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64); err != nil {
+			return bad("%q is neither a number nor a role (prefill, decode, none)", f)
 		}
 	}
 	nums := fields

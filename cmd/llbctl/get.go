@@ -322,6 +322,9 @@ func orderedFields(raw json.RawMessage) ([][2]string, error) {
 		if err := dec.Decode(&v); err != nil {
 			return nil, err
 		}
+		if string(v) == "null" {
+			continue // absent in effect; nothing to show
+		}
 		var s string
 		if err := json.Unmarshal(v, &s); err != nil {
 			var buf bytes.Buffer
