@@ -37,5 +37,18 @@
 //     it were complete.
 //   - A client that leaves cancels every upstream leg (request context) and
 //     is reported as FailClientGone (no health penalty); it is logged and
-//     counted as status 499.
+//     counted as status 499. A client that stops reading cannot pin a
+//     handler: its writes fail at the max stream duration or a shutdown cut.
+//   - Tier 1.5 tokenizes through inventory.Tokenizer with the request's own
+//     form (completion prompt or chat messages plus template inputs) and
+//     hashes with the rule's inventory.ChainHasher; token-id prompts are
+//     hashed directly. Multimodal parts, prompt_embeds and
+//     mm_processor_kwargs give the hash_contract guard.
+//   - Cleartext HTTP/2 is served with prior knowledge through net/http's
+//     own Protocols (Go ≥ 1.24); the deprecated HTTP/1.1 "Upgrade: h2c"
+//     dance is not offered (the request is served over HTTP/1.1 instead).
+//   - Request bodies are validated and decoded with a scanner of our own
+//     (jsonscan.go, fuzzed against encoding/json): keys match exactly, the
+//     last duplicate wins, and big prompts cost a fraction of what
+//     encoding/json would.
 package gateway

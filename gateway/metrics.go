@@ -17,6 +17,29 @@ import (
 // (loxilb-compat.md §2.6) so existing dashboards work; llb_route_tier_total
 // is llb's own. Every method is safe for concurrent use and allocation-free
 // after a label value's first use.
+//
+//	loxilb_ai_requests_total                      completion/chat requests received
+//	loxilb_ai_request_duration_seconds            their duration (histogram)
+//	loxilb_ai_active_streams                      SSE responses being relayed now
+//	loxilb_proxy_http_responses_by_status_total   responses by {code} (499: client left)
+//	loxilb_proxy_http_ttfb_seconds                request start → first byte to the client
+//	loxilb_ai_pd_requests_total                   requests that ran the P/D two-leg protocol
+//	loxilb_ai_pd_prefill_duration_seconds         prefill leg, send → full JSON
+//	loxilb_ai_pd_decode_ttft_seconds              decode leg, send → first body byte
+//	loxilb_ai_pd_kv_params_{found,missing}_total  prefill answers with/without usable kv_transfer_params
+//	loxilb_pd_prefill_ep_died_total               prefill connect failures and resets
+//	loxilb_pd_decode_ep_died_total                decode failures before the first client byte
+//	loxilb_pd_decode_zero_byte_eof_total          decode 2xx that ended with an empty body
+//	loxilb_pd_connect_failover_total              re-routes after a dead endpoint (single and P/D)
+//	loxilb_ai_pd_session_hits_total               decisions made by Tier 0
+//	loxilb_pd_kv_tier15_hits_total{ep_idx}        decisions made by Tier 1.5, by endpoint
+//	loxilb_pd_kv_tier15_miss_reason_total{reason} Tier-1.5 fall-throughs by reason (LoxiLB
+//	                                              spellings mode_off, text_empty, hashes,
+//	                                              no_worker; ladder's names otherwise)
+//	loxilb_pd_kv_tier15_fallthrough_total         Tier-1.5 fall-throughs with KV-exact on
+//	loxilb_pd_kv_tier15_spills_total              decisions the load law moved off the overlap winner
+//	loxilb_pd_kv_tier15_cold_seeds_total          Tier-1.5 hits diverted to a cold endpoint
+//	llb_route_tier_total{tier}                    admitted decisions by deciding tier
 type Metrics struct {
 	set     *metrics.Set
 	service string
