@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/llbproject/llb/ladder"
 )
@@ -199,5 +200,25 @@ func TestHandler_ReleasesTheTicketOnBadDecisionsAndPanics(t *testing.T) {
 			}
 			fr.checkTicketsClosed(t, 1)
 		})
+	}
+}
+
+func TestHandler_KeepAliveConnectionOutlivesAStreamDeadline(t *testing.T) {
+	be := newFakeVLLM(t)
+	cfg := singlePool(be.addr())
+	cfg.MaxStreamDuration = 100 * time.Millisecond
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, cfg, Deps{Router: fr})
+	c := testClient(t)
+	c.Transport.(*http.Transport).MaxConnsPerHost = 1 // one keep-alive connection
+	if resp, _ := post(t, c, url+PathCompletions, `{"model":"m","prompt":"p"}`); resp.StatusCode != 200 {
+		t.Fatalf("first request: %d", resp.StatusCode)
+	}
+	// Let the first request's stream deadline pass (elapsed time is what is
+	// tested), then use the same connection again.
+	<-time.After(3 * cfg.MaxStreamDuration)
+	resp, body := post(t, c, url+PathCompletions, `{"prompt":`)
+	if resp.StatusCode != 400 || decodeError(t, body).Error.Code != CodeInvalidJSON {
+		t.Errorf("second request on the kept-alive connection: %d %s; want 400 %s", resp.StatusCode, body, CodeInvalidJSON)
 	}
 }

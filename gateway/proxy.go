@@ -258,7 +258,7 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, reqCtx, legCtx c
 	w.WriteHeader(resp.StatusCode)
 	x.status = resp.StatusCode
 	x.ttft = time.Since(x.start)
-	defer unblockWritesAtDeadline(reqCtx, w)()
+	defer writeDeadline(reqCtx, w)()
 
 	for {
 		if n > 0 {
@@ -294,13 +294,21 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, reqCtx, legCtx c
 	return res
 }
 
-// unblockWritesAtDeadline makes a client write that is blocked (a client
-// that stopped reading) fail once ctx ends — the max stream duration, or a
-// shutdown cutting streams — so the handler always returns and releases its
-// ticket. It returns the function that disarms it.
-func unblockWritesAtDeadline(ctx context.Context, w http.ResponseWriter) (stop func() bool) {
+// writeDeadline puts ctx's deadline (the max stream duration) on the
+// client connection's writes, so a client that stopped reading cannot pin
+// the handler beyond it (a shutdown cut closes the connection itself). The
+// returned function clears it again: with no server WriteTimeout, net/http
+// would keep it for the next request on a keep-alive connection.
+func writeDeadline(ctx context.Context, w http.ResponseWriter) (clear func()) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return func() {}
+	}
 	rc := http.NewResponseController(w)
-	return context.AfterFunc(ctx, func() { _ = rc.SetWriteDeadline(time.Now()) })
+	if rc.SetWriteDeadline(dl) != nil {
+		return func() {}
+	}
+	return func() { _ = rc.SetWriteDeadline(time.Time{}) }
 }
 
 // leg maps relay's decode flag back to the leg kind for error wording.
