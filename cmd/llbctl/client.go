@@ -233,7 +233,7 @@ func (c *client) connErr(ctx context.Context, err error) error {
 		e.hint = "use the host name the certificate names in --server"
 	case errors.As(err, &certErr):
 		e.err = fmt.Errorf("its TLS certificate is invalid: %v", certErr)
-	case errors.As(err, &recErr):
+	case errors.As(err, &recErr) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
 		e.err = errors.New("it did not answer TLS")
 		e.hint = "llbd probably speaks plain HTTP: use an http:// --server"
 	}

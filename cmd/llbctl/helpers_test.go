@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -52,6 +53,15 @@ func mustRun(t *testing.T, server string, args ...string) string {
 // The runtime is restapi.NoDataPlane unless mods replace it.
 func startServer(t *testing.T, mods ...func(*restapi.Config)) (*httptest.Server, restapi.Config) {
 	t.Helper()
+	h, cfg := newHandler(t, mods...)
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+	return hs, cfg
+}
+
+// newHandler builds a restored restapi server and returns its handler.
+func newHandler(t *testing.T, mods ...func(*restapi.Config)) (http.Handler, restapi.Config) {
+	t.Helper()
 	cfg := restapi.Config{
 		Logger:   zerolog.Nop(),
 		Metrics:  metrics.NewSet(),
@@ -69,9 +79,7 @@ func startServer(t *testing.T, mods ...func(*restapi.Config)) (*httptest.Server,
 	if _, err := srv.Restore(context.Background()); err != nil {
 		t.Fatalf("Restore: %v", err)
 	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	return hs, cfg
+	return srv.Handler(), cfg
 }
 
 // writeTemp writes content to a file in a fresh temp dir.
