@@ -151,7 +151,7 @@ func (h *Handler) relayPrefillError(ctx context.Context, w http.ResponseWriter, 
 	x.setRouteHeader(hdr, h.addrs)
 	w.WriteHeader(pr.status)
 	x.status = pr.status
-	defer writeDeadline(ctx, w)()
+	setWriteDeadline(ctx, w)
 	x.ttft = time.Since(x.start)
 	n, err := w.Write(pr.body)
 	x.bytes += int64(n)

@@ -258,7 +258,7 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, reqCtx, legCtx c
 	w.WriteHeader(resp.StatusCode)
 	x.status = resp.StatusCode
 	x.ttft = time.Since(x.start)
-	defer writeDeadline(reqCtx, w)()
+	setWriteDeadline(reqCtx, w)
 
 	for {
 		if n > 0 {
@@ -294,21 +294,15 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, reqCtx, legCtx c
 	return res
 }
 
-// writeDeadline puts ctx's deadline (the max stream duration) on the
+// setWriteDeadline puts ctx's deadline (the max stream duration) on the
 // client connection's writes, so a client that stopped reading cannot pin
-// the handler beyond it (a shutdown cut closes the connection itself). The
-// returned function clears it again: with no server WriteTimeout, net/http
-// would keep it for the next request on a keep-alive connection.
-func writeDeadline(ctx context.Context, w http.ResponseWriter) (clear func()) {
-	dl, ok := ctx.Deadline()
-	if !ok {
-		return func() {}
+// the handler beyond it (a shutdown cut closes the connection itself). It
+// also bounds net/http's final flush after the handler returns; the server
+// clears the deadline before reading the next request on the connection.
+func setWriteDeadline(ctx context.Context, w http.ResponseWriter) {
+	if dl, ok := ctx.Deadline(); ok {
+		_ = http.NewResponseController(w).SetWriteDeadline(dl)
 	}
-	rc := http.NewResponseController(w)
-	if rc.SetWriteDeadline(dl) != nil {
-		return func() {}
-	}
-	return func() { _ = rc.SetWriteDeadline(time.Time{}) }
 }
 
 // leg maps relay's decode flag back to the leg kind for error wording.
