@@ -178,7 +178,6 @@ func (h *Handler) methodNotAllowed(w http.ResponseWriter, x *exchange, allow str
 	h.fail(w, x, requestError(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "", "this path accepts "+allow))
 }
 
-// fail answers the client with e (nothing was sent yet).
 // finish ends ticket t once and forgets it.
 func (h *Handler) finish(x *exchange, t actors.Ticket, res actors.Result) {
 	h.router.Finish(t, res)
@@ -187,6 +186,7 @@ func (h *Handler) finish(x *exchange, t actors.Ticket, res actors.Result) {
 	}
 }
 
+// fail answers the client with e (nothing was sent yet).
 func (h *Handler) fail(w http.ResponseWriter, x *exchange, e *ClientError) {
 	x.status, x.code = e.Status, e.Code
 	x.setRouteHeader(w.Header(), h.addrs)
