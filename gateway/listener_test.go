@@ -8,11 +8,13 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
 )
 
@@ -207,5 +209,44 @@ func TestListener_ShutdownDeadlineCutsRemainingStreams(t *testing.T) {
 	}
 	if _, err := io.ReadAll(br); err == nil {
 		t.Error("the stream ended cleanly; want it cut at the drain deadline")
+	}
+}
+
+func TestHasherConfig_Build(t *testing.T) {
+	toks := make([]uint32, 40)
+	for i := range toks {
+		toks[i] = uint32(i)
+	}
+	sha16, _ := inventory.NewHasher(inventory.AlgoSHA256CBOR, 16, "s")
+	xx8, _ := inventory.NewHasher(inventory.AlgoXXHashCBOR, 8, "")
+	own4, _ := inventory.NewTokenHasher(4)
+	tests := []struct {
+		name string
+		give HasherConfig
+		want inventory.ChainHasher
+	}{
+		{"defaults are sha256_cbor, 16 tokens", HasherConfig{Seed: "s"}, sha16},
+		{"xxhash_cbor", HasherConfig{Algo: "xxhash_cbor", BlockSize: 8}, xx8},
+		{"token keyed", HasherConfig{TokenKeyed: true, BlockSize: 4, Algo: "ignored"}, own4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, err := tt.give.Build()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, want := h.AppendBlockKeys(nil, toks, inventory.ExtraKeys{}), tt.want.AppendBlockKeys(nil, toks, inventory.ExtraKeys{})
+			if len(got) == 0 || !reflect.DeepEqual(got, want) {
+				t.Errorf("keys %v; want %v", got, want)
+			}
+		})
+	}
+	if _, err := (HasherConfig{Algo: "sha256"}).Build(); !errors.Is(err, inventory.ErrConfig) {
+		t.Errorf("pickle algo: %v; want inventory.ErrConfig", err)
+	}
+	cfg := singlePool(netip.MustParseAddrPort("127.0.0.1:1"))
+	cfg.KVExactMode, cfg.Hasher = ladder.KVSinglePool, HasherConfig{Algo: "md5"}
+	if _, err := NewHandler(cfg, Deps{Router: newFakeRouter(fixedRoute(decision(ladder.Tier2, 0, -1)))}); !errors.Is(err, inventory.ErrConfig) {
+		t.Errorf("NewHandler with a bad hasher: %v; want inventory.ErrConfig", err)
 	}
 }
