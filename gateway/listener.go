@@ -27,9 +27,6 @@ const (
 // runtime reports it in the rule's REST status (other rules keep running).
 var ErrBind = errors.New("gateway: cannot listen")
 
-// ErrNotStarted is returned by Addr-dependent calls before Start.
-var ErrNotStarted = errors.New("gateway: listener not started")
-
 // Listener is one rule's HTTP listener: HTTP/1.1 and cleartext HTTP/2 with
 // prior knowledge (h2c), serving the rule's Handler.
 //
