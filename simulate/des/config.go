@@ -1,0 +1,94 @@
+package des
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/simulate/engine"
+)
+
+// Fleet is the simulated worker fleet: Workers identical engines.
+type Fleet struct {
+	// Workers is the number of workers (1..ladder.MaxEndpoints-1; a P/D
+	// strategy adds one virtual decode endpoint).
+	Workers int
+	// Engine configures every worker. Its BlockSize and Hash must equal
+	// the trace's (llb's contract with the engines). Role must be none.
+	Engine engine.Config
+}
+
+// CacheBlocks is the fleet's total KV capacity in blocks.
+func (f *Fleet) CacheBlocks() int { return f.Workers * f.Engine.NumBlocks }
+
+// RunConfig is one simulation run: a fleet, a strategy and a rate, over a
+// trace given separately.
+type RunConfig struct {
+	// Fleet is the worker fleet.
+	Fleet Fleet
+	// Strategy is the routing policy.
+	Strategy Strategy
+	// Rate is the offered load in requests per second (> 0).
+	Rate float64
+	// Warmup is how many leading requests are routed and served but left
+	// out of every metric (they warm the caches). Must leave at least one
+	// request measured.
+	Warmup int
+	// TTFTSLO is the time-to-first-token objective goodput counts against;
+	// 0 means DefaultTTFTSLO.
+	TTFTSLO time.Duration
+}
+
+// DefaultTTFTSLO is the goodput objective when RunConfig.TTFTSLO is 0.
+const DefaultTTFTSLO = 2 * time.Second
+
+// validate reports every problem of c against trace t at once.
+func (c *RunConfig) validate(t *Trace) error {
+	var errs []error
+	if c.Fleet.Workers < 1 || c.Fleet.Workers >= ladder.MaxEndpoints {
+		errs = append(errs, fmt.Errorf("workers %d (want 1..%d)", c.Fleet.Workers, ladder.MaxEndpoints-1))
+	}
+	if err := c.Fleet.Engine.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Fleet.Engine.Role != engine.RoleNone {
+		errs = append(errs, fmt.Errorf("engine role %s (the simulator runs whole requests on one worker; want none)", c.Fleet.Engine.Role))
+	}
+	if t != nil {
+		tc := t.Config
+		if c.Fleet.Engine.BlockSize != tc.BlockSize {
+			errs = append(errs, fmt.Errorf("engine block size %d differs from the trace's %d", c.Fleet.Engine.BlockSize, tc.BlockSize))
+		}
+		if c.Fleet.Engine.Hash.Algo != tc.Hash.Algo || c.Fleet.Engine.Hash.Seed != tc.Hash.Seed || c.Fleet.Engine.Hash.NoneHash != nil {
+			errs = append(errs, errors.New("engine hash contract differs from the trace's"))
+		}
+		if c.Warmup < 0 || c.Warmup >= len(t.Requests) {
+			errs = append(errs, fmt.Errorf("warmup %d of %d requests (want 0..%d)", c.Warmup, len(t.Requests), len(t.Requests)-1))
+		}
+	}
+	if !(c.Rate > 0) || math.IsInf(c.Rate, 0) {
+		errs = append(errs, fmt.Errorf("rate %v requests/s (want > 0)", c.Rate))
+	}
+	if c.TTFTSLO < 0 {
+		errs = append(errs, fmt.Errorf("ttft slo %v (want >= 0)", c.TTFTSLO))
+	}
+	if err := c.Strategy.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("run config: %w: %w", ErrConfig, errors.Join(errs...))
+}
+
+// FleetFor returns a fleet of n workers with engine defaults, the trace's
+// block size and hash contract, and numBlocks blocks of cache each.
+func FleetFor(t *Trace, n, numBlocks int) Fleet {
+	c := engine.DefaultConfig()
+	c.BlockSize = t.Config.BlockSize
+	c.Hash = t.Config.Hash
+	c.NumBlocks = numBlocks
+	return Fleet{Workers: n, Engine: c}
+}

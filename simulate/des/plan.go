@@ -1,0 +1,279 @@
+package des
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/llbproject/llb/ladder"
+)
+
+// Run groups: which comparison a run belongs to.
+const (
+	// GroupStrategies is the side-by-side strategy comparison.
+	GroupStrategies = "strategies"
+	// GroupEpsilon is the hard-law ε sweep (hard@<pct>, plus adaptive).
+	GroupEpsilon = "epsilon"
+	// GroupLambda is the soft-law λ sweep (soft@<λ>, plus adaptive-soft).
+	GroupLambda = "lambda"
+	// GroupSaturation marks saturation-search probes.
+	GroupSaturation = "saturation"
+)
+
+// Scenario is a trace on a fleet: one section of the report.
+type Scenario struct {
+	// Name labels the scenario; the trace takes it too.
+	Name string
+	// Description is one sentence for the report.
+	Description string
+	// Trace describes the workload (its Name is overwritten by Name).
+	Trace TraceConfig
+	// Workers is the fleet size.
+	Workers int
+	// CachePressure, when > 0, sizes each worker's cache so that the
+	// trace's working set (distinct blocks) is this many times the fleet's
+	// cache: NumBlocks = DistinctBlocks / (CachePressure · Workers), never
+	// below what the largest request needs. When 0, Engine.NumBlocks is
+	// used as is.
+	CachePressure float64
+	// Engine is the worker configuration; zero means engine.DefaultConfig
+	// with the trace's block size and hash.
+	Engine *EngineOverrides
+	// Sweeps runs the ε and λ sweeps on this scenario too.
+	Sweeps bool
+}
+
+// EngineOverrides are the worker settings a scenario may change; zero
+// fields keep the engine defaults.
+type EngineOverrides struct {
+	// NumBlocks is the cache size when CachePressure is 0.
+	NumBlocks int
+	// MaxNumSeqs is the batch limit.
+	MaxNumSeqs int
+}
+
+// Plan is a whole sweep: scenarios × strategies × loads, plus the ε and λ
+// sweeps, every load a fraction of one reference strategy's saturation
+// rate on that scenario.
+type Plan struct {
+	// Scenarios to run.
+	Scenarios []Scenario
+	// Strategies compared side by side at every load.
+	Strategies []Strategy
+	// Loads are fractions of saturation (e.g. 0.3 … 1.1).
+	Loads []float64
+	// Reference names the strategy whose saturation rate is load 1.0.
+	Reference string
+	// Factors are the static LOXILB_KV_MEAN_LOAD_FACTOR values of the ε
+	// sweep (hard@<pct>); the sweep adds adaptive.
+	Factors []uint32
+	// Lambdas are the static LOXILB_KV_LOAD_PENALTY values of the λ sweep
+	// (soft@<λ>); the sweep adds adaptive-soft.
+	Lambdas []uint32
+	// Warmup is the fraction of each trace's requests left out of the
+	// metrics (0 ≤ Warmup < 1).
+	Warmup float64
+	// TTFTSLO is the goodput objective; 0 means DefaultTTFTSLO.
+	TTFTSLO time.Duration
+	// Saturation tunes the saturation search.
+	Saturation SaturationConfig
+}
+
+// Validate reports every problem of the plan at once.
+func (p *Plan) Validate() error {
+	var errs []error
+	if len(p.Scenarios) == 0 {
+		errs = append(errs, errors.New("no scenarios"))
+	}
+	names := map[string]bool{}
+	for _, sc := range p.Scenarios {
+		if sc.Name == "" || names[sc.Name] {
+			errs = append(errs, fmt.Errorf("scenario name %q empty or repeated", sc.Name))
+		}
+		names[sc.Name] = true
+		if sc.Workers < 1 || sc.Workers >= 32 {
+			errs = append(errs, fmt.Errorf("scenario %q: %d workers (want 1..31)", sc.Name, sc.Workers))
+		}
+		if sc.CachePressure < 0 || math.IsInf(sc.CachePressure, 0) || math.IsNaN(sc.CachePressure) {
+			errs = append(errs, fmt.Errorf("scenario %q: cache pressure %v (want >= 0)", sc.Name, sc.CachePressure))
+		}
+	}
+	ref := false
+	for i := range p.Strategies {
+		if err := p.Strategies[i].Validate(); err != nil {
+			errs = append(errs, err)
+		}
+		ref = ref || p.Strategies[i].Name == p.Reference
+	}
+	if !ref {
+		errs = append(errs, fmt.Errorf("reference strategy %q is not among the strategies", p.Reference))
+	}
+	if len(p.Loads) == 0 {
+		errs = append(errs, errors.New("no loads"))
+	}
+	for _, l := range p.Loads {
+		if !(l > 0) || math.IsInf(l, 0) {
+			errs = append(errs, fmt.Errorf("load %v (want > 0)", l))
+		}
+	}
+	for _, f := range p.Factors {
+		if f < 100 || f > 1000 {
+			errs = append(errs, fmt.Errorf("factor %d (want 100..1000)", f))
+		}
+	}
+	for _, l := range p.Lambdas {
+		if l < 1 || l > 100000 {
+			errs = append(errs, fmt.Errorf("lambda %d (want 1..100000)", l))
+		}
+	}
+	if !(p.Warmup >= 0 && p.Warmup < 1) {
+		errs = append(errs, fmt.Errorf("warmup fraction %v (want 0 <= w < 1)", p.Warmup))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("plan: %w: %w", ErrConfig, errors.Join(errs...))
+}
+
+// ScenarioOutcome is one scenario's share of a plan's results.
+type ScenarioOutcome struct {
+	// Scenario as run.
+	Scenario Scenario
+	// Fleet as built (cache size resolved).
+	Fleet Fleet
+	// Requests, DistinctBlocks, PromptTokens, OutputTokens and
+	// OracleHitRate describe the trace (oracle over the measured part).
+	Requests, Warmup, DistinctBlocks int
+	PromptTokens, OutputTokens       int64
+	OracleHitRate                    float64
+	// Pressure is DistinctBlocks / the fleet's cache blocks.
+	Pressure float64
+	// Saturation is the reference strategy's saturation search.
+	Saturation Saturation
+	// Runs are every run of the scenario, in plan order.
+	Runs []RunOutcome
+}
+
+// RunOutcome is one run with its labels.
+type RunOutcome struct {
+	// Group is GroupStrategies, GroupEpsilon or GroupLambda.
+	Group string
+	// Load is the fraction of saturation.
+	Load float64
+	// Result is the run's measurement.
+	Result *Result
+}
+
+// Execute runs the plan: per scenario, build the trace, size the fleet,
+// find the reference strategy's saturation rate, then run every
+// strategy (and the sweeps) at every load. progress, when non-nil, gets one
+// line per phase. The outcome is deterministic for the plan whatever the
+// executor's parallelism.
+func (p *Plan) Execute(exec Executor, progress func(string)) ([]ScenarioOutcome, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	say := func(format string, args ...any) {
+		if progress != nil {
+			progress(fmt.Sprintf(format, args...))
+		}
+	}
+	var ref Strategy
+	for _, s := range p.Strategies {
+		if s.Name == p.Reference {
+			ref = s
+		}
+	}
+	out := make([]ScenarioOutcome, 0, len(p.Scenarios))
+	for _, sc := range p.Scenarios {
+		tc := sc.Trace
+		tc.Name = sc.Name
+		say("%s: generating and hashing %d requests", sc.Name, tc.Requests)
+		tr, err := NewTrace(tc)
+		if err != nil {
+			return out, err
+		}
+		fleet, err := sc.fleet(tr)
+		if err != nil {
+			return out, err
+		}
+		warm := int(p.Warmup * float64(len(tr.Requests)))
+		so := ScenarioOutcome{
+			Scenario: sc, Fleet: fleet, Requests: len(tr.Requests), Warmup: warm,
+			DistinctBlocks: tr.DistinctBlocks, PromptTokens: tr.PromptTokens, OutputTokens: tr.OutputTokens,
+			OracleHitRate: tr.OracleHitRate(warm),
+			Pressure:      float64(tr.DistinctBlocks) / float64(fleet.CacheBlocks()),
+		}
+		base := RunConfig{Fleet: fleet, Strategy: ref, Warmup: warm, TTFTSLO: p.TTFTSLO}
+		say("%s: searching the saturation rate of %s", sc.Name, ref.Name)
+		so.Saturation, err = FindSaturation(tr, base, p.Saturation, exec)
+		if err != nil {
+			return out, err
+		}
+		say("%s: saturation %.3g req/s (unstable at %.3g)", sc.Name, so.Saturation.Rate, so.Saturation.Unstable)
+
+		var specs []RunSpec
+		add := func(group string, s Strategy) {
+			for _, l := range p.Loads {
+				rc := base
+				rc.Strategy = s
+				rc.Rate = l * so.Saturation.Rate
+				specs = append(specs, RunSpec{Trace: tr, Config: rc, Scenario: sc.Name, Group: group, Load: l})
+			}
+		}
+		for _, s := range p.Strategies {
+			add(GroupStrategies, s)
+		}
+		if sc.Sweeps {
+			for _, f := range p.Factors {
+				add(GroupEpsilon, HardWithFactor(f))
+			}
+			if len(p.Factors) > 0 {
+				add(GroupEpsilon, kvPool(NameAdaptive, ladder.LBAdaptive))
+			}
+			for _, l := range p.Lambdas {
+				add(GroupLambda, SoftWithLambda(l))
+			}
+			if len(p.Lambdas) > 0 {
+				add(GroupLambda, kvPool(NameAdaptiveSoft, ladder.LBAdaptiveSoft))
+			}
+		}
+		say("%s: %d runs", sc.Name, len(specs))
+		res, err := exec(specs)
+		if err != nil {
+			return out, err
+		}
+		for i, r := range res {
+			so.Runs = append(so.Runs, RunOutcome{Group: specs[i].Group, Load: specs[i].Load, Result: r})
+		}
+		out = append(out, so)
+	}
+	return out, nil
+}
+
+// fleet builds the scenario's fleet for its trace.
+func (sc *Scenario) fleet(t *Trace) (Fleet, error) {
+	f := FleetFor(t, sc.Workers, 0)
+	if o := sc.Engine; o != nil {
+		if o.NumBlocks > 0 {
+			f.Engine.NumBlocks = o.NumBlocks
+		}
+		if o.MaxNumSeqs > 0 {
+			f.Engine.MaxNumSeqs = o.MaxNumSeqs
+		}
+	}
+	if sc.CachePressure > 0 {
+		need := 0
+		bs := t.Config.BlockSize
+		for i := range t.Requests {
+			r := &t.Requests[i]
+			need = max(need, (r.PromptTokens+r.OutputTokens+bs-1)/bs)
+		}
+		f.Engine.NumBlocks = max(int(float64(t.DistinctBlocks)/(sc.CachePressure*float64(sc.Workers))), need)
+	}
+	if err := f.Engine.Validate(); err != nil {
+		return f, fmt.Errorf("scenario %q: %w: %w", sc.Name, ErrConfig, err)
+	}
+	return f, nil
+}

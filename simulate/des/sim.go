@@ -1,0 +1,338 @@
+package des
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/llbproject/llb/inventory"
+	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/simulate/engine"
+)
+
+// epoch is virtual time zero. Virtual time is a time.Time only because the
+// engine and the ladder take one; no wall clock is ever read.
+var epoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// notYet marks a request timestamp that has not happened.
+const notYet = -1
+
+// worker is one simulated worker and llb's view of it.
+type worker struct {
+	eng    *engine.Engine
+	mirror *inventory.Mirror
+	// tickets maps engine ticket-1 to the trace index (tickets are
+	// consecutive from 1 and never reused).
+	tickets []int32
+	// active is llb's own in-flight count (sent, not finished).
+	active uint32
+	// next caches eng.NextEventTime as an offset from epoch.
+	next    time.Duration
+	hasNext bool
+	// activeArea integrates active over virtual time (request·ns) since
+	// lastChange.
+	activeArea float64
+	lastChange time.Duration
+	maxRunning int
+	maxWaiting int
+}
+
+// reqState is one request's life in a run. Times are offsets from epoch;
+// notYet until they happen.
+type reqState struct {
+	worker                    int32
+	arrive, admit, first, end time.Duration
+	cached                    int32
+	tier                      ladder.Tier
+	flags                     ladder.Flags
+	pin                       bool // pin the session once the first token is out
+	kv                        ladder.KVDetail
+}
+
+// sim is one run's whole state. It is single-threaded and owns everything
+// it holds except the trace, which it only reads.
+type sim struct {
+	tr      *Trace
+	cfg     RunConfig
+	router  *ladder.Router
+	session *ladder.SessionShard // P/D shape only
+	workers []worker
+	reqs    []reqState
+	views   []ladder.EndpointView
+	prog    []engine.Progress
+	evs     []inventory.Event
+	nextArr int
+	events  int64
+	kvScore bool // Tier 1.5 on: score the mirrors per request
+}
+
+// Run simulates one run of trace t under cfg and returns its measurements.
+// It is deterministic: the same trace and config give an identical Result.
+// It returns an error wrapping ErrConfig for a bad config and ErrInvariant
+// when the simulation breaks one of its invariants (every request finishes
+// exactly once, no batch exceeds max-num-seqs, every decision names a
+// worker, the mirrors keep the hash contract).
+func Run(t *Trace, cfg RunConfig) (*Result, error) {
+	if t == nil {
+		return nil, fmt.Errorf("run: nil trace: %w", ErrConfig)
+	}
+	if err := cfg.validate(t); err != nil {
+		return nil, err
+	}
+	s, err := newSim(t, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.run(); err != nil {
+		return nil, fmt.Errorf("run %s/%s at %.3g req/s: %w", t.Config.Name, cfg.Strategy.Name, cfg.Rate, err)
+	}
+	return s.result(), nil
+}
+
+func newSim(t *Trace, cfg RunConfig) (*sim, error) {
+	n := cfg.Fleet.Workers
+	svc, eps := cfg.Strategy.rule(n)
+	router, err := ladder.NewRouter(svc, eps, cfg.Strategy.Env, ladder.RouterConfig{})
+	if err != nil {
+		return nil, fmt.Errorf("strategy %q: %w: %w", cfg.Strategy.Name, ErrConfig, err)
+	}
+	keys, err := inventory.NewHasher(inventory.Algo(t.Config.Hash.Algo), t.Config.BlockSize, t.Config.Hash.Seed)
+	if err != nil {
+		return nil, fmt.Errorf("mirror keys: %w: %w", ErrConfig, err)
+	}
+	s := &sim{
+		tr: t, cfg: cfg, router: router,
+		workers: make([]worker, n),
+		reqs:    make([]reqState, len(t.Requests)),
+		views:   make([]ladder.EndpointView, len(eps)),
+		kvScore: cfg.Strategy.KVExact,
+	}
+	if cfg.Strategy.Shape == ShapePD {
+		s.session = ladder.NewSessionTable(ladder.SessionConfig{Shards: 1}).Shard(0)
+	}
+	for i := range s.workers {
+		e, err := engine.New(cfg.Fleet.Engine)
+		if err != nil {
+			return nil, fmt.Errorf("worker %d: %w: %w", i, ErrConfig, err)
+		}
+		m, err := inventory.NewMirror(inventory.MirrorConfig{
+			ID:     inventory.EndpointID{Service: cfg.Strategy.Name, EpIdx: i},
+			Keys:   keys,
+			Logger: zerolog.Nop(),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("worker %d mirror: %w: %w", i, ErrConfig, err)
+		}
+		s.workers[i] = worker{eng: e, mirror: m}
+	}
+	for i := range s.reqs {
+		s.reqs[i] = reqState{worker: -1, arrive: s.arrival(i), admit: notYet, first: notYet, end: notYet}
+	}
+	return s, nil
+}
+
+// arrival is request i's arrival offset at the run's rate.
+func (s *sim) arrival(i int) time.Duration {
+	return time.Duration(s.tr.Requests[i].UnitAt / s.cfg.Rate * float64(time.Second))
+}
+
+// run is the event loop: the earliest of the next arrival and every
+// worker's next engine event, engine events first on a tie (so a request
+// finishing exactly when another arrives has released its load), workers
+// by index.
+func (s *sim) run() error {
+	for {
+		wi := -1
+		var wt time.Duration
+		for i := range s.workers {
+			w := &s.workers[i]
+			if w.hasNext && (wi < 0 || w.next < wt) {
+				wi, wt = i, w.next
+			}
+		}
+		if s.nextArr < len(s.reqs) {
+			at := s.reqs[s.nextArr].arrive
+			if wi < 0 || at < wt {
+				if err := s.arrive(s.nextArr, epoch.Add(at)); err != nil {
+					return err
+				}
+				s.nextArr++
+				s.events++
+				continue
+			}
+		}
+		if wi < 0 {
+			break
+		}
+		if err := s.step(wi, epoch.Add(wt)); err != nil {
+			return err
+		}
+		s.events++
+	}
+	for i := range s.reqs {
+		if s.reqs[i].end == notYet {
+			return fmt.Errorf("request %d never finished: %w", i, ErrInvariant)
+		}
+	}
+	for i := range s.workers {
+		if c := s.workers[i].mirror.Contract(); c.Tripped {
+			return fmt.Errorf("worker %d mirror: hash contract tripped (%s: %s): %w", i, c.Reason, c.Detail, ErrInvariant)
+		}
+	}
+	return nil
+}
+
+// step advances worker wi to t and handles what changed.
+func (s *sim) step(wi int, t time.Time) error {
+	w := &s.workers[wi]
+	s.prog = w.eng.Advance(t, s.prog[:0])
+	now := t.Sub(epoch)
+	for k := range s.prog {
+		if err := s.progress(wi, now, &s.prog[k]); err != nil {
+			return err
+		}
+	}
+	return s.settle(wi)
+}
+
+// settle applies a worker's pending KV events to its mirror (the ZMQ feed,
+// delivered at once), checks the batch limit and refreshes its next event.
+func (s *sim) settle(wi int) error {
+	w := &s.workers[wi]
+	if w.eng.PendingEvents() > 0 {
+		s.evs = w.eng.TakeEvents(s.evs[:0])
+		w.mirror.Apply(&inventory.Batch{Events: s.evs})
+	}
+	st := w.eng.Stats()
+	if st.Running > s.cfg.Fleet.Engine.MaxNumSeqs {
+		return fmt.Errorf("worker %d runs %d requests, max-num-seqs is %d: %w", wi, st.Running, s.cfg.Fleet.Engine.MaxNumSeqs, ErrInvariant)
+	}
+	w.maxRunning = max(w.maxRunning, st.Running)
+	w.maxWaiting = max(w.maxWaiting, st.Waiting)
+	next, ok := w.eng.NextEventTime()
+	w.next, w.hasNext = next.Sub(epoch), ok
+	return nil
+}
+
+// progress records one engine Progress of worker wi at now.
+func (s *sim) progress(wi int, now time.Duration, p *engine.Progress) error {
+	w := &s.workers[wi]
+	if p.Ticket < 1 || int(p.Ticket) > len(w.tickets) {
+		return fmt.Errorf("worker %d reported unknown ticket %d: %w", wi, p.Ticket, ErrInvariant)
+	}
+	idx := int(w.tickets[p.Ticket-1])
+	r := &s.reqs[idx]
+	if p.Admitted && r.admit == notYet {
+		r.admit = p.AdmittedAt.Sub(epoch)
+		r.cached = int32(p.CachedTokens)
+	}
+	if !p.FirstTokenAt.IsZero() && r.first == notYet {
+		r.first = p.FirstTokenAt.Sub(epoch)
+		s.served(idx, wi, r)
+	}
+	if !p.Done {
+		return nil
+	}
+	switch {
+	case r.end != notYet:
+		return fmt.Errorf("request %d finished twice: %w", idx, ErrInvariant)
+	case p.Finish != engine.FinishLength:
+		return fmt.Errorf("request %d ended with %q: %w", idx, p.Finish, ErrInvariant)
+	case r.first == notYet:
+		return fmt.Errorf("request %d finished without a first token: %w", idx, ErrInvariant)
+	}
+	r.end = p.DoneAt.Sub(epoch)
+	s.setActive(w, now, w.active-1)
+	return nil
+}
+
+// served is the runtime's reaction to a successful (prefill) outcome:
+// pin the session (Tier 0) and teach the Tier-1 trie what was routed. For
+// the P/D shape the prefill leg succeeds at the first token.
+func (s *sim) served(idx, wi int, r *reqState) {
+	tr := &s.tr.Requests[idx]
+	at := epoch.Add(r.first)
+	if r.pin && s.session != nil {
+		s.session.Put(at, tr.SessionKey, ladder.Pin{Prefill: wi, Decode: s.cfg.Fleet.Workers})
+	}
+	s.router.Learn(tr.Prompt, wi)
+}
+
+// setActive changes a worker's in-flight count at now, integrating the old
+// value over the time it held.
+func (s *sim) setActive(w *worker, now time.Duration, v uint32) {
+	w.activeArea += float64(w.active) * float64(now-w.lastChange)
+	w.lastChange = now
+	w.active = v
+}
+
+// arrive routes request i at virtual time at and submits it.
+func (s *sim) arrive(i int, at time.Time) error {
+	tr := &s.tr.Requests[i]
+	r := &s.reqs[i]
+	n := len(s.workers)
+	for k := range s.workers {
+		w := &s.workers[k]
+		v := &s.views[k]
+		st := w.eng.Stats()
+		*v = ladder.EndpointView{
+			ActiveConns:      w.active,
+			QueuedRequests:   uint32(st.Waiting),
+			KVCapacityBlocks: uint32(s.cfg.Fleet.Engine.NumBlocks),
+			InventoryBlocks:  uint32(w.mirror.Len()),
+		}
+		if s.kvScore {
+			v.Overlap = uint32(w.mirror.Score(tr.Chain))
+		}
+	}
+	req := ladder.Request{
+		Prompt:     tr.Prompt,
+		PrefixHash: tr.PrefixHash, HasPrefixHash: true,
+		ConvHash: tr.ConvHash, HasConvHash: tr.HasConvHash,
+		KV: ladder.KVInput{PromptBlocks: uint32(len(tr.Chain)), PromptTokens: uint32(tr.PromptTokens)},
+	}
+	if s.session != nil && tr.SessionKey != "" {
+		req.SessionKey = tr.SessionKey
+		req.Session = s.session.Get(at, tr.SessionKey)
+	}
+	d, err := s.router.Decide(at, &req, &ladder.Snapshot{Endpoints: s.views})
+	if err != nil {
+		return fmt.Errorf("request %d: decide: %w: %w", i, ErrInvariant, err)
+	}
+	if d.EvictSession && s.session != nil {
+		s.session.Evict(tr.SessionKey)
+	}
+	ep := d.Prefill
+	if !d.Available() || ep < 0 || ep >= n {
+		return fmt.Errorf("request %d: decision %q names no worker: %w", i, d.String(), ErrInvariant)
+	}
+	w := &s.workers[ep]
+	tk, err := w.eng.Submit(at, engine.Request{
+		ID: strconv.Itoa(i), Tokens: tr.Tokens, MaxTokens: tr.OutputTokens, Digests: tr.Digests,
+	})
+	if err != nil {
+		if errors.Is(err, engine.ErrInvalidRequest) {
+			return fmt.Errorf("request %d does not fit the worker: %w: %w", i, ErrConfig, err)
+		}
+		return fmt.Errorf("request %d: submit: %w", i, err)
+	}
+	if int(tk) != len(w.tickets)+1 {
+		return fmt.Errorf("worker %d issued ticket %d after %d: %w", ep, tk, len(w.tickets), ErrInvariant)
+	}
+	w.tickets = append(w.tickets, int32(i))
+	r.worker, r.tier, r.flags, r.kv = int32(ep), d.Tier, d.Flags, d.KV
+	r.pin = d.PinSession
+	s.setActive(w, at.Sub(epoch), w.active+1)
+	// Submit admits at once when there is room: collect that Progress now
+	// so the admission time is the submission time.
+	s.prog = w.eng.Advance(at, s.prog[:0])
+	for k := range s.prog {
+		if err := s.progress(ep, at.Sub(epoch), &s.prog[k]); err != nil {
+			return err
+		}
+	}
+	return s.settle(ep)
+}
