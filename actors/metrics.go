@@ -43,7 +43,7 @@ type svcMetrics struct {
 	cbFlips, probeFlips                             []*metrics.Counter
 	cbState                                         []*metrics.Gauge
 	up                                              []*metrics.Gauge
-	trie                                            *metrics.Gauge
+	trie, sessions                                  *metrics.Gauge
 }
 
 func newSvcMetrics(set *metrics.Set, svcKey string, svc *Service) *svcMetrics {
@@ -72,13 +72,9 @@ func newSvcMetrics(set *metrics.Set, svcKey string, svc *Service) *svcMetrics {
 		m.up[i] = m.gauge(mEndpointUp, ep, nil)
 		m.up[i].Set(1)
 	}
-	m.gauge(mSessionsActive, "", func() float64 {
-		var total int64
-		for i := range svc.sessionLen {
-			total += svc.sessionLen[i].Load()
-		}
-		return float64(total)
-	})
+	// Plain gauges, set by housekeeping: a gauge with a callback would keep
+	// pointing at the first service to register the name after a replace.
+	m.sessions = m.gauge(mSessionsActive, "", nil)
 	m.trie = m.gauge(mTrieNodes, "", nil)
 	return m
 }
@@ -103,7 +99,9 @@ func (m *svcMetrics) gauge(base, extra string, f func() float64) *metrics.Gauge 
 	return m.set.GetOrCreateGauge(m.name(base, extra), f)
 }
 
-// unregister removes the service's series (the service stopped).
+// unregister removes the service's series (the rule was deleted). A
+// service replaced by a successor with the same key keeps them: the
+// successor gets the same series back from the set, so counters carry on.
 func (m *svcMetrics) unregister() {
 	if m == nil {
 		return
@@ -181,6 +179,12 @@ func (m *svcMetrics) probeFlip(ep int, up bool) {
 		v = 1
 	}
 	m.up[ep].Set(v)
+}
+
+func (m *svcMetrics) sessionsActive(n int64) {
+	if m != nil {
+		m.sessions.Set(float64(n))
+	}
 }
 
 func (m *svcMetrics) trieNodes(t *ladder.Trie) {

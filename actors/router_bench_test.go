@@ -25,7 +25,7 @@ func BenchmarkRouteRoundTrip(b *testing.B) {
 			cfg := *pdConfig(min(n, 31), 1, benchEnv())
 			cfg.KV = KVConfig{Keys: th, StartFeed: hub.start}
 			cfg.DecisionTimeout = 50 * time.Millisecond
-			svc, err := sys.Start(cfg)
+			svc, err := sys.Start(cfg, nil)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -26,6 +26,10 @@ type System struct {
 	set     *metrics.Set
 	disp    *workerDispatcher
 	nextSvc atomic.Uint64
+	// nextID numbers requests across every service of the process, so a
+	// ticket issued by a replaced service can never be mistaken for one of
+	// its successor's (late Report/Finish calls are simply stale).
+	nextID atomic.Uint64
 }
 
 // NewSystem starts the actor runtime. set receives the runtime's metrics;
@@ -76,7 +80,6 @@ type Service struct {
 	// owned by its inventory actor, kept here across its restarts.
 	mirrors [][]*inventory.Mirror
 
-	nextID  atomic.Uint64
 	gen     atomic.Uint64
 	started atomic.Bool
 	stopped atomic.Bool
@@ -87,8 +90,13 @@ type Service struct {
 }
 
 // Start validates cfg and starts its service. cfg.Spec.StartedAt is set to
-// now when zero (the KV warmup guard counts from it).
-func (s *System) Start(cfg ServiceConfig) (*Service, error) {
+// now when zero (the KV warmup guard counts from it). warm, when not nil, is
+// what a replaced service with the same key handed over (see Handover):
+// mirrors of endpoints that keep their index, address, feed and hasher are
+// reused warm, and Tier-0 pins between endpoints that stay are kept; the
+// rest is released.
+func (s *System) Start(cfg ServiceConfig, warm *Warm) (*Service, error) {
+	defer warm.release()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("actors: service %q: %w", cfg.Key, err)
 	}
@@ -108,7 +116,7 @@ func (s *System) Start(cfg ServiceConfig) (*Service, error) {
 		endpoints:   make([]*actor.PID, n),
 		breakers:    make([]*actor.PID, n),
 		inventories: make([]*actor.PID, n),
-		sessions:    ladder.NewSessionTable(cfg.Sessions),
+		sessions:    warm.takeSessions(&cfg),
 		done:        make(chan struct{}),
 	}
 	svc.metrics = newSvcMetrics(s.set, cfg.Key, svc)
@@ -129,7 +137,7 @@ func (s *System) Start(cfg ServiceConfig) (*Service, error) {
 			svc.inventories[i] = pid(fmt.Sprintf("inv-%d", i))
 		}
 	}
-	if err := svc.buildMirrors(); err != nil {
+	if err := svc.buildMirrors(warm); err != nil {
 		return nil, fmt.Errorf("actors: service %q: %w", cfg.Key, err)
 	}
 	svc.shards = make([]*actor.PID, svc.sessions.NumShards())
@@ -176,6 +184,11 @@ func (svc *Service) housekeeping() {
 				svc.root.Send(p, sweepTick{})
 			}
 			svc.root.Send(svc.router, sweepTick{})
+			var n int64
+			for i := range svc.sessionLen {
+				n += svc.sessionLen[i].Load()
+			}
+			svc.metrics.sessionsActive(n)
 		}
 	}
 }
@@ -184,8 +197,38 @@ func (svc *Service) housekeeping() {
 func (svc *Service) Config() ServiceConfig { return svc.cfg }
 
 // Stop stops every actor of the service and waits for them (bounded by
-// ctx). Requests still waiting in Route get ErrStopped.
+// ctx), then releases its mirrors and metric series: the rule is gone.
+// Requests still waiting in Route get ErrStopped.
 func (svc *Service) Stop(ctx context.Context) error {
+	err := svc.halt(ctx)
+	svc.metrics.unregister()
+	svc.closeMirrors()
+	return err
+}
+
+// Handover stops the service like Stop but keeps what a successor with the
+// same key can reuse — its mirrors, session table and metric series — and
+// returns it for System.Start. The actors (and so the KV feeds) are fully
+// stopped when it returns, so the successor's feeds never overlap them.
+func (svc *Service) Handover(ctx context.Context) (*Warm, error) {
+	if err := svc.halt(ctx); err != nil {
+		svc.closeMirrors()
+		return nil, err
+	}
+	w := &Warm{keys: svc.cfg.KV.Keys, sessions: svc.sessions, sessCfg: svc.cfg.Sessions}
+	for i := range svc.cfg.Endpoints {
+		w.addrs = append(w.addrs, endpointAddr(&svc.cfg.Endpoints[i]))
+	}
+	w.mirrors = svc.mirrors
+	w.feeds = make([][]FeedConfig, len(svc.cfg.Endpoints))
+	for i := range svc.cfg.Endpoints {
+		w.feeds[i] = svc.cfg.Endpoints[i].Feeds
+	}
+	return w, nil
+}
+
+// halt stops the actors and waits for them.
+func (svc *Service) halt(ctx context.Context) error {
 	if svc.stopped.Swap(true) {
 		return nil
 	}
@@ -196,15 +239,12 @@ func (svc *Service) Stop(ctx context.Context) error {
 	go func() { errc <- f.Wait() }()
 	select {
 	case err := <-errc:
-		svc.metrics.unregister()
-		svc.closeMirrors()
 		svc.log.Info().Msg("service stopped")
 		if err != nil && !errors.Is(err, actor.ErrTimeout) {
 			return err
 		}
 		return nil
 	case <-ctx.Done():
-		svc.metrics.unregister()
 		return fmt.Errorf("actors: stop %q: %w", svc.cfg.Key, ctx.Err())
 	}
 }
@@ -214,7 +254,7 @@ func (svc *Service) Route(ctx context.Context, rr *RouteRequest) (Route, error) 
 	if svc.stopped.Load() {
 		return Route{}, ErrStopped
 	}
-	id := svc.nextID.Add(1)
+	id := svc.sys.nextID.Add(1)
 	reply := svc.replies.Get().(chan routeReply)
 	svc.root.Send(svc.router, &routeMsg{id: id, rr: rr, reply: reply})
 	timer := time.NewTimer(svc.cfg.RouteTimeout)
@@ -367,15 +407,20 @@ func (s *supervisorActor) spawnAll(ctx actor.Context) error {
 	return errors.Join(errs...)
 }
 
-// buildMirrors creates the per-rank mirrors of every endpoint with an
-// inventory actor.
-func (svc *Service) buildMirrors() error {
+// buildMirrors creates (or takes over from warm) the per-rank mirrors of
+// every endpoint with an inventory actor.
+func (svc *Service) buildMirrors(warm *Warm) error {
 	svc.mirrors = make([][]*inventory.Mirror, len(svc.cfg.Endpoints))
 	for i, pid := range svc.inventories {
 		if pid == nil {
 			continue
 		}
-		for _, fc := range svc.cfg.Endpoints[i].Feeds {
+		ep := &svc.cfg.Endpoints[i]
+		for _, fc := range ep.Feeds {
+			if m := warm.takeMirror(i, ep, fc, svc.cfg.KV.Keys); m != nil {
+				svc.mirrors[i] = append(svc.mirrors[i], m)
+				continue
+			}
 			m, err := inventory.NewMirror(inventory.MirrorConfig{
 				ID:        inventory.EndpointID{Service: svc.cfg.Key, EpIdx: i, Rank: fc.Rank},
 				Keys:      svc.cfg.KV.Keys,

@@ -75,7 +75,7 @@ func newTestSystem(t *testing.T) *System {
 
 func startService(t *testing.T, sys *System, cfg ServiceConfig) *Service {
 	t.Helper()
-	svc, err := sys.Start(cfg)
+	svc, err := sys.Start(cfg, nil)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -370,7 +370,7 @@ func TestService_StopAnswersWaitersAndRefusesNewWork(t *testing.T) {
 	cfg := *pdConfig(1, 1, admissionEnv(1, 8, 0))
 	cfg.Spec.KVExactMode = ladder.KVOff
 	cfg.Endpoints[0].Feeds = nil
-	svc, err := sys.Start(cfg)
+	svc, err := sys.Start(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,4 +401,75 @@ func benchEnv() ladder.Env {
 	env := ladder.DefaultEnv()
 	env.ColdStartSeedN = 0
 	return env
+}
+
+func TestService_HandoverKeepsWarmInventoryAndSessions(t *testing.T) {
+	sys := newTestSystem(t)
+	hub := newFeedHub()
+	cfg, th := kvPD(t, hub, 3, 1)
+	old, err := sys.Start(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := tokens(64, 500)
+	chain := th.AppendBlockKeys(nil, prompt, inventory.ExtraKeys{})
+	hub.publish(t, 1, &inventory.Batch{Events: []inventory.Event{{
+		Kind: inventory.EventBlockStored, BlockHashes: []uint64{1, 2, 3, 4}, TokenIDs: prompt, BlockSize: 16,
+	}}})
+	kv := func() *RouteRequest {
+		r := &RouteRequest{Chain: chain}
+		r.Req.KV.PromptBlocks = uint32(len(chain))
+		return r
+	}
+	eventually(t, 2*time.Second, "old service routes to endpoint 1", func() bool {
+		rt := route(t, old, kv())
+		old.Finish(rt.Ticket, Result{OK: true})
+		return rt.Decision.Prefill == 1
+	})
+	sess := &RouteRequest{}
+	sess.Req.SessionKey = "chat-9"
+	pinned := route(t, old, sess)
+	old.Finish(pinned.Ticket, Result{OK: true})
+	eventually(t, time.Second, "pin stored", func() bool {
+		st, _ := old.Status(time.Second)
+		return st.Sessions == 1
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	warm, err := old.Handover(ctx)
+	if err != nil {
+		t.Fatalf("Handover: %v", err)
+	}
+	// The replacement changes a tuning knob only.
+	cfg.Spec.CacheThresholdPct = 40
+	nu := startServiceWarm(t, sys, cfg, warm)
+	rt := route(t, nu, kv())
+	if rt.Decision.Tier != ladder.Tier15 || rt.Decision.Prefill != 1 {
+		t.Fatalf("first decision after replace: %s; want tier 1.5 on 1 (warm inventory)", rt.Decision.String())
+	}
+	nu.Finish(rt.Ticket, Result{OK: true})
+	sess = &RouteRequest{}
+	sess.Req.SessionKey = "chat-9"
+	again := route(t, nu, sess)
+	if again.Decision.Tier != ladder.Tier0 || again.Decision.Prefill != pinned.Decision.Prefill {
+		t.Fatalf("session after replace: %s; want tier 0 on %d", again.Decision.String(), pinned.Decision.Prefill)
+	}
+	nu.Finish(again.Ticket, Result{OK: true})
+	// A late Finish for the old service's ticket is stale for the new one.
+	nu.Finish(pinned.Ticket, Result{OK: true})
+}
+
+func startServiceWarm(t *testing.T, sys *System, cfg ServiceConfig, warm *Warm) *Service {
+	t.Helper()
+	svc, err := sys.Start(cfg, warm)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = svc.Stop(ctx)
+	})
+	return svc
 }

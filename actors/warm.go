@@ -1,0 +1,81 @@
+package actors
+
+import (
+	"net"
+	"strconv"
+
+	"github.com/llbproject/llb/inventory"
+	"github.com/llbproject/llb/ladder"
+)
+
+// Warm is the state a replaced service hands to its successor (same rule
+// key): the per-endpoint mirrors and the Tier-0 session table. A nil *Warm
+// is valid and means "start cold".
+//
+// What is reused: a mirror when the endpoint keeps its index, address and
+// feed and the rule keeps its chain hasher (the same inventory.ChainHasher
+// value; the runtime reuses it while the hash settings are unchanged); the
+// session table when its sizing and TTL are unchanged, minus every pin that
+// names an endpoint index whose address changed or disappeared. Everything
+// else is released by Start.
+type Warm struct {
+	keys     inventory.ChainHasher
+	addrs    []string
+	feeds    [][]FeedConfig
+	mirrors  [][]*inventory.Mirror
+	sessions *ladder.SessionTable
+	sessCfg  ladder.SessionConfig
+}
+
+func endpointAddr(ep *EndpointConfig) string {
+	return net.JoinHostPort(ep.Host, strconv.Itoa(ep.Port))
+}
+
+// takeMirror returns the warm mirror for endpoint i's feed fc, or nil.
+func (w *Warm) takeMirror(i int, ep *EndpointConfig, fc FeedConfig, keys inventory.ChainHasher) *inventory.Mirror {
+	if w == nil || keys == nil || w.keys != keys || i >= len(w.addrs) || w.addrs[i] != endpointAddr(ep) {
+		return nil
+	}
+	for r, old := range w.feeds[i] {
+		if old == fc && r < len(w.mirrors[i]) && w.mirrors[i][r] != nil {
+			m := w.mirrors[i][r]
+			w.mirrors[i][r] = nil
+			return m
+		}
+	}
+	return nil
+}
+
+// takeSessions returns the warm session table adjusted to cfg's endpoints,
+// or a new table.
+func (w *Warm) takeSessions(cfg *ServiceConfig) *ladder.SessionTable {
+	if w == nil || w.sessions == nil || w.sessCfg != cfg.Sessions {
+		return ladder.NewSessionTable(cfg.Sessions)
+	}
+	t := w.sessions
+	w.sessions = nil
+	for i, addr := range w.addrs {
+		if i < len(cfg.Endpoints) && endpointAddr(&cfg.Endpoints[i]) == addr {
+			continue
+		}
+		for s := 0; s < t.NumShards(); s++ {
+			t.Shard(s).EvictEndpoint(i)
+		}
+	}
+	return t
+}
+
+// release closes every mirror nobody took.
+func (w *Warm) release() {
+	if w == nil {
+		return
+	}
+	for _, ms := range w.mirrors {
+		for i, m := range ms {
+			if m != nil {
+				m.Close()
+				ms[i] = nil
+			}
+		}
+	}
+}
