@@ -101,6 +101,9 @@ serves fullproxy rules only.
 				return err
 			}
 			if o.dryRun {
+				if !json.Valid(body) {
+					return usagef("-f %s: the file is not valid JSON", o.file)
+				}
 				return writeJSON(a.stdout, body)
 			}
 			return a.postRule(body)

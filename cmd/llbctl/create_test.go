@@ -197,6 +197,7 @@ func TestCreate_BadCommandLinesAreUsageErrors(t *testing.T) {
 		{"file_with_flags", []string{"-f", "rule.json", "--tcp=80:80"}, []string{"-f posts the file as-is; drop --tcp"}},
 		{"file_with_external_ip", []string{"10.0.0.1", "-f", "rule.json"}, []string{"-f posts the file as-is; drop the externalIP argument"}},
 		{"missing_file", []string{"-f", "/nonexistent/rule.json"}, []string{"-f: open /nonexistent/rule.json"}},
+		{"dry_run_of_a_file_that_is_not_json", []string{"-f", "-"}, []string{"-f -: the file is not valid JSON"}},
 		{"unknown_flag", []string{"10.0.0.1", "--tcp=80:80", "--pd-disag"}, []string{"unknown flag: --pd-disag"}},
 		{"flag_type", []string{"10.0.0.1", "--tcp=80:80", "--kv-exact-mode=one", "--endpoints=10.0.0.2:1"}, []string{"--kv-exact-mode"}},
 	}
