@@ -75,8 +75,8 @@ func (a *routerActor) Receive(ctx actor.Context) {
 	case sweepTick:
 		a.svc.metrics.trieNodes(c.lad.Trie())
 	case *actor.Started:
-		// A fresh core (first start or restart): children push their state.
-		if a.svc.started.Load() {
+		// A restarted router has a fresh core: children push their state.
+		if a.svc.routerRuns.Load() > 1 {
 			a.resync(ctx)
 		}
 	case *actor.Restarting:

@@ -81,7 +81,9 @@ type Service struct {
 	mirrors [][]*inventory.Mirror
 
 	gen     atomic.Uint64
-	started atomic.Bool
+	// routerRuns counts router actor incarnations: every one after the
+	// first is a restart, which resyncs the children.
+	routerRuns atomic.Uint64
 	stopped atomic.Bool
 
 	replies sync.Pool // of chan routeReply
@@ -166,7 +168,6 @@ func (s *System) Start(cfg ServiceConfig, warm *Warm) (*Service, error) {
 		s.as.Root.Stop(svc.supervisor)
 		return nil, fmt.Errorf("actors: service %q: children did not start", cfg.Key)
 	}
-	svc.started.Store(true)
 	svc.sweep = time.NewTicker(time.Second)
 	go svc.housekeeping()
 	svc.log.Info().Int(logfield.Endpoints, n).Msg("service started")
@@ -383,6 +384,7 @@ func (s *supervisorActor) spawnAll(ctx actor.Context) error {
 	}
 	var errs []error
 	errs = append(errs, spawn("router", func() actor.Actor {
+		svc.routerRuns.Add(1)
 		a, err := newRouterActor(svc)
 		if err != nil {
 			// Start validated the rule with the same inputs; this cannot

@@ -89,6 +89,7 @@ func (x *exchange) appendRoute(b []byte, addrs []string) []byte {
 // record writes the access-log line and the per-request metrics.
 func (h *Handler) record(r *http.Request, x *exchange) {
 	dur := time.Since(x.start)
+	h.bytesOut.Add(x.bytes)
 	m := h.met
 	m.status(x.status)
 	if x.api == "completion" || x.api == "chat" {

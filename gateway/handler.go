@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -68,6 +69,23 @@ type Handler struct {
 	// inflight counts ServeHTTP calls in progress (Listener.Shutdown waits
 	// for them so no Report/Finish follows a stop).
 	inflight sync.WaitGroup
+	// counters feed Stats (the REST …/stats view).
+	total, active     atomic.Int64
+	bytesIn, bytesOut atomic.Int64
+}
+
+// HandlerStats are a handler's request counters since it was built.
+type HandlerStats struct {
+	// Total counts requests received; Active those in progress.
+	Total, Active int64
+	// BytesIn counts request body bytes declared by clients; BytesOut the
+	// response body bytes written to them.
+	BytesIn, BytesOut int64
+}
+
+// Stats returns the handler's counters.
+func (h *Handler) Stats() HandlerStats {
+	return HandlerStats{Total: h.total.Load(), Active: h.active.Load(), BytesIn: h.bytesIn.Load(), BytesOut: h.bytesOut.Load()}
 }
 
 // copyBufSize is the relay buffer size (one per active response).
@@ -132,6 +150,12 @@ func (h *Handler) Metrics() *Metrics { return h.met }
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.inflight.Add(1)
 	defer h.inflight.Done()
+	h.total.Add(1)
+	h.active.Add(1)
+	defer h.active.Add(-1)
+	if r.ContentLength > 0 {
+		h.bytesIn.Add(r.ContentLength)
+	}
 	x := exchange{start: time.Now(), prefillEP: -1, decodeEP: -1}
 	defer func() {
 		// Only a panic (a bug) leaves a ticket open here: release it so the

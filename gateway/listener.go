@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,14 +34,15 @@ var ErrBind = errors.New("gateway: cannot listen")
 // Lifecycle: NewListener → Start (once) → Shutdown or Close (once; later
 // calls return the first result). Safe for concurrent use.
 type Listener struct {
-	h      *Handler
+	h      atomic.Pointer[Handler] // the handler new requests get
 	addr   netip.AddrPort
 	srv    *http.Server
 	base   context.Context
 	cancel context.CancelFunc
 
-	mu      sync.Mutex // guards ln, started, serveErr
+	mu      sync.Mutex // guards ln, started, serveErr, retired
 	ln      net.Listener
+	retired []*Handler // replaced handlers that may still be serving
 	started bool
 	done    chan struct{} // closed when Serve returned
 	served  error
@@ -55,24 +57,42 @@ func NewListener(cfg RuleConfig, deps Deps) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newListener(h), nil
+}
+
+// newListener builds an unbound listener serving h on h's VIP:port.
+func newListener(h *Handler) *Listener {
 	base, cancel := context.WithCancel(context.Background())
-	l := &Listener{h: h, addr: netip.AddrPortFrom(cfg.VIP, cfg.Port), base: base, cancel: cancel, done: make(chan struct{})}
+	l := &Listener{addr: netip.AddrPortFrom(h.cfg.VIP, h.cfg.Port), base: base, cancel: cancel, done: make(chan struct{})}
+	l.h.Store(h)
 	var protos http.Protocols
 	protos.SetHTTP1(true)
 	protos.SetUnencryptedHTTP2(true)
 	l.srv = &http.Server{
-		Handler:           h,
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { l.h.Load().ServeHTTP(w, r) }),
 		Protocols:         &protos,
 		ReadHeaderTimeout: DefaultReadHeaderTimeout,
 		IdleTimeout:       DefaultIdleTimeout,
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ErrorLog:          log.New(h.log, "", 0),
 	}
-	return l, nil
+	return l
 }
 
-// Handler returns the rule's handler.
-func (l *Listener) Handler() *Handler { return l.h }
+// Handler returns the handler new requests get.
+func (l *Listener) Handler() *Handler { return l.h.Load() }
+
+// Swap makes h serve every request accepted from now on (a rule replace
+// with a new configuration, on the same VIP:port) and returns the handler
+// it replaces. Requests already inside the old handler finish there; wait
+// for them with old.Drain before releasing what the old handler uses.
+func (l *Listener) Swap(h *Handler) (old *Handler) {
+	old = l.h.Swap(h)
+	l.mu.Lock()
+	l.retired = append(l.retired, old)
+	l.mu.Unlock()
+	return old
+}
 
 // Start binds VIP:port and serves in the background. A bind failure is
 // returned (wrapping ErrBind and the OS error) and leaves nothing running.
@@ -148,15 +168,31 @@ const CutGrace = 5 * time.Second
 // waitHandlers waits up to CutGrace for every handler to return, so no
 // Report or Finish reaches the router after Shutdown/Close returned.
 func (l *Listener) waitHandlers() {
+	l.mu.Lock()
+	hs := append([]*Handler{l.h.Load()}, l.retired...)
+	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), CutGrace)
+	defer cancel()
+	for _, h := range hs {
+		if err := h.Drain(ctx); err != nil {
+			h.log.Warn().Dur("grace", CutGrace).Msg("handlers still running after shutdown")
+		}
+		if h.ownRT != nil {
+			h.ownRT.CloseIdleConnections()
+		}
+	}
+}
+
+// Drain waits until no request is inside h (or ctx ends, returning its
+// error). New requests may still enter h unless it was swapped out.
+func (h *Handler) Drain(ctx context.Context) error {
 	done := make(chan struct{})
-	go func() { l.h.inflight.Wait(); close(done) }()
+	go func() { h.inflight.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(CutGrace):
-		l.h.log.Warn().Dur("grace", CutGrace).Msg("handlers still running after shutdown")
-	}
-	if l.h.ownRT != nil {
-		l.h.ownRT.CloseIdleConnections()
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -44,6 +44,9 @@ type config struct {
 	BodyLimit int64
 	// ShowVersion prints the version and exits.
 	ShowVersion bool
+	// NoDataPlane runs the control plane alone: rules are validated,
+	// persisted and listed, nothing is served (staging, tests).
+	NoDataPlane bool
 }
 
 // flagSpec ties a flag to its environment variable.
@@ -92,6 +95,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		{"log-format", "LLB_LOG_FORMAT", "json, console or auto (console when stderr is a terminal)"},
 		{"drain-timeout", "LLB_DRAIN_TIMEOUT", "how long SIGTERM/SIGINT waits for in-flight requests"},
 		{"body-limit", "LLB_BODY_LIMIT", "largest REST request body, in bytes"},
+		{"no-data-plane", "LLB_NO_DATA_PLANE", "run the REST control plane only: rules are stored and listed, no traffic is served"},
 	}
 	usage := func(name string) string {
 		for _, s := range specs {
@@ -111,6 +115,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", 15*time.Second, usage("drain-timeout"))
 	fs.Int64Var(&bodyLimit, "body-limit", restapi.DefaultBodyLimit, usage("body-limit"))
 	fs.BoolVar(&cfg.ShowVersion, "version", false, "print the version and exit")
+	fs.BoolVar(&cfg.NoDataPlane, "no-data-plane", false, usage("no-data-plane"))
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stderr, "Usage: llbd [flags]\n\nllbd is an LLM-aware L7 load balancer with LoxiLB's REST API.\n\nFlags:\n")

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -64,25 +66,61 @@ type daemon struct {
 	done chan error
 }
 
+// buildDaemon builds the llbd binary once per test binary and returns its
+// path (a cgo build takes a while; every e2e test shares it).
 func buildDaemon(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "llbd")
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	daemonBuild.once.Do(func() {
+		dir, err := os.MkdirTemp("", "llbd-e2e-")
+		if err != nil {
+			daemonBuild.err = err
+			return
+		}
+		daemonBuild.dir = dir
+		bin := filepath.Join(dir, "llbd")
+		goTool, err := exec.LookPath("go")
+		if err != nil {
+			goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+		}
+		if out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+			daemonBuild.err = fmt.Errorf("go build: %v\n%s", err, out)
+			return
+		}
+		daemonBuild.bin = bin
+	})
+	if daemonBuild.err != nil {
+		t.Fatal(daemonBuild.err)
 	}
-	cmd := exec.Command(goTool, "build", "-o", bin, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	return daemonBuild.bin
+}
+
+// daemonBuild is the shared llbd binary; TestMain removes its directory.
+var daemonBuild struct {
+	once     sync.Once
+	bin, dir string
+	err      error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if daemonBuild.dir != "" {
+		_ = os.RemoveAll(daemonBuild.dir)
 	}
-	return bin
+	os.Exit(code)
 }
 
 // startDaemon starts bin and waits until it accepts configuration writes.
 func startDaemon(t *testing.T, bin string, args ...string) *daemon {
 	t.Helper()
+	return startDaemonEnv(t, bin, nil, args...)
+}
+
+// startDaemonEnv is startDaemon with extra environment variables (K=V).
+func startDaemonEnv(t *testing.T, bin string, env []string, args ...string) *daemon {
+	t.Helper()
 	d := &daemon{t: t, log: newLogWatch(), done: make(chan error, 1)}
 	d.cmd = exec.Command(bin, args...)
+	d.cmd.Env = append(os.Environ(), env...)
 	stderr, err := d.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +205,10 @@ func (d *daemon) rules() []map[string]any {
 func TestE2E_Daemon(t *testing.T) {
 	bin := buildDaemon(t)
 	state := t.TempDir()
-	args := []string{"--listen", "127.0.0.1:0", "--state-dir", state, "--log-format", "json"}
+	// The control plane alone: endpoint states stay "inactive" whatever
+	// probes would find, and the examples' ports 2020/2021 stay free. The
+	// data plane's end-to-end tests start real workers (dataplane_e2e_test.go).
+	args := []string{"--listen", "127.0.0.1:0", "--state-dir", state, "--log-format", "json", "--no-data-plane"}
 
 	d := startDaemon(t, bin, args...)
 	for _, body := range []string{curlPD, curlCHWBL} {

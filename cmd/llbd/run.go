@@ -11,11 +11,15 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strings"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
 
+	"github.com/llbproject/llb/actors"
+	"github.com/llbproject/llb/gateway"
 	"github.com/llbproject/llb/internal/logfield"
+	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/restapi"
 )
 
@@ -76,11 +80,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	set := metrics.NewSet()
-	rt, closeRuntime, err := newRuntime(log)
+	rt, closeRuntime, err := newRuntime(base, set, getenv, cfg.NoDataPlane)
 	if err != nil {
 		return err
 	}
-	defer closeRuntime()
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
+		defer cancel()
+		closeRuntime(dctx)
+	}()
 	srv, err := restapi.New(restapi.Config{
 		Logger:         base, // restapi adds its own component field
 		Metrics:        set,
@@ -140,14 +148,64 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return nil
 }
 
-// newRuntime builds the data plane the REST API hands rules to. The actors
-// and gateway data plane is not wired yet, so llbd runs with
-// restapi.NoDataPlane and says so; the real runtime (and --demo's simulated
-// fleet) plug in here.
-func newRuntime(log zerolog.Logger) (restapi.Runtime, func(), error) {
-	log.Warn().Msg("no data plane attached: rules are validated, persisted and listed, but no traffic is served and every endpoint reports inactive")
-	return restapi.NewNoDataPlane(), func() {}, nil
+// newRuntime builds the data plane the REST API hands rules to: the actor
+// runtime and the gateway listeners, configured from the routing
+// environment (read once, here). With noDataPlane it returns
+// restapi.NoDataPlane instead and says so. The returned func drains and
+// stops every rule.
+func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) string, noDataPlane bool) (restapi.Runtime, func(context.Context), error) {
+	log := base.With().Str(logfield.Component, "llbd").Logger()
+	if noDataPlane {
+		log.Warn().Msg("--no-data-plane: rules are validated, persisted and listed, but no traffic is served and every endpoint reports inactive")
+		return restapi.NewNoDataPlane(), func(context.Context) {}, nil
+	}
+	env, warnings, err := ladder.ParseEnv(getenv)
+	if err != nil {
+		return nil, nil, usagef("routing environment: %v", err)
+	}
+	for _, w := range warnings {
+		log.Warn().Msg(w)
+	}
+	prefill, err := gateway.PrefillTimeoutFromEnv(func(k string) (string, bool) { v := getenv(k); return v, v != "" })
+	if err != nil {
+		return nil, nil, usagef("%v", err)
+	}
+	seed := getenv(envNoneHashSeed)
+	if seed == "" {
+		seed = defaultNoneHashSeed
+	}
+	sys := actors.NewSystem(base.With().Str(logfield.Component, "actors").Logger(), set)
+	rt, err := gateway.NewRuntime(gateway.RuntimeConfig{System: sys, Log: base, Metrics: set})
+	if err != nil {
+		sys.Shutdown()
+		return nil, nil, err
+	}
+	dp := &dataPlane{
+		rt:       rt,
+		unserved: make(map[restapi.RuleKey]string),
+		defaults: ruleDefaults{Env: env, NoneHashSeed: seed, PrefillTimeout: prefill, ProbePeriod: defaultProbePeriod},
+	}
+	log.Info().Str("kv_lb_mode", env.LBMode.String()).Msg("data plane ready")
+	return dp, func(ctx context.Context) {
+		if err := rt.Close(ctx); err != nil {
+			log.Warn().Err(err).Msg("data plane stopped with errors")
+		}
+		sys.Shutdown()
+	}, nil
 }
+
+const (
+	// envNoneHashSeed is the workers' PYTHONHASHSEED, used when a rule has
+	// no kvNoneHashSeed.
+	envNoneHashSeed = "LLB_KV_NONE_HASH_SEED"
+	// defaultNoneHashSeed is used when LLB_KV_NONE_HASH_SEED is unset: "0",
+	// the value the vLLM/llm-d deployment guides set.
+	defaultNoneHashSeed = "0"
+	// defaultProbePeriod is the probe period of rules without probeTimeout.
+	// LoxiLB's 60 s lets a dead GPU worker take traffic for a minute; llb
+	// probes mode:4 endpoints every 5 s unless the rule says otherwise.
+	defaultProbePeriod = 5 * time.Second
+)
 
 // warnExposure warns loudly when the REST API is reachable beyond loopback
 // without a token, or sends a token in the clear beyond loopback.

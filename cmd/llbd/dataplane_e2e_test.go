@@ -1,0 +1,319 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llbproject/llb/simulate/engine"
+	"github.com/llbproject/llb/simulate/fleet"
+	"github.com/llbproject/llb/simulate/worker"
+)
+
+// End-to-end tests of the data plane: the real llbd binary in front of
+// simulated vLLM workers (real HTTP, real ZMQ KV events).
+
+// workerCfg is a simulated worker on 127.0.0.1:port whose latency model
+// runs at scale × an H100's; kvPort 0 turns KV events off.
+func workerCfg(name string, port int, role engine.Role, kvPort int, scale float64) worker.Config {
+	c := worker.DefaultConfig()
+	c.Name, c.HTTPPort = name, port
+	c.KVEvents, c.KVPort = kvPort != 0, kvPort
+	c.Engine.Role = role
+	c.Engine.Latency.TimeScale = scale
+	return c
+}
+
+// ruleJSON is a mode:4 rule on vip:port over a fleet's endpoints.
+func ruleJSON(t *testing.T, f *fleet.Fleet, vip string, port int, extra map[string]any) string {
+	t.Helper()
+	frag := f.Rule()
+	sa := map[string]any{
+		"externalIP": vip, "port": port, "protocol": "tcp", "mode": 4,
+		"kvBlockSize": frag.KVBlockSize, "kvHashAlgo": frag.KVHashAlgo,
+	}
+	if frag.KVZmqPort != 0 {
+		sa["kvZmqPort"] = frag.KVZmqPort
+	}
+	if frag.KVNoneHashSeed != nil {
+		sa["kvNoneHashSeed"] = *frag.KVNoneHashSeed
+	}
+	if frag.PDDisaggMode {
+		sa["pd_disagg_mode"] = true
+	}
+	for k, v := range extra {
+		sa[k] = v
+	}
+	b, err := json.Marshal(map[string]any{"serviceArguments": sa, "endpoints": frag.Endpoints})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func startWorker(t *testing.T, cfg worker.Config) *worker.Worker {
+	t.Helper()
+	w, err := worker.Start(cfg)
+	if err != nil {
+		t.Fatalf("worker %s: %v", cfg.Name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = w.Stop(ctx)
+	})
+	return w
+}
+
+// startDataPlane starts llbd with its data plane and the given routing env.
+func startDataPlane(t *testing.T, env ...string) *daemon {
+	t.Helper()
+	bin := buildDaemon(t)
+	args := []string{"--listen", "127.0.0.1:0", "--state-dir", t.TempDir(), "--log-format", "json", "--log-level", "debug"}
+	return startDaemonEnv(t, bin, env, args...)
+}
+
+// post creates a rule and fails the test on anything but 200.
+func (d *daemon) post(body string) {
+	d.t.Helper()
+	if code, resp := d.do(http.MethodPost, "/netlox/v1/config/loadbalancer", body); code != 200 {
+		d.t.Fatalf("POST rule: %d %s", code, resp)
+	}
+}
+
+// waitActive waits until every endpoint of the rule on port reports active.
+func (d *daemon) waitActive(port int) {
+	d.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		all := true
+		found := false
+		for _, r := range d.rules() {
+			sa := r["serviceArguments"].(map[string]any)
+			if int(sa["port"].(float64)) != port {
+				continue
+			}
+			found = true
+			for _, ep := range r["endpoints"].([]any) {
+				if ep.(map[string]any)["state"] != "active" {
+					all = false
+				}
+			}
+		}
+		if found && all {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	d.t.Fatalf("rule on port %d never became active; rules: %v\nlog:\n%s", port, d.rules(), d.log.text())
+}
+
+var routeRE = regexp.MustCompile(`tier=(\S+).* prefill=(-?\d+) decode=(-?\d+)`)
+
+// routeOf parses X-Llb-Route: tier, prefill, decode.
+func routeOf(t *testing.T, h http.Header) (tier string, prefill, decode int) {
+	t.Helper()
+	v := h.Get("X-Llb-Route")
+	m := routeRE.FindStringSubmatch(v)
+	if m == nil {
+		t.Fatalf("X-Llb-Route %q does not parse", v)
+	}
+	p, _ := strconv.Atoi(m[2])
+	dd, _ := strconv.Atoi(m[3])
+	return m[1], p, dd
+}
+
+func complete(t *testing.T, url, body string) (*http.Response, string) {
+	t.Helper()
+	res, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("POST completions: %v", err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res, string(b)
+}
+
+func TestE2E_PDExampleRoutesThroughPrefillAndDecode(t *testing.T) {
+	prefill := startWorker(t, workerCfg("prefill", 8100, engine.RolePrefill, 5557, 0.01))
+	decode := startWorker(t, workerCfg("decode", 8200, engine.RoleDecode, 0, 0.01))
+	d := startDataPlane(t)
+	d.post(curlPD)
+	d.waitActive(2020)
+
+	const vip = "http://127.0.0.1:2020"
+	res, body := complete(t, vip, `{"model":"sim-model","prompt":"The quick brown fox jumps over the lazy dog","max_tokens":8}`)
+	if res.StatusCode != 200 {
+		t.Fatalf("non-stream: %d %s\nlog:\n%s", res.StatusCode, body, d.log.text())
+	}
+	if _, p, dc := routeOf(t, res.Header); p != 0 || dc != 1 {
+		t.Fatalf("route %q; want prefill 0 decode 1", res.Header.Get("X-Llb-Route"))
+	}
+	var out struct {
+		Choices []struct{ Text string } `json:"choices"`
+		Usage   struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal([]byte(body), &out); err != nil || len(out.Choices) != 1 || out.Usage.CompletionTokens != 8 {
+		t.Fatalf("non-stream body %s (%v); want one choice of 8 tokens", body, err)
+	}
+
+	res, body = complete(t, vip, `{"model":"sim-model","prompt":"Stream me a story about routers","max_tokens":6,"stream":true}`)
+	if res.StatusCode != 200 || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("stream: %d %q %s", res.StatusCode, res.Header.Get("Content-Type"), body)
+	}
+	if n := strings.Count(body, "data: {"); n != 6 || !strings.HasSuffix(strings.TrimSpace(body), "data: [DONE]") {
+		t.Fatalf("stream body has %d data events (want 6) and ends %q", n, body[max(0, len(body)-40):])
+	}
+	// The prefill worker returned kv_transfer_params twice and the decode
+	// worker served both requests from the pulled blocks: it received them.
+	ps, ds := prefill.Stats(), decode.Stats()
+	if ps.RemoteDecodeLegs != 2 || ds.RemotePrefillLegs != 2 || ds.RemoteParamsIgnored != 0 {
+		t.Fatalf("prefill legs %d, decode legs from pulled KV %d (ignored %d); want 2, 2, 0",
+			ps.RemoteDecodeLegs, ds.RemotePrefillLegs, ds.RemoteParamsIgnored)
+	}
+}
+
+func TestE2E_CHWBLExampleKeepsAPrefixOnOneEndpointUntilItsBound(t *testing.T) {
+	// Slow enough (5% of real time) for concurrent requests to overlap.
+	startWorker(t, workerCfg("pool", 8000, engine.RoleNone, 0, 0.05))
+	d := startDataPlane(t)
+	d.post(curlCHWBL)
+	d.waitActive(2021)
+	const vip = "http://127.0.0.1:2021"
+	prompt := `{"model":"sim-model","prompt":"You are a helpful assistant. Answer briefly: %d","max_tokens":4}`
+	home := -1
+	for i := 0; i < 6; i++ {
+		res, body := complete(t, vip, fmt.Sprintf(prompt, i))
+		if res.StatusCode != 200 {
+			t.Fatalf("request %d: %d %s", i, res.StatusCode, body)
+		}
+		_, ep, _ := routeOf(t, res.Header)
+		if home < 0 {
+			home = ep
+		}
+		if ep != home {
+			t.Fatalf("sequential request %d went to endpoint %d; want %d (same prefix, no load)", i, ep, home)
+		}
+	}
+	// Concurrent requests load the home endpoint past its bound: some spill.
+	var mu sync.Mutex
+	seen := map[int]int{}
+	var wg sync.WaitGroup
+	for i := 0; i < 12; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := http.Post(vip+"/v1/completions", "application/json",
+				strings.NewReader(fmt.Sprintf(`{"model":"sim-model","prompt":"You are a helpful assistant. Answer briefly: %d","max_tokens":64}`, i)))
+			if err != nil {
+				t.Errorf("concurrent %d: %v", i, err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			_, ep, _ := routeOf(t, res.Header)
+			mu.Lock()
+			seen[ep]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if len(seen) != 2 || seen[home] <= seen[1-home] {
+		t.Fatalf("concurrent placement %v; want most on home %d and the excess spilled to the other", seen, home)
+	}
+}
+
+func TestE2E_TierOneFiveFollowsTheKVEventsAndSpills(t *testing.T) {
+	tmpl := workerCfg("", 0, engine.RoleNone, 0, 0.05)
+	tmpl.KVEvents = true // the fleet gives every publisher the shared kv port
+	f, err := fleet.Start(fleet.Config{Prefill: 2, Decode: 1, BaseIP: "127.0.0.22", Template: &tmpl})
+	if err != nil {
+		t.Fatalf("fleet: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = f.Stop(ctx)
+	})
+	// Spill relief is off by default for P/D; with one endpoint holding the
+	// prefix, the law can only spill through relief.
+	d := startDataPlane(t, "LOXILB_KV_COLDSTART_SEED_N=0", "LOXILB_KV_SPILL_RELIEF=on")
+	d.post(ruleJSON(t, f, "127.0.0.1", 2031, map[string]any{"kvExactMode": 1, "kvWarmupSec": 1}))
+	d.waitActive(2031)
+	time.Sleep(1100 * time.Millisecond) // kvWarmupSec: 1
+
+	const vip = "http://127.0.0.1:2031"
+	long := strings.Repeat("shared system prompt about load balancing and caches ", 40)
+	body := func(i int) string {
+		return fmt.Sprintf(`{"model":"sim-model","prompt":%q,"max_tokens":2}`, long+strconv.Itoa(i))
+	}
+	res, b := complete(t, vip, body(0))
+	if res.StatusCode != 200 {
+		t.Fatalf("first: %d %s", res.StatusCode, b)
+	}
+	_, owner, _ := routeOf(t, res.Header)
+	// The owner's blocks reach llb through ZMQ; the same prefix then routes
+	// by Tier 1.5 to the owner.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, b := complete(t, vip, body(1))
+		if res.StatusCode != 200 {
+			t.Fatalf("follow-up: %d %s", res.StatusCode, b)
+		}
+		tier, ep, _ := routeOf(t, res.Header)
+		if tier == "1.5" {
+			if ep != owner {
+				t.Fatalf("tier 1.5 picked %d; want the owner %d (%s)", ep, owner, res.Header.Get("X-Llb-Route"))
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never routed by tier 1.5; last route %q\nlog:\n%s", res.Header.Get("X-Llb-Route"), d.log.text())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// A burst of the same prefix overloads the owner: the law spills.
+	var mu sync.Mutex
+	spills, onOwner := 0, 0
+	var wg sync.WaitGroup
+	for i := 0; i < 10; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := http.Post(vip+"/v1/completions", "application/json", strings.NewReader(body(100+i)))
+			if err != nil {
+				t.Errorf("burst %d: %v", i, err)
+				return
+			}
+			sc := bufio.NewScanner(res.Body)
+			for sc.Scan() {
+			}
+			res.Body.Close()
+			route := res.Header.Get("X-Llb-Route")
+			_, ep, _ := routeOf(t, res.Header)
+			mu.Lock()
+			if strings.Contains(route, " spill") {
+				spills++
+			}
+			if ep == owner {
+				onOwner++
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if spills == 0 || onOwner == 0 {
+		t.Fatalf("burst: %d spills, %d on the owner; want both > 0", spills, onOwner)
+	}
+}
