@@ -80,11 +80,11 @@ type Service struct {
 	// owned by its inventory actor, kept here across its restarts.
 	mirrors [][]*inventory.Mirror
 
-	gen     atomic.Uint64
+	gen atomic.Uint64
 	// routerRuns counts router actor incarnations: every one after the
 	// first is a restart, which resyncs the children.
 	routerRuns atomic.Uint64
-	stopped atomic.Bool
+	stopped    atomic.Bool
 
 	replies sync.Pool // of chan routeReply
 	sweep   *time.Ticker
