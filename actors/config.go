@@ -156,6 +156,8 @@ type ServiceConfig struct {
 	Breaker BreakerConfig
 	// Probe schedules the health probes.
 	Probe ProbeConfig
+	// Ctrl times the external controller's staleness glide.
+	Ctrl CtrlConfig
 	// ScrapeInterval is the engine-metrics period; 0 means
 	// DefaultScrapeInterval.
 	ScrapeInterval time.Duration
@@ -208,6 +210,12 @@ func (c ServiceConfig) withDefaults() ServiceConfig {
 	}
 	if p.MaxBackoff <= 0 {
 		p.MaxBackoff = 6 * p.Interval
+	}
+	if c.Ctrl.StaleAfter <= 0 {
+		c.Ctrl.StaleAfter = DefaultCtrlStaleAfter
+	}
+	if c.Ctrl.DecayWindow <= 0 {
+		c.Ctrl.DecayWindow = DefaultCtrlDecayWindow
 	}
 	b := &c.Breaker
 	if b.Threshold <= 0 {

@@ -45,8 +45,10 @@ type InventoryPage struct {
 	Keys []uint64
 	// Total is the endpoint's distinct block count over all ranks.
 	Total int
-	// Ranks holds each DP rank's mirror statistics.
+	// Ranks holds each DP rank's mirror statistics; Feeds each rank's feed
+	// statistics (same order).
 	Ranks []inventory.MirrorStats
+	Feeds []inventory.FeedStats
 }
 
 // inventoryActor owns one prefill endpoint's mirrors (one per DP rank) and
@@ -177,6 +179,9 @@ func (a *inventoryActor) blocks() uint32 {
 
 func (a *inventoryActor) page(offset, limit int) InventoryPage {
 	p := InventoryPage{Total: int(a.blocks())}
+	for _, f := range a.feeds {
+		p.Feeds = append(p.Feeds, f.Stats())
+	}
 	for _, mir := range a.mirrors {
 		p.Ranks = append(p.Ranks, mir.Stats())
 		if limit > len(p.Keys) {

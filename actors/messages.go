@@ -97,13 +97,6 @@ type inventorySize struct {
 	blocks uint32
 }
 
-// ctrlUpdate applies an external controller instruction to an endpoint.
-type ctrlUpdate struct {
-	ep     int
-	state  ladder.CtrlState
-	weight uint8
-}
-
 // resumeMsg returns a parked request to the router once its endpoint has a
 // free slot.
 type resumeMsg struct {

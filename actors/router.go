@@ -68,11 +68,12 @@ func (a *routerActor) Receive(ctx actor.Context) {
 		c.engineStats(m)
 	case inventorySize:
 		c.views[m.ep].InventoryBlocks = m.blocks
-	case ctrlUpdate:
-		c.ctrl(m)
+	case ctrlReq:
+		m.reply <- c.applyCtrl(now, m.ep, m.u)
 	case statusReq:
 		m.reply <- c.status()
 	case sweepTick:
+		c.decayCtrl(now)
 		a.svc.metrics.trieNodes(c.lad.Trie())
 	case *actor.Started:
 		// A restarted router has a fresh core: children push their state.

@@ -89,6 +89,7 @@ type routerCore struct {
 	reserved [ladder.MaxEndpoints]uint32 // slots held for requests being woken
 	halfOpen ladder.EndpointSet
 	trial    [ladder.MaxEndpoints]uint64 // ticket in flight on a half-open endpoint
+	ctrl     []ctrlState                 // external controller, per endpoint
 	free     []*pending
 
 	stats coreStats
@@ -111,6 +112,7 @@ func newRouterCore(cfg *ServiceConfig, lad *ladder.Router, ports routerPorts, m 
 		ports:    ports,
 		m:        m,
 		views:    make([]ladder.EndpointView, n),
+		ctrl:     make([]ctrlState, n),
 		breakers: cfg.Breaker.Enabled,
 		pending:  make(map[uint64]*pending),
 		tickets:  make(map[uint64]*ticket),
@@ -513,14 +515,6 @@ func (c *routerCore) engineStats(s engineStats) {
 	v.SwapPressure = s.stats.Swapped
 }
 
-func (c *routerCore) ctrl(u ctrlUpdate) {
-	v := &c.views[u.ep]
-	v.Ctrl = u.state
-	v.CtrlWeight = u.weight
-	if u.state == ladder.CtrlDisabled && v.Parked > 0 {
-		c.ports.drainParked(u.ep)
-	}
-}
 
 func (c *routerCore) newPending(m *routeMsg) *pending {
 	var p *pending

@@ -296,13 +296,6 @@ func (svc *Service) Finish(t Ticket, res Result) {
 	svc.root.Send(svc.router, finishMsg{t: t, res: res})
 }
 
-// SetController applies an external controller's instruction to endpoint
-// ep (weight 0–100, 100 neutral).
-func (svc *Service) SetController(ep int, state ladder.CtrlState, weight uint8) {
-	if ep >= 0 && ep < len(svc.endpoints) {
-		svc.root.Send(svc.router, ctrlUpdate{ep: ep, state: state, weight: weight})
-	}
-}
 
 // sessionPID returns the shard actor that owns key.
 func (svc *Service) sessionPID(key string) *actor.PID {

@@ -473,3 +473,38 @@ func startServiceWarm(t *testing.T, sys *System, cfg ServiceConfig, warm *Warm) 
 	})
 	return svc
 }
+
+func TestService_ControllerFoldsInAndGlidesToNeutralWhenStale(t *testing.T) {
+	sys := newTestSystem(t)
+	cfg := *poolConfig(2, ladder.SelRR)
+	cfg.Ctrl = CtrlConfig{StaleAfter: 50 * time.Millisecond, DecayWindow: 100 * time.Millisecond}
+	svc := startService(t, sys, cfg)
+	if err := svc.SetController(0, CtrlUpdate{State: ladder.CtrlDisabled, Weight: 100, Epoch: 2}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 4; i++ {
+		rt := route(t, svc, &RouteRequest{})
+		if rt.Decision.Prefill != 1 {
+			t.Fatalf("request went to %d while 0 is DISABLED", rt.Decision.Prefill)
+		}
+		svc.Finish(rt.Ticket, Result{OK: true})
+	}
+	if err := svc.SetController(0, CtrlUpdate{State: ladder.CtrlActive, Weight: 20, Epoch: 1}, time.Second); !errors.Is(err, ErrStaleEpoch) {
+		t.Fatalf("older epoch: %v; want ErrStaleEpoch", err)
+	}
+	if err := svc.SetController(7, CtrlUpdate{Epoch: 3}, time.Second); !errors.Is(err, ErrNoEndpoint) {
+		t.Fatalf("bad endpoint: %v; want ErrNoEndpoint", err)
+	}
+	if err := svc.SetController(0, CtrlUpdate{State: ladder.CtrlActive, Weight: 20, Epoch: 3}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := svc.Status(time.Second)
+	if c := st.Endpoints[0].Controller; c.Effective != 20 || c.Stale || c.State != ladder.CtrlActive {
+		t.Fatalf("fresh controller view %+v; want ACTIVE weight 20", c)
+	}
+	eventually(t, 3*time.Second, "weight glides back to neutral", func() bool {
+		st, _ := svc.Status(time.Second)
+		c := st.Endpoints[0].Controller
+		return c.Stale && c.Effective == 100 && c.State == ladder.CtrlActive
+	})
+}

@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/llbproject/llb/ladder"
@@ -25,6 +27,9 @@ type EndpointStatus struct {
 	KVCapacityBlocks uint32
 	// InventoryBlocks is the mirrored inventory size last seen.
 	InventoryBlocks uint32
+	// Controller is the external controller's instruction and its
+	// staleness (zero Updated: no controller has spoken).
+	Controller CtrlStatus
 }
 
 // Available reports whether the endpoint can take new work.
@@ -64,6 +69,7 @@ func (c *routerCore) status() ServiceStatus {
 		FanoutMissed: c.stats.missed,
 		StaleReports: c.stats.staleTicket,
 	}
+	ctrl := c.ctrlStatus(st.At)
 	for i := range c.views {
 		v := &c.views[i]
 		b := BreakerClosed
@@ -77,6 +83,7 @@ func (c *routerCore) status() ServiceStatus {
 			Up: !v.Down, Breaker: b, Ctrl: v.Ctrl, CtrlWeight: v.CtrlWeight,
 			ActiveConns: v.ActiveConns - uint32(min(c.reserved[i], v.ActiveConns)), Parked: v.Parked,
 			Queued: v.QueuedRequests, KVCapacityBlocks: v.KVCapacityBlocks, InventoryBlocks: v.InventoryBlocks,
+			Controller: ctrl[i],
 		}
 	}
 	if t := c.lad.Trie(); t != nil {
@@ -103,5 +110,33 @@ func (svc *Service) Status(timeout time.Duration) (ServiceStatus, bool) {
 		return st, true
 	case <-t.C:
 		return ServiceStatus{}, false
+	}
+}
+
+// ErrNoInventory is returned by Inventory for an endpoint without KV feeds.
+var ErrNoInventory = errors.New("actors: endpoint has no KV inventory")
+
+// Inventory returns a page of endpoint ep's mirrored block keys and its
+// per-rank mirror and feed statistics, asking its inventory actor (not on
+// the routing path; bounded by timeout).
+func (svc *Service) Inventory(ep, offset, limit int, timeout time.Duration) (InventoryPage, error) {
+	if svc.stopped.Load() {
+		return InventoryPage{}, ErrStopped
+	}
+	if ep < 0 || ep >= len(svc.inventories) {
+		return InventoryPage{}, fmt.Errorf("%w: %d", ErrNoEndpoint, ep)
+	}
+	if svc.inventories[ep] == nil {
+		return InventoryPage{}, fmt.Errorf("%w: %d", ErrNoInventory, ep)
+	}
+	reply := make(chan InventoryPage, 1)
+	svc.root.Send(svc.inventories[ep], inventoryPageReq{offset: max(offset, 0), limit: max(limit, 0), reply: reply})
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case p := <-reply:
+		return p, nil
+	case <-t.C:
+		return InventoryPage{}, ErrRouterTimeout
 	}
 }
