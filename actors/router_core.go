@@ -515,7 +515,6 @@ func (c *routerCore) engineStats(s engineStats) {
 	v.SwapPressure = s.stats.Swapped
 }
 
-
 func (c *routerCore) newPending(m *routeMsg) *pending {
 	var p *pending
 	if n := len(c.free); n > 0 {

@@ -296,7 +296,6 @@ func (svc *Service) Finish(t Ticket, res Result) {
 	svc.root.Send(svc.router, finishMsg{t: t, res: res})
 }
 
-
 // sessionPID returns the shard actor that owns key.
 func (svc *Service) sessionPID(key string) *actor.PID {
 	return svc.shards[svc.sessions.ShardFor(key)]
