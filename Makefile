@@ -48,5 +48,12 @@ lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
+# sim runs the discrete-event simulator (simulate/des): every routing
+# strategy across the load ladder plus the ε and λ sweeps, on the standard
+# scenarios. It writes report/ (results.jsonl, README.md, SVG figures) and
+# prints the summary table and issue 7's targets. A few minutes on 2 cores.
+sim: deps
+	$(GO) run ./cmd/llbsim sweep --out report --commit "$$(git rev-parse --short HEAD 2>/dev/null)"
+
 clean:
 	rm -rf $(BIN)

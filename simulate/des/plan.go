@@ -19,6 +19,8 @@ const (
 	GroupLambda = "lambda"
 	// GroupSaturation marks saturation-search probes.
 	GroupSaturation = "saturation"
+	// GroupPooled marks the pooled-cache bound run.
+	GroupPooled = "pooled"
 )
 
 // Scenario is a trace on a fleet: one section of the report.
@@ -149,8 +151,17 @@ type ScenarioOutcome struct {
 	OracleHitRate                    float64
 	// Pressure is DistinctBlocks / the fleet's cache blocks.
 	Pressure float64
+	// UnitDuration is the trace's arrival span at 1 request/s (seconds);
+	// divide by a rate for the span at that rate.
+	UnitDuration float64
 	// Saturation is the reference strategy's saturation search.
 	Saturation Saturation
+	// PooledHitRate is the pooled-cache bound: the hit rate of ONE worker
+	// holding the whole fleet's cache (and batch), serving the trace at
+	// PooledLoad — what LRU caching can keep of the working set when no
+	// routing decision can lose locality. Compare it with the oracle,
+	// which assumes an unbounded cache.
+	PooledHitRate, PooledLoad float64
 	// Runs are every run of the scenario, in plan order.
 	Runs []RunOutcome
 }
@@ -204,6 +215,7 @@ func (p *Plan) Execute(exec Executor, progress func(string)) ([]ScenarioOutcome,
 			DistinctBlocks: tr.DistinctBlocks, PromptTokens: tr.PromptTokens, OutputTokens: tr.OutputTokens,
 			OracleHitRate: tr.OracleHitRate(warm),
 			Pressure:      float64(tr.DistinctBlocks) / float64(fleet.CacheBlocks()),
+			UnitDuration:  tr.UnitDuration(),
 		}
 		base := RunConfig{Fleet: fleet, Strategy: ref, Warmup: warm, TTFTSLO: p.TTFTSLO}
 		say("%s: searching the saturation rate of %s", sc.Name, ref.Name)
@@ -222,6 +234,15 @@ func (p *Plan) Execute(exec Executor, progress func(string)) ([]ScenarioOutcome,
 				specs = append(specs, RunSpec{Trace: tr, Config: rc, Scenario: sc.Name, Group: group, Load: l})
 			}
 		}
+		pooled := base
+		pooled.Fleet = fleet
+		pooled.Fleet.Workers = 1
+		pooled.Fleet.Engine.NumBlocks = fleet.CacheBlocks()
+		pooled.Fleet.Engine.MaxNumSeqs = fleet.Workers * fleet.Engine.MaxNumSeqs
+		pooled.Strategy, _ = StrategyByName(NameRR)
+		so.PooledLoad = pooledLoad(p.Loads)
+		pooled.Rate = so.PooledLoad * so.Saturation.Rate
+		specs = append(specs, RunSpec{Trace: tr, Config: pooled, Scenario: sc.Name, Group: GroupPooled, Load: so.PooledLoad})
 		for _, s := range p.Strategies {
 			add(GroupStrategies, s)
 		}
@@ -245,11 +266,26 @@ func (p *Plan) Execute(exec Executor, progress func(string)) ([]ScenarioOutcome,
 			return out, err
 		}
 		for i, r := range res {
+			if specs[i].Group == GroupPooled {
+				so.PooledHitRate = r.HitRate
+				continue
+			}
 			so.Runs = append(so.Runs, RunOutcome{Group: specs[i].Group, Load: specs[i].Load, Result: r})
 		}
 		out = append(out, so)
 	}
 	return out, nil
+}
+
+// pooledLoad is the load the pooled-cache bound runs at: 0.7 when the
+// ladder has it, else the ladder's middle step.
+func pooledLoad(loads []float64) float64 {
+	for _, l := range loads {
+		if math.Abs(l-0.7) < 1e-9 {
+			return l
+		}
+	}
+	return loads[len(loads)/2]
 }
 
 // fleet builds the scenario's fleet for its trace.

@@ -122,6 +122,7 @@ const (
 	NameAdaptive     = "adaptive"
 	NameAdaptiveSoft = "adaptive-soft"
 	NamePDHard       = "pd-hard"
+	NameHardCHWBL    = "hard+chwbl"
 )
 
 // kvPool is a kvExactMode-3 strategy with round robin behind a Tier-1.5
@@ -135,10 +136,14 @@ func kvPool(name string, mode ladder.LBMode) Strategy {
 // StandardStrategies returns the side-by-side set, in report order: RR
 // (sel 0), CHWBL (sel 8), Tier 1 only (P/D cache-aware trie, no KV),
 // KV-exact mode 3 with off, hard, soft, adaptive and adaptive-soft (default
-// ε 175, λ 32), and P/D kvExactMode 1 with hard (no trie; Tier 2 behind a
-// miss; spill relief off, its P/D default).
+// ε 175, λ 32, RR behind a miss), hard with CHWBL behind a miss
+// ("hard+chwbl": the same law, only the rule's sel differs), and P/D
+// kvExactMode 1 with hard (no trie; Tier 2 behind a miss; spill relief
+// off, its P/D default).
 func StandardStrategies() []Strategy {
 	def := ladder.DefaultEnv()
+	hardCHWBL := kvPool(NameHardCHWBL, ladder.LBHard)
+	hardCHWBL.Selector = ladder.SelCHWBL
 	return []Strategy{
 		{Name: NameRR, Shape: ShapePool, Selector: ladder.SelRR, Env: def},
 		{Name: NameCHWBL, Shape: ShapePool, Selector: ladder.SelCHWBL, Env: def},
@@ -148,6 +153,7 @@ func StandardStrategies() []Strategy {
 		kvPool(NameSoft, ladder.LBSoft),
 		kvPool(NameAdaptive, ladder.LBAdaptive),
 		kvPool(NameAdaptiveSoft, ladder.LBAdaptiveSoft),
+		hardCHWBL,
 		{Name: NamePDHard, Shape: ShapePD, KVExact: true, Env: def},
 	}
 }
@@ -195,5 +201,5 @@ func StrategyByName(name string) (Strategy, error) {
 			return s, nil
 		}
 	}
-	return Strategy{}, fmt.Errorf("strategy %q (want rr, chwbl, tier1, off, hard, soft, adaptive, adaptive-soft, pd-hard, hard@<pct>, soft@<lambda>): %w", name, ErrConfig)
+	return Strategy{}, fmt.Errorf("strategy %q (want rr, chwbl, tier1, off, hard, soft, adaptive, adaptive-soft, hard+chwbl, pd-hard, hard@<pct>, soft@<lambda>): %w", name, ErrConfig)
 }

@@ -1,0 +1,112 @@
+package report
+
+import (
+	"fmt"
+	"math"
+)
+
+// Targets are issue 7's routing-quality targets, with the scenario names
+// and the load they are measured at.
+type Targets struct {
+	// SharedPrefix names the shared-prefix-with-cache-pressure scenario.
+	SharedPrefix string
+	// HotPrefix names the hot-prefix scenario.
+	HotPrefix string
+	// Load is the fraction of saturation the targets are read at.
+	Load float64
+	// Strategy is the strategy under test; RR, CHWBL and Off its baselines.
+	Strategy, RR, CHWBL, Off string
+	// OracleFraction: HitRate ≥ this × OracleHitRate.
+	OracleFraction float64
+	// RRRatio and CHWBLRatio: TTFT p90 ≤ ratio × the baseline's.
+	RRRatio, CHWBLRatio float64
+	// HotCut: the hottest worker's TTFT p90 falls by at least this
+	// fraction against Off.
+	HotCut float64
+}
+
+// DefaultTargets returns issue 7's targets: on shared-prefix at 70 % of
+// saturation, hard ≥ 90 % of the oracle hit rate, TTFT p90 ≤ 0.5× RR and
+// ≤ 0.8× CHWBL; on hot-prefix, hard cuts the hottest worker's TTFT p90 by
+// ≥ 40 % against off.
+func DefaultTargets() Targets {
+	return Targets{
+		SharedPrefix: "shared-prefix", HotPrefix: "hot-prefix", Load: 0.7,
+		Strategy: "hard", RR: "rr", CHWBL: "chwbl", Off: "off",
+		OracleFraction: 0.9, RRRatio: 0.5, CHWBLRatio: 0.8, HotCut: 0.4,
+	}
+}
+
+// TargetResult is one target's verdict.
+type TargetResult struct {
+	// Target states the requirement.
+	Target string
+	// Scenario is where it was measured.
+	Scenario string
+	// Measured states the figures.
+	Measured string
+	// Value is the measured ratio and Threshold the bound it is held to
+	// (NaN when the runs are missing).
+	Value, Threshold float64
+	// Pass is the verdict; false when the runs are missing.
+	Pass bool
+	// Missing is true when the dataset lacks the runs.
+	Missing bool
+}
+
+// Evaluate reads the targets off the dataset's strategy runs.
+func (t Targets) Evaluate(d *Dataset) []TargetResult {
+	find := func(scenario, strategy string) *Run {
+		for i := range d.Runs {
+			r := &d.Runs[i]
+			if r.Scenario == scenario && r.Group == GroupStrategies && r.Strategy == strategy && loadEq(r.Load, t.Load) {
+				return r
+			}
+		}
+		return nil
+	}
+	missing := func(target, scenario string) TargetResult {
+		return TargetResult{Target: target, Scenario: scenario, Measured: "runs missing", Value: math.NaN(), Threshold: math.NaN(), Missing: true}
+	}
+	var out []TargetResult
+	at := pct(t.Load)
+
+	name := fmt.Sprintf("%s hit rate ≥ %s of the oracle at %s load", t.Strategy, pct(t.OracleFraction), at)
+	if h := find(t.SharedPrefix, t.Strategy); h != nil && h.OracleHitRate > 0 {
+		v := h.HitRate / h.OracleHitRate
+		measured := fmt.Sprintf("hit %.3f / oracle %.3f = %.1f%%", h.HitRate, h.OracleHitRate, 100*v)
+		if sc, ok := d.Scenario(t.SharedPrefix); ok && sc.PooledHitRate > 0 {
+			measured += fmt.Sprintf(" (pooled-cache bound %.3f = %.1f%% of the oracle)", sc.PooledHitRate, 100*sc.PooledHitRate/h.OracleHitRate)
+		}
+		out = append(out, TargetResult{Target: name, Scenario: t.SharedPrefix,
+			Measured: measured, Value: v, Threshold: t.OracleFraction, Pass: v >= t.OracleFraction})
+	} else {
+		out = append(out, missing(name, t.SharedPrefix))
+	}
+	for _, base := range []struct {
+		name  string
+		ratio float64
+	}{{t.RR, t.RRRatio}, {t.CHWBL, t.CHWBLRatio}} {
+		name := fmt.Sprintf("%s TTFT p90 ≤ %g× %s at %s load", t.Strategy, base.ratio, base.name, at)
+		h, b := find(t.SharedPrefix, t.Strategy), find(t.SharedPrefix, base.name)
+		if h == nil || b == nil || b.TTFT.P90 <= 0 {
+			out = append(out, missing(name, t.SharedPrefix))
+			continue
+		}
+		v := h.TTFT.P90 / b.TTFT.P90
+		out = append(out, TargetResult{Target: name, Scenario: t.SharedPrefix,
+			Measured: fmt.Sprintf("%s s / %s s = %.2f×", secs(h.TTFT.P90), secs(b.TTFT.P90), v),
+			Value:    v, Threshold: base.ratio, Pass: v <= base.ratio})
+	}
+	name = fmt.Sprintf("%s cuts the hottest worker's TTFT p90 by ≥ %s vs %s at %s load", t.Strategy, pct(t.HotCut), t.Off, at)
+	h, o := find(t.HotPrefix, t.Strategy), find(t.HotPrefix, t.Off)
+	if h == nil || o == nil || o.HottestTTFTP90 <= 0 {
+		out = append(out, missing(name, t.HotPrefix))
+	} else {
+		v := 1 - h.HottestTTFTP90/o.HottestTTFTP90
+		out = append(out, TargetResult{Target: name, Scenario: t.HotPrefix,
+			Measured: fmt.Sprintf("%s s → %s s (−%.0f%%)", secs(o.HottestTTFTP90), secs(h.HottestTTFTP90), 100*v),
+			Value:    v, Threshold: t.HotCut, Pass: v >= t.HotCut})
+	}
+	return out
+}
