@@ -24,6 +24,10 @@ deps:
 build: deps
 	$(GO) build -o $(BIN)/ ./cmd/...
 
+# run starts llbd with its embedded demo: a simulated vLLM fleet (2 prefill
+# workers publishing KV events, 2 decode workers) behind a P/D rule on
+# 127.0.0.1:2020, REST on 127.0.0.1:11111. It prints commands to try.
+RUNFLAGS ?= --demo --listen 127.0.0.1:11111
 run: build
 	$(BIN)/llbd $(RUNFLAGS)
 

@@ -47,6 +47,10 @@ type config struct {
 	// NoDataPlane runs the control plane alone: rules are validated,
 	// persisted and listed, nothing is served (staging, tests).
 	NoDataPlane bool
+	// Demo starts an embedded simulated vLLM fleet and a P/D rule in front
+	// of it (make run). Without an explicit state dir, its state lives in a
+	// temporary directory so the demo rule never outlives the demo.
+	Demo bool
 }
 
 // flagSpec ties a flag to its environment variable.
@@ -96,6 +100,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		{"drain-timeout", "LLB_DRAIN_TIMEOUT", "how long SIGTERM/SIGINT waits for in-flight requests"},
 		{"body-limit", "LLB_BODY_LIMIT", "largest REST request body, in bytes"},
 		{"no-data-plane", "LLB_NO_DATA_PLANE", "run the REST control plane only: rules are stored and listed, no traffic is served"},
+		{"demo", "LLB_DEMO", "start an embedded simulated vLLM fleet (2 prefill + 2 decode) and a P/D rule on 127.0.0.1:2020"},
 	}
 	usage := func(name string) string {
 		for _, s := range specs {
@@ -116,6 +121,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.Int64Var(&bodyLimit, "body-limit", restapi.DefaultBodyLimit, usage("body-limit"))
 	fs.BoolVar(&cfg.ShowVersion, "version", false, "print the version and exit")
 	fs.BoolVar(&cfg.NoDataPlane, "no-data-plane", false, usage("no-data-plane"))
+	fs.BoolVar(&cfg.Demo, "demo", false, usage("demo"))
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stderr, "Usage: llbd [flags]\n\nllbd is an LLM-aware L7 load balancer with LoxiLB's REST API.\n\nFlags:\n")
@@ -176,6 +182,9 @@ func (c *config) validate() []error {
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, errors.New("--tls-cert and --tls-key go together: give both or neither"))
+	}
+	if c.Demo && c.NoDataPlane {
+		errs = append(errs, errors.New("--demo needs the data plane: drop --no-data-plane"))
 	}
 	for flagName, path := range map[string]string{"--token-file": c.TokenFile, "--tls-cert": c.TLSCert, "--tls-key": c.TLSKey} {
 		if path == "" {

@@ -29,6 +29,7 @@ type fleetFlags struct {
 	replay                  bool
 	replayPort, nixlPort    int
 	decodeKVEvents          bool
+	sameIP                  bool
 
 	model          string
 	loras          []string
@@ -91,6 +92,7 @@ serve until SIGINT or SIGTERM.`,
 	fl.IntVar(&f.replayPort, "replay-port", 5558, "replay ROUTER port shared by every publishing worker (0: pick one)")
 	fl.IntVar(&f.nixlPort, "nixl-port", 5600, "NIXL side-channel port of every P/D worker (0: a free port each)")
 	fl.BoolVar(&f.decodeKVEvents, "decode-kv-events", false, "decode workers publish KV events too")
+	fl.BoolVar(&f.sameIP, "same-ip", false, "every worker on --base-ip itself, worker i on --http-port+100·i (the seed page's layout: prefill :8100, decode :8200)")
 	fl.BoolVar(&f.noKVEvents, "no-kv-events", false, "no worker publishes KV events")
 
 	fl.StringVar(&f.model, "model", def.Model, "served model name")
@@ -193,7 +195,7 @@ func runFleet(ctx context.Context, f *fleetFlags, stdout, stderr io.Writer) erro
 	cfg := fleet.Config{
 		Prefill: f.prefill, Decode: f.decode, Single: f.single,
 		BaseIP: f.baseIP, HTTPPort: f.httpPort, KVPort: f.kvPort, NIXLPort: f.nixlPort,
-		DecodeKVEvents: f.decodeKVEvents, Template: &tmpl,
+		DecodeKVEvents: f.decodeKVEvents, Template: &tmpl, SameIP: f.sameIP,
 	}
 	if f.replay {
 		cfg.ReplayPort = f.replayPort

@@ -52,6 +52,11 @@ type Config struct {
 	// DecodeKVEvents makes decode workers publish KV events too (by default
 	// they do not: decode endpoints are never KV-selection candidates).
 	DecodeKVEvents bool
+	// SameIP puts every worker on BaseIP itself, worker i on HTTPPort+100·i
+	// (and NIXLPort+i): the layout of the seed page's examples, e.g. a
+	// prefill on 127.0.0.1:8100 and a decode on 127.0.0.1:8200. Only one
+	// worker may then publish KV events (one kvZmqPort per address).
+	SameIP bool
 	// Template is the configuration every worker starts from (its Name,
 	// IP, ports and role are set by the fleet). Default worker.DefaultConfig.
 	Template *worker.Config
@@ -72,9 +77,24 @@ func (c Config) Validate() error {
 	if (c.Prefill == 0) != (c.Decode == 0) {
 		errs = append(errs, fmt.Errorf("P/D needs both roles: %d prefill, %d decode", c.Prefill, c.Decode))
 	}
-	if c.BaseIP != "" {
+	if c.BaseIP != "" && !c.SameIP {
 		if _, err := baseAddrs(c.BaseIP, c.Prefill+c.Decode+c.Single); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	if c.SameIP {
+		if c.HTTPPort == 0 {
+			errs = append(errs, errors.New("same-ip needs a fixed http port (workers take port, port+100, ...)"))
+		}
+		publishers := c.Prefill + c.Single
+		if c.DecodeKVEvents {
+			publishers += c.Decode
+		}
+		if c.Template != nil && !c.Template.KVEvents {
+			publishers = 0
+		}
+		if publishers > 1 {
+			errs = append(errs, fmt.Errorf("same-ip: %d workers would publish KV events on one address; at most one can (one kvZmqPort per address)", publishers))
 		}
 	}
 	for _, p := range []struct {
@@ -104,6 +124,19 @@ func baseAddrs(base string, n int) ([]netip.Addr, error) {
 		}
 		out = append(out, a)
 		a = a.Next()
+	}
+	return out, nil
+}
+
+// sameAddrs returns base n times.
+func sameAddrs(base string, n int) ([]netip.Addr, error) {
+	a, err := netip.ParseAddr(base)
+	if err != nil {
+		return nil, fmt.Errorf("base ip %q: %w", base, err)
+	}
+	out := make([]netip.Addr, n)
+	for i := range out {
+		out[i] = a
 	}
 	return out, nil
 }
@@ -151,6 +184,9 @@ func Start(cfg Config) (*Fleet, error) {
 	}
 	n := cfg.Prefill + cfg.Decode + cfg.Single
 	addrs, err := baseAddrs(cfg.BaseIP, n)
+	if cfg.SameIP {
+		addrs, err = sameAddrs(cfg.BaseIP, n)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
@@ -163,6 +199,12 @@ func Start(cfg Config) (*Fleet, error) {
 		c.IP = addrs[i].String()
 		c.HTTPPort = cfg.HTTPPort
 		c.NIXLPort = cfg.NIXLPort
+		if cfg.SameIP {
+			c.HTTPPort = cfg.HTTPPort + 100*i
+			if cfg.NIXLPort != 0 {
+				c.NIXLPort = cfg.NIXLPort + i
+			}
+		}
 		c.Engine.Role = role
 		c.KVEvents = tmpl.KVEvents && (role != engine.RoleDecode || cfg.DecodeKVEvents)
 		c.Replay = tmpl.Replay && c.KVEvents
