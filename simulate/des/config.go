@@ -39,6 +39,10 @@ type RunConfig struct {
 	// TTFTSLO is the time-to-first-token objective goodput counts against;
 	// 0 means DefaultTTFTSLO.
 	TTFTSLO time.Duration
+	// RecordRoutes keeps every request's route (Result.Routes): the
+	// decision trace llbd would put in X-Llb-Route, for tests and
+	// debugging. Off in sweeps (it allocates a string per request).
+	RecordRoutes bool
 }
 
 // DefaultTTFTSLO is the goodput objective when RunConfig.TTFTSLO is 0.

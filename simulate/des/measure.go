@@ -124,6 +124,16 @@ func (s *sim) result() *Result {
 		res.ServedSkew = float64(maxServed) / (float64(sumServed) / float64(n))
 	}
 	res.HottestTTFTP90 = res.PerWorker[res.Hottest].TTFT.P90
+	if cfg.RecordRoutes {
+		res.Routes = make([]Route, len(s.reqs))
+		for i := range s.reqs {
+			r := &s.reqs[i]
+			res.Routes[i] = Route{
+				Seq: i, Worker: int(r.worker), Decision: r.route, Tier: r.tier, Flags: r.flags,
+				Overlap: r.overlap, CachedTokens: int(r.cached), TTFT: r.first - r.arrive, E2E: r.end - r.arrive,
+			}
+		}
+	}
 	return res
 }
 

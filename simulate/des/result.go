@@ -3,6 +3,8 @@ package des
 import (
 	"slices"
 	"time"
+
+	"github.com/llbproject/llb/ladder"
 )
 
 // Latency summarises a latency sample (seconds).
@@ -111,4 +113,28 @@ type Result struct {
 	// blocks the mirrors held at the end, summed.
 	MirrorVerified uint64
 	MirrorBlocks   int
+	// Routes holds every request's route, warm-up included, when
+	// RunConfig.RecordRoutes is set; nil otherwise.
+	Routes []Route
+}
+
+// Route is one request's routing decision and outcome.
+type Route struct {
+	// Seq is the request's position in the trace.
+	Seq int
+	// Worker is the worker that served it.
+	Worker int
+	// Decision is the decision's X-Llb-Route form, e.g.
+	// "tier=1.5 prefill=2 decode=-1 spill relief".
+	Decision string
+	// Tier and Flags are the decision's stage and trade-offs.
+	Tier  ladder.Tier
+	Flags ladder.Flags
+	// Overlap is the chosen worker's Tier-1.5 overlap in blocks (0 when
+	// Tier 1.5 is off).
+	Overlap uint32
+	// CachedTokens is what the engine served from its prefix cache.
+	CachedTokens int
+	// TTFT and E2E are the request's latencies.
+	TTFT, E2E time.Duration
 }

@@ -50,6 +50,8 @@ type reqState struct {
 	flags                     ladder.Flags
 	pin                       bool // pin the session once the first token is out
 	kv                        ladder.KVDetail
+	overlap                   uint32
+	route                     string // the decision's text, when recording routes
 }
 
 // sim is one run's whole state. It is single-threaded and owns everything
@@ -324,7 +326,10 @@ func (s *sim) arrive(i int, at time.Time) error {
 	}
 	w.tickets = append(w.tickets, int32(i))
 	r.worker, r.tier, r.flags, r.kv = int32(ep), d.Tier, d.Flags, d.KV
-	r.pin = d.PinSession
+	r.pin, r.overlap = d.PinSession, s.views[ep].Overlap
+	if s.cfg.RecordRoutes {
+		r.route = d.String()
+	}
 	s.setActive(w, at.Sub(epoch), w.active+1)
 	// Submit admits at once when there is room: collect that Progress now
 	// so the admission time is the submission time.
