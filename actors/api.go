@@ -48,6 +48,12 @@ type RouteRequest struct {
 	// the endpoints an earlier attempt of this same client request failed
 	// to connect to (retry before the first byte).
 	Avoid uint32
+	// Passthrough marks a request that is not inference (GET /v1/models,
+	// /health): it goes to the least-loaded available endpoint of any role,
+	// bypassing the ladder and the admission gate (a health check must not
+	// be parked or shed), and teaches nothing. Its decision has Tier
+	// ladder.TierNone.
+	Passthrough bool
 }
 
 // Ticket identifies one admitted request inside its service. It is what the

@@ -134,6 +134,10 @@ func newRouterCore(cfg *ServiceConfig, lad *ladder.Router, ports routerPorts, m 
 // route starts a decision: it fans out the session lookup and the inventory
 // scores, or decides at once when there is nothing to ask.
 func (c *routerCore) route(now time.Time, m *routeMsg) {
+	if m.rr.Passthrough {
+		c.passthrough(now, m)
+		return
+	}
 	p := c.newPending(m)
 	rr := m.rr
 	if c.cfg.Spec.PDDisagg && rr.Req.SessionKey != "" {
@@ -156,6 +160,35 @@ func (c *routerCore) route(now time.Time, m *routeMsg) {
 	}
 	c.pending[m.id] = p
 	p.stop = c.ports.deadline(m.id, c.cfg.DecisionTimeout)
+}
+
+// passthrough admits a non-inference request on the least-loaded available
+// endpoint of any role (ties: lowest index).
+func (c *routerCore) passthrough(now time.Time, m *routeMsg) {
+	best := -1
+	for i := range c.views {
+		v := &c.views[i]
+		if c.unusable(i, m.rr.Avoid) || v.Draining || v.Ctrl == ladder.CtrlDraining {
+			continue
+		}
+		if best < 0 || v.ActiveConns < c.views[best].ActiveConns {
+			best = i
+		}
+	}
+	d := ladder.Decision{Prefill: best, Decode: -1, ParkOn: -1}
+	if best < 0 {
+		d.Unavailable = ladder.ReasonNoHealthyBackend
+		if c.cfg.Spec.PDDisagg {
+			d.Unavailable = ladder.ReasonPDPoolUnavailable
+		}
+		m.reply <- routeReply{route: Route{Decision: d}}
+		return
+	}
+	c.stats.decisions++
+	t := Ticket{ID: m.id, Prefill: best, Decode: -1}
+	c.views[best].ActiveConns++
+	c.tickets[m.id] = &ticket{t: t, legs: holdPrefill}
+	m.reply <- routeReply{route: Route{Decision: d, Ticket: t}}
 }
 
 // unusable reports an endpoint that no tier may pick for this request, so

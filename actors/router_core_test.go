@@ -437,3 +437,37 @@ func TestClassify(t *testing.T) {
 		}
 	}
 }
+
+func TestRouterCore_PassthroughBypassesAdmissionAndPicksLeastLoaded(t *testing.T) {
+	c, rec := newTestCore(t, pdConfig(1, 1, admissionEnv(1, 4, 0)))
+	first := newMsg(1, &RouteRequest{})
+	c.route(t0, first)
+	r1 := final(t, first)
+	if !r1.route.Decision.Available() {
+		t.Fatal("first request not admitted")
+	}
+	// Every prefill endpoint is at its cap: an inference request would park,
+	// a health check goes through to the least-loaded endpoint.
+	hc := newMsg(2, &RouteRequest{Passthrough: true})
+	c.route(t0, hc)
+	r := final(t, hc)
+	// Both endpoints carry the first request (prefill and decode legs): a
+	// tie, so the lowest index serves it — at its cap, yet not parked.
+	if !r.route.Decision.Available() || r.route.Decision.Prefill != 0 || r.route.Decision.Tier != ladder.TierNone {
+		t.Fatalf("passthrough: %s; want endpoint 0, no tier", r.route.Decision.String())
+	}
+	if len(rec.parks) != 0 || len(rec.scores) != 0 || len(rec.lookups) != 0 {
+		t.Fatalf("passthrough parked/scored/looked up: %v %v %v", rec.parks, rec.scores, rec.lookups)
+	}
+	c.finish(r.route.Ticket, Result{OK: true})
+	if c.views[0].ActiveConns != 1 || len(rec.pins) != 0 {
+		t.Fatalf("after finish: active %d pins %v; want 1 (the first request), none", c.views[0].ActiveConns, rec.pins)
+	}
+	c.probe(probeState{ep: 0, up: false})
+	c.probe(probeState{ep: 1, up: false})
+	none := newMsg(3, &RouteRequest{Passthrough: true})
+	c.route(t0, none)
+	if r := final(t, none); r.route.Decision.Available() || r.route.Decision.Unavailable != ladder.ReasonPDPoolUnavailable {
+		t.Fatalf("all down: %s; want pd_pool_unavailable", r.route.Decision.String())
+	}
+}

@@ -256,7 +256,7 @@ func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, kind API
 func (h *Handler) servePassthrough(w http.ResponseWriter, r *http.Request, x *exchange) {
 	ctx, cancel := context.WithTimeout(r.Context(), h.maxStream)
 	defer cancel()
-	var rr actors.RouteRequest
+	rr := actors.RouteRequest{Passthrough: true}
 	h.input.buildBasic(r, &rr)
 	h.proxy(ctx, w, r, nil, &rr, x)
 }
