@@ -108,9 +108,9 @@
 //	case ladder.Refuse: // global valve closed
 //	}
 //	if d.Available() {
+//		router.Learn(prompt, d.Prefill)            // Tier-1 trie: what llb routed
 //		// proxy to d.Prefill (and d.Decode); on success:
 //		if d.PinSession { shard.Put(now, key, ladder.Pin{Prefill: d.Prefill, Decode: d.Decode}) }
-//		router.Learn(prompt, d.Prefill)            // Tier-1 trie
 //	} else if d.Unavailable != ladder.ReasonNone {
 //		// 503 with d.Unavailable.String() as the error code
 //	}

@@ -175,9 +175,11 @@ func (r *Router) Decide(now time.Time, req *Request, snap *Snapshot) (Decision, 
 }
 
 // Learn teaches the Tier-1 trie that prompt was routed to prefill endpoint
-// ep. Call it once the request succeeded (LoxiLB inserts after Tier-1 hits
-// and Tier-2 picks; llb inserts after every success). No-op for rules
-// without pd_cache_aware_mode. It copies what it keeps of prompt.
+// ep — the trie tracks what llb routed, not what vLLM holds. LoxiLB inserts
+// after Tier-1 hits and Tier-2 picks; llb's runtime inserts every admitted
+// request (whatever tier chose it) while it still owns the prompt bytes.
+// No-op for rules without pd_cache_aware_mode. It copies what it keeps of
+// prompt.
 func (r *Router) Learn(prompt []byte, ep int) {
 	if r.trie == nil || ep < 0 || ep >= len(r.eps) || r.eps[ep].Role != RolePrefill {
 		return
