@@ -53,6 +53,9 @@ type EngineOverrides struct {
 	NumBlocks int
 	// MaxNumSeqs is the batch limit.
 	MaxNumSeqs int
+	// TimeFactorUnderLoad is the latency model's slowdown at a full batch
+	// (engine.Latency.TimeFactorUnderLoad).
+	TimeFactorUnderLoad float64
 }
 
 // Plan is a whole sweep: scenarios × strategies × loads, plus the ε and λ
@@ -297,6 +300,9 @@ func (sc *Scenario) fleet(t *Trace) (Fleet, error) {
 		}
 		if o.MaxNumSeqs > 0 {
 			f.Engine.MaxNumSeqs = o.MaxNumSeqs
+		}
+		if o.TimeFactorUnderLoad > 0 {
+			f.Engine.Latency.TimeFactorUnderLoad = o.TimeFactorUnderLoad
 		}
 	}
 	if sc.CachePressure > 0 {

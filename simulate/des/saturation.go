@@ -171,9 +171,13 @@ func FindSaturation(t *Trace, base RunConfig, cfg SaturationConfig, exec Executo
 			k -= len(rates)
 		}
 	}
-	if lo == 0 || math.IsInf(hi, 1) {
-		return sat, fmt.Errorf("saturation search for %s on %s: no bracket after %d rounds (stable up to %g, unstable from %g): %w",
-			base.Strategy.Name, t.Config.Name, c.MaxRounds, lo, hi, ErrConfig)
+	switch {
+	case math.IsInf(hi, 1):
+		return sat, fmt.Errorf("saturation search for %s on %s: still stable at %.3g req/s after %d rounds; %d requests may be too few to fill the fleet: %w",
+			base.Strategy.Name, t.Config.Name, lo, c.MaxRounds, len(t.Requests), ErrConfig)
+	case lo == 0:
+		return sat, fmt.Errorf("saturation search for %s on %s: unstable even at %.3g req/s after %d rounds: %w",
+			base.Strategy.Name, t.Config.Name, hi, c.MaxRounds, ErrConfig)
 	}
 	// Refine: Points evenly spaced probes strictly inside (lo, hi).
 	for round := 0; round < c.MaxRounds && hi/lo-1 > c.Precision; round++ {

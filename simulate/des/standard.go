@@ -14,6 +14,7 @@ import (
 const (
 	ScenarioSharedPrefix = "shared-prefix"
 	ScenarioZipf         = "shared-prefix-zipf"
+	ScenarioContended    = "shared-prefix-contended"
 	ScenarioHotPrefix    = "hot-prefix"
 )
 
@@ -26,6 +27,10 @@ const (
 //     λ sweeps. Issue 7's shared-prefix targets are read here.
 //   - shared-prefix-zipf: the same with Zipf(1.2) group popularity, so a
 //     few groups are hot; with the sweeps.
+//   - shared-prefix-contended: shared-prefix on compute-contended workers
+//     (batch limit 16, 4× slower at a full batch), so load raises latency
+//     continuously rather than only when the cache is full; with the
+//     sweeps. It checks whether the findings depend on the worker model.
 //   - hot-prefix: one 2048-token preamble shared by 50 clients, 64-token
 //     suffixes, 128 output tokens, on 8 workers with a batch limit of 32
 //     (so the fleet saturates within a few thousand requests) and 4096
@@ -53,6 +58,15 @@ func StandardPlan(requests int, seed uint64) Plan {
 				Trace:         TraceConfig{Spec: zipf, Requests: requests, Seed: seed},
 				Workers:       8,
 				CachePressure: 1.5,
+				Sweeps:        true,
+			},
+			{
+				Name:          ScenarioContended,
+				Description:   "As shared-prefix, on compute-contended workers (batch limit 16, 4× slower at a full batch): load raises latency continuously.",
+				Trace:         TraceConfig{Spec: sp, Requests: requests, Seed: seed},
+				Workers:       8,
+				CachePressure: 1.5,
+				Engine:        &EngineOverrides{MaxNumSeqs: 16, TimeFactorUnderLoad: 4},
 				Sweeps:        true,
 			},
 			{

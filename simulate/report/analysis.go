@@ -184,8 +184,9 @@ func knobList(b Best) string {
 	return strings.Join(parts, ", ")
 }
 
-// pct renders a fraction as a percentage ("70%").
-func pct(f float64) string { return strconv.FormatFloat(f*100, 'f', -1, 64) + "%" }
+// pct renders a fraction as a percentage with at most one decimal
+// ("70%", "110%", "12.5%").
+func pct(f float64) string { return strconv.FormatFloat(math.Round(f*1000)/10, 'f', -1, 64) + "%" }
 
 // secs renders seconds with three significant figures ("0.452", "12.3").
 func secs(s float64) string {
