@@ -79,8 +79,8 @@ func Figures(d *Dataset) ([]Figure, error) {
 			group, adaptive, knobName, suffix string
 			knob                              func(*Run) float64
 		}{
-			{GroupEpsilon, "adaptive", "LOXILB_KV_MEAN_LOAD_FACTOR (1+ε)·100", "epsilon", func(r *Run) float64 { return float64(r.FactorPct) }},
-			{GroupLambda, "adaptive-soft", "LOXILB_KV_LOAD_PENALTY λ", "lambda", func(r *Run) float64 { return float64(r.Lambda) }},
+			{GroupEpsilon, "adaptive", "(1+ε)·100", "epsilon", func(r *Run) float64 { return float64(r.FactorPct) }},
+			{GroupLambda, "adaptive-soft", "λ", "lambda", func(r *Run) float64 { return float64(r.Lambda) }},
 		} {
 			runs := d.Select(sc.Name, sw.group)
 			if len(runs) == 0 {
@@ -90,7 +90,7 @@ func Figures(d *Dataset) ([]Figure, error) {
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, Figure{File: sc.Name + "-" + sw.suffix + "-heat.svg", Title: sw.knobName + " × load → TTFT p90", Scenario: sc.Name, plot: p})
+			out = append(out, Figure{File: sc.Name + "-" + sw.suffix + "-heat.svg", Title: sw.suffix + " sweep: TTFT p90 by " + sw.knobName + " and load", Scenario: sc.Name, plot: p})
 		}
 	}
 	return out, nil
@@ -246,6 +246,9 @@ func heatMap(g *Grid, sc Scenario, adaptive, knobName string, knob func(*Run) fl
 	}
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("%s — TTFT p90 (s) by %s and load", sc.Name, knobName)
+	// One empty row of headroom above the grid keeps the legend off the
+	// cells.
+	p.Y.Min, p.Y.Max = -0.5, float64(len(rows))+0.5
 	p.X.Label.Text = fmt.Sprintf("offered load (fraction of saturation = %.3g req/s)", sc.SaturationRate)
 	p.Y.Label.Text = knobName
 	xt := make(plot.ConstantTicks, len(g.Loads))
@@ -257,7 +260,8 @@ func heatMap(g *Grid, sc Scenario, adaptive, knobName string, knob func(*Run) fl
 		yt[ri] = plot.Tick{Value: float64(ri), Label: strconv.FormatFloat(rw.knob, 'f', -1, 64)}
 	}
 	p.X.Tick.Marker, p.Y.Tick.Marker = xt, yt
-	hm := plotter.NewHeatMap(h, palette.Heat(64, 1))
+	// Light is fast, dark red is slow.
+	hm := plotter.NewHeatMap(h, reversed(palette.Heat(64, 1)))
 	hm.NaN = color.Gray{Y: 200}
 	p.Add(hm)
 	lbl, err := plotter.NewLabels(labels)
@@ -289,7 +293,7 @@ func heatMap(g *Grid, sc Scenario, adaptive, knobName string, knob func(*Run) fl
 		marks.Radius = vg.Points(9)
 		marks.Color = color.RGBA{B: 200, A: 255}
 		p.Add(marks)
-		p.Legend.Add("best static setting (±2%)", marks)
+		p.Legend.Add("best static setting (tied within 2%)", marks)
 	}
 
 	// The adaptive law's mean effective knob, on the row scale.
@@ -322,6 +326,19 @@ func heatMap(g *Grid, sc Scenario, adaptive, knobName string, knob func(*Run) fl
 	}
 	p.Legend.Top = true
 	return p, nil
+}
+
+// colors is a fixed palette.
+type colors []color.Color
+
+// Colors implements palette.Palette.
+func (c colors) Colors() []color.Color { return c }
+
+// reversed returns p's colours in reverse order.
+func reversed(p palette.Palette) palette.Palette {
+	cs := slices.Clone(p.Colors())
+	slices.Reverse(cs)
+	return colors(cs)
 }
 
 // rowPosition maps a knob value onto the fractional row index of the
