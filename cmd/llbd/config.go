@@ -51,6 +51,10 @@ type config struct {
 	// of it (make run). Without an explicit state dir, its state lives in a
 	// temporary directory so the demo rule never outlives the demo.
 	Demo bool
+	// DebugListen is the opt-in debug listener's loopback host:port (chaos
+	// tests, debug.go); "" (the default) turns it off. A host that is not
+	// a loopback address is refused.
+	DebugListen string
 }
 
 // flagSpec ties a flag to its environment variable.
@@ -101,6 +105,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		{"body-limit", "LLB_BODY_LIMIT", "largest REST request body, in bytes"},
 		{"no-data-plane", "LLB_NO_DATA_PLANE", "run the REST control plane only: rules are stored and listed, no traffic is served"},
 		{"demo", "LLB_DEMO", "start an embedded simulated vLLM fleet (2 prefill + 2 decode) and a P/D rule on 127.0.0.1:2020"},
+		{"debug-listen", "LLB_DEBUG_LISTEN", "loopback host:port of the debug listener (POST /debug/chaos/crash makes an actor panic; empty: off)"},
 	}
 	usage := func(name string) string {
 		for _, s := range specs {
@@ -122,6 +127,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.BoolVar(&cfg.ShowVersion, "version", false, "print the version and exit")
 	fs.BoolVar(&cfg.NoDataPlane, "no-data-plane", false, usage("no-data-plane"))
 	fs.BoolVar(&cfg.Demo, "demo", false, usage("demo"))
+	fs.StringVar(&cfg.DebugListen, "debug-listen", "", usage("debug-listen"))
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stderr, "Usage: llbd [flags]\n\nllbd is an LLM-aware L7 load balancer with LoxiLB's REST API.\n\nFlags:\n")
@@ -182,6 +188,11 @@ func (c *config) validate() []error {
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, errors.New("--tls-cert and --tls-key go together: give both or neither"))
+	}
+	if c.DebugListen != "" {
+		if err := checkLoopback(c.DebugListen); err != nil {
+			errs = append(errs, fmt.Errorf("--debug-listen %q: %v", c.DebugListen, err))
+		}
 	}
 	if c.Demo && c.NoDataPlane {
 		errs = append(errs, errors.New("--demo needs the data plane: drop --no-data-plane"))

@@ -109,6 +109,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer cancel()
 		closeRuntime(dctx)
 	}()
+	if cfg.DebugListen != "" {
+		stopDebug, err := startDebugListener(cfg.DebugListen, lookupFor(rt), log)
+		if err != nil {
+			return err
+		}
+		defer stopDebug(context.Background())
+	}
 	srv, err := restapi.New(restapi.Config{
 		Logger:         base, // restapi adds its own component field
 		Metrics:        set,
