@@ -13,7 +13,11 @@
 //
 // The data plane is reached only through the small Runtime interface; a
 // Runtime that also implements one of the optional view interfaces gets the
-// matching extra routes.
+// matching extra routes: InventoryViewer the KV inventory view
+// (GET /netlox/v1/config/ai/kv/inventory), ControllerRuntime the external
+// controller routes (POST …/config/ai/controller/endpoint, GET
+// …/config/ai/controller). restapi imports nothing of the data plane (and so
+// neither libzmq): those interfaces speak restapi's own types.
 //
 // Wire compatibility notes that differ from LoxiLB on purpose are collected in
 // docs/rest-api.md; the code cites them where they happen.

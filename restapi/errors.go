@@ -29,6 +29,23 @@ var (
 	ErrMalformedRequest = errors.New("malformed request")
 )
 
+// Sentinel errors of the data-plane views (KV inventory, controller). A
+// Runtime's optional view methods wrap them, and restapi answers by class.
+var (
+	// ErrNotRunning: the rule is configured but its data plane is not
+	// running it (an L4 mode, or a failed apply: GET …/status says why). 404.
+	ErrNotRunning = errors.New("rule-not-running error: the data plane is not running this rule")
+	// ErrNoInventory: the endpoint mirrors no KV inventory; the wrapping
+	// message says why. 404.
+	ErrNoInventory = errors.New("kv-inventory not found")
+	// ErrStaleEpoch: a controller update whose epoch is older than the one
+	// the endpoint has applied. 409.
+	ErrStaleEpoch = errors.New("controller epoch is stale")
+	// ErrDataPlaneBusy: the data plane did not answer in time, or the rule
+	// is being replaced; the request may be retried. 503.
+	ErrDataPlaneBusy = errors.New("data plane busy: it did not answer in time")
+)
+
 // Class messages of LoxiLB's error body, by HTTP status (handler/common.go).
 const (
 	msgMalformed    = "Malformed arguments for API call"
@@ -39,6 +56,7 @@ const (
 	msgMaintenance  = "Maintenance mode"
 	msgInternal     = "Internal service error"
 	msgNotAllowed   = "Method not allowed"
+	msgUnavailable  = "Service unavailable"
 )
 
 // ResultBody is LoxiLB's success body: {"result":"Success"}.
@@ -73,14 +91,16 @@ func errorResponse(err error) (int, ErrorBody) {
 		return validationResponse(ve)
 	case errors.Is(err, ErrMalformedRequest):
 		return http.StatusBadRequest, ErrorBody{Code: http.StatusBadRequest, Message: msgMalformed, Result: err.Error()}
-	case errors.Is(err, ErrNoRule), errors.Is(err, ErrNoEndpoint):
+	case errors.Is(err, ErrNoRule), errors.Is(err, ErrNoEndpoint), errors.Is(err, ErrNotRunning), errors.Is(err, ErrNoInventory):
 		return http.StatusNotFound, ErrorBody{Code: http.StatusNotFound, Message: msgNotFound, Result: err.Error()}
-	case errors.Is(err, ErrRuleExists), errors.Is(err, ErrImmutable):
+	case errors.Is(err, ErrRuleExists), errors.Is(err, ErrImmutable), errors.Is(err, ErrStaleEpoch):
 		return http.StatusConflict, ErrorBody{Code: http.StatusConflict, Message: msgConflict, Result: err.Error()}
 	case errors.Is(err, ErrUnauthorized):
 		return http.StatusUnauthorized, ErrorBody{Code: http.StatusUnauthorized, Message: msgUnauthorized, Result: err.Error()}
 	case errors.Is(err, ErrBodyTooLarge):
 		return http.StatusRequestEntityTooLarge, ErrorBody{Code: http.StatusRequestEntityTooLarge, Message: msgTooLarge, Result: err.Error()}
+	case errors.Is(err, ErrDataPlaneBusy):
+		return http.StatusServiceUnavailable, ErrorBody{Code: http.StatusServiceUnavailable, Message: msgUnavailable, Result: err.Error()}
 	case errors.Is(err, ErrMaintenance):
 		return http.StatusServiceUnavailable, ErrorBody{Code: http.StatusServiceUnavailable, Message: msgMaintenance,
 			Result: "configuration writes are rejected until the boot config replay settles"}

@@ -213,6 +213,8 @@ func sortedKeys(m map[string]any) []string {
 // describeJSON names the JSON type of v, with a short excerpt of scalars.
 func describeJSON(v any) string {
 	switch x := v.(type) {
+	case nil:
+		return "null"
 	case map[string]any:
 		return "object"
 	case []any:

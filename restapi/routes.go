@@ -20,6 +20,12 @@ const (
 	lbPath   = basePath + "/config/loadbalancer"
 	keyPath  = "/externalipaddress/:ip/port/:port/protocol/:proto"
 	rangeKey = "/externalipaddress/:ip/port/:port/portmax/:portmax/protocol/:proto"
+	aiPath   = basePath + "/config/ai"
+	// kvInventoryPath is LoxiLB's KV inventory view.
+	kvInventoryPath = aiPath + "/kv/inventory"
+	// controllerPath is the external controller's view; POSTs go to
+	// controllerPath + "/endpoint".
+	controllerPath = aiPath + "/controller"
 )
 
 // route is one registered route.
@@ -32,7 +38,7 @@ type route struct {
 // optional interfaces add their routes here, behind a type assertion on
 // s.cfg.Runtime, so the REST layer grows without knowing the data plane.
 func (s *Server) routeTable() []route {
-	return []route{
+	rs := []route{
 		{http.MethodPost, lbPath, s.postRule},
 		{http.MethodGet, lbPath + "/all", s.getAll},
 		{http.MethodDelete, lbPath + "/all", s.deleteAll},
@@ -49,6 +55,15 @@ func (s *Server) routeTable() []route {
 		{http.MethodGet, basePath + "/metrics", s.getMetrics},
 		{http.MethodGet, "/metrics", s.getMetrics},
 	}
+	if _, ok := s.cfg.Runtime.(InventoryViewer); ok {
+		rs = append(rs, route{http.MethodGet, kvInventoryPath, s.getInventory})
+	}
+	if _, ok := s.cfg.Runtime.(ControllerRuntime); ok {
+		rs = append(rs,
+			route{http.MethodPost, controllerPath + "/endpoint", s.postController},
+			route{http.MethodGet, controllerPath, s.getController})
+	}
+	return rs
 }
 
 func (s *Server) buildEcho() *echo.Echo {

@@ -16,10 +16,10 @@ import (
 // (operatingStatus ERROR, applyError). The same holds for errors reported
 // later through RuleStatus.ListenErr.
 //
-// Further capabilities (KV inventory views, controller weights, endpoint
-// views) are optional interfaces a Runtime may also implement; the server
-// type-asserts for them and mounts their routes only when present. See
-// DataPlaneNamer for the pattern.
+// Further capabilities are optional interfaces a Runtime may also implement;
+// the server type-asserts for them and mounts their routes only when
+// present: DataPlaneNamer (GET /version), InventoryViewer (the KV inventory
+// view) and ControllerRuntime (the external controller routes).
 type Runtime interface {
 	// Apply makes r live, creating or replacing the rule with key r.Key. It
 	// must not keep references into r beyond the call unless it clones it,
@@ -76,21 +76,46 @@ type RuleStatus struct {
 type EndpointStatus struct {
 	// Addr is endpointIP:targetPort.
 	Addr netip.AddrPort
-	// Active is true when the endpoint is selectable (probe up, breaker not open).
+	// Active is true when the endpoint is selectable (probe up, breaker not
+	// open, not disabled by the controller).
 	Active bool
 	// Detail is a short human note, e.g. "probe failing", "breaker open".
 	Detail string
+	// Probe is the health probe's verdict, separate from the breaker:
+	// ProbeUp, ProbeDown, or ProbeOff when the endpoint is not probed; ""
+	// when the data plane does not say.
+	Probe string
 	// Breaker is the circuit-breaker state ("closed", "open", "half_open"); "" if none.
 	Breaker string
 	// InFlight is the data plane's in-flight request count for the endpoint.
 	InFlight int
+	// Parked is the number of requests the admission gate holds in the
+	// endpoint's queue.
+	Parked int
+	// KVCapacityBlocks is the engine's KV-block capacity (num_gpu_blocks);
+	// 0 when unknown.
+	KVCapacityBlocks int64
+	// Inventory is true when the data plane mirrors the endpoint's KV
+	// events; InventoryBlocks is then meaningful even at 0.
+	Inventory bool
 	// InventoryBlocks is the size of the endpoint's mirrored KV inventory.
 	InventoryBlocks int
+	// Controller is the external controller's instruction for the
+	// endpoint; nil when the data plane has no controller (or did not
+	// answer).
+	Controller *ControllerStatus
 	// Requests is the count of requests sent to the endpoint.
 	Requests uint64
 	// Bytes is the count of bytes exchanged with the endpoint.
 	Bytes uint64
 }
+
+// Probe verdicts (EndpointStatus.Probe).
+const (
+	ProbeUp   = "up"
+	ProbeDown = "down"
+	ProbeOff  = "off"
+)
 
 // RuleStats are a rule's traffic counters (GET …/stats).
 type RuleStats struct {

@@ -134,6 +134,11 @@ type Server struct {
 
 	applyMu   sync.Mutex
 	applyErrs map[RuleKey]string // guarded by applyMu
+
+	// ctrlMu serializes controller updates, so completing a partial update
+	// from the endpoint's current instruction and applying it is atomic
+	// against other updates.
+	ctrlMu sync.Mutex
 }
 
 // New builds a Server from cfg.

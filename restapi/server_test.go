@@ -245,14 +245,21 @@ func TestStatusAndStats_ComeFromTheRuntime(t *testing.T) {
 	rt.mu.Lock()
 	rt.status[k] = RuleStatus{
 		Operating: OperatingDegraded,
-		Endpoints: []EndpointStatus{{Addr: netip.MustParseAddrPort("127.0.0.1:8100"), Active: true, Breaker: "closed", InFlight: 3, InventoryBlocks: 120, Requests: 5, Bytes: 900}},
-		Stats:     RuleStats{ActiveConnections: 2, BytesIn: 10, BytesOut: 20, TotalConnections: 30},
+		Endpoints: []EndpointStatus{
+			{Addr: netip.MustParseAddrPort("127.0.0.1:8100"), Active: true, Probe: ProbeUp, Breaker: "closed", InFlight: 3, Parked: 2,
+				KVCapacityBlocks: 4096, Inventory: true, InventoryBlocks: 120, Requests: 5, Bytes: 900,
+				Controller: &ControllerStatus{State: CtrlActive, Weight: 50, EffectiveWeight: 75, Epoch: 9, Updated: testEpoch, Stale: true}},
+		},
+		Stats: RuleStats{ActiveConnections: 2, BytesIn: 10, BytesOut: 20, TotalConnections: 30},
 	}
 	rt.mu.Unlock()
 	st := ts.do(http.MethodGet, lbPath+"/externalipaddress/127.0.0.1/port/2020/protocol/tcp/status", "").body
 	want := `{"adminStateUp":true,"operatingStatus":"DEGRADED","lastUpdated":"2026-03-01T12:00:00Z","endpoints":[` +
-		`{"endpointIP":"127.0.0.1","targetPort":8100,"state":"active","breaker":"closed","inFlight":3,"inventoryBlocks":120},` +
-		`{"endpointIP":"127.0.0.1","targetPort":8200,"state":"inactive","detail":"no status from the data plane"}]}` + "\n"
+		`{"endpointIP":"127.0.0.1","targetPort":8100,"ep_idx":0,"role":"prefill","state":"active","probe":"up","breaker":"closed",` +
+		`"inFlight":3,"parked":2,"kvCapacityBlocks":4096,"inventoryBlocks":120,` +
+		`"controller":{"state":"ACTIVE","weight":50,"effective_weight":75,"epoch":9,"updated":"2026-03-01T12:00:00Z","stale":true}},` +
+		`{"endpointIP":"127.0.0.1","targetPort":8200,"ep_idx":1,"role":"decode","state":"inactive","detail":"no status from the data plane",` +
+		`"inFlight":0,"parked":0}]}` + "\n"
 	if st != want {
 		t.Errorf("status:\n got %s\nwant %s", st, want)
 	}

@@ -25,22 +25,39 @@ type StatusView struct {
 	Endpoints []EndpointStatusView `json:"endpoints,omitempty"`
 }
 
-// EndpointStatusView is one endpoint in StatusView.
+// EndpointStatusView is one endpoint in StatusView (all llb's).
 type EndpointStatusView struct {
 	// EndpointIP is the endpoint address.
 	EndpointIP string `json:"endpointIP"`
 	// TargetPort is the endpoint port.
 	TargetPort int `json:"targetPort"`
+	// EpIdx is the endpoint's index in the rule (LoxiLB's ep_idx: the KV
+	// inventory and controller routes and the metrics name endpoints so).
+	EpIdx int `json:"ep_idx"`
+	// Role is the P/D role: "none", "prefill" or "decode".
+	Role string `json:"role"`
 	// State is "active" or "inactive".
 	State string `json:"state"`
 	// Detail is the data plane's note on the endpoint.
 	Detail string `json:"detail,omitempty"`
+	// Probe is the health probe's verdict ("up", "down", "off"), separate
+	// from the breaker; absent when the data plane does not say.
+	Probe string `json:"probe,omitempty"`
 	// Breaker is the circuit-breaker state, when the rule has one.
 	Breaker string `json:"breaker,omitempty"`
-	// InFlight is the in-flight request count.
-	InFlight int `json:"inFlight,omitempty"`
-	// InventoryBlocks is the mirrored KV inventory size.
-	InventoryBlocks int `json:"inventoryBlocks,omitempty"`
+	// InFlight is the in-flight request count (always present).
+	InFlight int `json:"inFlight"`
+	// Parked is the admission gate's queue length (always present).
+	Parked int `json:"parked"`
+	// KVCapacityBlocks is the engine's KV-block capacity; absent while
+	// unknown.
+	KVCapacityBlocks int64 `json:"kvCapacityBlocks,omitempty"`
+	// InventoryBlocks is the mirrored KV inventory size; present for every
+	// endpoint whose KV events are mirrored (even at 0), absent otherwise.
+	InventoryBlocks *int `json:"inventoryBlocks,omitempty"`
+	// Controller is the external controller's instruction; absent without
+	// a controller-capable data plane.
+	Controller *ControllerStatus `json:"controller,omitempty"`
 }
 
 // StatsView is GET …/stats, LoxiLB's four counters.
@@ -143,15 +160,24 @@ func statusView(r *Rule, updated time.Time, st RuleStatus, applyErr string) Stat
 		ListenError:     st.ListenErr,
 	}
 	for i, e := range eps {
-		v.Endpoints = append(v.Endpoints, EndpointStatusView{
-			EndpointIP:      r.Effective.Endpoints[i].Addr.Addr().String(),
-			TargetPort:      int(r.Effective.Endpoints[i].Addr.Port()),
-			State:           stateWord(e.Active),
-			Detail:          e.Detail,
-			Breaker:         e.Breaker,
-			InFlight:        e.InFlight,
-			InventoryBlocks: e.InventoryBlocks,
-		})
+		ev := EndpointStatusView{
+			EndpointIP:       r.Effective.Endpoints[i].Addr.Addr().String(),
+			TargetPort:       int(r.Effective.Endpoints[i].Addr.Port()),
+			EpIdx:            i,
+			Role:             RoleName(r.Effective.Endpoints[i].Role),
+			State:            stateWord(e.Active),
+			Detail:           e.Detail,
+			Probe:            e.Probe,
+			Breaker:          e.Breaker,
+			InFlight:         e.InFlight,
+			Parked:           e.Parked,
+			KVCapacityBlocks: e.KVCapacityBlocks,
+			Controller:       e.Controller,
+		}
+		if e.Inventory || e.InventoryBlocks > 0 {
+			ev.InventoryBlocks = ptr(e.InventoryBlocks)
+		}
+		v.Endpoints = append(v.Endpoints, ev)
 	}
 	return v
 }

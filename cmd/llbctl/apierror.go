@@ -120,8 +120,10 @@ func check(op string, res *response, o errorOpts) error {
 		e.hint = o.hint404
 	case res.status == http.StatusUnauthorized:
 		e.hint = "llbd wants a bearer token: check --token-file or " + envTokenFile
-	case res.status == http.StatusServiceUnavailable && res.header.Get("Retry-After") != "":
+	case res.status == http.StatusServiceUnavailable && res.header.Get("Retry-After") != "" && e.body.Message == "Maintenance mode":
 		e.hint = "llbd is not accepting writes yet; retry in " + res.header.Get("Retry-After") + " s"
+	case res.status == http.StatusServiceUnavailable && res.header.Get("Retry-After") != "":
+		e.hint = "retry in " + res.header.Get("Retry-After") + " s"
 	case res.status == http.StatusRequestEntityTooLarge:
 		e.hint = "the request is larger than llbd's --body-limit"
 	}

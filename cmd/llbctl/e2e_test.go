@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/netip"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -69,7 +70,7 @@ func TestE2E_CreateListShowDelete(t *testing.T) {
 		}
 	}
 	status := mustRun(t, hs.URL, "get", "lb", "127.0.0.1", "2020", "tcp", "--status")
-	for _, want := range []string{"| up    | OFFLINE |", "no data plane attached", "| 127.0.0.1:8100 | inactive | -       | 0         | 0         | no data plane |"} {
+	for _, want := range []string{"| up    | OFFLINE |", "no data plane attached", "| 127.0.0.1:8100 | inactive | -       | 0         | -         | no data plane |"} {
 		if !strings.Contains(status, want) {
 			t.Errorf("get lb --status:\n%s\nwant %q", status, want)
 		}
@@ -220,11 +221,13 @@ func (s *statusRuntime) Status(k restapi.RuleKey) (restapi.RuleStatus, bool) {
 	}
 	st := restapi.RuleStatus{Detail: "serving", Stats: restapi.RuleStats{ActiveConnections: 3, TotalConnections: 40, BytesIn: 1000, BytesOut: 9000}}
 	for i, a := range addrs {
-		es := restapi.EndpointStatus{Addr: a, Active: i == 0, Requests: 17, Bytes: 4096}
+		es := restapi.EndpointStatus{Addr: a, Active: i == 0, Requests: 17, Bytes: 4096, Probe: restapi.ProbeUp}
 		if i == 0 {
-			es.Breaker, es.InFlight, es.InventoryBlocks = "closed", 3, 1234
+			es.Breaker, es.InFlight, es.Parked, es.Inventory, es.InventoryBlocks, es.KVCapacityBlocks = "closed", 3, 2, true, 1234, 8192
+			es.Controller = &restapi.ControllerStatus{State: restapi.CtrlDraining, Weight: 40, EffectiveWeight: 70, Epoch: 7, Stale: true}
 		} else {
 			es.Breaker, es.Detail = "open", "breaker open"
+			es.Controller = &restapi.ControllerStatus{State: restapi.CtrlNone, Weight: 100, EffectiveWeight: 100}
 		}
 		st.Endpoints = append(st.Endpoints, es)
 	}
@@ -237,8 +240,8 @@ func TestE2E_EndpointsShowHealthBreakerLoadAndInventory(t *testing.T) {
 
 	table := mustRun(t, hs.URL, "get", "endpoints", "127.0.0.1", "2020", "tcp")
 	for _, want := range []string{
-		"| 0   | 127.0.0.1:8100 | prefill | 1      | 5600 | active   | closed  | 3         | 1234      | 17:4096 | -            |",
-		"| 1   | 127.0.0.1:8200 | decode  | 1      | 5600 | inactive | open    | 0         | 0         | 17:4096 | breaker open |",
+		"| 0   | 127.0.0.1:8100 | prefill | 1      | 5600 | active   | up    | closed  | 3         | 2      | 1234      | 8192        | DRAINING w=40 (eff 70) e=7 stale | 17:4096 | -            |",
+		"| 1   | 127.0.0.1:8200 | decode  | 1      | 5600 | inactive | up    | open    | 0         | 0      | -         | -           | -                                | 17:4096 | breaker open |",
 	} {
 		if !strings.Contains(table, want) {
 			t.Errorf("get endpoints:\n%s\nwant the row\n%s", table, want)
@@ -249,10 +252,16 @@ func TestE2E_EndpointsShowHealthBreakerLoadAndInventory(t *testing.T) {
 	if err := json.Unmarshal([]byte(mustRun(t, hs.URL, "get", "endpoints", "127.0.0.1", "2020", "tcp", "-o", "json")), &views); err != nil {
 		t.Fatal(err)
 	}
+	blocks := 1234
 	want := endpointView{Idx: 0, EndpointIP: "127.0.0.1", TargetPort: 8100, Role: "prefill", Weight: 1, NixlPort: 5600,
-		State: "active", Breaker: "closed", InFlight: 3, InventoryBlocks: 1234, Counter: "17:4096"}
-	if len(views) != 2 || views[0] != want {
+		State: "active", Probe: "up", Breaker: "closed", InFlight: 3, Parked: 2, KVCapacityBlocks: 8192, InventoryBlocks: &blocks,
+		Controller: &restapi.ControllerStatus{State: restapi.CtrlDraining, Weight: 40, EffectiveWeight: 70, Epoch: 7, Stale: true},
+		Counter:    "17:4096"}
+	if len(views) != 2 || !reflect.DeepEqual(views[0], want) {
 		t.Errorf("get endpoints -o json: %+v; want first %+v", views, want)
+	}
+	if views[1].InventoryBlocks != nil {
+		t.Errorf("decode endpoint inventoryBlocks %v; want absent (its KV events are not mirrored)", *views[1].InventoryBlocks)
 	}
 
 	if stats := mustRun(t, hs.URL, "get", "lb", "127.0.0.1", "2020", "tcp", "--stats"); !strings.Contains(stats, "| 3                  | 40                | 1000     | 9000      |") {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
@@ -15,7 +16,7 @@ import (
 // shape for -o json.
 type endpointView struct {
 	// Idx is the endpoint's index in the rule (ep_idx in metrics and the
-	// KV inventory route).
+	// KV inventory and controller routes).
 	Idx int `json:"idx"`
 	// EndpointIP and TargetPort address the endpoint.
 	EndpointIP string `json:"endpointIP"`
@@ -26,14 +27,25 @@ type endpointView struct {
 	Weight int64 `json:"weight"`
 	// NixlPort is the NIXL side-channel port (0: the target port).
 	NixlPort int64 `json:"nixlPort,omitempty"`
-	// State is active or inactive.
+	// State is active or inactive (unknown without a status).
 	State string `json:"state"`
+	// Probe is the health probe's verdict (up, down, off); empty when llbd
+	// does not say.
+	Probe string `json:"probe,omitempty"`
 	// Breaker is the circuit-breaker state; empty when the rule has none.
 	Breaker string `json:"breaker,omitempty"`
 	// InFlight is the data plane's in-flight request count.
 	InFlight int `json:"inFlight"`
-	// InventoryBlocks is the mirrored KV inventory size.
-	InventoryBlocks int `json:"inventoryBlocks"`
+	// Parked is the admission gate's queue length.
+	Parked int `json:"parked"`
+	// KVCapacityBlocks is the engine's KV-block capacity; 0 unknown.
+	KVCapacityBlocks int64 `json:"kvCapacityBlocks,omitempty"`
+	// InventoryBlocks is the mirrored KV inventory size; nil when the
+	// endpoint's KV events are not mirrored.
+	InventoryBlocks *int `json:"inventoryBlocks,omitempty"`
+	// Controller is the external controller's instruction; nil when llbd
+	// reports none.
+	Controller *restapi.ControllerStatus `json:"controller,omitempty"`
 	// Counter is "<requests>:<bytes>".
 	Counter string `json:"counter,omitempty"`
 	// Detail is the data plane's note.
@@ -44,7 +56,7 @@ func (a *app) getEndpointsCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "endpoints <ip> <port> <proto>",
 		Aliases: []string{"endpoint", "ep", "eps"},
-		Short:   "Show a rule's endpoints with health, breaker state, load and KV inventory size",
+		Short:   "Show a rule's endpoints: health (probe, breaker), load, KV inventory and capacity, controller state",
 		Example: `  llbctl get endpoints 10.10.10.254 2020 tcp`,
 		Args:    usageArgs(cobra.ExactArgs(3), "llbctl get endpoints <ip> <port> <proto>"),
 		RunE: func(_ *cobra.Command, args []string) error {
@@ -80,17 +92,48 @@ func (a *app) showEndpoints(ref ruleRef) error {
 	if a.opts.output == outputJSON {
 		return writeValue(a.stdout, views)
 	}
-	t := newTable("IDX", "ENDPOINT", "ROLE", "WEIGHT", "NIXL", "STATE", "BREAKER", "IN-FLIGHT", "KV BLOCKS", "COUNTER", "DETAIL")
+	t := newTable("IDX", "ENDPOINT", "ROLE", "WEIGHT", "NIXL", "STATE", "PROBE", "BREAKER", "IN-FLIGHT", "PARKED",
+		"KV BLOCKS", "KV CAPACITY", "CONTROLLER", "COUNTER", "DETAIL")
 	for _, v := range views {
 		nixl := "-"
 		if v.NixlPort != 0 {
 			nixl = strconv.FormatInt(v.NixlPort, 10)
 		}
+		capacity := "-"
+		if v.KVCapacityBlocks > 0 {
+			capacity = strconv.FormatInt(v.KVCapacityBlocks, 10)
+		}
 		t.add(strconv.Itoa(v.Idx), net.JoinHostPort(v.EndpointIP, strconv.FormatInt(v.TargetPort, 10)), v.Role,
-			strconv.FormatInt(v.Weight, 10), nixl, v.State, orDash(v.Breaker), strconv.Itoa(v.InFlight),
-			strconv.Itoa(v.InventoryBlocks), orDash(v.Counter), orDash(v.Detail))
+			strconv.FormatInt(v.Weight, 10), nixl, v.State, orDash(v.Probe), orDash(v.Breaker), strconv.Itoa(v.InFlight),
+			strconv.Itoa(v.Parked), blocksCell(v.InventoryBlocks), capacity, controllerCell(v.Controller),
+			orDash(v.Counter), orDash(v.Detail))
 	}
 	return t.render(a.stdout)
+}
+
+// blocksCell shows an inventory size, "-" when the endpoint has none.
+func blocksCell(n *int) string {
+	if n == nil {
+		return "-"
+	}
+	return strconv.Itoa(*n)
+}
+
+// controllerCell shows a controller instruction compactly:
+// "DRAINING w=40 e=7", "ACTIVE w=50 (eff 75) e=9 stale"; "-" for none.
+func controllerCell(c *restapi.ControllerStatus) string {
+	if c == nil || c.State == restapi.CtrlNone || c.State == "" {
+		return "-"
+	}
+	s := fmt.Sprintf("%s w=%d", c.State, c.Weight)
+	if c.EffectiveWeight != c.Weight {
+		s += fmt.Sprintf(" (eff %d)", c.EffectiveWeight)
+	}
+	s += fmt.Sprintf(" e=%d", c.Epoch)
+	if c.Stale {
+		s += " stale"
+	}
+	return s
 }
 
 // joinEndpoints pairs each configured endpoint with its status by address,
@@ -114,7 +157,8 @@ func joinEndpoints(eps []restapi.Endpoint, sts []restapi.EndpointStatusView) []e
 		for j, s := range sts {
 			if !used[j] && sameAddr(v.EndpointIP, v.TargetPort, s.EndpointIP, int64(s.TargetPort)) {
 				used[j] = true
-				v.State, v.Breaker, v.InFlight, v.InventoryBlocks, v.Detail = s.State, s.Breaker, s.InFlight, s.InventoryBlocks, s.Detail
+				v.State, v.Probe, v.Breaker, v.InFlight, v.Parked = s.State, s.Probe, s.Breaker, s.InFlight, s.Parked
+				v.KVCapacityBlocks, v.InventoryBlocks, v.Controller, v.Detail = s.KVCapacityBlocks, s.InventoryBlocks, s.Controller, s.Detail
 				break
 			}
 		}

@@ -19,11 +19,11 @@ import (
 func (a *app) getCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "get",
-		Short: "Show rules, endpoints and KV inventories",
-		Args:  usageArgs(cobra.NoArgs, "llbctl get lb|endpoints|kv ..."),
+		Short: "Show rules, endpoints, KV inventories and controller state",
+		Args:  usageArgs(cobra.NoArgs, "llbctl get lb|endpoints|kv|controller ..."),
 		RunE:  func(cmd *cobra.Command, _ []string) error { return needSubcommand(cmd) },
 	}
-	c.AddCommand(a.getLBCmd(), a.getEndpointsCmd(), a.getKVCmd())
+	c.AddCommand(a.getLBCmd(), a.getEndpointsCmd(), a.getKVCmd(), a.getControllerCmd())
 	return c
 }
 
@@ -262,7 +262,7 @@ func (a *app) showStatus(ref ruleRef) error {
 	et := newTable("ENDPOINT", "STATE", "BREAKER", "IN-FLIGHT", "KV BLOCKS", "DETAIL")
 	for _, ep := range st.Endpoints {
 		et.add(net.JoinHostPort(ep.EndpointIP, strconv.Itoa(ep.TargetPort)), ep.State, orDash(ep.Breaker),
-			strconv.Itoa(ep.InFlight), strconv.Itoa(ep.InventoryBlocks), orDash(ep.Detail))
+			strconv.Itoa(ep.InFlight), blocksCell(ep.InventoryBlocks), orDash(ep.Detail))
 	}
 	return et.render(a.stdout)
 }

@@ -1,0 +1,230 @@
+package restapi
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/llbproject/llb/internal/logfield"
+)
+
+// Log field names of controller updates (beside logfield's).
+const (
+	logWeight = "weight"
+	logEpoch  = "epoch"
+)
+
+// The external controller routes (the seed page's "layer 3"):
+//
+//	POST /netlox/v1/config/ai/controller/endpoint   set one endpoint's state, weight, epoch
+//	GET  /netlox/v1/config/ai/controller            every rule's endpoints as the controller sees them
+//
+// A controller instruction is runtime state, not configuration: it is not
+// persisted, and the controller re-sends it (LoxiLB's controller streams
+// snapshots for the same reason).
+
+// Controller states (ControllerUpdate.State, ControllerStatus.State), in
+// lockstep with LoxiLB's loxilb.aictrl.v1 EpState, plus NONE for "no
+// controller instruction".
+const (
+	CtrlActive   = "ACTIVE"
+	CtrlDraining = "DRAINING"
+	CtrlDisabled = "DISABLED"
+	CtrlNone     = "NONE"
+)
+
+// ControllerRuntime is an optional Runtime interface: a Runtime that folds an
+// external controller's instructions into routing serves the controller
+// routes. The controller's current view per endpoint is reported through
+// Status (EndpointStatus.Controller), which restapi also reads to complete
+// partial updates.
+type ControllerRuntime interface {
+	// SetController applies u to endpoint ep of rule k. restapi has already
+	// checked the rule, the index and every field. Errors wrap
+	// ErrStaleEpoch (u.Epoch is older than the applied epoch),
+	// ErrNotRunning, ErrNoEndpoint or ErrDataPlaneBusy. It must bound its
+	// own wait.
+	SetController(k RuleKey, ep int, u ControllerUpdate) error
+}
+
+// ControllerUpdate is one complete instruction for one endpoint.
+type ControllerUpdate struct {
+	// State is CtrlActive, CtrlDraining, CtrlDisabled or CtrlNone (NONE
+	// releases the endpoint from the controller: neutral weight, no state).
+	State string
+	// Weight is 0–100; 100 is neutral. It scales the endpoint's KV capacity
+	// in the Tier-1.5 law and Tier 2.
+	Weight int
+	// Epoch orders updates: an older epoch than the applied one is refused,
+	// an equal one re-applies.
+	Epoch uint64
+}
+
+// ControllerStatus is one endpoint's controller view.
+type ControllerStatus struct {
+	// State is ACTIVE, DRAINING, DISABLED, or NONE when no controller
+	// instruction is in force.
+	State string `json:"state"`
+	// Weight is the weight last set (100 under NONE).
+	Weight int `json:"weight"`
+	// EffectiveWeight is the weight in force now: Weight while fresh,
+	// gliding to 100 once stale.
+	EffectiveWeight int `json:"effective_weight"`
+	// Epoch is the last applied epoch (0 under NONE).
+	Epoch uint64 `json:"epoch"`
+	// Updated is when the last update was applied; absent under NONE.
+	Updated time.Time `json:"updated,omitzero"`
+	// Stale is true once no update came for the staleness window.
+	Stale bool `json:"stale"`
+}
+
+// ControllerView is the body of GET /config/ai/controller.
+type ControllerView struct {
+	// Services lists every rule in creation order ([] when none).
+	Services []ControllerServiceView `json:"services"`
+}
+
+// ControllerServiceView is one rule in ControllerView.
+type ControllerServiceView struct {
+	// Service is the rule key; ID and Name its id and name.
+	Service string `json:"service"`
+	ID      string `json:"id"`
+	Name    string `json:"name,omitempty"`
+	// Detail is the data plane's note on the rule (e.g. why it is not
+	// running).
+	Detail string `json:"detail,omitempty"`
+	// Endpoints are the rule's endpoints in index order.
+	Endpoints []ControllerEndpointView `json:"endpoints"`
+}
+
+// ControllerEndpointView is one endpoint in ControllerServiceView: its
+// identity and, flattened, its controller status (absent when the data plane
+// did not report one; Detail then says so).
+type ControllerEndpointView struct {
+	// EpIdx is the endpoint index; Endpoint its ip:port; Role its P/D role.
+	EpIdx    int    `json:"ep_idx"`
+	Endpoint string `json:"endpoint"`
+	Role     string `json:"role"`
+	*ControllerStatus
+	// Detail explains a missing controller status.
+	Detail string `json:"detail,omitempty"`
+}
+
+// postController applies one controller instruction.
+func (s *Server) postController(c echo.Context) error {
+	ctl, ok := s.cfg.Runtime.(ControllerRuntime)
+	if !ok { // unreachable: the route is mounted only for a ControllerRuntime
+		return echo.ErrNotFound
+	}
+	body, err := s.readBody(c)
+	if err != nil {
+		return err
+	}
+	req, err := decodeControllerRequest(body)
+	if err != nil {
+		return err
+	}
+	rec, err := s.tbl.Load().lookupService(req.service)
+	if err != nil {
+		return err
+	}
+	r := &rec.rule
+	if err := endpointIndex(r, req.ep); err != nil {
+		return err
+	}
+	// Partial updates are completed from the endpoint's current
+	// instruction; ctrlMu makes read-complete-apply atomic against other
+	// controller writes.
+	s.ctrlMu.Lock()
+	defer s.ctrlMu.Unlock()
+	u, err := s.completeUpdate(r, req)
+	if err != nil {
+		return err
+	}
+	if err := ctl.SetController(r.Key, req.ep, u); err != nil {
+		return fmt.Errorf("rule %s endpoint %d: %w", r.Key, req.ep, err)
+	}
+	s.log.Info().Str(logfield.Rule, r.Key.String()).Int(logfield.EndpointIndex, req.ep).Str(logfield.State, u.State).
+		Int(logWeight, u.Weight).Uint64(logEpoch, u.Epoch).Msg("controller update applied")
+	return c.JSON(http.StatusOK, successBody)
+}
+
+// completeUpdate fills the fields req omits: state and weight from the
+// endpoint's current instruction (ACTIVE and 100 when none is in force), the
+// epoch from the applied one (so an operator's manual update is never stale).
+func (s *Server) completeUpdate(r *Rule, req controllerRequest) (ControllerUpdate, error) {
+	u := ControllerUpdate{State: CtrlActive, Weight: 100}
+	if req.state != nil && req.weight != nil && req.epoch != nil {
+		return ControllerUpdate{State: *req.state, Weight: *req.weight, Epoch: *req.epoch}, nil
+	}
+	st, ok := s.cfg.Runtime.Status(r.Key)
+	if !ok {
+		return u, fmt.Errorf("%w: rule %s (see its …/status)", ErrNotRunning, r.Key)
+	}
+	cur := endpointStates(r, st)[req.ep].Controller
+	if cur == nil {
+		return u, fmt.Errorf("%w: it did not report endpoint %d's controller state, which an update without state, weight and epoch is completed from; retry, or give all three",
+			ErrDataPlaneBusy, req.ep)
+	}
+	if cur.State != CtrlNone {
+		u.State, u.Weight = cur.State, cur.Weight
+	}
+	u.Epoch = cur.Epoch
+	if req.state != nil {
+		u.State = *req.state
+	}
+	if req.weight != nil {
+		u.Weight = *req.weight
+	}
+	if req.epoch != nil {
+		u.Epoch = *req.epoch
+	}
+	return u, nil
+}
+
+// getController lists every rule's endpoints with their controller status;
+// ?service= (a rule key or id) narrows it to one rule.
+func (s *Server) getController(c echo.Context) error {
+	t := s.tbl.Load()
+	recs := t.order
+	if ref, filter := c.QueryParam("service"), c.QueryParams().Has("service"); filter {
+		rec, err := t.lookupService(ref)
+		if err != nil {
+			return err
+		}
+		recs = []*record{rec}
+	}
+	out := ControllerView{Services: make([]ControllerServiceView, 0, len(recs))}
+	for _, rec := range recs {
+		out.Services = append(out.Services, s.controllerService(&rec.rule))
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (s *Server) controllerService(r *Rule) ControllerServiceView {
+	st, ok := s.cfg.Runtime.Status(r.Key)
+	v := ControllerServiceView{Service: r.Key.String(), ID: r.ID(), Name: r.Name(), Detail: st.Detail}
+	if !ok {
+		v.Detail = "the data plane does not know this rule"
+	}
+	eps := endpointStates(r, st)
+	v.Endpoints = make([]ControllerEndpointView, len(eps))
+	for i, e := range eps {
+		ev := ControllerEndpointView{
+			EpIdx:            i,
+			Endpoint:         r.Effective.Endpoints[i].Addr.String(),
+			Role:             RoleName(r.Effective.Endpoints[i].Role),
+			ControllerStatus: e.Controller,
+		}
+		if e.Controller == nil {
+			ev.Detail = "no controller state from the data plane"
+			if e.Detail != "" {
+				ev.Detail += ": " + e.Detail
+			}
+		}
+		v.Endpoints[i] = ev
+	}
+	return v
+}
