@@ -100,32 +100,54 @@ func (d *dataPlane) Status(k restapi.RuleKey) (restapi.RuleStatus, bool) {
 	if svc == nil {
 		return out, true
 	}
-	eps := svc.Config().Endpoints
+	cfg := svc.Config()
 	for i, e := range st.Service.Endpoints {
-		if i >= len(eps) {
+		if i >= len(cfg.Endpoints) {
 			break
 		}
-		addr, _ := netip.ParseAddrPort(fmt.Sprintf("%s:%d", eps[i].Host, eps[i].Port))
-		es := restapi.EndpointStatus{
-			Addr:            addr,
-			Active:          e.Available(),
-			Breaker:         e.Breaker.String(),
-			InFlight:        int(e.ActiveConns),
-			InventoryBlocks: int(e.InventoryBlocks),
-		}
-		switch {
-		case !e.Up:
-			es.Detail = "probe failing"
-		case e.Breaker == actors.BreakerOpen:
-			es.Detail = "breaker open"
-		case e.Ctrl == ladder.CtrlDisabled:
-			es.Detail = "disabled by controller"
-		case e.Ctrl == ladder.CtrlDraining:
-			es.Detail = "draining"
-		}
-		out.Endpoints = append(out.Endpoints, es)
+		out.Endpoints = append(out.Endpoints, endpointStatus(cfg, i, e))
 	}
 	return out, true
+}
+
+// endpointStatus is endpoint i's live state in restapi's shape.
+func endpointStatus(cfg actors.ServiceConfig, i int, e actors.EndpointStatus) restapi.EndpointStatus {
+	ec := cfg.Endpoints[i]
+	var addr netip.AddrPort
+	if a, err := netip.ParseAddr(ec.Host); err == nil && ec.Port >= 0 && ec.Port <= 65535 {
+		addr = netip.AddrPortFrom(a, uint16(ec.Port))
+	}
+	es := restapi.EndpointStatus{
+		Addr:             addr,
+		Active:           e.Available(),
+		Probe:            restapi.ProbeOff,
+		InFlight:         int(e.ActiveConns),
+		Parked:           int(e.Parked),
+		KVCapacityBlocks: int64(e.KVCapacityBlocks),
+		Inventory:        len(ec.Feeds) > 0,
+		InventoryBlocks:  int(e.InventoryBlocks),
+		Controller:       controllerStatus(e.Controller),
+	}
+	if ec.Probe != nil {
+		es.Probe = restapi.ProbeDown
+		if e.Up {
+			es.Probe = restapi.ProbeUp
+		}
+	}
+	if cfg.Breaker.Enabled {
+		es.Breaker = e.Breaker.String()
+	}
+	switch {
+	case !e.Up:
+		es.Detail = "probe failing"
+	case e.Breaker == actors.BreakerOpen:
+		es.Detail = "breaker open"
+	case e.Ctrl == ladder.CtrlDisabled:
+		es.Detail = "disabled by controller"
+	case e.Ctrl == ladder.CtrlDraining:
+		es.Detail = "draining"
+	}
+	return es
 }
 
 // unservable says why llb's data plane cannot serve r ("" when it can).
@@ -225,7 +247,7 @@ func gatewayRule(r *restapi.Rule, def ruleDefaults) (gateway.Rule, error) {
 			Host: ep.Addr.Addr().String(),
 			Port: int(ep.Addr.Port()),
 		}
-		if publishesKV(eff, role) {
+		if mirrored, _ := eff.MirrorsKV(i); mirrored {
 			for rank := 0; rank < max(eff.KV.DPRanks, 1); rank++ {
 				fc := actors.FeedConfig{Rank: rank, Endpoint: inventory.FeedEndpoint(ac.Host, int(eff.KV.ZmqPort), rank)}
 				if eff.KV.ReplayPort != 0 {
@@ -237,18 +259,6 @@ func gatewayRule(r *restapi.Rule, def ruleDefaults) (gateway.Rule, error) {
 		sc.Endpoints = append(sc.Endpoints, ac)
 	}
 	return gateway.Rule{Key: key, Gateway: gw, Service: sc}, nil
-}
-
-// publishesKV reports whether an endpoint's KV events feed Tier 1.5: the
-// prefill endpoints of a kvExactMode 1 rule, every endpoint of mode 3.
-func publishesKV(eff *restapi.Effective, role ladder.Role) bool {
-	switch eff.KV.Mode {
-	case restapi.KVExactZMQ:
-		return role == ladder.RolePrefill
-	case restapi.KVExactSingle:
-		return true
-	}
-	return false
 }
 
 // breakerThreshold: P/D rules are auto-armed with 3 consecutive failures

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/llbproject/llb/actors"
+	"github.com/llbproject/llb/inventory"
+	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/restapi"
+)
+
+// The data plane's optional REST views: the KV inventory
+// (restapi.InventoryViewer) and the external controller
+// (restapi.ControllerRuntime). They ask the rule's actors service, off the
+// routing path, each with a bounded wait, and translate between actors'
+// types and restapi's (restapi imports nothing of the data plane).
+
+// viewTimeout bounds how long a view waits for a service's actor.
+const viewTimeout = 2 * time.Second
+
+var (
+	_ restapi.InventoryViewer   = (*dataPlane)(nil)
+	_ restapi.ControllerRuntime = (*dataPlane)(nil)
+)
+
+// service returns rule k's running service, or an error wrapping
+// restapi.ErrNotRunning that says why it is not running.
+func (d *dataPlane) service(k restapi.RuleKey) (*actors.Service, error) {
+	if svc := d.rt.Service(k.String()); svc != nil {
+		return svc, nil
+	}
+	d.mu.Lock()
+	why, un := d.unserved[k]
+	d.mu.Unlock()
+	if un {
+		return nil, fmt.Errorf("%w: %s", restapi.ErrNotRunning, why)
+	}
+	return nil, fmt.Errorf("%w: it was not applied (GET …/status shows the apply error)", restapi.ErrNotRunning)
+}
+
+// Inventory implements restapi.InventoryViewer.
+func (d *dataPlane) Inventory(k restapi.RuleKey, ep, offset, limit int) (restapi.InventoryPage, error) {
+	svc, err := d.service(k)
+	if err != nil {
+		return restapi.InventoryPage{}, err
+	}
+	p, err := svc.Inventory(ep, offset, limit, viewTimeout)
+	if err != nil {
+		return restapi.InventoryPage{}, viewErr(err)
+	}
+	out := restapi.InventoryPage{HashAlgo: inventory.HashAlgoName(svc.Config().KV.Keys), Keys: p.Keys}
+	for rank, m := range p.Ranks {
+		// The listing is of engine keys, rank after rank.
+		out.Total += m.EngineBlocks
+		r := restapi.InventoryRank{Rank: rank, Mirror: mirrorStats(m)}
+		if eps := svc.Config().Endpoints; ep < len(eps) && rank < len(eps[ep].Feeds) {
+			r.Rank = eps[ep].Feeds[rank].Rank
+		}
+		if rank < len(p.Feeds) {
+			f := feedStats(p.Feeds[rank])
+			r.Feed = &f
+		}
+		out.Ranks = append(out.Ranks, r)
+	}
+	if st, ok := svc.Status(viewTimeout); ok && ep < len(st.Endpoints) {
+		out.CapacityBlocks = int64(st.Endpoints[ep].KVCapacityBlocks)
+	}
+	return out, nil
+}
+
+// SetController implements restapi.ControllerRuntime.
+func (d *dataPlane) SetController(k restapi.RuleKey, ep int, u restapi.ControllerUpdate) error {
+	state, err := ctrlState(u.State)
+	if err != nil {
+		return err
+	}
+	svc, err := d.service(k)
+	if err != nil {
+		return err
+	}
+	err = svc.SetController(ep, actors.CtrlUpdate{State: state, Weight: uint8(min(max(u.Weight, 0), 100)), Epoch: u.Epoch}, viewTimeout)
+	return viewErr(err)
+}
+
+// viewErr maps an actors error onto restapi's classes.
+func viewErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, actors.ErrStaleEpoch):
+		return fmt.Errorf("%w: %w", restapi.ErrStaleEpoch, err)
+	case errors.Is(err, actors.ErrNoEndpoint):
+		return fmt.Errorf("%w: %w", restapi.ErrNoEndpoint, err)
+	case errors.Is(err, actors.ErrNoInventory):
+		return fmt.Errorf("%w: %w", restapi.ErrNoInventory, err)
+	case errors.Is(err, actors.ErrRouterTimeout), errors.Is(err, actors.ErrStopped):
+		// ErrStopped: the service stopped between lookup and call (a
+		// replace); its successor answers a retry.
+		return fmt.Errorf("%w: %w", restapi.ErrDataPlaneBusy, err)
+	}
+	return err
+}
+
+// ctrlState parses restapi's controller state names.
+func ctrlState(s string) (ladder.CtrlState, error) {
+	switch s {
+	case restapi.CtrlActive:
+		return ladder.CtrlActive, nil
+	case restapi.CtrlDraining:
+		return ladder.CtrlDraining, nil
+	case restapi.CtrlDisabled:
+		return ladder.CtrlDisabled, nil
+	case restapi.CtrlNone:
+		return ladder.CtrlNone, nil
+	}
+	return ladder.CtrlNone, fmt.Errorf("controller state %q: want ACTIVE, DRAINING, DISABLED or NONE", s)
+}
+
+// ctrlName names a controller state the way restapi does.
+func ctrlName(s ladder.CtrlState) string {
+	switch s {
+	case ladder.CtrlActive:
+		return restapi.CtrlActive
+	case ladder.CtrlDraining:
+		return restapi.CtrlDraining
+	case ladder.CtrlDisabled:
+		return restapi.CtrlDisabled
+	}
+	return restapi.CtrlNone
+}
+
+// controllerStatus is an endpoint's controller view in restapi's shape;
+// without an instruction the weight is neutral.
+func controllerStatus(c actors.CtrlStatus) *restapi.ControllerStatus {
+	if c.State == ladder.CtrlNone {
+		return &restapi.ControllerStatus{State: restapi.CtrlNone, Weight: 100, EffectiveWeight: 100}
+	}
+	return &restapi.ControllerStatus{
+		State:           ctrlName(c.State),
+		Weight:          int(c.Weight),
+		EffectiveWeight: int(c.Effective),
+		Epoch:           c.Epoch,
+		Updated:         c.Updated.UTC(),
+		Stale:           c.Stale,
+	}
+}
+
+// mirrorStats is one rank's mirror in restapi's shape.
+func mirrorStats(m inventory.MirrorStats) restapi.MirrorStats {
+	c := restapi.ContractStatus{State: restapi.ContractOK, Verified: m.Contract.Verified,
+		Mismatched: m.Contract.Mismatched, Unverifiable: m.Contract.Unverifiable}
+	if m.Contract.Tripped {
+		c.State, c.Reason, c.Detail = restapi.ContractTripped, m.Contract.Reason, m.Contract.Detail
+	}
+	return restapi.MirrorStats{
+		Blocks: m.Blocks, EngineBlocks: m.EngineBlocks, MaxBlocks: m.MaxBlocks, TokenKeyed: m.TokenKeyed,
+		StoredBlocks: m.StoredBlocks, RemovedBlocks: m.RemovedBlocks, Clears: m.Clears, Resyncs: m.Resyncs,
+		Evictions: m.Evictions, MemBytes: m.MemBytes, Contract: c,
+	}
+}
+
+// feedStats is one rank's feed in restapi's shape.
+func feedStats(f inventory.FeedStats) restapi.FeedStats {
+	out := restapi.FeedStats{
+		Connected: f.Connected, Reconnects: f.Reconnects, RecvErrors: f.RecvErrors, Batches: f.Batches,
+		Events: f.Events, EventsPerSec: f.EventsPerSec, Gaps: f.Gaps, LostBatches: f.LostBatches,
+		Duplicates: f.Duplicates, Restarts: f.Restarts, Resyncs: f.Resyncs, Replays: f.Replays,
+		ReplayFailures: f.ReplayFailures,
+	}
+	if f.HaveSeq {
+		seq := f.LastSeq
+		out.LastSeq = &seq
+	}
+	return out
+}
