@@ -105,10 +105,22 @@ func (d *dataPlane) Status(k restapi.RuleKey) (restapi.RuleStatus, bool) {
 		if i >= len(cfg.Endpoints) {
 			break
 		}
-		out.Endpoints = append(out.Endpoints, endpointStatus(cfg, i, e))
+		es := endpointStatus(cfg, i, e)
+		if es.Inventory {
+			// The router's count is as of the endpoint's last Tier-1.5
+			// score; the inventory actor knows the current one.
+			if p, err := svc.Inventory(i, 0, 0, statusInventoryTimeout); err == nil {
+				es.InventoryBlocks = p.Total
+			}
+		}
+		out.Endpoints = append(out.Endpoints, es)
 	}
 	return out, true
 }
+
+// statusInventoryTimeout bounds the ask for one endpoint's current inventory
+// size in Status (on a miss the router's last-seen count is reported).
+const statusInventoryTimeout = 250 * time.Millisecond
 
 // endpointStatus is endpoint i's live state in restapi's shape.
 func endpointStatus(cfg actors.ServiceConfig, i int, e actors.EndpointStatus) restapi.EndpointStatus {
