@@ -57,6 +57,10 @@ const (
 	msgInternal     = "Internal service error"
 	msgNotAllowed   = "Method not allowed"
 	msgUnavailable  = "Service unavailable"
+	// msgStaleEpoch is the 409 of a controller update older than the
+	// applied one (an llb route: LoxiLB's "already exists" text would
+	// mislead).
+	msgStaleEpoch = "Resource conflict: stale controller epoch"
 )
 
 // ResultBody is LoxiLB's success body: {"result":"Success"}.
@@ -93,7 +97,9 @@ func errorResponse(err error) (int, ErrorBody) {
 		return http.StatusBadRequest, ErrorBody{Code: http.StatusBadRequest, Message: msgMalformed, Result: err.Error()}
 	case errors.Is(err, ErrNoRule), errors.Is(err, ErrNoEndpoint), errors.Is(err, ErrNotRunning), errors.Is(err, ErrNoInventory):
 		return http.StatusNotFound, ErrorBody{Code: http.StatusNotFound, Message: msgNotFound, Result: err.Error()}
-	case errors.Is(err, ErrRuleExists), errors.Is(err, ErrImmutable), errors.Is(err, ErrStaleEpoch):
+	case errors.Is(err, ErrStaleEpoch):
+		return http.StatusConflict, ErrorBody{Code: http.StatusConflict, Message: msgStaleEpoch, Result: err.Error()}
+	case errors.Is(err, ErrRuleExists), errors.Is(err, ErrImmutable):
 		return http.StatusConflict, ErrorBody{Code: http.StatusConflict, Message: msgConflict, Result: err.Error()}
 	case errors.Is(err, ErrUnauthorized):
 		return http.StatusUnauthorized, ErrorBody{Code: http.StatusUnauthorized, Message: msgUnauthorized, Result: err.Error()}

@@ -13,9 +13,11 @@ import (
 	"github.com/llbproject/llb/inventory"
 )
 
-// The KV inventory and controller routes are not served by llbd yet, so
-// these tests stand a stub server in for llbd and check what llbctl sends
-// and how it shows the documented answers.
+// These tests stand a stub server in for llbd: they check byte for byte what
+// llbctl sends, and how it shows answers llbd itself never gives but another
+// server of LoxiLB's routes may (an inventory without llb's extras, a
+// numeric service id, an error body that is not JSON). llbctl against the
+// real REST server is in e2e_test.go and views_test.go.
 
 // stub records the requests it gets and answers each route with a fixed
 // status and body.
