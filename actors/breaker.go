@@ -163,10 +163,17 @@ func (b *breakerCore) reset() {
 // breakerActor is the thin actor shell around breakerCore: it feeds
 // outcomes, runs the open-window timer, and pushes transitions to the
 // router.
+//
+// The core lives in the Service (svc.breakers), not in the actor: what a
+// breaker knows is about its endpoint, not about the actor, so a restarted
+// breaker actor carries on with the same state. A fresh CLOSED core would
+// either send traffic to an endpoint known dead or, worse, leave the router
+// excluding it forever (no outcome reaches an excluded endpoint's breaker
+// and the successor's state never matches the pending open-window timer).
 type breakerActor struct {
 	svc  *Service
 	ep   int
-	core breakerCore
+	core *breakerCore
 	log  zerolog.Logger
 }
 
@@ -174,7 +181,7 @@ func newBreakerActor(svc *Service, ep int) actor.Actor {
 	return &breakerActor{
 		svc:  svc,
 		ep:   ep,
-		core: breakerCore{cfg: svc.cfg.Breaker},
+		core: &svc.breakerCores[ep],
 		log:  svc.log.With().Int(logfield.EndpointIndex, ep).Logger(),
 	}
 }
@@ -182,7 +189,13 @@ func newBreakerActor(svc *Service, ep int) actor.Actor {
 // Receive implements actor.Actor.
 func (a *breakerActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *actor.Started, *actor.Restarting, *actor.Stopping, *actor.Stopped:
+	case *actor.Started:
+		// A restarted incarnation re-announces the state it took over, so
+		// the router's view cannot drift from it whatever the crash cut.
+		if a.core.state != BreakerClosed {
+			ctx.Send(a.svc.router, breakerState{ep: a.ep, state: a.core.state})
+		}
+	case *actor.Restarting, *actor.Stopping, *actor.Stopped:
 	case legResult:
 		st, changed := a.core.observe(time.Now(), m.class)
 		if !changed {

@@ -76,6 +76,9 @@ type Service struct {
 
 	sessions   *ladder.SessionTable
 	sessionLen []atomic.Int64
+	// breakerCores[ep] is endpoint ep's breaker state; owned by its
+	// breaker actor, kept here across its restarts.
+	breakerCores []breakerCore
 	// mirrors[ep] holds endpoint ep's per-rank mirrors (nil without feeds);
 	// owned by its inventory actor, kept here across its restarts.
 	mirrors [][]*inventory.Mirror
@@ -111,15 +114,19 @@ func (s *System) Start(cfg ServiceConfig, warm *Warm) (*Service, error) {
 	}
 	n := len(cfg.Endpoints)
 	svc := &Service{
-		cfg:         cfg,
-		sys:         s,
-		root:        s.as.Root,
-		log:         s.log.With().Str(logfield.Service, cfg.Key).Logger(),
-		endpoints:   make([]*actor.PID, n),
-		breakers:    make([]*actor.PID, n),
-		inventories: make([]*actor.PID, n),
-		sessions:    warm.takeSessions(&cfg),
-		done:        make(chan struct{}),
+		cfg:          cfg,
+		sys:          s,
+		root:         s.as.Root,
+		log:          s.log.With().Str(logfield.Service, cfg.Key).Logger(),
+		endpoints:    make([]*actor.PID, n),
+		breakers:     make([]*actor.PID, n),
+		inventories:  make([]*actor.PID, n),
+		sessions:     warm.takeSessions(&cfg),
+		breakerCores: make([]breakerCore, n),
+		done:         make(chan struct{}),
+	}
+	for i := range svc.breakerCores {
+		svc.breakerCores[i].cfg = cfg.Breaker
 	}
 	svc.metrics = newSvcMetrics(s.set, cfg.Key, svc)
 	svc.sessionLen = make([]atomic.Int64, svc.sessions.NumShards())

@@ -508,3 +508,53 @@ func TestService_ControllerFoldsInAndGlidesToNeutralWhenStale(t *testing.T) {
 		return c.Stale && c.Effective == 100 && c.State == ladder.CtrlActive
 	})
 }
+
+func TestService_CrashedBreakerKeepsItsStateAndStillHeals(t *testing.T) {
+	sys := newTestSystem(t)
+	cfg := *poolConfig(2, ladder.SelRR)
+	cfg.Breaker = BreakerConfig{Enabled: true, Threshold: 3, OpenFor: 300 * time.Millisecond}
+	svc := startService(t, sys, cfg)
+	for failed := 0; failed < 3; {
+		rt := route(t, svc, &RouteRequest{})
+		if rt.Decision.Prefill == 0 {
+			svc.Report(Outcome{Ticket: rt.Ticket, Leg: LegSingle, Failure: FailConnect})
+			failed++
+		}
+		svc.Finish(rt.Ticket, Result{})
+	}
+	eventually(t, time.Second, "breaker open", func() bool {
+		st, ok := svc.Status(time.Second)
+		return ok && st.Endpoints[0].Breaker == BreakerOpen
+	})
+	// The breaker actor dies while open. Its successor must neither forget
+	// the open window (sending traffic to a dead endpoint at once) nor
+	// leave the router excluding the endpoint forever.
+	svc.Crash(KindBreaker, 0)
+	for i := 0; i < 4; i++ {
+		rt := route(t, svc, &RouteRequest{})
+		if rt.Decision.Prefill != 1 {
+			t.Fatalf("request %d after the crash went to %d; want 1 while 0's breaker is open", i, rt.Decision.Prefill)
+		}
+		svc.Finish(rt.Ticket, Result{OK: true})
+	}
+	eventually(t, 2*time.Second, "breaker half-open after its window", func() bool {
+		st, ok := svc.Status(time.Second)
+		return ok && st.Endpoints[0].Breaker == BreakerHalfOpen
+	})
+	for {
+		rt := route(t, svc, &RouteRequest{})
+		if rt.Decision.Prefill == 0 {
+			svc.Report(Outcome{Ticket: rt.Ticket, Leg: LegSingle, Status: 200})
+			svc.Finish(rt.Ticket, Result{OK: true})
+			break
+		}
+		svc.Finish(rt.Ticket, Result{OK: true})
+	}
+	eventually(t, time.Second, "breaker closed after the trial", func() bool {
+		st, ok := svc.Status(time.Second)
+		return ok && st.Endpoints[0].Breaker == BreakerClosed
+	})
+	if got := svc.metrics.restarts.Get(); got != 1 {
+		t.Fatalf("%d supervised restarts; want 1", got)
+	}
+}
