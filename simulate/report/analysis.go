@@ -136,8 +136,8 @@ type Trend string
 const (
 	TrendGrows   Trend = "grows with load"
 	TrendShrinks Trend = "shrinks with load"
-	TrendFlat    Trend = "flat"
-	TrendMixed   Trend = "no monotone trend"
+	TrendFlat    Trend = "stays flat"
+	TrendMixed   Trend = "has no monotone trend"
 )
 
 // BestTrend says how the single best knob (Best.Knob) moves with load: a

@@ -135,6 +135,14 @@ func WriteMarkdown(w io.Writer, d *Dataset, figs []Figure, t Targets) error {
 	}
 	m.table([]string{"target", "scenario", "measured", "verdict"}, rows)
 
+	if f := Findings(d, t); len(f) > 0 {
+		m.printf("## Findings (computed from the runs below)\n\n")
+		for _, line := range f {
+			m.printf("- %s\n", line)
+		}
+		m.printf("\n")
+	}
+
 	m.printf("## Scenarios\n\n")
 	rows = rows[:0]
 	for _, s := range d.Scenarios {
@@ -265,12 +273,70 @@ func writeSweep(m *mdWriter, d *Dataset, s Scenario, figs []Figure, group, adapt
 		rows = append(rows, []string{pct(b.Load), knobList(b), secs(b.Value), ad, ratio, eff})
 	}
 	m.table([]string{"load", "best static " + knobName + " (tied within 2%)", "best TTFT p90 s", adaptive + " TTFT p90 s", adaptive + " / best", adaptive + " mean effective " + knobName}, rows)
-	m.printf("Best setting per load: the lowest TTFT p90, ties within %.0f%% broken by the lowest mean TTFT (bold). Across the loads the best %s **%s**.\n\n", 100*BestTolerance, knobName, BestTrend(bests))
+	m.printf("Best setting per load: the lowest TTFT p90, ties within %.0f%% broken by the lowest mean TTFT (bold). Across the loads the best %s **%s**.", 100*BestTolerance, knobName, BestTrend(bests))
+	if group == GroupEpsilon {
+		m.printf(" The seed page claims the best ε grows with load (tight at moderate rates, loose at saturation): %s here.", claimVerdict(BestTrend(bests)))
+	}
+	m.printf("\n\n")
 	for _, f := range figs {
 		if f.Scenario == s.Name && strings.HasPrefix(f.File, s.Name+"-"+map[string]string{GroupEpsilon: "epsilon", GroupLambda: "lambda"}[group]+"-heat") {
 			m.printf("![%s](%s)\n\n", f.Title, f.File)
 		}
 	}
+}
+
+// claimVerdict says whether a trend reproduces "the best ε grows with load".
+func claimVerdict(tr Trend) string {
+	if tr == TrendGrows {
+		return "**reproduced**"
+	}
+	return "**not reproduced**"
+}
+
+// Findings are one-line statements computed from the dataset: per
+// scenario, how close the target strategy's hit rate comes to the pooled-
+// cache bound and the oracle at the target load, how the best ε and λ move
+// with load, and how far the adaptive laws sit from the best static
+// setting.
+func Findings(d *Dataset, t Targets) []string {
+	var out []string
+	for _, s := range d.Scenarios {
+		if r := t.find(d, s.Name, t.Strategy); r != nil && s.PooledHitRate > 0 && r.OracleHitRate > 0 {
+			out = append(out, fmt.Sprintf("%s: at %s load %s hits %.3f, %s of the pooled-cache bound (%.3f) and %s of the oracle (%.3f).",
+				s.Name, pct(t.Load), t.Strategy, r.HitRate, ratioPct(r.HitRate, s.PooledHitRate), s.PooledHitRate,
+				ratioPct(r.HitRate, r.OracleHitRate), r.OracleHitRate))
+		}
+		for _, sw := range []struct {
+			group, adaptive, name string
+			knob                  func(*Run) float64
+		}{
+			{GroupEpsilon, "adaptive", "factor (1+ε)·100", func(r *Run) float64 { return float64(r.FactorPct) }},
+			{GroupLambda, "adaptive-soft", "λ", func(r *Run) float64 { return float64(r.Lambda) }},
+		} {
+			runs := d.Select(s.Name, sw.group)
+			if len(runs) == 0 {
+				continue
+			}
+			bests := SweepBest(NewGrid(runs), sw.adaptive, sw.knob)
+			parts := make([]string, len(bests))
+			lo, hi := math.Inf(1), math.Inf(-1)
+			for i, b := range bests {
+				parts[i] = fmt.Sprintf("%s→%g", pct(b.Load), b.Knob)
+				if !math.IsNaN(b.Adaptive) && b.Value > 0 {
+					lo, hi = min(lo, b.Adaptive/b.Value), max(hi, b.Adaptive/b.Value)
+				}
+			}
+			line := fmt.Sprintf("%s: the best %s by load is %s — it %s", s.Name, sw.name, strings.Join(parts, ", "), BestTrend(bests))
+			if sw.group == GroupEpsilon {
+				line += fmt.Sprintf(" (the seed page's claim that it grows with load is %s)", strings.Trim(claimVerdict(BestTrend(bests)), "*"))
+			}
+			if !math.IsInf(lo, 1) {
+				line += fmt.Sprintf("; %s's TTFT p90 is %.2f×–%.2f× the best static setting's", sw.adaptive, lo, hi)
+			}
+			out = append(out, line+".")
+		}
+	}
+	return out
 }
 
 // ratioPct renders a/b as a percentage, or "–".
