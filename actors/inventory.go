@@ -54,18 +54,32 @@ type InventoryPage struct {
 // inventoryActor owns one prefill endpoint's mirrors (one per DP rank) and
 // the feeds that fill them. It answers the router's Score requests.
 //
-// The mirrors are kept by the Service (svc.mirrors), not by the actor: a
-// restarted inventory actor resets them (it cannot know what it missed while
-// it was down) but keeps their metric series; a rule replace that keeps the
-// endpoints reconfigures the service in place and keeps them warm.
+// The mirrors are kept by the Service (svc.mirrors), not by the actor, with
+// the last sequence number applied to each (svc.feedMarks): a restarted
+// inventory actor keeps them and checks the first batch its new feed
+// delivers against that mark, like a feed that reconnected — a small gap
+// keeps the mirror, a gap beyond the window or a publisher restart clears
+// it. Clearing unconditionally would lose Tier 1.5 for every prefix the
+// engine already holds: vLLM publishes a block when it stores it, never
+// again while it stays cached. A rule replace that keeps the endpoints
+// reconfigures the service in place and keeps the mirrors warm.
 type inventoryActor struct {
 	svc     *Service
 	ep      int
 	mirrors []*inventory.Mirror
 	feeds   []FeedHandle
+	// resumed[rank] is set once this incarnation checked its first batch
+	// of the rank against the predecessor's mark.
+	resumed []bool
 	gen     uint64
 	cancel  context.CancelFunc
 	log     zerolog.Logger
+}
+
+// feedMark is the last sequence number applied to one mirror.
+type feedMark struct {
+	seq  uint64
+	have bool
 }
 
 func newInventoryActor(svc *Service, ep int) actor.Actor {
@@ -84,9 +98,6 @@ func (a *inventoryActor) Receive(ctx actor.Context) {
 		a.start(ctx)
 	case *actor.Restarting:
 		a.stopFeeds()
-		for _, mir := range a.mirrors {
-			mir.Reset()
-		}
 	case *actor.Stopping:
 		a.stopFeeds()
 	case *actor.Stopped:
@@ -96,6 +107,7 @@ func (a *inventoryActor) Receive(ctx actor.Context) {
 		}
 		switch m.u.Kind {
 		case inventory.UpdateBatch:
+			a.resume(m.rank, &m.u)
 			a.mirrors[m.rank].ApplyUpdate(m.u)
 		case inventory.UpdateConnected:
 			// A (re)connected engine may have restarted with another cache
@@ -117,6 +129,7 @@ func (a *inventoryActor) Receive(ctx actor.Context) {
 
 func (a *inventoryActor) start(ctx actor.Context) {
 	a.mirrors = a.svc.mirrorsFor(a.ep)
+	a.resumed = make([]bool, len(a.mirrors))
 	if a.svc.cfg.KV.StartFeed == nil {
 		return
 	}
@@ -130,6 +143,33 @@ func (a *inventoryActor) start(ctx actor.Context) {
 			root.Send(self, feedUpdate{gen: gen, rank: rank, u: u})
 		}))
 	}
+}
+
+// resume checks a batch against the sequence its mirror was left at and
+// records it as the new mark. Only the first batch of a rank after a
+// restart is checked (a feed checks its own stream): the sequence numbers
+// the restart skipped decide, by the feed's own rule, whether the mirror
+// is kept (a gap within the window) or cleared first (a larger gap, or a
+// sequence that went backwards or repeated: the publisher restarted).
+func (a *inventoryActor) resume(rank int, u *inventory.Update) {
+	mark := &a.svc.feedMarks[a.ep][rank]
+	if !a.resumed[rank] {
+		a.resumed[rank] = true
+		if mark.have && u.Reset == inventory.ResetNone {
+			var tr inventory.SeqTracker
+			tr.Observe(mark.seq)
+			d := tr.Observe(u.Seq)
+			switch d.Action {
+			case inventory.SeqRestart, inventory.SeqDuplicate:
+				u.Reset = inventory.ResetRestart
+			case inventory.SeqGapResync:
+				u.Reset = inventory.ResetGap
+			}
+			a.log.Info().Stringer(logfield.Reason, u.Reset).
+				Msgf("kv mirror resumed after the inventory actor restarted (last sequence %d, next %d; reset %s)", mark.seq, u.Seq, u.Reset)
+		}
+	}
+	mark.seq, mark.have = u.Seq, true
 }
 
 // stopFeeds cancels the feeds and waits (bounded) until they have closed

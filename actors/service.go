@@ -82,6 +82,10 @@ type Service struct {
 	// mirrors[ep] holds endpoint ep's per-rank mirrors (nil without feeds);
 	// owned by its inventory actor, kept here across its restarts.
 	mirrors [][]*inventory.Mirror
+	// feedMarks[ep][rank] is the last sequence number applied to that
+	// mirror; owned by the inventory actor, kept across its restarts so a
+	// successor's feed continues the sequence.
+	feedMarks [][]feedMark
 
 	gen atomic.Uint64
 	// routerRuns counts router actor incarnations: every one after the
@@ -412,6 +416,7 @@ func (s *supervisorActor) spawnAll(ctx actor.Context) error {
 // every endpoint with an inventory actor.
 func (svc *Service) buildMirrors(warm *Warm) error {
 	svc.mirrors = make([][]*inventory.Mirror, len(svc.cfg.Endpoints))
+	svc.feedMarks = make([][]feedMark, len(svc.cfg.Endpoints))
 	for i, pid := range svc.inventories {
 		if pid == nil {
 			continue
@@ -435,6 +440,7 @@ func (svc *Service) buildMirrors(warm *Warm) error {
 			}
 			svc.mirrors[i] = append(svc.mirrors[i], m)
 		}
+		svc.feedMarks[i] = make([]feedMark, len(svc.mirrors[i]))
 	}
 	return nil
 }

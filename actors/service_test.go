@@ -31,16 +31,20 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 // feedHub is a FeedStarter that hands the test each feed's sink, so the
 // test can publish updates into the real inventory actors.
 type feedHub struct {
-	mu    sync.Mutex
-	sinks map[int]func(inventory.Update)
-	live  atomic.Int32
+	mu     sync.Mutex
+	sinks  map[int]func(inventory.Update)
+	starts map[int]int // feeds started per endpoint
+	live   atomic.Int32
 }
 
-func newFeedHub() *feedHub { return &feedHub{sinks: map[int]func(inventory.Update){}} }
+func newFeedHub() *feedHub {
+	return &feedHub{sinks: map[int]func(inventory.Update){}, starts: map[int]int{}}
+}
 
 func (h *feedHub) start(ctx context.Context, id inventory.EndpointID, _ FeedConfig, sink func(inventory.Update)) FeedHandle {
 	h.mu.Lock()
 	h.sinks[id.EpIdx] = sink
+	h.starts[id.EpIdx]++
 	h.mu.Unlock()
 	h.live.Add(1)
 	f := &hubFeed{done: make(chan struct{})}
@@ -556,5 +560,67 @@ func TestService_CrashedBreakerKeepsItsStateAndStillHeals(t *testing.T) {
 	})
 	if got := svc.metrics.restarts.Get(); got != 1 {
 		t.Fatalf("%d supervised restarts; want 1", got)
+	}
+}
+
+func TestService_RestartedInventoryKeepsItsMirrorUnlessTheSequenceSaysOtherwise(t *testing.T) {
+	tests := []struct {
+		name     string
+		give     uint64 // the first sequence number the successor's feed delivers
+		wantKept bool
+	}{
+		{"next batch", 11, true},
+		{"gap within the window", 11 + 64, true},
+		{"gap beyond the window", 11 + 65, false},
+		{"publisher restarted", 0, false},
+		{"sequence repeated", 10, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sys := newTestSystem(t)
+			hub := newFeedHub()
+			cfg, th := kvPD(t, hub, 2, 1)
+			svc := startService(t, sys, cfg)
+			stored := func(seq uint64, prompt []uint32, keys ...uint64) {
+				t.Helper()
+				hub.mu.Lock()
+				sink := hub.sinks[1]
+				hub.mu.Unlock()
+				sink(inventory.Update{Kind: inventory.UpdateBatch, Seq: seq, Batch: &inventory.Batch{Events: []inventory.Event{{
+					Kind: inventory.EventBlockStored, BlockHashes: keys, TokenIDs: prompt, BlockSize: 16,
+				}}}})
+			}
+			tier15 := func(prompt []uint32) (bool, int) {
+				chain := th.AppendBlockKeys(nil, prompt, inventory.ExtraKeys{})
+				rr := &RouteRequest{Chain: chain}
+				rr.Req.KV.PromptBlocks = uint32(len(chain))
+				rt := route(t, svc, rr)
+				svc.Finish(rt.Ticket, Result{OK: true})
+				return rt.Decision.Tier == ladder.Tier15, rt.Decision.Prefill
+			}
+			a, b := tokens(64, 1000), tokens(64, 5000)
+			hub.publish(t, 1, &inventory.Batch{}) // waits for the feed
+			stored(10, a, 1, 2, 3, 4)
+			eventually(t, 2*time.Second, "prompt a on endpoint 1 by tier 1.5", func() bool {
+				ok, ep := tier15(a)
+				return ok && ep == 1
+			})
+
+			svc.Crash(KindInventory, 1)
+			eventually(t, 2*time.Second, "the restarted inventory actor's feed", func() bool {
+				hub.mu.Lock()
+				defer hub.mu.Unlock()
+				return hub.starts[1] == 2
+			})
+			stored(tt.give, b, 5, 6, 7, 8)
+			eventually(t, 2*time.Second, "prompt b on endpoint 1 by tier 1.5", func() bool {
+				ok, ep := tier15(b)
+				return ok && ep == 1
+			})
+			ok, ep := tier15(a)
+			if kept := ok && ep == 1; kept != tt.wantKept {
+				t.Fatalf("after the restart and sequence %d, prompt a kept on endpoint 1: %v; want %v", tt.give, kept, tt.wantKept)
+			}
+		})
 	}
 }
