@@ -37,9 +37,8 @@ const (
 
 // ControllerRuntime is an optional Runtime interface: a Runtime that folds an
 // external controller's instructions into routing serves the controller
-// routes. The controller's current view per endpoint is reported through
-// Status (EndpointStatus.Controller), which restapi also reads to complete
-// partial updates.
+// routes. Its Status reports each endpoint's instruction too
+// (EndpointStatus.Controller), for GET /config/ai/controller and …/status.
 type ControllerRuntime interface {
 	// SetController applies u to endpoint ep of rule k. restapi has already
 	// checked the rule, the index and every field. Errors wrap
@@ -47,6 +46,10 @@ type ControllerRuntime interface {
 	// ErrNotRunning, ErrNoEndpoint or ErrDataPlaneBusy. It must bound its
 	// own wait.
 	SetController(k RuleKey, ep int, u ControllerUpdate) error
+	// Controller returns endpoint ep's instruction in force (State
+	// CtrlNone when there is none); restapi completes partial updates from
+	// it. Errors as for SetController, except ErrStaleEpoch.
+	Controller(k RuleKey, ep int) (ControllerStatus, error)
 }
 
 // ControllerUpdate is one complete instruction for one endpoint.
@@ -139,11 +142,11 @@ func (s *Server) postController(c echo.Context) error {
 	// controller writes.
 	s.ctrlMu.Lock()
 	defer s.ctrlMu.Unlock()
-	u, err := s.completeUpdate(r, req)
+	u, err := completeUpdate(ctl, r.Key, req)
 	if err != nil {
-		return err
+		return fmt.Errorf("rule %s endpoint %d: %w", r.Key, req.ep, err)
 	}
-	if err := ctl.SetController(r.Key, req.ep, u); err != nil {
+	if err = ctl.SetController(r.Key, req.ep, u); err != nil {
 		return fmt.Errorf("rule %s endpoint %d: %w", r.Key, req.ep, err)
 	}
 	s.log.Info().Str(logfield.Rule, r.Key.String()).Int(logfield.EndpointIndex, req.ep).Str(logfield.State, u.State).
@@ -154,24 +157,18 @@ func (s *Server) postController(c echo.Context) error {
 // completeUpdate fills the fields req omits: state and weight from the
 // endpoint's current instruction (ACTIVE and 100 when none is in force), the
 // epoch from the applied one (so an operator's manual update is never stale).
-func (s *Server) completeUpdate(r *Rule, req controllerRequest) (ControllerUpdate, error) {
-	u := ControllerUpdate{State: CtrlActive, Weight: 100}
+func completeUpdate(ctl ControllerRuntime, k RuleKey, req controllerRequest) (ControllerUpdate, error) {
 	if req.state != nil && req.weight != nil && req.epoch != nil {
 		return ControllerUpdate{State: *req.state, Weight: *req.weight, Epoch: *req.epoch}, nil
 	}
-	st, ok := s.cfg.Runtime.Status(r.Key)
-	if !ok {
-		return u, fmt.Errorf("%w: rule %s (see its …/status)", ErrNotRunning, r.Key)
+	cur, err := ctl.Controller(k, req.ep)
+	if err != nil {
+		return ControllerUpdate{}, fmt.Errorf("reading the instruction in force, which an update without state, weight and epoch is completed from: %w", err)
 	}
-	cur := endpointStates(r, st)[req.ep].Controller
-	if cur == nil {
-		return u, fmt.Errorf("%w: it did not report endpoint %d's controller state, which an update without state, weight and epoch is completed from; retry, or give all three",
-			ErrDataPlaneBusy, req.ep)
-	}
+	u := ControllerUpdate{State: CtrlActive, Weight: 100, Epoch: cur.Epoch}
 	if cur.State != CtrlNone {
 		u.State, u.Weight = cur.State, cur.Weight
 	}
-	u.Epoch = cur.Epoch
 	if req.state != nil {
 		u.State = *req.state
 	}

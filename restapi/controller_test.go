@@ -3,6 +3,7 @@ package restapi
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -181,18 +182,42 @@ func TestController_RuntimeRefusalsKeepTheirClass(t *testing.T) {
 	}
 }
 
-func TestController_PartialUpdateNeedsTheCurrentState(t *testing.T) {
+func TestController_PartialUpdateNeedsTheCurrentInstruction(t *testing.T) {
+	tests := []struct {
+		name       string
+		ctrlErr    error
+		wantStatus int
+		wantResult string
+	}{
+		{"busy", ErrDataPlaneBusy, 503, "rule tcp:127.0.0.1:2020@127.0.0.1 endpoint 0: reading the instruction in force, which an update without state, weight and epoch is completed from: data plane busy"},
+		{"not_running", fmt.Errorf("%w: mode 0 is an L4 mode", ErrNotRunning), 404, "rule-not-running error: the data plane is not running this rule: mode 0 is an L4 mode"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ts, rt := viewServer(t)
+			rt.mu.Lock()
+			rt.ctrlErr = tt.ctrlErr
+			rt.mu.Unlock()
+			r := ts.do(http.MethodPost, ctrlEndpointPath, `{"service":"id-1","ep_idx":0,"weight":10}`)
+			if b := r.errBody(t); r.status != tt.wantStatus || !strings.Contains(b.Result, tt.wantResult) {
+				t.Errorf("partial update: got %d %+v; want %d with %q", r.status, b, tt.wantStatus, tt.wantResult)
+			}
+			if _, sets := rt.calls(); len(sets) != 0 {
+				t.Errorf("applied %+v; want nothing", sets)
+			}
+			// A complete update needs no current instruction.
+			if r := ts.do(http.MethodPost, ctrlEndpointPath, `{"service":"id-1","ep_idx":0,"state":"ACTIVE","weight":10,"epoch":1}`); r.status != 200 {
+				t.Errorf("complete update: got %d %s; want 200", r.status, r.body)
+			}
+		})
+	}
+}
+
+func TestController_EndpointWithoutReportedStateIsExplained(t *testing.T) {
 	ts, rt := viewServer(t)
 	rt.mu.Lock()
 	rt.hideCtrl = true
 	rt.mu.Unlock()
-	r := ts.do(http.MethodPost, ctrlEndpointPath, `{"service":"id-1","ep_idx":0,"weight":10}`)
-	if b := r.errBody(t); r.status != 503 || !strings.Contains(b.Result, "give all three") {
-		t.Errorf("partial update without a current state: got %d %+v; want 503 asking for all three fields", r.status, b)
-	}
-	if r := ts.do(http.MethodPost, ctrlEndpointPath, `{"service":"id-1","ep_idx":0,"state":"ACTIVE","weight":10,"epoch":1}`); r.status != 200 {
-		t.Errorf("complete update: got %d %s; want 200 (it needs no current state)", r.status, r.body)
-	}
 	v := ts.getCtrl("")
 	if ep := v.Services[0].Endpoints[0]; ep.ControllerStatus != nil || !strings.HasPrefix(ep.Detail, "no controller state from the data plane") {
 		t.Errorf("endpoint without a reported state: %+v; want no status and a detail", ep)

@@ -22,7 +22,8 @@ type viewRuntime struct {
 	invCalls  []invCall
 	setErr    error
 	setCalls  []ControllerUpdate
-	hideCtrl  bool // Status reports no controller state (a router timeout)
+	hideCtrl  bool  // Status reports no controller state (a router timeout)
+	ctrlErr   error // Controller fails with it
 	updatedAt time.Time
 }
 
@@ -106,6 +107,15 @@ func (v *viewRuntime) SetController(k RuleKey, ep int, u ControllerUpdate) error
 	}
 	*cur = ControllerStatus{State: u.State, Weight: u.Weight, EffectiveWeight: u.Weight, Epoch: u.Epoch, Updated: v.updatedAt}
 	return nil
+}
+
+func (v *viewRuntime) Controller(k RuleKey, ep int) (ControllerStatus, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.ctrlErr != nil {
+		return ControllerStatus{}, v.ctrlErr
+	}
+	return v.ctrl[k][ep], nil
 }
 
 func (v *viewRuntime) calls() ([]invCall, []ControllerUpdate) {

@@ -87,6 +87,12 @@ func (v *viewsRuntime) SetController(k restapi.RuleKey, ep int, u restapi.Contro
 	return nil
 }
 
+func (v *viewsRuntime) Controller(k restapi.RuleKey, ep int) (restapi.ControllerStatus, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.ctrl[k][ep], nil
+}
+
 const pdRuleKey = "tcp:127.0.0.1:2020@127.0.0.1"
 
 func TestE2E_KVInventoryShowsBlocksRanksAndCapacity(t *testing.T) {

@@ -84,6 +84,22 @@ func (d *dataPlane) SetController(k restapi.RuleKey, ep int, u restapi.Controlle
 	return viewErr(err)
 }
 
+// Controller implements restapi.ControllerRuntime.
+func (d *dataPlane) Controller(k restapi.RuleKey, ep int) (restapi.ControllerStatus, error) {
+	svc, err := d.service(k)
+	if err != nil {
+		return restapi.ControllerStatus{}, err
+	}
+	st, ok := svc.Status(viewTimeout)
+	switch {
+	case !ok:
+		return restapi.ControllerStatus{}, fmt.Errorf("%w: the router did not report the endpoint's state", restapi.ErrDataPlaneBusy)
+	case ep < 0 || ep >= len(st.Endpoints):
+		return restapi.ControllerStatus{}, fmt.Errorf("%w: %d (the running rule has %d)", restapi.ErrNoEndpoint, ep, len(st.Endpoints))
+	}
+	return *controllerStatus(st.Endpoints[ep].Controller), nil
+}
+
 // viewErr maps an actors error onto restapi's classes.
 func viewErr(err error) error {
 	switch {
