@@ -1,0 +1,436 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/llbproject/llb/simulate/engine"
+	"github.com/llbproject/llb/simulate/harness"
+	"github.com/llbproject/llb/simulate/workload"
+)
+
+// benchFlags are the flags of "llbsim bench".
+type benchFlags struct {
+	scenario string
+	name     string
+
+	// workload shape; 0 keeps the scenario's (or the generator's) default
+	groups, promptsPerGroup, systemTokens, questionTokens, outputTokens int
+	zipf                                                                float64
+	chat                                                                bool
+	clients, prefixTokens, suffixTokens                                 int
+	sessions                                                            bool
+	conversations, turns, historyTokens                                 int
+	headerSession                                                       bool
+	mix                                                                 string
+
+	// fleet
+	workers, decodeWorkers    int
+	cacheBlocks               int
+	cachePressure             float64
+	maxNumSeqs, blockSize     int
+	timeScale                 float64
+	prefillOverhead, perToken time.Duration
+	itl                       time.Duration
+	timeFactor                float64
+	baseIP                    string
+
+	// load
+	rates       []float64
+	loads       []float64
+	saturation  float64
+	reference   string
+	satRequests int
+	satMaxWait  time.Duration
+	satPrec     float64
+	satProbes   int
+	requests    int
+	duration    time.Duration
+	warmup      float64
+	seed        uint64
+	slo         time.Duration
+	strategies  []string
+
+	// daemon and output
+	llbd     string
+	attach   string
+	logLevel string
+	workDir  string
+	out      string
+	appendTo bool
+	records  string
+	progress string
+	commit   string
+	pooled   bool
+}
+
+func newBenchCmd(stdout, stderr io.Writer) *cobra.Command {
+	return benchCommand(&benchFlags{}, stdout, stderr)
+}
+
+// benchCommand builds the command around f (tests read f after parsing).
+func benchCommand(f *benchFlags, stdout, stderr io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Drive the real llbd in front of a simulated fleet and compare routing strategies",
+		Long: `Build llbd from ./cmd/llbd (or take --llbd), and for every strategy start a
+fresh simulated fleet on loopback addresses and a fresh llbd with the
+strategy's environment (LOXILB_KV_LB_MODE is a process setting), post the
+strategy's rule through the REST API, and drive the scenario's trace at the
+rule's VIP open-loop (Poisson arrivals). Per request it measures TTFT (the
+first SSE event carrying a token), end-to-end latency, status and the route
+from X-Llb-Route; per run throughput, TTFT/E2E percentiles, errors by status,
+the fleet's prefix-cache hit rate and the oracle bound, tier mix, spills and
+cold seeds, per-worker load, and the harness's own dispatch lag and CPU.
+
+Every strategy replays the same trace (same seed: the same requests at the
+same model times as "llbsim sweep" simulates). Rates are in requests per
+model second and latencies in model seconds: the workers run at
+--time-scale × real time, and wall figures are divided by it.
+
+With --loads the rates are fractions of the saturation rate of --reference,
+found by a quick search (fresh runs at geometric steps, then bisection;
+stable = the engines' mean queue wait by Little's law within --sat-max-wait
+and every request completed) unless --saturation gives it.
+
+Results are JSON lines in the report schema of "llbsim report" (source
+"http"; each run line also carries a "harness" object), and a table.`,
+		Example: `  llbsim bench --scenario shared-prefix --loads 0.7 --requests 1200
+  llbsim bench --scenario hot-prefix --time-scale 2 --loads 0.7 --append --out bench/results.jsonl
+  llbsim bench --scenario shared-prefix --rates 5,10,15 --strategies rr,chwbl,hard`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runBench(cmd.Context(), f, cmd.Flags(), stdout, stderr)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.scenario, "scenario", "shared-prefix", "preset: "+strings.Join(scenarioNames(), ", "))
+	fl.StringVar(&f.name, "name", "", "scenario name in the results (default the preset's)")
+
+	fl.IntVar(&f.groups, "groups", 0, "shared-prefix: system prompts (default 64)")
+	fl.IntVar(&f.promptsPerGroup, "prompts-per-group", 0, "shared-prefix: questions per group (default 16)")
+	fl.IntVar(&f.systemTokens, "system-tokens", 0, "shared-prefix / multi-turn: system prompt tokens (default 2048 / 1000)")
+	fl.IntVar(&f.questionTokens, "question-tokens", 0, "shared-prefix / multi-turn: question tokens (default 128 / 100)")
+	fl.IntVar(&f.outputTokens, "output-tokens", 0, "max_tokens (default 256 shared-prefix, 128 hot-prefix, 100 multi-turn)")
+	fl.Float64Var(&f.zipf, "zipf", 0, "shared-prefix: Zipf alpha of group popularity (0 uniform)")
+	fl.BoolVar(&f.chat, "chat", false, "shared-prefix / hot-prefix: send chat requests instead of completions")
+	fl.IntVar(&f.clients, "clients", 0, "hot-prefix: clients sharing the preamble (default 50)")
+	fl.IntVar(&f.prefixTokens, "prefix-tokens", 0, "hot-prefix: shared preamble tokens (default 2048)")
+	fl.IntVar(&f.suffixTokens, "suffix-tokens", 0, "hot-prefix: per-request suffix tokens (default 64)")
+	fl.BoolVar(&f.sessions, "sessions", false, "hot-prefix: each client sends a user_id")
+	fl.IntVar(&f.conversations, "conversations", 0, "multi-turn: active conversations (default 10)")
+	fl.IntVar(&f.turns, "turns", 0, "multi-turn: turns per conversation (default 5)")
+	fl.IntVar(&f.historyTokens, "history-tokens", 0, "multi-turn: per-user document tokens (default 2000)")
+	fl.BoolVar(&f.headerSession, "header-session", false, "multi-turn: session key as X-Conversation-Id instead of user_id")
+	fl.StringVar(&f.mix, "mix", "", "mix: weighted parts, e.g. shared-prefix:2,hot-prefix:1,multi-turn:1 (each part takes the shape flags)")
+
+	def := engine.DefaultConfig()
+	fl.IntVar(&f.workers, "workers", 0, "serving workers (default 8)")
+	fl.IntVar(&f.decodeWorkers, "decode-workers", 0, "decode workers added for P/D strategies (default --workers)")
+	fl.IntVar(&f.cacheBlocks, "cache-blocks", 0, "KV cache blocks per worker (default: sized by --cache-pressure, else the preset's)")
+	fl.Float64Var(&f.cachePressure, "cache-pressure", 0, "size caches so the trace's working set is this many times the fleet's cache (shared-prefix default 1.5)")
+	fl.IntVar(&f.maxNumSeqs, "max-num-seqs", 0, "batch limit per worker (default 256; hot-prefix 32)")
+	fl.IntVar(&f.blockSize, "block-size", def.BlockSize, "KV block size in tokens")
+	fl.Float64Var(&f.timeScale, "time-scale", 1, "workers' latency model runs at this multiple of real time (>1 slower, <1 faster)")
+	fl.DurationVar(&f.prefillOverhead, "prefill-overhead", def.Latency.PrefillOverhead, "fixed prefill cost (model time)")
+	fl.DurationVar(&f.perToken, "prefill-per-token", def.Latency.PrefillPerToken, "prefill cost per uncached token (model time)")
+	fl.DurationVar(&f.itl, "itl", def.Latency.InterTokenLatency, "inter-token latency (model time)")
+	fl.Float64Var(&f.timeFactor, "time-factor-under-load", def.Latency.TimeFactorUnderLoad, "slowdown at max-num-seqs running requests")
+	fl.StringVar(&f.baseIP, "base-ip", harness.DefaultBaseIP, "first worker's loopback address")
+
+	fl.Float64SliceVar(&f.rates, "rates", nil, "absolute offered loads, requests per model second (instead of --loads)")
+	fl.Float64SliceVar(&f.loads, "loads", nil, "offered loads as fractions of saturation (default 0.7 unless --rates)")
+	fl.Float64Var(&f.saturation, "saturation", 0, "known saturation rate (req/s, model time); 0 searches it")
+	fl.StringVar(&f.reference, "reference", harness.NameHard, "strategy whose saturation rate is load 1.0")
+	fl.IntVar(&f.satRequests, "sat-requests", 0, "requests per saturation probe (default min(--requests, 600))")
+	fl.DurationVar(&f.satMaxWait, "sat-max-wait", 500*time.Millisecond, "stability criterion: mean engine queue wait (model time)")
+	fl.Float64Var(&f.satPrec, "sat-precision", 0.1, "stop the search when unstable/stable - 1 is below this")
+	fl.IntVar(&f.satProbes, "sat-probes", 8, "most saturation probes")
+	fl.IntVarP(&f.requests, "requests", "n", 1200, "requests per run (the trace length; with --duration, the cap)")
+	fl.DurationVar(&f.duration, "duration", 0, "model time of arrivals per run instead of a request count (capped by --requests)")
+	fl.Float64Var(&f.warmup, "warmup", 0.2, "fraction of each run's requests left out of the metrics")
+	fl.Uint64Var(&f.seed, "seed", 1, "workload seed")
+	fl.DurationVar(&f.slo, "ttft-slo", harness.DefaultTTFTSLO, "goodput objective (model time)")
+	fl.StringSliceVar(&f.strategies, "strategies", harness.DefaultStrategyNames(), "strategies side by side: rr, chwbl, tier1, off, hard, soft, adaptive, adaptive-soft, hard+chwbl, pd-hard, hard@<pct>, soft@<lambda>")
+
+	fl.StringVar(&f.llbd, "llbd", "", "llbd binary (default: go build ./cmd/llbd into the work dir)")
+	fl.StringVar(&f.attach, "attach", "", "REST address of a running llbd to use instead (its environment is its own: only strategies it was started for are meaningful)")
+	fl.StringVar(&f.logLevel, "llbd-log-level", "warn", "llbd --log-level (info logs every request, which costs CPU)")
+	fl.StringVar(&f.workDir, "work-dir", "", "directory for llbd state dirs and logs (default a temp dir, removed unless a run fails)")
+	fl.StringVarP(&f.out, "out", "o", "bench/results.jsonl", "results file (JSON lines, report schema)")
+	fl.BoolVar(&f.appendTo, "append", false, "add this scenario to --out (replacing its earlier runs) instead of overwriting it")
+	fl.StringVar(&f.records, "records", "", "also write every request's record as JSON lines to this file")
+	fl.StringVar(&f.progress, "progress", "auto", "progress bars: auto (when stderr is a terminal), on, off")
+	fl.StringVar(&f.commit, "commit", "", "source revision to record (default the build's)")
+	fl.BoolVar(&f.pooled, "pooled", true, "with --loads, also measure the pooled-cache bound (one worker with the whole fleet's cache and batch)")
+	return cmd
+}
+
+// runBench builds the bench from the flags, runs it and writes the results.
+func runBench(ctx context.Context, f *benchFlags, fs *pflag.FlagSet, stdout, stderr io.Writer) error {
+	b, err := f.bench(fs)
+	if err != nil {
+		return err
+	}
+	work := f.workDir
+	if work == "" {
+		if work, err = os.MkdirTemp("", "llbsim-bench-"); err != nil {
+			return fmt.Errorf("work dir: %w", err)
+		}
+	} else if err := os.MkdirAll(work, 0o755); err != nil {
+		return fmt.Errorf("work dir: %w", err)
+	}
+	b.WorkDir = work
+	switch {
+	case f.attach != "":
+		b.Daemon.Attach = f.attach
+	case f.llbd != "":
+		b.Daemon.Bin = f.llbd
+	default:
+		fmt.Fprintln(stderr, "llbsim bench: building llbd")
+		if b.Daemon.Bin, err = harness.BuildDaemon(ctx, work, ""); err != nil {
+			return err
+		}
+	}
+	b.Daemon.LogLevel = f.logLevel
+	prog := newBenchProgress(stderr, f.progress)
+	b.Events = prog.events()
+	started := time.Now()
+	out, runErr := b.Execute(ctx)
+	prog.close()
+	if out == nil {
+		return runErr
+	}
+	if runErr != nil {
+		fmt.Fprintf(stderr, "llbsim bench: %v (llbd logs kept in %s)\n", runErr, work)
+	} else if f.workDir == "" {
+		_ = os.RemoveAll(work)
+	}
+	if len(out.Runs) > 0 || out.Info.Saturation != nil {
+		if err := writeBenchResults(f, b, out); err != nil {
+			return errors.Join(runErr, err)
+		}
+		if f.records != "" {
+			if err := writeRecords(f.records, out); err != nil {
+				return errors.Join(runErr, err)
+			}
+		}
+		printBenchTable(stdout, b, out, f.out)
+		fmt.Fprintf(stdout, "\nwrote %s; %d runs in %.0fs wall\n", f.out, len(out.Runs), time.Since(started).Seconds())
+	}
+	return runErr
+}
+
+// scenarioPreset is a named starting point; flags change what they set.
+type scenarioPreset struct {
+	description string
+	workload    string
+	zipf        float64
+	workers     int
+	pressure    float64
+	blocks      int
+	seqs        int
+	timeFactor  float64
+}
+
+// benchPresets mirror simulate/des's standard scenarios, so a bench run
+// and a sweep of the same seed measure the same thing.
+func benchPresets() map[string]scenarioPreset {
+	return map[string]scenarioPreset{
+		"shared-prefix": {
+			description: "SGLang generated-shared-prefix defaults under cache pressure: the working set is 1.5× the fleet's KV cache.",
+			workload:    "shared-prefix", workers: 8, pressure: 1.5,
+		},
+		"shared-prefix-zipf": {
+			description: "As shared-prefix, with Zipf(1.2) group popularity: a few system prompts carry most of the traffic.",
+			workload:    "shared-prefix", workers: 8, pressure: 1.5, zipf: 1.2,
+		},
+		"shared-prefix-contended": {
+			description: "As shared-prefix, on compute-contended workers (batch limit 16, 4× slower at a full batch): load raises latency continuously.",
+			workload:    "shared-prefix", workers: 8, pressure: 1.5, seqs: 16, timeFactor: 4,
+		},
+		"hot-prefix": {
+			description: "One hot preamble shared by every client: pure affinity herds everything onto one worker.",
+			workload:    "hot-prefix", workers: 8, blocks: 4096, seqs: 32,
+		},
+		"multi-turn": {
+			description: "Multi-round chats with a session key and growing context (vLLM production-stack multi-round QA).",
+			workload:    "multi-turn", workers: 8, pressure: 1.5,
+		},
+		"mix": {
+			description: "A weighted mix of shared-prefix, hot-prefix and multi-turn traffic.",
+			workload:    "mix", workers: 8, pressure: 1.5,
+		},
+	}
+}
+
+func scenarioNames() []string {
+	presets := benchPresets()
+	names := make([]string, 0, len(presets))
+	for n := range presets {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// bench builds the harness.Bench from the flags (fs tells which were set).
+func (f *benchFlags) bench(fs *pflag.FlagSet) (*harness.Bench, error) {
+	p, ok := benchPresets()[f.scenario]
+	if !ok {
+		return nil, &usageError{fmt.Errorf("--scenario %q (want one of %s)", f.scenario, strings.Join(scenarioNames(), ", "))}
+	}
+	if p.zipf > 0 && !fs.Changed("zipf") {
+		f.zipf = p.zipf
+	}
+	if p.timeFactor > 0 && !fs.Changed("time-factor-under-load") {
+		f.timeFactor = p.timeFactor
+	}
+	spec, err := f.spec(p.workload)
+	if err != nil {
+		return nil, &usageError{err}
+	}
+	eng := engine.DefaultConfig()
+	eng.BlockSize = f.blockSize
+	eng.Latency.PrefillOverhead, eng.Latency.PrefillPerToken = f.prefillOverhead, f.perToken
+	eng.Latency.InterTokenLatency, eng.Latency.TimeFactorUnderLoad = f.itl, f.timeFactor
+	eng.Latency.TimeScale = f.timeScale
+	if p.seqs > 0 {
+		eng.MaxNumSeqs = p.seqs
+	}
+	if f.maxNumSeqs > 0 {
+		eng.MaxNumSeqs = f.maxNumSeqs
+	}
+	pressure := p.pressure
+	if p.blocks > 0 {
+		eng.NumBlocks = p.blocks
+	}
+	switch {
+	case f.cacheBlocks > 0:
+		eng.NumBlocks, pressure = f.cacheBlocks, 0
+	case fs.Changed("cache-pressure"):
+		pressure = f.cachePressure
+	}
+	workers := p.workers
+	if f.workers > 0 {
+		workers = f.workers
+	}
+	name := f.scenario
+	if f.name != "" {
+		name = f.name
+	}
+	strategies, err := harness.StrategiesByName(f.strategies)
+	if err != nil {
+		return nil, &usageError{err}
+	}
+	b := &harness.Bench{
+		Scenario: harness.Scenario{
+			Name: name, Description: p.description, Workload: spec,
+			Requests: f.requests, Seed: f.seed, Warmup: f.warmup, CachePressure: pressure,
+			Fleet: harness.FleetConfig{Workers: workers, DecodeWorkers: f.decodeWorkers, BaseIP: f.baseIP, Engine: eng},
+		},
+		Strategies: strategies, Rates: f.rates, Loads: f.loads, SaturationRate: f.saturation,
+		Reference: f.reference, Duration: f.duration, TTFTSLO: f.slo, KeepRecords: f.records != "", Pooled: f.pooled,
+		Saturation: harness.SaturationConfig{
+			MaxQueueWait: f.satMaxWait, Precision: f.satPrec, MaxProbes: f.satProbes, Requests: f.satRequests,
+		},
+	}
+	if len(b.Rates) == 0 && len(b.Loads) == 0 {
+		b.Loads = []float64{0.7}
+	}
+	if b.Saturation.Requests == 0 {
+		b.Saturation.Requests = min(f.requests, 600)
+	}
+	if _, err := harness.StrategyByName(f.reference); err != nil {
+		return nil, &usageError{fmt.Errorf("--reference: %w", err)}
+	}
+	if f.progress != "auto" && f.progress != "on" && f.progress != "off" {
+		return nil, &usageError{fmt.Errorf("--progress %q (want auto, on or off)", f.progress)}
+	}
+	if f.llbd != "" && f.attach != "" {
+		return nil, &usageError{errors.New("--llbd and --attach exclude each other")}
+	}
+	b.WorkDir, b.Daemon.Bin = "validate", "validate" // filled in by runBench
+	if err := b.Validate(); err != nil {
+		return nil, &usageError{err}
+	}
+	b.WorkDir, b.Daemon.Bin = "", ""
+	return b, nil
+}
+
+// spec builds a workload generator of kind from the shape flags.
+func (f *benchFlags) spec(kind string) (workload.Spec, error) {
+	opts := workload.Options{Stream: true}
+	switch kind {
+	case "shared-prefix":
+		return workload.SharedPrefix{Options: opts, Groups: f.groups, PromptsPerGroup: f.promptsPerGroup,
+			SystemTokens: f.systemTokens, QuestionTokens: f.questionTokens, OutputTokens: f.outputTokens,
+			ZipfAlpha: f.zipf, Chat: f.chat}, nil
+	case "hot-prefix":
+		return workload.HotPrefix{Options: opts, Clients: f.clients, PrefixTokens: f.prefixTokens,
+			SuffixTokens: f.suffixTokens, OutputTokens: f.outputTokens, Sessions: f.sessions, Chat: f.chat}, nil
+	case "multi-turn":
+		return workload.MultiTurn{Options: opts, Conversations: f.conversations, Turns: f.turns,
+			SystemTokens: f.systemTokens, HistoryTokens: f.historyTokens, QuestionTokens: f.questionTokens,
+			AnswerTokens: f.outputTokens, HeaderSession: f.headerSession}, nil
+	case "mix":
+		mix := f.mix
+		if mix == "" {
+			mix = "shared-prefix:1,hot-prefix:1,multi-turn:1"
+		}
+		var m workload.Mix
+		for _, part := range strings.Split(mix, ",") {
+			kindW, weight, _ := strings.Cut(strings.TrimSpace(part), ":")
+			w := 1.0
+			if weight != "" {
+				var err error
+				if w, err = strconv.ParseFloat(weight, 64); err != nil {
+					return nil, fmt.Errorf("--mix part %q: weight %q is not a number", part, weight)
+				}
+			}
+			if kindW == "mix" {
+				return nil, fmt.Errorf("--mix part %q: a mix cannot contain a mix", part)
+			}
+			s, err := f.spec(kindW)
+			if err != nil {
+				return nil, fmt.Errorf("--mix part %q: %w", part, err)
+			}
+			m.Parts = append(m.Parts, workload.Part{Weight: w, Spec: s})
+		}
+		if err := m.Validate(); err != nil {
+			return nil, err
+		}
+		return m, nil
+	}
+	return nil, fmt.Errorf("workload %q (want shared-prefix, hot-prefix, multi-turn or mix)", kind)
+}
+
+// writeRecords writes every run's per-request records as JSON lines.
+func writeRecords(path string, out *harness.Outcome) (err error) {
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("records: %w", err)
+		}
+	}
+	fh, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("records: %w", err)
+	}
+	defer func() {
+		if cerr := fh.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("records: %w", cerr)
+		}
+	}()
+	return encodeRecords(fh, out)
+}

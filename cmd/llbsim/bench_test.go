@@ -1,0 +1,290 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/llbproject/llb/simulate/harness"
+	"github.com/llbproject/llb/simulate/report"
+	"github.com/llbproject/llb/simulate/workload"
+)
+
+// parseBench parses bench flags and builds the bench.
+func parseBench(t *testing.T, args ...string) (*harness.Bench, error) {
+	t.Helper()
+	f := &benchFlags{}
+	var out, errOut bytes.Buffer
+	cmd := benchCommand(f, &out, &errOut)
+	if err := cmd.ParseFlags(args); err != nil {
+		t.Fatalf("parse %q: %v", args, err)
+	}
+	return f.bench(cmd.Flags())
+}
+
+func TestBenchFlags_PresetsMirrorTheSimulatorsScenariosAndFlagsOverrideThem(t *testing.T) {
+	tests := []struct {
+		name         string
+		args         []string
+		wantWorkers  int
+		wantPressure float64
+		wantBlocks   int
+		wantSeqs     int
+		wantFactor   float64
+		wantLoads    []float64
+		wantRates    []float64
+		check        func(t *testing.T, b *harness.Bench)
+	}{
+		{
+			name: "default is shared-prefix at 70% of saturation", args: nil,
+			wantWorkers: 8, wantPressure: 1.5, wantBlocks: 31250, wantSeqs: 256, wantFactor: 2, wantLoads: []float64{0.7},
+			check: func(t *testing.T, b *harness.Bench) {
+				sp, ok := b.Scenario.Workload.(workload.SharedPrefix)
+				if !ok || !sp.Stream || sp.Groups != 0 || sp.ZipfAlpha != 0 {
+					t.Fatalf("workload %#v: want a streaming shared-prefix with the generator's defaults", b.Scenario.Workload)
+				}
+				names := make([]string, len(b.Strategies))
+				for i, s := range b.Strategies {
+					names[i] = s.Name
+				}
+				if !slices.Equal(names, harness.DefaultStrategyNames()) || b.Reference != "hard" || !b.Pooled {
+					t.Fatalf("strategies %q reference %q pooled %v", names, b.Reference, b.Pooled)
+				}
+			},
+		},
+		{
+			name: "hot-prefix", args: []string{"--scenario", "hot-prefix", "--time-scale", "2"},
+			wantWorkers: 8, wantPressure: 0, wantBlocks: 4096, wantSeqs: 32, wantFactor: 2, wantLoads: []float64{0.7},
+			check: func(t *testing.T, b *harness.Bench) {
+				if b.Scenario.Fleet.TimeScale() != 2 {
+					t.Fatalf("time scale %v; want 2", b.Scenario.Fleet.TimeScale())
+				}
+			},
+		},
+		{
+			name: "contended workers, the factor overridden", args: []string{"--scenario", "shared-prefix-contended", "--time-factor-under-load", "3"},
+			wantWorkers: 8, wantPressure: 1.5, wantBlocks: 31250, wantSeqs: 16, wantFactor: 3, wantLoads: []float64{0.7},
+		},
+		{
+			name: "zipf preset, shape flags", args: []string{"--scenario", "shared-prefix-zipf", "--groups", "10", "--output-tokens", "64", "--workers", "4", "--cache-blocks", "900"},
+			wantWorkers: 4, wantPressure: 0, wantBlocks: 900, wantSeqs: 256, wantFactor: 2, wantLoads: []float64{0.7},
+			check: func(t *testing.T, b *harness.Bench) {
+				sp := b.Scenario.Workload.(workload.SharedPrefix)
+				if sp.ZipfAlpha != 1.2 || sp.Groups != 10 || sp.OutputTokens != 64 {
+					t.Fatalf("workload %+v", sp)
+				}
+			},
+		},
+		{
+			name: "absolute rates and a mix", args: []string{"--scenario", "mix", "--mix", "shared-prefix:3,multi-turn", "--rates", "5,10", "--strategies", "rr,hard@150"},
+			wantWorkers: 8, wantPressure: 1.5, wantBlocks: 31250, wantSeqs: 256, wantFactor: 2, wantRates: []float64{5, 10},
+			check: func(t *testing.T, b *harness.Bench) {
+				m := b.Scenario.Workload.(workload.Mix)
+				if len(m.Parts) != 2 || m.Parts[0].Weight != 3 || m.Parts[1].Weight != 1 {
+					t.Fatalf("mix %+v", m)
+				}
+				if _, ok := m.Parts[1].Spec.(workload.MultiTurn); !ok {
+					t.Fatalf("second part %T; want multi-turn", m.Parts[1].Spec)
+				}
+				if len(b.Strategies) != 2 || b.Strategies[1].FactorPct() != 150 {
+					t.Fatalf("strategies %+v", b.Strategies)
+				}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := parseBench(t, tt.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc := b.Scenario
+			e := sc.Fleet.Engine
+			if sc.Fleet.Workers != tt.wantWorkers || sc.CachePressure != tt.wantPressure || e.NumBlocks != tt.wantBlocks ||
+				e.MaxNumSeqs != tt.wantSeqs || e.Latency.TimeFactorUnderLoad != tt.wantFactor {
+				t.Fatalf("workers %d pressure %v blocks %d seqs %d factor %v; want %d %v %d %d %v",
+					sc.Fleet.Workers, sc.CachePressure, e.NumBlocks, e.MaxNumSeqs, e.Latency.TimeFactorUnderLoad,
+					tt.wantWorkers, tt.wantPressure, tt.wantBlocks, tt.wantSeqs, tt.wantFactor)
+			}
+			if !slices.Equal(b.Loads, tt.wantLoads) || !slices.Equal(b.Rates, tt.wantRates) {
+				t.Fatalf("loads %v rates %v; want %v %v", b.Loads, b.Rates, tt.wantLoads, tt.wantRates)
+			}
+			if tt.check != nil {
+				tt.check(t, b)
+			}
+		})
+	}
+}
+
+func TestBenchCommand_RejectsBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--scenario", "nope"},
+		{"--strategies", "rr,nope"},
+		{"--rates", "5", "--loads", "0.7"},
+		{"--loads", "0"},
+		{"--llbd", "/bin/true", "--attach", "127.0.0.1:1"},
+		{"--progress", "sometimes"},
+		{"--scenario", "mix", "--mix", "mix:1"},
+		{"--scenario", "mix", "--mix", "shared-prefix:x"},
+		{"--warmup", "1"},
+		{"--requests", "1"},
+		{"--workers", "40"},
+		{"--reference", "nope"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			root := newRootCmd(&out, &errOut)
+			root.SetArgs(append([]string{"bench"}, args...))
+			err := root.Execute()
+			var ue *usageError
+			if !errors.As(err, &ue) {
+				t.Fatalf("err %v; want a usage error (exit 2)", err)
+			}
+		})
+	}
+}
+
+// fakeOutcome is a measured-looking outcome for output tests.
+func fakeOutcome(t *testing.T, name string, strategies ...string) (*harness.Bench, *harness.Outcome) {
+	t.Helper()
+	b, err := parseBench(t, "--scenario", "shared-prefix", "--name", name, "--strategies", strings.Join(strategies, ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &harness.Outcome{Info: harness.ScenarioInfo{Scenario: b.Scenario, Warmup: 2, SaturationRate: 20, OracleHitRate: 0.9, Pressure: 1.5}}
+	for i, s := range strategies {
+		out.Runs = append(out.Runs, harness.RunOutcome{Load: 0.7, Result: &harness.Result{
+			Strategy: s, Rate: 14, Requests: 8, Completed: 8, HitRate: 0.5 + 0.1*float64(i), OracleHitRate: 0.9,
+			TTFT: harness.Latency{P50: 0.1, P90: 0.2 + float64(i), P99: 0.3 + float64(i)}, TierMix: map[string]int{"1.5": 8},
+			Workers: []harness.WorkerResult{{Requests: 8}}, Errors: map[string]int{},
+		}})
+	}
+	return b, out
+}
+
+func TestWriteBenchResults_AppendReplacesOnlyItsOwnScenario(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r", "results.jsonl")
+	write := func(appendTo bool, b *harness.Bench, out *harness.Outcome) {
+		t.Helper()
+		if err := writeBenchResults(&benchFlags{out: path, appendTo: appendTo, seed: 1}, b, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b1, o1 := fakeOutcome(t, "shared-prefix", "rr", "hard")
+	write(false, b1, o1)
+	b2, o2 := fakeOutcome(t, "hot-prefix", "off", "hard")
+	write(true, b2, o2)
+	b3, o3 := fakeOutcome(t, "shared-prefix", "chwbl")
+	write(true, b3, o3)
+
+	fh, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	ds, err := report.ReadJSONL(fh)
+	if err != nil {
+		t.Fatalf("the results do not read in the report schema: %v", err)
+	}
+	if ds.Meta.Source != report.SourceHTTP || ds.Meta.Generator != "llbsim bench" || len(ds.Scenarios) != 2 {
+		t.Fatalf("meta %+v, %d scenarios; want an http dataset with 2 scenarios", ds.Meta, len(ds.Scenarios))
+	}
+	var got []string
+	for _, r := range ds.Runs {
+		got = append(got, r.Scenario+"/"+r.Strategy)
+	}
+	want := []string{"hot-prefix/off", "hot-prefix/hard", "shared-prefix/chwbl"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("runs %q; want %q", got, want)
+	}
+	// The harness-only figures ride along on each run line.
+	raw, _ := os.ReadFile(path)
+	if n := bytes.Count(raw, []byte(`"harness":{"completed":8`)); n != 3 {
+		t.Fatalf("%d run lines carry harness figures; want 3", n)
+	}
+	// Appending to a file of another seed is refused.
+	if err := writeBenchResults(&benchFlags{out: path, appendTo: true, seed: 2}, b3, o3); err == nil || !strings.Contains(err.Error(), "seed") {
+		t.Fatalf("append with another seed: %v; want a refusal", err)
+	}
+}
+
+func TestBenchCommand_DrivesTheRealDaemonAndWritesAReportableFile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs llbd")
+	}
+	dir := t.TempDir()
+	results, records := filepath.Join(dir, "results.jsonl"), filepath.Join(dir, "records.jsonl")
+	common := []string{"--workers", "2", "--cache-blocks", "3000", "--max-num-seqs", "32", "--time-scale", "0.05",
+		"--requests", "30", "--loads", "0.7", "--saturation", "14", "--output-tokens", "8", "--out", results, "--progress", "off", "--work-dir", filepath.Join(dir, "work")}
+	runs := [][]string{
+		append([]string{"bench", "--scenario", "shared-prefix", "--groups", "3", "--prompts-per-group", "3", "--system-tokens", "200",
+			"--question-tokens", "20", "--strategies", "rr,chwbl,hard", "--records", records}, common...),
+		append([]string{"bench", "--scenario", "hot-prefix", "--clients", "4", "--prefix-tokens", "200", "--suffix-tokens", "10",
+			"--strategies", "off,hard", "--pooled=false", "--append"}, common...),
+	}
+	for _, args := range runs {
+		var out, errOut bytes.Buffer
+		root := newRootCmd(&out, &errOut)
+		root.SetArgs(args)
+		if err := root.Execute(); err != nil {
+			t.Fatalf("%q: %v\n%s", args, err, errOut.String())
+		}
+		for _, want := range []string{"strategy", "targets (issue 7)", "wrote " + results} {
+			if !strings.Contains(out.String(), want) {
+				t.Fatalf("output lacks %q:\n%s", want, out.String())
+			}
+		}
+	}
+	fh, err := os.Open(results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := report.ReadJSONL(fh)
+	fh.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds.Scenarios) != 2 || len(ds.Runs) != 5 {
+		t.Fatalf("%d scenarios, %d runs; want 2 and 5", len(ds.Scenarios), len(ds.Runs))
+	}
+	for _, r := range ds.Runs {
+		if r.Requests != 24 || r.Load != 0.7 || math.Abs(r.Rate-9.8) > 1e-9 || r.TTFT.P90 <= 0 || r.HitRate <= 0 || r.Throughput <= 0 {
+			t.Fatalf("run %s/%s: %d requests at load %v (%v req/s), ttft p90 %v, hit %v, throughput %v",
+				r.Scenario, r.Strategy, r.Requests, r.Load, r.Rate, r.TTFT.P90, r.HitRate, r.Throughput)
+		}
+	}
+	if sp, _ := ds.Scenario("shared-prefix"); sp.PooledHitRate <= 0 || sp.SaturationRate != 14 {
+		t.Fatalf("shared-prefix scenario %+v: want the pooled-cache bound measured and saturation 14", sp)
+	}
+	if hp, _ := ds.Scenario("hot-prefix"); hp.PooledHitRate != 0 {
+		t.Fatalf("hot-prefix pooled bound %v; want none (--pooled=false)", hp.PooledHitRate)
+	}
+	// Every request of the first bench has a record.
+	rf, err := os.Open(records)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rf.Close()
+	n := 0
+	for sc := bufio.NewScanner(rf); sc.Scan(); n++ {
+	}
+	if n != 90 {
+		t.Fatalf("%d records; want 90 (3 strategies × 30 requests)", n)
+	}
+	// The report package reads the targets off the harness's results.
+	found := 0
+	for _, r := range report.DefaultTargets().Evaluate(ds) {
+		if !r.Missing {
+			found++
+		}
+	}
+	if found != 4 {
+		t.Fatalf("%d of the targets found their runs; want all 4", found)
+	}
+}

@@ -1,0 +1,161 @@
+package harness
+
+import (
+	"context"
+	"math"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llbproject/llb/simulate/engine"
+	"github.com/llbproject/llb/simulate/workload"
+)
+
+// daemonBuild is the llbd binary shared by the package's tests.
+var daemonBuild struct {
+	once     sync.Once
+	bin, dir string
+	err      error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if daemonBuild.dir != "" {
+		_ = os.RemoveAll(daemonBuild.dir)
+	}
+	os.Exit(code)
+}
+
+// llbdBin builds llbd once per test binary.
+func llbdBin(t *testing.T) string {
+	t.Helper()
+	daemonBuild.once.Do(func() {
+		daemonBuild.dir, daemonBuild.err = os.MkdirTemp("", "harness-llbd-")
+		if daemonBuild.err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		daemonBuild.bin, daemonBuild.err = BuildDaemon(ctx, daemonBuild.dir, "")
+	})
+	if daemonBuild.err != nil {
+		t.Fatal(daemonBuild.err)
+	}
+	return daemonBuild.bin
+}
+
+// smallEngine is a fast worker model: a 0.05 time scale, short prompts.
+func smallEngine(blocks, seqs int) engine.Config {
+	e := engine.DefaultConfig()
+	e.NumBlocks, e.MaxNumSeqs = blocks, seqs
+	e.Latency.TimeScale = 0.05
+	return e
+}
+
+// smokeTrace is a small shared-prefix trace: 4 groups of 4 questions.
+func smokeTrace(t *testing.T, n int) *Trace {
+	t.Helper()
+	spec := workload.SharedPrefix{Options: workload.Options{Stream: true}, Groups: 4, PromptsPerGroup: 4, SystemTokens: 256, QuestionTokens: 32, OutputTokens: 12}
+	tr, err := NewTrace(spec, n, 1, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+// checkRun asserts what every healthy run must show.
+func checkRun(t *testing.T, res *Result) {
+	t.Helper()
+	if res.Completed != res.Requests || len(res.Errors) != 0 || res.Health.DrainTimeout {
+		t.Fatalf("%d of %d completed, errors %v, drain timeout %v", res.Completed, res.Requests, res.Errors, res.Health.DrainTimeout)
+	}
+	served := 0
+	for _, w := range res.Workers {
+		served += w.Requests
+	}
+	if served != res.Requests {
+		t.Fatalf("workers served %d; want all %d measured requests attributed by X-Llb-Route", served, res.Requests)
+	}
+	for _, rec := range res.Records {
+		if !rec.Route.OK || rec.Status != 200 || rec.FirstToken < rec.Sent || rec.Done < rec.FirstToken || rec.Sent < rec.Arrival {
+			t.Fatalf("record %+v: want a route, 200, arrival <= sent <= first token <= done", rec)
+		}
+	}
+	if !(res.TTFT.P50 > 0 && res.TTFT.P50 <= res.TTFT.P90 && res.TTFT.P90 <= res.TTFT.P99 && res.TTFT.P99 <= res.E2E.Max) {
+		t.Fatalf("ttft %+v e2e %+v: want 0 < p50 <= p90 <= p99 <= e2e max", res.TTFT, res.E2E)
+	}
+	if res.Throughput <= 0 || res.HitRate <= 0 || res.HitRate > res.OracleHitRate+1e-9 {
+		t.Fatalf("throughput %v, hit rate %v (oracle %v): want > 0 and the hit rate within the oracle", res.Throughput, res.HitRate, res.OracleHitRate)
+	}
+}
+
+func TestRun_KVExactHardThroughTheRealDaemon(t *testing.T) {
+	s, _ := StrategyByName(NameHard)
+	res, err := Run(context.Background(), RunConfig{
+		Trace: smokeTrace(t, 60), Strategy: s, Rate: 10, Warmup: 12,
+		Fleet:  FleetConfig{Workers: 2, Engine: smallEngine(4000, 32)},
+		Daemon: DaemonSource{Bin: llbdBin(t)}, WorkDir: t.TempDir(), KeepRecords: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRun(t, res)
+	if res.Mode != "hard" || res.TierMix["1.5"] < res.Requests/2 {
+		t.Fatalf("mode %q tier mix %v: want Tier 1.5 to decide most of %d requests", res.Mode, res.TierMix, res.Requests)
+	}
+	// The two hit-rate readings measure nearly the same requests.
+	if res.HitRateSource != "usage" || math.Abs(res.UsageHitRate-res.CounterHitRate) > 0.1 {
+		t.Fatalf("hit rate %v from %s; usage %v vs counters %v should agree", res.HitRate, res.HitRateSource, res.UsageHitRate, res.CounterHitRate)
+	}
+}
+
+func TestRun_TierOneOnAPDRuleThroughTheRealDaemon(t *testing.T) {
+	s, _ := StrategyByName(NameTier1)
+	res, err := Run(context.Background(), RunConfig{
+		Trace: smokeTrace(t, 40), Strategy: s, Rate: 10, Warmup: 8,
+		Fleet:  FleetConfig{Workers: 2, DecodeWorkers: 1, Engine: smallEngine(4000, 32)},
+		Daemon: DaemonSource{Bin: llbdBin(t)}, WorkDir: t.TempDir(), KeepRecords: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRun(t, res)
+	for _, rec := range res.Records {
+		if rec.Route.Decode != 2 || rec.Route.Prefill < 0 || rec.Route.Prefill > 1 {
+			t.Fatalf("route %+v: want a prefill of 0..1 and the decode endpoint 2", rec.Route)
+		}
+	}
+	if res.HitRateSource != "counters" || res.TierMix["1"] == 0 {
+		t.Fatalf("hit rate from %s, tiers %v: want counters (P/D) and Tier-1 trie decisions", res.HitRateSource, res.TierMix)
+	}
+}
+
+func TestRun_AttachedDaemonKeepsItsEnvironmentAndLosesTheRule(t *testing.T) {
+	d, err := StartDaemon(context.Background(), DaemonConfig{Bin: llbdBin(t), StateDir: t.TempDir(), Env: []string{"LOXILB_KV_LB_MODE=off"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := d.Stop(10 * time.Second); err != nil {
+			t.Error(err)
+		}
+	}()
+	s, _ := StrategyByName(NameRR)
+	res, err := Run(context.Background(), RunConfig{
+		Trace: smokeTrace(t, 20), Strategy: s, Rate: 10, Warmup: 4,
+		Fleet:  FleetConfig{Workers: 2, Engine: smallEngine(4000, 32)},
+		Daemon: DaemonSource{Attach: d.Addr}, WorkDir: t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.TierMix["sel:rr"] != res.Requests || res.Completed != res.Requests {
+		t.Fatalf("tiers %v, %d of %d completed: want round robin for all", res.TierMix, res.Completed, res.Requests)
+	}
+	code, body, err := d.do(context.Background(), "GET", "/netlox/v1/config/loadbalancer/all", nil)
+	if err != nil || code != 200 || strings.Contains(string(body), "llbsim-bench") {
+		t.Fatalf("after the run: %d %s (%v); want the bench rule deleted from the attached daemon", code, body, err)
+	}
+}
