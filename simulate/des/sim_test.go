@@ -9,6 +9,7 @@ import (
 
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/simulate/engine"
+	"github.com/llbproject/llb/simulate/workload"
 )
 
 func TestRun_IsDeterministicForASeed(t *testing.T) {
@@ -233,5 +234,43 @@ func TestRun_RejectsBadConfigs(t *testing.T) {
 	}
 	if _, err := Run(tr, good); err != nil {
 		t.Fatalf("the good config failed: %v", err)
+	}
+}
+
+// A P/D strategy pins a conversation once its first turn's first token is
+// out: every later turn of the conversation is a Tier-0 hit on the worker
+// that served the first one (turns arrive 1 s apart, long after).
+func TestPD_PinsConversationsToTheirFirstWorker(t *testing.T) {
+	tr, err := NewTrace(TraceConfig{
+		Name:     "chat",
+		Spec:     workload.MultiTurn{Conversations: 3, Turns: 4, SystemTokens: 32, HistoryTokens: 32, QuestionTokens: 8, AnswerTokens: 4},
+		Requests: 24, Seed: 2, Arrivals: ArriveConstant,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := run(t, tr, NameTier1, 3, 128, 1, nil)
+	home := map[string]int{}
+	tier0 := 0
+	for i, r := range res.Routes {
+		key := tr.Requests[i].SessionKey
+		if key == "" {
+			t.Fatalf("request %d has no session key", i)
+		}
+		w, seen := home[key]
+		switch {
+		case !seen:
+			home[key] = r.Worker
+			if r.Tier == ladder.Tier0 {
+				t.Fatalf("request %d, the first of %s, was a Tier-0 hit: %s", i, key, r.Decision)
+			}
+		case r.Tier != ladder.Tier0 || r.Worker != w:
+			t.Fatalf("request %d of %s: %s; want Tier 0 on worker %d", i, key, r.Decision, w)
+		default:
+			tier0++
+		}
+	}
+	if tier0 == 0 || len(home) < 3 {
+		t.Fatalf("%d Tier-0 hits over %d conversations; the test exercised nothing", tier0, len(home))
 	}
 }
