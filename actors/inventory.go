@@ -43,7 +43,8 @@ type inventoryPageReq struct {
 type InventoryPage struct {
 	// Keys are engine block keys (the hashes vLLM published).
 	Keys []uint64
-	// Total is the endpoint's distinct block count over all ranks.
+	// Total is the endpoint's distinct engine block count over all ranks
+	// (the keys Keys pages through).
 	Total int
 	// Ranks holds each DP rank's mirror statistics; Feeds each rank's feed
 	// statistics (same order).
@@ -217,15 +218,20 @@ func (a *inventoryActor) blocks() uint32 {
 	return n
 }
 
+// page lists engine keys (what vLLM published); in token-keyed mode their
+// count can differ from the scorable own keys, so paging and Total count
+// engine keys.
 func (a *inventoryActor) page(offset, limit int) InventoryPage {
-	p := InventoryPage{Total: int(a.blocks())}
+	var p InventoryPage
 	for _, f := range a.feeds {
 		p.Feeds = append(p.Feeds, f.Stats())
 	}
 	for _, mir := range a.mirrors {
-		p.Ranks = append(p.Ranks, mir.Stats())
+		st := mir.Stats()
+		p.Ranks = append(p.Ranks, st)
+		p.Total += st.EngineBlocks
 		if limit > len(p.Keys) {
-			n := mir.Len()
+			n := st.EngineBlocks
 			if offset >= n {
 				offset -= n
 				continue

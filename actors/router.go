@@ -29,7 +29,7 @@ func newRouterActor(svc *Service) (actor.Actor, error) {
 		return nil, err
 	}
 	a := &routerActor{svc: svc, log: svc.log.With().Str(logfield.Actor, "router").Logger()}
-	a.core = newRouterCore(&svc.cfg, lad, a, svc.metrics)
+	a.core = newRouterCore(&svc.cfg, lad, a, svc.metrics, svc.ctrl)
 	return a, nil
 }
 

@@ -89,7 +89,10 @@ type routerCore struct {
 	reserved [ladder.MaxEndpoints]uint32 // slots held for requests being woken
 	halfOpen ladder.EndpointSet
 	trial    [ladder.MaxEndpoints]uint64 // ticket in flight on a half-open endpoint
-	ctrl     []ctrlState                 // external controller, per endpoint
+	// ctrl is the external controller's instructions, per endpoint. The
+	// slice belongs to the Service and outlives router incarnations (and is
+	// handed to a replacing service): an instruction is not soft state.
+	ctrl []ctrlState
 	free     []*pending
 
 	stats coreStats
@@ -104,21 +107,32 @@ type coreStats struct {
 	cancelled   uint64
 }
 
-func newRouterCore(cfg *ServiceConfig, lad *ladder.Router, ports routerPorts, m *svcMetrics) *routerCore {
+// newRouterCore builds a core; ctrl is the service's controller record (nil
+// makes a fresh one), whose instructions are folded into the new views.
+func newRouterCore(cfg *ServiceConfig, lad *ladder.Router, ports routerPorts, m *svcMetrics, ctrl []ctrlState) *routerCore {
 	n := len(cfg.Endpoints)
+	if ctrl == nil {
+		ctrl = make([]ctrlState, n)
+	}
 	c := &routerCore{
 		cfg:      cfg,
 		lad:      lad,
 		ports:    ports,
 		m:        m,
 		views:    make([]ladder.EndpointView, n),
-		ctrl:     make([]ctrlState, n),
+		ctrl:     ctrl,
 		breakers: cfg.Breaker.Enabled,
 		pending:  make(map[uint64]*pending),
 		tickets:  make(map[uint64]*ticket),
 		parked:   make(map[uint64]parkRef),
 	}
 	c.snap.Endpoints = c.views
+	for ep := range c.ctrl {
+		if cs := &c.ctrl[ep]; !cs.updated.IsZero() {
+			c.views[ep].Ctrl = cs.set.State
+			c.views[ep].CtrlWeight = cs.set.Weight
+		}
+	}
 	c.maxInflight = cfg.Env.MaxInflightPerEP
 	if a := cfg.Spec.Admission.MaxInflightPerEP; a > 0 {
 		c.maxInflight = uint32(a)

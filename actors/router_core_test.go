@@ -100,7 +100,7 @@ func newTestCore(t *testing.T, cfg *ServiceConfig) (*routerCore, *recorder) {
 		t.Fatalf("NewRouter: %v", err)
 	}
 	rec := newRecorder()
-	return newRouterCore(cfg, lad, rec, nil), rec
+	return newRouterCore(cfg, lad, rec, nil, nil), rec
 }
 
 func newMsg(id uint64, rr *RouteRequest) *routeMsg {

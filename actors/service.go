@@ -82,6 +82,9 @@ type Service struct {
 	// mirrors[ep] holds endpoint ep's per-rank mirrors (nil without feeds);
 	// owned by its inventory actor, kept here across its restarts.
 	mirrors [][]*inventory.Mirror
+	// ctrl holds the controller's instructions; owned by the router actor
+	// (one incarnation at a time), kept here across its restarts.
+	ctrl []ctrlState
 	// feedMarks[ep][rank] is the last sequence number applied to that
 	// mirror; owned by the inventory actor, kept across its restarts so a
 	// successor's feed continues the sequence.
@@ -126,6 +129,7 @@ func (s *System) Start(cfg ServiceConfig, warm *Warm) (*Service, error) {
 		breakers:     make([]*actor.PID, n),
 		inventories:  make([]*actor.PID, n),
 		sessions:     warm.takeSessions(&cfg),
+		ctrl:         warm.takeCtrl(&cfg),
 		breakerCores: make([]breakerCore, n),
 		done:         make(chan struct{}),
 	}
@@ -227,7 +231,7 @@ func (svc *Service) Handover(ctx context.Context) (*Warm, error) {
 		svc.closeMirrors()
 		return nil, err
 	}
-	w := &Warm{keys: svc.cfg.KV.Keys, sessions: svc.sessions, sessCfg: svc.cfg.Sessions}
+	w := &Warm{keys: svc.cfg.KV.Keys, sessions: svc.sessions, sessCfg: svc.cfg.Sessions, ctrl: svc.ctrl}
 	for i := range svc.cfg.Endpoints {
 		w.addrs = append(w.addrs, endpointAddr(&svc.cfg.Endpoints[i]))
 	}

@@ -624,3 +624,39 @@ func TestService_RestartedInventoryKeepsItsMirrorUnlessTheSequenceSaysOtherwise(
 		})
 	}
 }
+
+func TestService_ControllerSurvivesRouterRestartAndReplace(t *testing.T) {
+	sys := newTestSystem(t)
+	cfg := *poolConfig(2, ladder.SelRR)
+	old, err := sys.Start(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.SetController(0, CtrlUpdate{State: ladder.CtrlDisabled, Weight: 100, Epoch: 5}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	onlyOne := func(svc *Service, what string) {
+		t.Helper()
+		for i := 0; i < 4; i++ {
+			rt := route(t, svc, &RouteRequest{})
+			svc.Finish(rt.Ticket, Result{OK: true})
+			if rt.Decision.Prefill != 1 {
+				t.Fatalf("%s: request went to %d; want 1 (0 is DISABLED)", what, rt.Decision.Prefill)
+			}
+		}
+	}
+	old.Crash(KindRouter, 0)
+	eventually(t, 2*time.Second, "router restarted", func() bool { return old.routerRuns.Load() == 2 })
+	onlyOne(old, "after a router restart")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	warm, err := old.Handover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nu := startServiceWarm(t, sys, cfg, warm)
+	onlyOne(nu, "after a replace")
+	if err := nu.SetController(0, CtrlUpdate{State: ladder.CtrlActive, Weight: 100, Epoch: 4}, time.Second); !errors.Is(err, ErrStaleEpoch) {
+		t.Fatalf("epoch 4 after a replace: %v; want ErrStaleEpoch (5 was applied)", err)
+	}
+}

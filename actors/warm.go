@@ -16,8 +16,9 @@ import (
 // feed and the rule keeps its chain hasher (the same inventory.ChainHasher
 // value; the runtime reuses it while the hash settings are unchanged); the
 // session table when its sizing and TTL are unchanged, minus every pin that
-// names an endpoint index whose address changed or disappeared. Everything
-// else is released by Start.
+// names an endpoint index whose address changed or disappeared; and the
+// external controller's instructions for endpoints that keep their index
+// and address. Everything else is released by Start.
 type Warm struct {
 	keys     inventory.ChainHasher
 	addrs    []string
@@ -25,6 +26,22 @@ type Warm struct {
 	mirrors  [][]*inventory.Mirror
 	sessions *ladder.SessionTable
 	sessCfg  ladder.SessionConfig
+	ctrl     []ctrlState
+}
+
+// takeCtrl returns the controller record for cfg's endpoints: the warm
+// instruction of every endpoint that keeps its index and address.
+func (w *Warm) takeCtrl(cfg *ServiceConfig) []ctrlState {
+	out := make([]ctrlState, len(cfg.Endpoints))
+	if w == nil {
+		return out
+	}
+	for i := range out {
+		if i < len(w.ctrl) && i < len(w.addrs) && w.addrs[i] == endpointAddr(&cfg.Endpoints[i]) {
+			out[i] = w.ctrl[i]
+		}
+	}
+	return out
 }
 
 func endpointAddr(ep *EndpointConfig) string {
