@@ -93,7 +93,7 @@ type routerCore struct {
 	// slice belongs to the Service and outlives router incarnations (and is
 	// handed to a replacing service): an instruction is not soft state.
 	ctrl []ctrlState
-	free     []*pending
+	free []*pending
 
 	stats coreStats
 }
