@@ -337,7 +337,7 @@ func (h *Handler) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			x.prefillEP, x.decodeEP = -1, d.Decode
 			a = h.serveSingle(ctx, w, r, hdr, req.Body, route.Ticket, actors.LegDecode, d.Decode, retriesLeft > 0, x)
 		case d.Decode >= 0:
-			a = h.servePD(ctx, w, r, hdr, req, route, prefillRetries > 0, x)
+			a = h.servePD(ctx, w, r, hdr, req, route, prefillRetries > 0, retriesLeft > 0, x)
 		default:
 			x.prefillEP, x.decodeEP = d.Prefill, -1
 			a = h.serveSingle(ctx, w, r, hdr, req.Body, route.Ticket, actors.LegSingle, d.Prefill, retriesLeft > 0, x)

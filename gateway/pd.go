@@ -24,8 +24,12 @@ import (
 // answering is retried once on another prefill endpoint (a new route
 // avoiding it, a new request id); a prefill deadline is 504
 // pd_prefill_timeout; a prefill non-2xx answer is relayed to the client; a
-// decode that dies before the client got a byte is 502
-// pd_decode_backend_died; after bytes it aborts the client connection.
+// decode that refuses the connection never saw the request, so the whole
+// exchange is retried on a new route avoiding it (the connect-retry
+// budget; the unused prefill lease expires on the prefill side); a decode
+// that dies after accepting the request, before the client got a byte, is
+// 502 pd_decode_backend_died (LoxiLB's rule); after bytes it aborts the
+// client connection.
 
 // prefillResult is what the prefill leg produced.
 type prefillResult struct {
@@ -64,9 +68,10 @@ func (h *Handler) runPrefill(ctx context.Context, r *http.Request, ep int, hdr h
 }
 
 // servePD runs both legs of one routed P/D attempt, reports each leg and
-// finishes the ticket. canRetry allows one re-route after a dead prefill.
+// finishes the ticket. canRetry allows one re-route after a dead prefill,
+// canRetryDecode one after a decode that refused the connection.
 func (h *Handler) servePD(ctx context.Context, w http.ResponseWriter, r *http.Request, hdr http.Header, req *Request,
-	route actors.Route, canRetry bool, x *exchange) attempt {
+	route actors.Route, canRetry, canRetryDecode bool, x *exchange) attempt {
 	t := route.Ticket
 	pEP, dEP := route.Decision.Prefill, route.Decision.Decode
 	x.prefillEP, x.decodeEP, x.pd = pEP, dEP, true
@@ -134,12 +139,13 @@ func (h *Handler) servePD(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return attempt{}
 	}
 
-	// Decode leg: streamed to the client; no retry (the prefill's KV lease
-	// names this exchange).
+	// Decode leg: streamed to the client. Only a refused connection is
+	// retried (serveSingle's rule): the decode never saw the request, and
+	// the client has nothing yet. The retry runs a new exchange, prefill
+	// included, on a route that avoids this decode endpoint.
 	dh := hdr
 	dh.Set(HeaderRequestID, id)
-	h.serveSingle(ctx, w, r, dh, decodeBody, t, actors.LegDecode, dEP, false, x)
-	return attempt{}
+	return h.serveSingle(ctx, w, r, dh, decodeBody, t, actors.LegDecode, dEP, canRetryDecode, x)
 }
 
 // relayPrefillError sends the prefill's non-2xx answer to the client as the

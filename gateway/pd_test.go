@@ -49,9 +49,23 @@ func newPDFleet(t *testing.T, closedPrefill []bool, tune func(*RuleConfig)) *pdF
 	if tune != nil {
 		tune(&f.cfg)
 	}
-	f.router = newFakeRouter(firstAllowed(&f.cfg))
+	f.router = newFakeRouter(pdAllowed(&f.cfg))
 	f.url, _ = startGateway(t, f.cfg, Deps{Router: f.router, Metrics: NewMetrics(f.set, "pd")})
 	return f
+}
+
+// pdAllowed is firstAllowed with the ladder's P/D rule: when no decode
+// endpoint is left, the pool is unavailable (no rescue endpoint here).
+func pdAllowed(cfg *RuleConfig) func(*actors.RouteRequest, int) (actors.Route, error) {
+	first := firstAllowed(cfg)
+	return func(rr *actors.RouteRequest, n int) (actors.Route, error) {
+		rt, err := first(rr, n)
+		if err == nil && rt.Decision.Available() && rt.Decision.Decode < 0 {
+			rt.Decision = decision(ladder.TierNone, -1, -1)
+			rt.Decision.Unavailable = ladder.ReasonPDPoolUnavailable
+		}
+		return rt, err
+	}
 }
 
 func (f *pdFleet) metric(t *testing.T, name string) string {
@@ -275,7 +289,9 @@ func TestPD_DecodeDeathBeforeFirstByteIs502(t *testing.T) {
 		}, false, "1"},
 		{"reset after headers", abortAfter("", true), false, "0"},
 		{"reset before headers", abortAfter("", false), false, "0"},
-		{"refused", nil, true, "0"},
+		// A refused connection with no other decode endpoint: the retry
+		// finds no pair, and the client gets the decode's failure.
+		{"refused, no other decode", nil, true, "0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -298,6 +314,66 @@ func TestPD_DecodeDeathBeforeFirstByteIs502(t *testing.T) {
 			}
 			if got := f.metric(t, "loxilb_pd_decode_zero_byte_eof_total"); got != tt.wantZeroEOF {
 				t.Errorf("zero-byte EOF counter = %q; want %s", got, tt.wantZeroEOF)
+			}
+		})
+	}
+}
+
+func TestPD_DecodeRefusingTheConnectionIsRetriedOnAnotherDecode(t *testing.T) {
+	tests := []struct {
+		name        string
+		closed      []bool // per decode endpoint
+		retries     int    // RuleConfig.MaxConnectRetries
+		wantStatus  int
+		wantTickets int
+	}{
+		{"second decode serves", []bool{true, false}, 0, 200, 2},
+		{"retries disabled", []bool{true, false}, -1, 502, 1},
+		{"every decode refuses", []bool{true, true, false}, 1, 502, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			prefill := newFakeVLLM(t)
+			var daddrs []netip.AddrPort
+			var live *fakeVLLM
+			for _, closed := range tt.closed {
+				if closed {
+					daddrs = append(daddrs, closedAddr(t))
+					continue
+				}
+				live = newFakeVLLM(t)
+				daddrs = append(daddrs, live.addr())
+			}
+			cfg := pdPool([]netip.AddrPort{prefill.addr()}, daddrs)
+			cfg.MaxConnectRetries = tt.retries
+			router := newFakeRouter(pdAllowed(&cfg))
+			set := metrics.NewSet()
+			url, _ := startGateway(t, cfg, Deps{Router: router, Metrics: NewMetrics(set, "pd")})
+			resp, body := post(t, testClient(t), url+PathCompletions, `{"model":"m","prompt":"p","stream":true}`)
+			if resp.StatusCode != tt.wantStatus {
+				t.Fatalf("got %d %s; want %d", resp.StatusCode, body, tt.wantStatus)
+			}
+			router.checkTicketsClosed(t, tt.wantTickets)
+			routes, outcomes, _ := router.snapshot()
+			if outcomes[1].Leg != actors.LegDecode || outcomes[1].Failure != actors.FailConnect {
+				t.Errorf("second outcome %+v; want a decode connect failure", outcomes[1])
+			}
+			if tt.wantStatus != 200 {
+				if e := decodeError(t, body); e.Error.Code != CodeDecodeDied {
+					t.Errorf("code %s; want %s", e.Error.Code, CodeDecodeDied)
+				}
+				return
+			}
+			if len(routes) != 2 || routes[1].Avoid != 1<<1 {
+				t.Fatalf("routes %+v; want a retry avoiding the refusing decode (bit 1)", routes)
+			}
+			if events, err := sseEvents(t, bytes.NewReader(body)); err != nil || len(events) != 4 || events[3] != "[DONE]" {
+				t.Errorf("stream %q (%v); want 3 events and [DONE] from the second decode", events, err)
+			}
+			// The exchange ran again whole: two prefill legs, one decode leg
+			// on the endpoint that answered.
+			if p, d := len(prefill.requests()), len(live.requests()); p != 2 || d != 1 {
+				t.Errorf("prefill legs %d, decode legs %d; want 2 and 1", p, d)
 			}
 		})
 	}
