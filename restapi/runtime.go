@@ -61,6 +61,11 @@ type RuleStatus struct {
 	Operating OperatingStatus
 	// Detail is a short human note on the rule's state.
 	Detail string
+	// Monitored is true when the data plane health-probes the endpoints
+	// whatever the rule's monitor flag says (llb probes mode:4 endpoints by
+	// default); the status is then derived from the endpoints, never
+	// NO_MONITOR.
+	Monitored bool
 	// ListenErr is the error binding the rule's listener, if any; it makes
 	// the operating status ERROR.
 	ListenErr string

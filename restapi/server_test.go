@@ -214,6 +214,7 @@ func TestOperatingStatus(t *testing.T) {
 		{"none active", monitored, RuleStatus{Endpoints: []EndpointStatus{ep(8000, false)}}, "", OperatingOffline},
 		{"no status counts as inactive", monitored, RuleStatus{}, "", OperatingOffline},
 		{"monitor off", single, RuleStatus{Endpoints: []EndpointStatus{ep(8000, true)}}, "", OperatingNoMonitor},
+		{"monitor off but the data plane probes", single, RuleStatus{Monitored: true, Endpoints: []EndpointStatus{ep(8000, false)}}, "", OperatingOffline},
 		{"admin down wins", func(t testing.TB) entry { return monitored(t).set("serviceArguments.adminStateUp", false) },
 			RuleStatus{Endpoints: []EndpointStatus{ep(8000, true), ep(8001, true)}}, "", OperatingOffline},
 		{"listen error", monitored, RuleStatus{ListenErr: "bind: address in use", Endpoints: []EndpointStatus{ep(8000, true), ep(8001, true)}}, "", OperatingError},

@@ -100,7 +100,8 @@ func stateWord(active bool) string {
 // operatingStatus derives a rule's status as LoxiLB does (admin down →
 // OFFLINE; monitor off → NO_MONITOR; no endpoints → OFFLINE; all active →
 // ONLINE; none → OFFLINE; else DEGRADED), with llb's additions: an apply or
-// listen error is ERROR, and a data-plane override wins over the derivation.
+// listen error is ERROR, a data-plane override wins over the derivation, and
+// a data plane that probes by itself (Monitored) is never NO_MONITOR.
 func operatingStatus(r *Rule, st RuleStatus, eps []EndpointStatus, applyErr string) OperatingStatus {
 	switch {
 	case !r.Effective.AdminUp:
@@ -109,7 +110,7 @@ func operatingStatus(r *Rule, st RuleStatus, eps []EndpointStatus, applyErr stri
 		return OperatingError
 	case st.Operating != "":
 		return st.Operating
-	case !r.Entry.ServiceArguments.Monitor:
+	case !r.Entry.ServiceArguments.Monitor && !st.Monitored:
 		return OperatingNoMonitor
 	case len(eps) == 0:
 		return OperatingOffline

@@ -101,6 +101,11 @@ func (d *dataPlane) Status(k restapi.RuleKey) (restapi.RuleStatus, bool) {
 		return out, true
 	}
 	cfg := svc.Config()
+	for _, ep := range cfg.Endpoints {
+		if ep.Probe != nil {
+			out.Monitored = true
+		}
+	}
 	for i, e := range st.Service.Endpoints {
 		if i >= len(cfg.Endpoints) {
 			break
