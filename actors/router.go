@@ -81,7 +81,13 @@ func (a *routerActor) Receive(ctx actor.Context) {
 			a.resync(ctx)
 		}
 	case *actor.Restarting:
-		c.stopAll()
+		// The mailbox outlives the incarnation: decisions in flight go back
+		// into it and the successor decides them (their late fan-out
+		// replies are ignored as unknown). Parked requests come back
+		// through the endpoints' drain (resync).
+		for _, m := range c.takePending() {
+			ctx.Send(ctx.Self(), m)
+		}
 	case *actor.Stopping:
 		c.stopAll()
 	case *actor.Stopped:

@@ -581,6 +581,24 @@ func (c *routerCore) recycle(p *pending) {
 	}
 }
 
+// takePending hands back every decision still waiting for its fan-out,
+// its deadline disarmed and its partial inputs cleared, so the router's
+// next incarnation can decide it afresh: a restart is not a stop, and a
+// client must not pay for it.
+func (c *routerCore) takePending() []*routeMsg {
+	out := make([]*routeMsg, 0, len(c.pending))
+	for id, p := range c.pending {
+		if p.stop != nil {
+			p.stop()
+		}
+		m := p.msg
+		m.scored, m.overlaps = 0, [ladder.MaxEndpoints]uint32{}
+		out = append(out, m)
+		delete(c.pending, id)
+	}
+	return out
+}
+
 // stopAll answers every request the core still holds with ErrStopped.
 func (c *routerCore) stopAll() {
 	for id, p := range c.pending {

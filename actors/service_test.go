@@ -660,3 +660,58 @@ func TestService_ControllerSurvivesRouterRestartAndReplace(t *testing.T) {
 		t.Fatalf("epoch 4 after a replace: %v; want ErrStaleEpoch (5 was applied)", err)
 	}
 }
+
+func TestService_RouterRestartReroutesDecisionsInFlightInsteadOfFailingThem(t *testing.T) {
+	sys := newTestSystem(t)
+	hub := newFeedHub()
+	cfg, th := kvPD(t, hub, 2, 2)
+	svc := startService(t, sys, cfg)
+	chain := th.AppendBlockKeys(nil, tokens(64, 7), inventory.ExtraKeys{})
+	var stopped, routed atomic.Int64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				// Every decision fans out (session lookup and two scores), so
+				// decisions are in flight when the router dies.
+				rr := &RouteRequest{Chain: chain}
+				rr.Req.SessionKey = fmt.Sprintf("s-%d-%d", g, i%5)
+				rr.Req.KV.PromptBlocks = uint32(len(chain))
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				rt, err := svc.Route(ctx, rr)
+				cancel()
+				switch {
+				case errors.Is(err, ErrStopped):
+					stopped.Add(1)
+				case err != nil:
+					t.Errorf("Route: %v", err)
+					return
+				default:
+					routed.Add(1)
+					svc.Finish(rt.Ticket, Result{OK: true})
+				}
+			}
+		}()
+	}
+	for i := 0; i < 15; i++ {
+		before := routed.Load()
+		eventually(t, 2*time.Second, "decisions flowing", func() bool { return routed.Load() > before+20 })
+		svc.Crash(KindRouter, 0)
+	}
+	close(done)
+	wg.Wait()
+	if n := stopped.Load(); n != 0 {
+		t.Fatalf("%d of %d decisions failed with ErrStopped across 15 router restarts; want 0 (a restart is not a stop)", n, n+routed.Load())
+	}
+	if got := svc.metrics.restarts.Get(); got != 15 {
+		t.Fatalf("%d supervised restarts; want 15", got)
+	}
+}
