@@ -591,6 +591,25 @@ func (t *tally) retriedOK() int {
 	return t.retried
 }
 
+// merge adds o's counts to t (o must be idle).
+func (t *tally) merge(o *tally) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.sent += o.sent
+	t.retried += o.retried
+	for k, v := range o.out {
+		t.out[k] += v
+		if _, ok := t.detail[k]; !ok {
+			t.detail[k] = o.detail[k]
+		}
+	}
+	for k, v := range o.tiers {
+		t.tiers[k] += v
+	}
+}
+
 // total is the number of requests sent.
 func (t *tally) total() int {
 	t.mu.Lock()
