@@ -6,7 +6,7 @@ BIN       ?= bin
 TESTFLAGS ?= -timeout 20m
 export CGO_ENABLED := 1
 
-.PHONY: all deps build run test bench fuzz lint chaos sim bench-sim clean
+.PHONY: all deps build run test bench fuzz lint chaos sim bench-sim client-test clean
 
 all: build
 
@@ -72,6 +72,15 @@ bench-sim: build
 		--out bench/results.jsonl --commit "$$(git rev-parse --short HEAD 2>/dev/null)" $(BENCHSIMFLAGS)
 	$(BIN)/llbsim bench --scenario hot-prefix --loads 0.7 --time-scale 2 --llbd $(BIN)/llbd \
 		--out bench/results.jsonl --append --commit "$$(git rev-parse --short HEAD 2>/dev/null)" $(BENCHSIMFLAGS)
+
+# client-test drives llbd with the official openai npm client
+# (clients/openai-node): completions and chat, streamed and not, a single
+# pool and a P/D rule over simulated workers, and the client-side error types
+# of llb's 400/429/503 answers. It needs Node 20+ and npm's registry (npm ci),
+# so it is not part of test. About 10 s once installed.
+client-test: build
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { echo "llb: client-test needs node and npm (Node 20 or newer)"; exit 1; }
+	cd clients/openai-node && npm ci --no-audit --no-fund && BIN="$(abspath $(BIN))" node run.mjs
 
 clean:
 	rm -rf $(BIN)

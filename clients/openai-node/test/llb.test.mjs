@@ -1,0 +1,313 @@
+// The official openai npm client against llbd. Run through ../run.mjs, which
+// starts the simulated workers and llbd and passes the rule addresses in the
+// environment (LLB_TEST_*).
+
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+
+const vip = process.env.LLB_TEST_VIP;
+const ports = JSON.parse(process.env.LLB_TEST_PORTS ?? '{}');
+const model = process.env.LLB_TEST_MODEL ?? 'sim-model';
+const pdWorkers = JSON.parse(process.env.LLB_TEST_PD_WORKERS ?? '[]');
+const spWorkers = JSON.parse(process.env.LLB_TEST_SP_WORKERS ?? '[]');
+if (!vip) throw new Error('run this test through run.mjs (LLB_TEST_VIP is not set)');
+
+// maxRetries 0: an error must surface as llb sent it, not after the client's
+// own retries.
+const client = (port) =>
+  new OpenAI({ baseURL: `http://${vip}:${port}/v1`, apiKey: 'sk-llb-client-test', maxRetries: 0, timeout: 30_000 });
+
+// A system prompt of several 16-token blocks, so that KV-exact routing has
+// something to match.
+const system =
+  'You are the support assistant of the Example Corporation. You answer questions about products, ' +
+  'orders, shipping, returns and invoices. Be brief and precise, and end with a one line summary.';
+
+const MAX = 6;
+
+// setFaults sets the simulated worker's fault injection (POST /_sim/faults).
+async function setFaults(w, body) {
+  const res = await fetch(`http://${w.endpointIP}:${w.targetPort}/_sim/faults`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  assert.equal(res.status, 200, `faults on ${w.endpointIP}:${w.targetPort}: ${await res.text()}`);
+}
+
+function checkUsage(usage, completionTokens) {
+  assert.ok(usage, 'usage is present');
+  assert.ok(Number.isInteger(usage.prompt_tokens) && usage.prompt_tokens > 0, `prompt_tokens ${usage.prompt_tokens}`);
+  assert.equal(usage.completion_tokens, completionTokens);
+  assert.equal(usage.total_tokens, usage.prompt_tokens + usage.completion_tokens);
+}
+
+// readSSE returns the data payloads of a raw text/event-stream response.
+async function readSSE(response) {
+  assert.match(response.headers.get('content-type') ?? '', /^text\/event-stream/);
+  const text = await response.text();
+  return text
+    .split('\n\n')
+    .map((ev) => ev.trim())
+    .filter((ev) => ev !== '')
+    .map((ev) => {
+      assert.match(ev, /^data: /, `SSE event ${JSON.stringify(ev)}`);
+      return ev.slice('data: '.length);
+    });
+}
+
+// Shapes every rule must serve identically, single pool or P/D. route checks
+// the X-Llb-Route header.
+function generationSuite(port, route) {
+  const c = client(port);
+
+  it('completions: the response parses, with choices and usage', async () => {
+    const { data, response } = await c.completions
+      .create({ model, prompt: `${system} Question: where is my parcel?`, max_tokens: MAX })
+      .withResponse();
+    route(response.headers.get('x-llb-route'));
+    assert.equal(data.object, 'text_completion');
+    assert.equal(data.model, model);
+    assert.equal(data.choices.length, 1);
+    assert.equal(data.choices[0].index, 0);
+    assert.equal(typeof data.choices[0].text, 'string');
+    assert.ok(data.choices[0].text.length > 0);
+    assert.equal(data.choices[0].finish_reason, 'length');
+    checkUsage(data.usage, MAX);
+  });
+
+  it('completions, streamed: deltas, the usage chunk, and the iterator ends at [DONE]', async () => {
+    const stream = await c.completions.create({
+      model,
+      prompt: `${system} Question: can I return a blender?`,
+      max_tokens: MAX,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    let text = '';
+    let pieces = 0;
+    let finish = null;
+    let usage = null;
+    for await (const chunk of stream) {
+      assert.equal(chunk.object, 'text_completion');
+      for (const ch of chunk.choices) {
+        if (ch.text) pieces++;
+        text += ch.text;
+        if (ch.finish_reason) finish = ch.finish_reason;
+      }
+      if (chunk.usage) usage = chunk.usage;
+    }
+    assert.ok(text.length > 0, 'streamed text');
+    assert.equal(pieces, MAX, 'one text delta per token');
+    assert.equal(finish, 'length');
+    checkUsage(usage, MAX);
+  });
+
+  it('completions, streamed: the raw stream ends with data: [DONE] and nothing after it', async () => {
+    const response = await c.completions
+      .create({ model, prompt: `${system} Question: do you ship abroad?`, max_tokens: MAX, stream: true })
+      .asResponse();
+    assert.equal(response.status, 200);
+    route(response.headers.get('x-llb-route'));
+    const events = await readSSE(response);
+    assert.equal(events.at(-1), '[DONE]');
+    assert.equal(events.filter((e) => e === '[DONE]').length, 1);
+    for (const e of events.slice(0, -1)) JSON.parse(e);
+  });
+
+  it('chat: the response parses, with the assistant message and usage', async () => {
+    const { data, response } = await c.chat.completions
+      .create({
+        model,
+        messages: [
+          { role: 'system', content: system },
+          { role: 'user', content: 'Where is my invoice?' },
+        ],
+        max_tokens: MAX,
+      })
+      .withResponse();
+    route(response.headers.get('x-llb-route'));
+    assert.equal(data.object, 'chat.completion');
+    assert.equal(data.choices.length, 1);
+    assert.equal(data.choices[0].message.role, 'assistant');
+    assert.equal(typeof data.choices[0].message.content, 'string');
+    assert.ok(data.choices[0].message.content.length > 0);
+    assert.equal(data.choices[0].finish_reason, 'length');
+    checkUsage(data.usage, MAX);
+  });
+
+  it('chat, streamed: role delta, content deltas, finish_reason, usage', async () => {
+    const stream = await c.chat.completions.create({
+      model,
+      messages: [
+        { role: 'system', content: system },
+        { role: 'user', content: 'Can I change my delivery address?' },
+      ],
+      max_tokens: MAX,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    let role = null;
+    let content = '';
+    let pieces = 0;
+    let finish = null;
+    let usage = null;
+    let chunks = 0;
+    for await (const chunk of stream) {
+      chunks++;
+      assert.equal(chunk.object, 'chat.completion.chunk');
+      for (const ch of chunk.choices) {
+        if (ch.delta.role) role = ch.delta.role;
+        if (ch.delta.content) {
+          pieces++;
+          content += ch.delta.content;
+        }
+        if (ch.finish_reason) finish = ch.finish_reason;
+      }
+      if (chunk.usage) usage = chunk.usage;
+    }
+    assert.equal(role, 'assistant');
+    assert.ok(content.length > 0, 'streamed content');
+    assert.equal(pieces, MAX, 'one content delta per token');
+    assert.equal(finish, 'length');
+    assert.ok(chunks > MAX, `${chunks} chunks`);
+    checkUsage(usage, MAX);
+  });
+
+  it('a bad request is a BadRequestError with llb\'s type, code and param', async () => {
+    await assert.rejects(
+      c.completions.create({ model, prompt: { not: 'a prompt' }, max_tokens: MAX }),
+      (err) => {
+        assert.ok(err instanceof OpenAI.BadRequestError, `${err?.constructor?.name}: ${err?.message}`);
+        assert.equal(err.status, 400);
+        assert.equal(err.type, 'invalid_request_error');
+        assert.equal(err.code, 'invalid_field');
+        assert.equal(err.param, 'prompt');
+        assert.match(err.headers.get('x-llb-route') ?? '', /^tier=none error=invalid_field$/);
+        return true;
+      },
+    );
+  });
+}
+
+describe('single pool (sel:8 CHWBL), two workers', () => {
+  const c = client(ports.single);
+  const route = (h) => assert.match(h ?? '', /^tier=sel sel=chwbl prefill=[01] decode=-1 .*prefill_addr=\S+ retries=0$/);
+
+  generationSuite(ports.single, route);
+
+  it('models.list passes through to a worker', async () => {
+    const page = await c.models.list();
+    assert.ok(page.data.some((m) => m.id === model), JSON.stringify(page.data));
+  });
+
+  it('a stream cut by the worker mid-way makes the client fail, not end cleanly', async () => {
+    const drop = { drop_next: 1, drop_mode: 'mid_stream', drop_after_tokens: 2 };
+    try {
+      for (const w of spWorkers) await setFaults(w, drop);
+      const stream = await c.chat.completions.create({
+        model,
+        messages: [{ role: 'user', content: 'Tell me a story.' }],
+        max_tokens: 50,
+        stream: true,
+      });
+      let pieces = 0;
+      await assert.rejects(async () => {
+        for await (const chunk of stream) {
+          if (chunk.choices[0]?.delta?.content) pieces++;
+        }
+      });
+      assert.ok(pieces >= 1 && pieces < 50, `${pieces} content deltas before the cut`);
+    } finally {
+      for (const w of spWorkers) await setFaults(w, { clear: true });
+    }
+  });
+});
+
+describe('P/D (kvExactMode 1), two prefill and two decode workers', () => {
+  const route = (h) =>
+    assert.match(h ?? '', /^tier=(0|1\.5|2) prefill=[01] decode=[23] .*prefill_addr=\S+ decode_addr=\S+ retries=0$/);
+
+  generationSuite(ports.pd, route);
+
+  it('a conversation stays on its prefill/decode pair (Tier 0)', async () => {
+    const c = client(ports.pd);
+    const headers = { 'X-Conversation-Id': `conv-${process.pid}` };
+    const messages = [
+      { role: 'system', content: system },
+      { role: 'user', content: 'Hello!' },
+    ];
+    const first = await c.chat.completions.create({ model, messages, max_tokens: MAX }, { headers }).withResponse();
+    const r1 = first.response.headers.get('x-llb-route');
+    assert.match(r1, /via=session_miss/);
+    messages.push(first.data.choices[0].message, { role: 'user', content: 'And my order?' });
+    const second = await c.chat.completions.create({ model, messages, max_tokens: MAX }, { headers }).withResponse();
+    const r2 = second.response.headers.get('x-llb-route');
+    assert.match(r2, /^tier=0 /);
+    const addrs = (r) => r.match(/prefill_addr=\S+ decode_addr=\S+/)[0];
+    assert.equal(addrs(r2), addrs(r1));
+  });
+
+  it('all prefill endpoints at their cap: a RateLimitError with pd_overloaded and Retry-After', async () => {
+    const c = client(ports.pdCapped);
+    const prefill = pdWorkers.filter((w) => w.ep_role === 1);
+    try {
+      // Hold each prefill worker's one allowed request for 2 s.
+      for (const w of prefill) await setFaults(w, { latency_ms: 2000 });
+      const held = prefill.map((_, i) =>
+        c.completions.create({ model, prompt: `${system} held ${i}`, max_tokens: 1 }),
+      );
+      await new Promise((r) => setTimeout(r, 500));
+      await assert.rejects(c.completions.create({ model, prompt: `${system} one more`, max_tokens: 1 }), (err) => {
+        assert.ok(err instanceof OpenAI.RateLimitError, `${err?.constructor?.name}: ${err?.message}`);
+        assert.equal(err.status, 429);
+        assert.equal(err.type, 'pd_overloaded');
+        assert.equal(err.code, 'pd_overloaded');
+        assert.equal(err.headers.get('retry-after'), '1');
+        assert.match(err.headers.get('x-llb-route') ?? '', /via=all_capped admission=shed/);
+        return true;
+      });
+      await Promise.all(held);
+    } finally {
+      for (const w of prefill) await setFaults(w, { clear: true });
+    }
+  });
+});
+
+describe('no healthy endpoint: 503 surfaces as the client\'s APIError', () => {
+  it('single pool: InternalServerError 503 no_healthy_backend', async () => {
+    await assert.rejects(
+      client(ports.singleDead).chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }], max_tokens: MAX }),
+      (err) => {
+        assert.ok(err instanceof OpenAI.APIError);
+        assert.ok(err instanceof OpenAI.InternalServerError, err?.constructor?.name);
+        assert.equal(err.status, 503);
+        assert.equal(err.type, 'no_healthy_backend');
+        assert.equal(err.code, 'no_healthy_backend');
+        assert.equal(err.param, null);
+        assert.match(err.message, /^503 no healthy endpoint is available/);
+        assert.match(err.headers.get('x-llb-route') ?? '', /unavailable=no_healthy_backend/);
+        return true;
+      },
+    );
+  });
+
+  it('P/D: InternalServerError 503 pd_pool_unavailable, also for a streamed request', async () => {
+    const c = client(ports.pdDead);
+    for (const stream of [false, true]) {
+      await assert.rejects(
+        c.completions.create({ model, prompt: `${system} anyone there?`, max_tokens: MAX, stream }),
+        (err) => {
+          assert.ok(err instanceof OpenAI.InternalServerError, err?.constructor?.name);
+          assert.equal(err.status, 503);
+          assert.equal(err.type, 'pd_pool_unavailable');
+          assert.equal(err.code, 'pd_pool_unavailable');
+          assert.match(err.headers.get('x-llb-route') ?? '', /unavailable=pd_pool_unavailable/);
+          return true;
+        },
+      );
+    }
+  });
+});
+
