@@ -188,6 +188,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, &x, requestError(http.StatusNotFound, CodeUnknownURL, "",
 			"llb serves POST "+PathCompletions+", POST "+PathChatCompletions+", GET "+PathModels+" and GET "+PathHealth+"; not "+r.Method+" "+r.URL.Path))
 	}
+	if errors.Is(context.Cause(r.Context()), errCut) {
+		// The listener cut the request (drain deadline, Close), not the
+		// client: whatever was or was not written, it is not an answer.
+		x.aborted = true
+	}
 	h.record(r, &x)
 	if x.aborted {
 		// The response was already under way when the upstream broke: cut

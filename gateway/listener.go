@@ -38,7 +38,7 @@ type Listener struct {
 	addr   netip.AddrPort
 	srv    *http.Server
 	base   context.Context
-	cancel context.CancelFunc
+	cancel context.CancelCauseFunc // cuts every request with errCut
 
 	mu      sync.Mutex // guards ln, started, serveErr, retired
 	ln      net.Listener
@@ -62,7 +62,7 @@ func NewListener(cfg RuleConfig, deps Deps) (*Listener, error) {
 
 // newListener builds an unbound listener serving h on h's VIP:port.
 func newListener(h *Handler) *Listener {
-	base, cancel := context.WithCancel(context.Background())
+	base, cancel := context.WithCancelCause(context.Background())
 	l := &Listener{addr: netip.AddrPortFrom(h.cfg.VIP, h.cfg.Port), base: base, cancel: cancel, done: make(chan struct{})}
 	l.h.Store(h)
 	var protos http.Protocols
@@ -150,16 +150,23 @@ func (l *Listener) Shutdown(ctx context.Context) error {
 	l.stopOnce.Do(func() {
 		err := l.srv.Shutdown(ctx)
 		if err != nil {
-			l.cancel() // cancel upstream legs so handlers return now
+			l.cancel(errCut) // cancel upstream legs so handlers return now
 			_ = l.srv.Close()
 		}
-		l.cancel()
+		l.cancel(errCut)
 		l.stopErr = err
 		l.waitServe()
 		l.waitHandlers()
 	})
 	return l.stopErr
 }
+
+// errCut is the cause of the request contexts a listener cancels when it
+// cuts what is still in flight (a drain deadline, Close). A handler whose
+// request was cut aborts the client connection: the client is still there
+// and must not take the cut for a complete answer (an empty 200, or a
+// stream ended cleanly without its [DONE]).
+var errCut = errors.New("gateway: listener stopped; in-flight request cut")
 
 // CutGrace bounds how long Shutdown and Close wait for cut handlers to
 // return (they report their legs and finish their tickets on the way out).
@@ -200,7 +207,7 @@ func (h *Handler) Drain(ctx context.Context) error {
 // waits (up to CutGrace) for their handlers to return.
 func (l *Listener) Close() error {
 	l.stopOnce.Do(func() {
-		l.cancel()
+		l.cancel(errCut)
 		l.stopErr = l.srv.Close()
 		l.waitServe()
 		l.waitHandlers()

@@ -250,3 +250,70 @@ func TestHasherConfig_Build(t *testing.T) {
 		t.Errorf("NewHandler with a bad hasher: %v; want inventory.ErrConfig", err)
 	}
 }
+
+func TestListener_ShutdownDeadlineNeverEndsARequestAsIfComplete(t *testing.T) {
+	tests := []struct {
+		name string
+		// headersFirst: the backend sends a first event, so the cut lands
+		// mid-stream; otherwise it lands before the first byte.
+		headersFirst bool
+	}{
+		{"mid-stream", true},
+		{"before the first byte", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			be := newFakeVLLM(t)
+			be.answer = func(w http.ResponseWriter, r *http.Request, _ []byte) {
+				if tt.headersFirst {
+					w.Header().Set("Content-Type", "text/event-stream")
+					_, _ = io.WriteString(w, "data: one\n\n")
+					w.(http.Flusher).Flush()
+				}
+				<-r.Context().Done()
+			}
+			fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+			url, l := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+			const n = 16
+			c := testClient(t)
+			type result struct {
+				status int
+				body   string
+				err    error
+			}
+			results := make(chan result, n)
+			for i := 0; i < n; i++ {
+				go func() {
+					req, _ := http.NewRequest(http.MethodPost, url+PathCompletions, strings.NewReader(`{"model":"m","prompt":"p","stream":true}`))
+					resp, err := c.Do(req)
+					if err != nil {
+						results <- result{err: err}
+						return
+					}
+					defer resp.Body.Close()
+					b, err := io.ReadAll(resp.Body)
+					results <- result{status: resp.StatusCode, body: string(b), err: err}
+				}()
+			}
+			// Every request reached the backend before the drain starts.
+			for i := 0; i < n; i++ {
+				select {
+				case <-be.got:
+				case <-time.After(5 * time.Second):
+					t.Fatalf("only %d of %d requests reached the backend", i, n)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			if err := l.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Shutdown = %v; want the deadline error", err)
+			}
+			for i := 0; i < n; i++ {
+				r := <-results
+				if r.err == nil {
+					t.Errorf("request %d ended cleanly (%d %q); want its connection cut at the drain deadline", i, r.status, r.body)
+				}
+			}
+		})
+	}
+}
