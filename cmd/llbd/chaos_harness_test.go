@@ -310,6 +310,15 @@ func startPDFleet(t *testing.T, fs fleetSpec) *pdFleet {
 		}))
 		host++
 	}
+	f.startDaemon(fs)
+	return f
+}
+
+// startDaemon starts an llbd in front of the fleet (replacing f.d), posts
+// the rule and waits until every endpoint is active.
+func (f *pdFleet) startDaemon(fs fleetSpec) {
+	t := f.t
+	t.Helper()
 	args := []string{"--listen", "127.0.0.1:0", "--state-dir", t.TempDir(), "--log-format", "json",
 		"--log-level", "info", "--debug-listen", "127.0.0.1:0"}
 	if fs.drain != "" {
@@ -350,9 +359,8 @@ func startPDFleet(t *testing.T, fs fleetSpec) *pdFleet {
 				return false
 			}
 		}
-		return len(eps) == fs.prefill+fs.decode
+		return len(eps) == len(f.prefill)+len(f.decode)
 	})
-	return f
 }
 
 // worker returns endpoint i's worker (prefill first, then decode).
@@ -748,6 +756,47 @@ func ask(c *http.Client, base, prompt string, maxTokens int, stream bool, hungAf
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/completions", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	return classify(c, req, stream, maxTokens, nil)
+}
+
+// cancelableRequest is a request with its timeout's cancel func.
+type cancelableRequest struct {
+	*http.Request
+	cancel context.CancelFunc
+}
+
+// streamRequest builds a streaming completion request bounded like the
+// load's (25 s: past it, the request hung).
+func streamRequest(t *testing.T, base, prompt string, maxTokens int) cancelableRequest {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"model": "sim-model", "prompt": prompt, "max_tokens": maxTokens, "stream": true})
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/completions", bytes.NewReader(body))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return cancelableRequest{req, cancel}
+}
+
+// awaitExit waits for the daemon to exit by itself and returns its exit
+// status.
+func (d *daemon) awaitExit(within time.Duration) int {
+	d.t.Helper()
+	select {
+	case err := <-d.done:
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		return 0
+	case <-time.After(within):
+		d.t.Fatalf("llbd did not exit within %s; log:\n%s", within, d.log.text())
+		return -1
+	}
 }
 
 // classify sends req and reads the whole answer; live, when not nil,
