@@ -52,6 +52,15 @@ lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
+# chaos runs the long fault soaks against the real daemon (cmd/llbd
+# chaos_*_test.go with LLB_CHAOS_LONG=1): actor crashes under load, SIGKILLed
+# workers that come back after their breaker window, KV publisher restarts,
+# admission bursts, SIGTERM drains. A short version of each runs in make
+# test. About ten minutes on 2 cores; the counts are in the -v output.
+CHAOSFLAGS ?= -timeout 40m
+chaos: deps
+	LLB_CHAOS_LONG=1 $(GO) test -count=1 -v -run '^TestChaos_' $(CHAOSFLAGS) ./cmd/llbd/
+
 # sim runs the discrete-event simulator (simulate/des): every routing
 # strategy across the load ladder plus the ε and λ sweeps, on the standard
 # scenarios. It writes report/ (results.jsonl, README.md, SVG figures) and
@@ -77,7 +86,7 @@ bench-sim: build
 # (clients/openai-node): completions and chat, streamed and not, a single
 # pool and a P/D rule over simulated workers, and the client-side error types
 # of llb's 400/429/503 answers. It needs Node 20+ and npm's registry (npm ci),
-# so it is not part of test. About 10 s once installed.
+# so it is not part of test. The test itself runs in about 5 s.
 client-test: build
 	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { echo "llb: client-test needs node and npm (Node 20 or newer)"; exit 1; }
 	cd clients/openai-node && npm ci --no-audit --no-fund && BIN="$(abspath $(BIN))" node run.mjs
