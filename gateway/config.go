@@ -171,6 +171,10 @@ type RuleConfig struct {
 	MaxStreamDuration time.Duration
 	// SSEMode is sse_mode: suppresses DataTimeout.
 	SSEMode bool
+	// Paused is adminStateUp:false: the listener stays bound but every new
+	// request is answered 503 service_unavailable (with Retry-After); the
+	// requests in flight when the rule was paused finish.
+	Paused bool
 	// BodyLimit caps request bodies in bytes; 0 means 16 MiB. Larger bodies
 	// get 413.
 	BodyLimit int64

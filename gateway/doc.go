@@ -42,8 +42,9 @@
 //   - Tier 1.5 tokenizes through inventory.Tokenizer with the request's own
 //     form (completion prompt or chat messages plus template inputs) and
 //     hashes with the rule's inventory.ChainHasher; token-id prompts are
-//     hashed directly. Multimodal parts, prompt_embeds and
-//     mm_processor_kwargs give the hash_contract guard.
+//     hashed directly. Multimodal parts and prompt_embeds give the
+//     hash_contract guard; mm_processor_kwargs (templates llb cannot
+//     reproduce) give the tokenize guard.
 //   - Cleartext HTTP/2 is served with prior knowledge through net/http's
 //     own Protocols (Go ≥ 1.24); the deprecated HTTP/1.1 "Upgrade: h2c"
 //     dance is not offered (the request is served over HTTP/1.1 instead).

@@ -157,6 +157,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.bytesIn.Add(r.ContentLength)
 	}
 	x := exchange{start: time.Now(), prefillEP: -1, decodeEP: -1}
+	if h.cfg.Paused {
+		x.api = "paused"
+		e := planeError(http.StatusServiceUnavailable, CodeServiceUnavailable, "the rule is paused (adminStateUp is false); retry later")
+		e.RetryAfter = DefaultRetryAfter
+		h.fail(w, &x, e)
+		h.record(r, &x)
+		return
+	}
 	defer func() {
 		// Only a panic (a bug) leaves a ticket open here: release it so the
 		// endpoint's in-flight count does not leak, then let it propagate.

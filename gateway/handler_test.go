@@ -222,3 +222,31 @@ func TestHandler_KeepAliveConnectionOutlivesAStreamDeadline(t *testing.T) {
 		t.Errorf("second request on the kept-alive connection: %d %s; want 400 %s", resp.StatusCode, body, CodeInvalidJSON)
 	}
 }
+
+func TestHandler_PausedRuleAnswers503WithoutRouting(t *testing.T) {
+	be := newFakeVLLM(t)
+	cfg := singlePool(be.addr())
+	cfg.Paused = true
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, cfg, Deps{Router: fr})
+	c := testClient(t)
+	for _, path := range []string{PathCompletions, PathHealth} {
+		method := "POST"
+		if path == PathHealth {
+			method = "GET"
+		}
+		req, _ := http.NewRequest(method, url+path, strings.NewReader(`{"prompt":"hi"}`))
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if e := decodeError(t, b); resp.StatusCode != 503 || e.Error.Code != CodeServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("%s %s: %d %s (Retry-After %q); want 503 service_unavailable with Retry-After", method, path, resp.StatusCode, e.Error.Code, resp.Header.Get("Retry-After"))
+		}
+	}
+	if routes, _, _ := fr.snapshot(); len(routes) != 0 || len(be.requests()) != 0 {
+		t.Fatalf("a paused rule routed %d requests and proxied %d", len(routes), len(be.requests()))
+	}
+}

@@ -218,6 +218,7 @@ func gatewayRule(r *restapi.Rule, def ruleDefaults) (gateway.Rule, error) {
 		PrefillTimeout:    def.PrefillTimeout,
 		MaxStreamDuration: eff.MaxStreamDuration,
 		SSEMode:           sa.SSEMode,
+		Paused:            !eff.AdminUp,
 		Probe: gateway.ProbeConfig{
 			Type:     sa.ProbeType,
 			Port:     uint16(sa.ProbePort),
