@@ -137,7 +137,7 @@ Results are JSON lines in the report schema of "llbsim report" (source
 
 	def := engine.DefaultConfig()
 	fl.IntVar(&f.workers, "workers", 0, "serving workers (default 8)")
-	fl.IntVar(&f.decodeWorkers, "decode-workers", 0, "decode workers added for P/D strategies (default --workers)")
+	fl.IntVar(&f.decodeWorkers, "decode-workers", 0, "separate decode workers for P/D strategies (0: P/D on the serving workers themselves, each a kv_both engine listed as prefill and decode)")
 	fl.IntVar(&f.cacheBlocks, "cache-blocks", 0, "KV cache blocks per worker (default: sized by --cache-pressure, else the preset's)")
 	fl.Float64Var(&f.cachePressure, "cache-pressure", 0, "size caches so the trace's working set is this many times the fleet's cache (shared-prefix default 1.5)")
 	fl.IntVar(&f.maxNumSeqs, "max-num-seqs", 0, "batch limit per worker (default 256; hot-prefix 32)")

@@ -29,7 +29,9 @@ type httpScenario struct {
 
 // scenarioExtras are a scenario's harness-only facts.
 type scenarioExtras struct {
-	TimeScale     float64         `json:"time_scale"`
+	TimeScale float64 `json:"time_scale"`
+	// DecodeWorkers is the separate decode workers of P/D strategies (0:
+	// P/D on the serving workers).
 	DecodeWorkers int             `json:"decode_workers"`
 	Seed          uint64          `json:"seed"`
 	Probes        []harness.Probe `json:"probes,omitempty"`
@@ -84,7 +86,7 @@ func benchMeta(seed uint64, commit string) report.Meta {
 		}, " "),
 		Notes: []string{
 			"llbd's and the harness's own overheads are real wall time, so they are divided by the time scale too (at time scale 1 they count in full).",
-			"P/D strategies (tier1, pd-hard) run on the same serving workers as prefill endpoints plus decode workers sized not to queue; their TTFT includes the prefill leg, the KV pull and the decode leg's first token.",
+			"P/D strategies (tier1, pd-hard) run the two-leg NIXL protocol through llbd. With decode_workers equal to 0 they run on the same workers as the single-pool strategies (kv_both engines, each listed once as a prefill and once as a decode endpoint), so a decode leg holds an unshared copy of the prompt's blocks in the same caches; otherwise on prefill-only workers plus that many separate, amply sized decode workers. Their TTFT includes the prefill leg, the KV pull and the decode leg's first token.",
 			"The harness, the fleet and llbd share the machine's CPUs; each run records the harness's dispatch lag and the CPU seconds of the harness process (fleet included) and of llbd.",
 		},
 	}
@@ -111,9 +113,6 @@ func scenarioLine(b *harness.Bench, out *harness.Outcome) httpScenario {
 		OracleHitRate: in.OracleHitRate, SaturationRate: in.SaturationRate, SaturationStrategy: b.Reference,
 	}}
 	s.Harness = scenarioExtras{TimeScale: sc.Fleet.TimeScale(), DecodeWorkers: sc.Fleet.DecodeWorkers, Seed: sc.Seed}
-	if s.Harness.DecodeWorkers == 0 {
-		s.Harness.DecodeWorkers = sc.Fleet.Workers
-	}
 	if s.SaturationStrategy == "" {
 		s.SaturationStrategy = harness.NameHard
 	}

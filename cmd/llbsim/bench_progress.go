@@ -60,7 +60,7 @@ func (p *benchProgress) events() harness.Events {
 				progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
 			p.mu.Unlock()
 		},
-		RunEnd: func(r *harness.Result) {
+		RunEnd: func(label string, r *harness.Result) {
 			p.mu.Lock()
 			if p.bar != nil {
 				_ = p.bar.Finish()
@@ -68,7 +68,7 @@ func (p *benchProgress) events() harness.Events {
 			}
 			p.mu.Unlock()
 			p.line(fmt.Sprintf("  %s: ttft p90 %.3fs, hit %.3f (oracle %.3f), %d/%d completed, dispatch lag p99 %.1fms, cpu harness %.0fs llbd %.0fs over %.0fs wall",
-				r.Strategy, r.TTFT.P90, r.HitRate, r.OracleHitRate, r.Completed, r.Requests,
+				label, r.TTFT.P90, r.HitRate, r.OracleHitRate, r.Completed, r.Requests,
 				r.Health.DispatchLagP99, r.Health.HarnessCPU, r.Health.DaemonCPU, r.Health.Wall))
 		},
 	}

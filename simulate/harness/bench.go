@@ -116,7 +116,7 @@ type Events struct {
 	// completion (from many goroutines); RunEnd closes the run.
 	RunStart func(label string, total int)
 	Request  func(done int)
-	RunEnd   func(r *Result)
+	RunEnd   func(label string, r *Result)
 	// Probe reports each saturation probe.
 	Probe func(p Probe)
 }
@@ -321,7 +321,7 @@ func (b *Bench) Execute(ctx context.Context) (*Outcome, error) {
 			return out, fmt.Errorf("%s: %w", label, err)
 		}
 		if ev.RunEnd != nil {
-			ev.RunEnd(res)
+			ev.RunEnd(label, res)
 		}
 		out.Info.Pooled = res
 	}
@@ -347,7 +347,7 @@ func (b *Bench) Execute(ctx context.Context) (*Outcome, error) {
 				return out, fmt.Errorf("%s: %w", label, err)
 			}
 			if ev.RunEnd != nil {
-				ev.RunEnd(res)
+				ev.RunEnd(label, res)
 			}
 			out.Runs = append(out.Runs, RunOutcome{Load: st.load, Result: res})
 		}

@@ -16,11 +16,16 @@ type FleetConfig struct {
 	// Workers is the number of serving workers: the single pool, or the
 	// prefill endpoints of a P/D strategy (1..31).
 	Workers int
-	// DecodeWorkers is the number of decode workers a P/D strategy adds;
-	// 0 means Workers. They get engine.DefaultConfig's cache and batch
-	// (31250 blocks, max-num-seqs 256) with Engine's latency model, hash and
-	// block size, so the decode side does not queue: P/D strategies are
-	// compared on prefill placement.
+	// DecodeWorkers is the number of separate decode workers a P/D
+	// strategy adds. 0 (the default) runs P/D on the same fleet: every
+	// serving worker is a kv_both engine listed twice in the rule, as a
+	// prefill and as a decode endpoint, so a P/D strategy gets exactly the
+	// hardware the single-pool ones get (its decode legs hold pulled,
+	// unshared copies of the prompt's blocks in those same caches). With
+	// N > 0 the workers are prefill-only and N decode workers join them,
+	// each with engine.DefaultConfig's cache and batch (31250 blocks,
+	// max-num-seqs 256) so the decode side never queues — more hardware
+	// than the single-pool strategies get.
 	DecodeWorkers int
 	// BaseIP is the first worker's loopback address. Default 127.0.7.2.
 	BaseIP string
@@ -56,16 +61,10 @@ func (c *FleetConfig) Validate() error {
 // TimeScale is the workers' latency-model time scale.
 func (c *FleetConfig) TimeScale() float64 { return c.Engine.Latency.TimeScale }
 
-func (c *FleetConfig) decodeWorkers() int {
-	if c.DecodeWorkers > 0 {
-		return c.DecodeWorkers
-	}
-	return c.Workers
-}
-
 // startFleet starts a fresh fleet for a rule shape: Workers role-less
-// workers for ShapePool; Workers prefill and DecodeWorkers decode workers
-// for ShapePD. Every serving worker publishes KV events.
+// workers for ShapePool; for ShapePD Workers kv_both workers (DecodeWorkers
+// 0), or Workers prefill and DecodeWorkers decode workers. Every serving
+// worker publishes KV events.
 func startFleet(c *FleetConfig, shape Shape) (*fleet.Fleet, error) {
 	tmpl := worker.DefaultConfig()
 	tmpl.Engine = c.Engine
@@ -75,8 +74,12 @@ func startFleet(c *FleetConfig, shape Shape) (*fleet.Fleet, error) {
 	if fc.BaseIP == "" {
 		fc.BaseIP = DefaultBaseIP
 	}
-	if shape == ShapePD {
-		fc.Prefill, fc.Decode = c.Workers, c.decodeWorkers()
+	switch {
+	case shape == ShapePD && c.DecodeWorkers == 0:
+		fc.Single = c.Workers
+		fc.Customize = func(_ int, _ engine.Role, wc *worker.Config) { wc.Engine.Role = engine.RoleBoth }
+	case shape == ShapePD:
+		fc.Prefill, fc.Decode = c.Workers, c.DecodeWorkers
 		fc.Customize = func(_ int, role engine.Role, wc *worker.Config) {
 			if role == engine.RoleDecode {
 				def := engine.DefaultConfig()
@@ -84,7 +87,7 @@ func startFleet(c *FleetConfig, shape Shape) (*fleet.Fleet, error) {
 				wc.Engine.MaxNumSeqs = max(def.MaxNumSeqs, wc.Engine.MaxNumSeqs)
 			}
 		}
-	} else {
+	default:
 		fc.Single = c.Workers
 	}
 	f, err := fleet.Start(fc)

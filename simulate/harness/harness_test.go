@@ -112,28 +112,41 @@ func TestRun_KVExactHardThroughTheRealDaemon(t *testing.T) {
 }
 
 func TestRun_TierOneOnAPDRuleThroughTheRealDaemon(t *testing.T) {
-	s, _ := StrategyByName(NameTier1)
-	res, err := Run(context.Background(), RunConfig{
-		Trace: smokeTrace(t, 40), Strategy: s, Rate: 10, Warmup: 8,
-		Fleet:  FleetConfig{Workers: 2, DecodeWorkers: 1, Engine: smallEngine(4000, 32)},
-		Daemon: DaemonSource{Bin: llbdBin(t)}, WorkDir: t.TempDir(), KeepRecords: true,
-	})
-	if err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name          string
+		decodeWorkers int
+		// wantDecode reports whether a decode endpoint index is right.
+		wantDecode func(int) bool
+	}{
+		{"on the serving workers (kv_both, listed twice)", 0, func(d int) bool { return d == 2 || d == 3 }},
+		{"with a separate decode worker", 1, func(d int) bool { return d == 2 }},
 	}
-	checkRun(t, res)
-	for _, rec := range res.Records {
-		if rec.Route.Decode != 2 || rec.Route.Prefill < 0 || rec.Route.Prefill > 1 {
-			t.Fatalf("route %+v: want a prefill of 0..1 and the decode endpoint 2", rec.Route)
-		}
-	}
-	if res.HitRateSource != "counters" || res.TierMix["1"] == 0 {
-		t.Fatalf("hit rate from %s, tiers %v: want counters (P/D) and Tier-1 trie decisions", res.HitRateSource, res.TierMix)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := StrategyByName(NameTier1)
+			res, err := Run(context.Background(), RunConfig{
+				Trace: smokeTrace(t, 40), Strategy: s, Rate: 10, Warmup: 8,
+				Fleet:  FleetConfig{Workers: 2, DecodeWorkers: tt.decodeWorkers, Engine: smallEngine(4000, 32)},
+				Daemon: DaemonSource{Bin: llbdBin(t)}, WorkDir: t.TempDir(), KeepRecords: true,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRun(t, res)
+			for _, rec := range res.Records {
+				if !tt.wantDecode(rec.Route.Decode) || rec.Route.Prefill < 0 || rec.Route.Prefill > 1 {
+					t.Fatalf("route %+v: want a prefill of 0..1 and a decode endpoint after them", rec.Route)
+				}
+			}
+			if res.HitRateSource != "counters" || res.TierMix["1"] == 0 {
+				t.Fatalf("hit rate from %s, tiers %v: want counters (P/D) and Tier-1 trie decisions", res.HitRateSource, res.TierMix)
+			}
+		})
 	}
 }
 
-func TestRun_AttachedDaemonKeepsItsEnvironmentAndLosesTheRule(t *testing.T) {
-	d, err := StartDaemon(context.Background(), DaemonConfig{Bin: llbdBin(t), StateDir: t.TempDir(), Env: []string{"LOXILB_KV_LB_MODE=off"}})
+func TestRun_AttachedDaemonServesTheRunAndLosesTheRuleAfterIt(t *testing.T) {
+	d, err := StartDaemon(context.Background(), DaemonConfig{Bin: llbdBin(t), StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,9 +14,11 @@ import (
 const KVWarmupSec = 1
 
 // RuleJSON builds the LoxiLB rule that serves strategy s on vip:port over
-// the fleet f: the fleet's role-less workers for ShapePool, its prefill and
-// decode workers for ShapePD; the KV-event keys from the fleet's rule
-// fragment when Tier 1.5 is on.
+// the fleet f: the fleet's role-less workers for ShapePool; for ShapePD its
+// prefill and decode workers, or, on a fleet without P/D roles (kv_both
+// workers, see FleetConfig.DecodeWorkers), every worker twice — first all as
+// prefill endpoints (indexes 0..n-1), then all as decode endpoints; the
+// KV-event keys from the fleet's rule fragment when Tier 1.5 is on.
 func RuleJSON(s *Strategy, f *fleet.Fleet, vip string, port int) ([]byte, error) {
 	frag := f.Rule()
 	sa := map[string]any{
@@ -27,14 +29,24 @@ func RuleJSON(s *Strategy, f *fleet.Fleet, vip string, port int) ([]byte, error)
 	switch s.Shape {
 	case ShapePD:
 		if !frag.PDDisaggMode {
-			return nil, fmt.Errorf("strategy %s needs a P/D fleet: %w", s.Name, ErrConfig)
+			eps = make([]fleet.Endpoint, 0, 2*len(frag.Endpoints))
+			for _, role := range []int{fleet.EpRolePrefill, fleet.EpRoleDecode} {
+				for _, ep := range frag.Endpoints {
+					if ep.NIXLPort == 0 {
+						return nil, fmt.Errorf("strategy %s: worker %s:%d has no NIXL side channel (a P/D strategy on the serving workers needs kv_both workers): %w",
+							s.Name, ep.EndpointIP, ep.TargetPort, ErrConfig)
+					}
+					ep.EpRole = role
+					eps = append(eps, ep)
+				}
+			}
 		}
 		sa["pd_disagg_mode"] = true
 		if s.CacheAware {
 			sa["pd_cache_aware_mode"] = true
 		}
 	default:
-		if frag.PDDisaggMode {
+		if frag.PDDisaggMode || hasNIXL(frag.Endpoints) {
 			return nil, fmt.Errorf("strategy %s needs a role-less fleet: %w", s.Name, ErrConfig)
 		}
 	}
@@ -60,4 +72,15 @@ func RuleJSON(s *Strategy, f *fleet.Fleet, vip string, port int) ([]byte, error)
 		return nil, fmt.Errorf("rule: %w", err)
 	}
 	return b, nil
+}
+
+// hasNIXL reports whether any endpoint has a NIXL side channel (a P/D
+// worker, which a single-pool rule must not list).
+func hasNIXL(eps []fleet.Endpoint) bool {
+	for _, ep := range eps {
+		if ep.NIXLPort != 0 {
+			return true
+		}
+	}
+	return false
 }
