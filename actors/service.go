@@ -435,7 +435,7 @@ func (svc *Service) buildMirrors(warm *Warm) error {
 				ID:        inventory.EndpointID{Service: svc.cfg.Key, EpIdx: i, Rank: fc.Rank},
 				Keys:      svc.cfg.KV.Keys,
 				MaxBlocks: svc.cfg.KV.MaxBlocks,
-				Logger:    svc.log,
+				Logger:    svc.sys.log, // the mirror adds its own service field
 				Metrics:   svc.sys.set,
 			})
 			if err != nil {

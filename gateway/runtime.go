@@ -166,9 +166,7 @@ func (rt *Runtime) complete(r *Rule, live *liveRule) error {
 		default:
 			sc.Endpoints[i].Probe = actors.ProbeFunc(p)
 		}
-		if ep.Role != ladder.RoleDecode {
-			sc.Endpoints[i].Scrape = rt.scraper(ep)
-		}
+		sc.Endpoints[i].Scrape = rt.scraper(ep)
 	}
 	if sc.Probe.Interval == 0 {
 		sc.Probe.Interval = r.Gateway.Probe.PeriodOrDefault()
@@ -179,7 +177,8 @@ func (rt *Runtime) complete(r *Rule, live *liveRule) error {
 	return nil
 }
 
-// scraper reads an engine's KV capacity from its /metrics.
+// scraper reads an engine's KV capacity and waiting-queue depth from its
+// /metrics (Tier 2 scores active_conns + queued_requests).
 func (rt *Runtime) scraper(ep *EndpointConfig) actors.ScrapeFunc {
 	url := "http://" + ep.Addr.String() + "/metrics"
 	return func(ctx context.Context) (actors.EngineStats, error) {
@@ -187,7 +186,10 @@ func (rt *Runtime) scraper(ep *EndpointConfig) actors.ScrapeFunc {
 		if err != nil {
 			return actors.EngineStats{}, err
 		}
-		return actors.EngineStats{KVCapacityBlocks: uint32(min(cc.NumGPUBlocks, ladder.CapacityClampMax))}, nil
+		return actors.EngineStats{
+			KVCapacityBlocks: uint32(min(cc.NumGPUBlocks, ladder.CapacityClampMax)),
+			Waiting:          uint32(min(cc.Waiting, 1<<20)),
+		}, nil
 	}
 }
 

@@ -29,6 +29,11 @@ type CacheConfig struct {
 	HashAlgo string
 	// Engines is the number of cache_config_info series found.
 	Engines int
+	// Waiting and Running are vllm:num_requests_waiting and
+	// vllm:num_requests_running summed over every series (DP engines);
+	// HasLoad is false when neither series was found.
+	Waiting, Running int64
+	HasLoad          bool
 }
 
 // Known reports whether the capacity is known; an unknown capacity is
@@ -37,6 +42,47 @@ func (c CacheConfig) Known() bool { return c.NumGPUBlocks > 0 }
 
 // cacheConfigMetric is vLLM's info metric (value 1, data in labels).
 const cacheConfigMetric = "vllm:cache_config_info"
+
+// The engine's queue gauges (Tier 2's queued_requests).
+const (
+	waitingMetric = "vllm:num_requests_waiting"
+	runningMetric = "vllm:num_requests_running"
+)
+
+// loadSample parses a num_requests_waiting/running sample line: the metric
+// name, optional labels, and a value (a float in the text format, rounded
+// down; negative or unparsable values are ignored).
+func loadSample(line []byte) (int64, string, bool) {
+	var which string
+	switch {
+	case bytes.HasPrefix(line, []byte(waitingMetric)):
+		which = waitingMetric
+	case bytes.HasPrefix(line, []byte(runningMetric)):
+		which = runningMetric
+	default:
+		return 0, "", false
+	}
+	rest := line[len(which):]
+	if len(rest) == 0 || (rest[0] != '{' && rest[0] != ' ') {
+		return 0, "", false // a longer name, e.g. ..._waiting_by_reason
+	}
+	if rest[0] == '{' {
+		end := bytes.LastIndexByte(rest, '}')
+		if end < 0 {
+			return 0, "", false
+		}
+		rest = rest[end+1:]
+	}
+	fields := bytes.Fields(rest)
+	if len(fields) == 0 {
+		return 0, "", false
+	}
+	f, err := strconv.ParseFloat(string(fields[0]), 64)
+	if err != nil || f < 0 || f != f {
+		return 0, "", false
+	}
+	return int64(f), which, true
+}
 
 // maxMetricsLine bounds one exposition line.
 const maxMetricsLine = 1 << 20
@@ -56,6 +102,15 @@ func ParseCacheConfig(r io.Reader) (CacheConfig, error) {
 	for sc.Scan() {
 		line := sc.Bytes()
 		if len(line) == 0 || line[0] == '#' {
+			continue
+		}
+		if v, which, ok := loadSample(line); ok {
+			cfg.HasLoad = true
+			if which == waitingMetric {
+				cfg.Waiting += v
+			} else {
+				cfg.Running += v
+			}
 			continue
 		}
 		name, rest, ok := bytes.Cut(line, []byte("{"))

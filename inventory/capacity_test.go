@@ -34,7 +34,7 @@ func TestParseCacheConfig_ReadsRealisticExpositions(t *testing.T) {
 		give string
 		want CacheConfig
 	}{
-		{"vLLM V1 page", vllmMetrics, CacheConfig{NumGPUBlocks: 27709, BlockSize: 16, HashAlgo: "sha256_cbor", Engines: 1}},
+		{"vLLM V1 page", vllmMetrics, CacheConfig{NumGPUBlocks: 27709, BlockSize: 16, HashAlgo: "sha256_cbor", Engines: 1, Running: 3, HasLoad: true}},
 		{"llm-d-inference-sim", "vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"64\"} 1\n", CacheConfig{NumGPUBlocks: 64, BlockSize: 16, Engines: 1}},
 		{"labels in another order, escaped quotes and newline",
 			`vllm:cache_config_info{model_name="a \"quoted\\ model\nx",num_gpu_blocks="100",engine="0",block_size="32",} 1` + "\n",
@@ -46,7 +46,10 @@ func TestParseCacheConfig_ReadsRealisticExpositions(t *testing.T) {
 			"vllm:cache_config_info{engine=\"0\",num_gpu_blocks=\"1000\"} 1\nvllm:cache_config_info{engine=\"0\",num_gpu_blocks=\"1000\"} 1\n",
 			CacheConfig{NumGPUBlocks: 1000, Engines: 2}},
 		{"not profiled yet", "vllm:cache_config_info{num_gpu_blocks=\"None\",block_size=\"16\"} 1\n", CacheConfig{BlockSize: 16, Engines: 1}},
-		{"no cache_config_info at all", "vllm:num_requests_running 0\n", CacheConfig{}},
+		{"no cache_config_info at all", "vllm:num_requests_running 0\n", CacheConfig{HasLoad: true}},
+		{"queue gauges summed over engines; longer names and garbage ignored",
+			"vllm:num_requests_waiting{engine=\"0\"} 4.0\nvllm:num_requests_waiting{engine=\"1\"} 2\nvllm:num_requests_waiting_by_reason{reason=\"capacity\"} 9\nvllm:num_requests_running{engine=\"0\"} NaN\nvllm:num_requests_running{engine=\"1\"} 7 1700000000\n",
+			CacheConfig{Waiting: 6, Running: 7, HasLoad: true}},
 		{"a similar name is not it", "vllm:cache_config_info_total{num_gpu_blocks=\"5\"} 1\n", CacheConfig{}},
 	}
 	for _, tt := range tests {
