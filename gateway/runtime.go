@@ -80,6 +80,28 @@ type liveRule struct {
 	started time.Time
 	met     *Metrics
 	stop    chan struct{} // closed on removal (ends the bind retry loop)
+	// loraStop ends the rule's LoRA catalog refresh (nil: none running).
+	loraStop context.CancelFunc
+}
+
+// attachLoRA gives the rule a LoRA catalog refreshed from its engines'
+// /v1/models (unless the caller set its own LoRAOf), running until the
+// rule is replaced or removed.
+func (rt *Runtime) attachLoRA(live *liveRule, r *Rule) {
+	if r.Gateway.LoRAOf != nil {
+		return
+	}
+	cat := newLoRACatalog(r.Gateway.Endpoints, rt.scrape)
+	r.Gateway.LoRAOf = cat.loraOf
+	ctx, cancel := context.WithCancel(context.Background())
+	live.loraStop = cancel
+	go cat.run(ctx, DefaultLoRARefresh)
+}
+
+func (l *liveRule) stopLoRA() {
+	if l.loraStop != nil {
+		l.loraStop()
+	}
 }
 
 // NewRuntime builds an empty runtime.
@@ -201,8 +223,11 @@ func (rt *Runtime) create(r Rule) error {
 	live := &liveRule{rule: r, hasher: r.Service.KV.Keys, svc: svc, started: time.Now(), stop: make(chan struct{})}
 	live.router = &swapRouter{svc: svc}
 	live.met = NewMetrics(rt.cfg.Metrics, r.Key)
+	rt.attachLoRA(live, &r)
+	live.rule = r
 	h, err := rt.handler(live, r)
 	if err != nil {
+		live.stopLoRA()
 		_ = svc.Stop(context.Background())
 		live.met.Unregister()
 		return err
@@ -298,8 +323,11 @@ func (rt *Runtime) replace(ctx context.Context, live *liveRule, r Rule) error {
 	defer cancel()
 	next := &swapRouter{held: make(chan struct{})}
 	nextLive := &liveRule{rule: r, hasher: r.Service.KV.Keys, router: next, started: live.started, met: live.met, stop: live.stop}
+	rt.attachLoRA(nextLive, &r)
+	nextLive.rule = r
 	h, err := rt.handler(nextLive, r)
 	if err != nil {
+		nextLive.stopLoRA()
 		return err
 	}
 	compatible := sameEndpoints(live.rule.Gateway.Endpoints, r.Gateway.Endpoints)
@@ -314,6 +342,7 @@ func (rt *Runtime) replace(ctx context.Context, live *liveRule, r Rule) error {
 		// The new configuration passed validation, so this is a runtime
 		// fault; keep serving the old configuration, cold.
 		rt.log.Error().Err(err).Str(logfield.Rule, r.Key).Msg("replace failed; restarting the previous configuration")
+		nextLive.stopLoRA()
 		old, err2 := rt.cfg.System.Start(live.rule.Service, nil)
 		if err2 != nil {
 			next.set(nil)
@@ -330,12 +359,17 @@ func (rt *Runtime) replace(ctx context.Context, live *liveRule, r Rule) error {
 		return err
 	}
 	next.set(svc)
+	live.stopLoRA()
 	nextLive.svc = svc
 	nextLive.ln, nextLive.bindErr = live.ln, live.bindErr
+	rt.rules[r.Key] = nextLive
 	if nextLive.ln != nil {
 		nextLive.ln.Swap(h)
+	} else {
+		// Still unbound: the predecessor's retry loop ends (the rule map no
+		// longer holds it); retry with the new handler.
+		rt.listen(nextLive, h)
 	}
-	rt.rules[r.Key] = nextLive
 	rt.log.Info().Str(logfield.Rule, r.Key).Bool("warm", warm != nil).Msg("rule replaced")
 	return nil
 }
@@ -371,6 +405,7 @@ func (rt *Runtime) Remove(ctx context.Context, key string) error {
 
 func (rt *Runtime) stopRule(ctx context.Context, live *liveRule) error {
 	close(live.stop)
+	live.stopLoRA()
 	var errs []error
 	if live.ln != nil {
 		if err := live.ln.Shutdown(ctx); err != nil {

@@ -317,3 +317,53 @@ func TestE2E_TierOneFiveFollowsTheKVEventsAndSpills(t *testing.T) {
 		t.Fatalf("burst: %d spills, %d on the owner; want both > 0", spills, onOwner)
 	}
 }
+
+func TestE2E_TierOneFiveMatchesLoRABlocks(t *testing.T) {
+	tmpl := workerCfg("", 0, engine.RoleNone, 0, 0.02)
+	tmpl.KVEvents = true
+	tmpl.LoRAs = []string{"sql-lora"}
+	f, err := fleet.Start(fleet.Config{Single: 2, BaseIP: "127.0.0.32", Template: &tmpl})
+	if err != nil {
+		t.Fatalf("fleet: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = f.Stop(ctx)
+	})
+	d := startDataPlane(t, "LOXILB_KV_COLDSTART_SEED_N=0")
+	d.post(ruleJSON(t, f, "127.0.0.1", 2033, map[string]any{"kvExactMode": 3, "kvWarmupSec": 1}))
+	d.waitActive(2033)
+	time.Sleep(1100 * time.Millisecond) // kvWarmupSec: 1
+
+	const vip = "http://127.0.0.1:2033"
+	long := strings.Repeat("translate this question into SQL over the orders table ", 30)
+	body := func(i int) string {
+		return fmt.Sprintf(`{"model":"sql-lora","prompt":%q,"max_tokens":2}`, long+strconv.Itoa(i))
+	}
+	res, b := complete(t, vip, body(0))
+	if res.StatusCode != 200 {
+		t.Fatalf("first: %d %s", res.StatusCode, b)
+	}
+	_, owner, _ := routeOf(t, res.Header)
+	// The engine hashed the blocks with lora_name "sql-lora"; llb learns the
+	// adapter from /v1/models and hashes the prompt the same way.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, b := complete(t, vip, body(1))
+		if res.StatusCode != 200 {
+			t.Fatalf("follow-up: %d %s", res.StatusCode, b)
+		}
+		tier, ep, _ := routeOf(t, res.Header)
+		if tier == "1.5" {
+			if ep != owner {
+				t.Fatalf("tier 1.5 picked %d; want the owner %d", ep, owner)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("LoRA prompt never routed by tier 1.5; last route %q", res.Header.Get("X-Llb-Route"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
