@@ -201,32 +201,54 @@ func (r *Router) tier2(views []EndpointView, elig EndpointSet, d *Decision) int 
 		}
 		meanCap = max(sum/uint64(elig.Count()), 1)
 	}
-	var ties [MaxEndpoints]int
-	n := 0
-	var best uint64
+	var mins minSet
 	for i := elig.next(0); i >= 0; i = elig.next(i + 1) {
 		v := &views[i]
-		var score uint64
 		if blend {
-			score = CapacityBlendScore(v.ActiveConns, v.QueuedRequests, v.SwapPressure, r.caps[i], meanCap)
+			mins.offer(i, CapacityBlendScore(v.ActiveConns, v.QueuedRequests, v.SwapPressure, r.caps[i], meanCap))
 		} else {
-			score = uint64(v.ActiveConns) + uint64(v.QueuedRequests)
-		}
-		switch {
-		case n == 0 || score < best:
-			best, ties[0], n = score, i, 1
-		case score == best:
-			ties[n] = i
-			n++
+			mins.offer(i, uint64(v.ActiveConns)+uint64(v.QueuedRequests))
 		}
 	}
-	if n == 1 {
-		return ties[0]
+	ep, tied := mins.pick(&r.prefillRR)
+	if tied {
+		d.Flags |= FlagRRTie
 	}
-	ep := ties[r.prefillRR%uint64(n)]
-	r.prefillRR++
-	d.Flags |= FlagRRTie
 	return ep
+}
+
+// minSet collects the lowest-scoring endpoints of a min-load pick, in the
+// order offered (index order), on the stack.
+type minSet struct {
+	eps  [MaxEndpoints]int
+	n    int
+	best uint64
+}
+
+// offer considers endpoint i with score.
+func (m *minSet) offer(i int, score uint64) {
+	switch {
+	case m.n == 0 || score < m.best:
+		m.best, m.eps[0], m.n = score, i, 1
+	case score == m.best:
+		m.eps[m.n] = i
+		m.n++
+	}
+}
+
+// pick returns the single minimum, or breaks a genuine tie with the
+// round-robin counter, which advances only then. It returns -1 when nothing
+// was offered.
+func (m *minSet) pick(counter *uint64) (ep int, tied bool) {
+	switch m.n {
+	case 0:
+		return -1, false
+	case 1:
+		return m.eps[0], false
+	}
+	ep = m.eps[*counter%uint64(m.n)]
+	*counter++
+	return ep, true
 }
 
 // Capacity-blend weights (LoxiLB's PROXY_SEL_GPU_AWARE defaults).
@@ -260,25 +282,14 @@ func (r *Router) selectDecode(views []EndpointView, excl, drain EndpointSet, hin
 		d.Trace.add(TierDecode, ReasonDecodeUnavailable)
 		return -1
 	}
-	var ties [MaxEndpoints]int
-	n := 0
-	var best uint64
+	var mins minSet
 	for i := set.next(0); i >= 0; i = set.next(i + 1) {
-		score := uint64(views[i].ActiveConns) + uint64(views[i].QueuedRequests)
-		switch {
-		case n == 0 || score < best:
-			best, ties[0], n = score, i, 1
-		case score == best:
-			ties[n] = i
-			n++
-		}
+		mins.offer(i, uint64(views[i].ActiveConns)+uint64(views[i].QueuedRequests))
 	}
-	if n == 1 {
-		return ties[0]
+	ep, tied := mins.pick(&r.decodeRR)
+	if tied {
+		d.Flags |= FlagDecodeRRTie
 	}
-	ep := ties[r.decodeRR%uint64(n)]
-	r.decodeRR++
-	d.Flags |= FlagDecodeRRTie
 	return ep
 }
 
