@@ -45,6 +45,8 @@ type benchFlags struct {
 	itl                       time.Duration
 	timeFactor                float64
 	baseIP                    string
+	workerPort                int
+	pdSame                    bool
 
 	// load
 	rates       []float64
@@ -137,7 +139,8 @@ Results are JSON lines in the report schema of "llbsim report" (source
 
 	def := engine.DefaultConfig()
 	fl.IntVar(&f.workers, "workers", 0, "serving workers (default 8)")
-	fl.IntVar(&f.decodeWorkers, "decode-workers", 0, "separate decode workers for P/D strategies (0: P/D on the serving workers themselves, each a kv_both engine listed as prefill and decode)")
+	fl.IntVar(&f.decodeWorkers, "decode-workers", 0, "decode workers P/D strategies add to the serving (prefill) workers, sized never to queue (default --workers)")
+	fl.BoolVar(&f.pdSame, "pd-same-workers", false, "run P/D strategies on the serving workers themselves (kv_both engines listed as prefill and decode) instead of adding decode workers")
 	fl.IntVar(&f.cacheBlocks, "cache-blocks", 0, "KV cache blocks per worker (default: sized by --cache-pressure, else the preset's)")
 	fl.Float64Var(&f.cachePressure, "cache-pressure", 0, "size caches so the trace's working set is this many times the fleet's cache (shared-prefix default 1.5)")
 	fl.IntVar(&f.maxNumSeqs, "max-num-seqs", 0, "batch limit per worker (default 256; hot-prefix 32)")
@@ -148,6 +151,7 @@ Results are JSON lines in the report schema of "llbsim report" (source
 	fl.DurationVar(&f.itl, "itl", def.Latency.InterTokenLatency, "inter-token latency (model time)")
 	fl.Float64Var(&f.timeFactor, "time-factor-under-load", def.Latency.TimeFactorUnderLoad, "slowdown at max-num-seqs running requests")
 	fl.StringVar(&f.baseIP, "base-ip", harness.DefaultBaseIP, "first worker's loopback address")
+	fl.IntVar(&f.workerPort, "worker-port", 8000, "every worker's API port (each has its own address); fixed so the CHWBL ring is the same in every run; 0 picks free ports")
 
 	fl.Float64SliceVar(&f.rates, "rates", nil, "absolute offered loads, requests per model second (instead of --loads)")
 	fl.Float64SliceVar(&f.loads, "loads", nil, "offered loads as fractions of saturation (default 0.7 unless --rates)")
@@ -338,7 +342,7 @@ func (f *benchFlags) bench(fs *pflag.FlagSet) (*harness.Bench, error) {
 		Scenario: harness.Scenario{
 			Name: name, Description: p.description, Workload: spec,
 			Requests: f.requests, Seed: f.seed, Warmup: f.warmup, CachePressure: pressure,
-			Fleet: harness.FleetConfig{Workers: workers, DecodeWorkers: f.decodeWorkers, BaseIP: f.baseIP, Engine: eng},
+			Fleet: harness.FleetConfig{Workers: workers, DecodeWorkers: f.decodeWorkers, PDSameWorkers: f.pdSame, BaseIP: f.baseIP, HTTPPort: f.workerPort, Engine: eng},
 		},
 		Strategies: strategies, Rates: f.rates, Loads: f.loads, SaturationRate: f.saturation,
 		Reference: f.reference, Duration: f.duration, TTFTSLO: f.slo, KeepRecords: f.records != "", Pooled: f.pooled,

@@ -30,9 +30,10 @@ type httpScenario struct {
 // scenarioExtras are a scenario's harness-only facts.
 type scenarioExtras struct {
 	TimeScale float64 `json:"time_scale"`
-	// DecodeWorkers is the separate decode workers of P/D strategies (0:
-	// P/D on the serving workers).
+	// DecodeWorkers is the decode workers P/D strategies add (0 with
+	// PDSameWorkers); PDSameWorkers runs P/D on the serving workers.
 	DecodeWorkers int             `json:"decode_workers"`
+	PDSameWorkers bool            `json:"pd_same_workers,omitempty"`
 	Seed          uint64          `json:"seed"`
 	Probes        []harness.Probe `json:"probes,omitempty"`
 	// PooledRun is the pooled-cache bound run, if measured.
@@ -86,7 +87,7 @@ func benchMeta(seed uint64, commit string) report.Meta {
 		}, " "),
 		Notes: []string{
 			"llbd's and the harness's own overheads are real wall time, so they are divided by the time scale too (at time scale 1 they count in full).",
-			"P/D strategies (tier1, pd-hard) run the two-leg NIXL protocol through llbd. With decode_workers equal to 0 they run on the same workers as the single-pool strategies (kv_both engines, each listed once as a prefill and once as a decode endpoint), so a decode leg holds an unshared copy of the prompt's blocks in the same caches; otherwise on prefill-only workers plus that many separate, amply sized decode workers. Their TTFT includes the prefill leg, the KV pull and the decode leg's first token.",
+			"P/D strategies (tier1, pd-hard) run the two-leg NIXL protocol through llbd: by default on the serving workers as prefill endpoints plus decode_workers separate decode workers sized never to queue (more hardware in all, and prefill caches free of decode legs), or with pd_same_workers on the serving workers themselves (kv_both engines listed as prefill and decode, whose decode legs hold unshared copies of the prompt's blocks in the same caches). Their TTFT includes the prefill leg, the KV pull and the decode leg's first token.",
 			"The harness, the fleet and llbd share the machine's CPUs; each run records the harness's dispatch lag and the CPU seconds of the harness process (fleet included) and of llbd.",
 		},
 	}
@@ -112,7 +113,10 @@ func scenarioLine(b *harness.Bench, out *harness.Outcome) httpScenario {
 		Requests: sc.Requests, Warmup: in.Warmup, WorkingSetBlocks: in.DistinctBlocks, Pressure: in.Pressure,
 		OracleHitRate: in.OracleHitRate, SaturationRate: in.SaturationRate, SaturationStrategy: b.Reference,
 	}}
-	s.Harness = scenarioExtras{TimeScale: sc.Fleet.TimeScale(), DecodeWorkers: sc.Fleet.DecodeWorkers, Seed: sc.Seed}
+	s.Harness = scenarioExtras{TimeScale: sc.Fleet.TimeScale(), DecodeWorkers: sc.Fleet.DecodeWorkers, PDSameWorkers: sc.Fleet.PDSameWorkers, Seed: sc.Seed}
+	if !sc.Fleet.PDSameWorkers && s.Harness.DecodeWorkers == 0 {
+		s.Harness.DecodeWorkers = sc.Fleet.Workers
+	}
 	if s.SaturationStrategy == "" {
 		s.SaturationStrategy = harness.NameHard
 	}

@@ -221,7 +221,7 @@ func TestBenchCommand_DrivesTheRealDaemonAndWritesAReportableFile(t *testing.T) 
 	dir := t.TempDir()
 	results, records := filepath.Join(dir, "results.jsonl"), filepath.Join(dir, "records.jsonl")
 	common := []string{"--workers", "2", "--cache-blocks", "3000", "--max-num-seqs", "32", "--time-scale", "0.05",
-		"--requests", "30", "--loads", "0.7", "--saturation", "14", "--output-tokens", "8", "--out", results, "--progress", "off", "--work-dir", filepath.Join(dir, "work")}
+		"--requests", "30", "--loads", "0.7", "--saturation", "14", "--output-tokens", "8", "--worker-port", "0", "--base-ip", "127.0.8.2", "--out", results, "--progress", "off", "--work-dir", filepath.Join(dir, "work")}
 	runs := [][]string{
 		append([]string{"bench", "--scenario", "shared-prefix", "--groups", "3", "--prompts-per-group", "3", "--system-tokens", "200",
 			"--question-tokens", "20", "--strategies", "rr,chwbl,hard", "--records", records}, common...),

@@ -16,19 +16,28 @@ type FleetConfig struct {
 	// Workers is the number of serving workers: the single pool, or the
 	// prefill endpoints of a P/D strategy (1..31).
 	Workers int
-	// DecodeWorkers is the number of separate decode workers a P/D
-	// strategy adds. 0 (the default) runs P/D on the same fleet: every
-	// serving worker is a kv_both engine listed twice in the rule, as a
-	// prefill and as a decode endpoint, so a P/D strategy gets exactly the
-	// hardware the single-pool ones get (its decode legs hold pulled,
-	// unshared copies of the prompt's blocks in those same caches). With
-	// N > 0 the workers are prefill-only and N decode workers join them,
-	// each with engine.DefaultConfig's cache and batch (31250 blocks,
-	// max-num-seqs 256) so the decode side never queues — more hardware
-	// than the single-pool strategies get.
+	// DecodeWorkers is the number of decode workers a P/D strategy adds
+	// to the Workers prefill workers; 0 means Workers. They get
+	// engine.DefaultConfig's cache and batch (31250 blocks, max-num-seqs
+	// 256) with Engine's latency model, so the decode side never queues: a
+	// P/D strategy's prefill placement runs on the same caches as the
+	// single-pool strategies, but it has more hardware in all, and its
+	// prefill workers hold requests only for the prefill leg.
 	DecodeWorkers int
+	// PDSameWorkers runs P/D strategies on the serving workers themselves
+	// instead: every worker is a kv_both engine listed twice in the rule,
+	// once as a prefill and once as a decode endpoint, so P/D gets exactly
+	// the single-pool strategies' hardware — and its decode legs hold
+	// pulled, unshared copies of the prompt's blocks in those same caches.
+	// DecodeWorkers is ignored.
+	PDSameWorkers bool
 	// BaseIP is the first worker's loopback address. Default 127.0.7.2.
 	BaseIP string
+	// HTTPPort is every worker's API port (each worker has its own
+	// address, so one port serves all); 0 gives each a free port. A fixed
+	// port keeps the endpoints' ip:port — which seed the CHWBL ring — the
+	// same from run to run.
+	HTTPPort int
 	// Engine configures every serving worker: cache size, batch limit,
 	// latency model (Latency.TimeScale is the run's time scale), block size
 	// and hash contract. Role is set by the harness.
@@ -44,8 +53,14 @@ func (c *FleetConfig) Validate() error {
 	if c.Workers < 1 || c.Workers > 31 {
 		errs = append(errs, fmt.Errorf("workers %d (want 1..31)", c.Workers))
 	}
-	if c.DecodeWorkers < 0 || c.Workers+c.DecodeWorkers > 32 {
+	if c.HTTPPort < 0 || c.HTTPPort > 65535 {
+		errs = append(errs, fmt.Errorf("http port %d (want 0..65535)", c.HTTPPort))
+	}
+	if !c.PDSameWorkers && (c.DecodeWorkers < 0 || c.Workers+c.decodeWorkers() > 32) {
 		errs = append(errs, fmt.Errorf("decode workers %d (want 0..%d: a rule holds at most 32 endpoints)", c.DecodeWorkers, 32-c.Workers))
+	}
+	if c.PDSameWorkers && 2*c.Workers > 32 {
+		errs = append(errs, fmt.Errorf("%d workers listed as prefill and decode exceed a rule's 32 endpoints", c.Workers))
 	}
 	e := c.Engine
 	e.Role = engine.RoleNone
@@ -61,25 +76,32 @@ func (c *FleetConfig) Validate() error {
 // TimeScale is the workers' latency-model time scale.
 func (c *FleetConfig) TimeScale() float64 { return c.Engine.Latency.TimeScale }
 
+func (c *FleetConfig) decodeWorkers() int {
+	if c.DecodeWorkers > 0 {
+		return c.DecodeWorkers
+	}
+	return c.Workers
+}
+
 // startFleet starts a fresh fleet for a rule shape: Workers role-less
-// workers for ShapePool; for ShapePD Workers kv_both workers (DecodeWorkers
-// 0), or Workers prefill and DecodeWorkers decode workers. Every serving
+// workers for ShapePool; for ShapePD Workers prefill and decodeWorkers()
+// decode workers, or Workers kv_both workers (PDSameWorkers). Every serving
 // worker publishes KV events.
 func startFleet(c *FleetConfig, shape Shape) (*fleet.Fleet, error) {
 	tmpl := worker.DefaultConfig()
 	tmpl.Engine = c.Engine
 	tmpl.Engine.Role = engine.RoleNone
 	tmpl.KVEvents = true
-	fc := fleet.Config{BaseIP: c.BaseIP, Template: &tmpl}
+	fc := fleet.Config{BaseIP: c.BaseIP, HTTPPort: c.HTTPPort, Template: &tmpl}
 	if fc.BaseIP == "" {
 		fc.BaseIP = DefaultBaseIP
 	}
 	switch {
-	case shape == ShapePD && c.DecodeWorkers == 0:
+	case shape == ShapePD && c.PDSameWorkers:
 		fc.Single = c.Workers
 		fc.Customize = func(_ int, _ engine.Role, wc *worker.Config) { wc.Engine.Role = engine.RoleBoth }
 	case shape == ShapePD:
-		fc.Prefill, fc.Decode = c.Workers, c.DecodeWorkers
+		fc.Prefill, fc.Decode = c.Workers, c.decodeWorkers()
 		fc.Customize = func(_ int, role engine.Role, wc *worker.Config) {
 			if role == engine.RoleDecode {
 				def := engine.DefaultConfig()

@@ -95,7 +95,7 @@ func TestRun_KVExactHardThroughTheRealDaemon(t *testing.T) {
 	s, _ := StrategyByName(NameHard)
 	res, err := Run(context.Background(), RunConfig{
 		Trace: smokeTrace(t, 60), Strategy: s, Rate: 10, Warmup: 12,
-		Fleet:  FleetConfig{Workers: 2, Engine: smallEngine(4000, 32)},
+		Fleet:  FleetConfig{Workers: 2, BaseIP: "127.0.9.2", Engine: smallEngine(4000, 32)},
 		Daemon: DaemonSource{Bin: llbdBin(t)}, WorkDir: t.TempDir(), KeepRecords: true,
 	})
 	if err != nil {
@@ -114,19 +114,21 @@ func TestRun_KVExactHardThroughTheRealDaemon(t *testing.T) {
 func TestRun_TierOneOnAPDRuleThroughTheRealDaemon(t *testing.T) {
 	tests := []struct {
 		name          string
+		same          bool
 		decodeWorkers int
 		// wantDecode reports whether a decode endpoint index is right.
 		wantDecode func(int) bool
 	}{
-		{"on the serving workers (kv_both, listed twice)", 0, func(d int) bool { return d == 2 || d == 3 }},
-		{"with a separate decode worker", 1, func(d int) bool { return d == 2 }},
+		{"on the serving workers (kv_both, listed twice)", true, 0, func(d int) bool { return d == 2 || d == 3 }},
+		{"with a separate decode worker", false, 1, func(d int) bool { return d == 2 }},
+		{"with as many decode workers as prefill workers", false, 0, func(d int) bool { return d == 2 || d == 3 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s, _ := StrategyByName(NameTier1)
 			res, err := Run(context.Background(), RunConfig{
 				Trace: smokeTrace(t, 40), Strategy: s, Rate: 10, Warmup: 8,
-				Fleet:  FleetConfig{Workers: 2, DecodeWorkers: tt.decodeWorkers, Engine: smallEngine(4000, 32)},
+				Fleet:  FleetConfig{Workers: 2, DecodeWorkers: tt.decodeWorkers, PDSameWorkers: tt.same, Engine: smallEngine(4000, 32)},
 				Daemon: DaemonSource{Bin: llbdBin(t)}, WorkDir: t.TempDir(), KeepRecords: true,
 			})
 			if err != nil {
@@ -158,7 +160,7 @@ func TestRun_AttachedDaemonServesTheRunAndLosesTheRuleAfterIt(t *testing.T) {
 	s, _ := StrategyByName(NameRR)
 	res, err := Run(context.Background(), RunConfig{
 		Trace: smokeTrace(t, 20), Strategy: s, Rate: 10, Warmup: 4,
-		Fleet:  FleetConfig{Workers: 2, Engine: smallEngine(4000, 32)},
+		Fleet:  FleetConfig{Workers: 2, BaseIP: "127.0.9.2", Engine: smallEngine(4000, 32)},
 		Daemon: DaemonSource{Attach: d.Addr}, WorkDir: t.TempDir(),
 	})
 	if err != nil {

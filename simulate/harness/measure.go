@@ -118,9 +118,11 @@ type Result struct {
 	// Spills, Reliefs, ColdSeeds, Saturated and BoundWalks count measured
 	// requests whose route carries the flag; Retries sums llbd's retries.
 	Spills, Reliefs, ColdSeeds, Saturated, BoundWalks, Retries int
-	// QueueWait is the engines' mean queue wait over the measured window
-	// by Little's law (mean sampled waiting requests / arrival rate), in
-	// model seconds; MeanWaiting the mean sampled waiting requests.
+	// QueueWait is the engines' mean queue wait of the measured requests
+	// by Little's law: the sampled waiting queues' area over the measured
+	// window (first measured arrival to last measured completion) divided
+	// by the measured requests, in model seconds; MeanWaiting is the mean
+	// sampled waiting requests over that window.
 	QueueWait, MeanWaiting float64
 	// LoadSkew and ServedSkew are max/mean of the workers' MeanActive and
 	// of their measured request counts.
@@ -270,13 +272,13 @@ func measure(c *RunConfig, r *raw) *Result {
 		waitSum += float64(tot)
 		nSamples++
 	}
-	if nSamples > 0 {
+	if nSamples > 0 && res.Requests > 0 {
+		// Little's law over the window: the waiting-queue area ∫q dt is
+		// the sum of the waits of the requests that queued in it (the
+		// measured ones, plus a tail of warm-up ones), so the mean wait is
+		// mean(q)·T / N.
 		res.MeanWaiting = waitSum / float64(nSamples)
-		arrivals := model(r.records[len(r.records)-1].Arrival - first)
-		if arrivals > 0 {
-			lambda := float64(res.Requests-1) / arrivals
-			res.QueueWait = res.MeanWaiting / lambda
-		}
+		res.QueueWait = res.MeanWaiting * model(last-first) / float64(res.Requests)
 	}
 
 	// Load: time-averaged in-flight per worker over the whole run.

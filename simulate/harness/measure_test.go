@@ -91,10 +91,11 @@ func TestMeasure_SummarisesASyntheticRunInModelTime(t *testing.T) {
 	if res.TierMix["1.5"] != 2 || res.TierMix["sel:rr"] != 1 || res.TierMix["none"] != 1 || res.Spills != 1 || res.Reliefs != 1 || res.ColdSeeds != 1 {
 		t.Fatalf("tiers %v spills %d reliefs %d cold seeds %d; want 1.5:2 sel:rr:1 none:1, 1, 1, 1", res.TierMix, res.Spills, res.Reliefs, res.ColdSeeds)
 	}
-	// Little's law: samples in [2s, 6.5s] hold 1 and 2 waiting (mean 1.5);
-	// arrivals: 3 gaps over 3 wall s = 6 model s, λ = 0.5/s: W = 3 s.
-	if !near(res.MeanWaiting, 1.5, 1e-9) || !near(res.QueueWait, 3, 1e-9) {
-		t.Fatalf("mean waiting %v queue wait %v; want 1.5 and 3", res.MeanWaiting, res.QueueWait)
+	// Little's law: samples in [2s, 6.5s] hold 1 and 2 waiting (mean 1.5)
+	// over 4.5 wall s = 9 model s: 13.5 request-seconds of waiting shared by
+	// the 4 measured requests, W = 3.375 s.
+	if !near(res.MeanWaiting, 1.5, 1e-9) || !near(res.QueueWait, 3.375, 1e-9) {
+		t.Fatalf("mean waiting %v queue wait %v; want 1.5 and 3.375", res.MeanWaiting, res.QueueWait)
 	}
 	if res.Workers[0].MaxWaiting != 9 || res.Workers[1].MaxWaiting != 9 {
 		t.Fatalf("max waiting %d %d; want 9 9 (over the whole run)", res.Workers[0].MaxWaiting, res.Workers[1].MaxWaiting)

@@ -16,7 +16,7 @@ const KVWarmupSec = 1
 // RuleJSON builds the LoxiLB rule that serves strategy s on vip:port over
 // the fleet f: the fleet's role-less workers for ShapePool; for ShapePD its
 // prefill and decode workers, or, on a fleet without P/D roles (kv_both
-// workers, see FleetConfig.DecodeWorkers), every worker twice — first all as
+// workers, see FleetConfig.PDSameWorkers), every worker twice — first all as
 // prefill endpoints (indexes 0..n-1), then all as decode endpoints; the
 // KV-event keys from the fleet's rule fragment when Tier 1.5 is on.
 func RuleJSON(s *Strategy, f *fleet.Fleet, vip string, port int) ([]byte, error) {
