@@ -33,19 +33,21 @@ func (p *procWorker) signal(sig syscall.Signal) {
 func TestChaos_FrozenWorkersAreTimedOutAndExcludedNeverWaitedFor(t *testing.T) {
 	f := startPDFleet(t, fleetSpec{
 		prefill: 2, decode: 2, timeScale: 0.5,
-		prefillLatencyMS: 150,
+		// Prefill legs of at least 400 ms, streams of 1.5 s and more: a
+		// freeze lands mid-prefill and mid-stream.
+		prefillLatencyMS: 400,
 		env:              []string{"LLB_PD_PREFILL_TIMEOUT_SEC=3", "LOXILB_KV_COLDSTART_SEED_N=0"},
 		rule:             map[string]any{"timeoutMemberData": int(freezeDataTimeout / time.Millisecond)},
 	})
 	const clients = 8
-	load := loadSpec{clients: clients, maxTokens: 64, stream: true, hungAfter: 25 * time.Second}
+	load := loadSpec{clients: clients, maxTokens: 256, stream: true, hungAfter: 25 * time.Second}
 	stop := make(chan struct{})
 	result := make(chan *tally, 1)
 	live := newTally()
 	go func() { result <- runLoadInto(f.vip, load, stop, live) }()
 
-	// Freeze a decode worker while two clients read streams from it and,
-	// at the same moment, a prefill worker while it holds two prefill legs.
+	// Freeze a decode worker while two clients read streams from it, then
+	// at once a prefill worker as soon as it holds two prefill legs.
 	type frozen struct {
 		name               string
 		excluded, probedDn time.Duration
@@ -53,12 +55,11 @@ func TestChaos_FrozenWorkersAreTimedOutAndExcludedNeverWaitedFor(t *testing.T) {
 	var report []frozen
 	for _, pair := range soak([][2]int{{2, 0}}, [][2]int{{2, 0}, {3, 1}, {2, 1}}) {
 		dec, pre := f.worker(pair[0]), f.worker(pair[1])
-		waitUntil(t, dec.spec.Name+" streaming and "+pre.spec.Name+" prefilling", 10*time.Second, func() bool {
-			return live.streamingOn(dec.addr()) >= 2 && f.status()[pair[1]].InFlight >= 2
-		})
+		waitUntil(t, dec.spec.Name+" streaming", 10*time.Second, func() bool { return live.streamingOn(dec.addr()) >= 2 })
 		dec.signal(syscall.SIGSTOP)
-		pre.signal(syscall.SIGSTOP)
 		frozenAt := time.Now()
+		f.waitEndpoints(pre.spec.Name+" prefilling", 5*time.Second, func(eps []endpointState) bool { return eps[pair[1]].InFlight >= 2 })
+		pre.signal(syscall.SIGSTOP)
 		// The first requests each holds time out (data timeout 2 s, prefill
 		// deadline 3 s); three of them open its breaker. The probe's
 		// /health times out too (2 s per probe, two probes).
