@@ -38,10 +38,16 @@ const (
 	// lets one trial request through (HALF_OPEN).
 	DefaultBreakerOpen = 30 * time.Second
 	// DefaultRestartBudget and DefaultRestartWindow bound child restarts:
-	// a child that fails more often than this is stopped, and the service
-	// reports it degraded instead of restarting it forever.
+	// a child that fails more often than this is stopped (a crash loop is
+	// not restarted at full speed forever), counted in
+	// llb_actors_lost_total, and respawned DefaultRespawnDelay later with a
+	// fresh budget: a crash-looping actor degrades its rule for a while,
+	// it never takes it down for good.
 	DefaultRestartBudget = 20
 	DefaultRestartWindow = 10 * time.Second
+	// DefaultRespawnDelay is how long a child stopped for exhausting its
+	// restart budget stays down before the supervisor spawns it again.
+	DefaultRespawnDelay = time.Second
 )
 
 // ProbeFunc performs one health probe of an endpoint and returns nil when

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -354,11 +355,18 @@ func (svc *Service) Crash(kind ActorKind, idx int) bool {
 }
 
 // supervisorActor is the service's root: it spawns the children under its
-// restart strategy and watches them.
+// restart strategy and watches them. A child stopped for exhausting its
+// restart budget is spawned again after DefaultRespawnDelay (same name, so
+// every PID held elsewhere reaches the new incarnation).
 type supervisorActor struct {
 	svc   *Service
 	ready chan<- error
+	// producers builds each child by name (for respawns).
+	producers map[string]actor.Producer
 }
+
+// respawnChild asks the supervisor to spawn a lost child again.
+type respawnChild struct{ name string }
 
 // Receive implements actor.Actor.
 func (s *supervisorActor) Receive(ctx actor.Context) {
@@ -370,24 +378,53 @@ func (s *supervisorActor) Receive(ctx actor.Context) {
 		}
 	case *actor.Terminated:
 		if !s.svc.stopped.Load() {
-			s.svc.log.Error().Str(logfield.Actor, m.Who.Id).Msg("actor stopped for good (restart budget exhausted); service degraded")
+			s.svc.log.Error().Str(logfield.Actor, m.Who.Id).Dur(logfield.Duration, DefaultRespawnDelay).
+				Msg("actor stopped (restart budget exhausted); service degraded until it is respawned")
 			s.svc.metrics.childLost()
+			name := m.Who.Id[strings.LastIndexByte(m.Who.Id, '/')+1:]
+			s.respawnLater(ctx, name)
 		}
+	case respawnChild:
+		if s.svc.stopped.Load() {
+			return
+		}
+		if err := s.spawn(ctx, m.name); err != nil {
+			s.svc.log.Error().Err(err).Str(logfield.Actor, m.name).Msg("respawn failed; retrying")
+			s.respawnLater(ctx, m.name)
+			return
+		}
+		s.svc.log.Warn().Str(logfield.Actor, m.name).Msg("actor respawned after its restart budget was exhausted")
 	case *actor.Stopping, *actor.Stopped, *actor.Restarting:
 	default:
 		s.svc.log.Warn().Str(logfield.MsgType, typeName(m)).Msg("supervisor: unknown message")
 	}
 }
 
+func (s *supervisorActor) respawnLater(ctx actor.Context, name string) {
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	time.AfterFunc(DefaultRespawnDelay, func() { root.Send(self, respawnChild{name: name}) })
+}
+
+// spawn starts child name under the supervisor and watches it.
+func (s *supervisorActor) spawn(ctx actor.Context, name string) error {
+	producer, ok := s.producers[name]
+	if !ok {
+		return fmt.Errorf("spawn %s: no such child", name)
+	}
+	pid, err := ctx.SpawnNamed(s.svc.sys.props(producer), name)
+	if err != nil {
+		return fmt.Errorf("spawn %s: %w", name, err)
+	}
+	ctx.Watch(pid)
+	return nil
+}
+
 func (s *supervisorActor) spawnAll(ctx actor.Context) error {
 	svc := s.svc
+	s.producers = make(map[string]actor.Producer)
 	spawn := func(name string, producer actor.Producer) error {
-		pid, err := ctx.SpawnNamed(svc.sys.props(producer), name)
-		if err != nil {
-			return fmt.Errorf("spawn %s: %w", name, err)
-		}
-		ctx.Watch(pid)
-		return nil
+		s.producers[name] = producer
+		return s.spawn(ctx, name)
 	}
 	var errs []error
 	errs = append(errs, spawn("router", func() actor.Actor {

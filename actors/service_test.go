@@ -715,3 +715,27 @@ func TestService_RouterRestartReroutesDecisionsInFlightInsteadOfFailingThem(t *t
 		t.Fatalf("%d supervised restarts; want 15", got)
 	}
 }
+
+func TestService_ActorPastItsRestartBudgetIsRespawnedNotLostForGood(t *testing.T) {
+	sys := newTestSystem(t)
+	cfg := *poolConfig(2, ladder.SelRR)
+	svc := startService(t, sys, cfg)
+	// A crash loop beyond the budget: the supervisor gives up on the
+	// router, and for a while the rule cannot route.
+	for i := 0; i < DefaultRestartBudget+5; i++ {
+		svc.Crash(KindRouter, 0)
+	}
+	eventually(t, 2*time.Second, "the router given up on", func() bool { return svc.metrics.lost.Get() >= 1 })
+	// It comes back by itself after the respawn delay: the rule routes
+	// again without anyone re-applying it.
+	eventually(t, DefaultRespawnDelay+3*time.Second, "the router respawned and routing", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		rt, err := svc.Route(ctx, &RouteRequest{})
+		if err != nil {
+			return false
+		}
+		svc.Finish(rt.Ticket, Result{OK: true})
+		return rt.Decision.Available()
+	})
+}
