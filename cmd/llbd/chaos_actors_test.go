@@ -160,3 +160,41 @@ func TestChaos_ActorCrashesUnderLoadNeverHangAndTheRuleRecovers(t *testing.T) {
 		t.Errorf("no request with a fresh shared prefix was routed by Tier 1.5 after the chaos (%s)", after)
 	}
 }
+
+func TestChaos_RouterCrashLoopBeyondItsRestartBudgetDegradesThenRecovers(t *testing.T) {
+	if !chaosLong() {
+		t.Skip("soak only (make chaos); actors.TestService_ActorPastItsRestartBudgetIsRespawnedNotLostForGood covers it in go test")
+	}
+	f := startPDFleet(t, fleetSpec{prefill: 2, decode: 2, timeScale: 0.2, env: []string{"LLB_PD_PREFILL_TIMEOUT_SEC=5"}})
+	load := loadSpec{clients: 8, maxTokens: 16, stream: true, hungAfter: 25 * time.Second}
+	stop := make(chan struct{})
+	result := make(chan *tally, 1)
+	live := newTally()
+	go func() { result <- runLoadInto(f.vip, load, stop, live) }()
+	waitUntil(t, "load flowing", 10*time.Second, func() bool { return live.get(outOK) >= 50 })
+	// A crash loop: the supervisor's budget (20 restarts in 10 s) is spent,
+	// it stops the router, and respawns it a second later.
+	start := time.Now()
+	for i := 0; i < 30; i++ {
+		if !f.crash("router", 0) {
+			t.Fatal("no router actor")
+		}
+	}
+	waitUntil(t, "router given up on", 5*time.Second, func() bool { return f.metrics().sum("llb_actors_lost_total") >= 1 })
+	okBefore := live.get(outOK)
+	waitUntil(t, "serving again after the respawn", 10*time.Second, func() bool { return live.get(outOK) >= okBefore+50 })
+	recovered := time.Since(start)
+	close(stop)
+	tl := <-result
+	t.Logf("router crash loop: served again %v after it began; requests %s", recovered.Round(time.Millisecond), tl)
+	// While the router was down, requests got the router timeout's 503 —
+	// never a hang — and then it served again by itself.
+	tl.check(t, outOK, "http_503_service_unavailable")
+	if recovered > actorsRespawnBound {
+		t.Errorf("served again %v after the crash loop; want within %v", recovered, actorsRespawnBound)
+	}
+}
+
+// actorsRespawnBound: the respawn delay (1 s), a route timeout (2 s) for
+// requests sent to the dead router meanwhile, and slack.
+const actorsRespawnBound = 5 * time.Second
