@@ -110,6 +110,12 @@ type Engine struct {
 
 	dirty   []*seqState
 	scratch []int32 // allocatePrompt's per-block lookup results
+	// blockedHead is the queue head whose admission last failed for want
+	// of free blocks, and blockedFree the free count then: until blocks are
+	// freed (the count changes) the same attempt would fail the same way,
+	// so it is not re-run at every event.
+	blockedHead *seqState
+	blockedFree int
 	st      Stats
 }
 

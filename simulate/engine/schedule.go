@@ -84,9 +84,14 @@ func (e *Engine) admitWaiting(t time.Time) {
 			e.popWaiting()
 			continue
 		}
+		if s == e.blockedHead && e.pool.free == e.blockedFree {
+			return // nothing was freed since this head last failed to fit
+		}
 		if !e.admit(s, t) {
+			e.blockedHead, e.blockedFree = s, e.pool.free
 			return
 		}
+		e.blockedHead = nil
 		e.popWaiting()
 		e.nWait--
 	}
