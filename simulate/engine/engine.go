@@ -116,7 +116,7 @@ type Engine struct {
 	// so it is not re-run at every event.
 	blockedHead *seqState
 	blockedFree int
-	st      Stats
+	st          Stats
 }
 
 // New builds an Engine from a validated configuration.
