@@ -26,18 +26,6 @@ const (
 	backWithin = 40 * time.Second
 )
 
-// waitUntil polls cond every 10 ms until it holds or within passes.
-func waitUntil(t *testing.T, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, within)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // killReport is what one kill measured.
 type killReport struct {
 	victim string
