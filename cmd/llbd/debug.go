@@ -116,7 +116,7 @@ func startDebugListener(addr string, lookup serviceLookup, log zerolog.Logger) (
 	if err != nil {
 		return nil, fmt.Errorf("debug listener: %w", err)
 	}
-	srv := &http.Server{Handler: debugHandler(lookup, log), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: debugHandler(lookup, log), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -114,7 +114,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			return err
 		}
-		defer stopDebug(context.Background())
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			stopDebug(dctx)
+		}()
 	}
 	srv, err := restapi.New(restapi.Config{
 		Logger:         base, // restapi adds its own component field
