@@ -152,7 +152,6 @@ func checkLLM(c *checker, e *LoadbalanceEntry) {
 	}
 	checkPD(c, e)
 	checkKV(c, sa)
-	checkCHWBL(c, sa)
 }
 
 func checkPD(c *checker, e *LoadbalanceEntry) {
@@ -169,9 +168,6 @@ func checkPD(c *checker, e *LoadbalanceEntry) {
 		if !pd && ep.EpRole != RoleNone {
 			c.semantic(epField(i, "ep_role"), "ep_role %d needs pd_disagg_mode=true (a single pool is role-less)", ep.EpRole)
 		}
-		if !pd && ep.NixlPort != 0 {
-			c.semantic(epField(i, "nixl_port"), "nixl_port is used only by P/D rules (pd_disagg_mode=true)")
-		}
 	}
 	if pd && sa.Oper == 0 && (prefill == 0 || decode == 0) {
 		c.semantic("endpoints", "pd-disagg requires at least 1 prefill (ep_role=1) and 1 decode (ep_role=2) endpoint; got %d prefill and %d decode", prefill, decode)
@@ -182,16 +178,11 @@ func checkPD(c *checker, e *LoadbalanceEntry) {
 	if sa.PDCacheAwareMode && !pd {
 		c.semantic(saField("pd_cache_aware_mode"), "pd-cache-aware requires pd_disagg_mode=true")
 	}
-	needPD := func(name string, isSet bool) {
-		if isSet && !pd {
-			c.semantic(saField(name), "%s requires pd_disagg_mode=true", name)
-		}
-	}
-	needPD("pd_session_ttl_sec", sa.PDSessionTTLSec != 0)
-	needPD("pd_cache_threshold", sa.PDCacheThreshold != 0)
-	needPD("pd_balance_abs_threshold", sa.PDBalanceAbsThreshold != 0)
-	needPD("fc_prefill_max_inflight", sa.FCPrefillMaxInflight != nil && *sa.FCPrefillMaxInflight != 0)
-	needPD("fc_decode_max_inflight", sa.FCDecodeMaxInflight != nil && *sa.FCDecodeMaxInflight != 0)
+	// Tuning keys of a feature the rule does not use (pd_* thresholds
+	// without P/D, kv* keys with kvExactMode 0, chwbl_* with another
+	// selector, nixl_port on a single pool) are stored and inert, as in
+	// LoxiLB: an operator can switch a feature off without deleting its
+	// settings. Their ranges are still checked.
 }
 
 func checkKV(c *checker, sa *ServiceArguments) {
@@ -208,22 +199,6 @@ func checkKV(c *checker, sa *ServiceArguments) {
 			c.semantic(saField("kvExactMode"), "kv-exact single-role mode is incompatible with pd-disagg (use kvExactMode=1 for P/D)")
 		}
 	}
-	if sa.KVExactMode == KVExactOff {
-		needKV := func(name string, isSet bool) {
-			if isSet {
-				c.semantic(saField(name), "%s requires kvExactMode 1 (P/D) or 3 (single pool)", name)
-			}
-		}
-		needKV("kvBlockSize", sa.KVBlockSize != 0)
-		needKV("kvHashAlgo", sa.KVHashAlgo != "")
-		needKV("kvZmqPort", sa.KVZmqPort != 0)
-		needKV("kvWarmupSec", sa.KVWarmupSec != 0)
-		needKV("kvDpRankCount", sa.KVDpRankCount != 0)
-		needKV("kvNoneHashSeed", sa.KVNoneHashSeed != nil)
-		needKV("kvReplayPort", sa.KVReplayPort != 0)
-		needKV("kvBlockKey", sa.KVBlockKey != "")
-	}
-
 	engine := engineOf(sa)
 	if algos := hashAlgosFor(engine); sa.KVHashAlgo != "" && len(algos) > 0 && !slices.Contains(algos, sa.KVHashAlgo) &&
 		slices.Contains([]string{HashSHA256CBOR, HashXXHashCBOR, HashSHA256SGLang, HashBlockHashTRTLLM}, sa.KVHashAlgo) {
@@ -286,19 +261,3 @@ func checkKVPorts(c *checker, sa *ServiceArguments) {
 	}
 }
 
-func checkCHWBL(c *checker, sa *ServiceArguments) {
-	hashSel := sa.Sel == SelCHWBL || sa.Sel == SelGPUAware || sa.Sel == SelWRRHash
-	ringSel := sa.Sel == SelCHWBL || sa.Sel == SelWRRHash
-	need := func(name string, isSet, ok bool, which string) {
-		if isSet && !ok {
-			c.semantic(saField(name), "%s requires %s, got sel %d", name, which, sa.Sel)
-		}
-	}
-	const hashSels = "sel 8 (chwbl), 9 (gpuaware) or 10 (wrr-hash)"
-	const ringSels = "sel 8 (chwbl) or 10 (wrr-hash)"
-	need("chwbl_prefix_hash_level", sa.ChwblPrefixHashLevel != nil, hashSel, hashSels)
-	need("chwbl_prefix_hash_flags", sa.ChwblPrefixHashFlags != nil, hashSel, hashSels)
-	need("chwbl_enable_cache_salt", sa.ChwblEnableCacheSalt != nil, hashSel, hashSels)
-	need("chwbl_mean_load_factor", sa.ChwblMeanLoadFactor != 0, ringSel, ringSels)
-	need("chwbl_replication", sa.ChwblReplication != 0, ringSel, ringSels)
-}

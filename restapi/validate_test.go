@@ -351,16 +351,15 @@ func TestPOST_ValidationRules(t *testing.T) {
 			wantStatus: bad, wantCode: 400, wantField: "serviceArguments.backend_protocol", wantMsg: "pd-disagg requires backend_protocol http1"},
 		{name: "cache-aware needs p/d", give: func(t testing.TB) entry { return single(t).set("serviceArguments.pd_cache_aware_mode", true) },
 			wantStatus: bad, wantCode: 400, wantField: "serviceArguments.pd_cache_aware_mode", wantMsg: "pd-cache-aware requires pd_disagg_mode=true"},
-		{name: "p/d thresholds need p/d", give: func(t testing.TB) entry {
+		{name: "p/d thresholds without p/d are stored and inert", give: func(t testing.TB) entry {
 			return single(t).set("serviceArguments.pd_cache_threshold", 50).set("serviceArguments.pd_session_ttl_sec", 60).set("serviceArguments.pd_balance_abs_threshold", 4)
-		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.pd_balance_abs_threshold", wantMsg: "pd_cache_threshold requires pd_disagg_mode=true",
-			wantAlso: []string{"pd_session_ttl_sec requires pd_disagg_mode=true", "pd_balance_abs_threshold requires pd_disagg_mode=true"}},
+		}, wantStatus: ok}, // stored and inert without P/D, as in LoxiLB
 		{name: "roles need p/d", give: func(t testing.TB) entry { return single(t).set("endpoints.0.ep_role", 1) },
 			wantStatus: bad, wantCode: 400, wantField: "endpoints.0.ep_role", wantMsg: "ep_role 1 needs pd_disagg_mode=true"},
-		{name: "nixl port needs p/d", give: func(t testing.TB) entry { return single(t).set("endpoints.0.nixl_port", 5600) },
-			wantStatus: bad, wantCode: 400, wantField: "endpoints.0.nixl_port", wantMsg: "nixl_port is used only by P/D rules"},
-		{name: "per-role admission caps need p/d", give: func(t testing.TB) entry { return single(t).set("serviceArguments.fc_decode_max_inflight", 4) },
-			wantStatus: bad, wantCode: 400, wantField: "serviceArguments.fc_decode_max_inflight", wantMsg: "requires pd_disagg_mode=true"},
+		{name: "nixl port without p/d is stored and inert", give: func(t testing.TB) entry { return single(t).set("endpoints.0.nixl_port", 5600) },
+			wantStatus: ok},
+		{name: "per-role admission caps without p/d are stored and inert", give: func(t testing.TB) entry { return single(t).set("serviceArguments.fc_decode_max_inflight", 4) },
+			wantStatus: ok},
 		{name: "kv exact mode 1 needs p/d", give: func(t testing.TB) entry { return single(t).set("serviceArguments.kvExactMode", 1) },
 			wantStatus: bad, wantCode: 400, wantField: "serviceArguments.kvExactMode",
 			wantMsg: "kv-exact zmq mode requires pd_disagg_mode=true (use kvExactMode=3 for a single pool)"},
@@ -369,16 +368,14 @@ func TestPOST_ValidationRules(t *testing.T) {
 			wantMsg: "kv-exact single-role mode is incompatible with pd-disagg (use kvExactMode=1 for P/D)"},
 		{name: "kv exact mode 2 reserved", give: func(t testing.TB) entry { return single(t).set("serviceArguments.kvExactMode", 2) },
 			wantStatus: bad, wantCode: 400, wantField: "serviceArguments.kvExactMode", wantMsg: "kvExactMode 2 (nats) is reserved"},
-		{name: "kv tuning needs kv exact", give: func(t testing.TB) entry {
+		{name: "kv tuning with kv exact off is stored and inert", give: func(t testing.TB) entry {
 			return single(t).set("serviceArguments.kvZmqPort", 5557).set("serviceArguments.kvNoneHashSeed", "0")
-		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.kvNoneHashSeed", wantMsg: "kvZmqPort requires kvExactMode 1 (P/D) or 3 (single pool)"},
-		{name: "every kv tuning key needs kv exact", give: func(t testing.TB) entry {
+		}, wantStatus: ok},
+		{name: "every kv tuning key is accepted with kv exact off", give: func(t testing.TB) entry {
 			return single(t).set("serviceArguments.kvBlockSize", 32).set("serviceArguments.kvHashAlgo", "sha256_cbor").
 				set("serviceArguments.kvWarmupSec", 5).set("serviceArguments.kvDpRankCount", 2).
 				set("serviceArguments.kvReplayPort", 5600).set("serviceArguments.kvBlockKey", "tokens")
-		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.kvBlockKey", wantMsg: "kvBlockSize requires kvExactMode",
-			wantAlso: []string{"kvHashAlgo requires kvExactMode", "kvWarmupSec requires kvExactMode", "kvDpRankCount requires kvExactMode",
-				"kvReplayPort requires kvExactMode", "kvBlockKey requires kvExactMode"}},
+		}, wantStatus: ok},
 		{name: "llamacpp keeps kv defaults", give: func(t testing.TB) entry {
 			return single(t).set("serviceArguments.kvEngineType", "llamacpp").set("serviceArguments.kvBlockSize", 32).
 				set("serviceArguments.kvZmqPort", 6000).set("serviceArguments.kvDpRankCount", 2).set("serviceArguments.kvHashAlgo", "xxhash_cbor")
@@ -411,15 +408,13 @@ func TestPOST_ValidationRules(t *testing.T) {
 		{name: "sglang p/d not implemented by llb", give: func(t testing.TB) entry {
 			return pd(t).set("serviceArguments.kvEngineType", "sglang").del("serviceArguments.kvHashAlgo").set("serviceArguments.pdBootstrapPort", 8998)
 		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.kvEngineType", wantMsg: "not implemented by llb"},
-		{name: "ring fields need a ring selector", give: func(t testing.TB) entry {
+		{name: "ring fields with another selector are stored and inert", give: func(t testing.TB) entry {
 			return single(t).set("serviceArguments.sel", 9).set("serviceArguments.chwbl_mean_load_factor", 150).set("serviceArguments.chwbl_replication", 64)
-		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.chwbl_mean_load_factor",
-			wantMsg: "chwbl_mean_load_factor requires sel 8 (chwbl) or 10 (wrr-hash), got sel 9", wantAlso: []string{"chwbl_replication requires sel 8"}},
-		{name: "prefix hash fields need a hash selector", give: func(t testing.TB) entry {
+		}, wantStatus: ok},
+		{name: "prefix hash fields with another selector are stored and inert", give: func(t testing.TB) entry {
 			return single(t).set("serviceArguments.chwbl_enable_cache_salt", true).set("serviceArguments.chwbl_prefix_hash_level", 1).
 				set("serviceArguments.chwbl_prefix_hash_flags", 3)
-		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.chwbl_enable_cache_salt", wantMsg: "chwbl_enable_cache_salt requires sel 8 (chwbl), 9 (gpuaware) or 10 (wrr-hash)",
-			wantAlso: []string{"chwbl_prefix_hash_level requires sel 8", "chwbl_prefix_hash_flags requires sel 8"}},
+		}, wantStatus: ok},
 		{name: "ring fields accepted with wrr-hash", give: func(t testing.TB) entry {
 			return single(t).set("serviceArguments.sel", 10).set("serviceArguments.chwbl_mean_load_factor", 125).set("serviceArguments.chwbl_replication", 256).
 				set("serviceArguments.chwbl_prefix_hash_flags", 0).set("serviceArguments.chwbl_enable_cache_salt", false)
