@@ -462,20 +462,24 @@ type RuleStatus struct {
 // Status reports rule key's live state without blocking on the data path
 // (the router is asked with a short deadline).
 func (rt *Runtime) Status(key string) (RuleStatus, bool) {
+	// The bind retry loop updates ln and bindErr under rt.mu: copy them
+	// under it, then ask the (immutable) service without holding it.
 	rt.mu.Lock()
 	live := rt.rules[key]
-	rt.mu.Unlock()
 	if live == nil {
+		rt.mu.Unlock()
 		return RuleStatus{}, false
 	}
 	st := RuleStatus{BindError: live.bindErr, Started: live.started}
-	if live.ln != nil {
-		if a := live.ln.Addr(); a != nil {
+	ln, svc := live.ln, live.svc
+	rt.mu.Unlock()
+	if ln != nil {
+		if a := ln.Addr(); a != nil {
 			st.Addr = a.String()
 		}
-		st.Requests = live.ln.Handler().Stats()
+		st.Requests = ln.Handler().Stats()
 	}
-	st.Service, st.ServiceOK = live.svc.Status(250 * time.Millisecond)
+	st.Service, st.ServiceOK = svc.Status(250 * time.Millisecond)
 	return st, true
 }
 
