@@ -341,8 +341,9 @@ func printBenchTable(w io.Writer, b *harness.Bench, out *harness.Outcome, result
 		fmt.Fprintf(w, "; pooled-cache bound %.3f", in.Pooled.HitRate)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "  %-14s %5s %6s %8s %8s %8s %8s %6s %7s %6s %6s %5s %5s %8s %5s %-22s %7s %8s\n",
-		"strategy", "load", "req/s", "ttft p50", "ttft p90", "ttft p99", "e2e p90", "hit", "of orac", "thru", "errors", "spill", "cold", "hot p90", "skew", "tiers", "lag p99", "cpu h/d")
+	fmt.Fprintln(w, "  (model seconds; ovh: wall ms llbd and the loopback path add to TTFT over the workers' own; cpu h/d: CPU seconds of the harness with the fleet / of llbd)")
+	fmt.Fprintf(w, "  %-14s %5s %6s %8s %8s %8s %8s %6s %7s %6s %6s %5s %5s %8s %5s %-22s %7s %7s %9s\n",
+		"strategy", "load", "req/s", "ttft p50", "ttft p90", "ttft p99", "e2e p90", "hit", "of orac", "thru", "errors", "spill", "cold", "hot p90", "skew", "tiers", "lag p99", "ovh", "cpu h/d")
 	for _, ro := range out.Runs {
 		r := ro.Result
 		load := "-"
@@ -350,10 +351,14 @@ func printBenchTable(w io.Writer, b *harness.Bench, out *harness.Outcome, result
 			load = fmt.Sprintf("%.0f%%", 100*ro.Load)
 		}
 		errs := r.Requests - r.Completed
-		fmt.Fprintf(w, "  %-14s %5s %6.3g %8.3f %8.3f %8.3f %8.3f %6.3f %6.1f%% %6.3g %6d %5d %5d %8.3f %5.2f %-22s %5.1fms %4.1f/%.1f\n",
+		ovh := "-"
+		if r.Health.Overhead >= 0 {
+			ovh = fmt.Sprintf("%.1fms", r.Health.Overhead)
+		}
+		fmt.Fprintf(w, "  %-14s %5s %6.3g %8.3f %8.3f %8.3f %8.3f %6.3f %6.1f%% %6.3g %6d %5d %5d %8.3f %5.2f %-22s %5.1fms %7s %4.1f/%.1f\n",
 			r.Strategy, load, r.Rate, r.TTFT.P50, r.TTFT.P90, r.TTFT.P99, r.E2E.P90, r.HitRate, pctOf(r.HitRate, r.OracleHitRate),
 			r.Throughput, errs, r.Spills, r.ColdSeeds, r.HottestTTFTP90, r.LoadSkew, tierList(r.TierMix, r.Requests),
-			r.Health.DispatchLagP99, r.Health.HarnessCPU, r.Health.DaemonCPU)
+			r.Health.DispatchLagP99, ovh, r.Health.HarnessCPU, r.Health.DaemonCPU)
 		if len(r.Errors) > 0 {
 			fmt.Fprintf(w, "  %-14s errors by status/kind: %v\n", "", r.Errors)
 		}

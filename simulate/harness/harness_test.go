@@ -105,6 +105,10 @@ func TestRun_KVExactHardThroughTheRealDaemon(t *testing.T) {
 	if res.Mode != "hard" || res.TierMix["1.5"] < res.Requests/2 {
 		t.Fatalf("mode %q tier mix %v: want Tier 1.5 to decide most of %d requests", res.Mode, res.TierMix, res.Requests)
 	}
+	// The client sees the first token after the worker timed it.
+	if !(res.Health.Overhead > 0 && res.Health.Overhead < 1000) {
+		t.Fatalf("overhead %v ms; want the harness's TTFT above the workers' own by 0..1000 ms", res.Health.Overhead)
+	}
 	// The two hit-rate readings measure nearly the same requests.
 	if res.HitRateSource != "usage" || math.Abs(res.UsageHitRate-res.CounterHitRate) > 0.1 {
 		t.Fatalf("hit rate %v from %s; usage %v vs counters %v should agree", res.HitRate, res.HitRateSource, res.UsageHitRate, res.CounterHitRate)

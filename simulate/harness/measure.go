@@ -71,6 +71,15 @@ type Health struct {
 	HarnessCPU, DaemonCPU float64
 	// DrainTimeout is true when requests were cut at the drain timeout.
 	DrainTimeout bool
+	// Overhead is what the path outside the workers' engines adds to TTFT
+	// (wall milliseconds): the mean of first token − sent over every
+	// completed request minus the workers' own mean TTFT
+	// (vllm:time_to_first_token_seconds: request received to the first
+	// token's engine time). It holds llbd (parsing, tokenizing through a
+	// worker's /tokenize, hashing, routing, proxying), the loopback hops,
+	// the workers' HTTP and driver lateness, and the harness's reading.
+	// -1 when not measured (P/D rules, whose workers time both legs).
+	Overhead float64
 }
 
 // Result is one run's measurements. Latencies and rates are in model time.
@@ -309,7 +318,20 @@ func measure(c *RunConfig, r *raw) *Result {
 	slices.Sort(lag)
 	res.Health = Health{
 		Wall: r.wall.Seconds(), HarnessCPU: r.harnessCPU.Seconds(), DaemonCPU: r.daemonCPU.Seconds(),
-		DrainTimeout: r.drainTimeout,
+		DrainTimeout: r.drainTimeout, Overhead: -1,
+	}
+	if r.workerTTFTOK && r.workerTTFT.count > 0 {
+		var sum time.Duration
+		var n int
+		for i := range r.records {
+			if rec := &r.records[i]; rec.OK() {
+				sum += rec.FirstToken - rec.Sent
+				n++
+			}
+		}
+		if n > 0 {
+			res.Health.Overhead = (sum.Seconds()/float64(n) - r.workerTTFT.sum/float64(r.workerTTFT.count)) * 1e3
+		}
 	}
 	if len(lag) > 0 {
 		res.Health.DispatchLagP50 = nearestRank(lag, 0.50)

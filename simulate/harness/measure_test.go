@@ -1,7 +1,9 @@
 package harness
 
 import (
+	"bufio"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,5 +137,23 @@ func TestMeasure_MissingUsageFallsBackToTheCounters(t *testing.T) {
 	res := measure(cfg, r)
 	if res.HitRateSource != "counters" || res.UsageHitRate != -1 {
 		t.Fatalf("source %s usage %v; want counters and -1", res.HitRateSource, res.UsageHitRate)
+	}
+}
+
+func TestParseHistTotals_AddsTheSeriesOfOneHistogram(t *testing.T) {
+	text := `# HELP ignored
+vllm:time_to_first_token_seconds_bucket{model_name="m",engine="0",le="0.1"} 3
+vllm:time_to_first_token_seconds_sum{model_name="m",engine="0"} 0.25
+vllm:time_to_first_token_seconds_count{model_name="m",engine="0"} 4
+vllm:time_to_first_token_seconds_sum{model_name="lora",engine="0"} 0.5
+vllm:time_to_first_token_seconds_count{model_name="lora",engine="0"} 1
+vllm:e2e_request_latency_seconds_sum{model_name="m",engine="0"} 99
+`
+	got, err := parseHistTotals(bufio.NewScanner(strings.NewReader(text)), ttftSeries)
+	if err != nil || got.sum != 0.75 || got.count != 5 {
+		t.Fatalf("got %+v (%v); want sum 0.75 count 5", got, err)
+	}
+	if _, err := parseHistTotals(bufio.NewScanner(strings.NewReader(ttftSeries+"_sum{} x\n")), ttftSeries); err == nil {
+		t.Fatal("a bad value parsed")
 	}
 }

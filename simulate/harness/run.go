@@ -241,6 +241,10 @@ type raw struct {
 	daemonCPU    time.Duration
 	drainTimeout bool
 	endStats     []engine.Stats
+	// workerTTFT are the serving workers' own TTFT totals (single-pool
+	// rules only: a P/D worker's histogram mixes both legs).
+	workerTTFT   histTotals
+	workerTTFTOK bool
 }
 
 // drive sends the trace open-loop and collects the records.
@@ -339,6 +343,11 @@ func drive(ctx context.Context, c *RunConfig, fl *fleet.Fleet, d *Daemon, url st
 	r.end = readCounters(serving)
 	for _, w := range serving {
 		r.endStats = append(r.endStats, w.Stats())
+	}
+	if c.Strategy.Shape == ShapePool {
+		var err error
+		r.workerTTFT, err = scrapeTTFT(ctx, serving)
+		r.workerTTFTOK = err == nil
 	}
 	return r, nil
 }
