@@ -373,21 +373,30 @@ func (f *benchFlags) bench(fs *pflag.FlagSet) (*harness.Bench, error) {
 	return b, nil
 }
 
-// spec builds a workload generator of kind from the shape flags.
+// spec builds a workload generator of kind from the shape flags. A zero
+// flag takes the generator's documented default, written out so the
+// results describe the workload as run (TestBenchSpec_DefaultsAreTheGenerators
+// holds them equal to the generators' own).
 func (f *benchFlags) spec(kind string) (workload.Spec, error) {
 	opts := workload.Options{Stream: true}
+	or := func(v, d int) int {
+		if v == 0 {
+			return d
+		}
+		return v
+	}
 	switch kind {
 	case "shared-prefix":
-		return workload.SharedPrefix{Options: opts, Groups: f.groups, PromptsPerGroup: f.promptsPerGroup,
-			SystemTokens: f.systemTokens, QuestionTokens: f.questionTokens, OutputTokens: f.outputTokens,
+		return workload.SharedPrefix{Options: opts, Groups: or(f.groups, 64), PromptsPerGroup: or(f.promptsPerGroup, 16),
+			SystemTokens: or(f.systemTokens, 2048), QuestionTokens: or(f.questionTokens, 128), OutputTokens: or(f.outputTokens, 256),
 			ZipfAlpha: f.zipf, Chat: f.chat}, nil
 	case "hot-prefix":
-		return workload.HotPrefix{Options: opts, Clients: f.clients, PrefixTokens: f.prefixTokens,
-			SuffixTokens: f.suffixTokens, OutputTokens: f.outputTokens, Sessions: f.sessions, Chat: f.chat}, nil
+		return workload.HotPrefix{Options: opts, Clients: or(f.clients, 50), PrefixTokens: or(f.prefixTokens, 2048),
+			SuffixTokens: or(f.suffixTokens, 64), OutputTokens: or(f.outputTokens, 128), Sessions: f.sessions, Chat: f.chat}, nil
 	case "multi-turn":
-		return workload.MultiTurn{Options: opts, Conversations: f.conversations, Turns: f.turns,
-			SystemTokens: f.systemTokens, HistoryTokens: f.historyTokens, QuestionTokens: f.questionTokens,
-			AnswerTokens: f.outputTokens, HeaderSession: f.headerSession}, nil
+		return workload.MultiTurn{Options: opts, Conversations: or(f.conversations, 10), Turns: or(f.turns, 5),
+			SystemTokens: or(f.systemTokens, 1000), HistoryTokens: or(f.historyTokens, 2000), QuestionTokens: or(f.questionTokens, 100),
+			AnswerTokens: or(f.outputTokens, 100), HeaderSession: f.headerSession}, nil
 	case "mix":
 		mix := f.mix
 		if mix == "" {

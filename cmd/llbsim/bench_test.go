@@ -46,7 +46,7 @@ func TestBenchFlags_PresetsMirrorTheSimulatorsScenariosAndFlagsOverrideThem(t *t
 			wantWorkers: 8, wantPressure: 1.5, wantBlocks: 31250, wantSeqs: 256, wantFactor: 2, wantLoads: []float64{0.7},
 			check: func(t *testing.T, b *harness.Bench) {
 				sp, ok := b.Scenario.Workload.(workload.SharedPrefix)
-				if !ok || !sp.Stream || sp.Groups != 0 || sp.ZipfAlpha != 0 {
+				if !ok || !sp.Stream || sp.Groups != 64 || sp.SystemTokens != 2048 || sp.OutputTokens != 256 || sp.ZipfAlpha != 0 {
 					t.Fatalf("workload %#v: want a streaming shared-prefix with the generator's defaults", b.Scenario.Workload)
 				}
 				names := make([]string, len(b.Strategies))
@@ -286,5 +286,37 @@ func TestBenchCommand_DrivesTheRealDaemonAndWritesAReportableFile(t *testing.T) 
 	}
 	if found != 4 {
 		t.Fatalf("%d of the targets found their runs; want all 4", found)
+	}
+}
+
+func TestBenchSpec_DefaultsAreTheGenerators(t *testing.T) {
+	f := &benchFlags{}
+	for _, tt := range []struct {
+		kind string
+		zero workload.Spec
+	}{
+		{"shared-prefix", workload.SharedPrefix{Options: workload.Options{Stream: true}}},
+		{"hot-prefix", workload.HotPrefix{Options: workload.Options{Stream: true}}},
+		{"multi-turn", workload.MultiTurn{Options: workload.Options{Stream: true}}},
+	} {
+		t.Run(tt.kind, func(t *testing.T) {
+			spec, err := f.spec(tt.kind)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := harness.NewTrace(spec, 40, 3, 16)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := harness.NewTrace(tt.zero, 40, 3, 16)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range want.Requests {
+				if !bytes.Equal(got.Requests[i].Body, want.Requests[i].Body) {
+					t.Fatalf("request %d differs from the generator's defaults:\n%.200s\n%.200s", i, got.Requests[i].Body, want.Requests[i].Body)
+				}
+			}
+		})
 	}
 }
