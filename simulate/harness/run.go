@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/llbproject/llb/simulate/engine"
 	"github.com/llbproject/llb/simulate/fleet"
 	"github.com/llbproject/llb/simulate/worker"
 )
@@ -210,11 +209,10 @@ func safeName(s string) string {
 	return string(b)
 }
 
-// sample is one reading of the serving engines' queues.
+// sample is one reading of the serving engines' waiting queues.
 type sample struct {
 	at      time.Duration
 	waiting []int
-	running []int
 }
 
 // counters are the serving workers' prefix-cache counters at one moment.
@@ -240,7 +238,6 @@ type raw struct {
 	harnessCPU   time.Duration
 	daemonCPU    time.Duration
 	drainTimeout bool
-	endStats     []engine.Stats
 	// workerTTFT are the serving workers' own TTFT totals (single-pool
 	// rules only: a P/D worker's histogram mixes both legs).
 	workerTTFT   histTotals
@@ -263,7 +260,7 @@ func drive(ctx context.Context, c *RunConfig, fl *fleet.Fleet, d *Daemon, url st
 	now := func() time.Duration { return max(time.Since(start), 1) }
 	cpu0, dcpu0 := selfCPU(), d.CPU()
 
-	// Sampler: the serving engines' waiting and running counts.
+	// Sampler: the serving engines' waiting queues.
 	samplerDone := make(chan struct{})
 	stopSampler := make(chan struct{})
 	go func() {
@@ -271,10 +268,9 @@ func drive(ctx context.Context, c *RunConfig, fl *fleet.Fleet, d *Daemon, url st
 		t := time.NewTicker(c.SampleEvery)
 		defer t.Stop()
 		for {
-			s := sample{at: now(), waiting: make([]int, len(serving)), running: make([]int, len(serving))}
+			s := sample{at: now(), waiting: make([]int, len(serving))}
 			for i, w := range serving {
-				st := w.Stats()
-				s.waiting[i], s.running[i] = st.Waiting, st.Running
+				s.waiting[i] = w.Stats().Waiting
 			}
 			r.samples = append(r.samples, s)
 			select {
@@ -341,9 +337,6 @@ func drive(ctx context.Context, c *RunConfig, fl *fleet.Fleet, d *Daemon, url st
 	close(stopSampler)
 	<-samplerDone
 	r.end = readCounters(serving)
-	for _, w := range serving {
-		r.endStats = append(r.endStats, w.Stats())
-	}
 	if c.Strategy.Shape == ShapePool {
 		var err error
 		r.workerTTFT, err = scrapeTTFT(ctx, serving)
