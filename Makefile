@@ -74,7 +74,7 @@ sim: deps
 # pressure 1.5, 8 workers) runs in real time; hot-prefix at time scale 2 so
 # its token stream fits 2 cores. Both at 70 % of the saturation rate of hard,
 # found by a quick search. Writes bench/results.jsonl and prints the tables
-# and issue 7's targets. About 40 minutes on 2 cores.
+# and issue 7's targets. About 25 minutes on 2 cores.
 BENCHSIMFLAGS ?=
 bench-sim: build
 	$(BIN)/llbsim bench --scenario shared-prefix --loads 0.7 --time-scale 1 --llbd $(BIN)/llbd \
