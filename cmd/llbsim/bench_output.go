@@ -188,7 +188,11 @@ func benchLines(b *harness.Bench, out *harness.Outcome) ([][]byte, error) {
 		byName[b.Strategies[i].Name] = &b.Strategies[i]
 	}
 	for _, ro := range out.Runs {
-		run := runLine(sc.Name, ro, byName[ro.Result.Strategy])
+		s := byName[ro.Result.Strategy]
+		if b.Daemon.Attach != "" {
+			s = nil // an attached llbd runs with its own environment, not the strategy's
+		}
+		run := runLine(sc.Name, ro, s)
 		l, err := json.Marshal(envelope{Kind: report.KindRun, Run: &run})
 		if err != nil {
 			return nil, fmt.Errorf("encode run: %w", err)
