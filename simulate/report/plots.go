@@ -118,6 +118,7 @@ func linePlot(g *Grid, sc Scenario, title, ylabel string, logY bool, value func(
 	}
 	p.Legend.Top = true
 	p.Legend.Left = true
+	lo, hi := math.Inf(1), math.Inf(-1)
 	for i, s := range g.Strategies {
 		var xys plotter.XYs
 		for _, l := range g.Loads {
@@ -129,6 +130,7 @@ func linePlot(g *Grid, sc Scenario, title, ylabel string, logY bool, value func(
 			if logY {
 				v = max(v, 1e-3) // a log axis cannot show 0
 			}
+			lo, hi = min(lo, v), max(hi, v)
 			xys = append(xys, plotter.XY{X: l, Y: v})
 		}
 		if len(xys) == 0 {
@@ -144,6 +146,11 @@ func linePlot(g *Grid, sc Scenario, title, ylabel string, logY bool, value func(
 		points.Shape = plotutil.Shape(i)
 		p.Add(line, points)
 		p.Legend.Add(s, line, points)
+	}
+	if logY && lo <= hi {
+		// Pin a positive range: with a single value the automatic range is
+		// padded around it and can reach 0, which a log axis cannot show.
+		p.Y.Min, p.Y.Max = lo/1.5, hi*1.5
 	}
 	return p, nil
 }

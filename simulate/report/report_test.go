@@ -334,3 +334,18 @@ func TestWriteSummary_PrintsTablesTargetsAndTrends(t *testing.T) {
 		}
 	}
 }
+
+func TestWrite_SingleStrategyAtOneLoadRendersItsLogAxes(t *testing.T) {
+	d := &Dataset{
+		Meta:      Meta{Schema: SchemaVersion, Source: SourceHTTP, Generator: "test", Seed: 1},
+		Scenarios: []Scenario{{Name: "shared-prefix", Workers: 2, SaturationRate: 10}},
+		Runs:      []Run{run("shared-prefix", GroupStrategies, "hard", 0.7, 0.5, 0.3, 0.8)},
+	}
+	files, err := Write(t.TempDir(), d, DefaultTargets())
+	if err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no files written")
+	}
+}
