@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -70,6 +71,13 @@ type crashRequest struct {
 // debugHandler serves the debug routes over lookup.
 func debugHandler(lookup serviceLookup, log zerolog.Logger) http.Handler {
 	mux := http.NewServeMux()
+	// Go's profiler, for measuring llbd under load (loopback only, like
+	// everything on this listener).
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc(debugPathCrash, func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
