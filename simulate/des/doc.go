@@ -8,13 +8,14 @@
 //
 // # The model
 //
-// A Trace is a workload generated once and pre-hashed: per request the
-// prompt tokens, the engine-side block digests, llb's own key chain (an
-// inventory.Hasher under the same contract — a test checks they agree),
-// the routing keys gateway/route_input.go would derive from the body, and
-// an arrival offset at 1 request/s. Every run of a scenario replays the
-// same trace, scaled to its rate, so strategies are compared on identical
-// prompts and arrival patterns.
+// A Trace is a workload generated once (workload.NewTrace, the generator
+// the load harness replays too) and pre-hashed: per request the prompt
+// tokens and an arrival offset at 1 request/s, plus the engine-side block
+// digests, llb's own key chain (an inventory.Hasher under the same
+// contract — a test checks they agree) and the routing keys
+// gateway/route_input.go would derive from the body. Every run of a
+// scenario replays the same trace, scaled to its rate, so strategies are
+// compared on identical prompts and arrival patterns.
 //
 // Run is the event loop. The next event is the earliest of the next
 // arrival and every worker's engine.NextEventTime (engine events first on a

@@ -13,7 +13,7 @@ func hotTrace(t testing.TB, n, outputTokens int) *Trace {
 	tr, err := NewTrace(TraceConfig{
 		Name:     "hot",
 		Spec:     workload.HotPrefix{Clients: 3, PrefixTokens: 128, SuffixTokens: 8, OutputTokens: outputTokens},
-		Requests: n, Seed: 7, Arrivals: ArriveConstant,
+		Requests: n, Seed: 7, Arrivals: workload.ArriveConstant,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -306,13 +306,7 @@ func (sc *Scenario) fleet(t *Trace) (Fleet, error) {
 		}
 	}
 	if sc.CachePressure > 0 {
-		need := 0
-		bs := t.Config.BlockSize
-		for i := range t.Requests {
-			r := &t.Requests[i]
-			need = max(need, (r.PromptTokens+r.OutputTokens+bs-1)/bs)
-		}
-		f.Engine.NumBlocks = max(int(float64(t.DistinctBlocks)/(sc.CachePressure*float64(sc.Workers))), need)
+		f.Engine.NumBlocks = t.CacheBlocks(sc.CachePressure, sc.Workers)
 	}
 	if err := f.Engine.Validate(); err != nil {
 		return f, fmt.Errorf("scenario %q: %w: %w", sc.Name, ErrConfig, err)

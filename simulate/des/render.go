@@ -29,15 +29,6 @@ const (
 	chatMsgSep  = 0x1e
 )
 
-// routingKeys are the request-derived inputs of ladder.Request.
-type routingKeys struct {
-	prompt      []byte
-	prefixHash  uint64
-	sessionKey  string
-	convHash    uint64
-	hasConvHash bool
-}
-
 // requestBody is the part of an OpenAI body routing reads.
 type requestBody struct {
 	Model    string `json:"model"`
@@ -50,11 +41,13 @@ type requestBody struct {
 	User   string `json:"user"`
 }
 
-// deriveKeys computes the routing keys of one generated request.
-func deriveKeys(body []byte, header map[string]string) (routingKeys, error) {
+// deriveKeys computes the routing keys of one generated request (the
+// request-derived inputs of ladder.Request); Digests and Chain are left
+// empty.
+func deriveKeys(body []byte, header map[string]string) (RequestKeys, error) {
 	var b requestBody
 	if err := json.Unmarshal(body, &b); err != nil {
-		return routingKeys{}, fmt.Errorf("request body: %w: %w", ErrConfig, err)
+		return RequestKeys{}, fmt.Errorf("request body: %w: %w", ErrConfig, err)
 	}
 	var text []byte
 	stable := 0
@@ -81,12 +74,12 @@ func deriveKeys(body []byte, header map[string]string) (routingKeys, error) {
 		user = b.User
 	}
 	conv := header["X-Conversation-Id"]
-	k := routingKeys{prompt: text}
-	k.sessionKey, _ = ladder.SessionKeyFor(user, conv)
+	k := RequestKeys{Prompt: text}
+	k.SessionKey, _ = ladder.SessionKeyFor(user, conv)
 	if conv != "" {
-		k.convHash, k.hasConvHash = ladder.XXH64String(conv, 0), true
+		k.ConvHash, k.HasConvHash = ladder.XXH64String(conv, 0), true
 	}
 	key := ladder.PrefixKey{Model: b.Model, Prefix: text[:min(stable, prefixSpan)]}
-	k.prefixHash = ladder.PrefixHash(&key)
+	k.PrefixHash = ladder.PrefixHash(&key)
 	return k, nil
 }

@@ -255,12 +255,12 @@ func (s *sim) progress(wi int, now time.Duration, p *engine.Progress) error {
 // pin the session (Tier 0) and teach the Tier-1 trie what was routed. For
 // the P/D shape the prefill leg succeeds at the first token.
 func (s *sim) served(idx, wi int, r *reqState) {
-	tr := &s.tr.Requests[idx]
+	k := &s.tr.Keys[idx]
 	at := epoch.Add(r.first)
 	if r.pin && s.session != nil {
-		s.session.Put(at, tr.SessionKey, ladder.Pin{Prefill: wi, Decode: s.cfg.Fleet.Workers})
+		s.session.Put(at, k.SessionKey, ladder.Pin{Prefill: wi, Decode: s.cfg.Fleet.Workers})
 	}
-	s.router.Learn(tr.Prompt, wi)
+	s.router.Learn(k.Prompt, wi)
 }
 
 // setActive changes a worker's in-flight count at now, integrating the old
@@ -274,11 +274,12 @@ func (s *sim) setActive(w *worker, now time.Duration, v uint32) {
 // arrive routes request i at virtual time at and submits it.
 func (s *sim) arrive(i int, at time.Time) error {
 	tr := &s.tr.Requests[i]
+	k := &s.tr.Keys[i]
 	r := &s.reqs[i]
 	n := len(s.workers)
-	for k := range s.workers {
-		w := &s.workers[k]
-		v := &s.views[k]
+	for wi := range s.workers {
+		w := &s.workers[wi]
+		v := &s.views[wi]
 		st := w.eng.Stats()
 		*v = ladder.EndpointView{
 			ActiveConns:      w.active,
@@ -287,25 +288,25 @@ func (s *sim) arrive(i int, at time.Time) error {
 			InventoryBlocks:  uint32(w.mirror.Len()),
 		}
 		if s.kvScore {
-			v.Overlap = uint32(w.mirror.Score(tr.Chain))
+			v.Overlap = uint32(w.mirror.Score(k.Chain))
 		}
 	}
 	req := ladder.Request{
-		Prompt:     tr.Prompt,
-		PrefixHash: tr.PrefixHash, HasPrefixHash: true,
-		ConvHash: tr.ConvHash, HasConvHash: tr.HasConvHash,
-		KV: ladder.KVInput{PromptBlocks: uint32(len(tr.Chain)), PromptTokens: uint32(tr.PromptTokens)},
+		Prompt:     k.Prompt,
+		PrefixHash: k.PrefixHash, HasPrefixHash: true,
+		ConvHash: k.ConvHash, HasConvHash: k.HasConvHash,
+		KV: ladder.KVInput{PromptBlocks: uint32(len(k.Chain)), PromptTokens: uint32(tr.PromptTokens)},
 	}
-	if s.session != nil && tr.SessionKey != "" {
-		req.SessionKey = tr.SessionKey
-		req.Session = s.session.Get(at, tr.SessionKey)
+	if s.session != nil && k.SessionKey != "" {
+		req.SessionKey = k.SessionKey
+		req.Session = s.session.Get(at, k.SessionKey)
 	}
 	d, err := s.router.Decide(at, &req, &ladder.Snapshot{Endpoints: s.views})
 	if err != nil {
 		return fmt.Errorf("request %d: decide: %w: %w", i, ErrInvariant, err)
 	}
 	if d.EvictSession && s.session != nil {
-		s.session.Evict(tr.SessionKey)
+		s.session.Evict(k.SessionKey)
 	}
 	ep := d.Prefill
 	if !d.Available() || ep < 0 || ep >= n {
@@ -313,7 +314,7 @@ func (s *sim) arrive(i int, at time.Time) error {
 	}
 	w := &s.workers[ep]
 	tk, err := w.eng.Submit(at, engine.Request{
-		ID: strconv.Itoa(i), Tokens: tr.Tokens, MaxTokens: tr.OutputTokens, Digests: tr.Digests,
+		ID: strconv.Itoa(i), Tokens: tr.Tokens, MaxTokens: tr.OutputTokens, Digests: k.Digests,
 	})
 	if err != nil {
 		if errors.Is(err, engine.ErrInvalidRequest) {
@@ -334,8 +335,8 @@ func (s *sim) arrive(i int, at time.Time) error {
 	// Submit admits at once when there is room: collect that Progress now
 	// so the admission time is the submission time.
 	s.prog = w.eng.Advance(at, s.prog[:0])
-	for k := range s.prog {
-		if err := s.progress(ep, at.Sub(epoch), &s.prog[k]); err != nil {
+	for j := range s.prog {
+		if err := s.progress(ep, at.Sub(epoch), &s.prog[j]); err != nil {
 			return err
 		}
 	}

@@ -244,7 +244,7 @@ func TestPD_PinsConversationsToTheirFirstWorker(t *testing.T) {
 	tr, err := NewTrace(TraceConfig{
 		Name:     "chat",
 		Spec:     workload.MultiTurn{Conversations: 3, Turns: 4, SystemTokens: 32, HistoryTokens: 32, QuestionTokens: 8, AnswerTokens: 4},
-		Requests: 24, Seed: 2, Arrivals: ArriveConstant,
+		Requests: 24, Seed: 2, Arrivals: workload.ArriveConstant,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -253,7 +253,7 @@ func TestPD_PinsConversationsToTheirFirstWorker(t *testing.T) {
 	home := map[string]int{}
 	tier0 := 0
 	for i, r := range res.Routes {
-		key := tr.Requests[i].SessionKey
+		key := tr.Keys[i].SessionKey
 		if key == "" {
 			t.Fatalf("request %d has no session key", i)
 		}

@@ -9,6 +9,11 @@
 // (simulate/tokenizer), and every request carries the number of its prompt
 // tokens some earlier request of the stream already had — the reusable
 // prefix an ideal router with an unbounded cache would hit (the oracle).
+//
+// A Trace is a stream generated once for a seed, with unit-rate arrival
+// offsets, the oracle and the working set: the discrete-event simulator
+// (simulate/des) and the load harness (simulate/harness) both replay
+// NewTrace's traces, so the two run the same requests for a seed.
 package workload
 
 import (
@@ -156,6 +161,10 @@ func (s *Stream) Next(r *rand.Rand) (Request, error) {
 	s.seq++
 	return req, nil
 }
+
+// DistinctBlocks is the stream's working set so far: the distinct
+// prefix-chained blocks of every request it returned.
+func (s *Stream) DistinctBlocks() int { return len(s.seen) }
 
 // reusable counts the leading blocks already seen and records all blocks.
 func (s *Stream) reusable(tokens []uint32) int {
