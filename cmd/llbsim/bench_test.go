@@ -304,11 +304,11 @@ func TestBenchSpec_DefaultsAreTheGenerators(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := harness.NewTrace(spec, 40, 3, 16)
+			got, err := workload.NewTrace(workload.TraceConfig{Spec: spec, Requests: 40, Seed: 3, BlockSize: 16})
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, err := harness.NewTrace(tt.zero, 40, 3, 16)
+			want, err := workload.NewTrace(workload.TraceConfig{Spec: tt.zero, Requests: 40, Seed: 3, BlockSize: 16})
 			if err != nil {
 				t.Fatal(err)
 			}

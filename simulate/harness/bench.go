@@ -211,17 +211,17 @@ func (b *Bench) Validate() error {
 
 // Prepare generates the scenario's trace and resolves the fleet's cache
 // size.
-func (s *Scenario) Prepare() (*Trace, ScenarioInfo, error) {
+func (s *Scenario) Prepare() (*workload.Trace, ScenarioInfo, error) {
 	if err := s.Validate(); err != nil {
 		return nil, ScenarioInfo{}, err
 	}
-	tr, err := NewTrace(s.Workload, s.Requests, s.Seed, s.Fleet.Engine.BlockSize)
+	tr, err := workload.NewTrace(workload.TraceConfig{Spec: s.Workload, Requests: s.Requests, Seed: s.Seed, BlockSize: s.Fleet.Engine.BlockSize})
 	if err != nil {
-		return nil, ScenarioInfo{}, err
+		return nil, ScenarioInfo{}, fmt.Errorf("scenario %q: %w: %w", s.Name, ErrConfig, err)
 	}
 	sc := *s
 	if sc.CachePressure > 0 {
-		sc.Fleet.Engine.NumBlocks = max(int(float64(tr.DistinctBlocks)/(sc.CachePressure*float64(sc.Fleet.Workers))), tr.MaxBlocks)
+		sc.Fleet.Engine.NumBlocks = tr.CacheBlocks(sc.CachePressure, sc.Fleet.Workers)
 	}
 	if err := sc.Fleet.Validate(); err != nil {
 		return nil, ScenarioInfo{}, err

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/llbproject/llb/simulate/workload"
 )
 
 // Failure kinds of a request that did not complete as a full stream.
@@ -107,7 +109,7 @@ func (c *sseChunk) hasToken() bool {
 
 // exchange sends one trace request to url and fills rec. now returns the
 // wall offset from the run's start.
-func exchange(ctx context.Context, client *http.Client, url string, tr *TraceRequest, rec *Record, now func() time.Duration) {
+func exchange(ctx context.Context, client *http.Client, url string, tr *workload.TraceRequest, rec *Record, now func() time.Duration) {
 	rec.PromptTokens, rec.CachedTokens, rec.CompletionTokens = -1, -1, -1
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+tr.Path, bytes.NewReader(tr.Body))
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llbproject/llb/simulate/workload"
 )
 
 // eventReader hands out one chunk per Read and counts how many it handed
@@ -121,7 +123,7 @@ func TestExchange_ClassifiesAnswers(t *testing.T) {
 				_, _ = io.WriteString(w, tt.body)
 			}))
 			defer srv.Close()
-			tr := &TraceRequest{Path: "/v1/completions", Body: []byte(`{}`), Header: map[string]string{"X-Conversation-Id": "c-1"}, OutputTokens: tt.outTokens}
+			tr := &workload.TraceRequest{Path: "/v1/completions", Body: []byte(`{}`), Header: map[string]string{"X-Conversation-Id": "c-1"}, OutputTokens: tt.outTokens}
 			var rec Record
 			start := time.Now()
 			client := &http.Client{Transport: newTransport()}
@@ -146,7 +148,7 @@ func TestExchange_AnUnreachableVIPIsATransportFailure(t *testing.T) {
 	srv.Close()
 	var rec Record
 	client := &http.Client{Transport: newTransport()}
-	exchange(context.Background(), client, url, &TraceRequest{Path: "/v1/completions", Body: []byte(`{}`)}, &rec, func() time.Duration { return 1 })
+	exchange(context.Background(), client, url, &workload.TraceRequest{Path: "/v1/completions", Body: []byte(`{}`)}, &rec, func() time.Duration { return 1 })
 	if rec.Failure != FailTransport || rec.Status != 0 {
 		t.Fatalf("failure %q status %d; want %q 0", rec.Failure, rec.Status, FailTransport)
 	}

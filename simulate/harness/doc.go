@@ -33,8 +33,8 @@
 //
 // # Traces
 //
-// A trace is generated exactly as simulate/des generates its traces for a
-// seed (content and arrival gaps from two separate PCG streams), so a
-// harness run and a discrete-event run of the same seed replay the same
+// A trace is workload.NewTrace's, the generator simulate/des uses too
+// (content and arrival gaps from two separate PCG streams of the seed), so
+// a harness run and a discrete-event run of the same seed replay the same
 // requests at the same moments: the two can be compared number for number.
 package harness

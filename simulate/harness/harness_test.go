@@ -55,10 +55,10 @@ func smallEngine(blocks, seqs int) engine.Config {
 }
 
 // smokeTrace is a small shared-prefix trace: 4 groups of 4 questions.
-func smokeTrace(t *testing.T, n int) *Trace {
+func smokeTrace(t *testing.T, n int) *workload.Trace {
 	t.Helper()
 	spec := workload.SharedPrefix{Options: workload.Options{Stream: true}, Groups: 4, PromptsPerGroup: 4, SystemTokens: 256, QuestionTokens: 32, OutputTokens: 12}
-	tr, err := NewTrace(spec, n, 1, 16)
+	tr, err := workload.NewTrace(workload.TraceConfig{Spec: spec, Requests: n, Seed: 1, BlockSize: 16})
 	if err != nil {
 		t.Fatal(err)
 	}

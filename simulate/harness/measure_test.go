@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/llbproject/llb/simulate/engine"
+	"github.com/llbproject/llb/simulate/workload"
 )
 
 func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol*math.Max(1, math.Abs(b)) }
@@ -23,9 +24,9 @@ func syntheticRun(t *testing.T, strategy string) (*RunConfig, *raw) {
 	}
 	e := engine.DefaultConfig()
 	e.Latency.TimeScale = 0.5
-	tr := &Trace{BlockSize: 16}
+	tr := &workload.Trace{BlockSize: 16}
 	for i := range 5 {
-		tr.Requests = append(tr.Requests, TraceRequest{Seq: i, PromptTokens: 100, ReusableTokens: 64, OutputTokens: 10})
+		tr.Requests = append(tr.Requests, workload.TraceRequest{Seq: i, PromptTokens: 100, ReusableTokens: 64, OutputTokens: 10})
 	}
 	cfg := &RunConfig{Trace: tr, Strategy: s, Rate: 1, Warmup: 1, Fleet: FleetConfig{Workers: 2, Engine: e}, TTFTSLO: 700 * time.Millisecond}
 	sec := func(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/llbproject/llb/simulate/fleet"
 	"github.com/llbproject/llb/simulate/worker"
+	"github.com/llbproject/llb/simulate/workload"
 )
 
 // DaemonSource says where a run's llbd comes from: a binary the harness
@@ -36,7 +37,7 @@ type DaemonSource struct {
 // fresh fleet.
 type RunConfig struct {
 	// Trace is the request sequence (shared read-only).
-	Trace *Trace
+	Trace *workload.Trace
 	// Strategy is the routing policy.
 	Strategy Strategy
 	// Rate is the offered load in requests per model second (> 0).

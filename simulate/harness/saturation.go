@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/llbproject/llb/simulate/workload"
 )
 
 // SaturationConfig tunes FindSaturation. Zero fields take defaults.
@@ -79,7 +81,7 @@ type Saturation struct {
 // batch limit and the cache without any sharing, each held for an
 // uncached prefill plus its decode at the unloaded inter-token latency
 // (simulate/des starts its search the same way).
-func CapacityEstimate(t *Trace, f *FleetConfig) float64 {
+func CapacityEstimate(t *workload.Trace, f *FleetConfig) float64 {
 	n := float64(len(t.Requests))
 	if n == 0 {
 		return 1
@@ -118,9 +120,7 @@ func findSaturation(ctx context.Context, base RunConfig, cfg SaturationConfig, o
 		return Saturation{}, fmt.Errorf("saturation config %+v: %w", cfg, ErrConfig)
 	}
 	if c.Requests > 0 && c.Requests < len(base.Trace.Requests) {
-		t := *base.Trace
-		t.Requests = t.Requests[:c.Requests]
-		base.Trace = &t
+		base.Trace = base.Trace.Prefix(c.Requests)
 		base.Warmup = min(base.Warmup, c.Requests/5)
 	}
 	start := c.Start

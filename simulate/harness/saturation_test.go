@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/llbproject/llb/simulate/engine"
+	"github.com/llbproject/llb/simulate/workload"
 )
 
 // fakeFleet answers a probe as a fleet that saturates at capacity: the
@@ -26,7 +27,7 @@ func fakeFleet(capacity float64, rates *[]float64) runFunc {
 }
 
 func satBase() RunConfig {
-	tr := &Trace{BlockSize: 16, Requests: make([]TraceRequest, 10)}
+	tr := &workload.Trace{BlockSize: 16, Requests: make([]workload.TraceRequest, 10)}
 	return RunConfig{Trace: tr, Strategy: Strategy{Name: "hard"}, Fleet: FleetConfig{Workers: 8, Engine: engine.DefaultConfig()}}
 }
 
@@ -96,7 +97,7 @@ func TestFindSaturation_NoBracketIsAnError(t *testing.T) {
 
 func TestFindSaturation_ProbesUseAPrefixOfTheTrace(t *testing.T) {
 	base := satBase()
-	base.Trace.Requests = make([]TraceRequest, 1000)
+	base.Trace.Requests = make([]workload.TraceRequest, 1000)
 	base.Warmup = 200
 	var lens, warms []int
 	run := func(_ context.Context, c RunConfig) (*Result, error) {
