@@ -17,6 +17,7 @@ import (
 
 	"github.com/llbproject/llb/simulate/engine"
 	"github.com/llbproject/llb/simulate/harness"
+	"github.com/llbproject/llb/simulate/strategy"
 	"github.com/llbproject/llb/simulate/workload"
 )
 
@@ -156,7 +157,7 @@ Results are JSON lines in the report schema of "llbsim report" (source
 	fl.Float64SliceVar(&f.rates, "rates", nil, "absolute offered loads, requests per model second (instead of --loads)")
 	fl.Float64SliceVar(&f.loads, "loads", nil, "offered loads as fractions of saturation (default 0.7 unless --rates)")
 	fl.Float64Var(&f.saturation, "saturation", 0, "known saturation rate (req/s, model time); 0 searches it")
-	fl.StringVar(&f.reference, "reference", harness.NameHard, "strategy whose saturation rate is load 1.0")
+	fl.StringVar(&f.reference, "reference", strategy.NameHard, "strategy whose saturation rate is load 1.0")
 	fl.IntVar(&f.satRequests, "sat-requests", 0, "requests per saturation probe (default min(--requests, 600))")
 	fl.DurationVar(&f.satMaxWait, "sat-max-wait", 500*time.Millisecond, "stability criterion: mean engine queue wait (model time)")
 	fl.Float64Var(&f.satPrec, "sat-precision", 0.1, "stop the search when unstable/stable - 1 is below this")
@@ -334,7 +335,7 @@ func (f *benchFlags) bench(fs *pflag.FlagSet) (*harness.Bench, error) {
 	if f.name != "" {
 		name = f.name
 	}
-	strategies, err := harness.StrategiesByName(f.strategies)
+	strategies, err := strategy.ByNames(f.strategies)
 	if err != nil {
 		return nil, &usageError{err}
 	}
@@ -356,7 +357,7 @@ func (f *benchFlags) bench(fs *pflag.FlagSet) (*harness.Bench, error) {
 	if b.Saturation.Requests == 0 {
 		b.Saturation.Requests = min(f.requests, 600)
 	}
-	if _, err := harness.StrategyByName(f.reference); err != nil {
+	if _, err := strategy.ByName(f.reference); err != nil {
 		return nil, &usageError{fmt.Errorf("--reference: %w", err)}
 	}
 	if f.progress != "auto" && f.progress != "on" && f.progress != "off" {

@@ -17,6 +17,7 @@ import (
 	"github.com/llbproject/llb/simulate/des"
 	"github.com/llbproject/llb/simulate/harness"
 	"github.com/llbproject/llb/simulate/report"
+	"github.com/llbproject/llb/simulate/strategy"
 )
 
 // httpScenario is a scenario line's payload: the report schema plus what
@@ -118,7 +119,7 @@ func scenarioLine(b *harness.Bench, out *harness.Outcome) httpScenario {
 		s.Harness.DecodeWorkers = sc.Fleet.Workers
 	}
 	if s.SaturationStrategy == "" {
-		s.SaturationStrategy = harness.NameHard
+		s.SaturationStrategy = strategy.NameHard
 	}
 	if sat := in.Saturation; sat != nil {
 		// The schema's probes carry a queue-wait p90; the harness measures
@@ -140,7 +141,7 @@ func scenarioLine(b *harness.Bench, out *harness.Outcome) httpScenario {
 }
 
 // runLine converts one run into the report schema.
-func runLine(scenario string, ro harness.RunOutcome, s *harness.Strategy) httpRun {
+func runLine(scenario string, ro harness.RunOutcome, s *strategy.Strategy) httpRun {
 	r := ro.Result
 	lat := func(l harness.Latency) report.Latency {
 		return report.Latency{Mean: l.Mean, P50: l.P50, P90: l.P90, P99: l.P99}
@@ -183,7 +184,7 @@ func benchLines(b *harness.Bench, out *harness.Outcome) ([][]byte, error) {
 		return nil, fmt.Errorf("encode scenario: %w", err)
 	}
 	lines = append(lines, l)
-	byName := map[string]*harness.Strategy{}
+	byName := map[string]*strategy.Strategy{}
 	for i := range b.Strategies {
 		byName[b.Strategies[i].Name] = &b.Strategies[i]
 	}

@@ -92,7 +92,7 @@ func TestBenchFlags_PresetsMirrorTheSimulatorsScenariosAndFlagsOverrideThem(t *t
 				if _, ok := m.Parts[1].Spec.(workload.MultiTurn); !ok {
 					t.Fatalf("second part %T; want multi-turn", m.Parts[1].Spec)
 				}
-				if len(b.Strategies) != 2 || b.Strategies[1].FactorPct() != 150 {
+				if len(b.Strategies) != 2 || b.Strategies[1].FactorPct != 150 {
 					t.Fatalf("strategies %+v", b.Strategies)
 				}
 			},

@@ -17,6 +17,7 @@ import (
 
 	"github.com/llbproject/llb/simulate/des"
 	"github.com/llbproject/llb/simulate/report"
+	"github.com/llbproject/llb/simulate/strategy"
 )
 
 // ResultsFile is the JSON-lines results file a sweep writes into --out.
@@ -102,7 +103,7 @@ func (f *sweepFlags) plan() (des.Plan, error) {
 	if len(f.strategies) > 0 {
 		p.Strategies = p.Strategies[:0]
 		for _, name := range f.strategies {
-			s, err := des.StrategyByName(name)
+			s, err := strategy.ByName(name)
 			if err != nil {
 				return p, &usageError{fmt.Errorf("--strategies: %w", err)}
 			}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/simulate/engine"
+	"github.com/llbproject/llb/simulate/strategy"
 )
 
 // Fleet is the simulated worker fleet: Workers identical engines.
@@ -29,7 +30,7 @@ type RunConfig struct {
 	// Fleet is the worker fleet.
 	Fleet Fleet
 	// Strategy is the routing policy.
-	Strategy Strategy
+	Strategy strategy.Strategy
 	// Rate is the offered load in requests per second (> 0).
 	Rate float64
 	// Warmup is how many leading requests are routed and served but left
@@ -78,7 +79,7 @@ func (c *RunConfig) validate(t *Trace) error {
 	if c.TTFTSLO < 0 {
 		errs = append(errs, fmt.Errorf("ttft slo %v (want >= 0)", c.TTFTSLO))
 	}
-	if err := c.Strategy.Validate(); err != nil {
+	if err := validateStrategy(&c.Strategy); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) == 0 {

@@ -36,13 +36,14 @@
 // mirror costs one hash-table probe per block, as cheap as peeking at the
 // engine's cache, so nothing is gained by bypassing it.
 //
-// Strategies are rule shapes plus env knobs (Strategy): RR, CHWBL, the
-// KV-exact laws on a kvExactMode-3 pool, and P/D ladders (Tier 1 trie,
-// kvExactMode 1). A P/D strategy runs in its single-pool equivalent: the
-// workers are the rule's prefill endpoints, one virtual decode endpoint
-// completes the rule, and the whole request runs on the chosen worker. Its
-// session pins and trie lessons are applied when the first token is out
-// (the prefill leg's success).
+// Strategies come from simulate/strategy's catalogue (the harness serves
+// the same names): rule shapes plus env knobs — RR, CHWBL, the KV-exact
+// laws on a kvExactMode-3 pool, and P/D ladders (Tier 1 trie, kvExactMode
+// 1) — from which des builds a ladder rule. A P/D strategy runs in its
+// single-pool equivalent: the workers are the rule's prefill endpoints,
+// one virtual decode endpoint completes the rule, and the whole request
+// runs on the chosen worker. Its session pins and trie lessons are applied
+// when the first token is out (the prefill leg's success).
 //
 // # Invariants
 //
@@ -65,7 +66,7 @@
 // Usage:
 //
 //	tr, _ := des.NewTrace(des.TraceConfig{Name: "sp", Spec: workload.SharedPrefix{}, Requests: 3000, Seed: 1})
-//	hard, _ := des.StrategyByName("hard")
+//	hard, _ := strategy.ByName("hard")
 //	res, _ := des.Run(tr, des.RunConfig{Fleet: des.FleetFor(tr, 8, 2048), Strategy: hard, Rate: 20, Warmup: 600})
 //	fmt.Println(res.TTFT.P90, res.HitRate, res.TierMix)
 package des

@@ -3,6 +3,7 @@ package des
 import (
 	"testing"
 
+	"github.com/llbproject/llb/simulate/strategy"
 	"github.com/llbproject/llb/simulate/workload"
 )
 
@@ -36,9 +37,9 @@ func sharedTrace(t testing.TB, n int, seed uint64) *Trace {
 }
 
 // mustStrategy returns a named strategy.
-func mustStrategy(t testing.TB, name string) Strategy {
+func mustStrategy(t testing.TB, name string) strategy.Strategy {
 	t.Helper()
-	s, err := StrategyByName(name)
+	s, err := strategy.ByName(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,9 +47,9 @@ func mustStrategy(t testing.TB, name string) Strategy {
 }
 
 // run runs trace tr on n workers of blocks cache blocks each.
-func run(t testing.TB, tr *Trace, strategy string, workers, blocks int, rate float64, tweak func(*RunConfig)) *Result {
+func run(t testing.TB, tr *Trace, name string, workers, blocks int, rate float64, tweak func(*RunConfig)) *Result {
 	t.Helper()
-	cfg := RunConfig{Fleet: FleetFor(tr, workers, blocks), Strategy: mustStrategy(t, strategy), Rate: rate, RecordRoutes: true}
+	cfg := RunConfig{Fleet: FleetFor(tr, workers, blocks), Strategy: mustStrategy(t, name), Rate: rate, RecordRoutes: true}
 	if tweak != nil {
 		tweak(&cfg)
 	}

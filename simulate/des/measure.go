@@ -25,7 +25,8 @@ func (s *sim) result() *Result {
 		Events:        s.events,
 	}
 	if cfg.Strategy.KVExact {
-		res.FactorPct, res.Lambda = cfg.Strategy.Env.MeanLoadFactorPct, cfg.Strategy.Env.LoadPenalty
+		env := cfg.Strategy.Env()
+		res.FactorPct, res.Lambda = env.MeanLoadFactorPct, env.LoadPenalty
 	}
 
 	var end time.Duration

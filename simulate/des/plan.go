@@ -6,7 +6,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/simulate/strategy"
 )
 
 // Run groups: which comparison a run belongs to.
@@ -65,7 +65,7 @@ type Plan struct {
 	// Scenarios to run.
 	Scenarios []Scenario
 	// Strategies compared side by side at every load.
-	Strategies []Strategy
+	Strategies []strategy.Strategy
 	// Loads are fractions of saturation (e.g. 0.3 … 1.1).
 	Loads []float64
 	// Reference names the strategy whose saturation rate is load 1.0.
@@ -106,7 +106,7 @@ func (p *Plan) Validate() error {
 	}
 	ref := false
 	for i := range p.Strategies {
-		if err := p.Strategies[i].Validate(); err != nil {
+		if err := validateStrategy(&p.Strategies[i]); err != nil {
 			errs = append(errs, err)
 		}
 		ref = ref || p.Strategies[i].Name == p.Reference
@@ -193,7 +193,7 @@ func (p *Plan) Execute(exec Executor, progress func(string)) ([]ScenarioOutcome,
 			progress(fmt.Sprintf(format, args...))
 		}
 	}
-	var ref Strategy
+	var ref strategy.Strategy
 	for _, s := range p.Strategies {
 		if s.Name == p.Reference {
 			ref = s
@@ -229,7 +229,7 @@ func (p *Plan) Execute(exec Executor, progress func(string)) ([]ScenarioOutcome,
 		say("%s: saturation %.3g req/s (unstable at %.3g)", sc.Name, so.Saturation.Rate, so.Saturation.Unstable)
 
 		var specs []RunSpec
-		add := func(group string, s Strategy) {
+		add := func(group string, s strategy.Strategy) {
 			for _, l := range p.Loads {
 				rc := base
 				rc.Strategy = s
@@ -242,7 +242,7 @@ func (p *Plan) Execute(exec Executor, progress func(string)) ([]ScenarioOutcome,
 		pooled.Fleet.Workers = 1
 		pooled.Fleet.Engine.NumBlocks = fleet.CacheBlocks()
 		pooled.Fleet.Engine.MaxNumSeqs = fleet.Workers * fleet.Engine.MaxNumSeqs
-		pooled.Strategy, _ = StrategyByName(NameRR)
+		pooled.Strategy, _ = strategy.ByName(strategy.NameRR)
 		so.PooledLoad = pooledLoad(p.Loads)
 		pooled.Rate = so.PooledLoad * so.Saturation.Rate
 		specs = append(specs, RunSpec{Trace: tr, Config: pooled, Scenario: sc.Name, Group: GroupPooled, Load: so.PooledLoad})
@@ -251,16 +251,18 @@ func (p *Plan) Execute(exec Executor, progress func(string)) ([]ScenarioOutcome,
 		}
 		if sc.Sweeps {
 			for _, f := range p.Factors {
-				add(GroupEpsilon, HardWithFactor(f))
+				add(GroupEpsilon, strategy.HardWithFactor(f))
 			}
 			if len(p.Factors) > 0 {
-				add(GroupEpsilon, kvPool(NameAdaptive, ladder.LBAdaptive))
+				adaptive, _ := strategy.ByName(strategy.NameAdaptive)
+				add(GroupEpsilon, adaptive)
 			}
 			for _, l := range p.Lambdas {
-				add(GroupLambda, SoftWithLambda(l))
+				add(GroupLambda, strategy.SoftWithLambda(l))
 			}
 			if len(p.Lambdas) > 0 {
-				add(GroupLambda, kvPool(NameAdaptiveSoft, ladder.LBAdaptiveSoft))
+				adaptiveSoft, _ := strategy.ByName(strategy.NameAdaptiveSoft)
+				add(GroupLambda, adaptiveSoft)
 			}
 		}
 		say("%s: %d runs", sc.Name, len(specs))

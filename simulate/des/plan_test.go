@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llbproject/llb/simulate/strategy"
 	"github.com/llbproject/llb/simulate/workload"
 )
 
@@ -22,9 +23,9 @@ func tinyPlan(t testing.TB) Plan {
 			CachePressure: 1.5,
 			Sweeps:        true,
 		}},
-		Strategies: []Strategy{mustStrategy(t, NameRR), mustStrategy(t, NameHard)},
+		Strategies: []strategy.Strategy{mustStrategy(t, strategy.NameRR), mustStrategy(t, strategy.NameHard)},
 		Loads:      []float64{0.5, 1},
-		Reference:  NameHard,
+		Reference:  strategy.NameHard,
 		Factors:    []uint32{125, 200},
 		Lambdas:    []uint32{32},
 		Warmup:     0.2,

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/llbproject/llb/simulate/strategy"
 )
 
 // thresholdExec is a fake executor: a run is stable (queue wait 0) at or
@@ -31,7 +33,7 @@ func (e *thresholdExec) exec(specs []RunSpec) ([]*Result, error) {
 
 func TestFindSaturation_BracketsTheThresholdWithinPrecision(t *testing.T) {
 	tr := hotTrace(t, 4, 2)
-	base := RunConfig{Fleet: FleetFor(tr, 2, 64), Strategy: mustStrategy(t, NameHard)}
+	base := RunConfig{Fleet: FleetFor(tr, 2, 64), Strategy: mustStrategy(t, strategy.NameHard)}
 	for _, tc := range []struct {
 		name  string
 		limit float64
@@ -90,7 +92,7 @@ func TestFindSaturation_TrustsTheLowestUnstableRate(t *testing.T) {
 		}
 		return out, nil
 	}
-	sat, err := FindSaturation(tr, RunConfig{Fleet: FleetFor(tr, 2, 64), Strategy: mustStrategy(t, NameHard)}, SaturationConfig{Start: 12, Points: 2}, noisy)
+	sat, err := FindSaturation(tr, RunConfig{Fleet: FleetFor(tr, 2, 64), Strategy: mustStrategy(t, strategy.NameHard)}, SaturationConfig{Start: 12, Points: 2}, noisy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +106,7 @@ func TestFindSaturation_TrustsTheLowestUnstableRate(t *testing.T) {
 
 func TestFindSaturation_ReportsAFailedSearchAndBadConfig(t *testing.T) {
 	tr := hotTrace(t, 4, 2)
-	base := RunConfig{Fleet: FleetFor(tr, 2, 64), Strategy: mustStrategy(t, NameHard)}
+	base := RunConfig{Fleet: FleetFor(tr, 2, 64), Strategy: mustStrategy(t, strategy.NameHard)}
 	never := &thresholdExec{limit: 0}
 	if _, err := FindSaturation(tr, base, SaturationConfig{Start: 1, MaxRounds: 2}, never.exec); !errors.Is(err, ErrConfig) {
 		t.Fatalf("never stable: got %v; want ErrConfig", err)
@@ -121,7 +123,7 @@ func TestFindSaturation_ReportsAFailedSearchAndBadConfig(t *testing.T) {
 
 func TestFindSaturation_OnTheSimulatorIsDeterministic(t *testing.T) {
 	tr := sharedTrace(t, 200, 2)
-	base := RunConfig{Fleet: FleetFor(tr, 2, 64), Strategy: mustStrategy(t, NameHard), Warmup: 40}
+	base := RunConfig{Fleet: FleetFor(tr, 2, 64), Strategy: mustStrategy(t, strategy.NameHard), Warmup: 40}
 	cfg := SaturationConfig{Precision: 0.2, MaxWaitP90: 500 * time.Millisecond}
 	a, err := FindSaturation(tr, base, cfg, SerialExecutor)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/simulate/engine"
+	"github.com/llbproject/llb/simulate/strategy"
 )
 
 // epoch is virtual time zero. Virtual time is a time.Time only because the
@@ -96,8 +97,8 @@ func Run(t *Trace, cfg RunConfig) (*Result, error) {
 
 func newSim(t *Trace, cfg RunConfig) (*sim, error) {
 	n := cfg.Fleet.Workers
-	svc, eps := cfg.Strategy.rule(n)
-	router, err := ladder.NewRouter(svc, eps, cfg.Strategy.Env, ladder.RouterConfig{})
+	svc, eps := rule(&cfg.Strategy, n)
+	router, err := ladder.NewRouter(svc, eps, cfg.Strategy.Env(), ladder.RouterConfig{})
 	if err != nil {
 		return nil, fmt.Errorf("strategy %q: %w: %w", cfg.Strategy.Name, ErrConfig, err)
 	}
@@ -112,7 +113,7 @@ func newSim(t *Trace, cfg RunConfig) (*sim, error) {
 		views:   make([]ladder.EndpointView, len(eps)),
 		kvScore: cfg.Strategy.KVExact,
 	}
-	if cfg.Strategy.Shape == ShapePD {
+	if cfg.Strategy.Shape == strategy.ShapePD {
 		s.session = ladder.NewSessionTable(ladder.SessionConfig{Shards: 1}).Shard(0)
 	}
 	for i := range s.workers {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/llbproject/llb/simulate/strategy"
 	"github.com/llbproject/llb/simulate/workload"
 )
 
@@ -22,7 +23,7 @@ func BenchmarkRun(b *testing.B) {
 		b.Fatal(err)
 	}
 	fleet := FleetFor(tr, 8, int(float64(tr.DistinctBlocks)/(1.5*8)))
-	for _, name := range []string{NameRR, NameCHWBL, NameHard, NameAdaptiveSoft, NameTier1} {
+	for _, name := range []string{strategy.NameRR, strategy.NameCHWBL, strategy.NameHard, strategy.NameAdaptiveSoft, strategy.NameTier1} {
 		b.Run(fmt.Sprintf("strategy=%s/requests=%d", name, len(tr.Requests)), func(b *testing.B) {
 			cfg := RunConfig{Fleet: fleet, Strategy: mustStrategy(b, name), Rate: 20, Warmup: 200}
 			b.ReportAllocs()

@@ -9,12 +9,13 @@ import (
 
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/simulate/engine"
+	"github.com/llbproject/llb/simulate/strategy"
 	"github.com/llbproject/llb/simulate/workload"
 )
 
 func TestRun_IsDeterministicForASeed(t *testing.T) {
 	tr := sharedTrace(t, 300, 3)
-	for _, s := range StandardStrategies() {
+	for _, s := range strategy.All() {
 		t.Run(s.Name, func(t *testing.T) {
 			cfg := RunConfig{Fleet: FleetFor(tr, 4, 64), Strategy: s, Rate: 40, Warmup: 50, RecordRoutes: true}
 			a, err := Run(tr, cfg)
@@ -32,7 +33,7 @@ func TestRun_IsDeterministicForASeed(t *testing.T) {
 	}
 	// A different seed is a different trace, so the routes differ.
 	other := sharedTrace(t, 300, 4)
-	cfg := RunConfig{Fleet: FleetFor(tr, 4, 64), Strategy: mustStrategy(t, NameHard), Rate: 40, RecordRoutes: true}
+	cfg := RunConfig{Fleet: FleetFor(tr, 4, 64), Strategy: mustStrategy(t, strategy.NameHard), Rate: 40, RecordRoutes: true}
 	a, err := Run(tr, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +48,7 @@ func TestRun_IsDeterministicForASeed(t *testing.T) {
 }
 
 func TestRR_AlternatesBetweenTwoWorkers(t *testing.T) {
-	res := run(t, hotTrace(t, 6, 2), NameRR, 2, 64, 1, nil)
+	res := run(t, hotTrace(t, 6, 2), strategy.NameRR, 2, 64, 1, nil)
 	if got, want := workersOf(res.Routes), []int{0, 1, 0, 1, 0, 1}; !slices.Equal(got, want) {
 		t.Fatalf("got workers %v; want %v", got, want)
 	}
@@ -63,7 +64,7 @@ func TestRR_AlternatesBetweenTwoWorkers(t *testing.T) {
 // load is under ceil(1.75·(L+1)/2): L = 0..6 stay home, the 8th request
 // (L = 7, bound 7) walks to the other endpoint.
 func TestCHWBL_KeepsOnePrefixHomeUntilItsBound(t *testing.T) {
-	res := run(t, hotTrace(t, 8, 200), NameCHWBL, 2, 256, 1000, nil)
+	res := run(t, hotTrace(t, 8, 200), strategy.NameCHWBL, 2, 256, 1000, nil)
 	home := res.Routes[0].Worker
 	for i, r := range res.Routes[:7] {
 		if r.Worker != home || r.Flags.Has(ladder.FlagBoundWalk) {
@@ -89,7 +90,7 @@ func TestCHWBL_KeepsOnePrefixHomeUntilItsBound(t *testing.T) {
 // one is a Tier-1.5 hit on worker 0 — until the 16th hit, which cold-start
 // seeding diverts to the still-empty worker 1.
 func TestHard_RoutesToTheHolderAndSeedsTheColdWorker(t *testing.T) {
-	res := run(t, hotTrace(t, 20, 2), NameHard, 2, 64, 1, nil)
+	res := run(t, hotTrace(t, 20, 2), strategy.NameHard, 2, 64, 1, nil)
 	first := res.Routes[0]
 	if first.Worker != 0 || first.Tier != ladder.TierSelector {
 		t.Fatalf("request 0: %s; want the selector's worker 0", first.Decision)
@@ -128,8 +129,8 @@ func TestHardRelievesTheBusyHolderButOffDoesNot(t *testing.T) {
 		wantWorker int
 		wantFlags  ladder.Flags
 	}{
-		{give: NameHard, wantWorker: 1, wantFlags: ladder.FlagSpill | ladder.FlagRelief},
-		{give: NameOff, wantWorker: 0, wantFlags: 0},
+		{give: strategy.NameHard, wantWorker: 1, wantFlags: ladder.FlagSpill | ladder.FlagRelief},
+		{give: strategy.NameOff, wantWorker: 0, wantFlags: 0},
 	} {
 		t.Run(tc.give, func(t *testing.T) {
 			res := run(t, hotTrace(t, 2, 200), tc.give, 2, 256, 1, nil)
@@ -143,7 +144,7 @@ func TestHardRelievesTheBusyHolderButOffDoesNot(t *testing.T) {
 
 func TestRun_KeepsEveryInvariantUnderABurst(t *testing.T) {
 	tr := sharedTrace(t, 120, 9)
-	for _, s := range []string{NameRR, NameHard, NameTier1, NamePDHard} {
+	for _, s := range []string{strategy.NameRR, strategy.NameHard, strategy.NameTier1, strategy.NamePDHard} {
 		t.Run(s, func(t *testing.T) {
 			res := run(t, tr, s, 2, 48, 500, func(c *RunConfig) {
 				c.Fleet.Engine.MaxNumSeqs = 2
@@ -188,7 +189,7 @@ func TestProgress_ReportsBrokenInvariants(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := hotTrace(t, 1, 2)
-			s, err := newSim(tr, RunConfig{Fleet: FleetFor(tr, 1, 64), Strategy: mustStrategy(t, NameRR), Rate: 1})
+			s, err := newSim(tr, RunConfig{Fleet: FleetFor(tr, 1, 64), Strategy: mustStrategy(t, strategy.NameRR), Rate: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -209,7 +210,7 @@ func TestProgress_ReportsBrokenInvariants(t *testing.T) {
 
 func TestRun_RejectsBadConfigs(t *testing.T) {
 	tr := hotTrace(t, 4, 2)
-	good := RunConfig{Fleet: FleetFor(tr, 2, 64), Strategy: mustStrategy(t, NameHard), Rate: 1}
+	good := RunConfig{Fleet: FleetFor(tr, 2, 64), Strategy: mustStrategy(t, strategy.NameHard), Rate: 1}
 	for _, tc := range []struct {
 		name string
 		edit func(*RunConfig)
@@ -221,7 +222,7 @@ func TestRun_RejectsBadConfigs(t *testing.T) {
 		{"block size differs", func(c *RunConfig) { c.Fleet.Engine.BlockSize = 32 }},
 		{"hash differs", func(c *RunConfig) { c.Fleet.Engine.Hash.Seed = "1" }},
 		{"P/D engine role", func(c *RunConfig) { c.Fleet.Engine.Role = engine.RolePrefill; c.Fleet.Engine.EngineID = "p" }},
-		{"bad env", func(c *RunConfig) { c.Strategy.Env.MeanLoadFactorPct = 50 }},
+		{"bad env", func(c *RunConfig) { c.Strategy.FactorPct = 50 }},
 		{"cache smaller than a request", func(c *RunConfig) { c.Fleet.Engine.NumBlocks = 2 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -249,7 +250,7 @@ func TestPD_PinsConversationsToTheirFirstWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := run(t, tr, NameTier1, 3, 128, 1, nil)
+	res := run(t, tr, strategy.NameTier1, 3, 128, 1, nil)
 	home := map[string]int{}
 	tier0 := 0
 	for i, r := range res.Routes {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/llbproject/llb/simulate/engine"
+	"github.com/llbproject/llb/simulate/strategy"
 	"github.com/llbproject/llb/simulate/workload"
 )
 
@@ -77,9 +78,9 @@ func StandardPlan(requests int, seed uint64) Plan {
 				Engine:      &EngineOverrides{NumBlocks: 4096, MaxNumSeqs: 32},
 			},
 		},
-		Strategies: StandardStrategies(),
+		Strategies: strategy.All(),
 		Loads:      []float64{0.3, 0.5, 0.7, 0.9, 1.0, 1.1},
-		Reference:  NameHard,
+		Reference:  strategy.NameHard,
 		Factors:    []uint32{100, 125, 150, 175, 200, 250, 300},
 		Lambdas:    []uint32{32, 10000, 50000, 100000},
 		Warmup:     0.2,

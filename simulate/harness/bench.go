@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/llbproject/llb/simulate/strategy"
 	"github.com/llbproject/llb/simulate/workload"
 )
 
@@ -70,7 +71,7 @@ type Bench struct {
 	// Scenario is the workload and fleet.
 	Scenario Scenario
 	// Strategies are compared side by side, in order.
-	Strategies []Strategy
+	Strategies []strategy.Strategy
 	// Rates are absolute offered loads (requests per model second). Set
 	// either Rates or Loads.
 	Rates []float64
@@ -145,6 +146,13 @@ type ScenarioInfo struct {
 	// at PooledLoad.
 	Pooled     *Result
 	PooledLoad float64
+}
+
+// DefaultStrategyNames is issue 7's side-by-side set: the catalogue
+// (simulate/strategy) without hard+chwbl and pd-hard.
+func DefaultStrategyNames() []string {
+	return []string{strategy.NameRR, strategy.NameCHWBL, strategy.NameTier1, strategy.NameOff, strategy.NameHard,
+		strategy.NameSoft, strategy.NameAdaptive, strategy.NameAdaptiveSoft}
 }
 
 // PooledLoad is the load the pooled-cache bound runs at: 0.7 when the
@@ -274,11 +282,11 @@ func (b *Bench) Execute(ctx context.Context) (*Outcome, error) {
 		if satRate == 0 {
 			ref := b.Reference
 			if ref == "" {
-				ref = NameHard
+				ref = strategy.NameHard
 			}
-			s, err := StrategyByName(ref)
+			s, err := strategy.ByName(ref)
 			if err != nil {
-				return out, err
+				return out, fmt.Errorf("bench reference: %w: %w", ErrConfig, err)
 			}
 			rc := base
 			rc.Strategy = s
@@ -307,7 +315,7 @@ func (b *Bench) Execute(ctx context.Context) (*Outcome, error) {
 		rc.Fleet.Workers = 1
 		rc.Fleet.Engine.NumBlocks = base.Fleet.Workers * base.Fleet.Engine.NumBlocks
 		rc.Fleet.Engine.MaxNumSeqs = base.Fleet.Workers * base.Fleet.Engine.MaxNumSeqs
-		rc.Strategy, _ = StrategyByName(NameRR)
+		rc.Strategy, _ = strategy.ByName(strategy.NameRR)
 		rc.KeepRecords = false
 		out.Info.PooledLoad = PooledLoad(b.Loads)
 		rc.Rate = out.Info.PooledLoad * out.Info.SaturationRate

@@ -3,10 +3,12 @@ package harness
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/llbproject/llb/simulate/strategy"
 	"github.com/llbproject/llb/simulate/workload"
 )
 
@@ -46,14 +48,14 @@ func TestBench_ValidateReportsEveryProblem(t *testing.T) {
 }
 
 func TestBench_DurationSendsThePrefixArrivingInTime(t *testing.T) {
-	rr, _ := StrategyByName(NameRR)
+	rr, _ := strategy.ByName(strategy.NameRR)
 	b := Bench{
 		Scenario: Scenario{
 			Name: "sp", Workload: workload.SharedPrefix{Options: workload.Options{Stream: true}, Groups: 2, PromptsPerGroup: 2, SystemTokens: 64, QuestionTokens: 8, OutputTokens: 4},
 			Requests: 500, Seed: 1, Warmup: 0.2,
 			Fleet: FleetConfig{Workers: 2, BaseIP: "127.0.9.2", Engine: smallEngine(2000, 32)},
 		},
-		Strategies: []Strategy{rr}, Rates: []float64{20, 40}, Duration: time.Second,
+		Strategies: []strategy.Strategy{rr}, Rates: []float64{20, 40}, Duration: time.Second,
 		Daemon: DaemonSource{Bin: llbdBin(t)}, WorkDir: t.TempDir(),
 	}
 	var labels []string
@@ -70,5 +72,16 @@ func TestBench_DurationSendsThePrefixArrivingInTime(t *testing.T) {
 		if got := r.Requests + r.Warmup; got != want || r.Warmup != want/5 || r.Completed != r.Requests {
 			t.Fatalf("rate %v: %d requests (%d warm-up, %d completed); want %d, %d warm-up, all completed", r.Rate, got, r.Warmup, r.Completed, want, want/5)
 		}
+	}
+}
+
+func TestDefaultStrategyNames_AreTheIssueSevenSet(t *testing.T) {
+	got := DefaultStrategyNames()
+	want := []string{"rr", "chwbl", "tier1", "off", "hard", "soft", "adaptive", "adaptive-soft"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %q; want %q", got, want)
+	}
+	if _, err := strategy.ByNames(got); err != nil {
+		t.Fatal(err)
 	}
 }

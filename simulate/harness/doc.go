@@ -18,8 +18,10 @@
 //
 // Every strategy of a comparison replays the same trace (same prompts, same
 // arrival pattern) on an identically configured fresh fleet, so the runs
-// differ only in routing. The Tier-1.5 law is a process setting
-// (LOXILB_KV_LB_MODE), so every strategy gets its own llbd process.
+// differ only in routing. Strategies are simulate/strategy's catalogue,
+// the names simulate/des runs: RuleJSON turns one into the REST rule, and
+// its EnvList into llbd's environment. The Tier-1.5 law is a process
+// setting (LOXILB_KV_LB_MODE), so every strategy gets its own llbd process.
 //
 // # Time
 //

@@ -8,6 +8,7 @@ import (
 
 	"github.com/llbproject/llb/simulate/engine"
 	"github.com/llbproject/llb/simulate/fleet"
+	"github.com/llbproject/llb/simulate/strategy"
 	"github.com/llbproject/llb/simulate/worker"
 )
 
@@ -84,10 +85,10 @@ func (c *FleetConfig) decodeWorkers() int {
 }
 
 // startFleet starts a fresh fleet for a rule shape: Workers role-less
-// workers for ShapePool; for ShapePD Workers prefill and decodeWorkers()
+// workers for strategy.ShapePool; for ShapePD Workers prefill and decodeWorkers()
 // decode workers, or Workers kv_both workers (PDSameWorkers). Every serving
 // worker publishes KV events.
-func startFleet(c *FleetConfig, shape Shape) (*fleet.Fleet, error) {
+func startFleet(c *FleetConfig, shape strategy.Shape) (*fleet.Fleet, error) {
 	tmpl := worker.DefaultConfig()
 	tmpl.Engine = c.Engine
 	tmpl.Engine.Role = engine.RoleNone
@@ -97,10 +98,10 @@ func startFleet(c *FleetConfig, shape Shape) (*fleet.Fleet, error) {
 		fc.BaseIP = DefaultBaseIP
 	}
 	switch {
-	case shape == ShapePD && c.PDSameWorkers:
+	case shape == strategy.ShapePD && c.PDSameWorkers:
 		fc.Single = c.Workers
 		fc.Customize = func(_ int, _ engine.Role, wc *worker.Config) { wc.Engine.Role = engine.RoleBoth }
-	case shape == ShapePD:
+	case shape == strategy.ShapePD:
 		fc.Prefill, fc.Decode = c.Workers, c.decodeWorkers()
 		fc.Customize = func(_ int, role engine.Role, wc *worker.Config) {
 			if role == engine.RoleDecode {

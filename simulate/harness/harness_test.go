@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/llbproject/llb/simulate/engine"
+	"github.com/llbproject/llb/simulate/strategy"
 	"github.com/llbproject/llb/simulate/workload"
 )
 
@@ -92,7 +93,7 @@ func checkRun(t *testing.T, res *Result) {
 }
 
 func TestRun_KVExactHardThroughTheRealDaemon(t *testing.T) {
-	s, _ := StrategyByName(NameHard)
+	s, _ := strategy.ByName(strategy.NameHard)
 	res, err := Run(context.Background(), RunConfig{
 		Trace: smokeTrace(t, 60), Strategy: s, Rate: 10, Warmup: 12,
 		Fleet:  FleetConfig{Workers: 2, BaseIP: "127.0.9.2", Engine: smallEngine(4000, 32)},
@@ -129,7 +130,7 @@ func TestRun_TierOneOnAPDRuleThroughTheRealDaemon(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, _ := StrategyByName(NameTier1)
+			s, _ := strategy.ByName(strategy.NameTier1)
 			res, err := Run(context.Background(), RunConfig{
 				Trace: smokeTrace(t, 40), Strategy: s, Rate: 10, Warmup: 8,
 				Fleet:  FleetConfig{Workers: 2, DecodeWorkers: tt.decodeWorkers, PDSameWorkers: tt.same, Engine: smallEngine(4000, 32)},
@@ -161,7 +162,7 @@ func TestRun_AttachedDaemonServesTheRunAndLosesTheRuleAfterIt(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	s, _ := StrategyByName(NameRR)
+	s, _ := strategy.ByName(strategy.NameRR)
 	res, err := Run(context.Background(), RunConfig{
 		Trace: smokeTrace(t, 20), Strategy: s, Rate: 10, Warmup: 4,
 		Fleet:  FleetConfig{Workers: 2, BaseIP: "127.0.9.2", Engine: smallEngine(4000, 32)},

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/llbproject/llb/simulate/strategy"
 )
 
 // Latency summarises a latency sample in model seconds: the exact mean and
@@ -155,7 +157,7 @@ func measure(c *RunConfig, r *raw) *Result {
 	model := func(d time.Duration) float64 { return d.Seconds() / scale }
 	n := c.Fleet.Workers
 	res := &Result{
-		Strategy: c.Strategy.Name, Mode: c.Strategy.Mode(), FactorPct: c.Strategy.FactorPct(), Lambda: c.Strategy.Lambda(),
+		Strategy: c.Strategy.Name, Mode: c.Strategy.Mode(), FactorPct: c.Strategy.FactorPct, Lambda: c.Strategy.Lambda,
 		Rate: c.Rate, TimeScale: scale, Warmup: c.Warmup, Requests: len(r.records) - c.Warmup,
 		TTFTSLO: c.TTFTSLO.Seconds(), OracleHitRate: tr.OracleHitRate(c.Warmup),
 		Errors: map[string]int{}, TierMix: map[string]int{}, Workers: make([]WorkerResult, n),
@@ -250,7 +252,7 @@ func measure(c *RunConfig, r *raw) *Result {
 	if usageAll && prompt > 0 {
 		res.UsageHitRate = float64(cached) / float64(prompt)
 	}
-	if c.Strategy.Shape == ShapePool && res.UsageHitRate >= 0 {
+	if c.Strategy.Shape == strategy.ShapePool && res.UsageHitRate >= 0 {
 		res.HitRate, res.HitRateSource = res.UsageHitRate, "usage"
 		for i := range n {
 			if perPrompt[i] > 0 {

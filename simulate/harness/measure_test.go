@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/llbproject/llb/simulate/engine"
+	"github.com/llbproject/llb/simulate/strategy"
 	"github.com/llbproject/llb/simulate/workload"
 )
 
@@ -16,9 +17,9 @@ func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol*math.Max(1, math
 // syntheticRun is a hand-built run of five requests on two workers at time
 // scale 0.5 (model time = wall / 0.5): one warm-up, three completed, one
 // answered 503 by llb.
-func syntheticRun(t *testing.T, strategy string) (*RunConfig, *raw) {
+func syntheticRun(t *testing.T, name string) (*RunConfig, *raw) {
 	t.Helper()
-	s, err := StrategyByName(strategy)
+	s, err := strategy.ByName(name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/llbproject/llb/simulate/fleet"
+	"github.com/llbproject/llb/simulate/strategy"
 )
 
 // KVWarmupSec is the kvWarmupSec every KV-exact rule gets: llbd's default
@@ -19,15 +20,15 @@ const KVWarmupSec = 1
 // workers, see FleetConfig.PDSameWorkers), every worker twice — first all as
 // prefill endpoints (indexes 0..n-1), then all as decode endpoints; the
 // KV-event keys from the fleet's rule fragment when Tier 1.5 is on.
-func RuleJSON(s *Strategy, f *fleet.Fleet, vip string, port int) ([]byte, error) {
+func RuleJSON(s *strategy.Strategy, f *fleet.Fleet, vip string, port int) ([]byte, error) {
 	frag := f.Rule()
 	sa := map[string]any{
-		"externalIP": vip, "port": port, "protocol": "tcp", "mode": 4, "sel": s.Selector,
+		"externalIP": vip, "port": port, "protocol": "tcp", "mode": 4, "sel": int(s.Selector),
 		"name": "llbsim-bench-" + s.Name,
 	}
 	eps := frag.Endpoints
 	switch s.Shape {
-	case ShapePD:
+	case strategy.ShapePD:
 		if !frag.PDDisaggMode {
 			eps = make([]fleet.Endpoint, 0, 2*len(frag.Endpoints))
 			for _, role := range []int{fleet.EpRolePrefill, fleet.EpRoleDecode} {
@@ -54,11 +55,7 @@ func RuleJSON(s *Strategy, f *fleet.Fleet, vip string, port int) ([]byte, error)
 		if frag.KVZmqPort == 0 {
 			return nil, fmt.Errorf("strategy %s needs KV events but no worker publishes: %w", s.Name, ErrConfig)
 		}
-		mode := 3
-		if s.Shape == ShapePD {
-			mode = 1
-		}
-		sa["kvExactMode"] = mode
+		sa["kvExactMode"] = int(s.KVMode())
 		sa["kvZmqPort"] = frag.KVZmqPort
 		sa["kvBlockSize"] = frag.KVBlockSize
 		sa["kvHashAlgo"] = frag.KVHashAlgo

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/llbproject/llb/simulate/fleet"
+	"github.com/llbproject/llb/simulate/strategy"
 	"github.com/llbproject/llb/simulate/worker"
 	"github.com/llbproject/llb/simulate/workload"
 )
@@ -39,7 +40,7 @@ type RunConfig struct {
 	// Trace is the request sequence (shared read-only).
 	Trace *workload.Trace
 	// Strategy is the routing policy.
-	Strategy Strategy
+	Strategy strategy.Strategy
 	// Rate is the offered load in requests per model second (> 0).
 	Rate float64
 	// Warmup is how many leading requests are sent and served but left out
@@ -338,7 +339,7 @@ func drive(ctx context.Context, c *RunConfig, fl *fleet.Fleet, d *Daemon, url st
 	close(stopSampler)
 	<-samplerDone
 	r.end = readCounters(serving)
-	if c.Strategy.Shape == ShapePool {
+	if c.Strategy.Shape == strategy.ShapePool {
 		var err error
 		r.workerTTFT, err = scrapeTTFT(ctx, serving)
 		r.workerTTFTOK = err == nil

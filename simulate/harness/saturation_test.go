@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/llbproject/llb/simulate/engine"
+	"github.com/llbproject/llb/simulate/strategy"
 	"github.com/llbproject/llb/simulate/workload"
 )
 
@@ -28,7 +29,7 @@ func fakeFleet(capacity float64, rates *[]float64) runFunc {
 
 func satBase() RunConfig {
 	tr := &workload.Trace{BlockSize: 16, Requests: make([]workload.TraceRequest, 10)}
-	return RunConfig{Trace: tr, Strategy: Strategy{Name: "hard"}, Fleet: FleetConfig{Workers: 8, Engine: engine.DefaultConfig()}}
+	return RunConfig{Trace: tr, Strategy: strategy.Strategy{Name: "hard"}, Fleet: FleetConfig{Workers: 8, Engine: engine.DefaultConfig()}}
 }
 
 func TestFindSaturation_BracketsThenBisectsToThePrecision(t *testing.T) {
