@@ -175,7 +175,9 @@ func words(prefix string, n int) string {
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	// Generous: the full suite runs packages in parallel on 2 cores, and a
+	// starved ZMQ feed goroutine can take seconds to catch up.
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

@@ -235,7 +235,14 @@ func TestKVEvents_MismatchedHashModes(t *testing.T) {
 			tchain := own.AppendBlockKeys(nil, last, inventory.ExtraKeys{})
 			eventually(t, "the token-keyed mirror to hold the prompt", func() bool { return vt.score(tchain) == len(tchain) })
 			echain := exact.AppendBlockKeys(nil, last, inventory.ExtraKeys{})
-			eventually(t, "the exact mirror to see the stores", func() bool { return ve.stats().StoredBlocks >= vt.stats().StoredBlocks })
+			// Both feeds share the worker's stream; wait until the exact one has
+			// applied the last batch the token-keyed one has (counting stored
+			// blocks would not do: a feed may miss the stream's first batch to
+			// ZMQ's slow joiner, and the first batch is accepted as is).
+			eventually(t, "the exact mirror to see the stores", func() bool {
+				e, k := ve.feed.Stats(), vt.feed.Stats()
+				return e.HaveSeq && k.HaveSeq && e.LastSeq >= k.LastSeq
+			})
 			if got := ve.score(echain); got != 0 {
 				t.Fatalf("exact score %d; want 0 under a mismatched hash", got)
 			}
