@@ -260,4 +260,3 @@ func checkKVPorts(c *checker, sa *ServiceArguments) {
 		}
 	}
 }
-
