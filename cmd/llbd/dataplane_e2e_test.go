@@ -258,31 +258,7 @@ func TestE2E_TierOneFiveFollowsTheKVEventsAndSpills(t *testing.T) {
 	body := func(i int) string {
 		return fmt.Sprintf(`{"model":"sim-model","prompt":%q,"max_tokens":2}`, long+strconv.Itoa(i))
 	}
-	res, b := complete(t, vip, body(0))
-	if res.StatusCode != 200 {
-		t.Fatalf("first: %d %s", res.StatusCode, b)
-	}
-	_, owner, _ := routeOf(t, res.Header)
-	// The owner's blocks reach llb through ZMQ; the same prefix then routes
-	// by Tier 1.5 to the owner.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		res, b := complete(t, vip, body(1))
-		if res.StatusCode != 200 {
-			t.Fatalf("follow-up: %d %s", res.StatusCode, b)
-		}
-		tier, ep, _ := routeOf(t, res.Header)
-		if tier == "1.5" {
-			if ep != owner {
-				t.Fatalf("tier 1.5 picked %d; want the owner %d (%s)", ep, owner, res.Header.Get("X-Llb-Route"))
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never routed by tier 1.5; last route %q\nlog:\n%s", res.Header.Get("X-Llb-Route"), d.log.text())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	owner := routesToOwnerByTierOneFive(t, vip, body)
 	// A burst of the same prefix overloads the owner: the law spills.
 	var mu sync.Mutex
 	spills, onOwner := 0, 0
@@ -341,13 +317,22 @@ func TestE2E_TierOneFiveMatchesLoRABlocks(t *testing.T) {
 	body := func(i int) string {
 		return fmt.Sprintf(`{"model":"sql-lora","prompt":%q,"max_tokens":2}`, long+strconv.Itoa(i))
 	}
+	// The engine hashed the blocks with lora_name "sql-lora"; llb learns the
+	// adapter from /v1/models and hashes the prompt the same way.
+	routesToOwnerByTierOneFive(t, vip, body)
+}
+
+// routesToOwnerByTierOneFive sends body(0), whose worker becomes the owner
+// of the prompt's blocks, then body(1) (same prefix) until its KV events
+// have reached llb through ZMQ and Tier 1.5 routes it to the owner. It
+// returns the owner's endpoint index.
+func routesToOwnerByTierOneFive(t *testing.T, vip string, body func(int) string) int {
+	t.Helper()
 	res, b := complete(t, vip, body(0))
 	if res.StatusCode != 200 {
 		t.Fatalf("first: %d %s", res.StatusCode, b)
 	}
 	_, owner, _ := routeOf(t, res.Header)
-	// The engine hashed the blocks with lora_name "sql-lora"; llb learns the
-	// adapter from /v1/models and hashes the prompt the same way.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		res, b := complete(t, vip, body(1))
@@ -357,12 +342,12 @@ func TestE2E_TierOneFiveMatchesLoRABlocks(t *testing.T) {
 		tier, ep, _ := routeOf(t, res.Header)
 		if tier == "1.5" {
 			if ep != owner {
-				t.Fatalf("tier 1.5 picked %d; want the owner %d", ep, owner)
+				t.Fatalf("tier 1.5 picked %d; want the owner %d (%s)", ep, owner, res.Header.Get("X-Llb-Route"))
 			}
-			return
+			return owner
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("LoRA prompt never routed by tier 1.5; last route %q", res.Header.Get("X-Llb-Route"))
+			t.Fatalf("never routed by tier 1.5; last route %q", res.Header.Get("X-Llb-Route"))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
