@@ -19,43 +19,20 @@ import (
 )
 
 // The seed page's two curl examples (routing-hierarchy.txt, "Configuration"),
-// with 127.0.0.1 for every address.
-const (
-	curlPD = `{
-  "serviceArguments": {
-    "externalIP": "127.0.0.1",
-    "port": 2020,
-    "protocol": "tcp",
-    "sel": 0,
-    "mode": 4,
-    "host": "127.0.0.1",
-    "pd_disagg_mode": true,
-    "pd_cache_aware_mode": true,
-    "kvExactMode": 1,
-    "kvZmqPort": 5557,
-    "kvHashAlgo": "sha256_cbor",
-    "kvBlockSize": 16
-  },
-  "endpoints": [
-    { "endpointIP": "127.0.0.1", "targetPort": 8100, "weight": 1, "ep_role": 1, "nixl_port": 5600 },
-    { "endpointIP": "127.0.0.1", "targetPort": 8200, "weight": 1, "ep_role": 2, "nixl_port": 5600 }
-  ]
-}`
-	curlCHWBL = `{
-  "serviceArguments": {
-    "externalIP": "127.0.0.1",
-    "port": 2021,
-    "protocol": "tcp",
-    "sel": 8,
-    "mode": 4,
-    "host": "127.0.0.1"
-  },
-  "endpoints": [
-    { "endpointIP": "127.0.0.1", "targetPort": 8000, "weight": 1 },
-    { "endpointIP": "127.0.0.1", "targetPort": 8000, "weight": 1 }
-  ]
-}`
+// with 127.0.0.1 for every address (testdata/seed, shared with restapi).
+var (
+	curlPD    = seedExample("pd-kv-exact.json")
+	curlCHWBL = seedExample("chwbl.json")
 )
+
+// seedExample reads one of the repository's seed example rules.
+func seedExample(name string) string {
+	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "seed", name))
+	if err != nil {
+		panic(err)
+	}
+	return strings.TrimSpace(string(b))
+}
 
 // daemon is a running llbd binary.
 type daemon struct {
