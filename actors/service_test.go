@@ -28,6 +28,31 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 	}
 }
 
+// waitBreaker0 waits until endpoint 0's breaker is in state want.
+func waitBreaker0(t *testing.T, svc *Service, within time.Duration, want BreakerState) {
+	t.Helper()
+	eventually(t, within, "endpoint 0's breaker "+want.String(), func() bool {
+		st, ok := svc.Status(time.Second)
+		return ok && st.Endpoints[0].Breaker == want
+	})
+}
+
+// passTrialOn0 routes requests until one reaches endpoint 0 (the half-open
+// breaker's trial) and reports it a success.
+func passTrialOn0(t *testing.T, svc *Service) {
+	t.Helper()
+	for {
+		rt := route(t, svc, &RouteRequest{})
+		if rt.Decision.Prefill != 0 {
+			svc.Finish(rt.Ticket, Result{OK: true})
+			continue
+		}
+		svc.Report(Outcome{Ticket: rt.Ticket, Leg: LegSingle, Status: 200})
+		svc.Finish(rt.Ticket, Result{OK: true})
+		return
+	}
+}
+
 // feedHub is a FeedStarter that hands the test each feed's sink, so the
 // test can publish updates into the real inventory actors.
 type feedHub struct {
@@ -240,28 +265,11 @@ func TestService_BreakerOpensOnConnectFailuresThenHalfOpens(t *testing.T) {
 		}
 		svc.Finish(rt.Ticket, Result{})
 	}
-	eventually(t, time.Second, "breaker open", func() bool {
-		st, ok := svc.Status(time.Second)
-		return ok && st.Endpoints[0].Breaker == BreakerOpen
-	})
-	eventually(t, 2*time.Second, "breaker half-open", func() bool {
-		st, ok := svc.Status(time.Second)
-		return ok && st.Endpoints[0].Breaker == BreakerHalfOpen
-	})
+	waitBreaker0(t, svc, time.Second, BreakerOpen)
+	waitBreaker0(t, svc, 2*time.Second, BreakerHalfOpen)
 	// The trial succeeds: closed again.
-	for {
-		rt := route(t, svc, &RouteRequest{})
-		if rt.Decision.Prefill == 0 {
-			svc.Report(Outcome{Ticket: rt.Ticket, Leg: LegSingle, Status: 200})
-			svc.Finish(rt.Ticket, Result{OK: true})
-			break
-		}
-		svc.Finish(rt.Ticket, Result{OK: true})
-	}
-	eventually(t, time.Second, "breaker closed", func() bool {
-		st, ok := svc.Status(time.Second)
-		return ok && st.Endpoints[0].Breaker == BreakerClosed
-	})
+	passTrialOn0(t, svc)
+	waitBreaker0(t, svc, time.Second, BreakerClosed)
 }
 
 func TestService_ParkHoldsThenResumesOrTimesOut(t *testing.T) {
@@ -526,10 +534,7 @@ func TestService_CrashedBreakerKeepsItsStateAndStillHeals(t *testing.T) {
 		}
 		svc.Finish(rt.Ticket, Result{})
 	}
-	eventually(t, time.Second, "breaker open", func() bool {
-		st, ok := svc.Status(time.Second)
-		return ok && st.Endpoints[0].Breaker == BreakerOpen
-	})
+	waitBreaker0(t, svc, time.Second, BreakerOpen)
 	// The breaker actor dies while open. Its successor must neither forget
 	// the open window (sending traffic to a dead endpoint at once) nor
 	// leave the router excluding the endpoint forever.
@@ -541,23 +546,9 @@ func TestService_CrashedBreakerKeepsItsStateAndStillHeals(t *testing.T) {
 		}
 		svc.Finish(rt.Ticket, Result{OK: true})
 	}
-	eventually(t, 2*time.Second, "breaker half-open after its window", func() bool {
-		st, ok := svc.Status(time.Second)
-		return ok && st.Endpoints[0].Breaker == BreakerHalfOpen
-	})
-	for {
-		rt := route(t, svc, &RouteRequest{})
-		if rt.Decision.Prefill == 0 {
-			svc.Report(Outcome{Ticket: rt.Ticket, Leg: LegSingle, Status: 200})
-			svc.Finish(rt.Ticket, Result{OK: true})
-			break
-		}
-		svc.Finish(rt.Ticket, Result{OK: true})
-	}
-	eventually(t, time.Second, "breaker closed after the trial", func() bool {
-		st, ok := svc.Status(time.Second)
-		return ok && st.Endpoints[0].Breaker == BreakerClosed
-	})
+	waitBreaker0(t, svc, 2*time.Second, BreakerHalfOpen)
+	passTrialOn0(t, svc)
+	waitBreaker0(t, svc, time.Second, BreakerClosed)
 	if got := svc.metrics.restarts.Get(); got != 1 {
 		t.Fatalf("%d supervised restarts; want 1", got)
 	}
