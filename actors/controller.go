@@ -49,8 +49,9 @@ type CtrlUpdate struct {
 	State ladder.CtrlState
 	// Weight is 0–100 (values above 100 are clamped); 100 is neutral.
 	Weight uint8
-	// Epoch orders updates: one older than the applied epoch is refused
-	// (ErrStaleEpoch); an equal epoch re-applies (idempotent retries).
+	// Epoch orders updates: one older than the highest epoch applied to
+	// the endpoint (a NONE release included) is refused (ErrStaleEpoch); an
+	// equal epoch re-applies (idempotent retries). Epochs only move forward.
 	Epoch uint64
 }
 
@@ -68,7 +69,13 @@ type CtrlStatus struct {
 // ctrlState is the router core's record of one endpoint's instruction.
 type ctrlState struct {
 	set     CtrlUpdate
-	updated time.Time
+	updated time.Time // zero while no instruction is in force (never, or NONE)
+	// epoch is the highest epoch applied, NONE included: releasing an
+	// endpoint does not reset it, so an older instruction cannot come back
+	// after a release.
+	//
+	// Invariant: epoch only grows; set.Epoch == epoch.
+	epoch uint64
 }
 
 // ctrlReq carries a SetController call to the router.
@@ -84,13 +91,15 @@ func (c *routerCore) applyCtrl(now time.Time, ep int, u CtrlUpdate) error {
 		return fmt.Errorf("%w: %d (rule has %d)", ErrNoEndpoint, ep, len(c.views))
 	}
 	cur := &c.ctrl[ep]
-	if !cur.updated.IsZero() && u.Epoch < cur.set.Epoch {
-		return fmt.Errorf("%w: %d < %d", ErrStaleEpoch, u.Epoch, cur.set.Epoch)
+	if u.Epoch < cur.epoch {
+		return fmt.Errorf("%w: %d < %d", ErrStaleEpoch, u.Epoch, cur.epoch)
 	}
 	u.Weight = min(u.Weight, 100)
-	cur.set, cur.updated = u, now
+	cur.set, cur.updated, cur.epoch = u, now, u.Epoch
 	if u.State == ladder.CtrlNone {
-		*cur = ctrlState{}
+		// Released: neutral weight, no state, but the epoch stays.
+		*cur = ctrlState{set: CtrlUpdate{State: ladder.CtrlNone, Weight: 100, Epoch: u.Epoch}, epoch: u.Epoch}
+		u = cur.set
 	}
 	v := &c.views[ep]
 	v.Ctrl = u.State

@@ -730,3 +730,32 @@ func TestService_ActorPastItsRestartBudgetIsRespawnedNotLostForGood(t *testing.T
 		return rt.Decision.Available()
 	})
 }
+
+func TestService_ControllerEpochsOnlyMoveForwardAcrossARelease(t *testing.T) {
+	sys := newTestSystem(t)
+	svc := startService(t, sys, *poolConfig(2, ladder.SelRR))
+	steps := []struct {
+		give CtrlUpdate
+		want error
+	}{
+		{CtrlUpdate{State: ladder.CtrlActive, Weight: 50, Epoch: 10}, nil},
+		{CtrlUpdate{State: ladder.CtrlActive, Weight: 50, Epoch: 5}, ErrStaleEpoch},
+		{CtrlUpdate{State: ladder.CtrlNone, Epoch: 20}, nil},
+		{CtrlUpdate{State: ladder.CtrlDisabled, Weight: 100, Epoch: 15}, ErrStaleEpoch},
+		{CtrlUpdate{State: ladder.CtrlNone, Epoch: 20}, nil}, // an equal epoch re-applies
+	}
+	for i, s := range steps {
+		if err := svc.SetController(0, s.give, time.Second); !errors.Is(err, s.want) {
+			t.Fatalf("step %d %+v: got %v; want %v", i, s.give, err, s.want)
+		}
+	}
+	st, _ := svc.Status(time.Second)
+	if c := st.Endpoints[0].Controller; c.State != ladder.CtrlNone || c.Epoch != 20 || c.Effective != 100 {
+		t.Fatalf("after the stale DISABLED: %+v; want NONE, epoch 20, neutral", c)
+	}
+	rt := route(t, svc, &RouteRequest{Avoid: 1 << 1})
+	if rt.Decision.Prefill != 0 {
+		t.Fatalf("endpoint 0 not routable after its release: %s", rt.Decision.String())
+	}
+	svc.Finish(rt.Ticket, Result{OK: true})
+}

@@ -60,8 +60,9 @@ type ControllerUpdate struct {
 	// Weight is 0–100; 100 is neutral. It scales the endpoint's KV capacity
 	// in the Tier-1.5 law and Tier 2.
 	Weight int
-	// Epoch orders updates: an older epoch than the applied one is refused,
-	// an equal one re-applies.
+	// Epoch orders updates: an epoch older than the highest one applied to
+	// the endpoint (a NONE release included) is refused, an equal one
+	// re-applies. Epochs only move forward.
 	Epoch uint64
 }
 
@@ -75,7 +76,8 @@ type ControllerStatus struct {
 	// EffectiveWeight is the weight in force now: Weight while fresh,
 	// gliding to 100 once stale.
 	EffectiveWeight int `json:"effective_weight"`
-	// Epoch is the last applied epoch (0 under NONE).
+	// Epoch is the highest epoch applied (kept by a NONE release; 0 when the
+	// endpoint never had an instruction).
 	Epoch uint64 `json:"epoch"`
 	// Updated is when the last update was applied; absent under NONE.
 	Updated time.Time `json:"updated,omitzero"`

@@ -61,7 +61,7 @@ func TestController_PartialUpdatesCompleteFromTheCurrentInstruction(t *testing.T
 		{"state_only_keeps_the_weight", `"state":"ACTIVE","weight":25,"epoch":4`, `"state":"DRAINING"`, ControllerUpdate{CtrlDraining, 25, 4}},
 		{"weight_only_keeps_the_state", `"state":"DRAINING","weight":25,"epoch":4`, `"weight":60`, ControllerUpdate{CtrlDraining, 60, 4}},
 		{"epoch_given_wins", `"state":"ACTIVE","weight":25,"epoch":4`, `"weight":60,"epoch":9`, ControllerUpdate{CtrlActive, 60, 9}},
-		{"after_release_state_and_weight_restart", `"state":"NONE","epoch":4`, `"weight":70`, ControllerUpdate{CtrlActive, 70, 0}},
+		{"after_release_state_and_weight_restart_epoch_stays", `"state":"NONE","epoch":4`, `"weight":70`, ControllerUpdate{CtrlActive, 70, 4}},
 		{"release", `"state":"DISABLED","weight":5,"epoch":2`, `"state":"NONE"`, ControllerUpdate{CtrlNone, 5, 2}},
 	}
 	for _, tt := range tests {

@@ -98,11 +98,12 @@ func (v *viewRuntime) SetController(k RuleKey, ep int, u ControllerUpdate) error
 		return v.setErr
 	}
 	cur := &v.ctrl[k][ep]
-	if cur.State != CtrlNone && u.Epoch < cur.Epoch {
+	if u.Epoch < cur.Epoch {
 		return fmt.Errorf("%w: %d < %d", ErrStaleEpoch, u.Epoch, cur.Epoch)
 	}
 	if u.State == CtrlNone {
 		*cur = neutral()
+		cur.Epoch = u.Epoch // a release keeps the epoch
 		return nil
 	}
 	*cur = ControllerStatus{State: u.State, Weight: u.Weight, EffectiveWeight: u.Weight, Epoch: u.Epoch, Updated: v.updatedAt}

@@ -148,10 +148,11 @@ func ctrlName(s ladder.CtrlState) string {
 }
 
 // controllerStatus is an endpoint's controller view in restapi's shape;
-// without an instruction the weight is neutral.
+// without an instruction the weight is neutral and the epoch is the last
+// one applied (a release keeps it).
 func controllerStatus(c actors.CtrlStatus) *restapi.ControllerStatus {
 	if c.State == ladder.CtrlNone {
-		return &restapi.ControllerStatus{State: restapi.CtrlNone, Weight: 100, EffectiveWeight: 100}
+		return &restapi.ControllerStatus{State: restapi.CtrlNone, Weight: 100, EffectiveWeight: 100, Epoch: c.Epoch}
 	}
 	return &restapi.ControllerStatus{
 		State:           ctrlName(c.State),

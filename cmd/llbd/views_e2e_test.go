@@ -354,8 +354,26 @@ func TestE2E_ViewsShowTheLiveInventoryControllerAndEndpointState(t *testing.T) {
 		if code, body := ctrlPost(fmt.Sprintf(`{"service":%q,"ep_idx":%d,"state":"NONE"}`, key, owner)); code != 200 {
 			t.Fatalf("POST NONE: %d %s", code, body)
 		}
-		if c := ctrlOf(owner); c.ControllerStatus == nil || c.State != restapi.CtrlNone || c.EffectiveWeight != 100 || !c.Updated.IsZero() {
-			t.Errorf("after release: %+v; want NONE at 100, never updated", c.ControllerStatus)
+		if c := ctrlOf(owner); c.ControllerStatus == nil || c.State != restapi.CtrlNone || c.EffectiveWeight != 100 || !c.Updated.IsZero() || c.Epoch != 6 {
+			t.Errorf("after release: %+v; want NONE at 100, never updated, epoch 6 kept", c.ControllerStatus)
+		}
+		// Epochs only move forward, a release included (a NONE once wiped
+		// the epoch, and an older instruction was applied after it).
+		for _, step := range []struct {
+			body string
+			want int
+		}{
+			{`"state":"ACTIVE","weight":50,"epoch":10`, 200},
+			{`"state":"ACTIVE","weight":50,"epoch":5`, 409},
+			{`"state":"NONE","epoch":20`, 200},
+			{`"state":"DISABLED","weight":100,"epoch":15`, 409},
+		} {
+			if code, body := ctrlPost(fmt.Sprintf(`{"service":%q,"ep_idx":%d,%s}`, key, owner, step.body)); code != step.want {
+				t.Errorf("POST %s: %d %s; want %d", step.body, code, body, step.want)
+			}
+		}
+		if c := ctrlOf(owner); c.ControllerStatus == nil || c.State != restapi.CtrlNone || c.Epoch != 20 {
+			t.Errorf("after the stale DISABLED: %+v; want NONE with epoch 20", c.ControllerStatus)
 		}
 		eventually(t, "the owner routes the shared prefix by tier 1.5 again", func() (bool, string) {
 			res, body := complete(t, vip, prompt(99))
