@@ -145,7 +145,19 @@ func (p *EndpointProbe) validate() error {
 	if p.HTTPMethod != "" && strings.ContainsAny(p.HTTPMethod, " \t\r\n") {
 		errs = append(errs, fmt.Errorf("httpMethod %q is not a method token", p.HTTPMethod))
 	}
+	if err := checkHTTPPath(p.URLPath); err != nil {
+		errs = append(errs, fmt.Errorf("urlPath %w", err))
+	}
 	return errors.Join(errs...)
+}
+
+// checkHTTPPath refuses a probe path with a control character or a space:
+// it cannot go on a request line, and the endpoint would stay down forever.
+func checkHTTPPath(p string) error {
+	if i := strings.IndexFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f || r == ' ' }); i >= 0 {
+		return fmt.Errorf("%q holds a control character or space at byte %d", p, i)
+	}
+	return nil
 }
 
 func (c *ProbeConfig) validate() error {
@@ -157,6 +169,11 @@ func (c *ProbeConfig) validate() error {
 	}
 	if c.Period < 0 || c.AttemptTimeout < 0 {
 		errs = append(errs, errors.New("probe period and timeout must not be negative"))
+	}
+	if c.Type != ProbeTCP {
+		if err := checkHTTPPath(c.Request); err != nil {
+			errs = append(errs, fmt.Errorf("probereq %w", err))
+		}
 	}
 	if c.Retries < 0 || c.Retries > 100 {
 		errs = append(errs, fmt.Errorf("probeRetries %d is out of range 0–100", c.Retries))

@@ -197,6 +197,12 @@ func checkProbe(c *checker, sa *ServiceArguments) {
 			c.semantic(saField("probeport"), "malformed-service-pport error: probeport %d needs a probetype", sa.ProbePort)
 		}
 	}
+	switch sa.ProbeType {
+	case ProbeHTTP, ProbeHTTPS, "": // probereq is the HTTP path (mode 4 probes http by default)
+		if err := checkProbePath(sa.ProbeReq); err != nil {
+			c.semantic(saField("probereq"), "malformed-service error: probereq %v", err)
+		}
+	}
 	if sa.ProbeTimeout > MaxProbePeriodSec {
 		c.semantic(saField("probeTimeout"), "service-args error: probeTimeout (the probe period) is at most %d seconds, got %d", MaxProbePeriodSec, sa.ProbeTimeout)
 	}
@@ -241,6 +247,9 @@ func checkEndpoints(c *checker, e *LoadbalanceEntry) {
 		if ep.HTTPMethod != "" && !isHTTPToken(ep.HTTPMethod) {
 			c.semantic(epField(i, "httpMethod"), "httpMethod %q is not an HTTP method token", ep.HTTPMethod)
 		}
+		if err := checkProbePath(ep.URLPath); err != nil {
+			c.semantic(epField(i, "urlPath"), "malformed-lbep error: urlPath %v", err)
+		}
 		if ep.DomainName != "" && strings.ContainsAny(ep.DomainName, " /\t\r\n") {
 			c.semantic(epField(i, "domainName"), "domainName %q is not a host name", ep.DomainName)
 		}
@@ -259,6 +268,19 @@ func checkExpectedCodes(s string) error {
 		}
 		if errA != nil || errB != nil || a < 100 || b > 599 || a > b {
 			return fmt.Errorf("expectedCodes %q: %q is not a status code or range within 100..599 (\"200\", \"200,202\", \"200-204\")", s, part)
+		}
+	}
+	return nil
+}
+
+// checkProbePath refuses an HTTP probe path that cannot go on a request line:
+// control characters (CR/LF would split the request; net/http refuses the
+// URL and the endpoint would stay down forever) and spaces. "" is valid (the
+// default path).
+func checkProbePath(p string) error {
+	for i := 0; i < len(p); i++ {
+		if b := p[i]; b < 0x20 || b == 0x7f || b == ' ' {
+			return fmt.Errorf("%q holds a control character or space at byte %d; an HTTP path cannot", p, i)
 		}
 	}
 	return nil

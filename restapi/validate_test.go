@@ -305,6 +305,20 @@ func TestPOST_ValidationRules(t *testing.T) {
 			wantStatus: bad, wantCode: 400, wantField: "endpoints.0.httpVersion", wantMsg: `httpVersion must be "1.0" or "1.1"`},
 		{name: "httpMethod token", give: func(t testing.TB) entry { return single(t).set("endpoints.0.httpMethod", "get") },
 			wantStatus: bad, wantCode: 400, wantField: "endpoints.0.httpMethod"},
+		{name: "urlPath without CR/LF", give: func(t testing.TB) entry { return single(t).set("endpoints.0.urlPath", "/health\r\nX-Injected: 1") },
+			wantStatus: bad, wantCode: 400, wantField: "endpoints.0.urlPath", wantMsg: "control character"},
+		{name: "urlPath without spaces", give: func(t testing.TB) entry { return single(t).set("endpoints.0.urlPath", "/a b") },
+			wantStatus: bad, wantCode: 400, wantField: "endpoints.0.urlPath"},
+		{name: "http probereq without CR/LF", give: func(t testing.TB) entry {
+			return single(t).set("serviceArguments.probetype", "http").set("serviceArguments.probeport", 8000).
+				set("serviceArguments.probereq", "/health\n")
+		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.probereq", wantMsg: "control character"},
+		{name: "default-probe probereq without CR/LF", give: func(t testing.TB) entry { return single(t).set("serviceArguments.probereq", "/x\ry") },
+			wantStatus: bad, wantCode: 400, wantField: "serviceArguments.probereq"},
+		{name: "tcp probereq may carry CR/LF (it is raw bytes)", give: func(t testing.TB) entry {
+			return single(t).set("serviceArguments.probetype", "tcp").set("serviceArguments.probeport", 8000).
+				set("serviceArguments.probereq", "PING\r\n")
+		}, wantStatus: ok},
 		{name: "domainName is a host name", give: func(t testing.TB) entry { return single(t).set("endpoints.0.domainName", "a b") },
 			wantStatus: bad, wantCode: 400, wantField: "endpoints.0.domainName"},
 
