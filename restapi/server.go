@@ -59,6 +59,12 @@ type Config struct {
 	Now func() time.Time
 	// NewID mints rule ids; nil means random UUIDv4.
 	NewID func() string
+	// MaxRules is the most rules the daemon holds (0 → DefaultMaxRules); a
+	// write that would add one more is refused with 422.
+	MaxRules int
+	// MaxRuleBytes bounds one rule as stored, in bytes of compact JSON
+	// (0 → DefaultMaxRuleBytes); a larger rule is refused with 422.
+	MaxRuleBytes int
 	// ApplyTimeout bounds one Runtime.Apply or Remove call (0 → 10 s).
 	ApplyTimeout time.Duration
 	// ReadHeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout configure
@@ -80,6 +86,9 @@ func (c *Config) validate() error {
 	if c.BodyLimit < 0 {
 		errs = append(errs, fmt.Errorf("BodyLimit %d is negative", c.BodyLimit))
 	}
+	if c.MaxRules < 0 || c.MaxRuleBytes < 0 {
+		errs = append(errs, fmt.Errorf("MaxRules %d and MaxRuleBytes %d must not be negative", c.MaxRules, c.MaxRuleBytes))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("restapi: config: %w", err)
 	}
@@ -92,6 +101,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.BodyLimit == 0 {
 		c.BodyLimit = DefaultBodyLimit
+	}
+	if c.MaxRules == 0 {
+		c.MaxRules = DefaultMaxRules
+	}
+	if c.MaxRuleBytes == 0 {
+		c.MaxRuleBytes = DefaultMaxRuleBytes
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -216,8 +231,12 @@ func (s *Server) write(ctx context.Context, decide func(*table) (*table, []Chang
 	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	next, changes, err := decide(s.tbl.Load())
+	prev := s.tbl.Load()
+	next, changes, err := decide(prev)
 	if err != nil || len(changes) == 0 {
+		return nil, err
+	}
+	if err := s.checkLimits(prev, next, changes); err != nil {
 		return nil, err
 	}
 	if err := s.store.save(next.order); err != nil {

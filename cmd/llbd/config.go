@@ -42,6 +42,11 @@ type config struct {
 	DrainTimeout time.Duration
 	// BodyLimit caps a REST request body in bytes (default 1 MiB; 1 KiB–64 MiB).
 	BodyLimit int64
+	// MaxRules is the most rules the daemon holds (default 1024; 1–100000).
+	MaxRules int
+	// MaxRuleBytes bounds one rule as stored, in bytes of JSON (default
+	// 64 KiB; 1 KiB–16 MiB).
+	MaxRuleBytes int
 	// ShowVersion prints the version and exits.
 	ShowVersion bool
 	// NoDataPlane runs the control plane alone: rules are validated,
@@ -103,6 +108,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		{"log-format", "LLB_LOG_FORMAT", "json, console or auto (console when stderr is a terminal)"},
 		{"drain-timeout", "LLB_DRAIN_TIMEOUT", "how long SIGTERM/SIGINT waits for in-flight requests"},
 		{"body-limit", "LLB_BODY_LIMIT", "largest REST request body, in bytes"},
+		{"max-rules", "LLB_MAX_RULES", "most rules the daemon holds; a POST beyond gets 422"},
+		{"max-rule-bytes", "LLB_MAX_RULE_BYTES", "largest rule as stored, in bytes of JSON; a larger rule gets 422"},
 		{"no-data-plane", "LLB_NO_DATA_PLANE", "run the REST control plane only: rules are stored and listed, no traffic is served"},
 		{"demo", "LLB_DEMO", "start an embedded simulated vLLM fleet (2 prefill + 2 decode) and a P/D rule on 127.0.0.1:2020"},
 		{"debug-listen", "LLB_DEBUG_LISTEN", "loopback host:port of the debug listener (POST /debug/chaos/crash makes an actor panic; empty: off)"},
@@ -124,6 +131,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&cfg.LogFormat, "log-format", "auto", usage("log-format"))
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", 15*time.Second, usage("drain-timeout"))
 	fs.Int64Var(&bodyLimit, "body-limit", restapi.DefaultBodyLimit, usage("body-limit"))
+	fs.IntVar(&cfg.MaxRules, "max-rules", restapi.DefaultMaxRules, usage("max-rules"))
+	fs.IntVar(&cfg.MaxRuleBytes, "max-rule-bytes", restapi.DefaultMaxRuleBytes, usage("max-rule-bytes"))
 	fs.BoolVar(&cfg.ShowVersion, "version", false, "print the version and exit")
 	fs.BoolVar(&cfg.NoDataPlane, "no-data-plane", false, usage("no-data-plane"))
 	fs.BoolVar(&cfg.Demo, "demo", false, usage("demo"))
@@ -185,6 +194,12 @@ func (c *config) validate() []error {
 	}
 	if c.BodyLimit < 1<<10 || c.BodyLimit > 64<<20 {
 		errs = append(errs, fmt.Errorf("--body-limit %d: want 1024 to 67108864 bytes", c.BodyLimit))
+	}
+	if c.MaxRules < 1 || c.MaxRules > 100000 {
+		errs = append(errs, fmt.Errorf("--max-rules %d: want 1 to 100000", c.MaxRules))
+	}
+	if c.MaxRuleBytes < 1<<10 || c.MaxRuleBytes > 16<<20 {
+		errs = append(errs, fmt.Errorf("--max-rule-bytes %d: want 1024 to 16777216 bytes", c.MaxRuleBytes))
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, errors.New("--tls-cert and --tls-key go together: give both or neither"))

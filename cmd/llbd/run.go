@@ -128,6 +128,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		StateDir:       stateDir,
 		Token:          token,
 		BodyLimit:      cfg.BodyLimit,
+		MaxRules:       cfg.MaxRules,
+		MaxRuleBytes:   cfg.MaxRuleBytes,
 		Version:        buildVersion(),
 	})
 	if err != nil {
