@@ -21,13 +21,14 @@ type FeedHandle interface {
 
 // ZMQFeeds returns the production FeedStarter: one inventory.Feed (a real
 // ZMQ SUB socket, optional replay DEALER) per subscription, on its own
-// goroutine.
-func ZMQFeeds(log zerolog.Logger, set *metrics.Set) FeedStarter {
+// goroutine. maxMsgSize bounds one KV-event message in bytes (0 means
+// inventory.DefaultMaxMsgSize).
+func ZMQFeeds(log zerolog.Logger, set *metrics.Set, maxMsgSize int) FeedStarter {
 	return func(ctx context.Context, id inventory.EndpointID, fc FeedConfig, sink func(inventory.Update)) FeedHandle {
 		h := &zmqFeed{done: make(chan struct{})}
 		f, err := inventory.NewFeed(inventory.FeedConfig{
 			ID: id, Endpoint: fc.Endpoint, ReplayEndpoint: fc.ReplayEndpoint,
-			Sink: sink, Logger: log, Metrics: set,
+			Sink: sink, Logger: log, Metrics: set, MaxMsgSize: maxMsgSize,
 		})
 		if err != nil {
 			log.Error().Err(err).Str(logfield.Endpoint, fc.Endpoint).Msg("kv feed not started")

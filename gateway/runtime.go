@@ -49,6 +49,9 @@ type RuntimeConfig struct {
 	Metrics *metrics.Set
 	// Feeds starts KV-event subscriptions; nil means actors.ZMQFeeds.
 	Feeds actors.FeedStarter
+	// KVMaxMsgSize bounds one KV-event message in bytes for the default
+	// Feeds (LLB_KV_MAX_MSG_BYTES); 0 means inventory.DefaultMaxMsgSize.
+	KVMaxMsgSize int
 	// BindRetry is how often a rule whose VIP:port could not be bound tries
 	// again; 0 means 5 s.
 	BindRetry time.Duration
@@ -110,7 +113,7 @@ func NewRuntime(cfg RuntimeConfig) (*Runtime, error) {
 		return nil, errors.New("gateway: runtime needs an actor system")
 	}
 	if cfg.Feeds == nil {
-		cfg.Feeds = actors.ZMQFeeds(cfg.Log.With().Str(logfield.Component, "kvfeed").Logger(), cfg.Metrics)
+		cfg.Feeds = actors.ZMQFeeds(cfg.Log.With().Str(logfield.Component, "kvfeed").Logger(), cfg.Metrics, cfg.KVMaxMsgSize)
 	}
 	if cfg.BindRetry <= 0 {
 		cfg.BindRetry = 5 * time.Second

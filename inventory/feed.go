@@ -23,9 +23,24 @@ const (
 	DefaultReconnectIvlMax = 5 * time.Second
 	// DefaultReplayTimeout bounds one whole replay exchange.
 	DefaultReplayTimeout = 2 * time.Second
-	// DefaultRcvHWM is the SUB receive high-water mark (vLLM's PUB uses
-	// 100000 as its send HWM).
-	DefaultRcvHWM = 100_000
+	// DefaultRcvHWM is the SUB receive high-water mark in messages: a feed
+	// that falls this far behind drops the rest (seen as a gap). With
+	// DefaultMaxMsgSize it bounds what libzmq may buffer for one feed.
+	// (vLLM's PUB uses 100000 as its send HWM; at one batch per engine step
+	// 10000 is minutes of backlog.)
+	DefaultRcvHWM = 10_000
+	// DefaultMaxMsgSize is the largest KV-event message (ZMQ_MAXMSGSIZE) a
+	// feed accepts, in bytes (LLB_KV_MAX_MSG_BYTES). A vLLM batch holds one
+	// engine step's events — with 8k–64k batched tokens per step well under
+	// 1 MiB. libzmq refuses a larger frame before allocating it by dropping
+	// the connection, which then reconnects (counted as a disconnect, with
+	// the lost batches as a sequence gap).
+	DefaultMaxMsgSize = 16 << 20
+	// MaxPublishRate bounds how many batches per second a publisher can
+	// plausibly send: a sequence gap is counted as at most the window plus
+	// that many batches per second since the last batch, so one bogus
+	// sequence number cannot add billions to lost_batches.
+	MaxPublishRate = 10_000
 	// DefaultLogEvery rate-limits malformed-input log lines.
 	DefaultLogEvery = 10 * time.Second
 	// maxDrain bounds messages read per poll so ctx is checked often.
@@ -46,7 +61,7 @@ type Feed struct {
 
 	// Written by the Run goroutine, read anywhere.
 	connected                          *metrics.Gauge
-	reconnects, recvErrors             *metrics.Counter
+	reconnects, disconnects, recvErrs  *metrics.Counter
 	batches, events, invalid, unknown  *metrics.Counter
 	duplicates, gaps, lost             *metrics.Counter
 	resyncs, restarts, replays, replFa *metrics.Counter
@@ -58,8 +73,10 @@ type Feed struct {
 	// Owned by the Run goroutine.
 	seq        SeqTracker
 	everUp     bool
+	downSince  time.Time  // when the connection dropped; zero while up or never up
 	limiter    logLimiter // malformed input
 	gapLimiter logLimiter // gaps and replay failures
+	lastAt     time.Time  // when the last batch was accepted
 	rateAt     time.Time
 	rateEvents uint64
 }
@@ -81,7 +98,8 @@ func NewFeed(cfg FeedConfig) (*Feed, error) {
 	f.limiter.every, f.gapLimiter.every = cfg.LogEvery, cfg.LogEvery
 	f.connected = f.mg.gauge(MetricSubscriberConnected)
 	f.reconnects = f.mg.counter(MetricSubscriberReconnects)
-	f.recvErrors = f.mg.counter(MetricSubscriberRecvErrors)
+	f.disconnects = f.mg.counter(MetricSubscriberDisconnects)
+	f.recvErrs = f.mg.counter(MetricSubscriberRecvErrors)
 	f.batches = f.mg.counter(MetricBatches)
 	f.events = f.mg.counter(MetricEvents)
 	f.invalid = f.mg.counter(MetricEventsInvalid)
@@ -102,7 +120,8 @@ func (f *Feed) Stats() FeedStats {
 	return FeedStats{
 		Connected:      f.connected.Get() == 1,
 		Reconnects:     f.reconnects.Get(),
-		RecvErrors:     f.recvErrors.Get(),
+		Disconnects:    f.disconnects.Get(),
+		RecvErrors:     f.recvErrs.Get(),
 		Batches:        f.batches.Get(),
 		Events:         f.events.Get(),
 		InvalidEvents:  f.invalid.Get(),
@@ -160,7 +179,7 @@ func (f *Feed) Run(ctx context.Context) error {
 			if zmq.AsErrno(err) == zmq.ETERM {
 				return fmt.Errorf("feed %s: %w", f.cfg.Endpoint, err)
 			}
-			f.recvErrors.Inc()
+			f.recvErrs.Inc()
 			f.malformed("poll failed", err)
 			select { // back off instead of spinning on a persistent error
 			case <-ctx.Done():
@@ -176,7 +195,9 @@ func (f *Feed) Run(ctx context.Context) error {
 				f.monitorEvents(mon)
 			}
 		}
-		f.tickRate(time.Now())
+		now := time.Now()
+		f.redial(sub, now)
+		f.tickRate(now)
 	}
 	return nil
 }
@@ -197,6 +218,7 @@ func (f *Feed) open(zctx *zmq.Context) (sub, mon *zmq.Socket, err error) {
 	}{
 		{"linger", func() error { return sub.SetLinger(0) }},
 		{"rcvhwm", func() error { return sub.SetRcvhwm(f.cfg.RcvHWM) }},
+		{"maxmsgsize", func() error { return sub.SetMaxmsgsize(int64(f.cfg.MaxMsgSize)) }},
 		{"reconnect_ivl", func() error { return sub.SetReconnectIvl(f.cfg.ReconnectIvl) }},
 		{"reconnect_ivl_max", func() error { return sub.SetReconnectIvlMax(f.cfg.ReconnectIvlMax) }},
 		{"subscribe", func() error { return sub.SetSubscribe(f.cfg.Topic) }},
@@ -241,6 +263,7 @@ func (f *Feed) monitorEvents(mon *zmq.Socket) {
 		switch {
 		case ev&zmq.EVENT_CONNECTED != 0:
 			f.connected.Set(1)
+			f.downSince = time.Time{}
 			if f.everUp {
 				f.reconnects.Inc()
 			}
@@ -249,10 +272,35 @@ func (f *Feed) monitorEvents(mon *zmq.Socket) {
 			f.cfg.Sink(Update{ID: f.cfg.ID, Kind: UpdateConnected})
 		case ev&zmq.EVENT_DISCONNECTED != 0:
 			f.connected.Set(0)
-			f.log.Info().Str(logEndpoint, addr).Msg("kv feed disconnected; zmq reconnects with backoff")
+			f.disconnects.Inc()
+			f.downSince = time.Now()
+			// libzmq does not say why: a publisher restart, a network
+			// fault, or a message above MaxMsgSize, which it refuses by
+			// dropping the connection (the lost batches then show as a gap).
+			f.log.Warn().Str(logEndpoint, addr).Int(logMaxMsg, f.cfg.MaxMsgSize).
+				Msg("kv feed disconnected (publisher gone, network fault, or a message above LLB_KV_MAX_MSG_BYTES refused); zmq reconnects with backoff")
 			f.cfg.Sink(Update{ID: f.cfg.ID, Kind: UpdateDisconnected})
 		}
 	}
+}
+
+// redial re-creates the connection when it stayed down longer than the
+// reconnect backoff allows. libzmq reconnects by itself after a network
+// fault, but it gives up on a connection it dropped for a protocol error —
+// a message above MaxMsgSize among them — and the feed would stay
+// disconnected for good.
+func (f *Feed) redial(sub *zmq.Socket, now time.Time) {
+	if f.downSince.IsZero() || now.Sub(f.downSince) < f.cfg.ReconnectIvlMax+f.cfg.ReconnectIvl {
+		return
+	}
+	f.downSince = now                  // try again after another full backoff
+	_ = sub.Disconnect(f.cfg.Endpoint) // the session may already be gone
+	if err := sub.Connect(f.cfg.Endpoint); err != nil {
+		f.recvErrs.Inc()
+		f.malformed("kv feed reconnect failed", err)
+		return
+	}
+	f.log.Warn().Msg("kv feed still disconnected after the reconnect backoff (libzmq gives up after a protocol error such as an oversized message); reconnecting")
 }
 
 // drain reads the messages already queued on the SUB socket.
@@ -261,7 +309,7 @@ func (f *Feed) drain(ctx context.Context, zctx *zmq.Context, sub *zmq.Socket) {
 		parts, err := sub.RecvMessageBytes(zmq.DONTWAIT)
 		if err != nil {
 			if zmq.AsErrno(err) != zmq.Errno(syscall.EAGAIN) {
-				f.recvErrors.Inc()
+				f.recvErrs.Inc()
 				f.malformed("receive failed", err)
 			}
 			return
@@ -274,7 +322,7 @@ func (f *Feed) drain(ctx context.Context, zctx *zmq.Context, sub *zmq.Socket) {
 func (f *Feed) handle(ctx context.Context, zctx *zmq.Context, parts [][]byte) {
 	frame, err := ParseFrame(parts)
 	if err != nil {
-		f.recvErrors.Inc()
+		f.recvErrs.Inc()
 		f.malformed("malformed kv event message dropped", err)
 		return
 	}
@@ -283,15 +331,18 @@ func (f *Feed) handle(ctx context.Context, zctx *zmq.Context, parts [][]byte) {
 		f.duplicates.Inc()
 		return
 	}
+	now := time.Now()
+	since := now.Sub(f.lastAt)
+	f.lastAt = now
 	f.lastSeq.Store(frame.Seq)
 	f.haveSeq.Store(true)
 	batch := f.decode(frame)
 	reset := ResetNone
 	switch d.Action {
 	case SeqGapKeep:
-		f.countGap(d)
+		f.countGap(d, since)
 	case SeqGapResync:
-		f.countGap(d)
+		f.countGap(d, since)
 		reset = ResetGap
 	case SeqRestart:
 		f.restarts.Inc()
@@ -301,7 +352,7 @@ func (f *Feed) handle(ctx context.Context, zctx *zmq.Context, parts [][]byte) {
 		}
 		reset = ResetRestart
 	case SeqGapReplay:
-		f.countGap(d)
+		f.countGap(d, since)
 		reset = f.fillGap(ctx, zctx, d, frame.Seq)
 	}
 	if reset != ResetNone {
@@ -317,7 +368,7 @@ func (f *Feed) handle(ctx context.Context, zctx *zmq.Context, parts [][]byte) {
 func (f *Feed) decode(frame Frame) *Batch {
 	b := new(Batch)
 	if err := b.Decode(frame.Payload); err != nil {
-		f.recvErrors.Inc()
+		f.recvErrs.Inc()
 		f.malformed(fmt.Sprintf("malformed kv event batch seq %d dropped", frame.Seq), err)
 		return nil
 	}
@@ -333,11 +384,22 @@ func (f *Feed) decode(frame Frame) *Batch {
 	return b
 }
 
-func (f *Feed) countGap(d SeqDecision) {
+// countGap counts a gap of d.Missing batches, since the time since the
+// previous batch. The lost-batch count is capped at what the publisher could
+// have sent meanwhile (the gap window plus MaxPublishRate per second), so a
+// bogus sequence number — a jump of billions, then back — counts as a gap
+// and a restart, not as billions of lost batches.
+func (f *Feed) countGap(d SeqDecision, since time.Duration) {
 	f.gaps.Inc()
-	f.lost.Add(int(min(d.Missing, math.MaxInt32)))
+	plausible := f.seq.window() + uint64(max(since.Seconds(), 0)*MaxPublishRate)
+	lost := min(d.Missing, plausible, math.MaxInt32)
+	f.lost.Add(int(lost))
 	if ok, suppressed := f.gapLimiter.allow(time.Now()); ok {
-		f.log.Info().Uint64(logMissing, d.Missing).Uint64(logSeq, d.From+d.Missing).Stringer(logReason, d.Action).
+		ev := f.log.Info()
+		if lost < d.Missing {
+			ev = f.log.Warn().Uint64(logCounted, lost)
+		}
+		ev.Uint64(logMissing, d.Missing).Uint64(logSeq, d.From+d.Missing).Stringer(logReason, d.Action).
 			Int(logCount, suppressed).Msg("kv event sequence gap")
 	}
 }

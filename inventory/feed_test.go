@@ -290,8 +290,10 @@ func TestFeed_RealZMQStreamEndsInTheExpectedMirror(t *testing.T) {
 	}
 
 	st := h.feed.Stats()
-	if st.Gaps != 2 || st.LostBatches != 104 || st.Resyncs != 2 || st.Restarts != 1 || st.Duplicates != 1 || st.RecvErrors != 3 {
-		t.Fatalf("feed stats %+v; want gaps 2, lost 104, resyncs 2, restarts 1, duplicates 1, recv errors 3", st)
+	// The 99-batch gap came within milliseconds: it counts as the window
+	// (64) plus what the publisher could have sent meanwhile, at most 99.
+	if st.Gaps != 2 || st.LostBatches < 5+64 || st.LostBatches > 104 || st.Resyncs != 2 || st.Restarts != 1 || st.Duplicates != 1 || st.RecvErrors != 3 {
+		t.Fatalf("feed stats %+v; want gaps 2, lost 69–104, resyncs 2, restarts 1, duplicates 1, recv errors 3", st)
 	}
 	if !st.Connected || st.LastSeq != 2 || !st.HaveSeq {
 		t.Fatalf("feed stats %+v; want connected at seq 2", st)

@@ -17,6 +17,24 @@ func FeedEndpoint(ip string, kvZmqPort, rank int) string {
 	return "tcp://" + net.JoinHostPort(ip, strconv.Itoa(kvZmqPort+rank))
 }
 
+// EnvMaxMsgSize is the environment variable bounding one KV-event message.
+const EnvMaxMsgSize = "LLB_KV_MAX_MSG_BYTES"
+
+// MaxMsgSizeFromEnv reads LLB_KV_MAX_MSG_BYTES through getenv: unset or
+// empty → 0 (DefaultMaxMsgSize); otherwise whole bytes in 64 KiB–1 GiB, or
+// an error wrapping ErrConfig naming the variable.
+func MaxMsgSizeFromEnv(getenv func(string) string) (int, error) {
+	v := getenv(EnvMaxMsgSize)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 64<<10 || n > 1<<30 {
+		return 0, fmt.Errorf("%s=%q: want whole bytes from 65536 to 1073741824: %w", EnvMaxMsgSize, v, ErrConfig)
+	}
+	return n, nil
+}
+
 // FeedConfig configures a Feed. Durations of 0 take the defaults above.
 type FeedConfig struct {
 	// ID names the endpoint and rank (labels, log fields, Update.ID).
@@ -44,6 +62,10 @@ type FeedConfig struct {
 	ReplayTimeout time.Duration
 	// RcvHWM is the SUB receive high-water mark, in messages.
 	RcvHWM int
+	// MaxMsgSize is the largest message accepted, in bytes
+	// (ZMQ_MAXMSGSIZE on the SUB and replay DEALER sockets); 0 means
+	// DefaultMaxMsgSize. A larger message makes libzmq drop the connection.
+	MaxMsgSize int
 	// LogEvery rate-limits malformed-input log lines.
 	LogEvery time.Duration
 	// Logger receives transitions (Info) and malformed input (Warn,
@@ -71,6 +93,9 @@ func (c FeedConfig) Validate() error {
 	if c.RcvHWM < 0 {
 		errs = append(errs, fmt.Errorf("RcvHWM %d (want >= 0)", c.RcvHWM))
 	}
+	if c.MaxMsgSize < 0 {
+		errs = append(errs, fmt.Errorf("MaxMsgSize %d (want >= 0)", c.MaxMsgSize))
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("feed config: %w: %w", ErrConfig, errors.Join(errs...))
 	}
@@ -93,6 +118,9 @@ func (c *FeedConfig) defaults() {
 	if c.RcvHWM == 0 {
 		c.RcvHWM = DefaultRcvHWM
 	}
+	if c.MaxMsgSize == 0 {
+		c.MaxMsgSize = DefaultMaxMsgSize
+	}
 	if c.LogEvery == 0 {
 		c.LogEvery = DefaultLogEvery
 	}
@@ -103,8 +131,10 @@ func (c *FeedConfig) defaults() {
 type FeedStats struct {
 	// Connected is true while the SUB socket has a live connection.
 	Connected bool
-	// Reconnects counts connections after the first.
-	Reconnects uint64
+	// Reconnects counts connections after the first; Disconnects counts
+	// lost connections (including those libzmq drops for an oversized
+	// message).
+	Reconnects, Disconnects uint64
 	// RecvErrors counts socket errors and malformed frames or payloads.
 	RecvErrors uint64
 	// Batches and Events count decoded batches and their events.
@@ -117,7 +147,9 @@ type FeedStats struct {
 	HaveSeq bool
 	// Duplicates counts batches dropped for a repeated sequence number.
 	Duplicates uint64
-	// Gaps counts sequence gaps; LostBatches the batches they skipped.
+	// Gaps counts sequence gaps; LostBatches the batches they skipped,
+	// each gap counted as at most what the publisher could have sent since
+	// the batch before it (see MaxPublishRate).
 	Gaps, LostBatches uint64
 	// Resyncs counts mirror clears ordered (gap, restart, failed replay).
 	Resyncs uint64

@@ -17,4 +17,6 @@ const (
 	logBlocks    = "blocks"
 	logEndpoint  = "endpoint"
 	logBlockSize = "block_size"
+	logCounted   = "counted"
+	logMaxMsg    = "max_msg_bytes"
 )

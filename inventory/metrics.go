@@ -14,6 +14,10 @@ const (
 	MetricSubscriberConnected = "loxilb_kv_subscriber_connected"
 	// MetricSubscriberReconnects: TCP reconnects of the SUB socket.
 	MetricSubscriberReconnects = "loxilb_kv_subscriber_reconnect_total"
+	// MetricSubscriberDisconnects: connections of the SUB socket lost
+	// (publisher gone, network fault, or a message above the size limit,
+	// which libzmq refuses by dropping the connection).
+	MetricSubscriberDisconnects = "llb_kv_subscriber_disconnects_total"
 	// MetricSubscriberRecvErrors: receive failures and malformed
 	// frames/payloads.
 	MetricSubscriberRecvErrors = "loxilb_kv_subscriber_recv_error_total"
@@ -24,7 +28,9 @@ const (
 
 	// MetricSeqGaps: sequence gaps seen (batches lost).
 	MetricSeqGaps = "llb_kv_seq_gaps_total"
-	// MetricSeqLostBatches: batches missing across all gaps.
+	// MetricSeqLostBatches: batches missing across all gaps, each gap
+	// capped at what the publisher could have sent since the batch before
+	// it (MaxPublishRate).
 	MetricSeqLostBatches = "llb_kv_seq_lost_batches_total"
 	// MetricResyncs: mirror clears ordered by the feed (big gap, restart,
 	// failed replay).

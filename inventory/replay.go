@@ -63,6 +63,9 @@ func (f *Feed) replay(ctx context.Context, zctx *zmq.Context, from, to uint64, d
 	if err := dealer.SetLinger(0); err != nil {
 		return next, fmt.Errorf("replay linger: %w: %w", ErrReplay, err)
 	}
+	if err := dealer.SetMaxmsgsize(int64(f.cfg.MaxMsgSize)); err != nil {
+		return next, fmt.Errorf("replay maxmsgsize: %w: %w", ErrReplay, err)
+	}
 	if err := dealer.Connect(f.cfg.ReplayEndpoint); err != nil {
 		return next, fmt.Errorf("replay connect %s: %w: %w", f.cfg.ReplayEndpoint, ErrReplay, err)
 	}

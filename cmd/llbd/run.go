@@ -21,6 +21,7 @@ import (
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/gateway"
 	"github.com/llbproject/llb/internal/logfield"
+	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/restapi"
 )
@@ -211,12 +212,16 @@ func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) strin
 	if err != nil {
 		return nil, nil, usagef("%v", err)
 	}
+	maxMsg, err := inventory.MaxMsgSizeFromEnv(getenv)
+	if err != nil {
+		return nil, nil, usagef("%v", err)
+	}
 	seed := getenv(envNoneHashSeed)
 	if seed == "" {
 		seed = defaultNoneHashSeed
 	}
 	sys := actors.NewSystem(base.With().Str(logfield.Component, "actors").Logger(), set)
-	rt, err := gateway.NewRuntime(gateway.RuntimeConfig{System: sys, Log: base, Metrics: set})
+	rt, err := gateway.NewRuntime(gateway.RuntimeConfig{System: sys, Log: base, Metrics: set, KVMaxMsgSize: maxMsg})
 	if err != nil {
 		sys.Shutdown()
 		return nil, nil, err
