@@ -188,6 +188,11 @@ type RuleConfig struct {
 	// negative value disables retries. The P/D prefill leg always gets
 	// exactly one retry (LoxiLB's rule).
 	MaxConnectRetries int
+	// HopID identifies this llb instance in the X-Llb-Hop header of every
+	// forwarded request and probe; a request arriving with it has looped
+	// and gets 508. "" mints a random one per handler (the runtime passes
+	// the daemon's, so every rule of one process shares it).
+	HopID string
 	// TrustForwardedHeaders keeps the client's X-Forwarded-For chain and
 	// appends to it; by default llb replaces X-Forwarded-* with its own view.
 	TrustForwardedHeaders bool

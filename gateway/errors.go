@@ -65,6 +65,10 @@ const (
 	// CodeIdleTimeout: the backend sent nothing for timeoutMemberData before
 	// the first byte reached the client (504).
 	CodeIdleTimeout = "pd_idle_timeout"
+	// CodeLoopDetected: the request came back to the llb instance that had
+	// already forwarded it (an endpoint that leads back to llb), or passed
+	// through more than MaxHops instances (508, never forwarded).
+	CodeLoopDetected = "loop_detected"
 	// CodeStreamDuration: max_stream_duration_sec passed before the first
 	// byte reached the client (504).
 	CodeStreamDuration = "max_stream_duration_exceeded"

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +56,7 @@ type Handler struct {
 	input  *routeInput
 	met    *Metrics
 	log    zerolog.Logger
+	hopID  string // this instance in X-Llb-Hop
 
 	// Effective settings (defaults applied).
 	maxStream       time.Duration
@@ -127,6 +129,10 @@ func NewHandler(cfg RuleConfig, deps Deps) (*Handler, error) {
 		bodyLimit:       cfg.bodyLimit(),
 		bodyReadTimeout: cfg.bodyReadTimeout(),
 		maxRetries:      cfg.maxConnectRetries(),
+		hopID:           cfg.HopID,
+	}
+	if h.hopID == "" {
+		h.hopID = newHopID()
 	}
 	h.cfg.Endpoints = append([]EndpointConfig(nil), cfg.Endpoints...)
 	for _, ep := range cfg.Endpoints {
@@ -157,6 +163,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.bytesIn.Add(r.ContentLength)
 	}
 	x := exchange{start: time.Now(), prefillEP: -1, decodeEP: -1}
+	if looped(r.Header, h.hopID) {
+		x.api = "loop"
+		h.met.loops.Inc()
+		h.fail(w, &x, planeError(http.StatusLoopDetected, CodeLoopDetected,
+			"the request came back to the llb that forwarded it (an endpoint of this rule leads back to llb), or passed through more than "+
+				strconv.Itoa(MaxHops)+" llb instances; it was not forwarded again"))
+		h.record(r, &x)
+		return
+	}
 	if h.cfg.Paused {
 		x.api = "paused"
 		e := planeError(http.StatusServiceUnavailable, CodeServiceUnavailable, "the rule is paused (adminStateUp is false); retry later")
@@ -290,7 +305,7 @@ type attempt struct {
 // reached the client and the failure was a connect failure (single leg) or
 // a dead prefill (P/D, once). req is nil for pass-through paths.
 func (h *Handler) proxy(ctx context.Context, w http.ResponseWriter, r *http.Request, req *Request, rr *actors.RouteRequest, x *exchange) {
-	hdr := outboundHeader(r, h.cfg.TrustForwardedHeaders)
+	hdr := outboundHeader(r, h.cfg.TrustForwardedHeaders, h.hopID)
 	retriesLeft, prefillRetries := h.maxRetries, 1
 	var last *ClientError
 	for {

@@ -61,7 +61,7 @@ func TestOutboundHeader_TrustedForwardedChainIsExtended(t *testing.T) {
 	r.RemoteAddr, r.Host = "10.1.1.1:999", "vip:2020"
 	r.TLS = &tls.ConnectionState{}
 	r.Header.Set("X-Forwarded-For", "1.2.3.4")
-	h := outboundHeader(r, true)
+	h := outboundHeader(r, true, "test-hop")
 	if got := h.Get("X-Forwarded-For"); got != "1.2.3.4, 10.1.1.1" {
 		t.Errorf("X-Forwarded-For = %q", got)
 	}
@@ -248,5 +248,64 @@ func TestHandler_PausedRuleAnswers503WithoutRouting(t *testing.T) {
 	}
 	if routes, _, _ := fr.snapshot(); len(routes) != 0 || len(be.requests()) != 0 {
 		t.Fatalf("a paused rule routed %d requests and proxied %d", len(routes), len(be.requests()))
+	}
+}
+
+func TestOutboundHeader_AppendsThisInstanceToTheHopList(t *testing.T) {
+	r, _ := http.NewRequest(http.MethodPost, "http://vip/v1/completions", nil)
+	r.RemoteAddr = "10.1.1.1:999"
+	if got := outboundHeader(r, false, "me").Values(HeaderHop); len(got) != 1 || got[0] != "me" {
+		t.Errorf("first hop: %q; want [me]", got)
+	}
+	r.Header.Add(HeaderHop, "a")
+	r.Header.Add(HeaderHop, "b, c")
+	if got := outboundHeader(r, false, "me").Values(HeaderHop); len(got) != 1 || got[0] != "a, b, c, me" {
+		t.Errorf("later hop: %q; want [a, b, c, me]", got)
+	}
+}
+
+func TestLooped_OwnIDOrTooManyHops(t *testing.T) {
+	tests := []struct {
+		name string
+		give []string
+		want bool
+	}{
+		{"no header", nil, false},
+		{"other instances", []string{"a, b"}, false},
+		{"own id", []string{"a, me , b"}, true},
+		{"own id in a second line", []string{"a", "me"}, true},
+		{"max hops", []string{strings.Repeat("x, ", MaxHops-1) + "x"}, false},
+		{"beyond max hops", []string{strings.Repeat("x, ", MaxHops) + "x"}, true},
+	}
+	for _, tt := range tests {
+		h := http.Header{}
+		for _, v := range tt.give {
+			h.Add(HeaderHop, v)
+		}
+		if got := looped(h, "me"); got != tt.want {
+			t.Errorf("%s: got %v; want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestHandler_ALoopedRequestIs508AndNeverForwarded(t *testing.T) {
+	be := newFakeVLLM(t)
+	cfg := singlePool(be.addr())
+	cfg.HopID = "me"
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, cfg, Deps{Router: fr})
+	req, _ := http.NewRequest(http.MethodPost, url+PathCompletions, strings.NewReader(`{"model":"m","prompt":"p"}`))
+	req.Header.Set(HeaderHop, "other, me")
+	resp, err := testClient(t).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusLoopDetected || !strings.Contains(string(body), `"code":"loop_detected"`) {
+		t.Fatalf("looped request: %d %s; want 508 loop_detected", resp.StatusCode, body)
+	}
+	if n := len(be.requests()); n != 0 {
+		t.Fatalf("backend saw %d requests; want 0", n)
 	}
 }

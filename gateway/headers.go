@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"net/http"
 	"net/textproto"
 	"strings"
@@ -10,6 +12,42 @@ import (
 // (RFC 9110 §7.6.1, plus the ones a Connection header names) never cross the
 // proxy in either direction, and X-Forwarded-* describe llb's own view of
 // the client.
+
+// Loop detection. Every request llb forwards (and every HTTP probe) carries
+// X-Llb-Hop, the list of llb instances it passed through, this one's id
+// appended; a request that arrives with this instance's id in the list has
+// looped back (an endpoint that is, through a NAT, a VIP or another llb, llb
+// itself) and is answered 508 Loop Detected, never forwarded again. A list
+// longer than MaxHops is refused the same way, so a loop through instances
+// that each see the request once still ends.
+const (
+	// HeaderHop lists the llb instances a request passed through.
+	HeaderHop = "X-Llb-Hop"
+	// MaxHops is the most llb instances a request may pass through.
+	MaxHops = 8
+)
+
+// newHopID mints an instance id for the hop header (128 random bits).
+func newHopID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand does not fail
+	return hex.EncodeToString(b[:])
+}
+
+// looped reports whether a request carrying hdr has passed through the
+// instance id already, or through more than MaxHops instances.
+func looped(hdr http.Header, id string) bool {
+	n := 0
+	for _, v := range hdr[HeaderHop] {
+		for f := range strings.SplitSeq(v, ",") {
+			n++
+			if textproto.TrimString(f) == id || n > MaxHops {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // hopHeaders are removed from every forwarded request and response.
 var hopHeaders = [...]string{
@@ -42,8 +80,9 @@ func removeHopHeaders(h http.Header) {
 // outboundHeader builds the header of an upstream request from the client's:
 // a copy without hop-by-hop headers, Expect (the body is already read),
 // Content-Length (set from the body), Forwarded and client-sent
-// X-Forwarded-* (unless trusted), then llb's X-Forwarded-For/-Proto/-Host.
-func outboundHeader(in *http.Request, trust bool) http.Header {
+// X-Forwarded-* (unless trusted), then llb's X-Forwarded-For/-Proto/-Host,
+// and X-Llb-Hop with hopID appended.
+func outboundHeader(in *http.Request, trust bool, hopID string) http.Header {
 	h := in.Header.Clone()
 	if h == nil {
 		h = make(http.Header, 4)
@@ -67,6 +106,11 @@ func outboundHeader(in *http.Request, trust bool) http.Header {
 		vals[1] = "https"
 	}
 	h["X-Forwarded-Proto"] = vals[1:2:2]
+	if prior := h[HeaderHop]; len(prior) > 0 {
+		h[HeaderHop] = []string{strings.Join(prior, ", ") + ", " + hopID}
+	} else {
+		h[HeaderHop] = []string{hopID}
+	}
 	if in.Host != "" {
 		vals[2] = in.Host
 		h["X-Forwarded-Host"] = vals[2:3:3]

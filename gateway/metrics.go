@@ -40,6 +40,7 @@ import (
 //	loxilb_pd_kv_tier15_spills_total              decisions the load law moved off the overlap winner
 //	loxilb_pd_kv_tier15_cold_seeds_total          Tier-1.5 hits diverted to a cold endpoint
 //	llb_route_tier_total{tier}                    admitted decisions by deciding tier
+//	llb_loop_detected_total                       requests refused with 508 (X-Llb-Hop loop)
 type Metrics struct {
 	set     *metrics.Set
 	service string
@@ -60,6 +61,9 @@ type Metrics struct {
 	decodeDied      *metrics.Counter
 	decodeZeroByte  *metrics.Counter
 	connectFailover *metrics.Counter
+
+	// Refusals.
+	loops *metrics.Counter
 
 	// Generic proxy.
 	aiRequests    *metrics.Counter
@@ -103,6 +107,7 @@ func NewMetrics(set *metrics.Set, service string) *Metrics {
 	m.decodeDied = m.counter("loxilb_pd_decode_ep_died_total", "")
 	m.decodeZeroByte = m.counter("loxilb_pd_decode_zero_byte_eof_total", "")
 	m.connectFailover = m.counter("loxilb_pd_connect_failover_total", "")
+	m.loops = m.counter("llb_loop_detected_total", "")
 	m.aiRequests = m.counter("loxilb_ai_requests_total", "")
 	m.aiDuration = m.histogram("loxilb_ai_request_duration_seconds")
 	m.ttfb = m.histogram("loxilb_proxy_http_ttfb_seconds")

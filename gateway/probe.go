@@ -107,6 +107,10 @@ type ProbeConfig struct {
 	Retries int
 	// AttemptTimeout bounds one probe; 0 means 5 s, capped at Period.
 	AttemptTimeout time.Duration
+	// HopID is sent in the X-Llb-Hop header of HTTP probes (the rule's
+	// RuleConfig.HopID): a probe that loops back into llb is answered 508
+	// and fails, instead of being forwarded again.
+	HopID string
 }
 
 // EndpointProbe holds an endpoint's own health-monitor fields (REST
@@ -279,13 +283,14 @@ func NewProbe(rule ProbeConfig, ep EndpointConfig) (Probe, error) {
 	}
 	p := &httpProbe{
 		url: scheme + "://" + target + path, target: target, method: method, host: ep.Probe.DomainName,
-		codes: codes, expect: []byte(rule.Response), timeout: timeout, rt: tr,
+		codes: codes, expect: []byte(rule.Response), timeout: timeout, rt: tr, hop: rule.HopID,
 	}
 	return p.run, nil
 }
 
 type httpProbe struct {
 	url, target, method, host string
+	hop                       string
 	codes                     []codeRange
 	expect                    []byte
 	timeout                   time.Duration
@@ -307,6 +312,9 @@ func (p *httpProbe) run(ctx context.Context) error {
 		req.Host = p.host
 	}
 	req.Header.Set("User-Agent", "llb-probe")
+	if p.hop != "" {
+		req.Header.Set(HeaderHop, p.hop)
+	}
 	resp, err := p.rt.RoundTrip(req)
 	if err != nil {
 		return p.fail(probeKind(ctx, err), err.Error())

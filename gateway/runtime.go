@@ -49,6 +49,9 @@ type RuntimeConfig struct {
 	Metrics *metrics.Set
 	// Feeds starts KV-event subscriptions; nil means actors.ZMQFeeds.
 	Feeds actors.FeedStarter
+	// HopID identifies this llb instance in X-Llb-Hop (loop detection); ""
+	// mints a random one. Every rule and probe of the runtime shares it.
+	HopID string
 	// KVMaxMsgSize bounds one KV-event message in bytes for the default
 	// Feeds (LLB_KV_MAX_MSG_BYTES); 0 means inventory.DefaultMaxMsgSize.
 	KVMaxMsgSize int
@@ -118,6 +121,9 @@ func NewRuntime(cfg RuntimeConfig) (*Runtime, error) {
 	if cfg.BindRetry <= 0 {
 		cfg.BindRetry = 5 * time.Second
 	}
+	if cfg.HopID == "" {
+		cfg.HopID = newHopID()
+	}
 	if cfg.ReplaceTimeout <= 0 {
 		cfg.ReplaceTimeout = 10 * time.Second
 	}
@@ -164,6 +170,8 @@ func (rt *Runtime) Apply(ctx context.Context, r Rule) error {
 func (rt *Runtime) complete(r *Rule, live *liveRule) error {
 	sc := &r.Service
 	sc.Key = r.Key
+	r.Gateway.HopID = rt.cfg.HopID
+	r.Gateway.Probe.HopID = rt.cfg.HopID
 	if len(sc.Endpoints) != len(r.Gateway.Endpoints) {
 		return fmt.Errorf("gateway: rule %s: %d service endpoints for %d gateway endpoints: %w",
 			r.Key, len(sc.Endpoints), len(r.Gateway.Endpoints), ErrInvalidConfig)

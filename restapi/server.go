@@ -9,6 +9,7 @@ import (
 	"io"
 	"log"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +60,13 @@ type Config struct {
 	Now func() time.Time
 	// NewID mints rule ids; nil means random UUIDv4.
 	NewID func() string
+	// SelfAddrs are llbd's own listeners besides the rules' VIPs (the REST
+	// API, the debug listener): no endpoint may point at them.
+	SelfAddrs []netip.AddrPort
+	// LocalAddr reports this host's own addresses (an endpoint on one of
+	// them reaches a listener on the unspecified address); nil means
+	// HostAddrs().
+	LocalAddr func(netip.Addr) bool
 	// MaxRules is the most rules the daemon holds (0 → DefaultMaxRules); a
 	// write that would add one more is refused with 422.
 	MaxRules int
@@ -101,6 +109,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.BodyLimit == 0 {
 		c.BodyLimit = DefaultBodyLimit
+	}
+	if c.LocalAddr == nil {
+		c.LocalAddr = HostAddrs()
 	}
 	if c.MaxRules == 0 {
 		c.MaxRules = DefaultMaxRules
@@ -237,6 +248,9 @@ func (s *Server) write(ctx context.Context, decide func(*table) (*table, []Chang
 		return nil, err
 	}
 	if err := s.checkLimits(prev, next, changes); err != nil {
+		return nil, err
+	}
+	if err := s.checkLoops(next, changes); err != nil {
 		return nil, err
 	}
 	if err := s.store.save(next.order); err != nil {

@@ -119,10 +119,10 @@ func debugReply(w http.ResponseWriter, status int, v any) {
 
 // startDebugListener binds addr (checked loopback by the configuration) and
 // serves the debug routes until the returned stop is called.
-func startDebugListener(addr string, lookup serviceLookup, log zerolog.Logger) (stop func(context.Context), err error) {
+func startDebugListener(addr string, lookup serviceLookup, log zerolog.Logger) (bound net.Addr, stop func(context.Context), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("debug listener: %w", err)
+		return nil, nil, fmt.Errorf("debug listener: %w", err)
 	}
 	srv := &http.Server{Handler: debugHandler(lookup, log), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second}
 	done := make(chan struct{})
@@ -134,7 +134,7 @@ func startDebugListener(addr string, lookup serviceLookup, log zerolog.Logger) (
 	}()
 	log.Warn().Str(logfield.Addr, ln.Addr().String()).
 		Msg("debug listener on: POST " + debugPathCrash + " makes actors panic (fault injection); never enable it in production")
-	return func(ctx context.Context) {
+	return ln.Addr(), func(ctx context.Context) {
 		if err := srv.Shutdown(ctx); err != nil {
 			_ = srv.Close()
 		}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"runtime/debug"
 	"strconv"
@@ -110,11 +111,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer cancel()
 		closeRuntime(dctx)
 	}()
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("rest api: %w", err)
+	}
+	defer ln.Close() // after Serve, a second close is harmless
+	selfAddrs := []netip.AddrPort{addrPortOf(ln.Addr())}
 	if cfg.DebugListen != "" {
-		stopDebug, err := startDebugListener(cfg.DebugListen, lookupFor(rt), log)
+		debugAddr, stopDebug, err := startDebugListener(cfg.DebugListen, lookupFor(rt), log)
 		if err != nil {
 			return err
 		}
+		selfAddrs = append(selfAddrs, addrPortOf(debugAddr))
 		defer func() {
 			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -129,6 +137,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		StateDir:       stateDir,
 		Token:          token,
 		BodyLimit:      cfg.BodyLimit,
+		SelfAddrs:      selfAddrs,
 		MaxRules:       cfg.MaxRules,
 		MaxRuleBytes:   cfg.MaxRuleBytes,
 		Version:        buildVersion(),
@@ -137,10 +146,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("rest api: %w", err)
-	}
 	warnExposure(log, ln.Addr(), token != "", tlsConf != nil)
 	hs := srv.HTTPServer(tlsConf)
 	served := make(chan error, 1)
@@ -252,6 +257,15 @@ const (
 	// probes mode:4 endpoints every 5 s unless the rule says otherwise.
 	defaultProbePeriod = 5 * time.Second
 )
+
+// addrPortOf is a bound TCP address as a netip.AddrPort.
+func addrPortOf(a net.Addr) netip.AddrPort {
+	if tcp, ok := a.(*net.TCPAddr); ok {
+		ap := tcp.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	return netip.AddrPort{}
+}
 
 // selfURL is how this process reaches its own REST listener.
 func selfURL(addr net.Addr, tls bool) string {
