@@ -4,12 +4,32 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
+	"time"
 )
 
-// readBody reads the request body up to limit bytes. Too large → 413; a
-// read failure → 400 (or the client is gone, which the caller notices from
-// the request context).
+// guardBody bounds how long the client may take to send the request body:
+// reads fail after deadline (readBody answers 408), and so does the drain
+// net/http does after the handler returns for a body nobody read (the
+// connection is then closed instead of waiting on a trickling client). A
+// request with a chunked body is answered with Connection: close: net/http
+// removes a Content-Length sent beside Transfer-Encoding before the handler
+// sees it, so a request-smuggling attempt cannot be told from a plain
+// chunked upload, and RFC 9112 §6.1 has the server close after one.
+func guardBody(w http.ResponseWriter, r *http.Request, deadline time.Time) {
+	if r.ContentLength == 0 {
+		return
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(deadline) // unsupported writers just skip it
+	if r.ProtoMajor == 1 && len(r.TransferEncoding) > 0 {
+		w.Header().Set("Connection", "close")
+	}
+}
+
+// readBody reads the request body up to limit bytes. Too large → 413; too
+// slow (the deadline guardBody set) → 408; another read failure → 400 (or
+// the client is gone, which the caller notices from the request context).
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *ClientError) {
 	if r.ContentLength > limit {
 		return nil, bodyTooLarge(limit)
@@ -23,6 +43,10 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *Cli
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, bodyTooLarge(limit)
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, requestError(http.StatusRequestTimeout, CodeBodyTimeout, "",
+				"the request body did not arrive in time ("+strconv.Itoa(len(body))+" bytes read); send it faster or split the request")
 		}
 		return nil, requestError(http.StatusBadRequest, CodeBodyRead, "", "the request body could not be read: "+err.Error())
 	}

@@ -35,6 +35,9 @@ const (
 	// CodeBodyRead: the body could not be read (400; a timeout or a broken
 	// client upload).
 	CodeBodyRead = "body_read_error"
+	// CodeBodyTimeout: the client took longer than the body read bound
+	// to send the request body (408; the connection is closed).
+	CodeBodyTimeout = "request_timeout"
 	// CodeUnknownURL: no such path on this listener (404).
 	CodeUnknownURL = "unknown_url"
 	// CodeMethodNotAllowed: the path exists with another method (405).

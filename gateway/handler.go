@@ -163,6 +163,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.bytesIn.Add(r.ContentLength)
 	}
 	x := exchange{start: time.Now(), prefillEP: -1, decodeEP: -1}
+	guardBody(w, r, x.start.Add(h.bodyReadTimeout))
 	if looped(r.Header, h.hopID) {
 		x.api = "loop"
 		h.met.loops.Inc()
@@ -250,18 +251,26 @@ func (h *Handler) serveGenerate(w http.ResponseWriter, r *http.Request, kind API
 	ctx, cancel := context.WithTimeout(r.Context(), h.maxStream)
 	defer cancel()
 	h.met.aiRequests.Inc()
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(h.bodyReadTimeout)) // unsupported writers just skip it
 	body, cerr := readBody(w, r, h.bodyLimit)
-	_ = rc.SetReadDeadline(time.Time{})
 	if cerr != nil {
-		if r.Context().Err() != nil {
+		// Whatever is left of the body must not be read as the next request
+		// (nor drained after we answer, without a deadline): close. (HTTP/2
+		// resets just the stream; a Connection header there would end the
+		// whole connection.)
+		if r.ProtoMajor == 1 {
+			w.Header().Set("Connection", "close")
+		}
+		if cerr.Code != CodeBodyTimeout && r.Context().Err() != nil {
 			x.clientGone()
 			return
 		}
 		h.fail(w, x, cerr)
 		return
 	}
+	// The body is in: the rest of the exchange may take as long as the
+	// stream does (net/http's background read watches for the client
+	// leaving).
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	req, err := ParseRequest(kind, body)
 	if err != nil {
 		var ce *ClientError

@@ -1,0 +1,145 @@
+package gateway
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llbproject/llb/ladder"
+)
+
+// Raw-protocol clients against a real listener: what a slow or hostile
+// client does to the data plane (issue 13).
+
+// rawConn dials the gateway at url ("http://host:port").
+func rawConn(t *testing.T, url string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// A client that announces a body and trickles it gets 408 at the body-read
+// bound, the connection closed — never a 200, never a wait beyond the
+// bound (net/http used to drain the rest of the body with no deadline, and
+// a body over 256 KiB got an empty 200).
+func TestHandler_ASlowBodyGets408AtTheBoundAndTheConnectionCloses(t *testing.T) {
+	for _, size := range []int{100_000, 1 << 20} {
+		t.Run(strconv.Itoa(size), func(t *testing.T) {
+			be := newFakeVLLM(t)
+			cfg := singlePool(be.addr())
+			cfg.BodyReadTimeout = 300 * time.Millisecond
+			cfg.BodyLimit = 4 << 20
+			fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+			url, _ := startGateway(t, cfg, Deps{Router: fr})
+			c := rawConn(t, url)
+			start := time.Now()
+			if _, err := io.WriteString(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "+
+				strconv.Itoa(size)+"\r\n\r\n{"); err != nil {
+				t.Fatal(err)
+			}
+			stop := make(chan struct{})
+			defer close(stop)
+			go func() { // one byte every 100 ms, never finishing in time
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(100 * time.Millisecond):
+						if _, err := c.Write([]byte(" ")); err != nil {
+							return
+						}
+					}
+				}
+			}()
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("no answer: %v (after %s)", err, time.Since(start))
+			}
+			body, _ := io.ReadAll(resp.Body)
+			took := time.Since(start)
+			if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(body), `"code":"request_timeout"`) {
+				t.Fatalf("slow body: %d %s; want 408 request_timeout", resp.StatusCode, body)
+			}
+			if !resp.Close {
+				t.Errorf("the 408 keeps the connection open; want Connection: close")
+			}
+			if took > 2*time.Second {
+				t.Errorf("answered after %s; want at the 300 ms bound", took)
+			}
+			if n := len(be.requests()); n != 0 {
+				t.Errorf("backend saw %d requests; want 0", n)
+			}
+		})
+	}
+}
+
+// RFC 9112 §6.1: a request with both Transfer-Encoding and Content-Length
+// is answered, then the connection is closed — the pipelined request behind
+// it (possibly smuggled) is never served.
+func TestHandler_TransferEncodingWithContentLengthClosesAfterTheAnswer(t *testing.T) {
+	be := newFakeVLLM(t)
+	cfg := singlePool(be.addr())
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, cfg, Deps{Router: fr})
+	c := rawConn(t, url)
+	body := `{"model":"m","prompt":"p","max_tokens":1}`
+	req := "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+		"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n" +
+		strconv.FormatInt(int64(len(body)), 16) + "\r\n" + body + "\r\n0\r\n\r\n" +
+		"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK || !resp.Close {
+		t.Fatalf("first answer %d, close %v; want 200 and Connection: close", resp.StatusCode, resp.Close)
+	}
+	if resp2, err := http.ReadResponse(br, nil); err == nil {
+		t.Fatalf("the pipelined request was served (%d) on a connection that sent TE and CL", resp2.StatusCode)
+	}
+	if n := len(be.requests()); n != 1 {
+		t.Fatalf("backend saw %d requests; want 1", n)
+	}
+}
+
+// A plain Content-Length request keeps its connection (keep-alive).
+func TestHandler_APlainRequestKeepsTheConnection(t *testing.T) {
+	be := newFakeVLLM(t)
+	cfg := singlePool(be.addr())
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, cfg, Deps{Router: fr})
+	c := rawConn(t, url)
+	body := `{"model":"m","prompt":"p","max_tokens":1}`
+	one := "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	if _, err := io.WriteString(c, one+one); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	for i := 0; i < 2; i++ {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("answer %d: %v", i, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != http.StatusOK || resp.Close {
+			t.Fatalf("answer %d: %d close %v; want 200 keep-alive", i, resp.StatusCode, resp.Close)
+		}
+	}
+}
