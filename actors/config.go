@@ -173,6 +173,11 @@ type ServiceConfig struct {
 	// RouteTimeout bounds a Route call outside parking; 0 means
 	// DefaultRouteTimeout.
 	RouteTimeout time.Duration
+	// OnEndpointDown, when set, is called from the router actor each time
+	// an endpoint is excluded by a failing probe or an opening breaker (the
+	// gateway cancels legs still waiting for that endpoint's first byte).
+	// It must not block.
+	OnEndpointDown func(ep int)
 }
 
 // Validate checks what the ladder does not: endpoint addresses and feeds.

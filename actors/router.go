@@ -150,6 +150,12 @@ func (a *routerActor) dropParked(ep int, id uint64) {
 
 func (a *routerActor) drainParked(ep int) { a.ctx.Send(a.svc.endpoints[ep], drainParked{}) }
 
+func (a *routerActor) endpointLost(ep int) {
+	if f := a.svc.cfg.OnEndpointDown; f != nil {
+		f(ep)
+	}
+}
+
 func (a *routerActor) breaker(ep int, c outcomeClass) {
 	a.ctx.Send(a.svc.breakers[ep], legResult{class: c})
 }

@@ -24,6 +24,9 @@ type routerPorts interface {
 	wake(ep int)
 	dropParked(ep int, id uint64)
 	drainParked(ep int)
+	// endpointLost says endpoint ep was just excluded by its probe or its
+	// breaker (ServiceConfig.OnEndpointDown).
+	endpointLost(ep int)
 	// breaker feeds an outcome class to endpoint ep's breaker.
 	breaker(ep int, c outcomeClass)
 	// deadline arms the fan-out deadline of decision id; the returned func
@@ -524,6 +527,7 @@ func (c *routerCore) probe(s probeState) {
 	}
 	v.Down = down
 	if down {
+		c.ports.endpointLost(s.ep)
 		c.ports.evictEndpointSessions(s.ep)
 		if v.Parked > 0 {
 			c.ports.drainParked(s.ep)
@@ -539,6 +543,9 @@ func (c *routerCore) breakerState(s breakerState) {
 	c.trial[s.ep] = 0
 	switch s.state {
 	case BreakerOpen:
+		if !v.BreakerOpen {
+			c.ports.endpointLost(s.ep)
+		}
 		v.BreakerOpen = true
 		c.halfOpen = c.halfOpen &^ (1 << uint(s.ep))
 		c.lad.RemoveEndpoint(s.ep)

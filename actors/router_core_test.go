@@ -19,6 +19,7 @@ type recorder struct {
 	wakes    []int
 	drops    []string
 	drains   []int
+	lost     []int
 	feed     []string // breaker feed, "ep/class"
 	armed    map[uint64]bool
 }
@@ -43,7 +44,8 @@ func (r *recorder) wake(ep int) { r.wakes = append(r.wakes, ep) }
 func (r *recorder) dropParked(ep int, id uint64) {
 	r.drops = append(r.drops, fmt.Sprintf("%d/%d", ep, id))
 }
-func (r *recorder) drainParked(ep int) { r.drains = append(r.drains, ep) }
+func (r *recorder) drainParked(ep int)  { r.drains = append(r.drains, ep) }
+func (r *recorder) endpointLost(ep int) { r.lost = append(r.lost, ep) }
 func (r *recorder) breaker(ep int, c outcomeClass) {
 	r.feed = append(r.feed, fmt.Sprintf("%d/%d", ep, c))
 }
@@ -345,6 +347,10 @@ func TestRouterCore_BreakerOpenExcludesAndHalfOpenAllowsOneTrial(t *testing.T) {
 	c.finish(r.route.Ticket, Result{})
 
 	c.breakerState(breakerState{ep: 0, state: BreakerOpen})
+	c.breakerState(breakerState{ep: 0, state: BreakerOpen}) // a repeat is no new loss
+	if got := fmt.Sprint(rec.lost); got != "[0]" {
+		t.Fatalf("endpoints reported lost %s; want [0] (once)", got)
+	}
 	for id := uint64(10); id < 14; id++ {
 		m := newMsg(id, &RouteRequest{})
 		c.route(t0, m)
@@ -396,6 +402,9 @@ func TestRouterCore_ProbeDownEvictsSessionsAndDrainsQueue(t *testing.T) {
 	}
 	if got, want := fmt.Sprint(rec.drains), fmt.Sprintf("[%d]", parkedOn); got != want {
 		t.Fatalf("drains %s; want %s", got, want)
+	}
+	if got, want := fmt.Sprint(rec.lost), fmt.Sprintf("[%d]", parkedOn); got != want {
+		t.Fatalf("endpoints reported lost %s; want %s", got, want)
 	}
 	// The endpoint actor hands the request back; the ladder decides again.
 	c.unparked(t0, unparkedMsg{ep: parkedOn, id: 3, requeue: p})

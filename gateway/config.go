@@ -30,6 +30,17 @@ const (
 	// DefaultTokenizeTimeout bounds the Tier-1.5 /tokenize call (the
 	// inventory client's own default; the lower of the two applies).
 	DefaultTokenizeTimeout = inventory.DefaultTokenizeTimeout
+	// DefaultDecodeTimeout bounds the wait for the first event of a
+	// streamed P/D decode leg (LLB_PD_DECODE_TIMEOUT_SEC; LoxiLB names the
+	// error pd_decode_timeout but publishes no value). A frozen decode
+	// worker is then left after a minute, and the request — the client has
+	// nothing yet — is sent to another pair.
+	DefaultDecodeTimeout = 60 * time.Second
+	// DefaultStreamIdleTimeout bounds the silence between two reads of a
+	// response that is reaching the client (LLB_PD_IDLE_TIMEOUT_SEC), when
+	// the rule sets no timeoutMemberData: a stream from a frozen worker is
+	// cut after it instead of lasting the max stream duration (24 h).
+	DefaultStreamIdleTimeout = 60 * time.Second
 	// DefaultBodyReadTimeout bounds reading a request body.
 	DefaultBodyReadTimeout = 60 * time.Second
 	// DefaultMaxConnectRetries is how many other endpoints a single-pool
@@ -48,6 +59,37 @@ const (
 // EnvPrefillTimeoutSec is the environment variable LoxiLB reads for the
 // prefill deadline (seconds).
 const EnvPrefillTimeoutSec = "LLB_PD_PREFILL_TIMEOUT_SEC"
+
+// Environment variables of the decode-leg bounds (seconds; 0 disables).
+const (
+	EnvDecodeTimeoutSec = "LLB_PD_DECODE_TIMEOUT_SEC"
+	EnvIdleTimeoutSec   = "LLB_PD_IDLE_TIMEOUT_SEC"
+)
+
+// StreamTimeoutsFromEnv reads LLB_PD_DECODE_TIMEOUT_SEC and
+// LLB_PD_IDLE_TIMEOUT_SEC through lookup: unset or empty → 0 (the
+// default), "0" → -1 (off), 1–86400 → that many seconds; anything else is
+// an error wrapping ErrInvalidConfig naming the variable.
+func StreamTimeoutsFromEnv(lookup func(string) (string, bool)) (decode, idle time.Duration, err error) {
+	read := func(name string) (time.Duration, error) {
+		v, ok := lookup(name)
+		v = strings.TrimSpace(v)
+		if !ok || v == "" {
+			return 0, nil
+		}
+		n, err := strconv.Atoi(v)
+		switch {
+		case err != nil || n < 0 || n > 86400:
+			return 0, fmt.Errorf("%s=%q: want whole seconds 0–86400 (0 turns it off): %w", name, v, ErrInvalidConfig)
+		case n == 0:
+			return -1, nil
+		}
+		return time.Duration(n) * time.Second, nil
+	}
+	decode, err1 := read(EnvDecodeTimeoutSec)
+	idle, err2 := read(EnvIdleTimeoutSec)
+	return decode, idle, errors.Join(err1, err2)
+}
 
 // PrefillTimeoutFromEnv reads LLB_PD_PREFILL_TIMEOUT_SEC through lookup
 // (os.LookupEnv in cmd/). Unset or empty → 0 (use the default); a value
@@ -164,6 +206,14 @@ type RuleConfig struct {
 	// means 30 s. Fill it from LLB_PD_PREFILL_TIMEOUT_SEC or
 	// pd_prefill_timeout_sec.
 	PrefillTimeout time.Duration
+	// DecodeTimeout bounds the wait for the first byte of a streamed P/D
+	// decode leg (when timeoutMemberData is not set); 0 means
+	// DefaultDecodeTimeout, negative disables it.
+	DecodeTimeout time.Duration
+	// StreamIdleTimeout bounds the silence between reads of a response
+	// reaching the client (when timeoutMemberData is not set); 0 means
+	// DefaultStreamIdleTimeout, negative disables it.
+	StreamIdleTimeout time.Duration
 	// MaxStreamDuration is max_stream_duration_sec: a per-request deadline
 	// covering routing, both legs and the whole stream; 0 means 24 h. The
 	// server itself has no write timeout, so long SSE streams live exactly
@@ -293,6 +343,20 @@ func (c *RuleConfig) prefillTimeout() time.Duration {
 
 func (c *RuleConfig) maxStreamDuration() time.Duration {
 	return orDefault(c.MaxStreamDuration, DefaultMaxStreamDuration)
+}
+
+func (c *RuleConfig) decodeTimeout() time.Duration {
+	if c.DecodeTimeout < 0 {
+		return 0
+	}
+	return orDefault(c.DecodeTimeout, DefaultDecodeTimeout)
+}
+
+func (c *RuleConfig) streamIdleTimeout() time.Duration {
+	if c.StreamIdleTimeout < 0 {
+		return 0
+	}
+	return orDefault(c.StreamIdleTimeout, DefaultStreamIdleTimeout)
 }
 
 func (c *RuleConfig) tokenizeTimeout() time.Duration {

@@ -65,6 +65,9 @@ const (
 	// CodeParkTimeout: the request waited in an admission queue past its
 	// deadline (504).
 	CodeParkTimeout = "pd_admission_park_timeout"
+	// CodeDecodeTimeout: a streamed P/D decode leg sent no event within
+	// the decode bound, and no other pair could take the request (504).
+	CodeDecodeTimeout = "pd_decode_timeout"
 	// CodeIdleTimeout: the backend sent nothing for timeoutMemberData before
 	// the first byte reached the client (504).
 	CodeIdleTimeout = "pd_idle_timeout"
@@ -208,6 +211,10 @@ func errDecodeDied(detail string) *ClientError {
 
 func errPrefillTimeout(d time.Duration) *ClientError {
 	return planeError(http.StatusGatewayTimeout, CodePrefillTimeout, "the prefill leg did not finish within "+d.String())
+}
+
+func errDecodeTimeout(d time.Duration) *ClientError {
+	return planeError(http.StatusGatewayTimeout, CodeDecodeTimeout, "the decode backend sent no event within "+d.String())
 }
 
 func errIdleTimeout(d time.Duration) *ClientError {

@@ -41,6 +41,10 @@ type Deps struct {
 	// Transport carries upstream requests; nil builds NewTransport with the
 	// rule's connect timeout.
 	Transport http.RoundTripper
+	// Watch cancels legs to an endpoint the router takes out of service;
+	// the runtime wires it to the service's OnEndpointDown. nil builds an
+	// unconnected one.
+	Watch *EndpointWatch
 }
 
 // Handler is one rule's data plane as an http.Handler: parsing, routing
@@ -57,11 +61,14 @@ type Handler struct {
 	met    *Metrics
 	log    zerolog.Logger
 	hopID  string // this instance in X-Llb-Hop
+	watch  *EndpointWatch
 
 	// Effective settings (defaults applied).
 	maxStream       time.Duration
 	prefillTimeout  time.Duration
 	dataTimeout     time.Duration
+	decodeFirstByte time.Duration // 0: no bound
+	streamIdle      time.Duration // 0: no bound
 	bodyLimit       int64
 	bodyReadTimeout time.Duration
 	maxRetries      int
@@ -130,6 +137,12 @@ func NewHandler(cfg RuleConfig, deps Deps) (*Handler, error) {
 		bodyReadTimeout: cfg.bodyReadTimeout(),
 		maxRetries:      cfg.maxConnectRetries(),
 		hopID:           cfg.HopID,
+		watch:           deps.Watch,
+		decodeFirstByte: cfg.decodeTimeout(),
+		streamIdle:      cfg.streamIdleTimeout(),
+	}
+	if h.watch == nil {
+		h.watch = NewEndpointWatch()
 	}
 	if h.hopID == "" {
 		h.hopID = newHopID()

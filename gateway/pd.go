@@ -26,10 +26,12 @@ import (
 // pd_prefill_timeout; a prefill non-2xx answer is relayed to the client; a
 // decode that refuses the connection never saw the request, so the whole
 // exchange is retried on a new route avoiding it (the connect-retry
-// budget; the unused prefill lease expires on the prefill side); a decode
-// that dies after accepting the request, before the client got a byte, is
-// 502 pd_decode_backend_died (LoxiLB's rule); after bytes it aborts the
-// client connection.
+// budget; the unused prefill lease expires on the prefill side) — and so
+// is a streamed decode silent past DecodeTimeout, or one whose endpoint the
+// router takes out (probe, breaker) before it answered (EndpointWatch); a
+// decode that dies after accepting the request, before the client got a
+// byte, is 502 pd_decode_backend_died (LoxiLB's rule); after bytes it
+// aborts the client connection.
 
 // prefillResult is what the prefill leg produced.
 type prefillResult struct {
@@ -139,10 +141,11 @@ func (h *Handler) servePD(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return attempt{}
 	}
 
-	// Decode leg: streamed to the client. Only a refused connection is
-	// retried (serveSingle's rule): the decode never saw the request, and
-	// the client has nothing yet. The retry runs a new exchange, prefill
-	// included, on a route that avoids this decode endpoint.
+	// Decode leg: streamed to the client. A decode that never answered is
+	// retried (serveSingle's rule: refused connection, silent past the
+	// decode bound, taken out of service); the client has nothing yet. The
+	// retry runs a new exchange, prefill included, on a route that avoids
+	// this decode endpoint.
 	dh := hdr
 	dh.Set(HeaderRequestID, id)
 	return h.serveSingle(ctx, w, r, dh, decodeBody, t, actors.LegDecode, dEP, canRetryDecode, x)

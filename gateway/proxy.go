@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
@@ -47,60 +48,110 @@ func (h *Handler) newUpstream(ctx context.Context, in *http.Request, ep int, hdr
 	return out
 }
 
-// idleWatch cancels a leg when the backend stays silent for d
-// (timeoutMemberData). A nil *idleWatch is a disabled watch.
+// idleWatch cancels a leg when the backend stays silent too long: first
+// bounds the wait for its first byte (0: no bound), idle every silence after
+// it (0: no bound). A nil *idleWatch is a disabled watch. Every method but
+// timedOut runs on the leg's goroutine.
 type idleWatch struct {
-	t     *time.Timer
-	d     time.Duration
-	fired atomic.Bool
+	t      *time.Timer
+	idle   time.Duration
+	cancel context.CancelCauseFunc
+	fired  atomic.Bool
+	// decode is true when first is the decode-stream bound (its expiry is
+	// pd_decode_timeout, retried) rather than timeoutMemberData
+	// (pd_idle_timeout).
+	decode  bool
+	started bool // a byte arrived: idle bounds now apply
 }
 
-func newIdleWatch(d time.Duration, cancel context.CancelFunc) *idleWatch {
-	if d <= 0 {
+func newIdleWatch(b legBounds, cancel context.CancelCauseFunc) *idleWatch {
+	first, idle := b.first, b.idle
+	if first <= 0 && idle <= 0 {
 		return nil
 	}
-	w := &idleWatch{d: d}
-	w.t = time.AfterFunc(d, func() { w.fired.Store(true); cancel() })
+	w := &idleWatch{idle: idle, cancel: cancel, decode: b.decodeFirst}
+	if first > 0 {
+		w.t = time.AfterFunc(first, w.fire)
+	}
 	return w
 }
 
+func (w *idleWatch) fire() {
+	w.fired.Store(true)
+	w.cancel(errSilent)
+}
+
+// reset records that bytes arrived: the idle bound starts again.
 func (w *idleWatch) reset() {
-	if w != nil {
-		w.t.Reset(w.d)
+	if w == nil {
+		return
+	}
+	w.started = true
+	switch {
+	case w.idle <= 0:
+		if w.t != nil {
+			w.t.Stop()
+		}
+	case w.t == nil:
+		w.t = time.AfterFunc(w.idle, w.fire)
+	default:
+		w.t.Reset(w.idle)
 	}
 }
 
 func (w *idleWatch) stop() {
-	if w != nil {
+	if w != nil && w.t != nil {
 		w.t.Stop()
 	}
 }
 
 func (w *idleWatch) timedOut() bool { return w != nil && w.fired.Load() }
 
+// decodeFirstByte reports whether the watch fired on the decode-stream
+// bound, while the leg still waited for its first byte.
+func (w *idleWatch) decodeFirstByte() bool { return w.timedOut() && !w.started && w.decode }
+
+// errSilent is the cause of a leg cancelled by its idleWatch.
+var errSilent = errors.New("gateway: backend silent too long")
+
 // failCause is why a leg failed, in the order causes are checked.
 type failCause uint8
 
 const (
-	causeNone     failCause = iota
-	causeClient             // the client left (its context is done)
-	causeDeadline           // the request's max stream duration passed
-	causeIdle               // timeoutMemberData
-	causePrefill            // the prefill deadline passed
-	causeConnect            // no connection
-	causeReset              // the connection broke
+	causeNone      failCause = iota
+	causeClient              // the client left (its context is done)
+	causeDeadline            // the request's max stream duration passed
+	causeFirstByte           // a decode stream's first byte did not come in time
+	causeIdle                // silent too long (timeoutMemberData, the stream idle bound)
+	causeDown                // the endpoint was excluded (probe, breaker) before it answered
+	causePrefill             // the prefill deadline passed
+	causeConnect             // no connection
+	causeReset               // the connection broke
 )
 
+// retryable reports whether a leg that failed this way, before the client
+// got a byte, may be sent again elsewhere: the endpoint never answered
+// (refused the connection, went down, or kept a decode stream silent past
+// its first-byte bound).
+func (c failCause) retryable() bool {
+	return c == causeConnect || c == causeDown || c == causeFirstByte
+}
+
 // legFailure classifies err from a leg. legCtx is the leg's own context
-// (prefill deadline), reqCtx the request's (max duration).
+// (prefill deadline, idle watch, endpoint watch), reqCtx the request's (max
+// duration).
 func legFailure(err error, in *http.Request, reqCtx, legCtx context.Context, idle *idleWatch) (actors.Failure, failCause) {
 	switch {
 	case in.Context().Err() != nil:
 		return actors.FailClientGone, causeClient
 	case reqCtx.Err() != nil:
 		return actors.FailTimeout, causeDeadline
+	case idle.decodeFirstByte():
+		return actors.FailTimeout, causeFirstByte
 	case idle.timedOut():
 		return actors.FailTimeout, causeIdle
+	case errors.Is(context.Cause(legCtx), errEndpointDown):
+		return actors.FailTimeout, causeDown
 	case legCtx.Err() != nil:
 		return actors.FailTimeout, causePrefill
 	}
@@ -126,8 +177,12 @@ func (h *Handler) clientErrorFor(c failCause, leg actors.Leg, err error) *Client
 		return nil
 	case causeDeadline:
 		return errStreamDuration(h.maxStream)
+	case causeFirstByte:
+		return errDecodeTimeout(h.decodeFirstByte)
 	case causeIdle:
-		return errIdleTimeout(h.dataTimeout)
+		return errIdleTimeout(h.legIdle())
+	case causeDown:
+		return errBackendUnreachable("the endpoint was taken out of service (probe or breaker) before it answered")
 	case causePrefill:
 		return errPrefillTimeout(h.prefillTimeout)
 	}
@@ -137,49 +192,91 @@ func (h *Handler) clientErrorFor(c failCause, leg actors.Leg, err error) *Client
 	return errBackendUnreachable(detail)
 }
 
+// legTimeouts are the silence bounds of one leg that answers the client:
+// timeoutMemberData when the rule sets it (both before and after the first
+// byte); otherwise a decode leg of a streamed request waits at most
+// decodeFirstByte for its first event, and every leg at most streamIdle
+// between reads once bytes flow. A non-streamed answer comes whole at the
+// end of the generation, however long it is: nothing bounds its first byte
+// but the max stream duration and the endpoint watch (a frozen worker is
+// excluded by its probe, which cancels the leg).
+func (h *Handler) legTimeouts(leg actors.Leg, stream bool) legBounds {
+	if h.dataTimeout > 0 {
+		return legBounds{first: h.dataTimeout, idle: h.dataTimeout}
+	}
+	b := legBounds{idle: h.streamIdle}
+	if leg == actors.LegDecode && stream && h.decodeFirstByte > 0 {
+		b.first, b.decodeFirst = h.decodeFirstByte, true
+	}
+	return b
+}
+
+// legBounds are a leg's silence bounds (0: none).
+type legBounds struct {
+	first, idle time.Duration
+	decodeFirst bool // first is the decode-stream bound
+}
+
+// legIdle is the idle bound named in a 504 pd_idle_timeout.
+func (h *Handler) legIdle() time.Duration {
+	if h.dataTimeout > 0 {
+		return h.dataTimeout
+	}
+	return h.streamIdle
+}
+
 // serveSingle runs one leg that answers the client directly, reports it and
-// finishes the ticket. canRetry allows asking for a re-route after a
-// connect failure. The caller has set x.prefillEP/x.decodeEP.
+// finishes the ticket. canRetry allows asking for a re-route when the
+// endpoint never answered (see failCause.retryable). The caller has set
+// x.prefillEP/x.decodeEP.
 func (h *Handler) serveSingle(ctx context.Context, w http.ResponseWriter, r *http.Request, hdr http.Header, body []byte,
 	t actors.Ticket, leg actors.Leg, ep int, canRetry bool, x *exchange) attempt {
 	start := time.Now()
-	lctx := ctx
-	var idle *idleWatch
-	if h.dataTimeout > 0 {
-		var lcancel context.CancelFunc
-		lctx, lcancel = context.WithCancel(ctx)
-		defer lcancel()
-		idle = newIdleWatch(h.dataTimeout, lcancel)
-		defer idle.stop()
-	}
+	lctx, lcancel := context.WithCancelCause(ctx)
+	defer lcancel(nil)
+	idle := newIdleWatch(h.legTimeouts(leg, x.stream), lcancel)
+	defer idle.stop()
+	watched := h.watch.add(ep, lcancel)
+	defer h.watch.remove(ep, watched)
 	resp, err := h.rt.RoundTrip(h.newUpstream(lctx, r, ep, hdr, body))
 	if err != nil {
 		fail, cause := legFailure(err, r, ctx, lctx, idle)
-		h.router.Report(actors.Outcome{Ticket: t, Leg: leg, Failure: fail, Duration: time.Since(start)})
-		h.finish(x, t, actors.Result{})
-		if leg == actors.LegDecode && fail != actors.FailClientGone {
-			h.met.decodeDied.Inc()
-		}
-		ce := h.clientErrorFor(cause, leg, err)
-		if cause == causeConnect && canRetry {
-			return attempt{retry: true, failedEP: ep, err: ce}
-		}
-		x.failure = fail
-		if ce == nil {
-			x.clientGone()
-		} else {
-			h.fail(w, x, ce)
-		}
-		return attempt{}
+		return h.legFailed(w, x, t, leg, ep, fail, cause, err, time.Since(start), canRetry)
 	}
 	x.ttfb = time.Since(x.start)
 	ttfb := time.Since(start)
-	rel := h.relay(w, r, ctx, lctx, resp, idle, leg == actors.LegDecode, x)
+	rel := h.relay(w, r, ctx, lctx, resp, idle, watched, leg == actors.LegDecode, x)
+	if !rel.committed && rel.cause != causeNone {
+		return h.legFailed(w, x, t, leg, ep, rel.failure, rel.cause, rel.err, time.Since(start), canRetry)
+	}
 	if leg == actors.LegDecode && !rel.firstByte.IsZero() {
 		h.met.decodeTTFT.Update(seconds(rel.firstByte.Sub(start)))
 	}
 	h.router.Report(actors.Outcome{Ticket: t, Leg: leg, Status: resp.StatusCode, Failure: rel.failure, TTFB: ttfb, Duration: time.Since(start)})
 	h.finish(x, t, actors.Result{OK: rel.failure == actors.FailNone && resp.StatusCode/100 == 2})
+	return attempt{}
+}
+
+// legFailed reports a leg that failed before the client got a byte and
+// finishes its ticket; then either asks for a re-route (retryable cause,
+// canRetry) or answers the client.
+func (h *Handler) legFailed(w http.ResponseWriter, x *exchange, t actors.Ticket, leg actors.Leg, ep int,
+	fail actors.Failure, cause failCause, err error, took time.Duration, canRetry bool) attempt {
+	h.router.Report(actors.Outcome{Ticket: t, Leg: leg, Failure: fail, Duration: took})
+	h.finish(x, t, actors.Result{})
+	if leg == actors.LegDecode && fail != actors.FailClientGone {
+		h.met.decodeDied.Inc()
+	}
+	ce := h.clientErrorFor(cause, leg, err)
+	if cause.retryable() && canRetry {
+		return attempt{retry: true, failedEP: ep, err: ce}
+	}
+	x.failure = fail
+	if ce == nil {
+		x.clientGone()
+	} else {
+		h.fail(w, x, ce)
+	}
 	return attempt{}
 }
 
@@ -189,6 +286,12 @@ type relayResult struct {
 	// firstByte is when the first body byte was read from the backend (zero
 	// when none was).
 	firstByte time.Time
+	// committed is true once the response headers went to the client.
+	committed bool
+	// cause and err say why a relay that committed nothing failed; the
+	// caller answers the client (or retries).
+	cause failCause
+	err   error
 }
 
 // isEventStream reports whether a response is SSE.
@@ -201,12 +304,13 @@ func isEventStream(resp *http.Response) bool {
 }
 
 // relay streams resp to the client. Headers are committed with the first
-// body byte; when the backend fails before that, the client gets a JSON
-// error instead (zeroByteIsDeath also treats a clean but empty 2xx body
-// without Content-Length: 0 as a death — the P/D decode rule). It closes
-// resp.Body and leaves x describing what the client saw.
+// body byte; when the backend fails before that, relay commits nothing and
+// returns the cause for the caller to answer or retry (zeroByteIsDeath also
+// treats a clean but empty 2xx body without Content-Length: 0 as a death —
+// the P/D decode rule). It closes resp.Body; watched stops answering to the
+// endpoint watch once the response is committed.
 func (h *Handler) relay(w http.ResponseWriter, r *http.Request, reqCtx, legCtx context.Context, resp *http.Response,
-	idle *idleWatch, zeroByteIsDeath bool, x *exchange) relayResult {
+	idle *idleWatch, watched *watchedLeg, zeroByteIsDeath bool, x *exchange) relayResult {
 	defer resp.Body.Close()
 	bp := h.bufs.Get().(*[]byte)
 	defer h.bufs.Put(bp)
@@ -226,18 +330,17 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, reqCtx, legCtx c
 				fail, cause = actors.FailReset, causeReset
 				h.met.decodeZeroByte.Inc()
 			}
-			if zeroByteIsDeath && fail != actors.FailClientGone {
-				h.met.decodeDied.Inc()
-			}
-			res.failure, x.failure = fail, fail
-			if ce := h.clientErrorFor(cause, leg(zeroByteIsDeath), rerr); ce != nil {
-				h.fail(w, x, ce)
-			} else {
-				x.clientGone()
-			}
+			res.failure, res.cause, res.err = fail, cause, rerr
 			return res
 		}
 	}
+	if !watched.commit() {
+		// The endpoint was taken out just now: its cancel is under way.
+		fail, cause := legFailure(context.Cause(legCtx), r, reqCtx, legCtx, idle)
+		res.failure, res.cause, res.err = fail, cause, context.Cause(legCtx)
+		return res
+	}
+	res.committed = true
 
 	// Commit the response.
 	hdr := w.Header()
@@ -303,14 +406,6 @@ func setWriteDeadline(ctx context.Context, w http.ResponseWriter) {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = http.NewResponseController(w).SetWriteDeadline(dl)
 	}
-}
-
-// leg maps relay's decode flag back to the leg kind for error wording.
-func leg(decode bool) actors.Leg {
-	if decode {
-		return actors.LegDecode
-	}
-	return actors.LegSingle
 }
 
 // readSome reads until at least one byte or an error.

@@ -35,6 +35,9 @@ type Rule struct {
 	// hasher and feed starter. Endpoints must be index-aligned with
 	// Gateway.Endpoints; their Feeds say where each prefill engine publishes.
 	Service actors.ServiceConfig
+
+	// watch is the rule's endpoint watch (built by complete).
+	watch *EndpointWatch
 }
 
 // RuntimeConfig configures a Runtime.
@@ -170,6 +173,8 @@ func (rt *Runtime) Apply(ctx context.Context, r Rule) error {
 func (rt *Runtime) complete(r *Rule, live *liveRule) error {
 	sc := &r.Service
 	sc.Key = r.Key
+	r.watch = NewEndpointWatch()
+	sc.OnEndpointDown = r.watch.EndpointDown
 	r.Gateway.HopID = rt.cfg.HopID
 	r.Gateway.Probe.HopID = rt.cfg.HopID
 	if len(sc.Endpoints) != len(r.Gateway.Endpoints) {
@@ -254,6 +259,7 @@ func (rt *Runtime) handler(live *liveRule, r Rule) (*Handler, error) {
 	deps := Deps{
 		Router:  live.router,
 		Hasher:  r.Service.KV.Keys,
+		Watch:   r.watch,
 		Metrics: live.met,
 		Log:     rt.cfg.Log.With().Str(logfield.Component, "gateway").Str(logfield.Rule, r.Key).Logger(),
 	}

@@ -107,3 +107,42 @@ func TestChaos_FrozenWorkersAreTimedOutAndExcludedNeverWaitedFor(t *testing.T) {
 			failed, len(report), len(report)*(clients+3), tl)
 	}
 }
+
+// Without timeoutMemberData: the defaults bound a frozen decode worker (issue
+// 13). A stream it held is cut after the stream idle bound; a streamed
+// request waiting for its first event is sent to the other decode after the
+// decode bound; a non-streamed one is sent elsewhere as soon as the probe
+// or the breaker takes the worker out. No request waits for the 24 h max
+// stream duration, and none that had nothing yet fails.
+func TestChaos_AFrozenDecodeIsBoundedByTheDefaultsWithoutADataTimeout(t *testing.T) {
+	f := startPDFleet(t, fleetSpec{
+		prefill: 1, decode: 2, timeScale: 0.5,
+		env: []string{"LLB_PD_DECODE_TIMEOUT_SEC=2", "LLB_PD_IDLE_TIMEOUT_SEC=2", "LOXILB_KV_COLDSTART_SEED_N=0"},
+	})
+	const clients = 8
+	load := loadSpec{clients: clients, maxTokens: 256, stream: true, hungAfter: 25 * time.Second}
+	stop := make(chan struct{})
+	result := make(chan *tally, 1)
+	live := newTally()
+	go func() { result <- runLoadInto(f.vip, load, stop, live) }()
+
+	dec := f.worker(1) // decode-0
+	waitUntil(t, dec.spec.Name+" streaming", 10*time.Second, func() bool { return live.streamingOn(dec.addr()) >= 2 })
+	dec.signal(syscall.SIGSTOP)
+	frozenAt := time.Now()
+	f.waitEndpoints(dec.spec.Name+" probed down", 15*time.Second, func(eps []endpointState) bool { return eps[1].Probe == "down" })
+	down := time.Since(frozenAt)
+	time.Sleep(3 * time.Second) // load runs on the remaining decode meanwhile
+	dec.signal(syscall.SIGCONT)
+	f.waitEndpoints(dec.spec.Name+" probed up after SIGCONT", probeUpWithin, func(eps []endpointState) bool { return eps[1].Probe == "up" })
+	close(stop)
+	tl := <-result
+	t.Logf("SIGSTOP %s: probed down within %v; requests %s", dec.spec.Name, down.Round(time.Millisecond), tl)
+	tl.check(t, outOK, outStreamCut)
+	if tl.get(outStreamCut) == 0 {
+		t.Errorf("no stream was cut by the idle bound: the freeze did not land mid-stream (%s)", tl)
+	}
+	if tl.get(outStreamCut) > clients {
+		t.Errorf("%d streams cut; at most the %d clients' streams on the frozen worker could be", tl.get(outStreamCut), clients)
+	}
+}

@@ -36,6 +36,9 @@ type ruleDefaults struct {
 	NoneHashSeed string
 	// PrefillTimeout is LLB_PD_PREFILL_TIMEOUT_SEC (0 = gateway default).
 	PrefillTimeout time.Duration
+	// DecodeTimeout and StreamIdleTimeout are LLB_PD_DECODE_TIMEOUT_SEC and
+	// LLB_PD_IDLE_TIMEOUT_SEC (0 = gateway default, negative = off).
+	DecodeTimeout, StreamIdleTimeout time.Duration
 	// ProbePeriod is the probe period of rules that set no probeTimeout.
 	ProbePeriod time.Duration
 }
@@ -216,6 +219,8 @@ func gatewayRule(r *restapi.Rule, def ruleDefaults) (gateway.Rule, error) {
 		ConnectTimeout:    eff.ConnectTimeout,
 		DataTimeout:       time.Duration(sa.TimeoutMemberData) * time.Millisecond,
 		PrefillTimeout:    def.PrefillTimeout,
+		DecodeTimeout:     def.DecodeTimeout,
+		StreamIdleTimeout: def.StreamIdleTimeout,
 		MaxStreamDuration: eff.MaxStreamDuration,
 		SSEMode:           sa.SSEMode,
 		Paused:            !eff.AdminUp,

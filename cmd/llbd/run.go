@@ -217,6 +217,10 @@ func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) strin
 	if err != nil {
 		return nil, nil, usagef("%v", err)
 	}
+	decodeTimeout, streamIdle, err := gateway.StreamTimeoutsFromEnv(func(k string) (string, bool) { v := getenv(k); return v, v != "" })
+	if err != nil {
+		return nil, nil, usagef("%v", err)
+	}
 	maxMsg, err := inventory.MaxMsgSizeFromEnv(getenv)
 	if err != nil {
 		return nil, nil, usagef("%v", err)
@@ -234,7 +238,8 @@ func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) strin
 	dp := &dataPlane{
 		rt:       rt,
 		unserved: make(map[restapi.RuleKey]string),
-		defaults: ruleDefaults{Env: env, NoneHashSeed: seed, PrefillTimeout: prefill, ProbePeriod: defaultProbePeriod},
+		defaults: ruleDefaults{Env: env, NoneHashSeed: seed, PrefillTimeout: prefill, ProbePeriod: defaultProbePeriod,
+			DecodeTimeout: decodeTimeout, StreamIdleTimeout: streamIdle},
 	}
 	log.Info().Str("kv_lb_mode", env.LBMode.String()).Msg("data plane ready")
 	return dp, func(ctx context.Context) {
