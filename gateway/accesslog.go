@@ -101,7 +101,10 @@ func (h *Handler) record(r *http.Request, x *exchange) {
 	if x.pd {
 		m.pdRequests.Inc()
 	}
-	e := h.log.Info()
+	e := h.log.Debug()
+	if h.cfg.AccessLog {
+		e = h.log.Info()
+	}
 	if !e.Enabled() {
 		return
 	}

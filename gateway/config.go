@@ -238,6 +238,9 @@ type RuleConfig struct {
 	// negative value disables retries. The P/D prefill leg always gets
 	// exactly one retry (LoxiLB's rule).
 	MaxConnectRetries int
+	// AccessLog writes the access log line of every request at Info; off,
+	// the line is Debug detail (seen with --log-level debug).
+	AccessLog bool
 	// HopID identifies this llb instance in the X-Llb-Hop header of every
 	// forwarded request and probe; a request arriving with it has looped
 	// and gets 508. "" mints a random one per handler (the runtime passes

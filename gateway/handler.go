@@ -35,8 +35,9 @@ type Deps struct {
 	Tokenizer inventory.Tokenizer
 	// Metrics receives the rule's metrics; nil keeps them in a private set.
 	Metrics *Metrics
-	// Log receives the access log (Info, one line per request) and
-	// decision traces (Debug). The zero Logger discards.
+	// Log receives the access log (one line per request: Info with
+	// RuleConfig.AccessLog, else Debug) and decision traces (Debug). The
+	// zero Logger discards.
 	Log zerolog.Logger
 	// Transport carries upstream requests; nil builds NewTransport with the
 	// rule's connect timeout.

@@ -74,7 +74,7 @@ func newListener(h *Handler) *Listener {
 		ReadHeaderTimeout: DefaultReadHeaderTimeout,
 		IdleTimeout:       DefaultIdleTimeout,
 		BaseContext:       func(net.Listener) context.Context { return base },
-		ErrorLog:          log.New(h.log, "", 0),
+		ErrorLog:          log.New(&serverErrorLog{log: h.log}, "", 0),
 	}
 	return l
 }

@@ -52,6 +52,8 @@ type RuntimeConfig struct {
 	Metrics *metrics.Set
 	// Feeds starts KV-event subscriptions; nil means actors.ZMQFeeds.
 	Feeds actors.FeedStarter
+	// AccessLog writes every rule's access log at Info (else Debug).
+	AccessLog bool
 	// HopID identifies this llb instance in X-Llb-Hop (loop detection); ""
 	// mints a random one. Every rule and probe of the runtime shares it.
 	HopID string
@@ -176,6 +178,7 @@ func (rt *Runtime) complete(r *Rule, live *liveRule) error {
 	r.watch = NewEndpointWatch()
 	sc.OnEndpointDown = r.watch.EndpointDown
 	r.Gateway.HopID = rt.cfg.HopID
+	r.Gateway.AccessLog = rt.cfg.AccessLog
 	r.Gateway.Probe.HopID = rt.cfg.HopID
 	if len(sc.Endpoints) != len(r.Gateway.Endpoints) {
 		return fmt.Errorf("gateway: rule %s: %d service endpoints for %d gateway endpoints: %w",

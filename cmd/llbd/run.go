@@ -102,7 +102,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}()
 	}
 	set := metrics.NewSet()
-	rt, closeRuntime, err := newRuntime(base, set, getenv, cfg.NoDataPlane)
+	rt, closeRuntime, err := newRuntime(base, set, getenv, cfg.NoDataPlane, cfg.AccessLog)
 	if err != nil {
 		return err
 	}
@@ -200,7 +200,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // environment (read once, here). With noDataPlane it returns
 // restapi.NoDataPlane instead and says so. The returned func drains and
 // stops every rule.
-func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) string, noDataPlane bool) (restapi.Runtime, func(context.Context), error) {
+func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) string, noDataPlane, accessLog bool) (restapi.Runtime, func(context.Context), error) {
 	log := base.With().Str(logfield.Component, "llbd").Logger()
 	if noDataPlane {
 		log.Warn().Msg("--no-data-plane: rules are validated, persisted and listed, but no traffic is served and every endpoint reports inactive")
@@ -230,7 +230,7 @@ func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) strin
 		seed = defaultNoneHashSeed
 	}
 	sys := actors.NewSystem(base.With().Str(logfield.Component, "actors").Logger(), set)
-	rt, err := gateway.NewRuntime(gateway.RuntimeConfig{System: sys, Log: base, Metrics: set, KVMaxMsgSize: maxMsg})
+	rt, err := gateway.NewRuntime(gateway.RuntimeConfig{System: sys, Log: base, Metrics: set, KVMaxMsgSize: maxMsg, AccessLog: accessLog})
 	if err != nil {
 		sys.Shutdown()
 		return nil, nil, err
