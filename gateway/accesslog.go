@@ -51,6 +51,9 @@ type exchange struct {
 	kvOut   KVParamsOutcome
 	failure actors.Failure
 	aborted bool
+	// detail is the upstream error behind a failed leg (for the log; the
+	// client sees it only when addresses are not hidden).
+	detail string
 }
 
 func (x *exchange) clientGone() {
@@ -150,6 +153,9 @@ func (h *Handler) record(r *http.Request, x *exchange) {
 	}
 	if x.failure != actors.FailNone {
 		e.Str(logfield.Failure, x.failure.String())
+	}
+	if x.detail != "" {
+		e.Str(logfield.Error, x.detail)
 	}
 	if x.aborted {
 		e.Bool(logfield.Aborted, true)

@@ -238,6 +238,10 @@ type RuleConfig struct {
 	// negative value disables retries. The P/D prefill leg always gets
 	// exactly one retry (LoxiLB's rule).
 	MaxConnectRetries int
+	// HideBackendAddrs keeps endpoint addresses out of what clients see:
+	// X-Llb-Route has no prefill_addr/decode_addr, and error bodies no
+	// upstream error text. Operators still find both in the access log.
+	HideBackendAddrs bool
 	// AccessLog writes the access log line of every request at Info; off,
 	// the line is Debug detail (seen with --log-level debug).
 	AccessLog bool

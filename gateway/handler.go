@@ -53,16 +53,19 @@ type Deps struct {
 // metrics. It is safe for concurrent use; each request runs entirely in
 // its own goroutine (the server's), with no goroutine per token.
 type Handler struct {
-	cfg    RuleConfig
-	addrs  []string // endpoint ip:port, by index
-	router actors.Router
-	rt     http.RoundTripper
-	ownRT  *http.Transport // rt when the handler built it (closed on stop)
-	input  *routeInput
-	met    *Metrics
-	log    zerolog.Logger
-	hopID  string // this instance in X-Llb-Hop
-	watch  *EndpointWatch
+	cfg   RuleConfig
+	addrs []string // endpoint ip:port, by index
+	// clientAddrs is addrs, or nil when RuleConfig.HideBackendAddrs keeps
+	// them out of what clients see (X-Llb-Route).
+	clientAddrs []string
+	router      actors.Router
+	rt          http.RoundTripper
+	ownRT       *http.Transport // rt when the handler built it (closed on stop)
+	input       *routeInput
+	met         *Metrics
+	log         zerolog.Logger
+	hopID       string // this instance in X-Llb-Hop
+	watch       *EndpointWatch
 
 	// Effective settings (defaults applied).
 	maxStream       time.Duration
@@ -151,6 +154,9 @@ func NewHandler(cfg RuleConfig, deps Deps) (*Handler, error) {
 	h.cfg.Endpoints = append([]EndpointConfig(nil), cfg.Endpoints...)
 	for _, ep := range cfg.Endpoints {
 		h.addrs = append(h.addrs, ep.Addr.String())
+	}
+	if !cfg.HideBackendAddrs {
+		h.clientAddrs = h.addrs
 	}
 	if h.rt == nil {
 		t := NewTransport(TransportConfig{ConnectTimeout: cfg.connectTimeout()})
@@ -256,7 +262,7 @@ func (h *Handler) finish(x *exchange, t actors.Ticket, res actors.Result) {
 // fail answers the client with e (nothing was sent yet).
 func (h *Handler) fail(w http.ResponseWriter, x *exchange, e *ClientError) {
 	x.status, x.code = e.Status, e.Code
-	x.setRouteHeader(w.Header(), h.addrs)
+	x.setRouteHeader(w.Header(), h.clientAddrs)
 	x.bytes += int64(e.write(w))
 }
 

@@ -309,3 +309,39 @@ func TestHandler_ALoopedRequestIs508AndNeverForwarded(t *testing.T) {
 		t.Fatalf("backend saw %d requests; want 0", n)
 	}
 }
+
+func TestOutboundHeader_XRealIPIsLLBsViewUnlessTrusted(t *testing.T) {
+	r, _ := http.NewRequest(http.MethodPost, "http://vip/v1/completions", nil)
+	r.RemoteAddr = "10.1.1.1:999"
+	r.Header.Set("X-Real-IP", "6.6.6.6")
+	if got := outboundHeader(r, false, "me").Values("X-Real-Ip"); len(got) != 1 || got[0] != "10.1.1.1" {
+		t.Errorf("untrusted X-Real-IP %q; want [10.1.1.1]", got)
+	}
+	if got := outboundHeader(r, true, "me").Get("X-Real-Ip"); got != "6.6.6.6" {
+		t.Errorf("trusted X-Real-IP %q; want the client's 6.6.6.6", got)
+	}
+	r.Header.Del("X-Real-IP")
+	if got := outboundHeader(r, true, "me").Get("X-Real-Ip"); got != "10.1.1.1" {
+		t.Errorf("trusted without one: %q; want 10.1.1.1", got)
+	}
+}
+
+func TestHandler_HiddenBackendAddressesStayOutOfClientAnswers(t *testing.T) {
+	closed := closedAddr(t)
+	cfg := singlePool(closed)
+	cfg.HideBackendAddrs = true
+	cfg.MaxConnectRetries = -1
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, cfg, Deps{Router: fr})
+	resp, body := post(t, testClient(t), url+PathCompletions, `{"model":"m","prompt":"p"}`)
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("got %d %s; want 502", resp.StatusCode, body)
+	}
+	addr := closed.String()
+	if strings.Contains(string(body), addr) || strings.Contains(resp.Header.Get(HeaderRoute), addr) {
+		t.Fatalf("the backend address %s reached the client: %s / %s", addr, resp.Header.Get(HeaderRoute), body)
+	}
+	if !strings.Contains(resp.Header.Get(HeaderRoute), "prefill=0") {
+		t.Errorf("X-Llb-Route %q lost the decision itself", resp.Header.Get(HeaderRoute))
+	}
+}

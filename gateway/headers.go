@@ -80,8 +80,9 @@ func removeHopHeaders(h http.Header) {
 // outboundHeader builds the header of an upstream request from the client's:
 // a copy without hop-by-hop headers, Expect (the body is already read),
 // Content-Length (set from the body), Forwarded and client-sent
-// X-Forwarded-* (unless trusted), then llb's X-Forwarded-For/-Proto/-Host,
-// and X-Llb-Hop with hopID appended.
+// X-Forwarded-* and X-Real-IP (unless trusted), then llb's
+// X-Forwarded-For/-Proto/-Host and X-Real-IP, and X-Llb-Hop with hopID
+// appended.
 func outboundHeader(in *http.Request, trust bool, hopID string) http.Header {
 	h := in.Header.Clone()
 	if h == nil {
@@ -91,6 +92,11 @@ func outboundHeader(in *http.Request, trust bool, hopID string) http.Header {
 	delete(h, "Expect")
 	delete(h, "Content-Length")
 	prior := h["X-Forwarded-For"]
+	if !trust || len(h["X-Real-Ip"]) == 0 {
+		// X-Real-IP, like X-Forwarded-For, is llb's view of the client
+		// unless the client's own headers are trusted.
+		h["X-Real-Ip"] = []string{clientIP(in)}
+	}
 	if !trust {
 		delete(h, "Forwarded")
 		prior = nil

@@ -103,6 +103,7 @@ func (h *Handler) servePD(ctx context.Context, w http.ResponseWriter, r *http.Re
 		if cause == causeConnect || cause == causeReset {
 			h.met.prefillDied.Inc()
 		}
+		x.detail = err.Error()
 		ce := h.clientErrorFor(cause, actors.LegPrefill, err)
 		if (cause == causeConnect || cause == causeReset) && canRetry {
 			return attempt{retry: true, failedEP: pEP, prefill: true, err: ce}
@@ -157,7 +158,7 @@ func (h *Handler) relayPrefillError(ctx context.Context, w http.ResponseWriter, 
 	hdr := w.Header()
 	copyResponseHeader(hdr, pr.header)
 	hdr.Set("Content-Length", strconv.Itoa(len(pr.body)))
-	x.setRouteHeader(hdr, h.addrs)
+	x.setRouteHeader(hdr, h.clientAddrs)
 	w.WriteHeader(pr.status)
 	x.status = pr.status
 	setWriteDeadline(ctx, w)

@@ -169,7 +169,10 @@ func legFailure(err error, in *http.Request, reqCtx, legCtx context.Context, idl
 // got a byte (nil when the client is gone).
 func (h *Handler) clientErrorFor(c failCause, leg actors.Leg, err error) *ClientError {
 	detail := "no detail"
-	if err != nil {
+	switch {
+	case h.cfg.HideBackendAddrs:
+		detail = "the cause is in llb's access log"
+	case err != nil:
 		detail = err.Error()
 	}
 	switch c {
@@ -267,6 +270,9 @@ func (h *Handler) legFailed(w http.ResponseWriter, x *exchange, t actors.Ticket,
 	if leg == actors.LegDecode && fail != actors.FailClientGone {
 		h.met.decodeDied.Inc()
 	}
+	if err != nil {
+		x.detail = err.Error()
+	}
 	ce := h.clientErrorFor(cause, leg, err)
 	if cause.retryable() && canRetry {
 		return attempt{retry: true, failedEP: ep, err: ce}
@@ -345,7 +351,7 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, reqCtx, legCtx c
 	// Commit the response.
 	hdr := w.Header()
 	copyResponseHeader(hdr, resp.Header)
-	x.setRouteHeader(hdr, h.addrs)
+	x.setRouteHeader(hdr, h.clientAddrs)
 	for k := range resp.Trailer {
 		hdr.Add("Trailer", k)
 	}

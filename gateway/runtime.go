@@ -54,6 +54,9 @@ type RuntimeConfig struct {
 	Feeds actors.FeedStarter
 	// AccessLog writes every rule's access log at Info (else Debug).
 	AccessLog bool
+	// HideBackendAddrs keeps endpoint addresses out of every rule's client
+	// answers (RuleConfig.HideBackendAddrs).
+	HideBackendAddrs bool
 	// HopID identifies this llb instance in X-Llb-Hop (loop detection); ""
 	// mints a random one. Every rule and probe of the runtime shares it.
 	HopID string
@@ -179,6 +182,7 @@ func (rt *Runtime) complete(r *Rule, live *liveRule) error {
 	sc.OnEndpointDown = r.watch.EndpointDown
 	r.Gateway.HopID = rt.cfg.HopID
 	r.Gateway.AccessLog = rt.cfg.AccessLog
+	r.Gateway.HideBackendAddrs = r.Gateway.HideBackendAddrs || rt.cfg.HideBackendAddrs
 	r.Gateway.Probe.HopID = rt.cfg.HopID
 	if len(sc.Endpoints) != len(r.Gateway.Endpoints) {
 		return fmt.Errorf("gateway: rule %s: %d service endpoints for %d gateway endpoints: %w",

@@ -56,6 +56,9 @@ type config struct {
 	// of it (make run). Without an explicit state dir, its state lives in a
 	// temporary directory so the demo rule never outlives the demo.
 	Demo bool
+	// HideBackendAddrs keeps endpoint addresses out of what data-plane
+	// clients see (X-Llb-Route, error bodies).
+	HideBackendAddrs bool
 	// AccessLog writes one access log line per data-plane request at Info
 	// (default off: the line is then Debug detail).
 	AccessLog bool
@@ -115,6 +118,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		{"max-rule-bytes", "LLB_MAX_RULE_BYTES", "largest rule as stored, in bytes of JSON; a larger rule gets 422"},
 		{"no-data-plane", "LLB_NO_DATA_PLANE", "run the REST control plane only: rules are stored and listed, no traffic is served"},
 		{"demo", "LLB_DEMO", "start an embedded simulated vLLM fleet (2 prefill + 2 decode) and a P/D rule on 127.0.0.1:2020"},
+		{"hide-backend-addrs", "LLB_HIDE_BACKEND_ADDRS", "keep endpoint addresses out of X-Llb-Route and error bodies sent to clients"},
 		{"access-log", "LLB_ACCESS_LOG", "log every data-plane request at info (off: only with --log-level debug)"},
 		{"debug-listen", "LLB_DEBUG_LISTEN", "loopback host:port of the debug listener (POST /debug/chaos/crash makes an actor panic; empty: off)"},
 	}
@@ -142,6 +146,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.BoolVar(&cfg.Demo, "demo", false, usage("demo"))
 	fs.StringVar(&cfg.DebugListen, "debug-listen", "", usage("debug-listen"))
 	fs.BoolVar(&cfg.AccessLog, "access-log", false, usage("access-log"))
+	fs.BoolVar(&cfg.HideBackendAddrs, "hide-backend-addrs", false, usage("hide-backend-addrs"))
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stderr, "Usage: llbd [flags]\n\nllbd is an LLM-aware L7 load balancer with LoxiLB's REST API.\n\nFlags:\n")

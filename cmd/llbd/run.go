@@ -102,7 +102,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}()
 	}
 	set := metrics.NewSet()
-	rt, closeRuntime, err := newRuntime(base, set, getenv, cfg.NoDataPlane, cfg.AccessLog)
+	rt, closeRuntime, err := newRuntime(base, set, getenv, cfg)
 	if err != nil {
 		return err
 	}
@@ -200,9 +200,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // environment (read once, here). With noDataPlane it returns
 // restapi.NoDataPlane instead and says so. The returned func drains and
 // stops every rule.
-func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) string, noDataPlane, accessLog bool) (restapi.Runtime, func(context.Context), error) {
+func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) string, cfg config) (restapi.Runtime, func(context.Context), error) {
 	log := base.With().Str(logfield.Component, "llbd").Logger()
-	if noDataPlane {
+	if cfg.NoDataPlane {
 		log.Warn().Msg("--no-data-plane: rules are validated, persisted and listed, but no traffic is served and every endpoint reports inactive")
 		return restapi.NewNoDataPlane(), func(context.Context) {}, nil
 	}
@@ -230,7 +230,8 @@ func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) strin
 		seed = defaultNoneHashSeed
 	}
 	sys := actors.NewSystem(base.With().Str(logfield.Component, "actors").Logger(), set)
-	rt, err := gateway.NewRuntime(gateway.RuntimeConfig{System: sys, Log: base, Metrics: set, KVMaxMsgSize: maxMsg, AccessLog: accessLog})
+	rt, err := gateway.NewRuntime(gateway.RuntimeConfig{System: sys, Log: base, Metrics: set, KVMaxMsgSize: maxMsg,
+		AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs})
 	if err != nil {
 		sys.Shutdown()
 		return nil, nil, err
