@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/llbproject/llb/restapi"
+	"github.com/llbproject/llb/rule"
 )
 
 func TestExampleRules_PassTheRESTValidation(t *testing.T) {
@@ -28,10 +29,10 @@ func TestExampleRules_PassTheRESTValidation(t *testing.T) {
 			if err != nil {
 				t.Fatalf("decode: %v", err)
 			}
-			if err := restapi.Validate(e); err != nil {
+			if err := rule.Validate(e); err != nil {
 				t.Fatalf("llbd would refuse it: %v", err)
 			}
-			if e.ServiceArguments.Mode != restapi.ModeFullProxy || e.ServiceArguments.Name == "" {
+			if e.ServiceArguments.Mode != rule.ModeFullProxy || e.ServiceArguments.Name == "" {
 				t.Errorf("mode %d, name %q; want a named fullproxy rule", e.ServiceArguments.Mode, e.ServiceArguments.Name)
 			}
 		})

@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/llbproject/llb/internal/logfield"
+	"github.com/llbproject/llb/rule"
 )
 
 // Log field names of controller updates (beside logfield's).
@@ -45,11 +46,11 @@ type ControllerRuntime interface {
 	// ErrStaleEpoch (u.Epoch is older than the applied epoch),
 	// ErrNotRunning, ErrNoEndpoint or ErrDataPlaneBusy. It must bound its
 	// own wait.
-	SetController(k RuleKey, ep int, u ControllerUpdate) error
+	SetController(k rule.RuleKey, ep int, u ControllerUpdate) error
 	// Controller returns endpoint ep's instruction in force (State
 	// CtrlNone when there is none); restapi completes partial updates from
 	// it. Errors as for SetController, except ErrStaleEpoch.
-	Controller(k RuleKey, ep int) (ControllerStatus, error)
+	Controller(k rule.RuleKey, ep int) (ControllerStatus, error)
 }
 
 // ControllerUpdate is one complete instruction for one endpoint.
@@ -159,7 +160,7 @@ func (s *Server) postController(c echo.Context) error {
 // completeUpdate fills the fields req omits: state and weight from the
 // endpoint's current instruction (ACTIVE and 100 when none is in force), the
 // epoch from the applied one (so an operator's manual update is never stale).
-func completeUpdate(ctl ControllerRuntime, k RuleKey, req controllerRequest) (ControllerUpdate, error) {
+func completeUpdate(ctl ControllerRuntime, k rule.RuleKey, req controllerRequest) (ControllerUpdate, error) {
 	if req.state != nil && req.weight != nil && req.epoch != nil {
 		return ControllerUpdate{State: *req.state, Weight: *req.weight, Epoch: *req.epoch}, nil
 	}
@@ -202,7 +203,7 @@ func (s *Server) getController(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-func (s *Server) controllerService(r *Rule) ControllerServiceView {
+func (s *Server) controllerService(r *rule.Rule) ControllerServiceView {
 	st, ok := s.cfg.Runtime.Status(r.Key)
 	v := ControllerServiceView{Service: r.Key.String(), ID: r.ID(), Name: r.Name(), Detail: st.Detail}
 	if !ok {
@@ -214,7 +215,7 @@ func (s *Server) controllerService(r *Rule) ControllerServiceView {
 		ev := ControllerEndpointView{
 			EpIdx:            i,
 			Endpoint:         r.Effective.Endpoints[i].Addr.String(),
-			Role:             RoleName(r.Effective.Endpoints[i].Role),
+			Role:             r.Effective.Endpoints[i].Role.String(),
 			ControllerStatus: e.Controller,
 		}
 		if e.Controller == nil {

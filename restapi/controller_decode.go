@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/llbproject/llb/rule"
 )
 
 // controllerRequest is a decoded POST /config/ai/controller/endpoint body.
@@ -70,7 +72,7 @@ func decodeControllerRequest(body []byte) (controllerRequest, error) {
 		return controllerRequest{}, fmt.Errorf("%w: body must be %s, got %s", ErrMalformedRequest, want, describeJSON(generic))
 	}
 
-	var c checker
+	var c rule.Checker
 	vals := make(map[string]any, len(obj))
 	names := make([]string, 0, len(obj))
 	for k := range obj {
@@ -80,12 +82,12 @@ func decodeControllerRequest(body []byte) (controllerRequest, error) {
 	for _, k := range names {
 		i := slices.IndexFunc(controllerKeys(), func(f string) bool { return strings.EqualFold(f, k) })
 		if i < 0 {
-			c.semantic(k, "unknown key; the body takes %s", strings.Join(controllerKeys(), ", "))
+			c.Semantic(k, "unknown key; the body takes %s", strings.Join(controllerKeys(), ", "))
 			continue
 		}
 		f := controllerKeys()[i]
 		if _, dup := vals[f]; dup {
-			c.semantic(f, "given twice (keys match case-insensitively)")
+			c.Semantic(f, "given twice (keys match case-insensitively)")
 			continue
 		}
 		vals[f] = obj[k]
@@ -93,16 +95,16 @@ func decodeControllerRequest(body []byte) (controllerRequest, error) {
 
 	var req controllerRequest
 	if v, ok := vals[ctrlKeyService]; !ok {
-		c.required(ctrlKeyService, false)
+		c.Required(ctrlKeyService, false)
 	} else if s, ok := str(&c, ctrlKeyService, v); ok {
 		if strings.TrimSpace(s) == "" {
-			c.add(schemaProblem(ctrlKeyService, CodeRequired, "is required: the rule key (e.g. tcp:10.10.10.254:2020@10.10.10.254) or the rule id"))
+			c.Add(rule.SchemaProblem(ctrlKeyService, rule.CodeRequired, "is required: the rule key (e.g. tcp:10.10.10.254:2020@10.10.10.254) or the rule id"))
 		}
 		req.service = s
 	}
 	if v, ok := vals[ctrlKeyEpIdx]; !ok {
-		c.required(ctrlKeyEpIdx, false)
-	} else if n, ok := integer(&c, ctrlKeyEpIdx, v); ok && c.between(ctrlKeyEpIdx, n, 0, maxInt32) {
+		c.Required(ctrlKeyEpIdx, false)
+	} else if n, ok := integer(&c, ctrlKeyEpIdx, v); ok && c.Between(ctrlKeyEpIdx, n, 0, rule.MaxInt32) {
 		req.ep = int(n)
 	}
 	if v, ok := vals[ctrlKeyState]; ok {
@@ -110,12 +112,12 @@ func decodeControllerRequest(body []byte) (controllerRequest, error) {
 			if slices.Contains(controllerStates(), s) {
 				req.state = &s
 			} else {
-				c.add(schemaProblem(ctrlKeyState, CodeEnum, "should be one of %s, got %q", enumList(controllerStates()), s))
+				c.Add(rule.SchemaProblem(ctrlKeyState, rule.CodeEnum, "should be one of %s, got %q", rule.EnumList(controllerStates()), s))
 			}
 		}
 	}
 	if v, ok := vals[ctrlKeyWeight]; ok {
-		if n, ok := integer(&c, ctrlKeyWeight, v); ok && c.between(ctrlKeyWeight, n, 0, 100) {
+		if n, ok := integer(&c, ctrlKeyWeight, v); ok && c.Between(ctrlKeyWeight, n, 0, 100) {
 			w := int(n)
 			req.weight = &w
 		}
@@ -128,59 +130,59 @@ func decodeControllerRequest(body []byte) (controllerRequest, error) {
 	_, hasState := vals[ctrlKeyState]
 	_, hasWeight := vals[ctrlKeyWeight]
 	if !hasState && !hasWeight {
-		c.semantic(ctrlKeyState, "the update sets nothing: give state, weight or both")
+		c.Semantic(ctrlKeyState, "the update sets nothing: give state, weight or both")
 	}
-	if err := problemsErr(c.problems); err != nil {
+	if err := c.Err(); err != nil {
 		return controllerRequest{}, err
 	}
 	return req, nil
 }
 
 // str checks that v is a JSON string.
-func str(c *checker, field string, v any) (string, bool) {
+func str(c *rule.Checker, field string, v any) (string, bool) {
 	s, ok := v.(string)
 	if !ok {
-		c.add(schemaProblem(field, CodeInvalidType, "must be of type string, got %s", describeJSON(v)))
+		c.Add(rule.SchemaProblem(field, rule.CodeInvalidType, "must be of type string, got %s", describeJSON(v)))
 	}
 	return s, ok
 }
 
 // integer checks that v is a JSON integer within int64.
-func integer(c *checker, field string, v any) (int64, bool) {
+func integer(c *rule.Checker, field string, v any) (int64, bool) {
 	n, ok := v.(json.Number)
 	if !ok {
-		c.add(schemaProblem(field, CodeInvalidType, "must be of type integer, got %s", describeJSON(v)))
+		c.Add(rule.SchemaProblem(field, rule.CodeInvalidType, "must be of type integer, got %s", describeJSON(v)))
 		return 0, false
 	}
 	i, err := strconv.ParseInt(n.String(), 10, 64)
 	if err != nil {
-		c.add(schemaProblem(field, CodeInvalidType, "must be an integer within int64, got %s", n))
+		c.Add(rule.SchemaProblem(field, rule.CodeInvalidType, "must be an integer within int64, got %s", n))
 		return 0, false
 	}
 	return i, true
 }
 
 // epoch checks that v is a JSON integer in 0..2^64-1.
-func epoch(c *checker, v any) (uint64, bool) {
+func epoch(c *rule.Checker, v any) (uint64, bool) {
 	n, ok := v.(json.Number)
 	if !ok {
-		c.add(schemaProblem(ctrlKeyEpoch, CodeInvalidType, "must be of type integer, got %s", describeJSON(v)))
+		c.Add(rule.SchemaProblem(ctrlKeyEpoch, rule.CodeInvalidType, "must be of type integer, got %s", describeJSON(v)))
 		return 0, false
 	}
 	s := n.String()
 	if strings.HasPrefix(s, "-") {
 		if _, err := strconv.ParseInt(s, 10, 64); err == nil {
-			c.add(schemaProblem(ctrlKeyEpoch, CodeMin, "should be greater than or equal to 0, got %s", s))
+			c.Add(rule.SchemaProblem(ctrlKeyEpoch, rule.CodeMin, "should be greater than or equal to 0, got %s", s))
 			return 0, false
 		}
 	}
 	e, err := strconv.ParseUint(s, 10, 64)
 	switch {
 	case errors.Is(err, strconv.ErrRange):
-		c.add(schemaProblem(ctrlKeyEpoch, CodeMax, "should be less than or equal to %d, got %s", uint64(math.MaxUint64), s))
+		c.Add(rule.SchemaProblem(ctrlKeyEpoch, rule.CodeMax, "should be less than or equal to %d, got %s", uint64(math.MaxUint64), s))
 		return 0, false
 	case err != nil:
-		c.add(schemaProblem(ctrlKeyEpoch, CodeInvalidType, "must be of type integer, got %s", describeJSON(v)))
+		c.Add(rule.SchemaProblem(ctrlKeyEpoch, rule.CodeInvalidType, "must be of type integer, got %s", describeJSON(v)))
 		return 0, false
 	}
 	return e, true

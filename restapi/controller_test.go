@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/llbproject/llb/rule"
 )
 
 const ctrlEndpointPath = controllerPath + "/endpoint"
@@ -99,20 +101,20 @@ func TestController_RefusesBadBodiesNamingTheField(t *testing.T) {
 		{"not_json", `{"service":`, 400, 400, nil, "malformed JSON"},
 		{"not_an_object", `[1]`, 400, 400, nil, "body must be a JSON object"},
 		{"trailing_data", `{"service":"id-1","ep_idx":0,"weight":1} {}`, 400, 400, nil, "unexpected data after the top-level object"},
-		{"missing_service_and_ep_idx", `{"weight":1}`, 422, CodeRequired, []string{"service", "ep_idx"}, "service in body is required; ep_idx in body is required"},
-		{"empty_service", `{"service":" ","ep_idx":0,"weight":1}`, 422, CodeRequired, []string{"service"}, "service in body is required: the rule key"},
-		{"service_not_a_string", `{"service":3,"ep_idx":0,"weight":1}`, 422, CodeInvalidType, []string{"service"}, "service in body must be of type string, got number 3"},
-		{"ep_idx_fraction", `{"service":"id-1","ep_idx":0.5,"weight":1}`, 422, CodeInvalidType, []string{"ep_idx"}, "ep_idx in body must be an integer within int64, got 0.5"},
-		{"ep_idx_negative", `{"service":"id-1","ep_idx":-1,"weight":1}`, 422, CodeMin, []string{"ep_idx"}, "ep_idx in body should be greater than or equal to 0, got -1"},
-		{"state_unknown", `{"service":"id-1","ep_idx":0,"state":"PAUSED"}`, 422, CodeEnum, []string{"state"}, `state in body should be one of [ACTIVE DRAINING DISABLED NONE], got "PAUSED"`},
-		{"state_lower_case", `{"service":"id-1","ep_idx":0,"state":"active"}`, 422, CodeEnum, []string{"state"}, `got "active"`},
-		{"state_null", `{"service":"id-1","ep_idx":0,"state":null}`, 422, CodeInvalidType, []string{"state"}, "state in body must be of type string, got null"},
-		{"weight_too_big", `{"service":"id-1","ep_idx":0,"weight":101}`, 422, CodeMax, []string{"weight"}, "weight in body should be less than or equal to 100, got 101"},
-		{"weight_negative", `{"service":"id-1","ep_idx":0,"weight":-1}`, 422, CodeMin, []string{"weight"}, "weight in body should be greater than or equal to 0, got -1"},
-		{"weight_string", `{"service":"id-1","ep_idx":0,"weight":"50"}`, 422, CodeInvalidType, []string{"weight"}, `weight in body must be of type integer, got string "50"`},
-		{"epoch_negative", `{"service":"id-1","ep_idx":0,"weight":1,"epoch":-3}`, 422, CodeMin, []string{"epoch"}, "epoch in body should be greater than or equal to 0, got -3"},
-		{"epoch_beyond_uint64", `{"service":"id-1","ep_idx":0,"weight":1,"epoch":18446744073709551616}`, 422, CodeMax, []string{"epoch"}, "epoch in body should be less than or equal to 18446744073709551615"},
-		{"every_problem_at_once", `{"service":1,"state":"x","weight":900}`, 422, CodeInvalidType, []string{"service", "ep_idx", "state", "weight"}, "service in body must be of type string"},
+		{"missing_service_and_ep_idx", `{"weight":1}`, 422, rule.CodeRequired, []string{"service", "ep_idx"}, "service in body is required; ep_idx in body is required"},
+		{"empty_service", `{"service":" ","ep_idx":0,"weight":1}`, 422, rule.CodeRequired, []string{"service"}, "service in body is required: the rule key"},
+		{"service_not_a_string", `{"service":3,"ep_idx":0,"weight":1}`, 422, rule.CodeInvalidType, []string{"service"}, "service in body must be of type string, got number 3"},
+		{"ep_idx_fraction", `{"service":"id-1","ep_idx":0.5,"weight":1}`, 422, rule.CodeInvalidType, []string{"ep_idx"}, "ep_idx in body must be an integer within int64, got 0.5"},
+		{"ep_idx_negative", `{"service":"id-1","ep_idx":-1,"weight":1}`, 422, rule.CodeMin, []string{"ep_idx"}, "ep_idx in body should be greater than or equal to 0, got -1"},
+		{"state_unknown", `{"service":"id-1","ep_idx":0,"state":"PAUSED"}`, 422, rule.CodeEnum, []string{"state"}, `state in body should be one of [ACTIVE DRAINING DISABLED NONE], got "PAUSED"`},
+		{"state_lower_case", `{"service":"id-1","ep_idx":0,"state":"active"}`, 422, rule.CodeEnum, []string{"state"}, `got "active"`},
+		{"state_null", `{"service":"id-1","ep_idx":0,"state":null}`, 422, rule.CodeInvalidType, []string{"state"}, "state in body must be of type string, got null"},
+		{"weight_too_big", `{"service":"id-1","ep_idx":0,"weight":101}`, 422, rule.CodeMax, []string{"weight"}, "weight in body should be less than or equal to 100, got 101"},
+		{"weight_negative", `{"service":"id-1","ep_idx":0,"weight":-1}`, 422, rule.CodeMin, []string{"weight"}, "weight in body should be greater than or equal to 0, got -1"},
+		{"weight_string", `{"service":"id-1","ep_idx":0,"weight":"50"}`, 422, rule.CodeInvalidType, []string{"weight"}, `weight in body must be of type integer, got string "50"`},
+		{"epoch_negative", `{"service":"id-1","ep_idx":0,"weight":1,"epoch":-3}`, 422, rule.CodeMin, []string{"epoch"}, "epoch in body should be greater than or equal to 0, got -3"},
+		{"epoch_beyond_uint64", `{"service":"id-1","ep_idx":0,"weight":1,"epoch":18446744073709551616}`, 422, rule.CodeMax, []string{"epoch"}, "epoch in body should be less than or equal to 18446744073709551615"},
+		{"every_problem_at_once", `{"service":1,"state":"x","weight":900}`, 422, rule.CodeInvalidType, []string{"service", "ep_idx", "state", "weight"}, "service in body must be of type string"},
 		{"unknown_key", `{"service":"id-1","ep_idx":0,"wieght":50}`, 400, 400, []string{"wieght", "state"}, "wieght: unknown key; the body takes service, ep_idx, state, weight, epoch"},
 		{"same_key_twice_by_case", `{"service":"id-1","ep_idx":0,"weight":1,"Weight":2}`, 400, 400, []string{"weight"}, "weight: given twice"},
 		{"nothing_to_set", `{"service":"id-1","ep_idx":0,"epoch":3}`, 400, 400, []string{"state"}, "state: the update sets nothing: give state, weight or both"},

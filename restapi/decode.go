@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/llbproject/llb/rule"
 )
 
 // DecodeEntry decodes a POST body into a LoadbalanceEntry with LoxiLB's
@@ -16,7 +18,7 @@ import (
 // ErrMalformedRequest and names the byte offset; values of the wrong JSON type
 // give a *ValidationError listing every one of them (422), not only the first
 // as encoding/json would.
-func DecodeEntry(body []byte) (*LoadbalanceEntry, error) {
+func DecodeEntry(body []byte) (*rule.LoadbalanceEntry, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, fmt.Errorf("%w: request body is empty; expected a JSON LoadbalanceEntry object", ErrMalformedRequest)
 	}
@@ -34,16 +36,16 @@ func DecodeEntry(body []byte) (*LoadbalanceEntry, error) {
 		return nil, fmt.Errorf("%w: body must be a JSON object (a LoadbalanceEntry), got %s",
 			ErrMalformedRequest, describeJSON(generic))
 	}
-	var problems []Problem
+	var problems []rule.Problem
 	checkShape(generic, entryShape, "", &problems)
 	if len(problems) > 0 {
-		return nil, &ValidationError{Problems: problems}
+		return nil, &rule.ValidationError{Problems: problems}
 	}
-	var e LoadbalanceEntry
+	var e rule.LoadbalanceEntry
 	if err := json.Unmarshal(body, &e); err != nil {
 		// Unreachable when checkShape and encoding/json agree; answered as a
 		// schema problem rather than a 500 if they ever do not.
-		return nil, &ValidationError{Problems: []Problem{schemaProblem("body", CodeInvalidType, "does not decode: %v", err)}}
+		return nil, &rule.ValidationError{Problems: []rule.Problem{rule.SchemaProblem("body", rule.CodeInvalidType, "does not decode: %v", err)}}
 	}
 	return &e, nil
 }

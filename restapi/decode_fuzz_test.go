@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/llbproject/llb/rule"
 )
 
 // FuzzDecodeEntry checks DecodeEntry against encoding/json on arbitrary
@@ -21,10 +23,10 @@ func FuzzDecodeEntry(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		e, err := DecodeEntry(body)
-		var std LoadbalanceEntry
+		var std rule.LoadbalanceEntry
 		stdErr := json.Unmarshal(body, &std)
 		var typeErr *json.UnmarshalTypeError
-		var ve *ValidationError
+		var ve *rule.ValidationError
 		switch {
 		case err == nil && stdErr != nil:
 			t.Fatalf("DecodeEntry accepted what encoding/json refuses (%v): %q", stdErr, body)
@@ -40,19 +42,19 @@ func FuzzDecodeEntry(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if Validate(e) != nil {
+		if rule.Validate(e) != nil {
 			return
 		}
-		r, err := NormalizeEntry(e)
+		r, err := rule.NormalizeEntry(e)
 		if err != nil {
 			t.Fatalf("valid entry does not normalize: %v: %q", err, body)
 		}
 		r.Entry.ServiceArguments.ID = "x"
-		again, err := NormalizeEntry(&r.Entry)
-		if err != nil || Validate(&r.Entry) != nil {
+		again, err := rule.NormalizeEntry(&r.Entry)
+		if err != nil || rule.Validate(&r.Entry) != nil {
 			t.Fatalf("normalized entry does not validate and normalize again: %v: %q", err, body)
 		}
-		if !again.sameConfig(&r) || again.Key != r.Key {
+		if !again.SameConfig(&r) || again.Key != r.Key {
 			t.Fatalf("normalization is not idempotent: %q", body)
 		}
 	})
@@ -66,7 +68,7 @@ func TestDeepCopy_SharesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := mustJSON(t, e)
-	c := cloneEntry(e)
+	c := rule.CloneEntry(e)
 	if mustJSON(t, &c) != before {
 		t.Fatalf("copy differs:\n got %s\nwant %s", mustJSON(t, &c), before)
 	}

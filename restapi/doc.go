@@ -1,13 +1,15 @@
 // Package restapi is llb's LoxiLB-compatible control plane: the
-// /netlox/v1/config/loadbalancer routes on :11111, their JSON model, validation
-// and error shapes, the status/stats views, /metrics, durable persistence of
-// accepted rules, and bearer-token authentication.
+// /netlox/v1/config/loadbalancer routes on :11111, LoxiLB's JSON decoding and
+// error shapes, the rule table and its merge semantics (oper 0/1/2), the
+// status/stats views, /metrics, durable persistence of accepted rules, and
+// bearer-token authentication. What a rule means — its model, defaults and
+// validation — is package rule's; restapi translates LoxiLB's JSON to it.
 //
 // The flow of one configuration change:
 //
 //	POST body → DecodeEntry (JSON shape, every type problem at once)
-//	          → Validate    (every schema and semantic problem at once)
-//	          → NormalizeEntry → Rule (key, id, effective values)
+//	          → rule.Validate (every schema and semantic problem at once)
+//	          → rule.NormalizeEntry → rule.Rule (key, id, effective values)
 //	          → table.upsert (pure: a Change value, or a conflict)
 //	          → Store.Save   (atomic, durable) → publish → Runtime.Apply
 //

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+
+	"github.com/llbproject/llb/rule"
 )
 
 // Sentinel errors, classified with errors.Is. Their text is LoxiLB's wire
@@ -89,7 +91,7 @@ type ErrorBody struct {
 // 500 for a request problem: only errors no class claims are 500, and their
 // text is not disclosed beyond what the caller already knows.
 func errorResponse(err error) (int, ErrorBody) {
-	var ve *ValidationError
+	var ve *rule.ValidationError
 	switch {
 	case errors.As(err, &ve):
 		return validationResponse(ve)
@@ -118,12 +120,12 @@ func errorResponse(err error) (int, ErrorBody) {
 // validationResponse renders every problem at once. For a 422 the code is the
 // first schema problem's 6xx code and the message lists the schema problems
 // (go-openapi puts the problem text in message); result always lists all.
-func validationResponse(ve *ValidationError) (int, ErrorBody) {
+func validationResponse(ve *rule.ValidationError) (int, ErrorBody) {
 	status := ve.Status()
 	body := ErrorBody{Code: status, Fields: ve.Fields(), Result: ve.Error()}
 	switch status {
 	case http.StatusUnprocessableEntity:
-		schema := ve.ofStatus(http.StatusUnprocessableEntity)
+		schema := ve.OfStatus(http.StatusUnprocessableEntity)
 		body.Code = schema[0].Code
 		msgs := make([]string, len(schema))
 		for i, p := range schema {

@@ -9,12 +9,14 @@ import (
 	"strings"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/llbproject/llb/rule"
 )
 
 // AllView is GET /config/loadbalancer/all: {"lbAttr":[...]}.
 type AllView struct {
 	// LbAttr lists the rules in creation order; [] when there are none.
-	LbAttr []LoadbalanceEntry `json:"lbAttr"`
+	LbAttr []rule.LoadbalanceEntry `json:"lbAttr"`
 }
 
 var successBody = ResultBody{Result: "Success"}
@@ -29,11 +31,11 @@ func (s *Server) postRule(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := Validate(entry); err != nil {
+	if err := rule.Validate(entry); err != nil {
 		return err
 	}
 	oper := entry.ServiceArguments.Oper
-	req, err := NormalizeEntry(entry)
+	req, err := rule.NormalizeEntry(entry)
 	if err != nil {
 		return err
 	}
@@ -55,7 +57,7 @@ func (s *Server) postRule(c echo.Context) error {
 func (s *Server) getAll(c echo.Context) error {
 	t := s.tbl.Load()
 	project, filter := c.QueryParam("projectId"), c.QueryParams().Has("projectId")
-	out := AllView{LbAttr: make([]LoadbalanceEntry, 0, len(t.order))}
+	out := AllView{LbAttr: make([]rule.LoadbalanceEntry, 0, len(t.order))}
 	for _, r := range t.order {
 		if filter && r.rule.Entry.ServiceArguments.ProjectID != project {
 			continue
@@ -65,7 +67,7 @@ func (s *Server) getAll(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-func (s *Server) view(r *Rule) LoadbalanceEntry {
+func (s *Server) view(r *rule.Rule) rule.LoadbalanceEntry {
 	st, _ := s.cfg.Runtime.Status(r.Key)
 	return entryView(r, st)
 }
@@ -151,15 +153,15 @@ func (s *Server) deleteByName(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.deleteWhere(c, func(r *Rule) bool { return r.Name() == name })
+	return s.deleteWhere(c, func(r *rule.Rule) bool { return r.Name() == name })
 }
 
 // deleteAll deletes every rule.
 func (s *Server) deleteAll(c echo.Context) error {
-	return s.deleteWhere(c, func(*Rule) bool { return true })
+	return s.deleteWhere(c, func(*rule.Rule) bool { return true })
 }
 
-func (s *Server) deleteWhere(c echo.Context, match func(*Rule) bool) error {
+func (s *Server) deleteWhere(c echo.Context, match func(*rule.Rule) bool) error {
 	_, err := s.write(c.Request().Context(), func(t *table) (*table, []Change, error) {
 		next, changes := t.removeWhere(match)
 		return next, changes, nil
@@ -189,8 +191,8 @@ func (s *Server) lookupPath(c echo.Context) (*record, error) {
 }
 
 // pathKey builds the rule key of a DELETE path.
-func pathKey(c echo.Context) (RuleKey, error) {
-	var k RuleKey
+func pathKey(c echo.Context) (rule.RuleKey, error) {
+	var k rule.RuleKey
 	var err error
 	if k.VIP, err = pathIP(c); err != nil {
 		return k, err
@@ -253,7 +255,7 @@ func pathIP(c echo.Context) (netip.Addr, error) {
 	if err != nil {
 		return netip.Addr{}, err
 	}
-	a, err := parseIP(strings.TrimSuffix(strings.TrimPrefix(raw, "["), "]"))
+	a, err := rule.ParseIP(strings.TrimSuffix(strings.TrimPrefix(raw, "["), "]"))
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("%w: externalipaddress: %v", ErrMalformedRequest, err)
 	}
@@ -278,7 +280,7 @@ func pathProto(c echo.Context) (string, error) {
 		return "", err
 	}
 	switch p {
-	case ProtoTCP, ProtoUDP, ProtoSCTP, ProtoICMP:
+	case rule.ProtoTCP, rule.ProtoUDP, rule.ProtoSCTP, rule.ProtoICMP:
 		return p, nil
 	}
 	return "", fmt.Errorf("%w: protocol %q is not one of tcp, udp, sctp, icmp", ErrMalformedRequest, p)

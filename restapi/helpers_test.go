@@ -16,6 +16,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
+
+	"github.com/llbproject/llb/rule"
 )
 
 // The seed page's two curl examples with 127.0.0.1 for every address
@@ -165,7 +167,7 @@ func (ts *testServer) mustPost(body string) {
 	}
 }
 
-func (ts *testServer) all() []LoadbalanceEntry {
+func (ts *testServer) all() []rule.LoadbalanceEntry {
 	ts.t.Helper()
 	r := ts.do(http.MethodGet, lbPath+"/all", "")
 	if r.status != http.StatusOK {

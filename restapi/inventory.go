@@ -7,6 +7,8 @@ import (
 	"strconv"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/llbproject/llb/rule"
 )
 
 // The KV inventory view: GET /netlox/v1/config/ai/kv/inventory
@@ -32,7 +34,7 @@ type InventoryViewer interface {
 	// mirrors it (Effective.MirrorsKV). Errors wrap ErrNotRunning,
 	// ErrNoInventory, ErrNoEndpoint or ErrDataPlaneBusy. It must not block on
 	// the data path and must bound its own wait.
-	Inventory(k RuleKey, ep, offset, limit int) (InventoryPage, error)
+	Inventory(k rule.RuleKey, ep, offset, limit int) (InventoryPage, error)
 }
 
 // InventoryPage is one page of an endpoint's inventory as the data plane
@@ -203,7 +205,7 @@ type inventoryQuery struct {
 // parseInventoryQuery reads and checks the query parameters, reporting every
 // problem at once (400, naming each parameter).
 func parseInventoryQuery(q url.Values) (inventoryQuery, error) {
-	var c checker
+	var c rule.Checker
 	out := inventoryQuery{limit: DefaultInventoryLimit}
 	one := func(name string) (string, bool) {
 		vs, ok := q[name]
@@ -211,7 +213,7 @@ func parseInventoryQuery(q url.Values) (inventoryQuery, error) {
 		case !ok:
 			return "", false
 		case len(vs) > 1:
-			c.semantic(name, "query parameter given %d times; give it once", len(vs))
+			c.Semantic(name, "query parameter given %d times; give it once", len(vs))
 			return "", false
 		}
 		return vs[0], true
@@ -224,10 +226,10 @@ func parseInventoryQuery(q url.Values) (inventoryQuery, error) {
 		n, err := strconv.Atoi(v)
 		switch {
 		case err != nil:
-			c.semantic(name, "%q is not an integer", v)
+			c.Semantic(name, "%q is not an integer", v)
 			return 0, false
 		case n < lo || n > hi:
-			c.semantic(name, "%d is outside %d–%d", n, lo, hi)
+			c.Semantic(name, "%d is outside %d–%d", n, lo, hi)
 			return 0, false
 		}
 		return n, true
@@ -236,20 +238,20 @@ func parseInventoryQuery(q url.Values) (inventoryQuery, error) {
 	case ok && s != "":
 		out.service = s
 	case len(q["service_id"]) <= 1:
-		c.semantic("service_id", "query parameter is required: the rule key (e.g. tcp:10.10.10.254:2020@10.10.10.254) or the rule id")
+		c.Semantic("service_id", "query parameter is required: the rule key (e.g. tcp:10.10.10.254:2020@10.10.10.254) or the rule id")
 	}
 	if _, ok := q["ep_idx"]; !ok {
-		c.semantic("ep_idx", "query parameter is required: the endpoint's index in the rule (0–%d)", MaxEndpoints-1)
-	} else if n, ok := integer("ep_idx", 0, MaxEndpoints-1); ok {
+		c.Semantic("ep_idx", "query parameter is required: the endpoint's index in the rule (0–%d)", rule.MaxEndpoints-1)
+	} else if n, ok := integer("ep_idx", 0, rule.MaxEndpoints-1); ok {
 		out.ep = n
 	}
-	if n, ok := integer("offset", 0, maxInt32); ok {
+	if n, ok := integer("offset", 0, rule.MaxInt32); ok {
 		out.offset = n
 	}
 	if n, ok := integer("limit", 1, MaxInventoryLimit); ok {
 		out.limit = n
 	}
-	if err := problemsErr(c.problems); err != nil {
+	if err := c.Err(); err != nil {
 		return inventoryQuery{}, err
 	}
 	return out, nil
@@ -284,7 +286,7 @@ func (s *Server) getInventory(c echo.Context) error {
 }
 
 // inventoryView renders a page.
-func inventoryView(r *Rule, q inventoryQuery, p InventoryPage) InventoryView {
+func inventoryView(r *rule.Rule, q inventoryQuery, p InventoryPage) InventoryView {
 	keys := p.Keys
 	if len(keys) > q.limit { // a runtime that overfills the page is trimmed
 		keys = keys[:q.limit]
@@ -298,7 +300,7 @@ func inventoryView(r *Rule, q inventoryQuery, p InventoryPage) InventoryView {
 		LLB: InventoryExtras{
 			RuleID:   r.ID(),
 			Endpoint: r.Effective.Endpoints[q.ep].Addr.String(),
-			Role:     RoleName(r.Effective.Endpoints[q.ep].Role),
+			Role:     r.Effective.Endpoints[q.ep].Role.String(),
 			Offset:   q.offset,
 			Limit:    q.limit,
 			Capacity: CapacityView{Blocks: p.CapacityBlocks, Known: p.CapacityBlocks > 0},

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/llbproject/llb/rule"
 )
 
 const pdKey = "tcp:127.0.0.1:2020@127.0.0.1"
@@ -59,7 +61,7 @@ func TestInventory_AnswersLoxiLBsShapeWithLLBExtrasApart(t *testing.T) {
 		t.Errorf("body:\n got %s\nwant %s", r.body, want)
 	}
 	calls, _ := rt.calls()
-	k := RuleKey{VIP: netip.MustParseAddr("127.0.0.1"), Protocol: "tcp", Port: 2020, Host: "127.0.0.1"}
+	k := rule.RuleKey{VIP: netip.MustParseAddr("127.0.0.1"), Protocol: "tcp", Port: 2020, Host: "127.0.0.1"}
 	if len(calls) != 1 || calls[0] != (invCall{k, 0, 10, 2}) {
 		t.Errorf("runtime calls %+v; want one for %s ep 0 offset 10 limit 2", calls, k)
 	}
@@ -100,7 +102,7 @@ func TestInventory_PagingDefaultsAndNextOffset(t *testing.T) {
 			}
 			calls, _ := rt.calls()
 			got := calls[0]
-			got.key = RuleKey{}
+			got.key = rule.RuleKey{}
 			if got != tt.wantCall {
 				t.Errorf("runtime asked for %+v; want %+v", got, tt.wantCall)
 			}
@@ -239,7 +241,7 @@ func TestMirrorsKV(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := NormalizeEntry(e)
+			r, err := rule.NormalizeEntry(e)
 			if err != nil {
 				t.Fatal(err)
 			}

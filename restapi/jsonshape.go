@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/llbproject/llb/rule"
 )
 
 // shape is the JSON shape a Go model type accepts under encoding/json, built
@@ -56,7 +58,7 @@ type shapeField struct {
 }
 
 // entryShape is the shape of LoadbalanceEntry. Immutable.
-var entryShape = shapeOf(reflect.TypeFor[LoadbalanceEntry]())
+var entryShape = shapeOf(reflect.TypeFor[rule.LoadbalanceEntry]())
 
 // shapeOf builds the shape of t. It panics on a type the model must not use;
 // that is a programming error caught by any test.
@@ -124,12 +126,12 @@ func (s *shape) field(key string) (shapeField, bool) {
 
 // checkShape appends a problem for every place v (decoded with UseNumber) does
 // not fit s. Unknown object keys are ignored; null fits anything not nonull.
-func checkShape(v any, s *shape, path string, out *[]Problem) {
+func checkShape(v any, s *shape, path string, out *[]rule.Problem) {
 	if v == nil {
 		return
 	}
 	bad := func() {
-		*out = append(*out, schemaProblem(path, CodeInvalidType, "must be of type %s, got %s", s.kind, describeJSON(v)))
+		*out = append(*out, rule.SchemaProblem(path, rule.CodeInvalidType, "must be of type %s, got %s", s.kind, describeJSON(v)))
 	}
 	switch s.kind {
 	case kindObject:
@@ -150,7 +152,7 @@ func checkShape(v any, s *shape, path string, out *[]Problem) {
 			for _, key := range bound[f.name] {
 				child := joinPath(path, f.name)
 				if obj[key] == nil && f.nonull {
-					*out = append(*out, schemaProblem(child, CodeInvalidType, "must not be null"))
+					*out = append(*out, rule.SchemaProblem(child, rule.CodeInvalidType, "must not be null"))
 					continue
 				}
 				checkShape(obj[key], f.shape, child, out)
@@ -189,7 +191,7 @@ func checkShape(v any, s *shape, path string, out *[]Problem) {
 			return
 		}
 		if _, err := strconv.ParseInt(n.String(), 10, 64); err != nil {
-			*out = append(*out, schemaProblem(path, CodeInvalidType, "must be an integer within int64, got %s", n))
+			*out = append(*out, rule.SchemaProblem(path, rule.CodeInvalidType, "must be an integer within int64, got %s", n))
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+
+	"github.com/llbproject/llb/rule"
 )
 
 // Configuration bounds: a single POST must not be able to grow the rule file
@@ -23,9 +25,9 @@ const (
 // keeps serving and may still shrink) or a changed rule larger than
 // MaxRuleBytes, with a 422 naming the limit and the rule's largest part.
 func (s *Server) checkLimits(prev, next *table, changes []Change) error {
-	var ps []Problem
+	var ps []rule.Problem
 	if n := len(next.order); n > s.cfg.MaxRules && n > len(prev.order) {
-		ps = append(ps, schemaProblem("rules", CodeMax,
+		ps = append(ps, rule.SchemaProblem("rules", rule.CodeMax,
 			"should hold at most %d rules (--max-rules), got %d: delete a rule first", s.cfg.MaxRules, n))
 	}
 	for _, ch := range changes {
@@ -37,16 +39,16 @@ func (s *Server) checkLimits(prev, next *table, changes []Change) error {
 			continue
 		}
 		field, size := largestPart(&rec.rule.Entry)
-		ps = append(ps, Problem{Field: field, Code: CodeMax, Msg: fmt.Sprintf(
+		ps = append(ps, rule.Problem{Field: field, Code: rule.CodeMax, Msg: fmt.Sprintf(
 			"rule %s is %d bytes as stored, more than the limit of %d bytes (--max-rule-bytes); its largest part is %s (%d bytes)",
 			ch.Key, len(rec.encoded), s.cfg.MaxRuleBytes, field, size)})
 	}
-	return problemsErr(ps)
+	return rule.ProblemsErr(ps)
 }
 
 // largestPart names the biggest top-level part of a rule as stored (a
 // serviceArguments key, endpoints, secondaryVIPs, ...) and its size.
-func largestPart(e *LoadbalanceEntry) (string, int) {
+func largestPart(e *rule.LoadbalanceEntry) (string, int) {
 	type part struct {
 		name string
 		size int
@@ -66,7 +68,7 @@ func largestPart(e *LoadbalanceEntry) (string, int) {
 			var keys map[string]json.RawMessage
 			if json.Unmarshal(b, &keys) == nil {
 				for k, v := range keys {
-					parts = append(parts, part{saField(k), len(v)})
+					parts = append(parts, part{rule.SAField(k), len(v)})
 				}
 			}
 		}

@@ -3,6 +3,8 @@ package restapi
 import (
 	"net"
 	"net/netip"
+
+	"github.com/llbproject/llb/rule"
 )
 
 // Loop refusal: an endpoint that is an address llb itself listens on — the
@@ -48,9 +50,9 @@ func (l *listenerSet) owner(ep netip.AddrPort) (string, bool) {
 }
 
 // listens reports whether llb's data plane binds r's VIP:port.
-func listens(r *Rule) bool {
+func listens(r *rule.Rule) bool {
 	sa := r.Entry.ServiceArguments
-	return sa.Mode == ModeFullProxy && sa.Protocol == ProtoTCP
+	return sa.Mode == rule.ModeFullProxy && sa.Protocol == rule.ProtoTCP
 }
 
 // checkLoops refuses changed rules with an endpoint that is an address llb
@@ -61,7 +63,7 @@ func (s *Server) checkLoops(next *table, changes []Change) error {
 	for _, a := range s.cfg.SelfAddrs {
 		ls.add(a, "llbd's own listener "+a.String())
 	}
-	changed := map[RuleKey]bool{}
+	changed := map[rule.RuleKey]bool{}
 	for _, ch := range changes {
 		if ch.New != nil {
 			changed[ch.Key] = true
@@ -72,7 +74,7 @@ func (s *Server) checkLoops(next *table, changes []Change) error {
 			ls.add(netip.AddrPortFrom(rec.rule.Key.VIP, rec.rule.Key.Port), "the listener of rule "+rec.rule.Key.String())
 		}
 	}
-	var ps []Problem
+	var ps []rule.Problem
 	for _, rec := range next.order {
 		r := &rec.rule
 		for i, ep := range r.Effective.Endpoints {
@@ -81,16 +83,16 @@ func (s *Server) checkLoops(next *table, changes []Change) error {
 				continue
 			}
 			if changed[r.Key] {
-				ps = append(ps, semanticProblem(epField(i, "endpointIP"),
+				ps = append(ps, rule.SemanticProblem(rule.EPField(i, "endpointIP"),
 					"malformed-lbep error: endpoint %s reaches %s: every request and probe would loop through llb", ep.Addr, owner))
 				continue
 			}
 			// A stored rule's endpoint that a changed rule now listens on.
-			ps = append(ps, semanticProblem(saField("externalIP"),
+			ps = append(ps, rule.SemanticProblem(rule.SAField("externalIP"),
 				"malformed-service error: %s is an endpoint of rule %s: its requests would loop through this rule", ep.Addr, r.Key))
 		}
 	}
-	return problemsErr(ps)
+	return rule.ProblemsErr(ps)
 }
 
 // HostAddrs returns this host's interface addresses, for Config.LocalAddr.

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/llbproject/llb/rule"
 )
 
 const memDir = "/state"
@@ -23,7 +25,7 @@ func recsOf(t *testing.T, bodies ...string) []*record {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := NormalizeEntry(e)
+		r, err := rule.NormalizeEntry(e)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,7 +44,7 @@ func keysOf(rules []storedRule, t *testing.T) []string {
 		if err != nil {
 			t.Fatalf("stored entry does not decode: %v", err)
 		}
-		r, err := NormalizeEntry(e)
+		r, err := rule.NormalizeEntry(e)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -257,7 +259,7 @@ func TestRestore_RulesThatNoLongerValidateAreKeptAside(t *testing.T) {
 	s := NewStore(m, memDir, newFakeClock().Now)
 	recs := recsOf(t, pdExample, chwblExample)
 	bad := recs[1].rule.Clone()
-	bad.Entry.ServiceArguments.Sel = SelReserved // a rule an older llbd accepted
+	bad.Entry.ServiceArguments.Sel = rule.SelReserved // a rule an older llbd accepted
 	var err error
 	if recs[1], err = newRecord(bad, testEpoch); err != nil {
 		t.Fatal(err)

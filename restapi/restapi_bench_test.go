@@ -10,6 +10,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
+
+	"github.com/llbproject/llb/rule"
 )
 
 func benchEntry(b *testing.B, eps int) string {
@@ -35,10 +37,10 @@ func BenchmarkDecodeValidateNormalize(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := Validate(e); err != nil {
+				if err := rule.Validate(e); err != nil {
 					b.Fatal(err)
 				}
-				if _, err := NormalizeEntry(e); err != nil {
+				if _, err := rule.NormalizeEntry(e); err != nil {
 					b.Fatal(err)
 				}
 			}

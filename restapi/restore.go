@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/llbproject/llb/internal/logfield"
+	"github.com/llbproject/llb/rule"
 )
 
 // RestoreReport says what Restore found in the state directory. It is shown
@@ -102,8 +103,8 @@ func (s *Server) Restore(ctx context.Context) (RestoreReport, error) {
 	}
 	s.tbl.Store(t)
 	for _, r := range t.order {
-		rule := r.rule
-		s.apply(ctx, Change{Kind: ChangeCreated, Key: rule.Key, New: &rule})
+		nr := r.rule
+		s.apply(ctx, Change{Kind: ChangeCreated, Key: nr.Key, New: &nr})
 	}
 	rep.RestoredRules = len(t.order)
 	rep.At = s.cfg.Now().UTC()
@@ -121,16 +122,16 @@ func restoreOne(t *table, sr storedRule, newID func() string) (*table, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := Validate(e); err != nil {
+	if err := rule.Validate(e); err != nil {
 		return nil, err
 	}
-	rule, err := NormalizeEntry(e)
+	nr, err := rule.NormalizeEntry(e)
 	if err != nil {
 		return nil, err
 	}
-	if _, dup := t.byKey[rule.Key]; dup {
-		return nil, fmt.Errorf("%w: a second stored rule has key %s", ErrRuleExists, rule.Key)
+	if _, dup := t.byKey[nr.Key]; dup {
+		return nil, fmt.Errorf("%w: a second stored rule has key %s", ErrRuleExists, nr.Key)
 	}
-	next, _, err := t.upsert(rule, 0, sr.LastUpdated, newID)
+	next, _, err := t.upsert(nr, 0, sr.LastUpdated, newID)
 	return next, err
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/netip"
 	"sync"
+
+	"github.com/llbproject/llb/rule"
 )
 
 // Runtime is the data plane as the REST layer sees it. restapi hands it every
@@ -24,14 +26,14 @@ type Runtime interface {
 	// Apply makes r live, creating or replacing the rule with key r.Key. It
 	// must not keep references into r beyond the call unless it clones it,
 	// and must honour ctx's deadline.
-	Apply(ctx context.Context, r Rule) error
+	Apply(ctx context.Context, r rule.Rule) error
 	// Remove tears down the rule with key k; removing an unknown key is not
 	// an error.
-	Remove(ctx context.Context, k RuleKey) error
+	Remove(ctx context.Context, k rule.RuleKey) error
 	// Status reports the live state of rule k, or false if the data plane
 	// does not know it. It must not block on the data path: callers are GET
 	// handlers.
-	Status(k RuleKey) (RuleStatus, bool)
+	Status(k rule.RuleKey) (RuleStatus, bool)
 }
 
 // DataPlaneNamer is an optional Runtime interface: its name is shown by
@@ -143,16 +145,16 @@ type RuleStats struct {
 // Safe for concurrent use.
 type NoDataPlane struct {
 	mu    sync.Mutex
-	rules map[RuleKey][]netip.AddrPort // guarded by mu
+	rules map[rule.RuleKey][]netip.AddrPort // guarded by mu
 }
 
 // NewNoDataPlane returns an empty NoDataPlane.
 func NewNoDataPlane() *NoDataPlane {
-	return &NoDataPlane{rules: make(map[RuleKey][]netip.AddrPort)}
+	return &NoDataPlane{rules: make(map[rule.RuleKey][]netip.AddrPort)}
 }
 
 // Apply records r's endpoints.
-func (n *NoDataPlane) Apply(_ context.Context, r Rule) error {
+func (n *NoDataPlane) Apply(_ context.Context, r rule.Rule) error {
 	addrs := make([]netip.AddrPort, len(r.Effective.Endpoints))
 	for i, ep := range r.Effective.Endpoints {
 		addrs[i] = ep.Addr
@@ -164,7 +166,7 @@ func (n *NoDataPlane) Apply(_ context.Context, r Rule) error {
 }
 
 // Remove forgets rule k.
-func (n *NoDataPlane) Remove(_ context.Context, k RuleKey) error {
+func (n *NoDataPlane) Remove(_ context.Context, k rule.RuleKey) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	delete(n.rules, k)
@@ -172,7 +174,7 @@ func (n *NoDataPlane) Remove(_ context.Context, k RuleKey) error {
 }
 
 // Status reports rule k OFFLINE with every endpoint inactive.
-func (n *NoDataPlane) Status(k RuleKey) (RuleStatus, bool) {
+func (n *NoDataPlane) Status(k rule.RuleKey) (RuleStatus, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	addrs, ok := n.rules[k]

@@ -3,6 +3,8 @@ package restapi
 import (
 	"context"
 	"sync"
+
+	"github.com/llbproject/llb/rule"
 )
 
 // recordingRuntime is a NoDataPlane that records the keys it was handed.
@@ -13,14 +15,14 @@ type recordingRuntime struct {
 	removed []string
 }
 
-func (r *recordingRuntime) Apply(ctx context.Context, rule Rule) error {
+func (r *recordingRuntime) Apply(ctx context.Context, rule rule.Rule) error {
 	r.mu.Lock()
 	r.applied = append(r.applied, rule.Key.String())
 	r.mu.Unlock()
 	return r.NoDataPlane.Apply(ctx, rule)
 }
 
-func (r *recordingRuntime) Remove(ctx context.Context, k RuleKey) error {
+func (r *recordingRuntime) Remove(ctx context.Context, k rule.RuleKey) error {
 	r.mu.Lock()
 	r.removed = append(r.removed, k.String())
 	r.mu.Unlock()

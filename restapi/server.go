@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/llbproject/llb/internal/logfield"
+	"github.com/llbproject/llb/rule"
 )
 
 // Defaults of Config.
@@ -159,7 +160,7 @@ type Server struct {
 	report    atomic.Pointer[RestoreReport]
 
 	applyMu   sync.Mutex
-	applyErrs map[RuleKey]string // guarded by applyMu
+	applyErrs map[rule.RuleKey]string // guarded by applyMu
 
 	// ctrlMu serializes controller updates, so completing a partial update
 	// from the endpoint's current instruction and applying it is atomic
@@ -177,7 +178,7 @@ func New(cfg Config) (*Server, error) {
 		cfg:       cfg,
 		log:       cfg.Logger.With().Str(logfield.Component, "restapi").Logger(),
 		store:     NewStore(cfg.FS, cfg.StateDir, cfg.Now),
-		applyErrs: make(map[RuleKey]string),
+		applyErrs: make(map[rule.RuleKey]string),
 	}
 	if cfg.Token != "" {
 		s.auth = newTokenChecker(cfg.Token)
@@ -309,7 +310,7 @@ func (s *Server) apply(ctx context.Context, ch Change) {
 	}
 }
 
-func (s *Server) applyErr(k RuleKey) string {
+func (s *Server) applyErr(k rule.RuleKey) string {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
 	return s.applyErrs[k]

@@ -12,6 +12,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
+
+	"github.com/llbproject/llb/rule"
 )
 
 func TestGetAll_EmptyIsAnEmptyList(t *testing.T) {
@@ -175,19 +177,19 @@ func TestDelete_ByNameAndAll(t *testing.T) {
 // fakeRuntime reports configurable statuses and apply errors.
 type fakeRuntime struct {
 	mu       sync.Mutex
-	status   map[RuleKey]RuleStatus
+	status   map[rule.RuleKey]RuleStatus
 	applyErr error
 	panicky  bool
 }
 
-func (f *fakeRuntime) Apply(_ context.Context, r Rule) error {
+func (f *fakeRuntime) Apply(_ context.Context, r rule.Rule) error {
 	if f.panicky {
 		panic("actor exploded")
 	}
 	return f.applyErr
 }
-func (f *fakeRuntime) Remove(context.Context, RuleKey) error { return nil }
-func (f *fakeRuntime) Status(k RuleKey) (RuleStatus, bool) {
+func (f *fakeRuntime) Remove(context.Context, rule.RuleKey) error { return nil }
+func (f *fakeRuntime) Status(k rule.RuleKey) (RuleStatus, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	st, ok := f.status[k]
@@ -227,7 +229,7 @@ func TestOperatingStatus(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := NormalizeEntry(e)
+			r, err := rule.NormalizeEntry(e)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -239,10 +241,10 @@ func TestOperatingStatus(t *testing.T) {
 }
 
 func TestStatusAndStats_ComeFromTheRuntime(t *testing.T) {
-	rt := &fakeRuntime{status: map[RuleKey]RuleStatus{}}
+	rt := &fakeRuntime{status: map[rule.RuleKey]RuleStatus{}}
 	ts := started(t, func(c *Config) { c.Runtime = rt })
 	ts.mustPost(pdExample)
-	k := RuleKey{VIP: netip.MustParseAddr("127.0.0.1"), Protocol: "tcp", Port: 2020, Host: "127.0.0.1"}
+	k := rule.RuleKey{VIP: netip.MustParseAddr("127.0.0.1"), Protocol: "tcp", Port: 2020, Host: "127.0.0.1"}
 	rt.mu.Lock()
 	rt.status[k] = RuleStatus{
 		Operating: OperatingDegraded,
@@ -348,7 +350,7 @@ func TestAuth(t *testing.T) {
 	}
 }
 
-func (ts *testServer) all2(t *testing.T, auth string) []LoadbalanceEntry {
+func (ts *testServer) all2(t *testing.T, auth string) []rule.LoadbalanceEntry {
 	r := ts.do(http.MethodGet, lbPath+"/all", "", "Authorization", auth)
 	var v AllView
 	if err := json.Unmarshal([]byte(r.body), &v); err != nil {

@@ -3,6 +3,8 @@ package restapi
 import (
 	"fmt"
 	"strings"
+
+	"github.com/llbproject/llb/rule"
 )
 
 // How the data-plane views (KV inventory, controller) name a rule and one of
@@ -10,24 +12,6 @@ import (
 // the rule key as RuleKey.String prints it ("tcp:10.10.10.254:2020@10.10.10.254")
 // or the rule's id (serviceArguments.id, which LoxiLB-style numeric ids fit),
 // and an endpoint by its index in the rule (ep_idx).
-
-// Endpoint role names, as the views show endpoints[].ep_role.
-const (
-	RoleNameNone    = "none"
-	RoleNamePrefill = "prefill"
-	RoleNameDecode  = "decode"
-)
-
-// RoleName names an ep_role: "none", "prefill" or "decode".
-func RoleName(role int) string {
-	switch role {
-	case RolePrefill:
-		return RoleNamePrefill
-	case RoleDecode:
-		return RoleNameDecode
-	}
-	return RoleNameNone
-}
 
 // lookupService finds the rule ref names: its key first, then its id. A miss
 // wraps ErrNoRule and, when ref is a prefix of a rule key (a key typed
@@ -53,30 +37,9 @@ func (t *table) lookupService(ref string) (*record, error) {
 
 // endpointIndex checks that ep indexes one of r's endpoints, or wraps
 // ErrNoEndpoint.
-func endpointIndex(r *Rule, ep int) error {
+func endpointIndex(r *rule.Rule, ep int) error {
 	if n := len(r.Effective.Endpoints); ep < 0 || ep >= n {
 		return fmt.Errorf("%w: rule %s has %d endpoints (ep_idx 0–%d), not ep_idx %d", ErrNoEndpoint, r.Key, n, n-1, ep)
 	}
 	return nil
-}
-
-// MirrorsKV reports whether the data plane mirrors endpoint ep's KV events
-// (its Tier-1.5 inventory), and when not, why, in one sentence: with
-// kvExactMode 1 only prefill endpoints publish, with kvExactMode 3 every
-// endpoint does, and without KV-exact none does.
-func (e *Effective) MirrorsKV(ep int) (bool, string) {
-	if ep < 0 || ep >= len(e.Endpoints) {
-		return false, fmt.Sprintf("the rule has no endpoint %d", ep)
-	}
-	switch e.KV.Mode {
-	case KVExactSingle:
-		return true, ""
-	case KVExactZMQ:
-		if role := e.Endpoints[ep].Role; role != RolePrefill {
-			return false, fmt.Sprintf("endpoint %d is a %s endpoint (ep_role %d): with kvExactMode 1 only prefill endpoints (ep_role 1) publish KV events",
-				ep, RoleName(role), role)
-		}
-		return true, ""
-	}
-	return false, fmt.Sprintf("the rule has kvExactMode %d: llb mirrors KV events only with kvExactMode 1 (prefill endpoints) or 3 (every endpoint)", e.KV.Mode)
 }

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/llbproject/llb/rule"
 )
 
 // StatusView is GET …/status: LoxiLB's {adminStateUp, operatingStatus,
@@ -74,7 +76,7 @@ type StatsView struct {
 
 // endpointStates pairs each rule endpoint with its reported status, by
 // address, duplicates pairwise in order; an endpoint without one is inactive.
-func endpointStates(r *Rule, st RuleStatus) []EndpointStatus {
+func endpointStates(r *rule.Rule, st RuleStatus) []EndpointStatus {
 	used := make([]bool, len(st.Endpoints))
 	out := make([]EndpointStatus, len(r.Effective.Endpoints))
 	for i, ep := range r.Effective.Endpoints {
@@ -102,7 +104,7 @@ func stateWord(active bool) string {
 // ONLINE; none → OFFLINE; else DEGRADED), with llb's additions: an apply or
 // listen error is ERROR, a data-plane override wins over the derivation, and
 // a data plane that probes by itself (Monitored) is never NO_MONITOR.
-func operatingStatus(r *Rule, st RuleStatus, eps []EndpointStatus, applyErr string) OperatingStatus {
+func operatingStatus(r *rule.Rule, st RuleStatus, eps []EndpointStatus, applyErr string) OperatingStatus {
 	switch {
 	case !r.Effective.AdminUp:
 		return OperatingOffline
@@ -136,10 +138,10 @@ func operatingStatus(r *Rule, st RuleStatus, eps []EndpointStatus, applyErr stri
 //
 // The view is a shallow copy: it shares the rule's immutable nested data and
 // replaces only what it changes, so it must be treated as read-only.
-func entryView(r *Rule, st RuleStatus) LoadbalanceEntry {
+func entryView(r *rule.Rule, st RuleStatus) rule.LoadbalanceEntry {
 	v := r.Entry
 	sa := *r.Entry.ServiceArguments
-	sa.AdminStateUp = ptr(r.Effective.AdminUp)
+	sa.AdminStateUp = new(r.Effective.AdminUp)
 	v.ServiceArguments = &sa
 	v.Endpoints = slices.Clone(r.Entry.Endpoints)
 	for i, s := range endpointStates(r, st) {
@@ -150,7 +152,7 @@ func entryView(r *Rule, st RuleStatus) LoadbalanceEntry {
 }
 
 // statusView is GET …/status for one rule.
-func statusView(r *Rule, updated time.Time, st RuleStatus, applyErr string) StatusView {
+func statusView(r *rule.Rule, updated time.Time, st RuleStatus, applyErr string) StatusView {
 	eps := endpointStates(r, st)
 	v := StatusView{
 		AdminStateUp:    r.Effective.AdminUp,
@@ -165,7 +167,7 @@ func statusView(r *Rule, updated time.Time, st RuleStatus, applyErr string) Stat
 			EndpointIP:       r.Effective.Endpoints[i].Addr.Addr().String(),
 			TargetPort:       int(r.Effective.Endpoints[i].Addr.Port()),
 			EpIdx:            i,
-			Role:             RoleName(r.Effective.Endpoints[i].Role),
+			Role:             r.Effective.Endpoints[i].Role.String(),
 			State:            stateWord(e.Active),
 			Detail:           e.Detail,
 			Probe:            e.Probe,
@@ -176,7 +178,7 @@ func statusView(r *Rule, updated time.Time, st RuleStatus, applyErr string) Stat
 			Controller:       e.Controller,
 		}
 		if e.Inventory || e.InventoryBlocks > 0 {
-			ev.InventoryBlocks = ptr(e.InventoryBlocks)
+			ev.InventoryBlocks = new(e.InventoryBlocks)
 		}
 		v.Endpoints = append(v.Endpoints, ev)
 	}

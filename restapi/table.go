@@ -4,27 +4,27 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
-	"strconv"
 	"time"
+
+	"github.com/llbproject/llb/rule"
 )
 
 // record is a stored rule and when it last changed. Immutable once in a table.
 type record struct {
-	rule    Rule
+	rule    rule.Rule
 	updated time.Time
 	// encoded is rule.Entry as compact JSON, computed once for every save.
 	encoded json.RawMessage
 }
 
-func newRecord(rule Rule, updated time.Time) (*record, error) {
-	b, err := json.Marshal(&rule.Entry)
+func newRecord(r rule.Rule, updated time.Time) (*record, error) {
+	b, err := json.Marshal(&r.Entry)
 	if err != nil {
-		return nil, fmt.Errorf("restapi: encode rule %s: %w", rule.Key, err)
+		return nil, fmt.Errorf("restapi: encode rule %s: %w", r.Key, err)
 	}
-	return &record{rule: rule, updated: updated, encoded: b}, nil
+	return &record{rule: r, updated: updated, encoded: b}, nil
 }
 
 // table is an immutable snapshot of every rule, in creation order. Writers
@@ -34,12 +34,12 @@ func newRecord(rule Rule, updated time.Time) (*record, error) {
 // Invariant: byKey and byID index exactly the records of order; ids are unique.
 type table struct {
 	order []*record
-	byKey map[RuleKey]*record
+	byKey map[rule.RuleKey]*record
 	byID  map[string]*record
 }
 
 func newTable(recs []*record) *table {
-	t := &table{order: recs, byKey: make(map[RuleKey]*record, len(recs)), byID: make(map[string]*record, len(recs))}
+	t := &table{order: recs, byKey: make(map[rule.RuleKey]*record, len(recs)), byID: make(map[string]*record, len(recs))}
 	for _, r := range recs {
 		t.byKey[r.rule.Key] = r
 		t.byID[r.rule.ID()] = r
@@ -65,11 +65,11 @@ type Change struct {
 	// Kind is what happened.
 	Kind ChangeKind
 	// Key is the rule's key.
-	Key RuleKey
+	Key rule.RuleKey
 	// Old is the rule before the write; nil for ChangeCreated.
-	Old *Rule
+	Old *rule.Rule
 	// New is the rule after the write; nil for ChangeDeleted.
-	New *Rule
+	New *rule.Rule
 	// Trace lists the merge decisions, e.g. "kept id from the stored rule".
 	Trace []string
 }
@@ -88,24 +88,24 @@ type Change struct {
 // stored rule (updating ones with the same ip:port) and oper 2 detaches them;
 // both keep the stored serviceArguments. A detach that leaves no endpoint
 // deletes the rule. newID mints an id for a rule that has none.
-func (t *table) upsert(req Rule, oper int64, now time.Time, newID func() string) (*table, Change, error) {
+func (t *table) upsert(req rule.Rule, oper int64, now time.Time, newID func() string) (*table, Change, error) {
 	old := t.byKey[req.Key]
-	var merged LoadbalanceEntry
+	var merged rule.LoadbalanceEntry
 	var trace []string
 	switch {
 	case old == nil && oper == 2:
 		return nil, Change{}, fmt.Errorf("%w: rule %s does not exist, nothing to detach", ErrNoRule, req.Key)
 	case old == nil:
-		merged = cloneEntry(&req.Entry)
+		merged = rule.CloneEntry(&req.Entry)
 	case oper == 0:
-		merged = cloneEntry(&req.Entry)
+		merged = rule.CloneEntry(&req.Entry)
 		merged.Endpoints, trace = keepOrder(old.rule.Entry.Endpoints, req.Entry.Endpoints)
 		trace = append(trace, keepAdmission(merged.ServiceArguments, old.rule.Entry.ServiceArguments)...)
 	case oper == 1:
-		merged = cloneEntry(&old.rule.Entry)
+		merged = rule.CloneEntry(&old.rule.Entry)
 		merged.Endpoints, trace = attach(old.rule.Entry.Endpoints, req.Entry.Endpoints)
 	default:
-		merged = cloneEntry(&old.rule.Entry)
+		merged = rule.CloneEntry(&old.rule.Entry)
 		var err error
 		merged.Endpoints, trace, err = detach(old.rule.Entry.Endpoints, req.Entry.Endpoints, req.Key)
 		if err != nil {
@@ -126,39 +126,39 @@ func (t *table) upsert(req Rule, oper int64, now time.Time, newID func() string)
 		sa.ID = newID()
 		trace = append(trace, "minted id")
 	}
-	if err := Validate(&merged); err != nil {
+	if err := rule.Validate(&merged); err != nil {
 		return nil, Change{}, err
 	}
-	rule, err := NormalizeEntry(&merged)
+	nr, err := rule.NormalizeEntry(&merged)
 	if err != nil {
 		return nil, Change{}, err
 	}
-	if other, ok := t.byID[rule.ID()]; ok && other.rule.Key != rule.Key {
-		return nil, Change{}, fmt.Errorf("%w: id %q is already used by rule %s", ErrRuleExists, rule.ID(), other.rule.Key)
+	if other, ok := t.byID[nr.ID()]; ok && other.rule.Key != nr.Key {
+		return nil, Change{}, fmt.Errorf("%w: id %q is already used by rule %s", ErrRuleExists, nr.ID(), other.rule.Key)
 	}
-	rec, err := newRecord(rule, now)
+	rec, err := newRecord(nr, now)
 	if err != nil {
 		return nil, Change{}, err
 	}
 	if old == nil {
 		recs := append(slices.Clone(t.order), rec)
-		return newTable(recs), Change{Kind: ChangeCreated, Key: rule.Key, New: &rule, Trace: trace}, nil
+		return newTable(recs), Change{Kind: ChangeCreated, Key: nr.Key, New: &nr, Trace: trace}, nil
 	}
-	if err := problemsErr(immutableChanges(&old.rule, &rule)); err != nil {
+	if err := rule.ProblemsErr(immutableChanges(&old.rule, &nr)); err != nil {
 		return nil, Change{}, err
 	}
 	if bytes.Equal(rec.encoded, old.encoded) {
-		return nil, Change{}, fmt.Errorf("%w: rule %s already has this configuration", ErrRuleExists, rule.Key)
+		return nil, Change{}, fmt.Errorf("%w: rule %s already has this configuration", ErrRuleExists, nr.Key)
 	}
 	recs := slices.Clone(t.order)
 	recs[slices.Index(recs, old)] = rec
 	kind := [...]ChangeKind{ChangeReplaced, ChangeAttached, ChangeDetached}[oper]
 	prev := old.rule
-	return newTable(recs), Change{Kind: kind, Key: rule.Key, Old: &prev, New: &rule, Trace: trace}, nil
+	return newTable(recs), Change{Kind: kind, Key: nr.Key, Old: &prev, New: &nr, Trace: trace}, nil
 }
 
 // remove deletes the rule with key k, or fails with ErrNoRule.
-func (t *table) remove(k RuleKey) (*table, Change, error) {
+func (t *table) remove(k rule.RuleKey) (*table, Change, error) {
 	old, ok := t.byKey[k]
 	if !ok {
 		return nil, Change{}, fmt.Errorf("%w: no rule %s%s", ErrNoRule, k, t.hostHint(k))
@@ -169,7 +169,7 @@ func (t *table) remove(k RuleKey) (*table, Change, error) {
 }
 
 // removeWhere deletes every rule match selects (possibly none).
-func (t *table) removeWhere(match func(*Rule) bool) (*table, []Change) {
+func (t *table) removeWhere(match func(*rule.Rule) bool) (*table, []Change) {
 	var changes []Change
 	var keep []*record
 	for _, r := range t.order {
@@ -185,7 +185,7 @@ func (t *table) removeWhere(match func(*Rule) bool) (*table, []Change) {
 
 // hostHint explains a miss that a different host or range would have hit:
 // LoxiLB keys L7 rules by host, and its DELETE without /hosturl/ means host "".
-func (t *table) hostHint(k RuleKey) string {
+func (t *table) hostHint(k rule.RuleKey) string {
 	for _, r := range t.order {
 		o := r.rule.Key
 		if o.VIP == k.VIP && o.Port == k.Port && o.Protocol == k.Protocol && o != k {
@@ -208,27 +208,18 @@ func (t *table) lookup(vip netip.Addr, port uint16, proto string) (*record, bool
 	return nil, false
 }
 
-// epAddr is an endpoint's identity, ip:port, with the IP in canonical form.
-func epAddr(ep *Endpoint) string {
-	ip := derefString(ep.EndpointIP)
-	if a, err := parseIP(ip); err == nil {
-		ip = a.String()
-	}
-	return net.JoinHostPort(ip, strconv.FormatInt(derefInt(ep.TargetPort), 10))
-}
-
 // keepOrder is LoxiLB's replace of the endpoint list: stored endpoints that
 // stay keep their positions (their stable indexes), taking the new attributes;
 // new ones are appended in request order; the rest are dropped. Endpoints
 // are matched by ip:port, duplicates pairwise in order.
-func keepOrder(stored, req []Endpoint) ([]Endpoint, []string) {
+func keepOrder(stored, req []rule.Endpoint) ([]rule.Endpoint, []string) {
 	used := make([]bool, len(req))
-	var out []Endpoint
+	var out []rule.Endpoint
 	kept, dropped := 0, 0
 	for i := range stored {
 		j := -1
 		for k := range req {
-			if !used[k] && epAddr(&req[k]) == epAddr(&stored[i]) {
+			if !used[k] && req[k].Identity() == stored[i].Identity() {
 				j = k
 				break
 			}
@@ -253,11 +244,11 @@ func keepOrder(stored, req []Endpoint) ([]Endpoint, []string) {
 
 // attach adds req's endpoints to stored, updating in place an endpoint with
 // the same ip:port.
-func attach(stored, req []Endpoint) ([]Endpoint, []string) {
+func attach(stored, req []rule.Endpoint) ([]rule.Endpoint, []string) {
 	out := slices.Clone(stored)
 	updated, added := 0, 0
 	for _, ep := range req {
-		i := slices.IndexFunc(out, func(s Endpoint) bool { return epAddr(&s) == epAddr(&ep) })
+		i := slices.IndexFunc(out, func(s rule.Endpoint) bool { return s.Identity() == ep.Identity() })
 		if i >= 0 {
 			out[i] = ep
 			updated++
@@ -271,13 +262,13 @@ func attach(stored, req []Endpoint) ([]Endpoint, []string) {
 
 // detach removes one stored endpoint per requested ip:port, or fails with
 // ErrNoEndpoint naming every requested endpoint the rule lacks.
-func detach(stored, req []Endpoint, k RuleKey) ([]Endpoint, []string, error) {
+func detach(stored, req []rule.Endpoint, k rule.RuleKey) ([]rule.Endpoint, []string, error) {
 	out := slices.Clone(stored)
 	var missing []string
 	for _, ep := range req {
-		i := slices.IndexFunc(out, func(s Endpoint) bool { return epAddr(&s) == epAddr(&ep) })
+		i := slices.IndexFunc(out, func(s rule.Endpoint) bool { return s.Identity() == ep.Identity() })
 		if i < 0 {
-			missing = append(missing, epAddr(&ep))
+			missing = append(missing, ep.Identity())
 			continue
 		}
 		out = slices.Delete(out, i, i+1)
@@ -289,17 +280,17 @@ func detach(stored, req []Endpoint, k RuleKey) ([]Endpoint, []string, error) {
 }
 
 // keepAdmission gives every fc_* field the request omitted its stored value.
-func keepAdmission(dst, stored *ServiceArguments) []string {
+func keepAdmission(dst, stored *rule.ServiceArguments) []string {
 	var trace []string
 	keepInt := func(name string, d **int64, s *int64) {
 		if *d == nil && s != nil {
-			*d = ptr(*s)
+			*d = new(*s)
 			trace = append(trace, "kept "+name+" from the stored rule")
 		}
 	}
 	keepStr := func(name string, d **string, s *string) {
 		if *d == nil && s != nil {
-			*d = ptr(*s)
+			*d = new(*s)
 			trace = append(trace, "kept "+name+" from the stored rule")
 		}
 	}
@@ -321,23 +312,23 @@ func keepAdmission(dst, stored *ServiceArguments) []string {
 }
 
 // immutableChanges lists the fields a replace may not change (409).
-func immutableChanges(old, nw *Rule) []Problem {
+func immutableChanges(old, nw *rule.Rule) []rule.Problem {
 	o, n := old.Entry.ServiceArguments, nw.Entry.ServiceArguments
-	var ps []Problem
-	if engineOf(o) != engineOf(n) {
-		ps = append(ps, conflictProblem(saField("kvEngineType"), "lbrule-exist error: cant modify rule kv engine type (stored %q, got %q); delete and recreate the rule", engineOf(o), engineOf(n)))
+	var ps []rule.Problem
+	if rule.EngineOf(o) != rule.EngineOf(n) {
+		ps = append(ps, rule.ConflictProblem(rule.SAField("kvEngineType"), "lbrule-exist error: cant modify rule kv engine type (stored %q, got %q); delete and recreate the rule", rule.EngineOf(o), rule.EngineOf(n)))
 	}
-	if (o.Mode == ModeFullProxy) != (n.Mode == ModeFullProxy) {
-		ps = append(ps, conflictProblem(saField("mode"), "lbrule-exist error: cant modify rule fullproxy mode (stored mode %d, got mode %d); delete and recreate the rule", o.Mode, n.Mode))
+	if (o.Mode == rule.ModeFullProxy) != (n.Mode == rule.ModeFullProxy) {
+		ps = append(ps, rule.ConflictProblem(rule.SAField("mode"), "lbrule-exist error: cant modify rule fullproxy mode (stored mode %d, got mode %d); delete and recreate the rule", o.Mode, n.Mode))
 	}
 	if o.Security != n.Security {
-		ps = append(ps, conflictProblem(saField("security"), "lbrule-exist error: cant modify rule security (stored %d, got %d)", o.Security, n.Security))
+		ps = append(ps, rule.ConflictProblem(rule.SAField("security"), "lbrule-exist error: cant modify rule security (stored %d, got %d)", o.Security, n.Security))
 	}
 	if o.Egress != n.Egress {
-		ps = append(ps, conflictProblem(saField("egress"), "lbrule-exist error: cant modify rule egress (stored %t, got %t)", o.Egress, n.Egress))
+		ps = append(ps, rule.ConflictProblem(rule.SAField("egress"), "lbrule-exist error: cant modify rule egress (stored %t, got %t)", o.Egress, n.Egress))
 	}
 	if !slices.Equal(old.Entry.SecondaryIPs, nw.Entry.SecondaryIPs) {
-		ps = append(ps, conflictProblem("secondaryIPs", "lbrule-exist error: cant modify rule secondary IPs (secIP modify error)"))
+		ps = append(ps, rule.ConflictProblem("secondaryIPs", "lbrule-exist error: cant modify rule secondary IPs (secIP modify error)"))
 	}
 	return ps
 }

@@ -5,12 +5,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llbproject/llb/rule"
 )
 
-func endpointAddrs(e LoadbalanceEntry) []string {
+func endpointAddrs(e rule.LoadbalanceEntry) []string {
 	var out []string
 	for i := range e.Endpoints {
-		out = append(out, epAddr(&e.Endpoints[i]))
+		out = append(out, e.Endpoints[i].Identity())
 	}
 	return out
 }
@@ -242,13 +244,13 @@ func TestDetach_LeavingPDWithoutDecodeIs400(t *testing.T) {
 }
 
 func TestTable_DecisionsAreValuesWithTraces(t *testing.T) {
-	req := func(body string) Rule {
+	req := func(body string) rule.Rule {
 		t.Helper()
 		e, err := DecodeEntry([]byte(body))
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := NormalizeEntry(e)
+		r, err := rule.NormalizeEntry(e)
 		if err != nil {
 			t.Fatal(err)
 		}

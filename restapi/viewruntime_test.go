@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/llbproject/llb/rule"
 )
 
 // viewRuntime is a fake data plane for the view routes: it implements
@@ -15,8 +17,8 @@ import (
 // endpoint with the data plane's epoch rule (an older epoch is stale).
 type viewRuntime struct {
 	mu        sync.Mutex
-	rules     map[RuleKey][]netip.AddrPort
-	ctrl      map[RuleKey][]ControllerStatus
+	rules     map[rule.RuleKey][]netip.AddrPort
+	ctrl      map[rule.RuleKey][]ControllerStatus
 	page      InventoryPage
 	invErr    error
 	invCalls  []invCall
@@ -28,14 +30,14 @@ type viewRuntime struct {
 }
 
 type invCall struct {
-	key               RuleKey
+	key               rule.RuleKey
 	ep, offset, limit int
 }
 
 func newViewRuntime() *viewRuntime {
 	return &viewRuntime{
-		rules:     make(map[RuleKey][]netip.AddrPort),
-		ctrl:      make(map[RuleKey][]ControllerStatus),
+		rules:     make(map[rule.RuleKey][]netip.AddrPort),
+		ctrl:      make(map[rule.RuleKey][]ControllerStatus),
 		updatedAt: testEpoch.Add(time.Minute),
 	}
 }
@@ -44,7 +46,7 @@ func neutral() ControllerStatus {
 	return ControllerStatus{State: CtrlNone, Weight: 100, EffectiveWeight: 100}
 }
 
-func (v *viewRuntime) Apply(_ context.Context, r Rule) error {
+func (v *viewRuntime) Apply(_ context.Context, r rule.Rule) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	addrs := make([]netip.AddrPort, len(r.Effective.Endpoints))
@@ -56,7 +58,7 @@ func (v *viewRuntime) Apply(_ context.Context, r Rule) error {
 	return nil
 }
 
-func (v *viewRuntime) Remove(_ context.Context, k RuleKey) error {
+func (v *viewRuntime) Remove(_ context.Context, k rule.RuleKey) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	delete(v.rules, k)
@@ -64,7 +66,7 @@ func (v *viewRuntime) Remove(_ context.Context, k RuleKey) error {
 	return nil
 }
 
-func (v *viewRuntime) Status(k RuleKey) (RuleStatus, bool) {
+func (v *viewRuntime) Status(k rule.RuleKey) (RuleStatus, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	addrs, ok := v.rules[k]
@@ -83,14 +85,14 @@ func (v *viewRuntime) Status(k RuleKey) (RuleStatus, bool) {
 	return st, true
 }
 
-func (v *viewRuntime) Inventory(k RuleKey, ep, offset, limit int) (InventoryPage, error) {
+func (v *viewRuntime) Inventory(k rule.RuleKey, ep, offset, limit int) (InventoryPage, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.invCalls = append(v.invCalls, invCall{k, ep, offset, limit})
 	return v.page, v.invErr
 }
 
-func (v *viewRuntime) SetController(k RuleKey, ep int, u ControllerUpdate) error {
+func (v *viewRuntime) SetController(k rule.RuleKey, ep int, u ControllerUpdate) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.setCalls = append(v.setCalls, u)
@@ -110,7 +112,7 @@ func (v *viewRuntime) SetController(k RuleKey, ep int, u ControllerUpdate) error
 	return nil
 }
 
-func (v *viewRuntime) Controller(k RuleKey, ep int) (ControllerStatus, error) {
+func (v *viewRuntime) Controller(k rule.RuleKey, ep int) (ControllerStatus, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.ctrlErr != nil {

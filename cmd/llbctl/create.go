@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/llbproject/llb/restapi"
+	"github.com/llbproject/llb/rule"
 )
 
 // lbPath is the load-balancer collection under the REST base path.
@@ -172,7 +172,7 @@ func readRuleFile(path string, stdin io.Reader) ([]byte, error) {
 // entry builds the rule the flags describe. Every problem of the command line
 // is reported at once; the rule's semantics (which keys need which mode,
 // P/D roles, ...) are llbd's to judge, and its answer names every problem.
-func (o *createOpts) entry(fs *pflag.FlagSet, vipArg string) (*restapi.LoadbalanceEntry, error) {
+func (o *createOpts) entry(fs *pflag.FlagSet, vipArg string) (*rule.LoadbalanceEntry, error) {
 	var errs []error
 	fail := func(err error) {
 		var ue *usageError
@@ -181,7 +181,7 @@ func (o *createOpts) entry(fs *pflag.FlagSet, vipArg string) (*restapi.Loadbalan
 		}
 		errs = append(errs, err)
 	}
-	sa := &restapi.ServiceArguments{}
+	sa := &rule.ServiceArguments{}
 
 	vip := strings.TrimSuffix(strings.TrimPrefix(vipArg, "["), "]")
 	if _, err := netip.ParseAddr(vip); err != nil {
@@ -248,12 +248,12 @@ func (o *createOpts) entry(fs *pflag.FlagSet, vipArg string) (*restapi.Loadbalan
 	if err != nil {
 		fail(err)
 	}
-	e := &restapi.LoadbalanceEntry{ServiceArguments: sa, Endpoints: eps}
+	e := &rule.LoadbalanceEntry{ServiceArguments: sa, Endpoints: eps}
 	for _, s := range o.sources {
-		e.AllowedSources = append(e.AllowedSources, restapi.AllowedSource{Prefix: strings.TrimSpace(s)})
+		e.AllowedSources = append(e.AllowedSources, rule.AllowedSource{Prefix: strings.TrimSpace(s)})
 	}
 	for _, s := range o.secIPs {
-		e.SecondaryIPs = append(e.SecondaryIPs, restapi.SecondaryIP{SecondaryIP: strings.TrimSpace(s)})
+		e.SecondaryIPs = append(e.SecondaryIPs, rule.SecondaryIP{SecondaryIP: strings.TrimSpace(s)})
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, &usageError{err}
@@ -263,7 +263,7 @@ func (o *createOpts) entry(fs *pflag.FlagSet, vipArg string) (*restapi.Loadbalan
 
 // buildEndpoints parses --endpoints with the aligned --ep-role and
 // --nixl-port lists; target is the default endpoint port.
-func (o *createOpts) buildEndpoints(target int64) ([]restapi.Endpoint, error) {
+func (o *createOpts) buildEndpoints(target int64) ([]rule.Endpoint, error) {
 	if len(o.endpoints) == 0 {
 		return nil, errors.New("give the endpoints: --endpoints=<ip>:<weight>,...")
 	}
@@ -274,7 +274,7 @@ func (o *createOpts) buildEndpoints(target int64) ([]restapi.Endpoint, error) {
 	if len(o.nixlPorts) > 0 && len(o.nixlPorts) != len(o.endpoints) {
 		errs = append(errs, fmt.Errorf("--nixl-port has %d values for %d endpoints", len(o.nixlPorts), len(o.endpoints)))
 	}
-	out := make([]restapi.Endpoint, 0, len(o.endpoints))
+	out := make([]rule.Endpoint, 0, len(o.endpoints))
 	for i, s := range o.endpoints {
 		ep, err := parseEndpoint(s)
 		if err != nil {
@@ -311,7 +311,7 @@ func (o *createOpts) buildEndpoints(target int64) ([]restapi.Endpoint, error) {
 			errs = append(errs, fmt.Errorf("endpoint %q has no port: give --tcp=<port>:<targetPort>, or IP:PORT:WEIGHT", s))
 			continue
 		}
-		rep := restapi.Endpoint{EndpointIP: ptr(ep.ip), TargetPort: ptr(port), Weight: ptr(ep.weight)}
+		rep := rule.Endpoint{EndpointIP: ptr(ep.ip), TargetPort: ptr(port), Weight: ptr(ep.weight)}
 		if ep.role > 0 {
 			rep.EpRole = ep.role
 		}

@@ -3,7 +3,7 @@ package main
 import (
 	"github.com/spf13/pflag"
 
-	"github.com/llbproject/llb/restapi"
+	"github.com/llbproject/llb/rule"
 )
 
 // createAliases are the short flag names accepted beside loxicmd's.
@@ -35,7 +35,7 @@ func (o *createOpts) register(fs *pflag.FlagSet) {
 
 	f := &o.fields
 	f.fs = fs
-	type sa = restapi.ServiceArguments
+	type sa = rule.ServiceArguments
 	// Core.
 	f.str("name", "rule name", func(s *sa, v string) { s.Name = v })
 	f.str("host", "L7 host key (part of the rule key)", func(s *sa, v string) { s.Host = v })

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/llbproject/llb/restapi"
+	"github.com/llbproject/llb/rule"
 )
 
 // The two curl bodies of the routing-hierarchy page (spec/routing-hierarchy.txt),
@@ -166,7 +166,7 @@ func TestCreate_SeedExamplesAreValidRules(t *testing.T) {
 		if r.code != exitOK {
 			t.Fatalf("exit %d: %s", r.code, r.stderr)
 		}
-		if err := restapi.Validate(decodeEntry(t, r.stdout)); err != nil {
+		if err := rule.Validate(decodeEntry(t, r.stdout)); err != nil {
 			t.Errorf("llbd would refuse %s: %v", compactJSON(t, r.stdout), err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/llbproject/llb/restapi"
+	"github.com/llbproject/llb/rule"
 )
 
 // The seed examples with 127.0.0.1 for every address, as flags.
@@ -53,7 +54,7 @@ func TestE2E_CreateListShowDelete(t *testing.T) {
 	if !pd.PDDisaggMode || !pd.PDCacheAwareMode || pd.KVExactMode != 1 || pd.KVZmqPort != 5557 || pd.Mode != 4 {
 		t.Errorf("stored P/D rule %+v; want pd, trie, kvExactMode 1, kvZmqPort 5557, mode 4", pd)
 	}
-	if got := all.LbAttr[0].Endpoints[1].EpRole; got != restapi.RoleDecode {
+	if got := all.LbAttr[0].Endpoints[1].EpRole; got != rule.RoleDecode {
 		t.Errorf("second P/D endpoint role %d; want decode", got)
 	}
 
@@ -113,7 +114,7 @@ func TestE2E_CreateFromFile(t *testing.T) {
 			}
 			got := mustRun(t, hs.URL, "get", "lb", "10.10.10.254", "2021", "tcp", "-o", "json")
 			e := decodeEntry(t, got)
-			if e.ServiceArguments.Sel != restapi.SelCHWBL || len(e.Endpoints) != 2 {
+			if e.ServiceArguments.Sel != rule.SelCHWBL || len(e.Endpoints) != 2 {
 				t.Errorf("stored %s; want the CHWBL seed rule", compactJSON(t, got))
 			}
 		})
@@ -196,10 +197,10 @@ func TestE2E_JSONOutputOfWritesIsLlbdsAnswer(t *testing.T) {
 // state, to show that llbctl displays what the REST API exposes.
 type statusRuntime struct {
 	mu    sync.Mutex
-	addrs map[restapi.RuleKey][]netip.AddrPort
+	addrs map[rule.RuleKey][]netip.AddrPort
 }
 
-func (s *statusRuntime) Apply(_ context.Context, r restapi.Rule) error {
+func (s *statusRuntime) Apply(_ context.Context, r rule.Rule) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, ep := range r.Effective.Endpoints {
@@ -208,11 +209,11 @@ func (s *statusRuntime) Apply(_ context.Context, r restapi.Rule) error {
 	return nil
 }
 
-func (s *statusRuntime) Remove(context.Context, restapi.RuleKey) error {
+func (s *statusRuntime) Remove(context.Context, rule.RuleKey) error {
 	return errors.New("statusRuntime: remove is not used by these tests")
 }
 
-func (s *statusRuntime) Status(k restapi.RuleKey) (restapi.RuleStatus, bool) {
+func (s *statusRuntime) Status(k rule.RuleKey) (restapi.RuleStatus, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	addrs, ok := s.addrs[k]
@@ -235,7 +236,7 @@ func (s *statusRuntime) Status(k restapi.RuleKey) (restapi.RuleStatus, bool) {
 }
 
 func TestE2E_EndpointsShowHealthBreakerLoadAndInventory(t *testing.T) {
-	hs, _ := startServer(t, func(c *restapi.Config) { c.Runtime = &statusRuntime{addrs: map[restapi.RuleKey][]netip.AddrPort{}} })
+	hs, _ := startServer(t, func(c *restapi.Config) { c.Runtime = &statusRuntime{addrs: map[rule.RuleKey][]netip.AddrPort{}} })
 	mustRun(t, hs.URL, localPDFlags...)
 
 	table := mustRun(t, hs.URL, "get", "endpoints", "127.0.0.1", "2020", "tcp")

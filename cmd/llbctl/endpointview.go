@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/llbproject/llb/restapi"
+	"github.com/llbproject/llb/rule"
 )
 
 // endpointView is one row of "get endpoints": the configured endpoint (GET by
@@ -76,7 +77,7 @@ func (a *app) showEndpoints(ref ruleRef) error {
 	if err != nil {
 		return err
 	}
-	var e restapi.LoadbalanceEntry
+	var e rule.LoadbalanceEntry
 	if err := decode("get endpoints", body, &e); err != nil {
 		return err
 	}
@@ -139,7 +140,7 @@ func controllerCell(c *restapi.ControllerStatus) string {
 // joinEndpoints pairs each configured endpoint with its status by address,
 // duplicates pairwise in order (as llbd pairs them). An endpoint without a
 // status is shown as unknown.
-func joinEndpoints(eps []restapi.Endpoint, sts []restapi.EndpointStatusView) []endpointView {
+func joinEndpoints(eps []rule.Endpoint, sts []restapi.EndpointStatusView) []endpointView {
 	used := make([]bool, len(sts))
 	out := make([]endpointView, len(eps))
 	for i, ep := range eps {

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/llbproject/llb/restapi"
+	"github.com/llbproject/llb/rule"
 )
 
 // named is one loxicmd name of a numeric enum value.
@@ -16,27 +16,27 @@ type named struct {
 
 // Selector names (loxicmd's --select), first name per value is canonical.
 var selectors = []named{
-	{"rr", restapi.SelRR},
-	{"hash", restapi.SelHash},
-	{"priority", restapi.SelPriority},
-	{"persist", restapi.SelPersist},
-	{"lc", restapi.SelLC},
-	{"n2", restapi.SelN2},
-	{"n3", restapi.SelN3},
-	{"chwbl", restapi.SelCHWBL},
-	{"gpuaware", restapi.SelGPUAware},
-	{"wrr-hash", restapi.SelWRRHash},
-	{"chwbl-wrr", restapi.SelWRRHash},
+	{"rr", rule.SelRR},
+	{"hash", rule.SelHash},
+	{"priority", rule.SelPriority},
+	{"persist", rule.SelPersist},
+	{"lc", rule.SelLC},
+	{"n2", rule.SelN2},
+	{"n3", rule.SelN3},
+	{"chwbl", rule.SelCHWBL},
+	{"gpuaware", rule.SelGPUAware},
+	{"wrr-hash", rule.SelWRRHash},
+	{"chwbl-wrr", rule.SelWRRHash},
 }
 
 // LB mode names (loxicmd's --mode).
 var modes = []named{
-	{"default", restapi.ModeDNAT},
-	{"onearm", restapi.ModeOneArm},
-	{"fullnat", restapi.ModeFullNAT},
-	{"dsr", restapi.ModeDSR},
-	{"fullproxy", restapi.ModeFullProxy},
-	{"hostonearm", restapi.ModeHostOneArm},
+	{"default", rule.ModeDNAT},
+	{"onearm", rule.ModeOneArm},
+	{"fullnat", rule.ModeFullNAT},
+	{"dsr", rule.ModeDSR},
+	{"fullproxy", rule.ModeFullProxy},
+	{"hostonearm", rule.ModeHostOneArm},
 }
 
 // Security names (loxicmd's --security).
@@ -50,10 +50,10 @@ var securities = []named{
 
 // Endpoint role names (ep_role).
 var roles = []named{
-	{"none", restapi.RoleNone},
-	{"normal", restapi.RoleNone},
-	{"prefill", restapi.RolePrefill},
-	{"decode", restapi.RoleDecode},
+	{"none", rule.RoleNone},
+	{"normal", rule.RoleNone},
+	{"prefill", rule.RolePrefill},
+	{"decode", rule.RoleDecode},
 }
 
 // lookupName maps a name (case-insensitive) to its value.
@@ -111,7 +111,7 @@ func parseRole(s string) (int64, error) {
 
 // modeCell renders a rule's mode as loxicmd does ("fullproxy", with
 // ":ppv2" and ":egress" suffixes).
-func modeCell(sa *restapi.ServiceArguments) string {
+func modeCell(sa *rule.ServiceArguments) string {
 	s := nameOf(modes, sa.Mode, "mode")
 	if sa.ProxyProtocolV2 {
 		s += ":ppv2"
@@ -123,7 +123,7 @@ func modeCell(sa *restapi.ServiceArguments) string {
 }
 
 // protoCell renders the protocol with loxicmd's security suffix.
-func protoCell(sa *restapi.ServiceArguments) string {
+func protoCell(sa *rule.ServiceArguments) string {
 	switch sa.Security {
 	case 1:
 		return sa.Protocol + ":https"

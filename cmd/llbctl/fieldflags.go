@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/llbproject/llb/restapi"
+	"github.com/llbproject/llb/rule"
 )
 
 // fieldFlags binds command-line flags to serviceArguments keys. A flag writes
@@ -20,33 +20,33 @@ type fieldFlags struct {
 // fieldSetter writes one flag's value into serviceArguments.
 type fieldSetter struct {
 	flag  string
-	apply func(sa *restapi.ServiceArguments) error
+	apply func(sa *rule.ServiceArguments) error
 }
 
-func (f *fieldFlags) add(flag string, apply func(*restapi.ServiceArguments) error) {
+func (f *fieldFlags) add(flag string, apply func(*rule.ServiceArguments) error) {
 	f.setters = append(f.setters, fieldSetter{flag: flag, apply: apply})
 }
 
 // int64 binds an integer flag.
-func (f *fieldFlags) int64(flag, usage string, set func(*restapi.ServiceArguments, int64)) {
+func (f *fieldFlags) int64(flag, usage string, set func(*rule.ServiceArguments, int64)) {
 	p := f.fs.Int64(flag, 0, usage)
-	f.add(flag, func(sa *restapi.ServiceArguments) error { set(sa, *p); return nil })
+	f.add(flag, func(sa *rule.ServiceArguments) error { set(sa, *p); return nil })
 }
 
 // boolean binds a boolean flag.
-func (f *fieldFlags) boolean(flag, usage string, set func(*restapi.ServiceArguments, bool)) {
+func (f *fieldFlags) boolean(flag, usage string, set func(*rule.ServiceArguments, bool)) {
 	p := f.fs.Bool(flag, false, usage)
-	f.add(flag, func(sa *restapi.ServiceArguments) error { set(sa, *p); return nil })
+	f.add(flag, func(sa *rule.ServiceArguments) error { set(sa, *p); return nil })
 }
 
 // str binds a string flag.
-func (f *fieldFlags) str(flag, usage string, set func(*restapi.ServiceArguments, string)) {
+func (f *fieldFlags) str(flag, usage string, set func(*rule.ServiceArguments, string)) {
 	p := f.fs.String(flag, "", usage)
-	f.add(flag, func(sa *restapi.ServiceArguments) error { set(sa, *p); return nil })
+	f.add(flag, func(sa *rule.ServiceArguments) error { set(sa, *p); return nil })
 }
 
 // apply writes every given flag into sa and reports every bad value at once.
-func (f *fieldFlags) apply(sa *restapi.ServiceArguments) error {
+func (f *fieldFlags) apply(sa *rule.ServiceArguments) error {
 	var errs []error
 	for _, s := range f.setters {
 		if f.fs.Changed(s.flag) {

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/llbproject/llb/restapi"
+	"github.com/llbproject/llb/rule"
 )
 
 func (a *app) getCmd() *cobra.Command {
@@ -47,7 +48,7 @@ func parseRuleRef(args []string) (ruleRef, error) {
 	}
 	r.port = p
 	switch r.proto {
-	case restapi.ProtoTCP, restapi.ProtoUDP, restapi.ProtoSCTP, restapi.ProtoICMP:
+	case rule.ProtoTCP, rule.ProtoUDP, rule.ProtoSCTP, rule.ProtoICMP:
 	default:
 		errs = append(errs, fmt.Sprintf("protocol %q: want tcp, udp, sctp or icmp", args[2]))
 	}
@@ -197,7 +198,7 @@ func (a *app) showRule(ref ruleRef) error {
 	var raw struct {
 		ServiceArguments json.RawMessage `json:"serviceArguments"`
 	}
-	var e restapi.LoadbalanceEntry
+	var e rule.LoadbalanceEntry
 	if err := decode("get lb", body, &raw); err != nil {
 		return err
 	}
@@ -289,11 +290,11 @@ func (a *app) showStats(ref ruleRef) error {
 // ruleKey is the key llbd files the rule under ("tcp:10.0.0.1:2020@host"),
 // which the KV inventory and controller routes take as the service; "" when
 // the entry does not validate.
-func ruleKey(e *restapi.LoadbalanceEntry) string {
-	if restapi.Validate(e) != nil {
+func ruleKey(e *rule.LoadbalanceEntry) string {
+	if rule.Validate(e) != nil {
 		return ""
 	}
-	r, err := restapi.NormalizeEntry(e)
+	r, err := rule.NormalizeEntry(e)
 	if err != nil {
 		return ""
 	}
@@ -339,7 +340,7 @@ func orderedFields(raw json.RawMessage) ([][2]string, error) {
 }
 
 // portCell renders the service port or range.
-func portCell(sa *restapi.ServiceArguments) string {
+func portCell(sa *rule.ServiceArguments) string {
 	var p int64
 	if sa.Port != nil {
 		p = *sa.Port
@@ -352,7 +353,7 @@ func portCell(sa *restapi.ServiceArguments) string {
 
 // llmCell summarizes a rule's LLM features: pd, trie, kv1/kv3, sse, cb, and
 // paused for adminStateUp false.
-func llmCell(sa *restapi.ServiceArguments) string {
+func llmCell(sa *rule.ServiceArguments) string {
 	var f []string
 	if sa.PDDisaggMode {
 		f = append(f, "pd")
@@ -376,7 +377,7 @@ func llmCell(sa *restapi.ServiceArguments) string {
 }
 
 // endpointCell renders ip:port (IPv6 bracketed).
-func endpointCell(ep restapi.Endpoint) string {
+func endpointCell(ep rule.Endpoint) string {
 	ip, port := "?", "?"
 	if ep.EndpointIP != nil {
 		ip = *ep.EndpointIP
@@ -396,7 +397,7 @@ func intCell(p *int64) string {
 }
 
 // nixlCell renders an endpoint's NIXL port ("-" when unset).
-func nixlCell(ep restapi.Endpoint) string {
+func nixlCell(ep rule.Endpoint) string {
 	if ep.NixlPort == 0 {
 		return "-"
 	}

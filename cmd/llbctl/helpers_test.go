@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/llbproject/llb/restapi"
+	"github.com/llbproject/llb/rule"
 )
 
 // ran is the outcome of one llbctl invocation.
@@ -93,7 +94,7 @@ func writeTemp(t *testing.T, name, content string) string {
 }
 
 // decodeEntry decodes a rule body with the REST layer's own decoder.
-func decodeEntry(t *testing.T, body string) *restapi.LoadbalanceEntry {
+func decodeEntry(t *testing.T, body string) *rule.LoadbalanceEntry {
 	t.Helper()
 	e, err := restapi.DecodeEntry([]byte(body))
 	if err != nil {
@@ -112,7 +113,7 @@ func sameRule(t *testing.T, got, want string) bool {
 }
 
 // canonicalLists makes empty lists nil, as the wire treats [] and null alike.
-func canonicalLists(e *restapi.LoadbalanceEntry) *restapi.LoadbalanceEntry {
+func canonicalLists(e *rule.LoadbalanceEntry) *rule.LoadbalanceEntry {
 	c := *e
 	if len(c.Endpoints) == 0 {
 		c.Endpoints = nil

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/llbproject/llb/restapi"
+	"github.com/llbproject/llb/rule"
 )
 
 // llbctl's KV inventory and controller commands against the real restapi
@@ -22,17 +23,17 @@ import (
 // controller state kept per endpoint with the epoch rule.
 type viewsRuntime struct {
 	mu    sync.Mutex
-	addrs map[restapi.RuleKey][]netip.AddrPort
-	ctrl  map[restapi.RuleKey][]restapi.ControllerStatus
+	addrs map[rule.RuleKey][]netip.AddrPort
+	ctrl  map[rule.RuleKey][]restapi.ControllerStatus
 	page  restapi.InventoryPage
 	busy  bool
 }
 
 func newViewsRuntime() *viewsRuntime {
-	return &viewsRuntime{addrs: map[restapi.RuleKey][]netip.AddrPort{}, ctrl: map[restapi.RuleKey][]restapi.ControllerStatus{}}
+	return &viewsRuntime{addrs: map[rule.RuleKey][]netip.AddrPort{}, ctrl: map[rule.RuleKey][]restapi.ControllerStatus{}}
 }
 
-func (v *viewsRuntime) Apply(_ context.Context, r restapi.Rule) error {
+func (v *viewsRuntime) Apply(_ context.Context, r rule.Rule) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.addrs[r.Key], v.ctrl[r.Key] = nil, nil
@@ -43,7 +44,7 @@ func (v *viewsRuntime) Apply(_ context.Context, r restapi.Rule) error {
 	return nil
 }
 
-func (v *viewsRuntime) Remove(_ context.Context, k restapi.RuleKey) error {
+func (v *viewsRuntime) Remove(_ context.Context, k rule.RuleKey) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	delete(v.addrs, k)
@@ -51,7 +52,7 @@ func (v *viewsRuntime) Remove(_ context.Context, k restapi.RuleKey) error {
 	return nil
 }
 
-func (v *viewsRuntime) Status(k restapi.RuleKey) (restapi.RuleStatus, bool) {
+func (v *viewsRuntime) Status(k rule.RuleKey) (restapi.RuleStatus, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	addrs, ok := v.addrs[k]
@@ -66,7 +67,7 @@ func (v *viewsRuntime) Status(k restapi.RuleKey) (restapi.RuleStatus, bool) {
 	return st, true
 }
 
-func (v *viewsRuntime) Inventory(restapi.RuleKey, int, int, int) (restapi.InventoryPage, error) {
+func (v *viewsRuntime) Inventory(rule.RuleKey, int, int, int) (restapi.InventoryPage, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.busy {
@@ -75,7 +76,7 @@ func (v *viewsRuntime) Inventory(restapi.RuleKey, int, int, int) (restapi.Invent
 	return v.page, nil
 }
 
-func (v *viewsRuntime) SetController(k restapi.RuleKey, ep int, u restapi.ControllerUpdate) error {
+func (v *viewsRuntime) SetController(k rule.RuleKey, ep int, u restapi.ControllerUpdate) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	cur := &v.ctrl[k][ep]
@@ -87,7 +88,7 @@ func (v *viewsRuntime) SetController(k restapi.RuleKey, ep int, u restapi.Contro
 	return nil
 }
 
-func (v *viewsRuntime) Controller(k restapi.RuleKey, ep int) (restapi.ControllerStatus, error) {
+func (v *viewsRuntime) Controller(k rule.RuleKey, ep int) (restapi.ControllerStatus, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.ctrl[k][ep], nil

@@ -12,6 +12,7 @@ import (
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/restapi"
+	"github.com/llbproject/llb/rule"
 )
 
 // dataPlane is the restapi.Runtime of a daemon with its data plane: it turns
@@ -24,7 +25,7 @@ type dataPlane struct {
 	mu sync.Mutex
 	// unserved holds rules the data plane keeps but cannot serve (an L4
 	// mode), with the reason.
-	unserved map[restapi.RuleKey]string
+	unserved map[rule.RuleKey]string
 }
 
 // ruleDefaults are the daemon-wide values a rule inherits.
@@ -47,7 +48,7 @@ type ruleDefaults struct {
 func (d *dataPlane) DataPlaneName() string { return "actors+gateway" }
 
 // Apply implements restapi.Runtime.
-func (d *dataPlane) Apply(ctx context.Context, r restapi.Rule) error {
+func (d *dataPlane) Apply(ctx context.Context, r rule.Rule) error {
 	if why := unservable(&r); why != "" {
 		d.mu.Lock()
 		d.unserved[r.Key] = why
@@ -65,7 +66,7 @@ func (d *dataPlane) Apply(ctx context.Context, r restapi.Rule) error {
 }
 
 // Remove implements restapi.Runtime.
-func (d *dataPlane) Remove(ctx context.Context, k restapi.RuleKey) error {
+func (d *dataPlane) Remove(ctx context.Context, k rule.RuleKey) error {
 	d.mu.Lock()
 	delete(d.unserved, k)
 	d.mu.Unlock()
@@ -73,7 +74,7 @@ func (d *dataPlane) Remove(ctx context.Context, k restapi.RuleKey) error {
 }
 
 // Status implements restapi.Runtime.
-func (d *dataPlane) Status(k restapi.RuleKey) (restapi.RuleStatus, bool) {
+func (d *dataPlane) Status(k rule.RuleKey) (restapi.RuleStatus, bool) {
 	d.mu.Lock()
 	why, un := d.unserved[k]
 	d.mu.Unlock()
@@ -171,7 +172,7 @@ func endpointStatus(cfg actors.ServiceConfig, i int, e actors.EndpointStatus) re
 }
 
 // unservable says why llb's data plane cannot serve r ("" when it can).
-func unservable(r *restapi.Rule) string {
+func unservable(r *rule.Rule) string {
 	sa := r.Entry.ServiceArguments
 	switch {
 	case sa.Mode != 4:
@@ -187,7 +188,7 @@ func unservable(r *restapi.Rule) string {
 }
 
 // gatewayRule converts a validated REST rule into the runtime's rule.
-func gatewayRule(r *restapi.Rule, def ruleDefaults) (gateway.Rule, error) {
+func gatewayRule(r *rule.Rule, def ruleDefaults) (gateway.Rule, error) {
 	sa := r.Entry.ServiceArguments
 	eff := &r.Effective
 	vip, err := netip.ParseAddr(sa.ExternalIP)
@@ -211,7 +212,7 @@ func gatewayRule(r *restapi.Rule, def ruleDefaults) (gateway.Rule, error) {
 		KVExactMode: ladder.KVExactMode(eff.KV.Mode),
 		Hasher: gateway.HasherConfig{
 			Algo: eff.KV.HashAlgo, BlockSize: eff.KV.BlockSize, Seed: seed,
-			TokenKeyed: eff.KV.BlockKey == restapi.BlockKeyTokens,
+			TokenKeyed: eff.KV.BlockKey == rule.BlockKeyTokens,
 		},
 		PrefixHashLevel:   eff.CHWBL.Level,
 		PrefixHashFlags:   int(eff.CHWBL.Flags),
@@ -297,7 +298,7 @@ func breakerThreshold(pd bool) int {
 // admissionSpec maps the rule's fc_* admission fields onto the ladder's
 // per-rule overrides (0 inherits the LLB_PD_* environment). fc_mode "off"
 // is not a per-rule kill switch here: the environment still applies.
-func admissionSpec(a *restapi.EffectiveAdmission) ladder.AdmissionSpec {
+func admissionSpec(a *rule.EffectiveAdmission) ladder.AdmissionSpec {
 	perEP := a.PrefillMaxInflight
 	if perEP == 0 {
 		perEP = a.EpMaxInflight

@@ -40,7 +40,7 @@ const debugPathCrash = "/debug/chaos/crash"
 const debugBodyLimit = 4 << 10
 
 // serviceLookup returns a running rule's actor service by its key
-// (restapi.RuleKey.String, e.g. "tcp:127.0.0.1:2020"), or nil.
+// (rule.RuleKey.String, e.g. "tcp:127.0.0.1:2020"), or nil.
 type serviceLookup func(rule string) *actors.Service
 
 // lookupFor returns the service lookup of the daemon's data plane; without

@@ -25,6 +25,7 @@ import (
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/restapi"
+	"github.com/llbproject/llb/rule"
 )
 
 // exitCode maps run's error to the process exit status, printing it.
@@ -238,7 +239,7 @@ func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) strin
 	}
 	dp := &dataPlane{
 		rt:       rt,
-		unserved: make(map[restapi.RuleKey]string),
+		unserved: make(map[rule.RuleKey]string),
 		defaults: ruleDefaults{Env: env, NoneHashSeed: seed, PrefillTimeout: prefill, ProbePeriod: defaultProbePeriod,
 			DecodeTimeout: decodeTimeout, StreamIdleTimeout: streamIdle},
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/restapi"
+	"github.com/llbproject/llb/rule"
 )
 
 // The data plane's optional REST views: the KV inventory
@@ -27,7 +28,7 @@ var (
 
 // service returns rule k's running service, or an error wrapping
 // restapi.ErrNotRunning that says why it is not running.
-func (d *dataPlane) service(k restapi.RuleKey) (*actors.Service, error) {
+func (d *dataPlane) service(k rule.RuleKey) (*actors.Service, error) {
 	if svc := d.rt.Service(k.String()); svc != nil {
 		return svc, nil
 	}
@@ -41,7 +42,7 @@ func (d *dataPlane) service(k restapi.RuleKey) (*actors.Service, error) {
 }
 
 // Inventory implements restapi.InventoryViewer.
-func (d *dataPlane) Inventory(k restapi.RuleKey, ep, offset, limit int) (restapi.InventoryPage, error) {
+func (d *dataPlane) Inventory(k rule.RuleKey, ep, offset, limit int) (restapi.InventoryPage, error) {
 	svc, err := d.service(k)
 	if err != nil {
 		return restapi.InventoryPage{}, err
@@ -71,7 +72,7 @@ func (d *dataPlane) Inventory(k restapi.RuleKey, ep, offset, limit int) (restapi
 }
 
 // SetController implements restapi.ControllerRuntime.
-func (d *dataPlane) SetController(k restapi.RuleKey, ep int, u restapi.ControllerUpdate) error {
+func (d *dataPlane) SetController(k rule.RuleKey, ep int, u restapi.ControllerUpdate) error {
 	state, err := ctrlState(u.State)
 	if err != nil {
 		return err
@@ -85,7 +86,7 @@ func (d *dataPlane) SetController(k restapi.RuleKey, ep int, u restapi.Controlle
 }
 
 // Controller implements restapi.ControllerRuntime.
-func (d *dataPlane) Controller(k restapi.RuleKey, ep int) (restapi.ControllerStatus, error) {
+func (d *dataPlane) Controller(k rule.RuleKey, ep int) (restapi.ControllerStatus, error) {
 	svc, err := d.service(k)
 	if err != nil {
 		return restapi.ControllerStatus{}, err

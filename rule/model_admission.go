@@ -1,4 +1,4 @@
-package restapi
+package rule
 
 // AdmissionArguments are the admission ("flow control") fc_* keys of the
 // inference gateway's development contract (loxilb-compat.md §1.3). They need

@@ -1,10 +1,10 @@
-package restapi
+package rule
 
 import "reflect"
 
 // deepCopy returns a copy of v that shares no pointer, slice or map with it.
 // It is written for the model's types (structs of scalars, pointers, slices,
-// string maps) and is what cloneEntry uses; a round trip through JSON would
+// string maps) and is what CloneEntry uses; a round trip through JSON would
 // do the same at several times the cost.
 func deepCopy[T any](v T) T {
 	src := reflect.ValueOf(&v).Elem()

@@ -1,4 +1,4 @@
-package restapi
+package rule
 
 import (
 	"bytes"
@@ -79,12 +79,12 @@ func (r *Rule) Name() string { return r.Entry.ServiceArguments.Name }
 
 // Clone returns a deep copy that shares nothing mutable with r.
 func (r *Rule) Clone() Rule {
-	return Rule{Key: r.Key, Entry: cloneEntry(&r.Entry), Effective: r.Effective.clone()}
+	return Rule{Key: r.Key, Entry: CloneEntry(&r.Entry), Effective: r.Effective.clone()}
 }
 
-// sameConfig reports whether two rules carry the same normalized
+// SameConfig reports whether two rules carry the same normalized
 // configuration, the test for LoxiLB's "identical re-POST is 409".
-func (r *Rule) sameConfig(o *Rule) bool {
+func (r *Rule) SameConfig(o *Rule) bool {
 	a, errA := json.Marshal(&r.Entry)
 	b, errB := json.Marshal(&o.Entry)
 	return errA == nil && errB == nil && bytes.Equal(a, b)
@@ -100,17 +100,17 @@ func (r *Rule) sameConfig(o *Rule) bool {
 // It does not modify e. It fails only for an entry that did not pass Validate.
 func NormalizeEntry(e *LoadbalanceEntry) (Rule, error) {
 	if e.ServiceArguments == nil {
-		return Rule{}, fmt.Errorf("restapi: normalize: %w", problemsErr([]Problem{schemaProblem("serviceArguments", CodeRequired, "is required")}))
+		return Rule{}, fmt.Errorf("restapi: normalize: %w", ProblemsErr([]Problem{SchemaProblem("serviceArguments", CodeRequired, "is required")}))
 	}
-	n := cloneEntry(e)
+	n := CloneEntry(e)
 	sa := n.ServiceArguments
-	vip, err := parseIP(sa.ExternalIP)
+	vip, err := ParseIP(sa.ExternalIP)
 	if err != nil {
 		return Rule{}, fmt.Errorf("restapi: normalize externalIP: %w", err)
 	}
 	sa.ExternalIP = vip.String()
 	if sa.PrivateIP != "" {
-		if a, err := parseIP(sa.PrivateIP); err == nil {
+		if a, err := ParseIP(sa.PrivateIP); err == nil {
 			sa.PrivateIP = a.String()
 		}
 	}
@@ -142,13 +142,13 @@ func NormalizeEntry(e *LoadbalanceEntry) (Rule, error) {
 	n.SecondaryVIPs = nilIfEmpty(n.SecondaryVIPs)
 	n.AllowedSources = nilIfEmpty(n.AllowedSources)
 	for i := range n.SecondaryIPs {
-		if a, err := parseIP(n.SecondaryIPs[i].SecondaryIP); err == nil {
+		if a, err := ParseIP(n.SecondaryIPs[i].SecondaryIP); err == nil {
 			n.SecondaryIPs[i].SecondaryIP = a.String()
 		}
 	}
 	for i := range n.Endpoints {
 		ep := &n.Endpoints[i]
-		a, err := parseIP(derefString(ep.EndpointIP))
+		a, err := ParseIP(derefString(ep.EndpointIP))
 		if err != nil {
 			return Rule{}, fmt.Errorf("restapi: normalize endpoints.%d.endpointIP: %w", i, err)
 		}
@@ -200,5 +200,5 @@ func nilIfEmpty[T any](s []T) []T {
 	return s
 }
 
-// cloneEntry deep-copies an entry.
-func cloneEntry(e *LoadbalanceEntry) LoadbalanceEntry { return deepCopy(*e) }
+// CloneEntry deep-copies an entry.
+func CloneEntry(e *LoadbalanceEntry) LoadbalanceEntry { return deepCopy(*e) }

@@ -1,4 +1,4 @@
-package restapi
+package rule
 
 // OctaviaArguments are the inference gateway's general, Octavia and TLS
 // serviceArguments keys (loxilb-compat.md §1.3 "IGW-only, general / Octavia /

@@ -1,4 +1,4 @@
-package restapi
+package rule
 
 // LLMArguments are the inference gateway's AI/LLM serviceArguments keys
 // (loxilb-compat.md §1.3 "IGW-only, AI / LLM"). Every one of them needs

@@ -1,10 +1,12 @@
-package restapi
+package rule
 
 import (
 	"fmt"
 	"net/netip"
 	"slices"
 	"time"
+
+	"github.com/llbproject/llb/ladder"
 )
 
 // Effective is what a rule means to the data plane: every value resolved,
@@ -49,8 +51,8 @@ type EffectiveEndpoint struct {
 	Addr netip.AddrPort
 	// Weight is 0–255.
 	Weight uint8
-	// Role is RoleNone, RolePrefill or RoleDecode.
-	Role int
+	// Role is the P/D role (ep_role).
+	Role ladder.Role
 	// NixlPort is the NIXL side-channel port (nixl_port; 0 → targetPort).
 	NixlPort uint16
 	// Backup marks a standby endpoint.
@@ -180,7 +182,7 @@ func effectiveOf(e *LoadbalanceEntry) (Effective, error) {
 	}
 	eff.InactiveTimeout = seconds(orDefault(sa.InactiveTimeOut, idle))
 	for i, ep := range e.Endpoints {
-		a, err := parseIP(derefString(ep.EndpointIP))
+		a, err := ParseIP(derefString(ep.EndpointIP))
 		if err != nil {
 			return Effective{}, fmt.Errorf("endpoints.%d.endpointIP: %w", i, err)
 		}
@@ -188,13 +190,13 @@ func effectiveOf(e *LoadbalanceEntry) (Effective, error) {
 		ee := EffectiveEndpoint{
 			Addr:      netip.AddrPortFrom(a, port),
 			Weight:    uint8(derefInt(ep.Weight)),
-			Role:      int(ep.EpRole),
+			Role:      ladder.Role(ep.EpRole),
 			NixlPort:  uint16(orDefault(ep.NixlPort, int64(port))),
 			Backup:    ep.Backup != nil && *ep.Backup,
 			ProbeAddr: a,
 		}
 		if ep.MonitorAddress != "" {
-			if m, err := parseIP(ep.MonitorAddress); err == nil {
+			if m, err := ParseIP(ep.MonitorAddress); err == nil {
 				ee.ProbeAddr = m
 			}
 		}
@@ -215,7 +217,7 @@ func effectiveOf(e *LoadbalanceEntry) (Effective, error) {
 		BalanceAbsThreshold: int(orDefault(sa.PDBalanceAbsThreshold, DefaultPDBalanceAbsThreshold)),
 		BootstrapPort:       uint16(orDefault(sa.PDBootstrapPort, DefaultPDBootstrapPort)),
 	}
-	engine := engineOf(sa)
+	engine := EngineOf(sa)
 	hashAlgo := sa.KVHashAlgo
 	if algos := hashAlgosFor(engine); hashAlgo == "" && len(algos) > 0 {
 		hashAlgo = algos[0]
@@ -268,4 +270,25 @@ func effectiveAdmission(a *AdmissionArguments) EffectiveAdmission {
 		ad.MaxQueueWait = milliseconds(DefaultFCQueueWaitMs)
 	}
 	return ad
+}
+
+// MirrorsKV reports whether the data plane mirrors endpoint ep's KV events
+// (its Tier-1.5 inventory), and when not, why, in one sentence: with
+// kvExactMode 1 only prefill endpoints publish, with kvExactMode 3 every
+// endpoint does, and without KV-exact none does.
+func (e *Effective) MirrorsKV(ep int) (bool, string) {
+	if ep < 0 || ep >= len(e.Endpoints) {
+		return false, fmt.Sprintf("the rule has no endpoint %d", ep)
+	}
+	switch e.KV.Mode {
+	case KVExactSingle:
+		return true, ""
+	case KVExactZMQ:
+		if role := e.Endpoints[ep].Role; role != RolePrefill {
+			return false, fmt.Sprintf("endpoint %d is a %s endpoint (ep_role %d): with kvExactMode 1 only prefill endpoints (ep_role 1) publish KV events",
+				ep, role, role)
+		}
+		return true, ""
+	}
+	return false, fmt.Sprintf("the rule has kvExactMode %d: llb mirrors KV events only with kvExactMode 1 (prefill endpoints) or 3 (every endpoint)", e.KV.Mode)
 }

@@ -1,4 +1,9 @@
-package restapi
+package rule
+
+import (
+	"net"
+	"strconv"
+)
 
 // The JSON model of LoxiLB's LoadbalanceEntry (loxilb-compat.md §1.3–1.5).
 //
@@ -138,6 +143,16 @@ type Endpoint struct {
 	State string `json:"state,omitempty"`
 	// Counter is GET-only: "<requests>:<bytes>" (LoxiLB: packets:bytes).
 	Counter string `json:"counter,omitempty"`
+}
+
+// Identity is the endpoint's identity, ip:port with the IP in canonical form:
+// what a replace, an attach or a detach matches endpoints by.
+func (ep *Endpoint) Identity() string {
+	ip := derefString(ep.EndpointIP)
+	if a, err := ParseIP(ip); err == nil {
+		ip = a.String()
+	}
+	return net.JoinHostPort(ip, strconv.FormatInt(derefInt(ep.TargetPort), 10))
 }
 
 // SecondaryIP is one element of secondaryIPs[].

@@ -1,4 +1,4 @@
-package restapi
+package rule
 
 import (
 	"fmt"
@@ -51,18 +51,18 @@ func (p Problem) Status() int {
 	}
 }
 
-// schemaProblem builds a go-openapi-worded schema problem: "<field> in body <text>".
-func schemaProblem(field string, code int, format string, args ...any) Problem {
+// SchemaProblem builds a go-openapi-worded schema problem: "<field> in body <text>".
+func SchemaProblem(field string, code int, format string, args ...any) Problem {
 	return Problem{Field: field, Code: code, Msg: field + " in body " + fmt.Sprintf(format, args...)}
 }
 
-// semanticProblem builds a 400 problem: "<field>: <text>".
-func semanticProblem(field, format string, args ...any) Problem {
+// SemanticProblem builds a 400 problem: "<field>: <text>".
+func SemanticProblem(field, format string, args ...any) Problem {
 	return Problem{Field: field, Code: http.StatusBadRequest, Msg: field + ": " + fmt.Sprintf(format, args...)}
 }
 
-// conflictProblem builds a 409 problem: "<field>: <text>".
-func conflictProblem(field, format string, args ...any) Problem {
+// ConflictProblem builds a 409 problem: "<field>: <text>".
+func ConflictProblem(field, format string, args ...any) Problem {
 	return Problem{Field: field, Code: http.StatusConflict, Msg: field + ": " + fmt.Sprintf(format, args...)}
 }
 
@@ -108,8 +108,8 @@ func (e *ValidationError) Fields() []string {
 	return out
 }
 
-// ofStatus returns the problems answered with HTTP status s.
-func (e *ValidationError) ofStatus(s int) []Problem {
+// OfStatus returns the problems answered with HTTP status s.
+func (e *ValidationError) OfStatus(s int) []Problem {
 	var out []Problem
 	for _, p := range e.Problems {
 		if p.Status() == s {
@@ -119,8 +119,8 @@ func (e *ValidationError) ofStatus(s int) []Problem {
 	return out
 }
 
-// problemsErr returns nil for no problems, else a *ValidationError.
-func problemsErr(ps []Problem) error {
+// ProblemsErr returns nil for no problems, else a *ValidationError.
+func ProblemsErr(ps []Problem) error {
 	if len(ps) == 0 {
 		return nil
 	}
@@ -130,5 +130,5 @@ func problemsErr(ps []Problem) error {
 // Is reports ErrImmutable for a replace refused because it changes a field
 // fixed at create time, so callers can classify with errors.Is.
 func (e *ValidationError) Is(target error) bool {
-	return target == ErrImmutable && len(e.ofStatus(http.StatusConflict)) > 0
+	return target == ErrImmutable && len(e.OfStatus(http.StatusConflict)) > 0
 }

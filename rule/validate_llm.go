@@ -1,4 +1,4 @@
-package restapi
+package rule
 
 import (
 	"fmt"
@@ -6,47 +6,47 @@ import (
 	"strings"
 )
 
-func checkLLMSchema(c *checker, sa *ServiceArguments) {
-	c.between(saField("max_stream_duration_sec"), sa.MaxStreamDurationSec, 0, maxInt32)
-	c.between(saField("backend_keepalive_interval_sec"), sa.BackendKeepaliveIntervalSec, 0, maxInt32)
+func checkLLMSchema(c *Checker, sa *ServiceArguments) {
+	c.Between(SAField("max_stream_duration_sec"), sa.MaxStreamDurationSec, 0, MaxInt32)
+	c.Between(SAField("backend_keepalive_interval_sec"), sa.BackendKeepaliveIntervalSec, 0, MaxInt32)
 	if sa.ChwblPrefixHashLevel != nil {
-		c.oneOf(saField("chwbl_prefix_hash_level"), *sa.ChwblPrefixHashLevel, 1, 2, 3)
+		c.OneOf(SAField("chwbl_prefix_hash_level"), *sa.ChwblPrefixHashLevel, 1, 2, 3)
 	}
 	if sa.ChwblPrefixHashFlags != nil {
-		c.between(saField("chwbl_prefix_hash_flags"), *sa.ChwblPrefixHashFlags, 0, maxUint8)
+		c.Between(SAField("chwbl_prefix_hash_flags"), *sa.ChwblPrefixHashFlags, 0, MaxUint8)
 	}
-	c.betweenOrZero(saField("chwbl_mean_load_factor"), sa.ChwblMeanLoadFactor, 100, 300)
-	c.betweenOrZero(saField("chwbl_replication"), sa.ChwblReplication, 1, 1024)
-	c.between(saField("pd_session_ttl_sec"), sa.PDSessionTTLSec, 0, maxInt32)
-	c.between(saField("pd_cache_threshold"), sa.PDCacheThreshold, 0, 100)
-	c.between(saField("pd_balance_abs_threshold"), sa.PDBalanceAbsThreshold, 0, maxUint8)
-	c.between(saField("pdBootstrapPort"), sa.PDBootstrapPort, 0, maxUint16)
-	c.between(saField("kvExactMode"), sa.KVExactMode, KVExactOff, KVExactSingle)
-	c.betweenOrZero(saField("kvBlockSize"), sa.KVBlockSize, 1, maxUint32)
-	c.oneOfString(saField("kvHashAlgo"), sa.KVHashAlgo, HashSHA256CBOR, HashXXHashCBOR, HashSHA256SGLang, HashBlockHashTRTLLM)
-	c.betweenOrZero(saField("kvZmqPort"), sa.KVZmqPort, 1, maxUint16)
-	c.between(saField("kvWarmupSec"), sa.KVWarmupSec, 0, maxUint32)
-	c.oneOfString(saField("kvEngineType"), sa.KVEngineType, EngineVLLM, EngineSGLang, EngineTRTLLM, EngineLlamaCPP)
-	c.betweenOrZero(saField("kvDpRankCount"), sa.KVDpRankCount, 1, 8)
-	c.between(saField("kvReplayPort"), sa.KVReplayPort, 0, maxUint16)
-	c.oneOfString(saField("kvBlockKey"), sa.KVBlockKey, BlockKeyHash, BlockKeyTokens)
+	c.BetweenOrZero(SAField("chwbl_mean_load_factor"), sa.ChwblMeanLoadFactor, 100, 300)
+	c.BetweenOrZero(SAField("chwbl_replication"), sa.ChwblReplication, 1, 1024)
+	c.Between(SAField("pd_session_ttl_sec"), sa.PDSessionTTLSec, 0, MaxInt32)
+	c.Between(SAField("pd_cache_threshold"), sa.PDCacheThreshold, 0, 100)
+	c.Between(SAField("pd_balance_abs_threshold"), sa.PDBalanceAbsThreshold, 0, MaxUint8)
+	c.Between(SAField("pdBootstrapPort"), sa.PDBootstrapPort, 0, MaxUint16)
+	c.Between(SAField("kvExactMode"), sa.KVExactMode, KVExactOff, KVExactSingle)
+	c.BetweenOrZero(SAField("kvBlockSize"), sa.KVBlockSize, 1, MaxUint32)
+	c.OneOfString(SAField("kvHashAlgo"), sa.KVHashAlgo, HashSHA256CBOR, HashXXHashCBOR, HashSHA256SGLang, HashBlockHashTRTLLM)
+	c.BetweenOrZero(SAField("kvZmqPort"), sa.KVZmqPort, 1, MaxUint16)
+	c.Between(SAField("kvWarmupSec"), sa.KVWarmupSec, 0, MaxUint32)
+	c.OneOfString(SAField("kvEngineType"), sa.KVEngineType, EngineVLLM, EngineSGLang, EngineTRTLLM, EngineLlamaCPP)
+	c.BetweenOrZero(SAField("kvDpRankCount"), sa.KVDpRankCount, 1, 8)
+	c.Between(SAField("kvReplayPort"), sa.KVReplayPort, 0, MaxUint16)
+	c.OneOfString(SAField("kvBlockKey"), sa.KVBlockKey, BlockKeyHash, BlockKeyTokens)
 }
 
-func checkAdmissionSchema(c *checker, sa *ServiceArguments) {
+func checkAdmissionSchema(c *Checker, sa *ServiceArguments) {
 	a := &sa.AdmissionArguments
 	str := func(name string, v *string, allowed ...string) {
 		if v == nil {
 			return
 		}
 		if *v == "" {
-			c.add(schemaProblem(saField(name), CodeEnum, "should be one of %s, got \"\"", enumList(allowed)))
+			c.Add(SchemaProblem(SAField(name), CodeEnum, "should be one of %s, got \"\"", EnumList(allowed)))
 			return
 		}
-		c.oneOfString(saField(name), *v, allowed...)
+		c.OneOfString(SAField(name), *v, allowed...)
 	}
 	num := func(name string, v *int64, hi int64) {
 		if v != nil {
-			c.between(saField(name), *v, 0, hi)
+			c.Between(SAField(name), *v, 0, hi)
 		}
 	}
 	str("fc_mode", a.FCMode, "off", "observe", "enforce", "inherit")
@@ -115,8 +115,8 @@ func llmFieldsSet(sa *ServiceArguments) []string {
 	return set
 }
 
-// engineOf is the effective kvEngineType ("" means vllm).
-func engineOf(sa *ServiceArguments) string {
+// EngineOf is the effective kvEngineType ("" means vllm).
+func EngineOf(sa *ServiceArguments) string {
 	if sa.KVEngineType == "" {
 		return EngineVLLM
 	}
@@ -137,7 +137,7 @@ func hashAlgosFor(engine string) []string {
 	return nil
 }
 
-func checkLLM(c *checker, e *LoadbalanceEntry) {
+func checkLLM(c *Checker, e *LoadbalanceEntry) {
 	sa := e.ServiceArguments
 	if set := llmFieldsSet(sa); len(set) > 0 && sa.Mode != ModeFullProxy {
 		var lox []string
@@ -148,13 +148,13 @@ func checkLLM(c *checker, e *LoadbalanceEntry) {
 			lox = append(lox, "kv-exact single-role mode requires mode=fullproxy")
 		}
 		lox = append(lox, fmt.Sprintf("LLM fields %s require mode=4 (fullproxy), got mode %d", strings.Join(set, ", "), sa.Mode))
-		c.semantic(saField("mode"), "%s", strings.Join(lox, "; "))
+		c.Semantic(SAField("mode"), "%s", strings.Join(lox, "; "))
 	}
 	checkPD(c, e)
 	checkKV(c, sa)
 }
 
-func checkPD(c *checker, e *LoadbalanceEntry) {
+func checkPD(c *Checker, e *LoadbalanceEntry) {
 	sa := e.ServiceArguments
 	pd := sa.PDDisaggMode
 	var prefill, decode int
@@ -166,17 +166,17 @@ func checkPD(c *checker, e *LoadbalanceEntry) {
 			decode++
 		}
 		if !pd && ep.EpRole != RoleNone {
-			c.semantic(epField(i, "ep_role"), "ep_role %d needs pd_disagg_mode=true (a single pool is role-less)", ep.EpRole)
+			c.Semantic(EPField(i, "ep_role"), "ep_role %d needs pd_disagg_mode=true (a single pool is role-less)", ep.EpRole)
 		}
 	}
 	if pd && sa.Oper == 0 && (prefill == 0 || decode == 0) {
-		c.semantic("endpoints", "pd-disagg requires at least 1 prefill (ep_role=1) and 1 decode (ep_role=2) endpoint; got %d prefill and %d decode", prefill, decode)
+		c.Semantic("endpoints", "pd-disagg requires at least 1 prefill (ep_role=1) and 1 decode (ep_role=2) endpoint; got %d prefill and %d decode", prefill, decode)
 	}
 	if pd && sa.BackendProtocol != nil && *sa.BackendProtocol != "http1" {
-		c.semantic(saField("backend_protocol"), "pd-disagg requires backend_protocol http1, got %q", *sa.BackendProtocol)
+		c.Semantic(SAField("backend_protocol"), "pd-disagg requires backend_protocol http1, got %q", *sa.BackendProtocol)
 	}
 	if sa.PDCacheAwareMode && !pd {
-		c.semantic(saField("pd_cache_aware_mode"), "pd-cache-aware requires pd_disagg_mode=true")
+		c.Semantic(SAField("pd_cache_aware_mode"), "pd-cache-aware requires pd_disagg_mode=true")
 	}
 	// Tuning keys of a feature the rule does not use (pd_* thresholds
 	// without P/D, kv* keys with kvExactMode 0, chwbl_* with another
@@ -185,38 +185,38 @@ func checkPD(c *checker, e *LoadbalanceEntry) {
 	// settings. Their ranges are still checked.
 }
 
-func checkKV(c *checker, sa *ServiceArguments) {
+func checkKV(c *Checker, sa *ServiceArguments) {
 	pd := sa.PDDisaggMode
 	switch sa.KVExactMode {
 	case KVExactZMQ:
 		if !pd {
-			c.semantic(saField("kvExactMode"), "kv-exact zmq mode requires pd_disagg_mode=true (use kvExactMode=3 for a single pool)")
+			c.Semantic(SAField("kvExactMode"), "kv-exact zmq mode requires pd_disagg_mode=true (use kvExactMode=3 for a single pool)")
 		}
 	case KVExactNATS:
-		c.semantic(saField("kvExactMode"), "kvExactMode 2 (nats) is reserved and not implemented; use 1 (P/D) or 3 (single pool)")
+		c.Semantic(SAField("kvExactMode"), "kvExactMode 2 (nats) is reserved and not implemented; use 1 (P/D) or 3 (single pool)")
 	case KVExactSingle:
 		if pd {
-			c.semantic(saField("kvExactMode"), "kv-exact single-role mode is incompatible with pd-disagg (use kvExactMode=1 for P/D)")
+			c.Semantic(SAField("kvExactMode"), "kv-exact single-role mode is incompatible with pd-disagg (use kvExactMode=1 for P/D)")
 		}
 	}
-	engine := engineOf(sa)
+	engine := EngineOf(sa)
 	if algos := hashAlgosFor(engine); sa.KVHashAlgo != "" && len(algos) > 0 && !slices.Contains(algos, sa.KVHashAlgo) &&
 		slices.Contains([]string{HashSHA256CBOR, HashXXHashCBOR, HashSHA256SGLang, HashBlockHashTRTLLM}, sa.KVHashAlgo) {
-		c.semantic(saField("kvHashAlgo"), "kv-hash-algo %q is incompatible with kv-engine-type %q (omit kvHashAlgo to take the engine default %q)",
+		c.Semantic(SAField("kvHashAlgo"), "kv-hash-algo %q is incompatible with kv-engine-type %q (omit kvHashAlgo to take the engine default %q)",
 			sa.KVHashAlgo, engine, algos[0])
 	}
 	switch engine {
 	case EngineTRTLLM:
 		if sa.KVZmqPort != 0 && sa.KVZmqPort != DefaultKVZmqPort {
-			c.semantic(saField("kvZmqPort"), "kvZmqPort is not used by trtllm; omit it")
+			c.Semantic(SAField("kvZmqPort"), "kvZmqPort is not used by trtllm; omit it")
 		}
 		if sa.KVDpRankCount > 1 {
-			c.semantic(saField("kvDpRankCount"), "kvDpRankCount is not used by trtllm; omit it")
+			c.Semantic(SAField("kvDpRankCount"), "kvDpRankCount is not used by trtllm; omit it")
 		}
 	case EngineLlamaCPP:
 		unsupported := func(name string, isSet bool) {
 			if isSet {
-				c.semantic(saField(name), "%s is unsupported for llamacpp (no KV event plane, no P/D)", name)
+				c.Semantic(SAField(name), "%s is unsupported for llamacpp (no KV event plane, no P/D)", name)
 			}
 		}
 		unsupported("kvExactMode", sa.KVExactMode != 0)
@@ -227,17 +227,17 @@ func checkKV(c *checker, sa *ServiceArguments) {
 		unsupported("kvBlockSize", sa.KVBlockSize != 0 && sa.KVBlockSize != DefaultKVBlockSize)
 	}
 	if sa.PDBootstrapPort != 0 && !(pd && engine == EngineSGLang) {
-		c.semantic(saField("pdBootstrapPort"), "pd-bootstrap-port requires pd_disagg_mode=true and kv-engine-type sglang")
+		c.Semantic(SAField("pdBootstrapPort"), "pd-bootstrap-port requires pd_disagg_mode=true and kv-engine-type sglang")
 	}
 	if (engine == EngineSGLang || engine == EngineTRTLLM) && (pd || sa.KVExactMode != KVExactOff) {
-		c.semantic(saField("kvEngineType"), "kv-engine-type %q with P/D or kvExactMode is valid in LoxiLB but not implemented by llb, "+
+		c.Semantic(SAField("kvEngineType"), "kv-engine-type %q with P/D or kvExactMode is valid in LoxiLB but not implemented by llb, "+
 			"which speaks the vLLM KV-event and NIXL P/D dialect only; use kvEngineType \"vllm\" or omit it", engine)
 	}
 	checkKVPorts(c, sa)
 }
 
 // checkKVPorts checks that the per-DP-rank port ranges fit and do not overlap.
-func checkKVPorts(c *checker, sa *ServiceArguments) {
+func checkKVPorts(c *Checker, sa *ServiceArguments) {
 	if sa.KVExactMode == KVExactOff {
 		return
 	}
@@ -248,15 +248,15 @@ func checkKVPorts(c *checker, sa *ServiceArguments) {
 	if ranks < 1 {
 		ranks = DefaultKVDpRankCount
 	}
-	if zmq+ranks-1 > maxUint16 && zmq <= maxUint16 {
-		c.semantic(saField("kvDpRankCount"), "kvZmqPort %d with kvDpRankCount %d needs ports up to %d, beyond 65535", zmq, ranks, zmq+ranks-1)
+	if zmq+ranks-1 > MaxUint16 && zmq <= MaxUint16 {
+		c.Semantic(SAField("kvDpRankCount"), "kvZmqPort %d with kvDpRankCount %d needs ports up to %d, beyond 65535", zmq, ranks, zmq+ranks-1)
 	}
-	if r := sa.KVReplayPort; r != 0 && r <= maxUint16 {
-		if r+ranks-1 > maxUint16 {
-			c.semantic(saField("kvReplayPort"), "kvReplayPort %d with kvDpRankCount %d needs ports up to %d, beyond 65535", r, ranks, r+ranks-1)
+	if r := sa.KVReplayPort; r != 0 && r <= MaxUint16 {
+		if r+ranks-1 > MaxUint16 {
+			c.Semantic(SAField("kvReplayPort"), "kvReplayPort %d with kvDpRankCount %d needs ports up to %d, beyond 65535", r, ranks, r+ranks-1)
 		}
 		if r < zmq+ranks && zmq < r+ranks {
-			c.semantic(saField("kvReplayPort"), "kvReplayPort %d overlaps the KV-event ports %d..%d (kvZmqPort + DP ranks)", r, zmq, zmq+ranks-1)
+			c.Semantic(SAField("kvReplayPort"), "kvReplayPort %d overlaps the KV-event ports %d..%d (kvZmqPort + DP ranks)", r, zmq, zmq+ranks-1)
 		}
 	}
 }
