@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/llbproject/llb/inventory"
@@ -55,57 +53,6 @@ const (
 	// DefaultPrefillResponseLimit bounds the prefill leg's response body.
 	DefaultPrefillResponseLimit = 8 << 20
 )
-
-// EnvPrefillTimeoutSec is the environment variable LoxiLB reads for the
-// prefill deadline (seconds).
-const EnvPrefillTimeoutSec = "LLB_PD_PREFILL_TIMEOUT_SEC"
-
-// Environment variables of the decode-leg bounds (seconds; 0 disables).
-const (
-	EnvDecodeTimeoutSec = "LLB_PD_DECODE_TIMEOUT_SEC"
-	EnvIdleTimeoutSec   = "LLB_PD_IDLE_TIMEOUT_SEC"
-)
-
-// StreamTimeoutsFromEnv reads LLB_PD_DECODE_TIMEOUT_SEC and
-// LLB_PD_IDLE_TIMEOUT_SEC through lookup: unset or empty → 0 (the
-// default), "0" → -1 (off), 1–86400 → that many seconds; anything else is
-// an error wrapping ErrInvalidConfig naming the variable.
-func StreamTimeoutsFromEnv(lookup func(string) (string, bool)) (decode, idle time.Duration, err error) {
-	read := func(name string) (time.Duration, error) {
-		v, ok := lookup(name)
-		v = strings.TrimSpace(v)
-		if !ok || v == "" {
-			return 0, nil
-		}
-		n, err := strconv.Atoi(v)
-		switch {
-		case err != nil || n < 0 || n > 86400:
-			return 0, fmt.Errorf("%s=%q: want whole seconds 0–86400 (0 turns it off): %w", name, v, ErrInvalidConfig)
-		case n == 0:
-			return -1, nil
-		}
-		return time.Duration(n) * time.Second, nil
-	}
-	decode, err1 := read(EnvDecodeTimeoutSec)
-	idle, err2 := read(EnvIdleTimeoutSec)
-	return decode, idle, errors.Join(err1, err2)
-}
-
-// PrefillTimeoutFromEnv reads LLB_PD_PREFILL_TIMEOUT_SEC through lookup
-// (os.LookupEnv in cmd/). Unset or empty → 0 (use the default); a value
-// that is not an integer in 1–86400 is an error wrapping ErrInvalidConfig.
-func PrefillTimeoutFromEnv(lookup func(string) (string, bool)) (time.Duration, error) {
-	v, ok := lookup(EnvPrefillTimeoutSec)
-	v = strings.TrimSpace(v)
-	if !ok || v == "" {
-		return 0, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n > 86400 {
-		return 0, fmt.Errorf("%s=%q: want whole seconds 1–86400: %w", EnvPrefillTimeoutSec, v, ErrInvalidConfig)
-	}
-	return time.Duration(n) * time.Second, nil
-}
 
 // EndpointConfig is one rule endpoint as the data plane needs it. Its index
 // in RuleConfig.Endpoints is its identity (ladder decisions, Avoid bits).

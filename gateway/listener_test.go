@@ -91,33 +91,6 @@ func TestRuleConfig_ValidateReportsEveryProblem(t *testing.T) {
 	}
 }
 
-func TestPrefillTimeoutFromEnv(t *testing.T) {
-	tests := []struct {
-		give    string
-		set     bool
-		want    time.Duration
-		wantErr bool
-	}{
-		{"", false, 0, false},
-		{"180", true, 180 * time.Second, false},
-		{" 5 ", true, 5 * time.Second, false},
-		{"0", true, 0, true},
-		{"abc", true, 0, true},
-		{"100000", true, 0, true},
-	}
-	for _, tt := range tests {
-		got, err := PrefillTimeoutFromEnv(func(k string) (string, bool) {
-			if k != EnvPrefillTimeoutSec {
-				t.Errorf("looked up %s", k)
-			}
-			return tt.give, tt.set
-		})
-		if got != tt.want || (err != nil) != tt.wantErr || (err != nil && !errors.Is(err, ErrInvalidConfig)) {
-			t.Errorf("PrefillTimeoutFromEnv(%q) = %v, %v; want %v, err %v", tt.give, got, err, tt.want, tt.wantErr)
-		}
-	}
-}
-
 // streamingBackend sends one event, waits for release, then finishes.
 func streamingBackend(t *testing.T, release <-chan struct{}) *fakeVLLM {
 	be := newFakeVLLM(t)

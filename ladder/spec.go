@@ -31,6 +31,10 @@ const (
 	DefaultPersistTTL = 10800 * time.Second
 	// MaxQueueDepthPerEP is the hard clamp on the per-endpoint parked queue.
 	MaxQueueDepthPerEP = 64
+	// MaxRuleInflight bounds a rule's own admission caps (the REST fc_*
+	// in-flight fields, 0–100000 in LoxiLB's contract). The process-wide
+	// LLB_PD_MAX_INFLIGHT_PER_EP keeps LoxiLB's 0–99999.
+	MaxRuleInflight = 100000
 )
 
 // ErrInvalidSpec classifies every rule/endpoint validation problem; test with
@@ -134,7 +138,7 @@ const (
 // resolved per-endpoint cap or global valve is non-zero.
 type AdmissionSpec struct {
 	// MaxInflightPerEP is the per-prefill-endpoint in-flight cap (requests).
-	// 0 inherits Env.MaxInflightPerEP. Range 0–99999.
+	// 0 inherits Env.MaxInflightPerEP. Range 0–MaxRuleInflight.
 	MaxInflightPerEP int
 	// QueueDepthPerEP is the parked-queue depth per prefill endpoint. 0
 	// inherits Env.QueueDepthPerEP. Range 0–64 (MaxQueueDepthPerEP).
@@ -271,8 +275,8 @@ func (s *ServiceSpec) Validate() error {
 		errs = append(errs, fieldErr("persistTimeout", "must not be negative"))
 	}
 	a := s.Admission
-	if a.MaxInflightPerEP < 0 || a.MaxInflightPerEP > 99999 {
-		errs = append(errs, fieldErr("admission.max_inflight_per_ep", "%d is out of range 0–99999", a.MaxInflightPerEP))
+	if a.MaxInflightPerEP < 0 || a.MaxInflightPerEP > MaxRuleInflight {
+		errs = append(errs, fieldErr("admission.max_inflight_per_ep", "%d is out of range 0–%d", a.MaxInflightPerEP, MaxRuleInflight))
 	}
 	if a.QueueDepthPerEP < 0 || a.QueueDepthPerEP > MaxQueueDepthPerEP {
 		errs = append(errs, fieldErr("admission.queue_depth_per_ep", "%d is out of range 0–%d", a.QueueDepthPerEP, MaxQueueDepthPerEP))

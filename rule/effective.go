@@ -21,7 +21,8 @@ type Effective struct {
 	// InactiveTimeout is the idle session timeout (inactiveTimeOut; 0 → 240 s
 	// for tcp/sctp, 20 s otherwise).
 	InactiveTimeout time.Duration
-	// ProbePeriod is the probe interval (probeTimeout; 0 → 60 s).
+	// ProbePeriod is the probe interval (probeTimeout; 0 → 5 s, llb's
+	// default where LoxiLB has 60 s).
 	ProbePeriod time.Duration
 	// ProbeRetries is consecutive failures before an endpoint goes inactive (0 → 2).
 	ProbeRetries int
@@ -93,8 +94,8 @@ type EffectivePD struct {
 
 // EffectiveKV is the Tier-1.5 configuration.
 type EffectiveKV struct {
-	// Mode is kvExactMode: KVExactOff, KVExactZMQ (P/D) or KVExactSingle.
-	Mode int
+	// Mode is kvExactMode.
+	Mode ladder.KVExactMode
 	// Engine is kvEngineType (absent → vllm).
 	Engine string
 	// HashAlgo is kvHashAlgo, or the engine's default contract.
@@ -223,7 +224,7 @@ func effectiveOf(e *LoadbalanceEntry) (Effective, error) {
 		hashAlgo = algos[0]
 	}
 	eff.KV = EffectiveKV{
-		Mode:       int(sa.KVExactMode),
+		Mode:       ladder.KVExactMode(sa.KVExactMode),
 		Engine:     engine,
 		HashAlgo:   hashAlgo,
 		BlockSize:  int(orDefault(sa.KVBlockSize, DefaultKVBlockSize)),
@@ -281,10 +282,10 @@ func (e *Effective) MirrorsKV(ep int) (bool, string) {
 		return false, fmt.Sprintf("the rule has no endpoint %d", ep)
 	}
 	switch e.KV.Mode {
-	case KVExactSingle:
+	case ladder.KVSinglePool:
 		return true, ""
-	case KVExactZMQ:
-		if role := e.Endpoints[ep].Role; role != RolePrefill {
+	case ladder.KVPrefill:
+		if role := e.Endpoints[ep].Role; role != ladder.RolePrefill {
 			return false, fmt.Sprintf("endpoint %d is a %s endpoint (ep_role %d): with kvExactMode 1 only prefill endpoints (ep_role 1) publish KV events",
 				ep, role, role)
 		}

@@ -1,6 +1,8 @@
 package rule
 
-import "fmt"
+import (
+	"github.com/llbproject/llb/ladder"
+)
 
 // Protocols (serviceArguments.protocol).
 const (
@@ -10,49 +12,24 @@ const (
 	ProtoICMP = "icmp"
 )
 
-// Endpoint selectors (serviceArguments.sel).
+// Endpoint selectors (serviceArguments.sel), as the wire's integers; the
+// enum itself is ladder.SelectorKind.
 const (
-	SelRR       = 0
-	SelHash     = 1
-	SelPriority = 2
-	SelPersist  = 3
-	SelLC       = 4
-	SelN2       = 5
-	SelN3       = 6
-	SelReserved = 7
-	SelCHWBL    = 8
-	SelGPUAware = 9
-	SelWRRHash  = 10
+	SelRR       = int64(ladder.SelRR)
+	SelHash     = int64(ladder.SelHash)
+	SelPriority = int64(ladder.SelPriority)
+	SelPersist  = int64(ladder.SelPersist)
+	SelLC       = int64(ladder.SelLeastConn)
+	SelN2       = int64(ladder.SelN2)
+	SelN3       = int64(ladder.SelN3)
+	SelReserved = int64(ladder.SelReserved)
+	SelCHWBL    = int64(ladder.SelCHWBL)
+	SelGPUAware = int64(ladder.SelGPUAware)
+	SelWRRHash  = int64(ladder.SelWeightedCHWBL)
 )
 
 // selName is loxicmd's name for a selector.
-func selName(sel int64) string {
-	switch sel {
-	case SelRR:
-		return "rr"
-	case SelHash:
-		return "hash"
-	case SelPriority:
-		return "priority"
-	case SelPersist:
-		return "persist"
-	case SelLC:
-		return "lc"
-	case SelN2:
-		return "n2"
-	case SelN3:
-		return "n3"
-	case SelReserved:
-		return "reserved"
-	case SelCHWBL:
-		return "chwbl"
-	case SelGPUAware:
-		return "gpuaware"
-	case SelWRRHash:
-		return "wrr-hash"
-	}
-	return fmt.Sprintf("sel%d", sel)
-}
+func selName(sel int64) string { return ladder.SelectorKind(sel).String() }
 
 // LB modes (serviceArguments.mode).
 const (
@@ -64,19 +41,21 @@ const (
 	ModeHostOneArm = 5
 )
 
-// Endpoint P/D roles (endpoints[].ep_role).
+// Endpoint P/D roles (endpoints[].ep_role), as the wire's integers; the enum
+// itself is ladder.Role.
 const (
-	RoleNone    = 0
-	RolePrefill = 1
-	RoleDecode  = 2
+	RoleNone    = int64(ladder.RoleNone)
+	RolePrefill = int64(ladder.RolePrefill)
+	RoleDecode  = int64(ladder.RoleDecode)
 )
 
-// KV-exact modes (serviceArguments.kvExactMode).
+// KV-exact modes (serviceArguments.kvExactMode), as the wire's integers; the
+// enum itself is ladder.KVExactMode.
 const (
-	KVExactOff    = 0
-	KVExactZMQ    = 1
-	KVExactNATS   = 2
-	KVExactSingle = 3
+	KVExactOff    = int64(ladder.KVOff)
+	KVExactZMQ    = int64(ladder.KVPrefill)
+	KVExactNATS   = int64(ladder.KVNATS)
+	KVExactSingle = int64(ladder.KVSinglePool)
 )
 
 // KV engine types (serviceArguments.kvEngineType).
@@ -126,16 +105,19 @@ const (
 	DefaultChwblMeanLoadFactor   = 175
 	DefaultChwblReplication      = 100
 	DefaultMaxStreamDurationSec  = 86400
-	DefaultProbePeriodSec        = 60
-	DefaultProbeRetries          = 2
-	DefaultInactiveTimeoutSec    = 240
-	DefaultInactiveNSTimeoutSec  = 20
-	DefaultConnectTimeoutMs      = 500
-	DefaultFCQueueWaitMs         = 5000
-	DefaultFCTelemetryStaleMs    = 30000
-	MaxEndpoints                 = 32
-	MaxSecondaryIPs              = 3
-	MaxInactiveTimeoutSec        = 86400
-	MaxProbePeriodSec            = 86400
-	MaxProbeRetries              = 100
+	// DefaultProbePeriodSec is the probe period of a rule without
+	// probeTimeout. LoxiLB's is 60 s, which lets a dead GPU worker take
+	// traffic for a minute; llb probes every 5 s.
+	DefaultProbePeriodSec       = 5
+	DefaultProbeRetries         = 2
+	DefaultInactiveTimeoutSec   = 240
+	DefaultInactiveNSTimeoutSec = 20
+	DefaultConnectTimeoutMs     = 500
+	DefaultFCQueueWaitMs        = 5000
+	DefaultFCTelemetryStaleMs   = 30000
+	MaxEndpoints                = ladder.MaxEndpoints
+	MaxSecondaryIPs             = 3
+	MaxInactiveTimeoutSec       = 86400
+	MaxProbePeriodSec           = 86400
+	MaxProbeRetries             = 100
 )

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/llbproject/llb/ladder"
 )
 
 func checkLLMSchema(c *Checker, sa *ServiceArguments) {
@@ -50,10 +52,10 @@ func checkAdmissionSchema(c *Checker, sa *ServiceArguments) {
 		}
 	}
 	str("fc_mode", a.FCMode, "off", "observe", "enforce", "inherit")
-	num("fc_max_outstanding", a.FCMaxOutstanding, 100000)
-	num("fc_ep_max_inflight", a.FCEpMaxInflight, 100000)
-	num("fc_prefill_max_inflight", a.FCPrefillMaxInflight, 100000)
-	num("fc_decode_max_inflight", a.FCDecodeMaxInflight, 100000)
+	num("fc_max_outstanding", a.FCMaxOutstanding, ladder.MaxRuleInflight)
+	num("fc_ep_max_inflight", a.FCEpMaxInflight, ladder.MaxRuleInflight)
+	num("fc_prefill_max_inflight", a.FCPrefillMaxInflight, ladder.MaxRuleInflight)
+	num("fc_decode_max_inflight", a.FCDecodeMaxInflight, ladder.MaxRuleInflight)
 	num("fc_max_queue_depth", a.FCMaxQueueDepth, 65536)
 	num("fc_max_queue_wait_ms", a.FCMaxQueueWaitMs, 3600000)
 	num("fc_telemetry_stale_ms", a.FCTelemetryStaleMs, 3600000)

@@ -2,14 +2,13 @@ package main
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"net/netip"
 	"sync"
 	"time"
 
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/gateway"
-	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/restapi"
 	"github.com/llbproject/llb/rule"
@@ -32,16 +31,8 @@ type dataPlane struct {
 type ruleDefaults struct {
 	// Env is the routing knob set (LOXILB_KV_*, LLB_PD_*, LLB_KV_*).
 	Env ladder.Env
-	// NoneHashSeed is LLB_KV_NONE_HASH_SEED: the workers' PYTHONHASHSEED
-	// when a rule has no kvNoneHashSeed.
-	NoneHashSeed string
-	// PrefillTimeout is LLB_PD_PREFILL_TIMEOUT_SEC (0 = gateway default).
-	PrefillTimeout time.Duration
-	// DecodeTimeout and StreamIdleTimeout are LLB_PD_DECODE_TIMEOUT_SEC and
-	// LLB_PD_IDLE_TIMEOUT_SEC (0 = gateway default, negative = off).
-	DecodeTimeout, StreamIdleTimeout time.Duration
-	// ProbePeriod is the probe period of rules that set no probeTimeout.
-	ProbePeriod time.Duration
+	// Rule is what rule.Compile takes from the environment.
+	Rule rule.Defaults
 }
 
 // DataPlaneName implements restapi.DataPlaneNamer.
@@ -49,20 +40,20 @@ func (d *dataPlane) DataPlaneName() string { return "actors+gateway" }
 
 // Apply implements restapi.Runtime.
 func (d *dataPlane) Apply(ctx context.Context, r rule.Rule) error {
-	if why := unservable(&r); why != "" {
+	c, err := rule.Compile(&r, d.defaults.Rule)
+	if errors.Is(err, rule.ErrNotServed) {
 		d.mu.Lock()
-		d.unserved[r.Key] = why
+		d.unserved[r.Key] = err.Error()
 		d.mu.Unlock()
 		return d.rt.Remove(ctx, r.Key.String())
 	}
-	gr, err := gatewayRule(&r, d.defaults)
 	if err != nil {
 		return err
 	}
 	d.mu.Lock()
 	delete(d.unserved, r.Key)
 	d.mu.Unlock()
-	return d.rt.Apply(ctx, gr)
+	return d.rt.Apply(ctx, gatewayRule(c, d.defaults.Env))
 }
 
 // Remove implements restapi.Runtime.
@@ -171,142 +162,61 @@ func endpointStatus(cfg actors.ServiceConfig, i int, e actors.EndpointStatus) re
 	return es
 }
 
-// unservable says why llb's data plane cannot serve r ("" when it can).
-func unservable(r *rule.Rule) string {
-	sa := r.Entry.ServiceArguments
-	switch {
-	case sa.Mode != 4:
-		return fmt.Sprintf("mode %d is an L4 mode; llb's data plane serves fullproxy (mode 4) rules only", sa.Mode)
-	case sa.Security != 0:
-		return "TLS termination (security 1/2) is not served by llb's data plane yet"
-	case sa.Protocol != "" && sa.Protocol != "tcp":
-		return fmt.Sprintf("protocol %q is not served by llb's data plane (tcp only)", sa.Protocol)
-	case sa.PortMax != 0:
-		return "port ranges are not served by llb's data plane"
-	}
-	return ""
-}
-
-// gatewayRule converts a validated REST rule into the runtime's rule.
-func gatewayRule(r *rule.Rule, def ruleDefaults) (gateway.Rule, error) {
-	sa := r.Entry.ServiceArguments
-	eff := &r.Effective
-	vip, err := netip.ParseAddr(sa.ExternalIP)
-	if err != nil {
-		return gateway.Rule{}, fmt.Errorf("externalIP %q: %w", sa.ExternalIP, err)
-	}
-	key := r.Key.String()
-	seed := def.NoneHashSeed
-	if eff.KV.NoneHashSeed != nil {
-		seed = *eff.KV.NoneHashSeed
-	}
-	probePeriod := eff.ProbePeriod
-	if sa.ProbeTimeout == 0 && def.ProbePeriod > 0 {
-		probePeriod = def.ProbePeriod
-	}
+// gatewayRule hands a compiled rule to the runtime.
+func gatewayRule(c *rule.Compiled, env ladder.Env) gateway.Rule {
 	gw := gateway.RuleConfig{
-		Name:        key,
-		VIP:         vip,
-		Port:        r.Key.Port,
-		PDDisagg:    eff.PD.Enabled,
-		KVExactMode: ladder.KVExactMode(eff.KV.Mode),
-		Hasher: gateway.HasherConfig{
-			Algo: eff.KV.HashAlgo, BlockSize: eff.KV.BlockSize, Seed: seed,
-			TokenKeyed: eff.KV.BlockKey == rule.BlockKeyTokens,
-		},
-		PrefixHashLevel:   eff.CHWBL.Level,
-		PrefixHashFlags:   int(eff.CHWBL.Flags),
-		SessionHeaderName: sa.SessionHeaderName,
-		ConnectTimeout:    eff.ConnectTimeout,
-		DataTimeout:       time.Duration(sa.TimeoutMemberData) * time.Millisecond,
-		PrefillTimeout:    def.PrefillTimeout,
-		DecodeTimeout:     def.DecodeTimeout,
-		StreamIdleTimeout: def.StreamIdleTimeout,
-		MaxStreamDuration: eff.MaxStreamDuration,
-		SSEMode:           sa.SSEMode,
-		Paused:            !eff.AdminUp,
+		Name:              c.Key,
+		VIP:               c.VIP,
+		Port:              c.Port,
+		PDDisagg:          c.Spec.PDDisagg,
+		KVExactMode:       c.Spec.KVExactMode,
+		Hasher:            gateway.HasherConfig{Algo: c.KV.Algo, BlockSize: c.KV.BlockSize, Seed: c.KV.Seed, TokenKeyed: c.KV.TokenKeyed},
+		PrefixHashLevel:   c.PrefixHash.Level,
+		PrefixHashFlags:   c.PrefixHash.Flags,
+		SessionHeaderName: c.SessionHeaderName,
+		ConnectTimeout:    c.Timeouts.Connect,
+		DataTimeout:       c.Timeouts.Data,
+		PrefillTimeout:    c.Timeouts.Prefill,
+		DecodeTimeout:     offIfZero(c.Timeouts.Decode),
+		StreamIdleTimeout: offIfZero(c.Timeouts.StreamIdle),
+		MaxStreamDuration: c.Timeouts.MaxStream,
+		Paused:            c.Paused,
 		Probe: gateway.ProbeConfig{
-			Type:     sa.ProbeType,
-			Port:     uint16(sa.ProbePort),
-			Request:  sa.ProbeReq,
-			Response: sa.ProbeResp,
-			Period:   probePeriod,
-			Retries:  eff.ProbeRetries,
+			Type: c.Probe.Type, Port: c.Probe.Port, Request: c.Probe.Request, Response: c.Probe.Response,
+			Period: c.Probe.Period, Retries: c.Probe.Retries, AttemptTimeout: c.Probe.AttemptTimeout,
 		},
 	}
 	sc := actors.ServiceConfig{
-		Spec: ladder.ServiceSpec{
-			Name:                key,
-			Selector:            ladder.SelectorKind(sa.Sel),
-			PDDisagg:            eff.PD.Enabled,
-			CacheAware:          eff.PD.CacheAware,
-			SessionTTL:          eff.PD.SessionTTL,
-			CacheThresholdPct:   eff.PD.CacheThresholdPct,
-			BalanceAbsThreshold: eff.PD.BalanceAbsThreshold,
-			KVExactMode:         ladder.KVExactMode(eff.KV.Mode),
-			KVBlockSize:         eff.KV.BlockSize,
-			KVWarmup:            eff.KV.Warmup,
-			Admission:           admissionSpec(&eff.Admission),
-		},
-		Env: def.Env,
+		Spec: c.Spec,
+		Env:  env,
 		Breaker: actors.BreakerConfig{
-			Enabled:            eff.BreakerEnabled,
-			Threshold:          breakerThreshold(eff.PD.Enabled),
-			OriginErrThreshold: int(def.Env.OriginErrThreshold),
+			Enabled: c.Breaker.Enabled, Threshold: c.Breaker.Threshold,
+			OriginErrThreshold: c.Breaker.OriginErrThreshold, OpenFor: c.Breaker.OpenFor,
 		},
-		Probe: actors.ProbeConfig{Interval: probePeriod, Retries: eff.ProbeRetries},
+		Probe: actors.ProbeConfig{Interval: c.Probe.Period, Timeout: c.Probe.AttemptTimeout, Retries: c.Probe.Retries},
 	}
-	for i, ep := range eff.Endpoints {
-		src := &r.Entry.Endpoints[i]
-		role := ladder.Role(ep.Role)
+	for _, ep := range c.Endpoints {
+		p := ep.Probe
 		gw.Endpoints = append(gw.Endpoints, gateway.EndpointConfig{
-			Addr: ep.Addr, NixlPort: ep.NixlPort, Role: role,
+			Addr: ep.Addr, NixlPort: ep.NixlPort, Role: ep.Role(),
 			Probe: gateway.EndpointProbe{
-				MonitorAddress: src.MonitorAddress, HTTPMethod: src.HTTPMethod, URLPath: src.URLPath,
-				ExpectedCodes: src.ExpectedCodes, HTTPVersion: src.HTTPVersion, DomainName: src.DomainName,
+				MonitorAddress: p.MonitorAddress, HTTPMethod: p.HTTPMethod, URLPath: p.URLPath,
+				ExpectedCodes: p.ExpectedCodes, HTTPVersion: p.HTTPVersion, DomainName: p.DomainName,
 			},
 		})
-		ac := actors.EndpointConfig{
-			Spec: ladder.EndpointSpec{Addr: ep.Addr.String(), Role: role, Weight: ep.Weight, Backup: ep.Backup},
-			Host: ep.Addr.Addr().String(),
-			Port: int(ep.Addr.Port()),
-		}
-		if mirrored, _ := eff.MirrorsKV(i); mirrored {
-			for rank := 0; rank < max(eff.KV.DPRanks, 1); rank++ {
-				fc := actors.FeedConfig{Rank: rank, Endpoint: inventory.FeedEndpoint(ac.Host, int(eff.KV.ZmqPort), rank)}
-				if eff.KV.ReplayPort != 0 {
-					fc.ReplayEndpoint = inventory.FeedEndpoint(ac.Host, int(eff.KV.ReplayPort), rank)
-				}
-				ac.Feeds = append(ac.Feeds, fc)
-			}
+		ac := actors.EndpointConfig{Spec: ep.Spec, Host: ep.Addr.Addr().String(), Port: int(ep.Addr.Port())}
+		for _, f := range ep.Feeds {
+			ac.Feeds = append(ac.Feeds, actors.FeedConfig{Rank: f.Rank, Endpoint: f.Endpoint, ReplayEndpoint: f.ReplayEndpoint})
 		}
 		sc.Endpoints = append(sc.Endpoints, ac)
 	}
-	return gateway.Rule{Key: key, Gateway: gw, Service: sc}, nil
+	return gateway.Rule{Key: c.Key, Gateway: gw, Service: sc}
 }
 
-// breakerThreshold: P/D rules are auto-armed with 3 consecutive failures
-// (LoxiLB's control plane); cb_enable on other rules uses the data plane's
-// own default of 5.
-func breakerThreshold(pd bool) int {
-	if pd {
-		return 3
+// offIfZero maps a compiled "no bound" (0) to the gateway's "off" (-1).
+func offIfZero(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
 	}
-	return 5
-}
-
-// admissionSpec maps the rule's fc_* admission fields onto the ladder's
-// per-rule overrides (0 inherits the LLB_PD_* environment). fc_mode "off"
-// is not a per-rule kill switch here: the environment still applies.
-func admissionSpec(a *rule.EffectiveAdmission) ladder.AdmissionSpec {
-	perEP := a.PrefillMaxInflight
-	if perEP == 0 {
-		perEP = a.EpMaxInflight
-	}
-	return ladder.AdmissionSpec{
-		MaxInflightPerEP: perEP,
-		QueueDepthPerEP:  min(a.MaxQueueDepth, ladder.MaxQueueDepthPerEP),
-		MaxPark:          a.MaxQueueWait,
-		MaxTotalInflight: int64(a.MaxOutstanding),
-	}
+	return d
 }

@@ -214,21 +214,13 @@ func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) strin
 	for _, w := range warnings {
 		log.Warn().Msg(w)
 	}
-	prefill, err := gateway.PrefillTimeoutFromEnv(func(k string) (string, bool) { v := getenv(k); return v, v != "" })
-	if err != nil {
-		return nil, nil, usagef("%v", err)
-	}
-	decodeTimeout, streamIdle, err := gateway.StreamTimeoutsFromEnv(func(k string) (string, bool) { v := getenv(k); return v, v != "" })
+	defaults, err := rule.DefaultsFromEnv(getenv, int(env.OriginErrThreshold))
 	if err != nil {
 		return nil, nil, usagef("%v", err)
 	}
 	maxMsg, err := inventory.MaxMsgSizeFromEnv(getenv)
 	if err != nil {
 		return nil, nil, usagef("%v", err)
-	}
-	seed := getenv(envNoneHashSeed)
-	if seed == "" {
-		seed = defaultNoneHashSeed
 	}
 	sys := actors.NewSystem(base.With().Str(logfield.Component, "actors").Logger(), set)
 	rt, err := gateway.NewRuntime(gateway.RuntimeConfig{System: sys, Log: base, Metrics: set, KVMaxMsgSize: maxMsg,
@@ -240,8 +232,7 @@ func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) strin
 	dp := &dataPlane{
 		rt:       rt,
 		unserved: make(map[rule.RuleKey]string),
-		defaults: ruleDefaults{Env: env, NoneHashSeed: seed, PrefillTimeout: prefill, ProbePeriod: defaultProbePeriod,
-			DecodeTimeout: decodeTimeout, StreamIdleTimeout: streamIdle},
+		defaults: ruleDefaults{Env: env, Rule: defaults},
 	}
 	log.Info().Str("kv_lb_mode", env.LBMode.String()).Msg("data plane ready")
 	return dp, func(ctx context.Context) {
@@ -251,19 +242,6 @@ func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) strin
 		sys.Shutdown()
 	}, nil
 }
-
-const (
-	// envNoneHashSeed is the workers' PYTHONHASHSEED, used when a rule has
-	// no kvNoneHashSeed.
-	envNoneHashSeed = "LLB_KV_NONE_HASH_SEED"
-	// defaultNoneHashSeed is used when LLB_KV_NONE_HASH_SEED is unset: "0",
-	// the value the vLLM/llm-d deployment guides set.
-	defaultNoneHashSeed = "0"
-	// defaultProbePeriod is the probe period of rules without probeTimeout.
-	// LoxiLB's 60 s lets a dead GPU worker take traffic for a minute; llb
-	// probes mode:4 endpoints every 5 s unless the rule says otherwise.
-	defaultProbePeriod = 5 * time.Second
-)
 
 // addrPortOf is a bound TCP address as a netip.AddrPort.
 func addrPortOf(a net.Addr) netip.AddrPort {

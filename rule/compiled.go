@@ -1,0 +1,170 @@
+package rule
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/llbproject/llb/ladder"
+)
+
+// Compiled is a valid rule as the data plane runs it: every default applied
+// (LoxiLB's, llb's and the daemon's), every enum typed, every address parsed.
+// Compile builds it; the gateway, the actors and the ladder read it and
+// apply no default of their own. Read-only once built.
+type Compiled struct {
+	// Key is the rule key as RuleKey.String prints it: the metric label
+	// "service" and the log field "rule".
+	Key string
+	// VIP and Port are where the rule listens (externalIP, port).
+	VIP  netip.Addr
+	Port uint16
+	// Paused is adminStateUp:false: the listener stays bound but every new
+	// request is answered 503 service_unavailable.
+	Paused bool
+	// Endpoints are the rule's endpoints in stored order; an index is the
+	// endpoint's identity everywhere (ladder decisions, metrics ep_idx).
+	Endpoints []CompiledEndpoint
+	// Spec is the ladder's view of the rule: selector, P/D, tiers,
+	// admission.
+	Spec ladder.ServiceSpec
+	// KV is the Tier-1.5 hash contract (meaningful when Spec.KVExactMode
+	// is on).
+	KV KVContract
+	// PrefixHash configures the single-pool prefix hash (sel 8, 9, 10).
+	PrefixHash PrefixHash
+	// SessionHeaderName is session_header_name: where the persist (sel:3)
+	// key comes from ("<Header>", "cookie:<name>", "query:<param>",
+	// "basic-auth"; "" = the client IP).
+	SessionHeaderName string
+	// Timeouts are the data plane's bounds.
+	Timeouts Timeouts
+	// Probe is the rule's health-probe settings.
+	Probe Probe
+	// Breaker configures the per-endpoint circuit breakers.
+	Breaker Breaker
+}
+
+// CompiledEndpoint is one endpoint of a Compiled rule.
+type CompiledEndpoint struct {
+	// Addr is endpointIP:targetPort, where the OpenAI API listens.
+	Addr netip.AddrPort
+	// NixlPort is the NIXL side-channel port (nixl_port; 0 → targetPort).
+	NixlPort uint16
+	// Spec is the ladder's view (address, role, weight, backup).
+	Spec ladder.EndpointSpec
+	// Probe holds the endpoint's own health-monitor fields.
+	Probe EndpointProbe
+	// Feeds are the endpoint's KV-event subscriptions, one per DP rank;
+	// empty when the endpoint publishes none (decode endpoints, KV off).
+	Feeds []Feed
+}
+
+// Role is the endpoint's P/D role.
+func (e *CompiledEndpoint) Role() ladder.Role { return e.Spec.Role }
+
+// EndpointProbe is an endpoint's own health-monitor fields (REST
+// endpoints[]); each overrides the rule's when set.
+type EndpointProbe struct {
+	// MonitorAddress, when set, is probed instead of the endpoint's IP.
+	MonitorAddress string
+	// HTTPMethod is the HTTP method; "" means GET.
+	HTTPMethod string
+	// URLPath overrides the rule's probereq path.
+	URLPath string
+	// ExpectedCodes lists accepted statuses: "200", "200,202", "200-204";
+	// "" means any 2xx.
+	ExpectedCodes string
+	// HTTPVersion is "1.0" or "1.1"; informational (probes speak HTTP/1.1).
+	HTTPVersion string
+	// DomainName sets the Host header and TLS SNI.
+	DomainName string
+}
+
+// Feed is one KV-event subscription (one endpoint, one DP rank).
+type Feed struct {
+	// Rank is the data-parallel rank.
+	Rank int
+	// Endpoint is the publisher's ZMQ address, "tcp://<ip>:<kvZmqPort+rank>".
+	Endpoint string
+	// ReplayEndpoint is the publisher's replay ROUTER address ("" = none).
+	ReplayEndpoint string
+}
+
+// KVContract is how Tier-1.5 block keys are computed, matching the engines'.
+type KVContract struct {
+	// Algo is the vLLM hash contract: "sha256_cbor" or "xxhash_cbor".
+	// Ignored when TokenKeyed.
+	Algo string
+	// BlockSize is tokens per KV block (vLLM --block-size).
+	BlockSize int
+	// Seed is the engines' PYTHONHASHSEED (kvNoneHashSeed, else the
+	// daemon's LLB_KV_NONE_HASH_SEED); "" is a valid seed.
+	Seed string
+	// TokenKeyed keys blocks by llb's own hash of their token ids
+	// (kvBlockKey "tokens") instead of recomputing vLLM's digests.
+	TokenKeyed bool
+}
+
+// PrefixHash configures the prefix hash of the single-pool selectors.
+type PrefixHash struct {
+	// Level is chwbl_prefix_hash_level (1, 2 or 3): how much of the prompt
+	// the hash covers — 256, 1024 or 4096 bytes.
+	Level int
+	// Flags is chwbl_prefix_hash_flags (0 = auto): bit 0 folds the LoRA
+	// name in, bit 3 cache_salt; auto folds both.
+	Flags int
+}
+
+// Timeouts are a rule's data-plane bounds. Zero means "no bound" only where
+// the field says so; Compile fills every default.
+type Timeouts struct {
+	// Connect bounds each upstream dial (timeoutMemberConnect).
+	Connect time.Duration
+	// Data is timeoutMemberData: the longest an endpoint may stay silent
+	// while a response is awaited or read; 0 = not set (then Decode and
+	// StreamIdle apply). Already 0 when sse_mode suppresses it.
+	Data time.Duration
+	// Prefill bounds the P/D prefill leg (LLB_PD_PREFILL_TIMEOUT_SEC).
+	Prefill time.Duration
+	// Decode bounds the wait for the first event of a streamed P/D decode
+	// leg (LLB_PD_DECODE_TIMEOUT_SEC); 0 = no bound.
+	Decode time.Duration
+	// StreamIdle bounds the silence between reads of a response reaching
+	// the client (LLB_PD_IDLE_TIMEOUT_SEC); 0 = no bound.
+	StreamIdle time.Duration
+	// MaxStream is max_stream_duration_sec: a whole-request deadline.
+	MaxStream time.Duration
+}
+
+// Probe is a rule's health-probe settings.
+type Probe struct {
+	// Type is "http", "https", "tcp" or "none" ("" is resolved to "http":
+	// a mode:4 rule probes GET /health by default).
+	Type string
+	// Port is probeport; 0 probes each endpoint's own port.
+	Port uint16
+	// Request is probereq: the HTTP path, or a tcp probe's payload.
+	Request string
+	// Response is proberesp: a substring the answer must contain.
+	Response string
+	// Period is the probe period (probeTimeout, which LoxiLB uses as the
+	// period).
+	Period time.Duration
+	// AttemptTimeout bounds one probe (at most Period).
+	AttemptTimeout time.Duration
+	// Retries is the consecutive failures that mark an endpoint down.
+	Retries int
+}
+
+// Breaker configures a rule's per-endpoint circuit breakers.
+type Breaker struct {
+	// Enabled is cb_enable, forced on for P/D rules.
+	Enabled bool
+	// Threshold is the consecutive transport failures that open a breaker.
+	Threshold int
+	// OriginErrThreshold is the consecutive origin 5xx answers that open
+	// it (LLB_PD_ORIGIN_ERR_THRESHOLD); 0 = never.
+	OriginErrThreshold int
+	// OpenFor is the OPEN window before a HALF_OPEN trial.
+	OpenFor time.Duration
+}
