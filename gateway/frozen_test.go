@@ -136,3 +136,25 @@ func TestSinglePool_AStreamThatGoesSilentIsCutAfterTheIdleBound(t *testing.T) {
 		t.Errorf("outcome %+v; want FailTimeout", outcomes[0])
 	}
 }
+
+// A decode worker that froze after its response headers, before its first
+// event, is a first-byte timeout too: retried on another pair.
+func TestPD_ADecodeFrozenAfterItsHeadersIsRetried(t *testing.T) {
+	prefill := newFakeVLLM(t)
+	stuck, live := newFakeVLLM(t), newFakeVLLM(t)
+	stuck.answer = func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}
+	cfg := pdPool([]netip.AddrPort{prefill.addr()}, []netip.AddrPort{stuck.addr(), live.addr()})
+	cfg.DecodeTimeout = 200 * time.Millisecond
+	router := newFakeRouter(pdAllowed(&cfg))
+	url, _ := startGateway(t, cfg, Deps{Router: router, Metrics: NewMetrics(metrics.NewSet(), "pd")})
+	resp, body := post(t, testClient(t), url+PathCompletions, `{"model":"m","prompt":"p","stream":true}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("got %d %s; want 200 from the second decode", resp.StatusCode, body)
+	}
+	router.checkTicketsClosed(t, 2)
+}

@@ -324,8 +324,10 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, reqCtx, legCtx c
 
 	var res relayResult
 	n, rerr := readSome(resp.Body, buf)
-	idle.reset()
 	if n > 0 {
+		// Only bytes restart the silence bound: a read that failed (the
+		// watch fired) must still be classified as a first-byte timeout.
+		idle.reset()
 		res.firstByte = time.Now()
 	}
 	if n == 0 && rerr != nil {
@@ -385,7 +387,9 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, reqCtx, legCtx c
 			break
 		}
 		n, rerr = resp.Body.Read(buf)
-		idle.reset()
+		if n > 0 {
+			idle.reset()
+		}
 	}
 	if rerr != io.EOF {
 		fail, _ := legFailure(rerr, r, reqCtx, legCtx, idle)

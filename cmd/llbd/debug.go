@@ -14,6 +14,7 @@ import (
 
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/internal/logfield"
+	"github.com/llbproject/llb/lifecycle"
 	"github.com/llbproject/llb/restapi"
 )
 
@@ -46,8 +47,8 @@ type serviceLookup func(rule string) *actors.Service
 // lookupFor returns the service lookup of the daemon's data plane; without
 // a data plane no rule has a service.
 func lookupFor(rt restapi.Runtime) serviceLookup {
-	if dp, ok := rt.(*dataPlane); ok {
-		return dp.rt.Service
+	if dp, ok := rt.(*lifecycle.DataPlane); ok {
+		return dp.Service
 	}
 	return func(string) *actors.Service { return nil }
 }

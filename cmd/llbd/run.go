@@ -19,11 +19,10 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
 
-	"github.com/llbproject/llb/actors"
-	"github.com/llbproject/llb/gateway"
 	"github.com/llbproject/llb/internal/logfield"
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/lifecycle"
 	"github.com/llbproject/llb/restapi"
 	"github.com/llbproject/llb/rule"
 )
@@ -222,25 +221,13 @@ func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) strin
 	if err != nil {
 		return nil, nil, usagef("%v", err)
 	}
-	sys := actors.NewSystem(base.With().Str(logfield.Component, "actors").Logger(), set)
-	rt, err := gateway.NewRuntime(gateway.RuntimeConfig{System: sys, Log: base, Metrics: set, KVMaxMsgSize: maxMsg,
+	dp, err := lifecycle.New(lifecycle.Config{Log: base, Metrics: set, Env: env, Defaults: defaults, KVMaxMsgSize: maxMsg,
 		AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs})
 	if err != nil {
-		sys.Shutdown()
 		return nil, nil, err
 	}
-	dp := &dataPlane{
-		rt:       rt,
-		unserved: make(map[rule.RuleKey]string),
-		defaults: ruleDefaults{Env: env, Rule: defaults},
-	}
 	log.Info().Str("kv_lb_mode", env.LBMode.String()).Msg("data plane ready")
-	return dp, func(ctx context.Context) {
-		if err := rt.Close(ctx); err != nil {
-			log.Warn().Err(err).Msg("data plane stopped with errors")
-		}
-		sys.Shutdown()
-	}, nil
+	return dp, dp.Close, nil
 }
 
 // addrPortOf is a bound TCP address as a netip.AddrPort.

@@ -1,4 +1,4 @@
-package main
+package lifecycle
 
 import (
 	"errors"
@@ -22,13 +22,13 @@ import (
 const viewTimeout = 2 * time.Second
 
 var (
-	_ restapi.InventoryViewer   = (*dataPlane)(nil)
-	_ restapi.ControllerRuntime = (*dataPlane)(nil)
+	_ restapi.InventoryViewer   = (*DataPlane)(nil)
+	_ restapi.ControllerRuntime = (*DataPlane)(nil)
 )
 
 // service returns rule k's running service, or an error wrapping
 // restapi.ErrNotRunning that says why it is not running.
-func (d *dataPlane) service(k rule.RuleKey) (*actors.Service, error) {
+func (d *DataPlane) service(k rule.RuleKey) (*actors.Service, error) {
 	if svc := d.rt.Service(k.String()); svc != nil {
 		return svc, nil
 	}
@@ -42,7 +42,7 @@ func (d *dataPlane) service(k rule.RuleKey) (*actors.Service, error) {
 }
 
 // Inventory implements restapi.InventoryViewer.
-func (d *dataPlane) Inventory(k rule.RuleKey, ep, offset, limit int) (restapi.InventoryPage, error) {
+func (d *DataPlane) Inventory(k rule.RuleKey, ep, offset, limit int) (restapi.InventoryPage, error) {
 	svc, err := d.service(k)
 	if err != nil {
 		return restapi.InventoryPage{}, err
@@ -72,7 +72,7 @@ func (d *dataPlane) Inventory(k rule.RuleKey, ep, offset, limit int) (restapi.In
 }
 
 // SetController implements restapi.ControllerRuntime.
-func (d *dataPlane) SetController(k rule.RuleKey, ep int, u restapi.ControllerUpdate) error {
+func (d *DataPlane) SetController(k rule.RuleKey, ep int, u restapi.ControllerUpdate) error {
 	state, err := ctrlState(u.State)
 	if err != nil {
 		return err
@@ -86,7 +86,7 @@ func (d *dataPlane) SetController(k rule.RuleKey, ep int, u restapi.ControllerUp
 }
 
 // Controller implements restapi.ControllerRuntime.
-func (d *dataPlane) Controller(k rule.RuleKey, ep int) (restapi.ControllerStatus, error) {
+func (d *DataPlane) Controller(k rule.RuleKey, ep int) (restapi.ControllerStatus, error) {
 	svc, err := d.service(k)
 	if err != nil {
 		return restapi.ControllerStatus{}, err

@@ -1,4 +1,4 @@
-package main
+package lifecycle
 
 import (
 	"context"
@@ -7,18 +7,25 @@ import (
 	"sync"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/rs/zerolog"
+
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/gateway"
+	"github.com/llbproject/llb/internal/logfield"
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/restapi"
 	"github.com/llbproject/llb/rule"
 )
 
-// dataPlane is the restapi.Runtime of a daemon with its data plane: it turns
-// each REST rule into a gateway.Rule (listener + actors service) and
-// reports the live state back in the REST shapes.
-type dataPlane struct {
+// DataPlane is the restapi.Runtime of a daemon with its data plane: it
+// compiles each rule (rule.Compile) and runs it — a listener and an actors
+// service — and reports the live state back in the REST shapes. It is where
+// rule changes become running services, whichever source they come from.
+type DataPlane struct {
 	rt       *gateway.Runtime
+	sys      *actors.System
+	log      zerolog.Logger
 	defaults ruleDefaults
 
 	mu sync.Mutex
@@ -35,11 +42,62 @@ type ruleDefaults struct {
 	Rule rule.Defaults
 }
 
+// Config configures a DataPlane.
+type Config struct {
+	// Log is the base logger (components add their own field).
+	Log zerolog.Logger
+	// Metrics receives every rule's series.
+	Metrics *metrics.Set
+	// Env is the routing knob set (ladder.ParseEnv).
+	Env ladder.Env
+	// Defaults are the rule defaults from the environment
+	// (rule.DefaultsFromEnv).
+	Defaults rule.Defaults
+	// KVMaxMsgSize bounds one KV-event message (LLB_KV_MAX_MSG_BYTES; 0 =
+	// the default).
+	KVMaxMsgSize int
+	// AccessLog writes every request's access line at Info.
+	AccessLog bool
+	// HideBackendAddrs keeps endpoint addresses out of client answers.
+	HideBackendAddrs bool
+}
+
+// New starts the actor runtime and an empty data plane.
+func New(cfg Config) (*DataPlane, error) {
+	sys := actors.NewSystem(cfg.Log.With().Str(logfield.Component, "actors").Logger(), cfg.Metrics)
+	rt, err := gateway.NewRuntime(gateway.RuntimeConfig{System: sys, Log: cfg.Log, Metrics: cfg.Metrics, KVMaxMsgSize: cfg.KVMaxMsgSize,
+		AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs})
+	if err != nil {
+		sys.Shutdown()
+		return nil, err
+	}
+	return &DataPlane{
+		rt:       rt,
+		sys:      sys,
+		log:      cfg.Log.With().Str(logfield.Component, "lifecycle").Logger(),
+		defaults: ruleDefaults{Env: cfg.Env, Rule: cfg.Defaults},
+		unserved: make(map[rule.RuleKey]string),
+	}, nil
+}
+
+// Close drains and stops every rule (until ctx ends), then the actor
+// runtime.
+func (d *DataPlane) Close(ctx context.Context) {
+	if err := d.rt.Close(ctx); err != nil {
+		d.log.Warn().Err(err).Msg("data plane stopped with errors")
+	}
+	d.sys.Shutdown()
+}
+
+// Service returns rule key's running actors service, or nil (debug
+// listener, tests).
+func (d *DataPlane) Service(key string) *actors.Service { return d.rt.Service(key) }
+
 // DataPlaneName implements restapi.DataPlaneNamer.
-func (d *dataPlane) DataPlaneName() string { return "actors+gateway" }
+func (d *DataPlane) DataPlaneName() string { return "actors+gateway" }
 
 // Apply implements restapi.Runtime.
-func (d *dataPlane) Apply(ctx context.Context, r rule.Rule) error {
+func (d *DataPlane) Apply(ctx context.Context, r rule.Rule) error {
 	c, err := rule.Compile(&r, d.defaults.Rule)
 	if errors.Is(err, rule.ErrNotServed) {
 		d.mu.Lock()
@@ -57,7 +115,7 @@ func (d *dataPlane) Apply(ctx context.Context, r rule.Rule) error {
 }
 
 // Remove implements restapi.Runtime.
-func (d *dataPlane) Remove(ctx context.Context, k rule.RuleKey) error {
+func (d *DataPlane) Remove(ctx context.Context, k rule.RuleKey) error {
 	d.mu.Lock()
 	delete(d.unserved, k)
 	d.mu.Unlock()
@@ -65,7 +123,7 @@ func (d *dataPlane) Remove(ctx context.Context, k rule.RuleKey) error {
 }
 
 // Status implements restapi.Runtime.
-func (d *dataPlane) Status(k rule.RuleKey) (restapi.RuleStatus, bool) {
+func (d *DataPlane) Status(k rule.RuleKey) (restapi.RuleStatus, bool) {
 	d.mu.Lock()
 	why, un := d.unserved[k]
 	d.mu.Unlock()
