@@ -16,6 +16,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 )
 
 // Defaults.
@@ -114,6 +116,7 @@ func (c *Config) ClientConfig() (clientv3.Config, error) {
 		Username:             c.Username,
 		Password:             c.Password,
 		Logger:               zap.NewNop(),
+		DialOptions:          []grpc.DialOption{FastReconnect()},
 	}
 	tlsCfg, err := c.tlsConfig()
 	if err != nil {
@@ -121,6 +124,17 @@ func (c *Config) ClientConfig() (clientv3.Config, error) {
 	}
 	cfg.TLS = tlsCfg
 	return cfg, nil
+}
+
+// FastReconnect caps gRPC's reconnect back-off at 500 ms. With gRPC's
+// default (up to 120 s, growing through an outage) a client could come back
+// to a restarted etcd seconds after it is up — longer than a 3 s membership
+// lease, which etcd extends only once at its leader election.
+func FastReconnect() grpc.DialOption {
+	return grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond},
+		MinConnectTimeout: time.Second,
+	})
 }
 
 // New connects a client.

@@ -1,18 +1,83 @@
-package etcd
+// Package etcdprovider is protoactor-go's etcd cluster provider
+// (cluster/clusterproviders/etcd at the pseudo-version in go.mod), patched
+// for llb. PATCH.md lists every change and why; upstream.diff is the diff.
+package etcdprovider
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/cluster"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
+
+// Defaults of the options.
+const (
+	// DefaultLeaseTTL is upstream's fixed lease TTL.
+	DefaultLeaseTTL = 3 * time.Second
+	// DefaultCallTimeout bounds every etcd call the provider makes.
+	DefaultCallTimeout = 2 * time.Second
+	// DefaultRetryInterval is upstream's pause between retries.
+	DefaultRetryInterval = 1 * time.Second
+)
+
+// Option configures a Provider.
+type Option func(*Provider)
+
+// WithLeaseTTL sets the membership lease TTL (whole seconds, at least 1 s):
+// a member that stops renewing is removed by the others this long after.
+func WithLeaseTTL(d time.Duration) Option {
+	return func(p *Provider) {
+		if d >= time.Second {
+			p.keepAliveTTL = d
+		}
+	}
+}
+
+// WithCallTimeout bounds each etcd call (fetch, register, deregister,
+// lease checks).
+func WithCallTimeout(d time.Duration) Option {
+	return func(p *Provider) {
+		if d > 0 {
+			p.callTimeout = d
+		}
+	}
+}
+
+// WithRetryInterval sets the pause between retries of a failed watch or
+// lease check.
+func WithRetryInterval(d time.Duration) Option {
+	return func(p *Provider) {
+		if d > 0 {
+			p.retryInterval = d
+		}
+	}
+}
+
+// WithOnLeaseLost sets the callback run once, from a provider goroutine,
+// when this member's lease is gone (expired on the server, or its key was
+// deleted). The provider then stops renewing and watching: the member has
+// been removed by its peers and blocked under its id, and must rejoin with
+// a fresh id (a new actor system).
+func WithOnLeaseLost(f func(reason string)) Option {
+	return func(p *Provider) { p.onLeaseLost = f }
+}
+
+// WithOnHealth sets the callback run on every change of the provider's
+// view of etcd: a non-nil error when a call fails, nil when calls succeed
+// again.
+func WithOnHealth(f func(err error)) Option {
+	return func(p *Provider) { p.onHealth = f }
+}
 
 type Provider struct {
 	leaseID       clientv3.LeaseID
@@ -20,40 +85,59 @@ type Provider struct {
 	baseKey       string
 	clusterName   string
 	deregistered  bool
-	shutdown      bool
+	shutdown      atomic.Bool
 	self          *Node
+	mu            sync.Mutex       // guards members
 	members       map[string]*Node // all, contains self.
-	clusterError  error
 	client        *clientv3.Client
-	cancelWatch   func()
-	cancelWatchCh chan bool
+	ownClient     bool
+	ctx           context.Context // ends at Shutdown or lease loss
+	cancel        context.CancelFunc
 	keepAliveTTL  time.Duration
 	retryInterval time.Duration
+	callTimeout   time.Duration
 	revision      uint64
-	// deregisterCritical time.Duration
+
+	onLeaseLost func(reason string)
+	onHealth    func(err error)
+	lost        atomic.Bool
+	healthMu    sync.Mutex
+	clusterErr  error // guarded by healthMu
 }
 
-func New() (*Provider, error) {
+func New(opts ...Option) (*Provider, error) {
 	return NewWithConfig("/protoactor", clientv3.Config{
 		Endpoints:   []string{"127.0.0.1:2379"},
 		DialTimeout: time.Second * 5,
-	})
+	}, opts...)
 }
 
-func NewWithConfig(baseKey string, cfg clientv3.Config) (*Provider, error) {
+// NewWithConfig connects its own client (closed at Shutdown).
+func NewWithConfig(baseKey string, cfg clientv3.Config, opts ...Option) (*Provider, error) {
 	client, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, err
 	}
+	p := NewWithClient(baseKey, client, opts...)
+	p.ownClient = true
+	return p, nil
+}
+
+// NewWithClient uses client, which stays the caller's.
+func NewWithClient(baseKey string, client *clientv3.Client, opts ...Option) *Provider {
 	p := &Provider{
 		client:        client,
-		keepAliveTTL:  3 * time.Second,
-		retryInterval: 1 * time.Second,
+		keepAliveTTL:  DefaultLeaseTTL,
+		retryInterval: DefaultRetryInterval,
+		callTimeout:   DefaultCallTimeout,
 		baseKey:       baseKey,
 		members:       map[string]*Node{},
-		cancelWatchCh: make(chan bool),
 	}
-	return p, nil
+	for _, o := range opts {
+		o(p)
+	}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	return p
 }
 
 func (p *Provider) init(c *cluster.Cluster) error {
@@ -70,6 +154,10 @@ func (p *Provider) init(c *cluster.Cluster) error {
 	knownKinds := c.GetClusterKinds()
 	nodeName := fmt.Sprintf("%v@%v", p.clusterName, memberID)
 	p.self = NewNode(nodeName, host, port, knownKinds)
+	// llb: the member id is the actor system's id, as gossip and the block
+	// list use it (upstream used "cluster@id": gossip sent to itself and
+	// heartbeat blocking never matched).
+	p.self.ID = memberID
 	p.self.SetMeta("id", p.getID())
 	return nil
 }
@@ -80,21 +168,19 @@ func (p *Provider) StartMember(c *cluster.Cluster) error {
 	}
 
 	// fetch memberlist
-	nodes, err := p.fetchNodes()
+	nodes, rev, err := p.fetchNodes()
 	if err != nil {
+		return err
+	}
+	// register self
+	if err := p.registerService(); err != nil {
 		return err
 	}
 	// initialize members
 	p.updateNodesWithSelf(nodes)
 	p.publishClusterTopologyEvent()
-	p.startWatching()
-
-	// register self
-	if err := p.registerService(); err != nil {
-		return err
-	}
-	ctx := context.TODO()
-	p.startKeepAlive(ctx)
+	p.startWatching(rev)
+	p.startKeepAlive()
 	return nil
 }
 
@@ -102,90 +188,112 @@ func (p *Provider) StartClient(c *cluster.Cluster) error {
 	if err := p.init(c); err != nil {
 		return err
 	}
-	nodes, err := p.fetchNodes()
+	nodes, rev, err := p.fetchNodes()
 	if err != nil {
 		return err
 	}
 	// initialize members
 	p.updateNodes(nodes)
 	p.publishClusterTopologyEvent()
-	p.startWatching()
+	p.startWatching(rev)
 	return nil
 }
 
+// Shutdown stops renewing and watching and revokes the lease, so peers see
+// the member leave at once (bounded by the call timeout).
 func (p *Provider) Shutdown(graceful bool) error {
-	p.shutdown = true
-	if !p.deregistered {
-		err := p.deregisterService()
+	p.shutdown.Store(true)
+	p.cancel()
+	var err error
+	if !p.deregistered && !p.lost.Load() && p.self != nil {
+		err = p.deregisterService()
 		if err != nil {
-			p.cluster.Logger().Error("deregisterMember", slog.Any("error", err))
-			return err
+			p.logger().Warn("deregisterMember", slog.Any("error", err))
 		}
 		p.deregistered = true
 	}
-	if p.cancelWatch != nil {
-		p.cancelWatch()
-		p.cancelWatch = nil
+	if p.ownClient {
+		_ = p.client.Close()
 	}
-	return nil
+	return err
 }
 
-func (p *Provider) keepAliveForever(ctx context.Context) error {
-	if p.self == nil {
-		return fmt.Errorf("keepalive must be after initialize")
+func (p *Provider) logger() *slog.Logger {
+	if p.cluster != nil {
+		return p.cluster.Logger()
 	}
-
-	data, err := p.self.Serialize()
-	if err != nil {
-		return err
-	}
-	fullKey := p.getEtcdKey()
-
-	var leaseId clientv3.LeaseID
-	leaseId, err = p.newLeaseID()
-	if err != nil {
-		return err
-	}
-	p.setLeaseID(leaseId)
-
-	if leaseId <= 0 {
-		return fmt.Errorf("grant lease failed. leaseId=%d", leaseId)
-	}
-	_, err = p.client.Put(context.TODO(), fullKey, string(data), clientv3.WithLease(leaseId))
-	if err != nil {
-		return err
-	}
-	kaRespCh, err := p.client.KeepAlive(context.TODO(), leaseId)
-	if err != nil {
-		return err
-	}
-
-	for resp := range kaRespCh {
-		if resp == nil {
-			return fmt.Errorf("keep alive failed. resp=%s", resp.String())
-		}
-		// plog.Infof("keep alive %s ttl=%d", p.getID(), resp.TTL)
-		if p.shutdown {
-			return nil
-		}
-	}
-	return nil
+	return slog.Default()
 }
 
-func (p *Provider) startKeepAlive(ctx context.Context) {
-	go func() {
-		for !p.shutdown {
-			if err := ctx.Err(); err != nil {
-				p.cluster.Logger().Info("Keepalive was stopped.", slog.Any("error", err))
+func (p *Provider) callCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(p.ctx, p.callTimeout)
+}
+
+// health records the outcome of an etcd call and reports transitions.
+func (p *Provider) health(err error) {
+	if err != nil && p.ctx.Err() != nil {
+		return // shutting down: not etcd's fault
+	}
+	p.healthMu.Lock()
+	changed := (err == nil) != (p.clusterErr == nil)
+	p.clusterErr = err
+	p.healthMu.Unlock()
+	if changed && p.onHealth != nil {
+		p.onHealth(err)
+	}
+}
+
+// leaseLost stops the provider and reports once.
+func (p *Provider) leaseLost(reason string) {
+	if p.shutdown.Load() || !p.lost.CompareAndSwap(false, true) {
+		return
+	}
+	p.logger().Warn("membership lease lost", slog.String("reason", reason))
+	p.cancel()
+	if p.onLeaseLost != nil {
+		p.onLeaseLost(reason)
+	}
+}
+
+// keepAlive renews the lease. When the client gives up on it (no answer
+// within the TTL, e.g. etcd unreachable), the server decides: a lease that
+// is still alive (etcd was down, and extends leases when a leader is
+// elected) is renewed again; a lease that is gone is reported lost,
+// instead of upstream's re-registration under an id the peers have blocked.
+func (p *Provider) keepAlive() {
+	lease := p.getLeaseID()
+	for p.ctx.Err() == nil {
+		kaCh, err := p.client.KeepAlive(p.ctx, lease)
+		if err == nil {
+			for resp := range kaCh {
+				if resp != nil {
+					p.health(nil)
+				}
+			}
+		}
+		if p.ctx.Err() != nil {
+			return
+		}
+		for p.ctx.Err() == nil {
+			ctx, cancel := p.callCtx()
+			ttl, err := p.client.TimeToLive(ctx, lease)
+			cancel()
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) || (err == nil && ttl.TTL <= 0) {
+				p.leaseLost("lease expired")
 				return
 			}
-
-			if err := p.keepAliveForever(ctx); err != nil {
-				p.cluster.Logger().Info("Failure refreshing service TTL. ReTrying...", slog.Duration("after", p.retryInterval), slog.Any("error", err))
+			if err == nil {
+				p.health(nil)
+				break
 			}
-			time.Sleep(p.retryInterval)
+			p.health(fmt.Errorf("etcd lease check: %w", err))
+			sleep(p.ctx, p.retryInterval/4)
 		}
-	}()
+	}
+}
+
+func (p *Provider) startKeepAlive() {
+	go p.keepAlive()
 }
 
 func (p *Provider) getID() string {
@@ -201,39 +309,42 @@ func (p *Provider) registerService() error {
 	if err != nil {
 		return err
 	}
-	fullKey := p.getEtcdKey()
+	leaseId, err := p.newLeaseID()
 	if err != nil {
 		return err
 	}
-	leaseId := p.getLeaseID()
-	if leaseId <= 0 {
-		_leaseId, err := p.newLeaseID()
-		if err != nil {
-			return err
-		}
-		leaseId = _leaseId
-		p.setLeaseID(leaseId)
-	}
-	_, err = p.client.Put(context.TODO(), fullKey, string(data), clientv3.WithLease(leaseId))
-	if err != nil {
-		return err
-	}
-	return nil
-}
-
-func (p *Provider) deregisterService() error {
-	fullKey := p.getEtcdKey()
-	_, err := p.client.Delete(context.TODO(), fullKey)
+	p.setLeaseID(leaseId)
+	ctx, cancel := p.callCtx()
+	defer cancel()
+	_, err = p.client.Put(ctx, p.getEtcdKey(), string(data), clientv3.WithLease(leaseId))
+	p.health(err)
 	return err
 }
 
-func (p *Provider) handleWatchResponse(resp clientv3.WatchResponse) map[string]*Node {
+func (p *Provider) deregisterService() error {
+	ctx, cancel := context.WithTimeout(context.Background(), p.callTimeout)
+	defer cancel()
+	if lease := p.getLeaseID(); lease > 0 {
+		if _, err := p.client.Revoke(ctx, lease); err == nil {
+			return nil
+		}
+	}
+	_, err := p.client.Delete(ctx, p.getEtcdKey())
+	return err
+}
+
+// handleWatchResponse returns the member changes in resp, and whether this
+// member's own key was deleted.
+func (p *Provider) handleWatchResponse(resp clientv3.WatchResponse) (map[string]*Node, bool) {
 	changes := map[string]*Node{}
+	selfDeleted := false
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for _, ev := range resp.Events {
 		key := string(ev.Kv.Key)
 		nodeId, err := getNodeID(key, "/")
 		if err != nil {
-			p.cluster.Logger().Error("Invalid member.", slog.String("key", key))
+			p.logger().Warn("Invalid member.", slog.String("key", key))
 			continue
 		}
 
@@ -241,120 +352,157 @@ func (p *Provider) handleWatchResponse(resp clientv3.WatchResponse) map[string]*
 		case clientv3.EventTypePut:
 			node, err := NewNodeFromBytes(ev.Kv.Value)
 			if err != nil {
-				p.cluster.Logger().Error("Invalid member.", slog.String("key", key))
+				p.logger().Warn("Invalid member.", slog.String("key", key))
 				continue
 			}
 			if p.self.Equal(node) {
-				p.cluster.Logger().Debug("Skip self.", slog.String("key", key))
 				continue
-			}
-			if _, ok := p.members[nodeId]; ok {
-				p.cluster.Logger().Debug("Update member.", slog.String("key", key))
-			} else {
-				p.cluster.Logger().Debug("New member.", slog.String("key", key))
 			}
 			changes[nodeId] = node
 		case clientv3.EventTypeDelete:
+			if nodeId == p.self.ID {
+				selfDeleted = true
+				continue
+			}
 			node, ok := p.members[nodeId]
 			if !ok {
 				continue
 			}
-			p.cluster.Logger().Debug("Delete member.", slog.String("key", key))
 			cloned := *node
 			cloned.SetAlive(false)
 			changes[nodeId] = &cloned
-		default:
-			p.cluster.Logger().Error("Invalid etcd event.type.", slog.String("key", key),
-				slog.String("type", ev.Type.String()))
 		}
 	}
 	p.revision = uint64(resp.Header.GetRevision())
-	return changes
+	return changes, selfDeleted
 }
 
-func (p *Provider) keepWatching(ctx context.Context) error {
-	clusterKey := p.buildKey(p.clusterName)
-	stream := p.client.Watch(ctx, clusterKey, clientv3.WithPrefix())
-	return p._keepWatching(stream)
-}
-
-func (p *Provider) _keepWatching(stream clientv3.WatchChan) error {
-	for resp := range stream {
-		if err := resp.Err(); err != nil {
-			p.cluster.Logger().Error("Failure watching service.")
-			return err
+// watch follows the member keys from the revision after rev. Any break
+// (compaction, no leader, a lost stream) is followed by a full re-fetch
+// that replaces the member set, so a change missed meanwhile (upstream
+// re-watched from "now" and kept stale members) is not missed.
+func (p *Provider) watch(rev int64) {
+	prefix := p.buildKey(p.clusterName) + "/"
+	for p.ctx.Err() == nil {
+		if rev == 0 {
+			nodes, r, err := p.fetchNodes()
+			if err != nil {
+				sleep(p.ctx, p.retryInterval/4)
+				continue
+			}
+			if !containsID(nodes, p.self.ID) {
+				p.leaseLost("own member key missing")
+				return
+			}
+			p.replaceNodes(nodes)
+			p.publishClusterTopologyEvent()
+			rev = r
 		}
-		if len(resp.Events) <= 0 {
-			p.cluster.Logger().Error("Empty etcd.events.", slog.Int("events", len(resp.Events)))
-			continue
-		}
-		nodesChanges := p.handleWatchResponse(resp)
-		p.updateNodesWithChanges(nodesChanges)
-		p.publishClusterTopologyEvent()
-	}
-	return nil
-}
-
-func (p *Provider) startWatching() {
-	ctx := context.TODO()
-	ctx, cancel := context.WithCancel(ctx)
-	p.cancelWatch = cancel
-	go func() {
-		for !p.shutdown {
-			if err := p.keepWatching(ctx); err != nil {
-				p.cluster.Logger().Error("Failed to keepWatching.", slog.Any("error", err))
-				p.clusterError = err
+		ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(p.ctx))
+		stream := p.client.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+		for resp := range stream {
+			if err := resp.Err(); err != nil || resp.CompactRevision > 0 {
+				if err == nil {
+					err = fmt.Errorf("revision %d compacted", resp.CompactRevision)
+				}
+				p.health(fmt.Errorf("etcd member watch: %w", err))
+				break
+			}
+			changes, selfDeleted := p.handleWatchResponse(resp)
+			if selfDeleted {
+				cancel()
+				p.leaseLost("own member key deleted")
+				return
+			}
+			rev = resp.Header.Revision
+			if len(changes) > 0 {
+				p.updateNodesWithChanges(changes)
+				p.publishClusterTopologyEvent()
 			}
 		}
-	}()
+		cancel()
+		rev = 0
+		sleep(p.ctx, p.retryInterval/4)
+	}
+}
+
+func (p *Provider) startWatching(rev int64) {
+	go p.watch(rev)
 }
 
 // GetHealthStatus returns an error if the cluster health status has problems
 func (p *Provider) GetHealthStatus() error {
-	return p.clusterError
+	p.healthMu.Lock()
+	defer p.healthMu.Unlock()
+	if p.lost.Load() {
+		return errors.New("etcd membership lease lost")
+	}
+	return p.clusterErr
 }
 
-func newContext(timeout time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.TODO(), timeout)
-}
+// LeaseID returns the membership lease (0 before registration).
+func (p *Provider) LeaseID() int64 { return int64(p.getLeaseID()) }
 
 func (p *Provider) buildKey(names ...string) string {
 	return strings.Join(append([]string{p.baseKey}, names...), "/")
 }
 
-func (p *Provider) fetchNodes() ([]*Node, error) {
-	key := p.buildKey(p.clusterName)
-	resp, err := p.client.Get(context.TODO(), key, clientv3.WithPrefix())
+func (p *Provider) fetchNodes() ([]*Node, int64, error) {
+	key := p.buildKey(p.clusterName) + "/"
+	ctx, cancel := p.callCtx()
+	defer cancel()
+	resp, err := p.client.Get(ctx, key, clientv3.WithPrefix())
+	p.health(err)
 	if err != nil {
-		return nil, err
+		return nil, 0, fmt.Errorf("etcd member list: %w", err)
 	}
 	var nodes []*Node
 	for _, v := range resp.Kvs {
 		n := Node{}
 		if err := n.Deserialize(v.Value); err != nil {
-			return nil, err
+			p.logger().Warn("Invalid member.", slog.String("key", string(v.Key)))
+			continue
 		}
 		nodes = append(nodes, &n)
 	}
 	p.revision = uint64(resp.Header.GetRevision())
-	// plog.Debug("fetch nodes",
-	// 	log.Uint64("raft term", resp.Header.GetRaftTerm()),
-	// 	log.Int64("revision", resp.Header.GetRevision()))
-	return nodes, nil
+	return nodes, resp.Header.GetRevision(), nil
+}
+
+func containsID(nodes []*Node, id string) bool {
+	for _, n := range nodes {
+		if n.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *Provider) updateNodes(members []*Node) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for _, n := range members {
 		p.members[n.ID] = n
 	}
 }
 
+func (p *Provider) replaceNodes(members []*Node) {
+	p.mu.Lock()
+	p.members = map[string]*Node{}
+	p.mu.Unlock()
+	p.updateNodesWithSelf(members)
+}
+
 func (p *Provider) updateNodesWithSelf(members []*Node) {
 	p.updateNodes(members)
+	p.mu.Lock()
 	p.members[p.self.ID] = p.self
+	p.mu.Unlock()
 }
 
 func (p *Provider) updateNodesWithChanges(changes map[string]*Node) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for memberId, member := range changes {
 		p.members[memberId] = member
 		if !member.IsAlive() {
@@ -364,23 +512,22 @@ func (p *Provider) updateNodesWithChanges(changes map[string]*Node) {
 }
 
 func (p *Provider) createClusterTopologyEvent() []*cluster.Member {
-	res := make([]*cluster.Member, len(p.members))
-	i := 0
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	res := make([]*cluster.Member, 0, len(p.members))
 	for _, m := range p.members {
-		res[i] = m.MemberStatus()
-		i++
+		res = append(res, m.MemberStatus())
 	}
 	return res
 }
 
 func (p *Provider) publishClusterTopologyEvent() {
+	if p.ctx.Err() != nil {
+		return
+	}
 	res := p.createClusterTopologyEvent()
-	p.cluster.Logger().Info("Update cluster.", slog.Int("members", len(res)))
-	// for _, m := range res {
-	// 	plog.Info("\t", log.Object("member", m))
-	// }
+	p.logger().Info("Update cluster.", slog.Int("members", len(res)))
 	p.cluster.MemberList.UpdateClusterTopology(res)
-	// p.cluster.ActorSystem.EventStream.Publish(res)
 }
 
 func (p *Provider) getLeaseID() clientv3.LeaseID {
@@ -393,11 +540,34 @@ func (p *Provider) setLeaseID(leaseID clientv3.LeaseID) {
 
 func (p *Provider) newLeaseID() (clientv3.LeaseID, error) {
 	ttlSecs := int64(p.keepAliveTTL / time.Second)
-	resp, err := p.client.Grant(context.TODO(), ttlSecs)
+	ctx, cancel := p.callCtx()
+	defer cancel()
+	resp, err := p.client.Grant(ctx, ttlSecs)
+	p.health(err)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("etcd lease grant: %w", err)
 	}
 	return resp.ID, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// Members returns the provider's current member ids (for status views).
+func (p *Provider) Members() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]string, 0, len(p.members))
+	for id := range p.members {
+		out = append(out, id)
+	}
+	return out
 }
 
 func splitHostPort(addr string) (host string, port int, err error) {
