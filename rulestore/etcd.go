@@ -45,9 +45,10 @@ const (
 )
 
 // KeyPrefix is where namespace ns of cluster lives in etcd:
-// /llb/<cluster>/<ns>/. Record keys are path-escaped below it, so a rule key
-// with slashes stays one segment.
-func KeyPrefix(cluster, ns string) string { return "/llb/" + cluster + "/" + ns + "/" }
+// /llb/<ns>/<cluster>/ (cluster members are under /llb/members/<cluster>/,
+// written by the replica package). Record keys are path-escaped below it,
+// so a rule key with slashes stays one segment.
+func KeyPrefix(cluster, ns string) string { return "/llb/" + ns + "/" + cluster + "/" }
 
 var clusterNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 
