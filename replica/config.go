@@ -57,7 +57,7 @@ type Config struct {
 	// TeachInterval, TeachBatchBytes: a trie batch leaves when it is this
 	// old or this large. TeachMaxPrompt: longer prompts are not taught.
 	// TeachMaxPending: bytes waiting beyond this are dropped (counted).
-	TeachInterval                                     time.Duration
+	TeachInterval                                    time.Duration
 	TeachBatchBytes, TeachMaxPrompt, TeachMaxPending int
 	// IdleShard passivates an empty session shard after this long without
 	// messages. Default 10 min.

@@ -281,4 +281,3 @@ func (s *Sessions) Stats() SessionStats {
 		Local: s.local.Load(), Remote: s.remote.Load(), Resolves: s.resolves.Load(), Dropped: s.dropped.Load(),
 	}
 }
-
