@@ -87,10 +87,13 @@ func newSessions(m *Member) *Sessions {
 	return &Sessions{m: m, pids: map[string]pidEntry{}, resolving: map[string]chan struct{}{}}
 }
 
-// topologyChanged drops every cached PID (owners may have moved).
+// topologyChanged drops every cached PID (owners may have moved) and
+// forgets resolutions in flight: one that asks a dead owner waits out
+// protoactor's fixed 5 s, and callers must not queue behind it.
 func (s *Sessions) topologyChanged() {
 	s.mu.Lock()
 	clear(s.pids)
+	clear(s.resolving)
 	s.mu.Unlock()
 }
 
@@ -150,7 +153,9 @@ func (s *Sessions) resolveNow(inc *incarnation, identity string, done chan struc
 	if pid != nil && inc.topoGen.Load() == gen {
 		s.pids[identity] = pidEntry{pid: pid, inc: inc, gen: gen, local: local}
 	}
-	delete(s.resolving, identity)
+	if s.resolving[identity] == done {
+		delete(s.resolving, identity)
+	}
 	s.mu.Unlock()
 	close(done)
 }
