@@ -45,6 +45,9 @@ func helperMain() int {
 		Advertise:   os.Getenv("LLB_REPLICA_ADVERTISE"),
 		Etcd:        etcdconn.Config{Endpoints: etcdconn.ParseEndpoints(os.Getenv("LLB_REPLICA_ETCD"))},
 		Log:         log,
+		// The tests measure availability, not latency: the caller's
+		// deadline (timeout_ms) rules, not the 5 ms default.
+		LookupTimeout: time.Second,
 	}
 	m, err := Start(cfg)
 	if err != nil {

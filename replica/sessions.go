@@ -181,11 +181,16 @@ func (s *Sessions) Lookup(ctx context.Context, spec SessionSpec, key string) (Se
 }
 
 func (s *Sessions) lookup(ctx context.Context, spec SessionSpec, key string) (SessionAnswer, error) {
+	return s.lookupWithin(ctx, spec, key, s.m.cfg.LookupTimeout)
+}
+
+// lookupWithin is lookup with limit instead of LookupTimeout.
+func (s *Sessions) lookupWithin(ctx context.Context, spec SessionSpec, key string, limit time.Duration) (SessionAnswer, error) {
 	inc := s.m.current()
 	if inc == nil {
 		return SessionAnswer{}, ErrNotMember
 	}
-	deadline := time.Now().Add(s.m.cfg.LookupTimeout)
+	deadline := time.Now().Add(limit)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
