@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -64,20 +65,29 @@ func helperMain() int {
 		m.Sessions.Pin(helperSpec(shards), q.Get("key"), ladder.Pin{Prefill: pf, Decode: -1})
 	})
 	mux.HandleFunc("/lookup", func(w http.ResponseWriter, r *http.Request) {
+		// Every key gets its own deadline and goroutine, so one dead
+		// owner does not starve the keys after it.
 		q := r.URL.Query()
 		shards, _ := strconv.Atoi(q.Get("shards"))
 		ms, _ := strconv.Atoi(q.Get("timeout_ms"))
-		ctx, cancel := context.WithTimeout(r.Context(), time.Duration(ms)*time.Millisecond)
-		defer cancel()
-		var out lookupResult
-		for _, key := range strings.Split(q.Get("keys"), ",") {
-			ans, err := m.Sessions.Lookup(ctx, helperSpec(shards), key)
-			res := lookupOne{Found: ans.Found, Prefill: ans.Pin.Prefill, Member: ans.Member, Activation: ans.Activation}
-			if err != nil {
-				res.Err = err.Error()
-			}
-			out.Results = append(out.Results, res)
+		keys := strings.Split(q.Get("keys"), ",")
+		out := lookupResult{Results: make([]lookupOne, len(keys))}
+		var wg sync.WaitGroup
+		for i, key := range keys {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(r.Context(), time.Duration(ms)*time.Millisecond)
+				defer cancel()
+				ans, err := m.Sessions.Lookup(ctx, helperSpec(shards), key)
+				res := lookupOne{Found: ans.Found, Prefill: ans.Pin.Prefill, Member: ans.Member, Activation: ans.Activation}
+				if err != nil {
+					res.Err = err.Error()
+				}
+				out.Results[i] = res
+			}()
 		}
+		wg.Wait()
 		writeJSON(w, out)
 	})
 	srv := &http.Server{Addr: os.Getenv("LLB_REPLICA_CTL"), Handler: mux}

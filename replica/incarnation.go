@@ -12,6 +12,7 @@ import (
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 	"github.com/asynkron/protoactor-go/remote"
 
+	"github.com/llbproject/llb/internal/logfield"
 	"github.com/llbproject/llb/replica/etcdprovider"
 	"github.com/llbproject/llb/replica/replicapb"
 )
@@ -183,22 +184,34 @@ func (inc *incarnation) onEvent(ev any) {
 	}
 }
 
-// teardown leaves: revoke the lease (peers drop this id at once), stop the
-// actor system and the remote listener.
+// teardown leaves: revoke the lease (peers drop this id at once), close
+// the remote's connections and listener, stop the actor system.
 func (inc *incarnation) teardown() {
 	_ = inc.provider.Shutdown(true)
 	inc.teardownPartial()
 }
 
-// teardownPartial stops what a failed join may have started.
+// teardownPartial stops what a (possibly failed) join started. The remote
+// goes first and gracefully, while the actor system still runs: that stops
+// its endpoint writers (closing the gRPC connections to peers) and ends the
+// peers' streams into this member; protoactor's non-graceful path leaves
+// both behind, ~14 goroutines per rejoin. Bounded, in case a peer hangs.
 func (inc *incarnation) teardownPartial() {
 	_ = inc.provider.Shutdown(true)
-	defer func() { _ = recover() }() // a remote that never started panics on Shutdown
-	if inc.cluster.Remote != nil {
-		inc.cluster.Shutdown(false)
-	} else {
-		inc.system.Shutdown()
+	if r := inc.cluster.Remote; r != nil {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			defer func() { _ = recover() }() // a remote that never started panics on Shutdown
+			r.Shutdown(true)
+		}()
+		select {
+		case <-done:
+		case <-time.After(3 * time.Second):
+			inc.m.log.Warn().Str(logfield.Member, inc.id).Msg("remote shutdown slow; leaving it to finish in the background")
+		}
 	}
+	inc.system.Shutdown()
 }
 
 // send delivers msg to the named actor of every other member.
