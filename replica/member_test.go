@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/llbproject/llb/internal/etcdconn"
 	"github.com/llbproject/llb/internal/etcdtest"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/replica/replicapb"
 )
 
 func freeAddr(t testing.TB) string {
@@ -203,5 +205,31 @@ func TestMember_RejoinGetsAFreshIDAndDoesNotLeak(t *testing.T) {
 	}
 	if st := a.Status(); st.Rejoins != 5 || st.LastRejoinReason != "test" {
 		t.Errorf("status %+v; want 5 rejoins, reason test", st)
+	}
+}
+
+// TestSessionGrain_UnknownOpIsAnsweredUnsupported: a newer replica's new
+// operation (an unknown oneof case) reaches an older grain as a request
+// with no op; the grain answers "unsupported" instead of failing.
+func TestSessionGrain_UnknownOpIsAnsweredUnsupported(t *testing.T) {
+	e := etcdtest.Start(t, etcdtest.Options{})
+	a := startTestMember(t, testConfig(t, e.Endpoints()))
+	var req replicapb.SessionRequest
+	// Field 15, length-delimited, empty: a oneof case this build lacks.
+	if err := proto.Unmarshal([]byte{0x7a, 0x00}, &req); err != nil {
+		t.Fatal(err)
+	}
+	spec := SessionSpec{Service: "svc", Shards: 1}
+	inc := a.current()
+	e2, err := a.Sessions.resolve(inc, spec.Identity("k"), time.Now().Add(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := inc.system.Root.RequestFuture(e2.pid, &req, 5*time.Second).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := res.(*replicapb.SessionReply); !ok || !r.Unsupported {
+		t.Fatalf("reply %v; want Unsupported", res)
 	}
 }
