@@ -7,6 +7,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/llbproject/llb/internal/logfield"
+	"github.com/llbproject/llb/rule"
 )
 
 // BreakerState is a circuit breaker's state.
@@ -83,7 +84,7 @@ func classify(o Outcome) outcomeClass {
 //
 // Ownership: the endpoint's breaker actor only.
 type breakerCore struct {
-	cfg      BreakerConfig
+	cfg      rule.Breaker
 	state    BreakerState
 	failures int // consecutive transport failures
 	origin   int // consecutive origin 5xx

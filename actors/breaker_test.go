@@ -4,10 +4,12 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/llbproject/llb/rule"
 )
 
 func TestBreaker_OpensAfterConsecutiveTransportFailures(t *testing.T) {
-	b := breakerCore{cfg: BreakerConfig{Enabled: true, Threshold: 3, OriginErrThreshold: 3}}
+	b := breakerCore{cfg: rule.Breaker{Enabled: true, Threshold: 3, OriginErrThreshold: 3}}
 	steps := []struct {
 		give outcomeClass
 		want BreakerState
@@ -29,7 +31,7 @@ func TestBreaker_OpensAfterConsecutiveTransportFailures(t *testing.T) {
 }
 
 func TestBreaker_OriginStreakIgnoresClientErrorsAndBackpressure(t *testing.T) {
-	b := breakerCore{cfg: BreakerConfig{Enabled: true, Threshold: 3, OriginErrThreshold: 3}}
+	b := breakerCore{cfg: rule.Breaker{Enabled: true, Threshold: 3, OriginErrThreshold: 3}}
 	for i, c := range []outcomeClass{classOrigin5xx, classClientError, classOrigin5xx, classBackpressure} {
 		if got, _ := b.observe(t0, c); got != BreakerClosed {
 			t.Fatalf("step %d: %s; want closed", i, got)
@@ -41,7 +43,7 @@ func TestBreaker_OriginStreakIgnoresClientErrorsAndBackpressure(t *testing.T) {
 }
 
 func TestBreaker_OriginDemotionOffWithZeroThreshold(t *testing.T) {
-	b := breakerCore{cfg: BreakerConfig{Enabled: true, Threshold: 3}}
+	b := breakerCore{cfg: rule.Breaker{Enabled: true, Threshold: 3}}
 	for i := 0; i < 10; i++ {
 		if got, _ := b.observe(t0, classOrigin5xx); got != BreakerClosed {
 			t.Fatalf("5xx %d opened the breaker with LLB_PD_ORIGIN_ERR_THRESHOLD=0", i)
@@ -50,7 +52,7 @@ func TestBreaker_OriginDemotionOffWithZeroThreshold(t *testing.T) {
 }
 
 func TestBreaker_HalfOpenTrialDecides(t *testing.T) {
-	b := breakerCore{cfg: BreakerConfig{Enabled: true, Threshold: 1, OriginErrThreshold: 3}}
+	b := breakerCore{cfg: rule.Breaker{Enabled: true, Threshold: 1, OriginErrThreshold: 3}}
 	b.observe(t0, classTransport)
 	epoch := b.epoch
 	if b.halfOpen(epoch + 1) {
@@ -71,7 +73,7 @@ func TestBreaker_HalfOpenTrialDecides(t *testing.T) {
 }
 
 func TestBreaker_DisabledNeverOpens(t *testing.T) {
-	b := breakerCore{cfg: BreakerConfig{Threshold: 1}}
+	b := breakerCore{cfg: rule.Breaker{Threshold: 1}}
 	for i := 0; i < 5; i++ {
 		if got, _ := b.observe(t0, classTransport); got != BreakerClosed {
 			t.Fatal("a disabled breaker opened")
@@ -80,7 +82,7 @@ func TestBreaker_DisabledNeverOpens(t *testing.T) {
 }
 
 func TestProbe_ConsecutiveFailuresWithFirstProbeShortcut(t *testing.T) {
-	p := newProbeCore(ProbeConfig{Interval: time.Second, Retries: 3, MaxBackoff: 4 * time.Second})
+	p := newProbeCore(rule.Probe{Period: time.Second, Retries: 3}, 4*time.Second)
 	bad := errors.New("refused")
 	if !p.observe(bad) || p.up {
 		t.Fatal("a failing first probe must mark the endpoint down at once")

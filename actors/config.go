@@ -3,11 +3,11 @@ package actors
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/rule"
 )
 
 // Defaults applied by ServiceConfig.withDefaults.
@@ -19,24 +19,9 @@ const (
 	// DefaultRouteTimeout bounds how long Service.Route waits for the router
 	// actor itself (outside admission parking) before ErrRouterTimeout.
 	DefaultRouteTimeout = 2 * time.Second
-	// DefaultProbeInterval is the probe period when the rule sets none. The
-	// seed page recommends 5 s probes for AI rules; LoxiLB's own default of
-	// 60 s is far too slow for a load balancer in front of GPUs.
-	DefaultProbeInterval = 5 * time.Second
-	// DefaultProbeTimeout bounds one probe.
-	DefaultProbeTimeout = 2 * time.Second
-	// DefaultProbeRetries is the consecutive failures before an endpoint is
-	// marked down (LoxiLB's probeRetries default is 2).
-	DefaultProbeRetries = 2
 	// DefaultScrapeInterval is the /metrics scrape period (capacity, queue
 	// depth).
 	DefaultScrapeInterval = 10 * time.Second
-	// DefaultBreakerThreshold is the consecutive-failure count that opens a
-	// breaker (P/D rules auto-arm with 3, as LoxiLB's control plane does).
-	DefaultBreakerThreshold = 3
-	// DefaultBreakerOpen is how long an open breaker stays open before it
-	// lets one trial request through (HALF_OPEN).
-	DefaultBreakerOpen = 30 * time.Second
 	// DefaultRestartBudget and DefaultRestartWindow bound child restarts:
 	// a child that fails more often than this is stopped (a crash loop is
 	// not restarted at full speed forever), counted in
@@ -68,64 +53,6 @@ type EngineStats struct {
 	Swapped uint32
 }
 
-// EndpointConfig is one endpoint of a service.
-type EndpointConfig struct {
-	// Spec is the ladder's view of the endpoint (role, weight, backup).
-	Spec ladder.EndpointSpec
-	// Host and Port address the endpoint (the KV feed dials Host too).
-	Host string
-	Port int
-	// Probe is the endpoint's health probe; nil means "not monitored":
-	// the endpoint is considered up until traffic proves otherwise.
-	Probe ProbeFunc
-	// Scrape reads engine metrics; nil disables scraping.
-	Scrape ScrapeFunc
-	// Feeds are the endpoint's KV-event feeds, one per DP rank; empty when
-	// the endpoint publishes no inventory (decode endpoints, KV off).
-	Feeds []FeedConfig
-}
-
-// FeedConfig is one KV-event subscription (one endpoint, one DP rank).
-type FeedConfig struct {
-	// Rank is the data-parallel rank.
-	Rank int
-	// Endpoint is the ZMQ address, e.g. "tcp://10.0.0.1:5557".
-	Endpoint string
-	// ReplayEndpoint is the engine's replay ROUTER address, "" when none.
-	ReplayEndpoint string
-}
-
-// ProbeConfig schedules health probes.
-type ProbeConfig struct {
-	// Interval is the probe period while up; 0 means DefaultProbeInterval.
-	Interval time.Duration
-	// Timeout bounds one probe; 0 means DefaultProbeTimeout.
-	Timeout time.Duration
-	// Retries is the consecutive failures that mark an endpoint down; 0
-	// means DefaultProbeRetries. One success marks it up again (LoxiLB
-	// issue #1087: any success resets the counter).
-	Retries int
-	// MaxBackoff caps the probe period while down (it grows by Interval per
-	// failure, as LoxiLB's +20 s per failure); 0 means 6 × Interval.
-	MaxBackoff time.Duration
-}
-
-// BreakerConfig configures each endpoint's circuit breaker.
-type BreakerConfig struct {
-	// Enabled arms the breakers (cb_enable; on by default for P/D rules).
-	Enabled bool
-	// Threshold is the consecutive transport failures that open a breaker;
-	// 0 means DefaultBreakerThreshold.
-	Threshold int
-	// OriginErrThreshold is the consecutive origin 5xx responses (not 503)
-	// that open it (LLB_PD_ORIGIN_ERR_THRESHOLD); 0 disables origin
-	// demotion.
-	OriginErrThreshold int
-	// OpenFor is the OPEN window before HALF_OPEN; 0 means
-	// DefaultBreakerOpen.
-	OpenFor time.Duration
-}
-
 // KVConfig configures the service's inventory actors. Prompt hashing
 // happens in the gateway with the same Keys; the actors only mirror and
 // score.
@@ -141,29 +68,38 @@ type KVConfig struct {
 	StartFeed FeedStarter
 }
 
-// ServiceConfig is everything the runtime needs to run one rule.
+// ServiceConfig is everything the runtime needs to run one rule: the
+// compiled rule itself (what to run) and what the runtime builds around it
+// (probe and scrape functions, the chain hasher, the feed starter) or tunes
+// (table sizes, deadlines). The probe, breaker and endpoint settings are the
+// rule's own; actors applies no default of its own to them.
 type ServiceConfig struct {
-	// Key identifies the rule (e.g. "127.0.0.1:2020/tcp"); metric label
-	// "service" and log field.
-	Key string
-	// Spec is the rule's ladder spec. StartedAt is set by StartService.
-	Spec ladder.ServiceSpec
-	// Endpoints, in rule order; the index is the endpoint's identity.
-	Endpoints []EndpointConfig
+	// Rule is the compiled rule: key, ladder spec, endpoints (with their
+	// KV feeds), breaker and probe settings. Required; read-only (the
+	// service keeps its own copy of what it changes).
+	Rule *rule.Compiled
 	// Env is the process-wide knob set.
 	Env ladder.Env
-	// Sessions sizes the Tier-0 table (TTL comes from Spec).
+	// Probes[ep] is endpoint ep's health probe; a missing or nil entry
+	// means "not monitored": the endpoint is up until traffic proves
+	// otherwise.
+	Probes []ProbeFunc
+	// Scrapes[ep] reads endpoint ep's engine metrics; missing or nil
+	// disables scraping.
+	Scrapes []ScrapeFunc
+	// Sessions sizes the Tier-0 table (TTL comes from the rule's spec).
 	Sessions ladder.SessionConfig
 	// Router sizes the ladder router's own tables.
 	Router ladder.RouterConfig
-	// KV configures the inventory actors (used when Spec.KVExactMode is on).
+	// KV configures the inventory actors (used when the rule's KV-exact
+	// mode is on).
 	KV KVConfig
-	// Breaker configures the circuit breakers.
-	Breaker BreakerConfig
-	// Probe schedules the health probes.
-	Probe ProbeConfig
 	// Ctrl times the external controller's staleness glide.
 	Ctrl CtrlConfig
+	// ProbeMaxBackoff caps the probe period while an endpoint is down (it
+	// grows by the period per failure, as LoxiLB's +20 s per failure); 0
+	// means 6 × the period.
+	ProbeMaxBackoff time.Duration
 	// ScrapeInterval is the engine-metrics period; 0 means
 	// DefaultScrapeInterval.
 	ScrapeInterval time.Duration
@@ -180,25 +116,24 @@ type ServiceConfig struct {
 	OnEndpointDown func(ep int)
 }
 
-// Validate checks what the ladder does not: endpoint addresses and feeds.
+// Validate checks what the service needs beyond a valid rule.
 func (c *ServiceConfig) Validate() error {
-	var errs []error
-	specs := make([]ladder.EndpointSpec, len(c.Endpoints))
-	for i := range c.Endpoints {
-		specs[i] = c.Endpoints[i].Spec
-		if c.Endpoints[i].Host == "" || c.Endpoints[i].Port <= 0 || c.Endpoints[i].Port > 65535 {
-			errs = append(errs, fmt.Errorf("endpoints[%d]: bad address %q:%d", i, c.Endpoints[i].Host, c.Endpoints[i].Port))
-		}
+	if c.Rule == nil {
+		return errors.New("no compiled rule")
 	}
-	if err := ladder.ValidateRule(&c.Spec, specs); err != nil {
+	var errs []error
+	if err := ladder.ValidateRule(&c.Rule.Spec, c.specs()); err != nil {
 		errs = append(errs, err)
 	}
-	if c.Spec.KVExactMode != ladder.KVOff && c.KV.Keys == nil {
+	if c.Rule.Spec.KVExactMode != ladder.KVOff && c.KV.Keys == nil {
 		errs = append(errs, errors.New("kv: kvExactMode is on but no chain hasher is configured"))
 	}
 	return errors.Join(errs...)
 }
 
+// withDefaults fills the service's own tunables, and the rule's probe and
+// breaker settings where a hand-built rule (tests) left them zero — on a
+// copy of the rule: the caller's stays untouched.
 func (c ServiceConfig) withDefaults() ServiceConfig {
 	if c.DecisionTimeout <= 0 {
 		c.DecisionTimeout = DefaultDecisionTimeout
@@ -209,43 +144,67 @@ func (c ServiceConfig) withDefaults() ServiceConfig {
 	if c.ScrapeInterval <= 0 {
 		c.ScrapeInterval = DefaultScrapeInterval
 	}
-	p := &c.Probe
-	if p.Interval <= 0 {
-		p.Interval = DefaultProbeInterval
+	r := *c.Rule
+	p := &r.Probe
+	if p.Period <= 0 {
+		p.Period = rule.DefaultProbePeriodSec * time.Second
 	}
-	if p.Timeout <= 0 {
-		p.Timeout = DefaultProbeTimeout
+	if p.AttemptTimeout <= 0 {
+		p.AttemptTimeout = min(rule.DefaultProbeAttemptTimeout, p.Period)
 	}
 	if p.Retries <= 0 {
-		p.Retries = DefaultProbeRetries
+		p.Retries = rule.DefaultProbeRetries
 	}
-	if p.MaxBackoff <= 0 {
-		p.MaxBackoff = 6 * p.Interval
+	if c.ProbeMaxBackoff <= 0 {
+		c.ProbeMaxBackoff = 6 * p.Period
 	}
+	b := &r.Breaker
+	if b.Threshold <= 0 {
+		b.Threshold = rule.DefaultBreakerThreshold
+		if r.Spec.PDDisagg {
+			b.Threshold = rule.DefaultBreakerThresholdPD
+		}
+	}
+	if b.OpenFor <= 0 {
+		b.OpenFor = rule.DefaultBreakerOpen
+	}
+	c.Rule = &r
 	if c.Ctrl.StaleAfter <= 0 {
 		c.Ctrl.StaleAfter = DefaultCtrlStaleAfter
 	}
 	if c.Ctrl.DecayWindow <= 0 {
 		c.Ctrl.DecayWindow = DefaultCtrlDecayWindow
 	}
-	b := &c.Breaker
-	if b.Threshold <= 0 {
-		b.Threshold = DefaultBreakerThreshold
-	}
-	if b.OpenFor <= 0 {
-		b.OpenFor = DefaultBreakerOpen
-	}
 	if c.Sessions.TTL <= 0 {
-		c.Sessions.TTL = c.Spec.SessionTTLOrDefault()
+		c.Sessions.TTL = r.Spec.SessionTTLOrDefault()
 	}
 	return c
 }
 
 // specs returns the endpoints' ladder specs.
 func (c *ServiceConfig) specs() []ladder.EndpointSpec {
-	out := make([]ladder.EndpointSpec, len(c.Endpoints))
-	for i := range c.Endpoints {
-		out[i] = c.Endpoints[i].Spec
+	out := make([]ladder.EndpointSpec, len(c.Rule.Endpoints))
+	for i := range c.Rule.Endpoints {
+		out[i] = c.Rule.Endpoints[i].Spec
 	}
 	return out
+}
+
+// probe returns endpoint ep's probe (nil: not monitored).
+func (c *ServiceConfig) probe(ep int) ProbeFunc {
+	if ep < len(c.Probes) {
+		return c.Probes[ep]
+	}
+	return nil
+}
+
+// Monitored reports whether endpoint ep is health-probed.
+func (c *ServiceConfig) Monitored(ep int) bool { return c.probe(ep) != nil }
+
+// scrape returns endpoint ep's scrape (nil: none).
+func (c *ServiceConfig) scrape(ep int) ScrapeFunc {
+	if ep < len(c.Scrapes) {
+		return c.Scrapes[ep]
+	}
+	return nil
 }

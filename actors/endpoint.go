@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/llbproject/llb/internal/logfield"
+	"github.com/llbproject/llb/rule"
 )
 
 // probeCore is an endpoint's health state machine: consecutive-failure
@@ -18,17 +19,20 @@ import (
 // consecutive failures — or after the very first probe fails, as LoxiLB's
 // first probe does — and comes back up on one success (LoxiLB issue #1087:
 // any success resets the counter). While down the probe period grows by
-// Interval per failure up to MaxBackoff (LoxiLB #265).
+// the period per failure up to maxBackoff (LoxiLB #265).
 //
 // Ownership: the endpoint actor only.
 type probeCore struct {
-	cfg      ProbeConfig
-	up       bool
-	probed   bool // at least one result seen
-	failures int
+	cfg        rule.Probe
+	maxBackoff time.Duration
+	up         bool
+	probed     bool // at least one result seen
+	failures   int
 }
 
-func newProbeCore(cfg ProbeConfig) probeCore { return probeCore{cfg: cfg, up: true} }
+func newProbeCore(cfg rule.Probe, maxBackoff time.Duration) probeCore {
+	return probeCore{cfg: cfg, maxBackoff: maxBackoff, up: true}
+}
 
 // observe feeds one probe result; it reports whether the up/down state
 // changed.
@@ -54,10 +58,10 @@ func (p *probeCore) observe(err error) (changed bool) {
 // nextDelay is the wait before the next probe.
 func (p *probeCore) nextDelay() time.Duration {
 	if p.up {
-		return p.cfg.Interval
+		return p.cfg.Period
 	}
-	d := p.cfg.Interval * time.Duration(1+p.failures)
-	return min(d, p.cfg.MaxBackoff)
+	d := p.cfg.Period * time.Duration(1+p.failures)
+	return min(d, p.maxBackoff)
 }
 
 // parkQueue is an endpoint's FIFO of parked requests (admission's
@@ -111,7 +115,8 @@ func (q *parkQueue) takeAll() []*routeMsg {
 type endpointActor struct {
 	svc    *Service
 	ep     int
-	cfg    EndpointConfig
+	probeF ProbeFunc  // nil: not monitored
+	scrape ScrapeFunc // nil: not scraped
 	queue  parkQueue
 	probe  probeCore
 	stats  EngineStats
@@ -124,12 +129,13 @@ type endpointActor struct {
 
 func newEndpointActor(svc *Service, ep int) actor.Actor {
 	return &endpointActor{
-		svc:   svc,
-		ep:    ep,
-		cfg:   svc.cfg.Endpoints[ep],
-		probe: newProbeCore(svc.cfg.Probe),
-		gen:   svc.gen.Add(1),
-		log:   svc.log.With().Str(logfield.Actor, "endpoint").Int(logfield.EndpointIndex, ep).Logger(),
+		svc:    svc,
+		ep:     ep,
+		probeF: svc.cfg.probe(ep),
+		scrape: svc.cfg.scrape(ep),
+		probe:  newProbeCore(svc.cfg.Rule.Probe, svc.cfg.ProbeMaxBackoff),
+		gen:    svc.gen.Add(1),
+		log:    svc.log.With().Str(logfield.Actor, "endpoint").Int(logfield.EndpointIndex, ep).Logger(),
 	}
 }
 
@@ -138,10 +144,10 @@ func (a *endpointActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		a.ctx, a.cancel = context.WithCancel(context.Background())
-		if a.cfg.Probe != nil {
+		if a.probeF != nil {
 			ctx.Send(ctx.Self(), probeTick{gen: a.gen})
 		}
-		if a.cfg.Scrape != nil {
+		if a.scrape != nil {
 			ctx.Send(ctx.Self(), scrapeTick{gen: a.gen})
 		}
 	case *actor.Restarting:
@@ -201,7 +207,7 @@ func (a *endpointActor) Receive(ctx actor.Context) {
 			a.runScrape(ctx, true)
 		}
 	case scrapeNow:
-		if a.cfg.Scrape != nil && a.gen != 0 {
+		if a.scrape != nil && a.gen != 0 {
 			a.runScrape(ctx, false)
 		}
 	case scrapeResult:
@@ -248,8 +254,8 @@ func (a *endpointActor) after(ctx actor.Context, d time.Duration, msg any) {
 }
 
 func (a *endpointActor) runProbe(ctx actor.Context) {
-	probe, gen, self, root := a.cfg.Probe, a.gen, ctx.Self(), ctx.ActorSystem().Root
-	pctx, cancel := context.WithTimeout(a.ctx, a.svc.cfg.Probe.Timeout)
+	probe, gen, self, root := a.probeF, a.gen, ctx.Self(), ctx.ActorSystem().Root
+	pctx, cancel := context.WithTimeout(a.ctx, a.svc.cfg.Rule.Probe.AttemptTimeout)
 	go func() {
 		defer cancel()
 		err := probe(pctx)
@@ -258,8 +264,8 @@ func (a *endpointActor) runProbe(ctx actor.Context) {
 }
 
 func (a *endpointActor) runScrape(ctx actor.Context, periodic bool) {
-	scrape, gen, self, root := a.cfg.Scrape, a.gen, ctx.Self(), ctx.ActorSystem().Root
-	sctx, cancel := context.WithTimeout(a.ctx, a.svc.cfg.Probe.Timeout)
+	scrape, gen, self, root := a.scrape, a.gen, ctx.Self(), ctx.ActorSystem().Root
+	sctx, cancel := context.WithTimeout(a.ctx, a.svc.cfg.Rule.Probe.AttemptTimeout)
 	go func() {
 		defer cancel()
 		st, err := scrape(sctx)

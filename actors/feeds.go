@@ -8,6 +8,7 @@ import (
 
 	"github.com/llbproject/llb/internal/logfield"
 	"github.com/llbproject/llb/inventory"
+	"github.com/llbproject/llb/rule"
 )
 
 // FeedHandle is a running feed as its inventory actor sees it.
@@ -24,7 +25,7 @@ type FeedHandle interface {
 // goroutine. maxMsgSize bounds one KV-event message in bytes (0 means
 // inventory.DefaultMaxMsgSize).
 func ZMQFeeds(log zerolog.Logger, set *metrics.Set, maxMsgSize int) FeedStarter {
-	return func(ctx context.Context, id inventory.EndpointID, fc FeedConfig, sink func(inventory.Update)) FeedHandle {
+	return func(ctx context.Context, id inventory.EndpointID, fc rule.Feed, sink func(inventory.Update)) FeedHandle {
 		h := &zmqFeed{done: make(chan struct{})}
 		f, err := inventory.NewFeed(inventory.FeedConfig{
 			ID: id, Endpoint: fc.Endpoint, ReplayEndpoint: fc.ReplayEndpoint,

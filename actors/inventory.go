@@ -10,13 +10,14 @@ import (
 	"github.com/llbproject/llb/internal/logfield"
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/rule"
 )
 
 // FeedStarter starts one KV-event subscription. The feed runs on its own
 // goroutine, owns its socket, and hands every update to sink in stream
 // order until ctx ends; then it closes its socket, unregisters its metrics
 // and closes the handle's Done channel. It must not block.
-type FeedStarter func(ctx context.Context, id inventory.EndpointID, feed FeedConfig, sink func(inventory.Update)) FeedHandle
+type FeedStarter func(ctx context.Context, id inventory.EndpointID, feed rule.Feed, sink func(inventory.Update)) FeedHandle
 
 // feedStopWait bounds how long a restarting or stopping inventory actor
 // waits for its feeds to close their sockets (a feed notices cancellation
@@ -137,9 +138,9 @@ func (a *inventoryActor) start(ctx actor.Context) {
 	fctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
 	self, root, gen := ctx.Self(), ctx.ActorSystem().Root, a.gen
-	for rank, fc := range a.svc.cfg.Endpoints[a.ep].Feeds {
+	for rank, fc := range a.svc.cfg.Rule.Endpoints[a.ep].Feeds {
 		rank := rank
-		id := inventory.EndpointID{Service: a.svc.cfg.Key, EpIdx: a.ep, Rank: fc.Rank}
+		id := inventory.EndpointID{Service: a.svc.cfg.Rule.Key, EpIdx: a.ep, Rank: fc.Rank}
 		a.feeds = append(a.feeds, a.svc.cfg.KV.StartFeed(fctx, id, fc, func(u inventory.Update) {
 			root.Send(self, feedUpdate{gen: gen, rank: rank, u: u})
 		}))

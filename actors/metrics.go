@@ -59,7 +59,7 @@ func newSvcMetrics(set *metrics.Set, svcKey string, svc *Service) *svcMetrics {
 	m.queued = m.counter(mAdmissionQueued, "")
 	m.shedC = m.counter(mAdmissionShed, "")
 	m.refused = m.counter(mAdmissionRefused, "")
-	n := len(svc.cfg.Endpoints)
+	n := len(svc.cfg.Rule.Endpoints)
 	m.cbFlips = make([]*metrics.Counter, n)
 	m.probeFlips = make([]*metrics.Counter, n)
 	m.cbState = make([]*metrics.Gauge, n)

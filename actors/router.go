@@ -24,7 +24,7 @@ type routerActor struct {
 }
 
 func newRouterActor(svc *Service) (actor.Actor, error) {
-	lad, err := ladder.NewRouter(svc.cfg.Spec, svc.cfg.specs(), svc.cfg.Env, svc.cfg.Router)
+	lad, err := ladder.NewRouter(svc.cfg.Rule.Spec, svc.cfg.specs(), svc.cfg.Env, svc.cfg.Router)
 	if err != nil {
 		return nil, err
 	}

@@ -113,7 +113,7 @@ type coreStats struct {
 // newRouterCore builds a core; ctrl is the service's controller record (nil
 // makes a fresh one), whose instructions are folded into the new views.
 func newRouterCore(cfg *ServiceConfig, lad *ladder.Router, ports routerPorts, m *svcMetrics, ctrl []ctrlState) *routerCore {
-	n := len(cfg.Endpoints)
+	n := len(cfg.Rule.Endpoints)
 	if ctrl == nil {
 		ctrl = make([]ctrlState, n)
 	}
@@ -124,7 +124,7 @@ func newRouterCore(cfg *ServiceConfig, lad *ladder.Router, ports routerPorts, m 
 		m:        m,
 		views:    make([]ladder.EndpointView, n),
 		ctrl:     ctrl,
-		breakers: cfg.Breaker.Enabled,
+		breakers: cfg.Rule.Breaker.Enabled,
 		pending:  make(map[uint64]*pending),
 		tickets:  make(map[uint64]*ticket),
 		parked:   make(map[uint64]parkRef),
@@ -137,11 +137,11 @@ func newRouterCore(cfg *ServiceConfig, lad *ladder.Router, ports routerPorts, m 
 		}
 	}
 	c.maxInflight = cfg.Env.MaxInflightPerEP
-	if a := cfg.Spec.Admission.MaxInflightPerEP; a > 0 {
+	if a := cfg.Rule.Spec.Admission.MaxInflightPerEP; a > 0 {
 		c.maxInflight = uint32(a)
 	}
-	for i := range cfg.Endpoints {
-		if len(cfg.Endpoints[i].Feeds) > 0 {
+	for i := range cfg.Rule.Endpoints {
+		if len(cfg.Rule.Endpoints[i].Feeds) > 0 {
 			c.scoreSet = c.scoreSet.With(i)
 		}
 	}
@@ -157,11 +157,11 @@ func (c *routerCore) route(now time.Time, m *routeMsg) {
 	}
 	p := c.newPending(m)
 	rr := m.rr
-	if c.cfg.Spec.PDDisagg && rr.Req.SessionKey != "" {
+	if c.cfg.Rule.Spec.PDDisagg && rr.Req.SessionKey != "" {
 		c.ports.lookupSession(m.id, rr.Req.SessionKey)
 		p.awaiting++
 	}
-	if c.cfg.Spec.KVExactMode != ladder.KVOff && len(rr.Chain) > 0 && rr.Req.KV.Guard == ladder.ReasonNone {
+	if c.cfg.Rule.Spec.KVExactMode != ladder.KVOff && len(rr.Chain) > 0 && rr.Req.KV.Guard == ladder.ReasonNone {
 		for i := range c.views {
 			if !c.scoreSet.Has(i) || c.unusable(i, rr.Avoid) {
 				continue
@@ -195,7 +195,7 @@ func (c *routerCore) passthrough(now time.Time, m *routeMsg) {
 	d := ladder.Decision{Prefill: best, Decode: -1, ParkOn: -1}
 	if best < 0 {
 		d.Unavailable = ladder.ReasonNoHealthyBackend
-		if c.cfg.Spec.PDDisagg {
+		if c.cfg.Rule.Spec.PDDisagg {
 			d.Unavailable = ladder.ReasonPDPoolUnavailable
 		}
 		m.reply <- routeReply{route: Route{Decision: d}}

@@ -2,10 +2,12 @@ package actors
 
 import (
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/rule"
 )
 
 // recorder is a routerPorts that records the effects the core asks for.
@@ -59,45 +61,45 @@ var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 // pdConfig is a P/D rule: prefill endpoints 0..p-1 (with KV feeds), decode
 // endpoints p..p+d-1.
 func pdConfig(p, d int, env ladder.Env) *ServiceConfig {
-	cfg := &ServiceConfig{
+	r := &rule.Compiled{
 		Key: "test",
 		Spec: ladder.ServiceSpec{
 			Name: "test", PDDisagg: true, KVExactMode: ladder.KVPrefill, KVBlockSize: 16,
 		},
-		Env:     env,
-		Breaker: BreakerConfig{Enabled: true},
+		Breaker: rule.Breaker{Enabled: true},
 	}
 	for i := 0; i < p; i++ {
-		cfg.Endpoints = append(cfg.Endpoints, EndpointConfig{
-			Spec: ladder.EndpointSpec{Role: ladder.RolePrefill, Weight: 1},
-			Host: "127.0.0.1", Port: 8100 + i,
-			Feeds: []FeedConfig{{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", 5557+i)}},
+		r.Endpoints = append(r.Endpoints, rule.CompiledEndpoint{
+			Addr:  netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(8100+i)),
+			Spec:  ladder.EndpointSpec{Role: ladder.RolePrefill, Weight: 1},
+			Feeds: []rule.Feed{{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", 5557+i)}},
 		})
 	}
 	for i := 0; i < d; i++ {
-		cfg.Endpoints = append(cfg.Endpoints, EndpointConfig{
+		r.Endpoints = append(r.Endpoints, rule.CompiledEndpoint{
+			Addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(8200+i)),
 			Spec: ladder.EndpointSpec{Role: ladder.RoleDecode, Weight: 1},
-			Host: "127.0.0.1", Port: 8200 + i,
 		})
 	}
-	c := cfg.withDefaults()
+	c := ServiceConfig{Rule: r, Env: env}.withDefaults()
 	return &c
 }
 
 func poolConfig(n int, sel ladder.SelectorKind) *ServiceConfig {
-	cfg := &ServiceConfig{Key: "pool", Spec: ladder.ServiceSpec{Name: "pool", Selector: sel}, Env: ladder.DefaultEnv()}
+	r := &rule.Compiled{Key: "pool", Spec: ladder.ServiceSpec{Name: "pool", Selector: sel}}
 	for i := 0; i < n; i++ {
-		cfg.Endpoints = append(cfg.Endpoints, EndpointConfig{
-			Spec: ladder.EndpointSpec{Weight: 1}, Host: "127.0.0.1", Port: 8000 + i,
+		r.Endpoints = append(r.Endpoints, rule.CompiledEndpoint{
+			Addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(8000+i)),
+			Spec: ladder.EndpointSpec{Weight: 1},
 		})
 	}
-	c := cfg.withDefaults()
+	c := ServiceConfig{Rule: r, Env: ladder.DefaultEnv()}.withDefaults()
 	return &c
 }
 
 func newTestCore(t *testing.T, cfg *ServiceConfig) (*routerCore, *recorder) {
 	t.Helper()
-	lad, err := ladder.NewRouter(cfg.Spec, cfg.specs(), cfg.Env, cfg.Router)
+	lad, err := ladder.NewRouter(cfg.Rule.Spec, cfg.specs(), cfg.Env, cfg.Router)
 	if err != nil {
 		t.Fatalf("NewRouter: %v", err)
 	}

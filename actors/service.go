@@ -17,6 +17,7 @@ import (
 	"github.com/llbproject/llb/internal/logfield"
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/rule"
 )
 
 // System is the process's actor runtime: one protoactor ActorSystem that
@@ -102,7 +103,7 @@ type Service struct {
 	done    chan struct{}
 }
 
-// Start validates cfg and starts its service. cfg.Spec.StartedAt is set to
+// Start validates cfg and starts its service. cfg.Rule.Spec.StartedAt is set to
 // now when zero (the KV warmup guard counts from it). warm, when not nil, is
 // what a replaced service with the same key handed over (see Handover):
 // mirrors of endpoints that keep their index, address, feed and hasher are
@@ -110,22 +111,25 @@ type Service struct {
 // rest is released.
 func (s *System) Start(cfg ServiceConfig, warm *Warm) (*Service, error) {
 	defer warm.release()
+	if cfg.Rule == nil {
+		return nil, errors.New("actors: service without a compiled rule")
+	}
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("actors: service %q: %w", cfg.Key, err)
+		return nil, fmt.Errorf("actors: service %q: %w", cfg.Rule.Key, err)
 	}
 	cfg = cfg.withDefaults()
-	if cfg.Spec.StartedAt.IsZero() {
-		cfg.Spec.StartedAt = time.Now()
+	if cfg.Rule.Spec.StartedAt.IsZero() {
+		cfg.Rule.Spec.StartedAt = time.Now()
 	}
-	if _, err := ladder.NewRouter(cfg.Spec, cfg.specs(), cfg.Env, cfg.Router); err != nil {
-		return nil, fmt.Errorf("actors: service %q: %w", cfg.Key, err)
+	if _, err := ladder.NewRouter(cfg.Rule.Spec, cfg.specs(), cfg.Env, cfg.Router); err != nil {
+		return nil, fmt.Errorf("actors: service %q: %w", cfg.Rule.Key, err)
 	}
-	n := len(cfg.Endpoints)
+	n := len(cfg.Rule.Endpoints)
 	svc := &Service{
 		cfg:          cfg,
 		sys:          s,
 		root:         s.as.Root,
-		log:          s.log.With().Str(logfield.Service, cfg.Key).Logger(),
+		log:          s.log.With().Str(logfield.Service, cfg.Rule.Key).Logger(),
 		endpoints:    make([]*actor.PID, n),
 		breakers:     make([]*actor.PID, n),
 		inventories:  make([]*actor.PID, n),
@@ -135,9 +139,9 @@ func (s *System) Start(cfg ServiceConfig, warm *Warm) (*Service, error) {
 		done:         make(chan struct{}),
 	}
 	for i := range svc.breakerCores {
-		svc.breakerCores[i].cfg = cfg.Breaker
+		svc.breakerCores[i].cfg = cfg.Rule.Breaker
 	}
-	svc.metrics = newSvcMetrics(s.set, cfg.Key, svc)
+	svc.metrics = newSvcMetrics(s.set, cfg.Rule.Key, svc)
 	svc.sessionLen = make([]atomic.Int64, svc.sessions.NumShards())
 	svc.replies.New = func() any { return make(chan routeReply, 2) }
 
@@ -148,15 +152,15 @@ func (s *System) Start(cfg ServiceConfig, warm *Warm) (*Service, error) {
 	pid := func(child string) *actor.PID { return actor.NewPID(s.as.Address(), name+"/"+child) }
 	svc.supervisor = actor.NewPID(s.as.Address(), name)
 	svc.router = pid("router")
-	for i := range cfg.Endpoints {
+	for i := range cfg.Rule.Endpoints {
 		svc.endpoints[i] = pid(fmt.Sprintf("ep-%d", i))
 		svc.breakers[i] = pid(fmt.Sprintf("cb-%d", i))
-		if len(cfg.Endpoints[i].Feeds) > 0 && cfg.Spec.KVExactMode != ladder.KVOff {
+		if len(cfg.Rule.Endpoints[i].Feeds) > 0 && cfg.Rule.Spec.KVExactMode != ladder.KVOff {
 			svc.inventories[i] = pid(fmt.Sprintf("inv-%d", i))
 		}
 	}
 	if err := svc.buildMirrors(warm); err != nil {
-		return nil, fmt.Errorf("actors: service %q: %w", cfg.Key, err)
+		return nil, fmt.Errorf("actors: service %q: %w", cfg.Rule.Key, err)
 	}
 	svc.shards = make([]*actor.PID, svc.sessions.NumShards())
 	for i := range svc.shards {
@@ -172,17 +176,17 @@ func (s *System) Start(cfg ServiceConfig, warm *Warm) (*Service, error) {
 	props := s.props(func() actor.Actor { return &supervisorActor{svc: svc, ready: ready} },
 		actor.WithSupervisor(strategy))
 	if _, err := s.as.Root.SpawnNamed(props, name); err != nil {
-		return nil, fmt.Errorf("actors: service %q: spawn: %w", cfg.Key, err)
+		return nil, fmt.Errorf("actors: service %q: spawn: %w", cfg.Rule.Key, err)
 	}
 	select {
 	case err := <-ready:
 		if err != nil {
 			s.as.Root.Stop(svc.supervisor)
-			return nil, fmt.Errorf("actors: service %q: %w", cfg.Key, err)
+			return nil, fmt.Errorf("actors: service %q: %w", cfg.Rule.Key, err)
 		}
 	case <-time.After(10 * time.Second):
 		s.as.Root.Stop(svc.supervisor)
-		return nil, fmt.Errorf("actors: service %q: children did not start", cfg.Key)
+		return nil, fmt.Errorf("actors: service %q: children did not start", cfg.Rule.Key)
 	}
 	svc.sweep = time.NewTicker(time.Second)
 	go svc.housekeeping()
@@ -233,13 +237,13 @@ func (svc *Service) Handover(ctx context.Context) (*Warm, error) {
 		return nil, err
 	}
 	w := &Warm{keys: svc.cfg.KV.Keys, sessions: svc.sessions, sessCfg: svc.cfg.Sessions, ctrl: svc.ctrl}
-	for i := range svc.cfg.Endpoints {
-		w.addrs = append(w.addrs, endpointAddr(&svc.cfg.Endpoints[i]))
+	for i := range svc.cfg.Rule.Endpoints {
+		w.addrs = append(w.addrs, endpointAddr(&svc.cfg.Rule.Endpoints[i]))
 	}
 	w.mirrors = svc.mirrors
-	w.feeds = make([][]FeedConfig, len(svc.cfg.Endpoints))
-	for i := range svc.cfg.Endpoints {
-		w.feeds[i] = svc.cfg.Endpoints[i].Feeds
+	w.feeds = make([][]rule.Feed, len(svc.cfg.Rule.Endpoints))
+	for i := range svc.cfg.Rule.Endpoints {
+		w.feeds[i] = svc.cfg.Rule.Endpoints[i].Feeds
 	}
 	return w, nil
 }
@@ -262,7 +266,7 @@ func (svc *Service) halt(ctx context.Context) error {
 		}
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("actors: stop %q: %w", svc.cfg.Key, ctx.Err())
+		return fmt.Errorf("actors: stop %q: %w", svc.cfg.Rule.Key, ctx.Err())
 	}
 }
 
@@ -437,7 +441,7 @@ func (s *supervisorActor) spawnAll(ctx actor.Context) error {
 		}
 		return a
 	}))
-	for i := range svc.cfg.Endpoints {
+	for i := range svc.cfg.Rule.Endpoints {
 		i := i
 		errs = append(errs,
 			spawn(fmt.Sprintf("ep-%d", i), func() actor.Actor { return newEndpointActor(svc, i) }),
@@ -456,20 +460,20 @@ func (s *supervisorActor) spawnAll(ctx actor.Context) error {
 // buildMirrors creates (or takes over from warm) the per-rank mirrors of
 // every endpoint with an inventory actor.
 func (svc *Service) buildMirrors(warm *Warm) error {
-	svc.mirrors = make([][]*inventory.Mirror, len(svc.cfg.Endpoints))
-	svc.feedMarks = make([][]feedMark, len(svc.cfg.Endpoints))
+	svc.mirrors = make([][]*inventory.Mirror, len(svc.cfg.Rule.Endpoints))
+	svc.feedMarks = make([][]feedMark, len(svc.cfg.Rule.Endpoints))
 	for i, pid := range svc.inventories {
 		if pid == nil {
 			continue
 		}
-		ep := &svc.cfg.Endpoints[i]
+		ep := &svc.cfg.Rule.Endpoints[i]
 		for _, fc := range ep.Feeds {
 			if m := warm.takeMirror(i, ep, fc, svc.cfg.KV.Keys); m != nil {
 				svc.mirrors[i] = append(svc.mirrors[i], m)
 				continue
 			}
 			m, err := inventory.NewMirror(inventory.MirrorConfig{
-				ID:        inventory.EndpointID{Service: svc.cfg.Key, EpIdx: i, Rank: fc.Rank},
+				ID:        inventory.EndpointID{Service: svc.cfg.Rule.Key, EpIdx: i, Rank: fc.Rank},
 				Keys:      svc.cfg.KV.Keys,
 				MaxBlocks: svc.cfg.KV.MaxBlocks,
 				Logger:    svc.sys.log, // the mirror adds its own service field

@@ -14,6 +14,7 @@ import (
 
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/rule"
 )
 
 // eventually polls cond until it holds or the deadline passes.
@@ -66,7 +67,7 @@ func newFeedHub() *feedHub {
 	return &feedHub{sinks: map[int]func(inventory.Update){}, starts: map[int]int{}}
 }
 
-func (h *feedHub) start(ctx context.Context, id inventory.EndpointID, _ FeedConfig, sink func(inventory.Update)) FeedHandle {
+func (h *feedHub) start(ctx context.Context, id inventory.EndpointID, _ rule.Feed, sink func(inventory.Update)) FeedHandle {
 	h.mu.Lock()
 	h.sinks[id.EpIdx] = sink
 	h.starts[id.EpIdx]++
@@ -201,9 +202,9 @@ func TestService_TierOneFiveRoutesToTheEndpointHoldingThePrompt(t *testing.T) {
 func TestService_SessionPinsThePairAfterSuccess(t *testing.T) {
 	sys := newTestSystem(t)
 	cfg := *pdConfig(3, 2, ladder.DefaultEnv())
-	cfg.Spec.KVExactMode = ladder.KVOff
-	for i := range cfg.Endpoints {
-		cfg.Endpoints[i].Feeds = nil
+	cfg.Rule.Spec.KVExactMode = ladder.KVOff
+	for i := range cfg.Rule.Endpoints {
+		cfg.Rule.Endpoints[i].Feeds = nil
 	}
 	svc := startService(t, sys, cfg)
 	rr := &RouteRequest{}
@@ -225,13 +226,14 @@ func TestService_ProbeDownExcludesAtOnceAndRecovers(t *testing.T) {
 	cfg := *poolConfig(2, ladder.SelRR)
 	var down atomic.Bool
 	down.Store(true)
-	cfg.Endpoints[0].Probe = func(ctx context.Context) error {
+	cfg.Probes = make([]ProbeFunc, len(cfg.Rule.Endpoints))
+	cfg.Probes[0] = func(ctx context.Context) error {
 		if down.Load() {
 			return errors.New("connection refused")
 		}
 		return nil
 	}
-	cfg.Probe = ProbeConfig{Interval: 10 * time.Millisecond, Timeout: 50 * time.Millisecond, Retries: 2}
+	cfg.Rule.Probe = rule.Probe{Period: 10 * time.Millisecond, AttemptTimeout: 50 * time.Millisecond, Retries: 2}
 	svc := startService(t, sys, cfg)
 	eventually(t, time.Second, "endpoint 0 marked down", func() bool {
 		st, ok := svc.Status(time.Second)
@@ -254,7 +256,7 @@ func TestService_ProbeDownExcludesAtOnceAndRecovers(t *testing.T) {
 func TestService_BreakerOpensOnConnectFailuresThenHalfOpens(t *testing.T) {
 	sys := newTestSystem(t)
 	cfg := *poolConfig(2, ladder.SelRR)
-	cfg.Breaker = BreakerConfig{Enabled: true, Threshold: 3, OpenFor: 50 * time.Millisecond}
+	cfg.Rule.Breaker = rule.Breaker{Enabled: true, Threshold: 3, OpenFor: 50 * time.Millisecond}
 	svc := startService(t, sys, cfg)
 	failed := 0
 	for failed < 3 {
@@ -275,9 +277,9 @@ func TestService_BreakerOpensOnConnectFailuresThenHalfOpens(t *testing.T) {
 func TestService_ParkHoldsThenResumesOrTimesOut(t *testing.T) {
 	sys := newTestSystem(t)
 	cfg := *pdConfig(1, 1, admissionEnv(1, 8, 0))
-	cfg.Spec.KVExactMode = ladder.KVOff
-	cfg.Endpoints[0].Feeds = nil
-	cfg.Spec.Admission.MaxPark = 300 * time.Millisecond
+	cfg.Rule.Spec.KVExactMode = ladder.KVOff
+	cfg.Rule.Endpoints[0].Feeds = nil
+	cfg.Rule.Spec.Admission.MaxPark = 300 * time.Millisecond
 	svc := startService(t, sys, cfg)
 
 	first := route(t, svc, &RouteRequest{})
@@ -334,9 +336,9 @@ func TestService_CrashedActorsRestartAndServiceKeepsAnswering(t *testing.T) {
 	sys := newTestSystem(t)
 	hub := newFeedHub()
 	cfg, th := kvPD(t, hub, 2, 2)
-	cfg.Probe = ProbeConfig{Interval: 10 * time.Millisecond}
-	for i := range cfg.Endpoints {
-		cfg.Endpoints[i].Probe = func(context.Context) error { return nil }
+	cfg.Rule.Probe = rule.Probe{Period: 10 * time.Millisecond}
+	for range cfg.Rule.Endpoints {
+		cfg.Probes = append(cfg.Probes, func(context.Context) error { return nil })
 	}
 	svc := startService(t, sys, cfg)
 	chain := th.AppendBlockKeys(nil, tokens(32, 7), inventory.ExtraKeys{})
@@ -380,8 +382,8 @@ func TestService_CrashedActorsRestartAndServiceKeepsAnswering(t *testing.T) {
 func TestService_StopAnswersWaitersAndRefusesNewWork(t *testing.T) {
 	sys := newTestSystem(t)
 	cfg := *pdConfig(1, 1, admissionEnv(1, 8, 0))
-	cfg.Spec.KVExactMode = ladder.KVOff
-	cfg.Endpoints[0].Feeds = nil
+	cfg.Rule.Spec.KVExactMode = ladder.KVOff
+	cfg.Rule.Endpoints[0].Feeds = nil
 	svc, err := sys.Start(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -454,7 +456,7 @@ func TestService_HandoverKeepsWarmInventoryAndSessions(t *testing.T) {
 		t.Fatalf("Handover: %v", err)
 	}
 	// The replacement changes a tuning knob only.
-	cfg.Spec.CacheThresholdPct = 40
+	cfg.Rule.Spec.CacheThresholdPct = 40
 	nu := startServiceWarm(t, sys, cfg, warm)
 	rt := route(t, nu, kv())
 	if rt.Decision.Tier != ladder.Tier15 || rt.Decision.Prefill != 1 {
@@ -524,7 +526,7 @@ func TestService_ControllerFoldsInAndGlidesToNeutralWhenStale(t *testing.T) {
 func TestService_CrashedBreakerKeepsItsStateAndStillHeals(t *testing.T) {
 	sys := newTestSystem(t)
 	cfg := *poolConfig(2, ladder.SelRR)
-	cfg.Breaker = BreakerConfig{Enabled: true, Threshold: 3, OpenFor: 300 * time.Millisecond}
+	cfg.Rule.Breaker = rule.Breaker{Enabled: true, Threshold: 3, OpenFor: 300 * time.Millisecond}
 	svc := startService(t, sys, cfg)
 	for failed := 0; failed < 3; {
 		rt := route(t, svc, &RouteRequest{})

@@ -60,7 +60,7 @@ type ServiceStatus struct {
 // status snapshots the core (router actor only).
 func (c *routerCore) status() ServiceStatus {
 	st := ServiceStatus{
-		Key:          c.cfg.Key,
+		Key:          c.cfg.Rule.Key,
 		At:           time.Now(),
 		Endpoints:    make([]EndpointStatus, len(c.views)),
 		InFlight:     len(c.tickets),

@@ -1,11 +1,9 @@
 package actors
 
 import (
-	"net"
-	"strconv"
-
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/rule"
 )
 
 // Warm is the state a replaced service hands to its successor (same rule
@@ -22,7 +20,7 @@ import (
 type Warm struct {
 	keys     inventory.ChainHasher
 	addrs    []string
-	feeds    [][]FeedConfig
+	feeds    [][]rule.Feed
 	mirrors  [][]*inventory.Mirror
 	sessions *ladder.SessionTable
 	sessCfg  ladder.SessionConfig
@@ -32,24 +30,22 @@ type Warm struct {
 // takeCtrl returns the controller record for cfg's endpoints: the warm
 // instruction of every endpoint that keeps its index and address.
 func (w *Warm) takeCtrl(cfg *ServiceConfig) []ctrlState {
-	out := make([]ctrlState, len(cfg.Endpoints))
+	out := make([]ctrlState, len(cfg.Rule.Endpoints))
 	if w == nil {
 		return out
 	}
 	for i := range out {
-		if i < len(w.ctrl) && i < len(w.addrs) && w.addrs[i] == endpointAddr(&cfg.Endpoints[i]) {
+		if i < len(w.ctrl) && i < len(w.addrs) && w.addrs[i] == endpointAddr(&cfg.Rule.Endpoints[i]) {
 			out[i] = w.ctrl[i]
 		}
 	}
 	return out
 }
 
-func endpointAddr(ep *EndpointConfig) string {
-	return net.JoinHostPort(ep.Host, strconv.Itoa(ep.Port))
-}
+func endpointAddr(ep *rule.CompiledEndpoint) string { return ep.Addr.String() }
 
 // takeMirror returns the warm mirror for endpoint i's feed fc, or nil.
-func (w *Warm) takeMirror(i int, ep *EndpointConfig, fc FeedConfig, keys inventory.ChainHasher) *inventory.Mirror {
+func (w *Warm) takeMirror(i int, ep *rule.CompiledEndpoint, fc rule.Feed, keys inventory.ChainHasher) *inventory.Mirror {
 	if w == nil || keys == nil || w.keys != keys || i >= len(w.addrs) || w.addrs[i] != endpointAddr(ep) {
 		return nil
 	}
@@ -72,7 +68,7 @@ func (w *Warm) takeSessions(cfg *ServiceConfig) *ladder.SessionTable {
 	t := w.sessions
 	w.sessions = nil
 	for i, addr := range w.addrs {
-		if i < len(cfg.Endpoints) && endpointAddr(&cfg.Endpoints[i]) == addr {
+		if i < len(cfg.Rule.Endpoints) && endpointAddr(&cfg.Rule.Endpoints[i]) == addr {
 			continue
 		}
 		for s := 0; s < t.NumShards(); s++ {

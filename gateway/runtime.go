@@ -177,16 +177,18 @@ func (rt *Runtime) Apply(ctx context.Context, r Rule) error {
 // scrapes and the feed starter.
 func (rt *Runtime) complete(r *Rule, live *liveRule) error {
 	sc := &r.Service
-	sc.Key = r.Key
+	if sc.Rule == nil {
+		return fmt.Errorf("gateway: rule %s has no compiled rule: %w", r.Key, ErrInvalidConfig)
+	}
 	r.watch = NewEndpointWatch()
 	sc.OnEndpointDown = r.watch.EndpointDown
 	r.Gateway.HopID = rt.cfg.HopID
 	r.Gateway.AccessLog = rt.cfg.AccessLog
 	r.Gateway.HideBackendAddrs = r.Gateway.HideBackendAddrs || rt.cfg.HideBackendAddrs
 	r.Gateway.Probe.HopID = rt.cfg.HopID
-	if len(sc.Endpoints) != len(r.Gateway.Endpoints) {
+	if len(sc.Rule.Endpoints) != len(r.Gateway.Endpoints) {
 		return fmt.Errorf("gateway: rule %s: %d service endpoints for %d gateway endpoints: %w",
-			r.Key, len(sc.Endpoints), len(r.Gateway.Endpoints), ErrInvalidConfig)
+			r.Key, len(sc.Rule.Endpoints), len(r.Gateway.Endpoints), ErrInvalidConfig)
 	}
 	if r.Gateway.KVExactMode != ladder.KVOff {
 		if live != nil && live.hasher != nil && live.rule.Gateway.Hasher == r.Gateway.Hasher {
@@ -200,24 +202,19 @@ func (rt *Runtime) complete(r *Rule, live *liveRule) error {
 		}
 		sc.KV.StartFeed = rt.cfg.Feeds
 	}
-	for i := range sc.Endpoints {
+	sc.Probes = make([]actors.ProbeFunc, len(r.Gateway.Endpoints))
+	sc.Scrapes = make([]actors.ScrapeFunc, len(r.Gateway.Endpoints))
+	for i := range r.Gateway.Endpoints {
 		ep := &r.Gateway.Endpoints[i]
 		p, err := NewProbe(r.Gateway.Probe, *ep)
 		switch {
 		case errors.Is(err, ErrProbeOff):
-			sc.Endpoints[i].Probe = nil
 		case err != nil:
 			return fmt.Errorf("gateway: rule %s endpoint %d probe: %w", r.Key, i, err)
 		default:
-			sc.Endpoints[i].Probe = actors.ProbeFunc(p)
+			sc.Probes[i] = actors.ProbeFunc(p)
 		}
-		sc.Endpoints[i].Scrape = rt.scraper(ep)
-	}
-	if sc.Probe.Interval == 0 {
-		sc.Probe.Interval = r.Gateway.Probe.PeriodOrDefault()
-	}
-	if sc.Probe.Retries == 0 {
-		sc.Probe.Retries = r.Gateway.Probe.RetriesOrDefault()
+		sc.Scrapes[i] = rt.scraper(ep)
 	}
 	return nil
 }

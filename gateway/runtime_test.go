@@ -15,6 +15,7 @@ import (
 
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/rule"
 )
 
 // runtimeRule is a single-pool RR rule over the given backends on vip:port.
@@ -23,13 +24,12 @@ func runtimeRule(port uint16, backends ...netip.AddrPort) Rule {
 	r.Gateway = singlePool(backends...)
 	r.Gateway.Port = port
 	r.Gateway.Probe = ProbeConfig{Type: ProbeNone}
-	r.Service.Spec = ladder.ServiceSpec{Name: r.Key}
-	r.Service.Env = ladder.DefaultEnv()
+	c := &rule.Compiled{Key: r.Key, Spec: ladder.ServiceSpec{Name: r.Key}}
 	for _, b := range backends {
-		r.Service.Endpoints = append(r.Service.Endpoints, actors.EndpointConfig{
-			Spec: ladder.EndpointSpec{Addr: b.String(), Weight: 1}, Host: b.Addr().String(), Port: int(b.Port()),
-		})
+		c.Endpoints = append(c.Endpoints, rule.CompiledEndpoint{Addr: b, Spec: ladder.EndpointSpec{Addr: b.String(), Weight: 1}})
 	}
+	r.Service.Rule = c
+	r.Service.Env = ladder.DefaultEnv()
 	return r
 }
 

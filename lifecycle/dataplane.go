@@ -3,7 +3,6 @@ package lifecycle
 import (
 	"context"
 	"errors"
-	"net/netip"
 	"sync"
 	"time"
 
@@ -154,13 +153,13 @@ func (d *DataPlane) Status(k rule.RuleKey) (restapi.RuleStatus, bool) {
 		return out, true
 	}
 	cfg := svc.Config()
-	for _, ep := range cfg.Endpoints {
-		if ep.Probe != nil {
+	for i := range cfg.Rule.Endpoints {
+		if cfg.Monitored(i) {
 			out.Monitored = true
 		}
 	}
 	for i, e := range st.Service.Endpoints {
-		if i >= len(cfg.Endpoints) {
+		if i >= len(cfg.Rule.Endpoints) {
 			break
 		}
 		es := endpointStatus(cfg, i, e)
@@ -182,13 +181,9 @@ const statusInventoryTimeout = 250 * time.Millisecond
 
 // endpointStatus is endpoint i's live state in restapi's shape.
 func endpointStatus(cfg actors.ServiceConfig, i int, e actors.EndpointStatus) restapi.EndpointStatus {
-	ec := cfg.Endpoints[i]
-	var addr netip.AddrPort
-	if a, err := netip.ParseAddr(ec.Host); err == nil && ec.Port >= 0 && ec.Port <= 65535 {
-		addr = netip.AddrPortFrom(a, uint16(ec.Port))
-	}
+	ec := &cfg.Rule.Endpoints[i]
 	es := restapi.EndpointStatus{
-		Addr:             addr,
+		Addr:             ec.Addr,
 		Active:           e.Available(),
 		Probe:            restapi.ProbeOff,
 		InFlight:         int(e.ActiveConns),
@@ -198,13 +193,13 @@ func endpointStatus(cfg actors.ServiceConfig, i int, e actors.EndpointStatus) re
 		InventoryBlocks:  int(e.InventoryBlocks),
 		Controller:       controllerStatus(e.Controller),
 	}
-	if ec.Probe != nil {
+	if cfg.Monitored(i) {
 		es.Probe = restapi.ProbeDown
 		if e.Up {
 			es.Probe = restapi.ProbeUp
 		}
 	}
-	if cfg.Breaker.Enabled {
+	if cfg.Rule.Breaker.Enabled {
 		es.Breaker = e.Breaker.String()
 	}
 	switch {
@@ -244,15 +239,7 @@ func gatewayRule(c *rule.Compiled, env ladder.Env) gateway.Rule {
 			Period: c.Probe.Period, Retries: c.Probe.Retries, AttemptTimeout: c.Probe.AttemptTimeout,
 		},
 	}
-	sc := actors.ServiceConfig{
-		Spec: c.Spec,
-		Env:  env,
-		Breaker: actors.BreakerConfig{
-			Enabled: c.Breaker.Enabled, Threshold: c.Breaker.Threshold,
-			OriginErrThreshold: c.Breaker.OriginErrThreshold, OpenFor: c.Breaker.OpenFor,
-		},
-		Probe: actors.ProbeConfig{Interval: c.Probe.Period, Timeout: c.Probe.AttemptTimeout, Retries: c.Probe.Retries},
-	}
+	sc := actors.ServiceConfig{Rule: c, Env: env}
 	for _, ep := range c.Endpoints {
 		p := ep.Probe
 		gw.Endpoints = append(gw.Endpoints, gateway.EndpointConfig{
@@ -262,11 +249,6 @@ func gatewayRule(c *rule.Compiled, env ladder.Env) gateway.Rule {
 				ExpectedCodes: p.ExpectedCodes, HTTPVersion: p.HTTPVersion, DomainName: p.DomainName,
 			},
 		})
-		ac := actors.EndpointConfig{Spec: ep.Spec, Host: ep.Addr.Addr().String(), Port: int(ep.Addr.Port())}
-		for _, f := range ep.Feeds {
-			ac.Feeds = append(ac.Feeds, actors.FeedConfig{Rank: f.Rank, Endpoint: f.Endpoint, ReplayEndpoint: f.ReplayEndpoint})
-		}
-		sc.Endpoints = append(sc.Endpoints, ac)
 	}
 	return gateway.Rule{Key: c.Key, Gateway: gw, Service: sc}
 }

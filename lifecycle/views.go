@@ -56,7 +56,7 @@ func (d *DataPlane) Inventory(k rule.RuleKey, ep, offset, limit int) (restapi.In
 		// The listing is of engine keys, rank after rank.
 		out.Total += m.EngineBlocks
 		r := restapi.InventoryRank{Rank: rank, Mirror: mirrorStats(m)}
-		if eps := svc.Config().Endpoints; ep < len(eps) && rank < len(eps[ep].Feeds) {
+		if eps := svc.Config().Rule.Endpoints; ep < len(eps) && rank < len(eps[ep].Feeds) {
 			r.Rank = eps[ep].Feeds[rank].Rank
 		}
 		if rank < len(p.Feeds) {

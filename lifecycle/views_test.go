@@ -12,6 +12,7 @@ import (
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/restapi"
+	"github.com/llbproject/llb/rule"
 )
 
 func TestViewErr_KeepsTheActorsClassInRestapiTerms(t *testing.T) {
@@ -95,11 +96,12 @@ func TestMirrorAndFeedStats_CarryTheContractAndSequence(t *testing.T) {
 func TestEndpointStatus_SeparatesProbeBreakerAndController(t *testing.T) {
 	probe := actors.ProbeFunc(func(context.Context) error { return nil })
 	cfg := func(breaker bool, probed bool, host string, feeds int) actors.ServiceConfig {
-		ec := actors.EndpointConfig{Host: host, Port: 8100, Feeds: make([]actors.FeedConfig, feeds)}
+		ec := rule.CompiledEndpoint{Addr: netip.AddrPortFrom(netip.MustParseAddr(host), 8100), Feeds: make([]rule.Feed, feeds)}
+		sc := actors.ServiceConfig{Rule: &rule.Compiled{Breaker: rule.Breaker{Enabled: breaker}, Endpoints: []rule.CompiledEndpoint{ec}}}
 		if probed {
-			ec.Probe = probe
+			sc.Probes = []actors.ProbeFunc{probe}
 		}
-		return actors.ServiceConfig{Breaker: actors.BreakerConfig{Enabled: breaker}, Endpoints: []actors.EndpointConfig{ec}}
+		return sc
 	}
 	tests := []struct {
 		name        string
@@ -123,8 +125,8 @@ func TestEndpointStatus_SeparatesProbeBreakerAndController(t *testing.T) {
 				t.Errorf("got active %t probe %q breaker %q detail %q; want %t %q %q %q",
 					got.Active, got.Probe, got.Breaker, got.Detail, tt.wantActive, tt.wantProbe, tt.wantBreaker, tt.wantDetail)
 			}
-			wantAddr := netip.AddrPortFrom(netip.MustParseAddr(tt.cfg.Endpoints[0].Host), 8100)
-			if got.Addr != wantAddr || got.Inventory != (len(tt.cfg.Endpoints[0].Feeds) > 0) || got.Controller == nil {
+			wantAddr := tt.cfg.Rule.Endpoints[0].Addr
+			if got.Addr != wantAddr || got.Inventory != (len(tt.cfg.Rule.Endpoints[0].Feeds) > 0) || got.Controller == nil {
 				t.Errorf("got addr %v inventory %t controller %v; want %v, feeds > 0, a controller view", got.Addr, got.Inventory, got.Controller, wantAddr)
 			}
 		})

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/rule"
 )
 
 // Unit tests of the debug listener (debug.go); the chaos tests drive it
@@ -27,12 +29,14 @@ func debugTestService(t *testing.T, set *metrics.Set, key string) *actors.Servic
 	sys := actors.NewSystem(zerolog.Nop(), set)
 	t.Cleanup(sys.Shutdown)
 	cfg := actors.ServiceConfig{
-		Key:  key,
-		Spec: ladder.ServiceSpec{Name: key, Selector: ladder.SelRR},
-		Env:  ladder.DefaultEnv(),
-		Endpoints: []actors.EndpointConfig{{
-			Spec: ladder.EndpointSpec{Addr: "127.0.0.1:8000", Weight: 1}, Host: "127.0.0.1", Port: 8000,
-		}},
+		Rule: &rule.Compiled{
+			Key:  key,
+			Spec: ladder.ServiceSpec{Name: key, Selector: ladder.SelRR},
+			Endpoints: []rule.CompiledEndpoint{{
+				Addr: netip.MustParseAddrPort("127.0.0.1:8000"), Spec: ladder.EndpointSpec{Addr: "127.0.0.1:8000", Weight: 1},
+			}},
+		},
+		Env: ladder.DefaultEnv(),
 	}
 	svc, err := sys.Start(cfg, nil)
 	if err != nil {
