@@ -35,6 +35,10 @@ const (
 	// in-flight fields, 0–100000 in LoxiLB's contract). The process-wide
 	// LLB_PD_MAX_INFLIGHT_PER_EP keeps LoxiLB's 0–99999.
 	MaxRuleInflight = 100000
+	// MaxKVBlockSize is the largest kvBlockSize, in tokens: the block-hash
+	// chain computes no larger block (inventory.MaxBlockSize, which a
+	// lifecycle test holds equal). vLLM's block sizes are 16–256.
+	MaxKVBlockSize = 4096
 )
 
 // ErrInvalidSpec classifies every rule/endpoint validation problem; test with
@@ -182,7 +186,7 @@ type ServiceSpec struct {
 	// KVSinglePool for role-less rules.
 	KVExactMode KVExactMode
 	// KVBlockSize is tokens per KV block (kvBlockSize); 0 means 16. Used by
-	// the LLB_KV_MIN_MATCH_TOKENS guard. Range 0–65536.
+	// the LLB_KV_MIN_MATCH_TOKENS guard. Range 0–MaxKVBlockSize.
 	KVBlockSize int
 	// KVWarmup is kvWarmupSec: Tier 1.5 is skipped (reason warmup) until
 	// StartedAt+KVWarmup. 0 disables the guard. Must not be negative.
@@ -265,8 +269,8 @@ func (s *ServiceSpec) Validate() error {
 	if s.BalanceAbsThreshold < 0 || s.BalanceAbsThreshold > 255 {
 		errs = append(errs, fieldErr("pd_balance_abs_threshold", "%d is out of range 0–255", s.BalanceAbsThreshold))
 	}
-	if s.KVBlockSize < 0 || s.KVBlockSize > 65536 {
-		errs = append(errs, fieldErr("kvBlockSize", "%d is out of range 0–65536 (0 means 16)", s.KVBlockSize))
+	if s.KVBlockSize < 0 || s.KVBlockSize > MaxKVBlockSize {
+		errs = append(errs, fieldErr("kvBlockSize", "%d is out of range 0–%d (0 means 16)", s.KVBlockSize, MaxKVBlockSize))
 	}
 	if s.KVWarmup < 0 {
 		errs = append(errs, fieldErr("kvWarmupSec", "must not be negative"))

@@ -317,6 +317,12 @@ func TestPOST_ValidationRules(t *testing.T) {
 		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.probereq", wantMsg: "control character"},
 		{name: "default-probe probereq without CR/LF", give: func(t testing.TB) entry { return single(t).set("serviceArguments.probereq", "/x\ry") },
 			wantStatus: bad, wantCode: 400, wantField: "serviceArguments.probereq"},
+		{name: "ping probe on a served mode:4 rule", give: func(t testing.TB) entry { return single(t).set("serviceArguments.probetype", "ping") },
+			wantStatus: bad, wantCode: 400, wantField: "serviceArguments.probetype", wantMsg: "not supported on a mode:4 rule llb serves"},
+		{name: "sel 5 on a served mode:4 rule", give: func(t testing.TB) entry { return single(t).set("serviceArguments.sel", 5) },
+			wantStatus: bad, wantCode: 400, wantField: "serviceArguments.sel", wantMsg: "does not implement"},
+		{name: "kvBlockSize above 4096", give: func(t testing.TB) entry { return single(t).set("serviceArguments.kvBlockSize", 100000) },
+			wantStatus: unpr, wantCode: rule.CodeMax, wantField: "serviceArguments.kvBlockSize"},
 		{name: "tcp probereq may carry CR/LF (it is raw bytes)", give: func(t testing.TB) entry {
 			return single(t).set("serviceArguments.probetype", "tcp").set("serviceArguments.probeport", 8000).
 				set("serviceArguments.probereq", "PING\r\n")

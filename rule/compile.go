@@ -171,8 +171,13 @@ func Compile(r *Rule, d Defaults) (*Compiled, error) {
 }
 
 // notServed says why llb's data plane does not serve r ("" when it does).
-func notServed(r *Rule) string {
-	sa := r.Entry.ServiceArguments
+func notServed(r *Rule) string { return notServedWhy(r.Entry.ServiceArguments) }
+
+// notServedWhy says why llb's data plane does not serve a rule with these
+// arguments ("" when it does). Validate holds a served rule to what the
+// data plane implements; a rule it does not serve is stored as LoxiLB
+// would.
+func notServedWhy(sa *ServiceArguments) string {
 	switch {
 	case sa.Mode != ModeFullProxy:
 		return fmt.Sprintf("mode %d is an L4 mode; llb's data plane serves fullproxy (mode 4) rules only", sa.Mode)

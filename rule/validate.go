@@ -128,6 +128,8 @@ func checkCore(c *Checker, e *LoadbalanceEntry) {
 	case SelN2, SelCHWBL, SelGPUAware, SelWRRHash:
 		if sa.Mode != ModeFullProxy {
 			c.Semantic(SAField("sel"), "sel=%d (%s) requires mode=4 (fullproxy), got mode %d", sa.Sel, selName(sa.Sel), sa.Mode)
+		} else if sa.Sel == SelN2 && notServedWhy(sa) == "" {
+			c.Semantic(SAField("sel"), "sel=5 (n2) is LoxiLB's SCTP/NGAP selector, which llb's data plane does not implement; use 0–4 or 8–10 on a served mode:4 rule")
 		}
 	case SelN3:
 		if sa.Protocol != ProtoUDP {
@@ -195,6 +197,12 @@ func checkProbe(c *Checker, sa *ServiceArguments) {
 	case "":
 		if sa.ProbePort != 0 {
 			c.Semantic(SAField("probeport"), "malformed-service-pport error: probeport %d needs a probetype", sa.ProbePort)
+		}
+	}
+	switch sa.ProbeType {
+	case ProbeUDP, ProbeSCTP, ProbePing:
+		if notServedWhy(sa) == "" {
+			c.Semantic(SAField("probetype"), "malformed-service error: probetype %s is not supported on a mode:4 rule llb serves; use http, https, tcp or none (or omit it: GET /health)", sa.ProbeType)
 		}
 	}
 	switch sa.ProbeType {

@@ -24,7 +24,9 @@ func checkLLMSchema(c *Checker, sa *ServiceArguments) {
 	c.Between(SAField("pd_balance_abs_threshold"), sa.PDBalanceAbsThreshold, 0, MaxUint8)
 	c.Between(SAField("pdBootstrapPort"), sa.PDBootstrapPort, 0, MaxUint16)
 	c.Between(SAField("kvExactMode"), sa.KVExactMode, KVExactOff, KVExactSingle)
-	c.BetweenOrZero(SAField("kvBlockSize"), sa.KVBlockSize, 1, MaxUint32)
+	// LoxiLB takes any uint32; llb's block-hash chain computes blocks of
+	// at most ladder.MaxKVBlockSize tokens (vLLM's are 16–256).
+	c.BetweenOrZero(SAField("kvBlockSize"), sa.KVBlockSize, 1, ladder.MaxKVBlockSize)
 	c.OneOfString(SAField("kvHashAlgo"), sa.KVHashAlgo, HashSHA256CBOR, HashXXHashCBOR, HashSHA256SGLang, HashBlockHashTRTLLM)
 	c.BetweenOrZero(SAField("kvZmqPort"), sa.KVZmqPort, 1, MaxUint16)
 	c.Between(SAField("kvWarmupSec"), sa.KVWarmupSec, 0, MaxUint32)
