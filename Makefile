@@ -32,12 +32,13 @@ deps:
 build: deps
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-# run starts llbd with its embedded demo: a simulated vLLM fleet (2 prefill
-# workers publishing KV events, 2 decode workers) behind a P/D rule on
-# 127.0.0.1:2020, REST on 127.0.0.1:11111. It prints commands to try.
-RUNFLAGS ?= --demo --listen 127.0.0.1:11111
+# run starts the demo (llbsim demo): a simulated vLLM fleet (2 prefill
+# workers publishing KV events, 2 decode workers) behind a real llbd with a
+# P/D rule on 127.0.0.1:2020, REST on 127.0.0.1:11111. It prints commands to
+# try. llbd itself links no simulator.
+RUNFLAGS ?= --listen 127.0.0.1:11111
 run: build
-	$(BIN)/llbd $(RUNFLAGS)
+	$(BIN)/llbsim demo --llbd $(BIN)/llbd $(RUNFLAGS)
 
 # test runs the suite from a copy of the checkout with nothing beside it
 # (scripts/test-isolated.sh), as a user's fresh clone: no test may read

@@ -56,7 +56,7 @@
 //     Request.Session, then applies Decision.EvictSession and, once the
 //     request succeeded, Decision.PinSession.
 //   - Ring is immutable after NewRing; Env, ServiceSpec and EndpointSpec
-//     are values built once (ParseEnv in cmd/, the specs by the REST layer).
+//     are values built once (ParseEnv in cmd/, the specs by rule.Compile).
 //
 // # Choices the spec leaves open, and where llb differs from LoxiLB
 //

@@ -52,10 +52,6 @@ type config struct {
 	// NoDataPlane runs the control plane alone: rules are validated,
 	// persisted and listed, nothing is served (staging, tests).
 	NoDataPlane bool
-	// Demo starts an embedded simulated vLLM fleet and a P/D rule in front
-	// of it (make run). Without an explicit state dir, its state lives in a
-	// temporary directory so the demo rule never outlives the demo.
-	Demo bool
 	// HideBackendAddrs keeps endpoint addresses out of what data-plane
 	// clients see (X-Llb-Route, error bodies).
 	HideBackendAddrs bool
@@ -117,7 +113,6 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		{"max-rules", "LLB_MAX_RULES", "most rules the daemon holds; a POST beyond gets 422"},
 		{"max-rule-bytes", "LLB_MAX_RULE_BYTES", "largest rule as stored, in bytes of JSON; a larger rule gets 422"},
 		{"no-data-plane", "LLB_NO_DATA_PLANE", "run the REST control plane only: rules are stored and listed, no traffic is served"},
-		{"demo", "LLB_DEMO", "start an embedded simulated vLLM fleet (2 prefill + 2 decode) and a P/D rule on 127.0.0.1:2020"},
 		{"hide-backend-addrs", "LLB_HIDE_BACKEND_ADDRS", "keep endpoint addresses out of X-Llb-Route and error bodies sent to clients"},
 		{"access-log", "LLB_ACCESS_LOG", "log every data-plane request at info (off: only with --log-level debug)"},
 		{"debug-listen", "LLB_DEBUG_LISTEN", "loopback host:port of the debug listener (POST /debug/chaos/crash makes an actor panic; empty: off)"},
@@ -143,7 +138,6 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&cfg.MaxRuleBytes, "max-rule-bytes", restapi.DefaultMaxRuleBytes, usage("max-rule-bytes"))
 	fs.BoolVar(&cfg.ShowVersion, "version", false, "print the version and exit")
 	fs.BoolVar(&cfg.NoDataPlane, "no-data-plane", false, usage("no-data-plane"))
-	fs.BoolVar(&cfg.Demo, "demo", false, usage("demo"))
 	fs.StringVar(&cfg.DebugListen, "debug-listen", "", usage("debug-listen"))
 	fs.BoolVar(&cfg.AccessLog, "access-log", false, usage("access-log"))
 	fs.BoolVar(&cfg.HideBackendAddrs, "hide-backend-addrs", false, usage("hide-backend-addrs"))
@@ -218,9 +212,6 @@ func (c *config) validate() []error {
 		if err := checkLoopback(c.DebugListen); err != nil {
 			errs = append(errs, fmt.Errorf("--debug-listen %q: %v", c.DebugListen, err))
 		}
-	}
-	if c.Demo && c.NoDataPlane {
-		errs = append(errs, errors.New("--demo needs the data plane: drop --no-data-plane"))
 	}
 	for flagName, path := range map[string]string{"--token-file": c.TokenFile, "--tls-cert": c.TLSCert, "--tls-key": c.TLSKey} {
 		if path == "" {

@@ -10,9 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"time"
 
@@ -61,15 +59,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	base := newLogger(cfg.LogFormat, cfg.LogLevel, stderr)
 	log := base.With().Str(logfield.Component, "llbd").Logger()
 
-	var stateDir string
-	var fellBack bool
-	if cfg.Demo && !cfg.stateDirExplicit {
-		// The demo rule must not outlive the demo's fleet.
-		if stateDir, err = os.MkdirTemp("", "llbd-demo-"); err != nil {
-			return err
-		}
-		defer os.RemoveAll(stateDir)
-	} else if stateDir, fellBack, err = resolveStateDir(cfg, defaultStateDirs()); err != nil {
+	stateDir, fellBack, err := resolveStateDir(cfg, defaultStateDirs())
+	if err != nil {
 		return err
 	}
 	if fellBack {
@@ -90,17 +81,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 
-	var dm *demo
-	if cfg.Demo {
-		if dm, err = startDemo(log); err != nil {
-			return err
-		}
-		defer func() {
-			dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
-			defer cancel()
-			dm.stop(dctx)
-		}()
-	}
 	set := metrics.NewSet()
 	rt, closeRuntime, err := newRuntime(base, set, getenv, cfg)
 	if err != nil {
@@ -167,14 +147,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		return fmt.Errorf("restore state from %s: %w", stateDir, err)
 	}
-	if dm != nil {
-		restURL := selfURL(ln.Addr(), tlsConf != nil)
-		if err := dm.apply(ctx, restURL, token); err != nil {
-			_ = hs.Close()
-			return err
-		}
-		dm.printTryIt(stdout, restURL)
-	}
 
 	select {
 	case <-ctx.Done():
@@ -237,22 +209,6 @@ func addrPortOf(a net.Addr) netip.AddrPort {
 		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	}
 	return netip.AddrPort{}
-}
-
-// selfURL is how this process reaches its own REST listener.
-func selfURL(addr net.Addr, tls bool) string {
-	host, port := "127.0.0.1", "11111"
-	if tcp, ok := addr.(*net.TCPAddr); ok {
-		port = strconv.Itoa(tcp.Port)
-		if !tcp.IP.IsUnspecified() {
-			host = tcp.IP.String()
-		}
-	}
-	scheme := "http"
-	if tls {
-		scheme = "https"
-	}
-	return scheme + "://" + net.JoinHostPort(host, port)
 }
 
 // warnExposure warns loudly when the REST API is reachable beyond loopback

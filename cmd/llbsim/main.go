@@ -1,7 +1,8 @@
-// Command llbsim runs llb's GPU-free stand-ins: a fleet of simulated vLLM
-// workers on loopback addresses (llbsim fleet) and the workload generators
-// (llbsim workload). The load harness and the discrete-event simulator will
-// join it as further subcommands.
+// Command llbsim runs llb's GPU-free stand-ins and test rigs: the demo
+// (llbsim demo: a simulated fleet behind a real llbd), a fleet of simulated
+// vLLM workers on loopback addresses (llbsim fleet), the workload generators
+// (llbsim workload), the discrete-event sweeps (llbsim sweep, report) and the
+// load harness against the real daemon (llbsim bench).
 //
 // Exit status: 0 after a clean run or shutdown (SIGINT or SIGTERM), 1 when it
 // cannot run (a port in use), 2 for a bad flag.
@@ -64,6 +65,6 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
-	root.AddCommand(newFleetCmd(stdout, stderr), newWorkloadCmd(stdout), newSweepCmd(stdout, stderr), newReportCmd(stdout), newBenchCmd(stdout, stderr))
+	root.AddCommand(newDemoCmd(stdout, stderr), newFleetCmd(stdout, stderr), newWorkloadCmd(stdout), newSweepCmd(stdout, stderr), newReportCmd(stdout), newBenchCmd(stdout, stderr))
 	return root
 }

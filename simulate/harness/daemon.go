@@ -45,8 +45,14 @@ type DaemonConfig struct {
 	Env []string
 	// StateDir is --state-dir (required; rules.json goes there).
 	StateDir string
-	// LogPath receives llbd's stderr ("" discards it).
+	// LogPath receives llbd's stderr ("" sends it to Stderr).
 	LogPath string
+	// Stderr receives llbd's stderr when LogPath is ""; nil discards it.
+	Stderr io.Writer
+	// Listen is the REST API's host:port; "" picks a free loopback port.
+	Listen string
+	// LogFormat is --log-format; default "json".
+	LogFormat string
 	// LogLevel is --log-level. Default "warn": llbd's per-request access
 	// log is at info, and writing it would cost CPU the fleet and the
 	// harness share on a small machine.
@@ -81,18 +87,29 @@ func StartDaemon(ctx context.Context, cfg DaemonConfig) (*Daemon, error) {
 	if timeout == 0 {
 		timeout = 15 * time.Second
 	}
-	port, err := freePort("127.0.0.1")
-	if err != nil {
-		return nil, fmt.Errorf("daemon rest port: %w: %w", ErrDaemon, err)
+	addr := cfg.Listen
+	if addr == "" {
+		port, err := freePort("127.0.0.1")
+		if err != nil {
+			return nil, fmt.Errorf("daemon rest port: %w: %w", ErrDaemon, err)
+		}
+		addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	}
-	d := &Daemon{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), done: make(chan struct{}), client: restClient()}
-	d.cmd = exec.Command(cfg.Bin, "--listen", d.Addr, "--state-dir", cfg.StateDir, "--log-format", "json", "--log-level", level)
+	d := &Daemon{Addr: addr, done: make(chan struct{}), client: restClient()}
+	format := cfg.LogFormat
+	if format == "" {
+		format = "json"
+	}
+	d.cmd = exec.Command(cfg.Bin, "--listen", d.Addr, "--state-dir", cfg.StateDir, "--log-format", format, "--log-level", level)
 	d.cmd.Env = append(scrubbedEnv(os.Environ()), cfg.Env...)
 	if cfg.LogPath != "" {
+		var err error
 		if d.logf, err = os.Create(cfg.LogPath); err != nil {
 			return nil, fmt.Errorf("daemon log: %w: %w", ErrDaemon, err)
 		}
 		d.cmd.Stderr, d.cmd.Stdout = d.logf, d.logf
+	} else if cfg.Stderr != nil {
+		d.cmd.Stderr = cfg.Stderr
 	}
 	if err := d.cmd.Start(); err != nil {
 		d.closeLog()

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/llbproject/llb/internal/logfield"
+	"github.com/llbproject/llb/simulate/fleet"
+	"github.com/llbproject/llb/simulate/harness"
+	"github.com/llbproject/llb/simulate/worker"
+)
+
+// llbsim demo: a simulated vLLM fleet (2 prefill workers publishing KV
+// events over ZMQ, 2 decode workers), a real llbd in front of it, a P/D rule
+// with Tier 1.5 created through llbd's REST API, and commands to try.
+// `make run` uses it. (llbd itself links no simulator.)
+
+// Demo layout: by default the rule listens where the seed page's P/D example
+// does (demoFlags can move it).
+const (
+	demoWarmupSec  = 2
+	demoTimeScale  = 0.2 // the latency model runs 5× faster than an 8B model on an H100
+	demoCacheBlock = 4096
+)
+
+// demoSystemPrompt is the shared prefix of the printed examples: long
+// enough to fill several 16-token KV blocks.
+const demoSystemPrompt = "You are the friendly assistant of the llb load balancer demo. Answer in one short paragraph, plainly, without mentioning these instructions. Question:"
+
+// demo is the simulated fleet, the llbd in front of it and its rule.
+type demo struct {
+	flags demoFlags
+	fleet *fleet.Fleet
+	llbd  *harness.Daemon
+	log   zerolog.Logger
+}
+
+// demoFlags are the flags of "llbsim demo".
+type demoFlags struct {
+	bin, listen, logLevel string
+	vip, baseIP           string
+	port                  int
+}
+
+func newDemoCmd(stdout, stderr io.Writer) *cobra.Command {
+	var f demoFlags
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run llbd in front of a simulated P/D fleet with a Tier-1.5 rule, and print commands to try",
+		Long: `Start 2 prefill workers (KV events over ZMQ) and 2 decode workers on
+127.0.0.2 and up, start llbd (--llbd) with its REST API on --listen and a
+temporary state directory, create a P/D rule with Tier 1.5 on 127.0.0.1:2020
+through the REST API, print curl commands, and serve until SIGINT or SIGTERM.`,
+		Example: `  llbsim demo --llbd bin/llbd`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runDemo(cmd.Context(), f, stdout, stderr)
+		},
+	}
+	cmd.Flags().StringVar(&f.bin, "llbd", defaultLLBD(), "the llbd binary to run")
+	cmd.Flags().StringVar(&f.listen, "listen", "127.0.0.1:11111", "llbd's REST API address")
+	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "llbd's log level")
+	cmd.Flags().StringVar(&f.vip, "vip", "127.0.0.1", "the rule's externalIP")
+	cmd.Flags().IntVar(&f.port, "port", 2020, "the rule's port")
+	cmd.Flags().StringVar(&f.baseIP, "base-ip", "127.0.0.2", "the first worker's address (the others follow)")
+	return cmd
+}
+
+// defaultLLBD is llbd beside this executable (make build puts both in
+// bin/), else "llbd" on the PATH.
+func defaultLLBD() string {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "llbd")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return "llbd"
+}
+
+// runDemo runs the demo until ctx ends.
+func runDemo(ctx context.Context, f demoFlags, stdout, stderr io.Writer) error {
+	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr}).With().Timestamp().Str(logfield.Component, "llbsim demo").Logger()
+	state, err := os.MkdirTemp("", "llb-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(state) // the demo rule must not outlive the demo's fleet
+	d, err := startDemo(f, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		d.stop(sctx)
+	}()
+	d.llbd, err = harness.StartDaemon(ctx, harness.DaemonConfig{
+		Bin: f.bin, StateDir: state, Listen: f.listen, LogLevel: f.logLevel, LogFormat: "auto", Stderr: stderr,
+	})
+	if err != nil {
+		return fmt.Errorf("start llbd (%s): %w", f.bin, err)
+	}
+	body, err := d.rule()
+	if err != nil {
+		return err
+	}
+	if err := d.llbd.PostRule(ctx, body); err != nil {
+		return fmt.Errorf("demo rule: %w", err)
+	}
+	d.printTryIt(stdout, "http://"+d.llbd.Addr)
+	<-ctx.Done()
+	return nil
+}
+
+// startDemo starts the simulated fleet.
+func startDemo(flags demoFlags, log zerolog.Logger) (*demo, error) {
+	tmpl := worker.DefaultConfig()
+	tmpl.Engine.Latency.TimeScale = demoTimeScale
+	tmpl.Engine.NumBlocks = demoCacheBlock
+	tmpl.KVEvents = true
+	f, err := fleet.Start(fleet.Config{Prefill: 2, Decode: 2, BaseIP: flags.baseIP, Template: &tmpl})
+	if err != nil {
+		return nil, fmt.Errorf("demo fleet: %w", err)
+	}
+	for _, m := range f.Members() {
+		w := m.Worker()
+		log.Info().Str("worker", w.Addr()).Str("role", m.Role.String()).Str("kv", w.KVEndpoint()).Msg("demo worker running")
+	}
+	return &demo{flags: flags, fleet: f, log: log}, nil
+}
+
+// rule is the demo's P/D rule: Tier 0 sessions and Tier 1.5 KV-exact over
+// the prefill workers' events, with a short warm-up. Tier 1 (the trie,
+// pd_cache_aware_mode) is left off so that the KV-exact tier, the one that
+// mirrors the workers' real caches, is the one the demo shows.
+func (d *demo) rule() ([]byte, error) {
+	frag := d.fleet.Rule()
+	sa := map[string]any{
+		"externalIP": d.flags.vip, "port": d.flags.port, "protocol": "tcp", "sel": 0, "mode": 4,
+		"name": "llb-demo", "pd_disagg_mode": true,
+		"kvExactMode": 1, "kvZmqPort": frag.KVZmqPort, "kvHashAlgo": frag.KVHashAlgo,
+		"kvBlockSize": frag.KVBlockSize, "kvWarmupSec": demoWarmupSec,
+	}
+	if frag.KVNoneHashSeed != nil {
+		sa["kvNoneHashSeed"] = *frag.KVNoneHashSeed
+	}
+	return json.Marshal(map[string]any{"serviceArguments": sa, "endpoints": frag.Endpoints})
+}
+
+// printTryIt prints the commands a newcomer can paste.
+func (d *demo) printTryIt(w io.Writer, restURL string) {
+	vip := fmt.Sprintf("http://%s:%d", d.flags.vip, d.flags.port)
+	fmt.Fprintf(w, `
+llb demo is running: a P/D rule on %[1]s in front of 2 prefill + 2 decode simulated
+vLLM workers (KV events over ZMQ, Tier 1.5 on after a %[3]ds warm-up). Try:
+
+  # a completion; the X-Llb-Route header says which tier routed it and why
+  curl -si %[1]s/v1/completions -H 'Content-Type: application/json' \
+    -d '{"model":"sim-model","prompt":"%[6]s What is a KV cache?","max_tokens":16}'
+
+  # the same system prompt again: Tier 1.5 sends it to the worker whose cache holds it
+  curl -si %[1]s/v1/completions -H 'Content-Type: application/json' \
+    -d '{"model":"sim-model","prompt":"%[6]s What is prefix caching?","max_tokens":16}'
+
+  # a streamed chat pinned to a conversation (Tier 0)
+  curl -sN %[1]s/v1/chat/completions -H 'Content-Type: application/json' -H 'X-Conversation-Id: demo-1' \
+    -d '{"model":"sim-model","messages":[{"role":"user","content":"Hello!"}],"max_tokens":8,"stream":true}'
+
+  # the rule, its endpoints' health and its status (LoxiLB's REST API)
+  curl -s %[2]s/netlox/v1/config/loadbalancer/all
+  curl -s %[2]s/netlox/v1/config/loadbalancer/externalipaddress/%[4]s/port/%[5]d/protocol/tcp/status
+  curl -s %[2]s/metrics | grep -E 'loxilb_pd_kv_tier15|llb_route_tier'
+
+Stop with Ctrl-C.
+`, vip, restURL, demoWarmupSec, d.flags.vip, d.flags.port, demoSystemPrompt)
+}
+
+// stop stops llbd (SIGTERM, drain) and then the fleet.
+func (d *demo) stop(ctx context.Context) {
+	if d.llbd != nil {
+		if err := d.llbd.Stop(10 * time.Second); err != nil {
+			d.log.Warn().Err(err).Msg("llbd stopped with errors")
+		}
+	}
+	if err := d.fleet.Stop(ctx); err != nil {
+		d.log.Warn().Err(err).Msg("demo fleet stopped with errors")
+	}
+}
