@@ -1,6 +1,6 @@
 module github.com/llbproject/llb
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0
@@ -8,6 +8,7 @@ require (
 	github.com/asynkron/protoactor-go v0.0.0-20240822202345-3c0e61ca19c9
 	github.com/cespare/xxhash/v2 v2.2.0
 	github.com/cockroachdb/datadriven v1.0.3
+	github.com/dlclark/regexp2 v1.12.0
 	github.com/fxamacker/cbor/v2 v2.10.0
 	github.com/labstack/echo/v4 v4.16.0
 	github.com/pebbe/zmq4 v1.4.0
@@ -18,6 +19,7 @@ require (
 	github.com/vmihailenco/msgpack/v5 v5.4.1
 	github.com/zeebo/xxh3 v1.1.0
 	go.uber.org/goleak v1.3.0
+	golang.org/x/text v0.40.0
 	gonum.org/v1/plot v0.17.0
 	pgregory.net/rapid v1.3.0
 )
@@ -70,6 +72,5 @@ require (
 	golang.org/x/net v0.56.0 // indirect
 	golang.org/x/sys v0.46.0 // indirect
 	golang.org/x/term v0.44.0 // indirect
-	golang.org/x/text v0.40.0 // indirect
 	google.golang.org/protobuf v1.33.0 // indirect
 )
