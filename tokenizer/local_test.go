@@ -1,0 +1,202 @@
+package tokenizer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/llbproject/llb/inventory"
+)
+
+// fakeRemote stands in for the engine's /tokenize.
+type fakeRemote struct {
+	mu    sync.Mutex
+	calls []inventory.TokenizeRequest
+	ids   func(inventory.TokenizeRequest) []uint32
+	err   error
+}
+
+func (f *fakeRemote) Tokenize(_ context.Context, req inventory.TokenizeRequest, dst []uint32) ([]uint32, error) {
+	f.mu.Lock()
+	f.calls = append(f.calls, req)
+	f.mu.Unlock()
+	if f.err != nil {
+		return dst, f.err
+	}
+	return append(dst, f.ids(req)...), nil
+}
+
+func (f *fakeRemote) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.calls)
+}
+
+// testClock is a settable clock.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *testClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+var miniDir = filepath.Join("testdata", "golden", "qwen3-mini")
+
+func newTestLocal(t *testing.T, dir string, remote *fakeRemote) (*Local, *testClock, *metrics.Set) {
+	t.Helper()
+	set := metrics.NewSet()
+	clock := &testClock{now: time.Unix(1000, 0)}
+	reg := NewRegistry()
+	if _, err := reg.Wait(miniDir); err != nil {
+		t.Fatal(err)
+	}
+	l, err := NewLocal(LocalConfig{
+		Dir: dir, Remote: remote, Registry: reg, Now: clock.Now,
+		Counters: Counters{
+			Local: set.NewCounter("local"), Remote: set.NewCounter("remote"),
+			Checks: set.NewCounter("checks"), Mismatches: set.NewCounter("mismatches"), CheckErrors: set.NewCounter("check_errors"),
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, clock, set
+}
+
+func counter(set *metrics.Set, name string) uint64 { return set.GetOrCreateCounter(name).Get() }
+
+func miniIDs(t *testing.T, text string, add bool) []uint32 {
+	t.Helper()
+	tok, err := NewRegistry().Wait(miniDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok.Encode(text, add, nil)
+}
+
+func TestLocal_EncodesPromptsLocallyAndChecksTheFirst(t *testing.T) {
+	text := "Hello world, it's 2026!"
+	want := miniIDs(t, text, true)
+	remote := &fakeRemote{ids: func(inventory.TokenizeRequest) []uint32 { return want }}
+	l, clock, set := newTestLocal(t, miniDir, remote)
+	for i := range 3 {
+		got, err := l.Tokenize(context.Background(), inventory.TokenizeRequest{Model: "m", Prompt: text}, nil)
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("request %d: got %v, %v; want %v", i, got, err, want)
+		}
+		l.Wait()
+	}
+	if got := remote.count(); got != 1 {
+		t.Errorf("engine calls = %d; want 1 (the first request's check)", got)
+	}
+	clock.advance(DefaultCheckInterval)
+	if _, err := l.Tokenize(context.Background(), inventory.TokenizeRequest{Model: "m", Prompt: text}, nil); err != nil {
+		t.Fatal(err)
+	}
+	l.Wait()
+	if got := remote.count(); got != 2 {
+		t.Errorf("engine calls after the interval = %d; want 2", got)
+	}
+	if got := counter(set, "local"); got != 4 {
+		t.Errorf("local = %d; want 4", got)
+	}
+	if got, want := counter(set, "checks"), uint64(2); got != want || counter(set, "mismatches") != 0 {
+		t.Errorf("checks = %d, mismatches = %d; want %d, 0", got, counter(set, "mismatches"), want)
+	}
+}
+
+func TestLocal_MismatchFallsBackToTheEngine(t *testing.T) {
+	remote := &fakeRemote{ids: func(inventory.TokenizeRequest) []uint32 { return []uint32{1, 2, 3} }}
+	l, _, set := newTestLocal(t, miniDir, remote)
+	req := inventory.TokenizeRequest{Model: "m", Prompt: "some prompt"}
+	if got, _ := l.Tokenize(context.Background(), req, nil); slices.Equal(got, []uint32{1, 2, 3}) {
+		t.Fatalf("first request already served by the engine")
+	}
+	l.Wait()
+	if !l.Disagreed("m") || counter(set, "mismatches") != 1 {
+		t.Fatalf("Disagreed = %v, mismatches = %d; want true, 1", l.Disagreed("m"), counter(set, "mismatches"))
+	}
+	got, err := l.Tokenize(context.Background(), req, nil)
+	if err != nil || !slices.Equal(got, []uint32{1, 2, 3}) {
+		t.Errorf("after the mismatch: got %v, %v; want the engine's [1 2 3]", got, err)
+	}
+	if got := counter(set, "remote"); got != 1 {
+		t.Errorf("remote = %d; want 1", got)
+	}
+}
+
+func TestLocal_CheckErrorKeepsLocal(t *testing.T) {
+	remote := &fakeRemote{err: errors.New("engine down")}
+	l, _, set := newTestLocal(t, miniDir, remote)
+	if _, err := l.Tokenize(context.Background(), inventory.TokenizeRequest{Model: "m", Prompt: "x"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	l.Wait()
+	if l.Disagreed("m") || counter(set, "check_errors") != 1 {
+		t.Errorf("Disagreed = %v, check_errors = %d; want false, 1", l.Disagreed("m"), counter(set, "check_errors"))
+	}
+}
+
+func TestLocal_RoutesByModelDirectory(t *testing.T) {
+	tests := []struct {
+		model  string
+		remote bool
+	}{
+		{"qwen3-mini", false},
+		{"no-such-model", true},
+		{"../golden/qwen3-mini", true},
+		{"/abs", true},
+		{"", true},
+	}
+	for _, tt := range tests {
+		remote := &fakeRemote{ids: func(inventory.TokenizeRequest) []uint32 { return []uint32{7} }}
+		l, _, _ := newTestLocal(t, filepath.Join("testdata", "golden"), remote)
+		if _, ok := l.dirFor(tt.model); ok && tt.model != "qwen3-mini" {
+			if _, err := l.cfg.Registry.Wait(filepath.Join(l.cfg.Dir, tt.model)); err == nil {
+				t.Fatalf("%q: unexpected tokenizer", tt.model)
+			}
+		}
+		got, err := l.Tokenize(context.Background(), inventory.TokenizeRequest{Model: tt.model, Prompt: "hello"}, nil)
+		l.Wait()
+		if err != nil {
+			t.Fatalf("%q: %v", tt.model, err)
+		}
+		if isRemote := slices.Equal(got, []uint32{7}); isRemote != tt.remote {
+			t.Errorf("%q: served by the engine = %v; want %v", tt.model, isRemote, tt.remote)
+		}
+	}
+}
+
+func TestLocal_ChatWithoutVerifiedTemplateGoesToTheEngine(t *testing.T) {
+	remote := &fakeRemote{ids: func(inventory.TokenizeRequest) []uint32 { return []uint32{9, 9} }}
+	l, _, set := newTestLocal(t, miniDir, remote)
+	req := inventory.TokenizeRequest{Model: "m", Messages: json.RawMessage(`[{"role":"user","content":"hi"}]`)}
+	got, err := l.Tokenize(context.Background(), req, nil)
+	if err != nil || !slices.Equal(got, []uint32{9, 9}) {
+		t.Errorf("got %v, %v; want the engine's [9 9]", got, err)
+	}
+	if counter(set, "remote") != 1 || counter(set, "local") != 0 {
+		t.Errorf("remote = %d, local = %d; want 1, 0", counter(set, "remote"), counter(set, "local"))
+	}
+}
+
+func TestLocal_MalformedRequestIsATokenizeGuard(t *testing.T) {
+	l, _, _ := newTestLocal(t, miniDir, &fakeRemote{ids: func(inventory.TokenizeRequest) []uint32 { return nil }})
+	_, err := l.Tokenize(context.Background(), inventory.TokenizeRequest{Model: "m"}, nil)
+	var g *inventory.GuardError
+	if !errors.As(err, &g) || g.Reason != inventory.GuardTokenize {
+		t.Errorf("err = %v; want a tokenize GuardError", err)
+	}
+}
