@@ -2,6 +2,7 @@ package restapi
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -30,6 +31,9 @@ func checkLLMSchema(c *checker, sa *ServiceArguments) {
 	c.betweenOrZero(saField("kvDpRankCount"), sa.KVDpRankCount, 1, 8)
 	c.between(saField("kvReplayPort"), sa.KVReplayPort, 0, maxUint16)
 	c.oneOfString(saField("kvBlockKey"), sa.KVBlockKey, BlockKeyHash, BlockKeyTokens)
+	if d := sa.KVTokenizerDir; d != "" && (!filepath.IsAbs(d) || len(d) > 4096 || strings.ContainsAny(d, "\x00\r\n")) {
+		c.semantic(saField("kvTokenizerDir"), "kvTokenizerDir %q: want an absolute directory path on the llbd host", d)
+	}
 }
 
 func checkAdmissionSchema(c *checker, sa *ServiceArguments) {
@@ -99,6 +103,7 @@ func llmFieldsSet(sa *ServiceArguments) []string {
 	add("kvNoneHashSeed", x.KVNoneHashSeed != nil)
 	add("kvReplayPort", x.KVReplayPort != 0)
 	add("kvBlockKey", x.KVBlockKey != "")
+	add("kvTokenizerDir", x.KVTokenizerDir != "")
 	add("fc_mode", a.FCMode != nil)
 	add("fc_max_outstanding", a.FCMaxOutstanding != nil)
 	add("fc_ep_max_inflight", a.FCEpMaxInflight != nil)

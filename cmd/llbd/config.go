@@ -55,6 +55,11 @@ type config struct {
 	// tests, debug.go); "" (the default) turns it off. A host that is not
 	// a loopback address is refused.
 	DebugListen string
+	// TokenizerDir is the default Hugging Face tokenizer directory of rules
+	// with Tier 1.5 (kvTokenizerDir overrides it per rule): one model's
+	// directory, or a root of directories named by served model name. ""
+	// (the default) keeps the engines' /tokenize.
+	TokenizerDir string
 }
 
 // flagSpec ties a flag to its environment variable.
@@ -106,6 +111,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		{"no-data-plane", "LLB_NO_DATA_PLANE", "run the REST control plane only: rules are stored and listed, no traffic is served"},
 		{"demo", "LLB_DEMO", "start an embedded simulated vLLM fleet (2 prefill + 2 decode) and a P/D rule on 127.0.0.1:2020"},
 		{"debug-listen", "LLB_DEBUG_LISTEN", "loopback host:port of the debug listener (POST /debug/chaos/crash makes an actor panic; empty: off)"},
+		{"tokenizer-dir", "LLB_TOKENIZER_DIR", "Hugging Face tokenizer directory (or a root of them named by served model) for Tier 1.5 to tokenize in process; empty: the engines' /tokenize"},
 	}
 	usage := func(name string) string {
 		for _, s := range specs {
@@ -128,6 +134,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.BoolVar(&cfg.NoDataPlane, "no-data-plane", false, usage("no-data-plane"))
 	fs.BoolVar(&cfg.Demo, "demo", false, usage("demo"))
 	fs.StringVar(&cfg.DebugListen, "debug-listen", "", usage("debug-listen"))
+	fs.StringVar(&cfg.TokenizerDir, "tokenizer-dir", "", usage("tokenizer-dir"))
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stderr, "Usage: llbd [flags]\n\nllbd is an LLM-aware L7 load balancer with LoxiLB's REST API.\n\nFlags:\n")
@@ -192,6 +199,13 @@ func (c *config) validate() []error {
 	if c.DebugListen != "" {
 		if err := checkLoopback(c.DebugListen); err != nil {
 			errs = append(errs, fmt.Errorf("--debug-listen %q: %v", c.DebugListen, err))
+		}
+	}
+	if c.TokenizerDir != "" {
+		if !filepath.IsAbs(c.TokenizerDir) {
+			errs = append(errs, fmt.Errorf("--tokenizer-dir %q: want an absolute path", c.TokenizerDir))
+		} else if st, err := os.Stat(c.TokenizerDir); err != nil || !st.IsDir() {
+			errs = append(errs, fmt.Errorf("--tokenizer-dir %q: not a directory", c.TokenizerDir))
 		}
 	}
 	if c.Demo && c.NoDataPlane {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/netip"
@@ -38,6 +39,9 @@ type ruleDefaults struct {
 	PrefillTimeout time.Duration
 	// ProbePeriod is the probe period of rules that set no probeTimeout.
 	ProbePeriod time.Duration
+	// TokenizerDir is --tokenizer-dir / LLB_TOKENIZER_DIR: the tokenizer
+	// directory of rules that set no kvTokenizerDir ("" = /tokenize).
+	TokenizerDir string
 }
 
 // DataPlaneName implements restapi.DataPlaneNamer.
@@ -213,6 +217,7 @@ func gatewayRule(r *restapi.Rule, def ruleDefaults) (gateway.Rule, error) {
 		PrefixHashLevel:   eff.CHWBL.Level,
 		PrefixHashFlags:   int(eff.CHWBL.Flags),
 		SessionHeaderName: sa.SessionHeaderName,
+		TokenizerDir:      cmp.Or(eff.KV.TokenizerDir, def.TokenizerDir),
 		ConnectTimeout:    eff.ConnectTimeout,
 		DataTimeout:       time.Duration(sa.TimeoutMemberData) * time.Millisecond,
 		PrefillTimeout:    def.PrefillTimeout,

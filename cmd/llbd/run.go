@@ -100,7 +100,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}()
 	}
 	set := metrics.NewSet()
-	rt, closeRuntime, err := newRuntime(base, set, getenv, cfg.NoDataPlane)
+	rt, closeRuntime, err := newRuntime(base, set, getenv, cfg.NoDataPlane, cfg.TokenizerDir)
 	if err != nil {
 		return err
 	}
@@ -192,7 +192,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // environment (read once, here). With noDataPlane it returns
 // restapi.NoDataPlane instead and says so. The returned func drains and
 // stops every rule.
-func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) string, noDataPlane bool) (restapi.Runtime, func(context.Context), error) {
+func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) string, noDataPlane bool, tokenizerDir string) (restapi.Runtime, func(context.Context), error) {
 	log := base.With().Str(logfield.Component, "llbd").Logger()
 	if noDataPlane {
 		log.Warn().Msg("--no-data-plane: rules are validated, persisted and listed, but no traffic is served and every endpoint reports inactive")
@@ -222,7 +222,7 @@ func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) strin
 	dp := &dataPlane{
 		rt:       rt,
 		unserved: make(map[restapi.RuleKey]string),
-		defaults: ruleDefaults{Env: env, NoneHashSeed: seed, PrefillTimeout: prefill, ProbePeriod: defaultProbePeriod},
+		defaults: ruleDefaults{Env: env, NoneHashSeed: seed, PrefillTimeout: prefill, ProbePeriod: defaultProbePeriod, TokenizerDir: tokenizerDir},
 	}
 	log.Info().Str("kv_lb_mode", env.LBMode.String()).Msg("data plane ready")
 	return dp, func(ctx context.Context) {
