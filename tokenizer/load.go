@@ -55,6 +55,7 @@ func LoadDir(dir string) (*Tokenizer, error) {
 				return nil, fmt.Errorf("tokenizer %s: %s: %w", dir, fileChatJSON, err)
 			}
 		}
+		t.setChat()
 	}
 	return t, nil
 }
@@ -168,6 +169,7 @@ func Load(tokenizerJSON, configJSON []byte) (*Tokenizer, error) {
 		return nil, err
 	}
 	t.buildAdded(f.AddedTokens)
+	t.setChat()
 	return t, nil
 }
 

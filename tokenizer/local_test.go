@@ -179,16 +179,47 @@ func TestLocal_RoutesByModelDirectory(t *testing.T) {
 	}
 }
 
-func TestLocal_ChatWithoutVerifiedTemplateGoesToTheEngine(t *testing.T) {
-	remote := &fakeRemote{ids: func(inventory.TokenizeRequest) []uint32 { return []uint32{9, 9} }}
-	l, _, set := newTestLocal(t, miniDir, remote)
-	req := inventory.TokenizeRequest{Model: "m", Messages: json.RawMessage(`[{"role":"user","content":"hi"}]`)}
-	got, err := l.Tokenize(context.Background(), req, nil)
-	if err != nil || !slices.Equal(got, []uint32{9, 9}) {
-		t.Errorf("got %v, %v; want the engine's [9 9]", got, err)
+func TestLocal_ChatPaths(t *testing.T) {
+	msgs := json.RawMessage(`[{"role":"user","content":"hi"}]`)
+	tests := []struct {
+		name   string
+		dir    string
+		req    inventory.TokenizeRequest
+		engine bool
+	}{
+		{"verified template renders locally", miniDir, inventory.TokenizeRequest{Model: "m", Messages: msgs}, false},
+		{"per-request template goes to the engine", miniDir, inventory.TokenizeRequest{Model: "m", Messages: msgs, ChatTemplate: "{{ messages }}"}, true},
+		{"model without a template goes to the engine", filepath.Join("testdata", "golden", "mistral-mini"), inventory.TokenizeRequest{Model: "m", Messages: msgs}, true},
+		{"render error goes to the engine", miniDir, inventory.TokenizeRequest{Model: "m", Messages: json.RawMessage(`[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]`)}, true},
 	}
-	if counter(set, "remote") != 1 || counter(set, "local") != 0 {
-		t.Errorf("remote = %d, local = %d; want 1, 0", counter(set, "remote"), counter(set, "local"))
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			remote := &fakeRemote{ids: func(inventory.TokenizeRequest) []uint32 { return []uint32{9, 9} }}
+			l, _, set := newTestLocal(t, tt.dir, remote)
+			if _, err := l.cfg.Registry.Wait(tt.dir); err != nil {
+				t.Fatal(err)
+			}
+			got, err := l.Tokenize(context.Background(), tt.req, nil)
+			l.Wait()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if isEngine := slices.Equal(got, []uint32{9, 9}) && counter(set, "remote") == 1; isEngine != tt.engine {
+				t.Errorf("engine = %v (ids %v); want %v", isEngine, got, tt.engine)
+			}
+		})
+	}
+}
+
+func TestLocal_ChatIdsAreTheRenderEncoded(t *testing.T) {
+	tok, err := NewRegistry().Wait(miniDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := tok.Encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", false, nil)
+	got, ok, err := encodeChat(tok, inventory.TokenizeRequest{Messages: json.RawMessage(`[{"role":"user","content":"hi"}]`)}, nil)
+	if err != nil || !ok || !slices.Equal(got, want) {
+		t.Errorf("got %v, %v, %v; want %v", got, ok, err, want)
 	}
 }
 

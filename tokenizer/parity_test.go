@@ -67,6 +67,13 @@ type encodeRef struct {
 // answer per request.
 func runNode[T any](t *testing.T, root, script string, reqs []any) []T {
 	t.Helper()
+	return runTool[T](t, root, []string{"node", filepath.Join(root, script)}, reqs)
+}
+
+// runTool sends requests as JSON lines through a command run in root.
+func runTool[T any](t *testing.T, root string, argv []string, reqs []any) []T {
+	t.Helper()
+	script := argv[len(argv)-1]
 	var in bytes.Buffer
 	enc := json.NewEncoder(&in)
 	enc.SetEscapeHTML(false)
@@ -75,7 +82,7 @@ func runNode[T any](t *testing.T, root, script string, reqs []any) []T {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command("node", filepath.Join(root, script))
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = root
 	cmd.Stdin = &in
 	cmd.Stderr = os.Stderr

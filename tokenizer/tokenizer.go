@@ -33,6 +33,9 @@ type Tokenizer struct {
 	prefix, suffix []uint32
 
 	config Config
+	// chat is the verified default chat template (nil: chat requests go
+	// to the engine).
+	chat *chatTemplate
 }
 
 // Encode appends the token ids of text to dst, as tokenizers'
@@ -76,17 +79,6 @@ func (t *Tokenizer) encodeWords(s string, first bool, dst []uint32) []uint32 {
 // Config returns what tokenizer_config.json says beyond the vocabulary:
 // special tokens and the chat template.
 func (t *Tokenizer) Config() Config { return t.config }
-
-// VocabSize is the number of ids, added tokens included.
-func (t *Tokenizer) VocabSize() int {
-	n := len(t.model.vocab)
-	for _, a := range t.rawToks {
-		if _, ok := t.model.vocab[a.Content]; !ok {
-			n++
-		}
-	}
-	return n
-}
 
 // CachedWords is the word cache's current size (for tests and stats).
 func (t *Tokenizer) CachedWords() int {
