@@ -62,3 +62,65 @@ func TestGolden_IdsMatchReference(t *testing.T) {
 		})
 	}
 }
+
+func readGoldens(t *testing.T, path string) []chatGolden {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []chatGolden
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestGolden_ChatRendersMatchPython checks Qwen3's template on the chat
+// corpus against Python jinja2's renders (written by make
+// tokenizer-parity), errors included.
+func TestGolden_ChatRendersMatchPython(t *testing.T) {
+	tok, err := tokenizer.LoadDir(filepath.Join("testdata", "golden", "qwen3-mini"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tokenizer.ChatPath(tok); got != "local:qwen3" {
+		t.Errorf("ChatPath = %q; want local:qwen3", got)
+	}
+	gs := readGoldens(t, filepath.Join("testdata", "golden", "qwen3-mini", "chat_golden.json"))
+	if len(gs) < 100 {
+		t.Fatalf("%d golden chats; want ≥ 100", len(gs))
+	}
+	for i, g := range gs {
+		got, err := tok.RenderChat("", g.Case.request(), parityNow)
+		switch {
+		case g.Text == nil && err == nil:
+			t.Errorf("chat %d: rendered %q; Python failed with %s", i, truncate(got, 200), g.Error)
+		case g.Text != nil && err != nil:
+			t.Errorf("chat %d: %v; Python rendered %q", i, err, truncate(*g.Text, 200))
+		case g.Text != nil && got != *g.Text:
+			at := firstDiffAt(got, *g.Text)
+			t.Errorf("chat %d differs at byte %d:\n  go: %q\n  py: %q", i, at, window(got, at), window(*g.Text, at))
+		}
+	}
+}
+
+// TestGolden_JinjaProbesMatchPython checks the engine's feature probes
+// against Python jinja2's outputs (written by make tokenizer-parity).
+func TestGolden_JinjaProbesMatchPython(t *testing.T) {
+	gs := readGoldens(t, filepath.Join("testdata", "golden", "jinja_probes.json"))
+	if len(gs) < 50 {
+		t.Fatalf("%d probes; want ≥ 50", len(gs))
+	}
+	for _, g := range gs {
+		got, err := tokenizer.RenderProbe(g.Probe, g.Vars, parityNow)
+		switch {
+		case g.Text == nil && err == nil:
+			t.Errorf("%q: rendered %q; Python failed with %s", g.Probe, got, g.Error)
+		case g.Text != nil && err != nil:
+			t.Errorf("%q: %v; Python rendered %q", g.Probe, err, *g.Text)
+		case g.Text != nil && got != *g.Text:
+			t.Errorf("%q:\n  go: %q\n  py: %q", g.Probe, got, *g.Text)
+		}
+	}
+}

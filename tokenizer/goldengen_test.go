@@ -8,6 +8,8 @@ import (
 	"slices"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/llbproject/llb/tokenizer"
 )
 
 // TestParity_WriteGoldens rebuilds testdata/golden from the npm-shipped
@@ -75,6 +77,7 @@ func TestParity_WriteGoldens(t *testing.T) {
 	}
 	files["mistral-mini"] = [2]map[string]any{cutBPE(t, mistral, 3000, keepSP), pick(mistralCfg, "add_bos_token", "add_eos_token", "bos_token", "eos_token", "unk_token", "tokenizer_class", "legacy")}
 
+	writeChatGoldens(t, root)
 	corpus := promptCorpus(t, 300)
 	for name, f := range files {
 		dir := filepath.Join("testdata", "golden", name)
@@ -254,4 +257,51 @@ func writeJSON(t *testing.T, path string, v any) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// chatGolden is one line of qwen3-mini/chat_golden.json or
+// jinja_probes.json: the input and Python jinja2's render (or error).
+type chatGolden struct {
+	Case  *chatCase       `json:"case,omitempty"`
+	Probe string          `json:"probe,omitempty"`
+	Vars  json.RawMessage `json:"vars,omitempty"`
+	Text  *string         `json:"text"`
+	Error string          `json:"error,omitempty"`
+}
+
+// writeChatGoldens stores Python jinja2's renders of the chat corpus with
+// Qwen3's template (qwen3-mini carries it) and of the feature probes.
+func writeChatGoldens(t *testing.T, root string) {
+	t.Helper()
+	tok, err := tokenizer.LoadDir(filepath.Join("testdata", "golden", "qwen3-mini"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	corpus := chatCorpus(t, 100)
+	var reqs []any
+	for _, c := range corpus {
+		agp := !c.ContinueFinalMessage
+		if c.AddGenerationPrompt != nil {
+			agp = *c.AddGenerationPrompt
+		}
+		reqs = append(reqs, renderRef{Template: tok.Config().ChatTemplate, Messages: c.Messages, Tools: c.Tools, AddGenerationPrompt: agp,
+			ContinueFinalMessage: c.ContinueFinalMessage, Kwargs: c.Kwargs, Special: specials(tok.Config()), Now: parityNow.Format("2006-01-02T15:04:05")})
+	}
+	refs := runTool[renderAnswer](t, root, pythonArgv(root), reqs)
+	var out []chatGolden
+	for i, r := range refs {
+		out = append(out, chatGolden{Case: &corpus[i], Text: r.Text, Error: r.Error})
+	}
+	writeJSON(t, filepath.Join("testdata", "golden", "qwen3-mini", "chat_golden.json"), out)
+	reqs = reqs[:0]
+	for _, p := range jinjaProbes {
+		reqs = append(reqs, map[string]any{"probe": p.src, "vars": json.RawMessage(p.vars)})
+	}
+	refs = runTool[renderAnswer](t, root, pythonArgv(root), reqs)
+	out = out[:0]
+	for i, r := range refs {
+		out = append(out, chatGolden{Probe: jinjaProbes[i].src, Vars: json.RawMessage(jinjaProbes[i].vars), Text: r.Text, Error: r.Error})
+	}
+	writeJSON(t, filepath.Join("testdata", "golden", "jinja_probes.json"), out)
+	fmt.Printf("golden chat renders: %d, jinja probes: %d\n", len(corpus), len(jinjaProbes))
 }

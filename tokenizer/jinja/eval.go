@@ -9,7 +9,8 @@ import (
 // Render renders the template with vars (the top-level names; values as
 // ParseJSON makes them, plus Func globals).
 func (t *Template) Render(vars map[string]Value) (string, error) {
-	r := &renderer{scopes: []map[string]Value{vars, {}}}
+	steps := maxSteps
+	r := &renderer{scopes: []map[string]Value{vars, {}}, depth: new(int), steps: &steps}
 	var b strings.Builder
 	if err := r.nodes(&b, t.body); err != nil {
 		if errors.Is(err, errBreak) || errors.Is(err, errContinue) {
@@ -31,8 +32,17 @@ const maxOutput = 64 << 20
 
 type renderer struct {
 	scopes []map[string]Value // innermost last
-	depth  int
+	depth  *int               // macro calls in progress (shared by nested renderers)
+	steps  *int               // loop iterations left (shared)
 }
+
+// maxSteps bounds the loop iterations of one render: a template that
+// loops for ever fails instead of hanging a request.
+const maxSteps = 1 << 20
+
+// maxMacroDepth bounds macro recursion (Python would hit its recursion
+// limit; either way the render fails).
+const maxMacroDepth = 64
 
 func (r *renderer) lookup(name string) Value {
 	for i := len(r.scopes) - 1; i >= 0; i-- {
@@ -190,6 +200,9 @@ func (r *renderer) forLoop(b *strings.Builder, n *forNode) error {
 		return r.nodes(b, n.orElse)
 	}
 	for i, it := range items {
+		if *r.steps--; *r.steps < 0 {
+			return errorf("render took over %d loop iterations", maxSteps)
+		}
 		r.push()
 		loop := NewDict()
 		loop.Set("index", int64(i+1))
@@ -243,10 +256,12 @@ func (r *renderer) macro(n *macroNode) Func {
 		if len(args) > len(n.params) {
 			return nil, errorf("macro %s takes not more than %d arguments", n.name, len(n.params))
 		}
-		if r.depth > 64 {
+		if *r.depth >= maxMacroDepth {
 			return nil, errorf("macro recursion too deep")
 		}
-		inner := &renderer{scopes: append(append([]map[string]Value(nil), defScopes...), map[string]Value{}), depth: r.depth + 1}
+		*r.depth++
+		defer func() { *r.depth-- }()
+		inner := &renderer{scopes: append(append([]map[string]Value(nil), defScopes...), map[string]Value{}), depth: r.depth, steps: r.steps}
 		for i, p := range n.params {
 			switch v, ok := kwargs.Get(p); {
 			case i < len(args):
@@ -630,15 +645,15 @@ func binaryOp(op string, l, r Value) (Value, error) {
 			}
 		}
 	case "*":
-		if s, ok := l.(string); ok {
-			if n, ok := asInt(r); ok {
-				return strings.Repeat(s, int(max(n, 0))), nil
-			}
+		s, n, ok := strTimesInt(l, r)
+		if !ok {
+			s, n, ok = strTimesInt(r, l)
 		}
-		if s, ok := r.(string); ok {
-			if n, ok := asInt(l); ok {
-				return strings.Repeat(s, int(max(n, 0))), nil
+		if ok {
+			if n > 0 && int64(len(s))*n > maxOutput {
+				return nil, errorf("string repetition over %d bytes", maxOutput)
 			}
+			return strings.Repeat(s, int(max(n, 0))), nil
 		}
 	case "%":
 		if _, ok := l.(string); ok {
@@ -646,6 +661,16 @@ func binaryOp(op string, l, r Value) (Value, error) {
 		}
 	}
 	return arith(op, l, r)
+}
+
+// strTimesInt matches str * int.
+func strTimesInt(a, b Value) (string, int64, bool) {
+	s, ok := a.(string)
+	if !ok {
+		return "", 0, false
+	}
+	n, ok := asInt(b)
+	return s, n, ok
 }
 
 // asInt reads an int (or bool) operand.
@@ -735,7 +760,16 @@ func arith(op string, l, r Value) (Value, error) {
 		}
 		out := int64(1)
 		for range ri {
-			out *= li
+			if next := out * li; li != 0 && next/li != out {
+				return nil, errorf("integer power overflows int64")
+			} else {
+				out = next
+			}
+			if out == 0 || out == 1 {
+				if li == 1 || li == 0 {
+					break
+				}
+			}
 		}
 		return out, nil
 	}
