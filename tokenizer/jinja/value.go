@@ -1,11 +1,7 @@
 package jinja
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"sort"
 	"strconv"
@@ -291,71 +287,6 @@ func formatFloat(f float64) string {
 		s += ".0"
 	}
 	return s
-}
-
-// ParseJSON decodes JSON into template values as Python's json.loads does:
-// objects keep their key order, integers stay int, other numbers float.
-func ParseJSON(raw []byte) (Value, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	v, err := parseJSONValue(dec)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("jinja: trailing data after JSON value")
-	}
-	return v, nil
-}
-
-func parseJSONValue(dec *json.Decoder) (Value, error) {
-	t, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	switch x := t.(type) {
-	case json.Delim:
-		switch x {
-		case '[':
-			out := []Value{}
-			for dec.More() {
-				v, err := parseJSONValue(dec)
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, v)
-			}
-			_, err := dec.Token()
-			return out, err
-		case '{':
-			d := NewDict()
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, err
-				}
-				v, err := parseJSONValue(dec)
-				if err != nil {
-					return nil, err
-				}
-				d.Set(kt.(string), v)
-			}
-			_, err := dec.Token()
-			return d, err
-		}
-	case json.Number:
-		s := string(x)
-		if !strings.ContainsAny(s, ".eE") {
-			if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-				return n, nil
-			}
-			return BigInt(s), nil
-		}
-		return strconv.ParseFloat(s, 64)
-	case string, bool, nil:
-		return x, nil
-	}
-	return nil, fmt.Errorf("jinja: unexpected JSON token %v", t)
 }
 
 // toJSON is transformers' tojson filter: json.dumps(v, ensure_ascii=False,
