@@ -90,6 +90,9 @@ type Local struct {
 
 // modelState is what a Local knows about one served model.
 type modelState struct {
+	// tok is the loaded tokenizer, once it is: later requests take no
+	// lock (the registry is asked only until the load is done).
+	tok       atomic.Pointer[Tokenizer]
 	disagreed atomic.Bool
 	lastCheck atomic.Int64 // unix nanos; 0: never checked
 	loggedErr atomic.Bool
@@ -173,6 +176,9 @@ func (l *Local) local(model string) (*Tokenizer, *modelState) {
 	if st.disagreed.Load() {
 		return nil, st
 	}
+	if tok := st.tok.Load(); tok != nil {
+		return tok, st
+	}
 	dir, ok := l.dirFor(model)
 	if !ok {
 		return nil, st
@@ -190,6 +196,7 @@ func (l *Local) local(model string) (*Tokenizer, *modelState) {
 	if !st.loggedOK.Swap(true) {
 		l.cfg.Log.Info().Str("model", model).Str("dir", dir).Str("chat", ChatPath(tok)).Msg("local tokenizer loaded")
 	}
+	st.tok.Store(tok)
 	return tok, st
 }
 
