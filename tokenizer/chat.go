@@ -101,6 +101,12 @@ func encodeChat(tok *Tokenizer, req inventory.TokenizeRequest, dst []uint32) ([]
 // strftime_now's clock. It renders any template, verified or not (the
 // parity tests use it); the request path renders verified ones only.
 func (t *Tokenizer) RenderChat(src string, req inventory.TokenizeRequest, now time.Time) (string, error) {
+	if err := req.Validate(); err != nil {
+		return "", err
+	}
+	if src == "" && t.chat != nil {
+		return t.renderChat(t.chat.tmpl, req, now)
+	}
 	if src == "" {
 		src = t.config.ChatTemplate
 	}
@@ -120,10 +126,9 @@ var reservedKwargs = map[string]bool{
 	"continue_final_message": true, "chat_template": true, "tokenize": true, "conversation": true,
 }
 
+// renderChat renders a chat request; the request's JSON is checked by
+// parsing it (the caller has checked the rest).
 func (t *Tokenizer) renderChat(tmpl *jinja.Template, req inventory.TokenizeRequest, now time.Time) (string, error) {
-	if err := req.Validate(); err != nil {
-		return "", err
-	}
 	agp := !req.ContinueFinalMessage
 	if req.AddGenerationPrompt != nil {
 		agp = *req.AddGenerationPrompt
@@ -164,7 +169,10 @@ func (t *Tokenizer) renderChat(tmpl *jinja.Template, req inventory.TokenizeReque
 		if err != nil {
 			return "", fmt.Errorf("chat_template_kwargs: %w: %w", ErrMalformed, err)
 		}
-		d := kw.(*jinja.Dict)
+		d, ok := kw.(*jinja.Dict)
+		if !ok {
+			return "", fmt.Errorf("chat_template_kwargs: %w: not an object", ErrMalformed)
+		}
 		for _, k := range d.Keys() {
 			if reservedKwargs[k] {
 				return "", fmt.Errorf("chat_template_kwargs: %q: %w", k, ErrUnsupported)

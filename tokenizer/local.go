@@ -153,11 +153,13 @@ func (l *Local) Tokenize(ctx context.Context, req inventory.TokenizeRequest, dst
 // engine (a chat request whose template is not verified); err is set for
 // a request the engine would reject too.
 func encodeRequest(tok *Tokenizer, req inventory.TokenizeRequest, dst []uint32) ([]uint32, bool, error) {
+	if len(req.Messages) > 0 && req.Prompt == "" {
+		// The chat path checks the JSON by parsing it (a full
+		// TokenizeRequest.Validate would scan 30 KB of messages twice).
+		return encodeChat(tok, req, dst)
+	}
 	if err := req.Validate(); err != nil {
 		return dst, false, err
-	}
-	if len(req.Messages) > 0 {
-		return encodeChat(tok, req, dst)
 	}
 	add := true
 	if req.AddSpecialTokens != nil {

@@ -221,3 +221,26 @@ func BenchmarkTokenizerLoad(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRenderChat8k is the chat-template half of the local path: the
+// request's JSON parsed, preprocessed and rendered, without encoding.
+func BenchmarkRenderChat8k(b *testing.B) {
+	for name, dir := range benchModels(b) {
+		tok, err := tokenizer.LoadDir(dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		messages, _ := benchChat(rand.New(rand.NewPCG(8, 8)), tok, 8192)
+		req := inventory.TokenizeRequest{Messages: messages}
+		now := time.Now()
+		b.Run("model="+name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(messages)))
+			for range b.N {
+				if _, err := tok.RenderChat("", req, now); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -16,6 +16,8 @@ func getAttr(obj Value, name string) (Value, error) {
 			return v, nil
 		}
 		return Undefined{Name: name}, nil
+	case *Loop:
+		return x.attr(name), nil
 	}
 	if m := method(obj, name); m != nil {
 		return m, nil
@@ -78,6 +80,10 @@ func getItem(obj Value, key Value) (Value, error) {
 			}
 		}
 		return Undefined{Name: str(key)}, nil
+	case *Loop:
+		if k, ok := key.(string); ok {
+			return x.attr(k), nil
+		}
 	}
 	return Undefined{Name: str(key)}, nil
 }

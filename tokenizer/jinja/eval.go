@@ -204,34 +204,7 @@ func (r *renderer) forLoop(b *strings.Builder, n *forNode) error {
 			return errorf("render took over %d loop iterations", maxSteps)
 		}
 		r.push()
-		loop := NewDict()
-		loop.Set("index", int64(i+1))
-		loop.Set("index0", int64(i))
-		loop.Set("revindex", int64(len(items)-i))
-		loop.Set("revindex0", int64(len(items)-i-1))
-		loop.Set("first", i == 0)
-		loop.Set("last", i == len(items)-1)
-		loop.Set("length", int64(len(items)))
-		loop.Set("depth", int64(1))
-		loop.Set("depth0", int64(0))
-		if i > 0 {
-			loop.Set("previtem", items[i-1])
-		} else {
-			loop.Set("previtem", Undefined{Name: "previtem"})
-		}
-		if i+1 < len(items) {
-			loop.Set("nextitem", items[i+1])
-		} else {
-			loop.Set("nextitem", Undefined{Name: "nextitem"})
-		}
-		idx := i
-		loop.Set("cycle", Func(func(args []Value, _ *Dict) (Value, error) {
-			if len(args) == 0 {
-				return nil, errorf("no items for cycling given")
-			}
-			return args[idx%len(args)], nil
-		}))
-		r.set("loop", loop)
+		r.set("loop", &Loop{items: items, i: i})
 		err := bind(it)
 		if err == nil {
 			err = r.nodes(b, n.body)

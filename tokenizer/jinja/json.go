@@ -231,8 +231,12 @@ func (p *jsonParser) str() (string, error) {
 		case c < 0x20:
 			return "", p.fail("control character in string")
 		case c != '\\':
-			b.WriteByte(c)
-			p.i++
+			j := p.i + 1
+			for j < len(p.s) && p.s[j] != '\\' && p.s[j] != '"' && p.s[j] >= 0x20 {
+				j++
+			}
+			b.Write(p.s[p.i:j])
+			p.i = j
 			continue
 		}
 		p.i++

@@ -72,6 +72,55 @@ func (d *Dict) Len() int {
 	return len(d.keys)
 }
 
+// Loop is a for loop's "loop" variable (index, index0, first, last,
+// length, revindex, revindex0, previtem, nextitem, depth, depth0, cycle).
+type Loop struct {
+	items []Value
+	i     int
+}
+
+// attr returns the loop attribute name.
+func (l *Loop) attr(name string) Value {
+	n := len(l.items)
+	switch name {
+	case "index":
+		return int64(l.i + 1)
+	case "index0":
+		return int64(l.i)
+	case "revindex":
+		return int64(n - l.i)
+	case "revindex0":
+		return int64(n - l.i - 1)
+	case "first":
+		return l.i == 0
+	case "last":
+		return l.i == n-1
+	case "length":
+		return int64(n)
+	case "depth":
+		return int64(1)
+	case "depth0":
+		return int64(0)
+	case "previtem":
+		if l.i > 0 {
+			return l.items[l.i-1]
+		}
+	case "nextitem":
+		if l.i+1 < n {
+			return l.items[l.i+1]
+		}
+	case "cycle":
+		idx := l.i
+		return Func(func(args []Value, _ *Dict) (Value, error) {
+			if len(args) == 0 {
+				return nil, errorf("no items for cycling given")
+			}
+			return args[idx%len(args)], nil
+		})
+	}
+	return Undefined{Name: name}
+}
+
 // Namespace is jinja2's namespace(): attributes assignable from inside
 // loops.
 type Namespace struct{ d *Dict }
@@ -102,6 +151,8 @@ func typeName(v Value) string {
 		return "dict"
 	case *Namespace:
 		return "Namespace"
+	case *Loop:
+		return "LoopContext"
 	case Func:
 		return "function"
 	case Undefined:
@@ -207,6 +258,8 @@ func writeRepr(b *strings.Builder, v Value) {
 		b.WriteString("<Namespace ")
 		writeRepr(b, x.d)
 		b.WriteByte('>')
+	case *Loop:
+		fmt.Fprintf(b, "<LoopContext %d/%d>", x.i+1, len(x.items))
 	default:
 		fmt.Fprintf(b, "<%s>", typeName(v))
 	}
