@@ -32,14 +32,16 @@ func (d *daemon) metricValue(name, labels string) float64 {
 	return v
 }
 
-// The simulated workers tokenize with their toy tokenizer, so a local Qwen3
-// tokenizer disagrees with them: the first request is tokenized in
-// process, its truth check catches the mismatch, and the rule falls back
-// to the engines' /tokenize — after which Tier 1.5 routes as before.
-func TestE2E_LocalTokenizerThatDisagreesFallsBackToTheEngine(t *testing.T) {
+// startSinglePool starts two simulated single-pool workers publishing KV
+// events from baseIP on; tok, when set, is their tokenizer.
+func startSinglePool(t *testing.T, baseIP string, tok *tokenizer.Tokenizer) *fleet.Fleet {
+	t.Helper()
 	tmpl := workerCfg("", 0, engine.RoleNone, 0, 0.02)
 	tmpl.KVEvents = true
-	f, err := fleet.Start(fleet.Config{Single: 2, BaseIP: "127.0.0.42", Template: &tmpl})
+	if tok != nil {
+		tmpl.Tokenizer = tok
+	}
+	f, err := fleet.Start(fleet.Config{Single: 2, BaseIP: baseIP, Template: &tmpl})
 	if err != nil {
 		t.Fatalf("fleet: %v", err)
 	}
@@ -48,6 +50,15 @@ func TestE2E_LocalTokenizerThatDisagreesFallsBackToTheEngine(t *testing.T) {
 		defer cancel()
 		_ = f.Stop(ctx)
 	})
+	return f
+}
+
+// The simulated workers tokenize with their toy tokenizer, so a local Qwen3
+// tokenizer disagrees with them: the first request is tokenized in
+// process, its truth check catches the mismatch, and the rule falls back
+// to the engines' /tokenize — after which Tier 1.5 routes as before.
+func TestE2E_LocalTokenizerThatDisagreesFallsBackToTheEngine(t *testing.T) {
+	f := startSinglePool(t, "127.0.0.42", nil)
 	dir, err := filepath.Abs("../../tokenizer/testdata/golden/qwen3-mini")
 	if err != nil {
 		t.Fatal(err)
@@ -104,18 +115,7 @@ func TestE2E_LocalTokenizerAgreesAndTierOneFiveRoutesWithoutTokenize(t *testing.
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := workerCfg("", 0, engine.RoleNone, 0, 0.02)
-	tmpl.KVEvents = true
-	tmpl.Tokenizer = tok
-	f, err := fleet.Start(fleet.Config{Single: 2, BaseIP: "127.0.0.46", Template: &tmpl})
-	if err != nil {
-		t.Fatalf("fleet: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = f.Stop(ctx)
-	})
+	f := startSinglePool(t, "127.0.0.46", tok)
 	d := startDataPlane(t, "LOXILB_KV_COLDSTART_SEED_N=0")
 	d.post(ruleJSON(t, f, "127.0.0.1", 2039, map[string]any{"kvExactMode": 3, "kvWarmupSec": 1, "kvTokenizerDir": dir}))
 	d.waitActive(2039)
@@ -145,33 +145,7 @@ func TestE2E_LocalTokenizerAgreesAndTierOneFiveRoutesWithoutTokenize(t *testing.
 	chat := func(i int) string {
 		return fmt.Sprintf(`{"model":"sim-model","messages":[{"role":"system","content":%q},{"role":"user","content":"question %d"}],"max_tokens":2}`, long, i)
 	}
-	res, err := http.Post(vip+"/v1/chat/completions", "application/json", strings.NewReader(chat(0)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	_, owner, _ := routeOf(t, res.Header)
-	deadline = time.Now().Add(10 * time.Second)
-	for {
-		res, err := http.Post(vip+"/v1/chat/completions", "application/json", strings.NewReader(chat(1)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		if res.StatusCode != 200 {
-			t.Fatalf("chat: %d", res.StatusCode)
-		}
-		if tier, ep, _ := routeOf(t, res.Header); tier == "1.5" {
-			if ep != owner {
-				t.Fatalf("chat: tier 1.5 picked %d; want the owner %d", ep, owner)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("chat never routed by tier 1.5; last route %q", res.Header.Get("X-Llb-Route"))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	routesToOwnerByTierOneFiveAt(t, vip, "/v1/chat/completions", chat)
 	local := d.metricValue("llb_tokenizer_requests_total", `path="local"`) - local0
 	engineN := d.metricValue("llb_tokenizer_requests_total", `path="engine"`) - engine0
 	checks := d.metricValue("llb_tokenizer_checks_total", "")
