@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -81,7 +82,8 @@ type Local struct {
 	cfg    LocalConfig
 	single bool // Dir holds tokenizer.json itself
 
-	models sync.Map // model name → *modelState
+	models  sync.Map // model name → *modelState
+	nModels atomic.Int64
 
 	checking  atomic.Bool  // one truth check in flight at a time
 	lastWarn  atomic.Int64 // unix nanos of the last mismatch warning
@@ -97,6 +99,9 @@ type modelState struct {
 	lastCheck atomic.Int64 // unix nanos; 0: never checked
 	loggedErr atomic.Bool
 	loggedOK  atomic.Bool
+	// missingUntil (unix nanos): the model's directory was missing; it is
+	// not looked for again before then.
+	missingUntil atomic.Int64
 }
 
 // NewLocal validates cfg and builds the tokenizer. Loading starts with
@@ -170,11 +175,7 @@ func encodeRequest(tok *Tokenizer, req inventory.TokenizeRequest, dst []uint32) 
 
 // local returns the loaded tokenizer for model, or nil (use Remote).
 func (l *Local) local(model string) (*Tokenizer, *modelState) {
-	v, ok := l.models.Load(model)
-	if !ok {
-		v, _ = l.models.LoadOrStore(model, &modelState{})
-	}
-	st := v.(*modelState)
+	st := l.state(model)
 	if st.disagreed.Load() {
 		return nil, st
 	}
@@ -184,6 +185,20 @@ func (l *Local) local(model string) (*Tokenizer, *modelState) {
 	dir, ok := l.dirFor(model)
 	if !ok {
 		return nil, st
+	}
+	if !l.single {
+		// Model names come from clients: only a directory that exists
+		// is handed to the registry (which keeps one entry per
+		// directory), and a missing one is looked for again after
+		// RetryAfter, not on every request.
+		now := l.cfg.Now().UnixNano()
+		if now < st.missingUntil.Load() {
+			return nil, st
+		}
+		if _, err := os.Stat(filepath.Join(dir, FileTokenizer)); err != nil {
+			st.missingUntil.Store(now + int64(cmp.Or(l.cfg.Registry.RetryAfter, DefaultRetryAfter)))
+			return nil, st
+		}
 	}
 	tok, ready, err := l.cfg.Registry.Get(dir)
 	switch {
@@ -200,6 +215,27 @@ func (l *Local) local(model string) (*Tokenizer, *modelState) {
 	}
 	st.tok.Store(tok)
 	return tok, st
+}
+
+// maxModels bounds the models a Local keeps state for: names come from
+// clients, and the ones past the bound just use the engine.
+const maxModels = 1024
+
+// state returns model's state, creating it while there is room.
+func (l *Local) state(model string) *modelState {
+	if v, ok := l.models.Load(model); ok {
+		return v.(*modelState)
+	}
+	if l.nModels.Load() >= maxModels {
+		st := &modelState{} // not kept: the engine serves it, unchecked
+		st.disagreed.Store(true)
+		return st
+	}
+	v, loaded := l.models.LoadOrStore(model, &modelState{})
+	if !loaded {
+		l.nModels.Add(1)
+	}
+	return v.(*modelState)
 }
 
 // dirFor is model's tokenizer directory; false when the name cannot be a

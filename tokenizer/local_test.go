@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -230,4 +232,46 @@ func TestLocal_MalformedRequestIsATokenizeGuard(t *testing.T) {
 	if !errors.As(err, &g) || g.Reason != inventory.GuardTokenize {
 		t.Errorf("err = %v; want a tokenize GuardError", err)
 	}
+}
+
+func TestLocal_BoundsTheModelsItTracks(t *testing.T) {
+	remote := &fakeRemote{ids: func(inventory.TokenizeRequest) []uint32 { return []uint32{7} }}
+	l, _, _ := newTestLocal(t, filepath.Join("testdata", "golden"), remote)
+	for i := range maxModels + 10 {
+		if _, err := l.Tokenize(context.Background(), inventory.TokenizeRequest{Model: fmt.Sprintf("no-such-%d", i), Prompt: "x"}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := l.nModels.Load(); got != maxModels {
+		t.Errorf("models tracked = %d; want %d", got, maxModels)
+	}
+	got, err := l.Tokenize(context.Background(), inventory.TokenizeRequest{Model: "qwen3-mini", Prompt: "hello"}, nil)
+	if err != nil || !slices.Equal(got, []uint32{7}) {
+		t.Errorf("a model past the bound: got %v, %v; want the engine's [7]", got, err)
+	}
+}
+
+func TestLocal_MissingModelDirectoryIsLookedForAgainAfterRetry(t *testing.T) {
+	root := t.TempDir()
+	remote := &fakeRemote{ids: func(inventory.TokenizeRequest) []uint32 { return []uint32{7} }}
+	l, clock, _ := newTestLocal(t, root, remote)
+	req := inventory.TokenizeRequest{Model: "late", Prompt: "hello"}
+	if got, _ := l.Tokenize(context.Background(), req, nil); !slices.Equal(got, []uint32{7}) {
+		t.Fatalf("missing directory: got %v; want the engine's", got)
+	}
+	// The operator copies the files in; they are seen after RetryAfter.
+	if err := os.CopyFS(filepath.Join(root, "late"), os.DirFS(miniDir)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := l.Tokenize(context.Background(), req, nil); !slices.Equal(got, []uint32{7}) {
+		t.Fatalf("before the retry: got %v; want the engine's", got)
+	}
+	clock.advance(DefaultRetryAfter)
+	if _, err := l.cfg.Registry.Wait(filepath.Join(root, "late")); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := l.Tokenize(context.Background(), req, nil); slices.Equal(got, []uint32{7}) {
+		t.Errorf("after the retry: still the engine's ids")
+	}
+	l.Wait()
 }
