@@ -111,7 +111,8 @@ tokenizer-parity:
 		|| { $$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y python3-jinja2; }; \
 	fi
 	cd tools/tokenizer-parity && npm ci --ignore-scripts --no-audit --no-fund
-	LLB_TOKENIZER_PARITY="$(abspath tools/tokenizer-parity)" $(GO) test -count=1 -v -timeout 20m -run '^TestParity' ./tokenizer/ | grep -E '^(parity|---|ok|FAIL|PASS)|_test.go'
+	LLB_TOKENIZER_PARITY="$(abspath tools/tokenizer-parity)" bash -o pipefail -c \
+		"$(GO) test -count=1 -v -timeout 20m -run '^TestParity' ./tokenizer/ | grep -E '^(parity|---|ok|FAIL|PASS|golden)|_test.go'"
 
 # tokenizer-bench measures the in-process tokenizer beside the remote
 # /tokenize path (a simulated worker): an 8k-token chat request tokenized
