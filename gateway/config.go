@@ -180,6 +180,11 @@ type RuleConfig struct {
 	// TokenizeTimeout bounds the Tier-1.5 /tokenize call; 0 means 500 ms.
 	// A timeout is a Tier-1.5 guard (tokenize), never a client error.
 	TokenizeTimeout time.Duration
+	// TokenizerDir is the Hugging Face tokenizer directory (or a root of
+	// them named by served model) Tier 1.5 tokenizes with in process
+	// (kvTokenizerDir or --tokenizer-dir); "" calls the engines'
+	// /tokenize. See tokenizer.LocalConfig.Dir and ruleTokenizer.
+	TokenizerDir string
 	// MaxConnectRetries is how many other endpoints a request tries after a
 	// connect failure before any byte reached the client; 0 means 2, a
 	// negative value disables retries. The P/D prefill leg always gets

@@ -17,6 +17,7 @@ import (
 	"github.com/llbproject/llb/internal/logfield"
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/tokenizer"
 )
 
 // The runtime: rule lifecycle glue between the REST control plane and the
@@ -81,6 +82,9 @@ type Runtime struct {
 	mu     sync.Mutex
 	rules  map[string]*liveRule
 	closed bool
+
+	// tokenizers shares loaded tokenizer directories across rules.
+	tokenizers *tokenizer.Registry
 }
 
 // liveRule is one running rule.
@@ -140,6 +144,8 @@ func NewRuntime(cfg RuntimeConfig) (*Runtime, error) {
 		log:    cfg.Log.With().Str(logfield.Component, "runtime").Logger(),
 		scrape: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: time.Minute}},
 		rules:  make(map[string]*liveRule),
+
+		tokenizers: tokenizer.NewRegistry(),
 	}, nil
 }
 
@@ -268,7 +274,7 @@ func (rt *Runtime) handler(live *liveRule, r Rule) (*Handler, error) {
 		Log:     rt.cfg.Log.With().Str(logfield.Component, "gateway").Str(logfield.Rule, r.Key).Logger(),
 	}
 	if r.Gateway.KVExactMode != ladder.KVOff {
-		tok, err := newFailoverTokenizer(r.Gateway, r.Gateway.tokenizeTimeout())
+		tok, err := rt.ruleTokenizer(live, r)
 		if err != nil {
 			return nil, err
 		}

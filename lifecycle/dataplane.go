@@ -227,6 +227,7 @@ func gatewayRule(c *rule.Compiled, env ladder.Env) gateway.Rule {
 		PrefixHashLevel:   c.PrefixHash.Level,
 		PrefixHashFlags:   c.PrefixHash.Flags,
 		SessionHeaderName: c.SessionHeaderName,
+		TokenizerDir:      c.KV.TokenizerDir,
 		ConnectTimeout:    c.Timeouts.Connect,
 		DataTimeout:       c.Timeouts.Data,
 		PrefillTimeout:    c.Timeouts.Prefill,

@@ -62,6 +62,11 @@ type config struct {
 	// tests, debug.go); "" (the default) turns it off. A host that is not
 	// a loopback address is refused.
 	DebugListen string
+	// TokenizerDir is the default Hugging Face tokenizer directory of rules
+	// with Tier 1.5 (kvTokenizerDir overrides it per rule): one model's
+	// directory, or a root of directories named by served model name. ""
+	// (the default) keeps the engines' /tokenize.
+	TokenizerDir string
 }
 
 // flagSpec ties a flag to its environment variable.
@@ -116,6 +121,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		{"hide-backend-addrs", "LLB_HIDE_BACKEND_ADDRS", "keep endpoint addresses out of X-Llb-Route and error bodies sent to clients"},
 		{"access-log", "LLB_ACCESS_LOG", "log every data-plane request at info (off: only with --log-level debug)"},
 		{"debug-listen", "LLB_DEBUG_LISTEN", "loopback host:port of the debug listener (POST /debug/chaos/crash makes an actor panic; empty: off)"},
+		{"tokenizer-dir", "LLB_TOKENIZER_DIR", "Hugging Face tokenizer directory (or a root of them named by served model) for Tier 1.5 to tokenize in process; empty: the engines' /tokenize"},
 	}
 	usage := func(name string) string {
 		for _, s := range specs {
@@ -141,6 +147,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&cfg.DebugListen, "debug-listen", "", usage("debug-listen"))
 	fs.BoolVar(&cfg.AccessLog, "access-log", false, usage("access-log"))
 	fs.BoolVar(&cfg.HideBackendAddrs, "hide-backend-addrs", false, usage("hide-backend-addrs"))
+	fs.StringVar(&cfg.TokenizerDir, "tokenizer-dir", "", usage("tokenizer-dir"))
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stderr, "Usage: llbd [flags]\n\nllbd is an LLM-aware L7 load balancer with LoxiLB's REST API.\n\nFlags:\n")
@@ -211,6 +218,13 @@ func (c *config) validate() []error {
 	if c.DebugListen != "" {
 		if err := checkLoopback(c.DebugListen); err != nil {
 			errs = append(errs, fmt.Errorf("--debug-listen %q: %v", c.DebugListen, err))
+		}
+	}
+	if c.TokenizerDir != "" {
+		if !filepath.IsAbs(c.TokenizerDir) {
+			errs = append(errs, fmt.Errorf("--tokenizer-dir %q: want an absolute path", c.TokenizerDir))
+		} else if st, err := os.Stat(c.TokenizerDir); err != nil || !st.IsDir() {
+			errs = append(errs, fmt.Errorf("--tokenizer-dir %q: not a directory", c.TokenizerDir))
 		}
 	}
 	for flagName, path := range map[string]string{"--token-file": c.TokenFile, "--tls-cert": c.TLSCert, "--tls-key": c.TLSKey} {

@@ -72,6 +72,22 @@ type Config struct {
 	// Logger receives transitions at Info and per-request detail at Debug.
 	// Default: disabled.
 	Logger *zerolog.Logger
+	// Tokenizer, when set, replaces the toy tokenizer for text prompts and
+	// chat renders (/v1/completions, /v1/chat/completions, /tokenize): a
+	// real Hugging Face tokenizer, so tests can check llb's in-process
+	// tokenization against an engine that tokenizes the same way. Output
+	// tokens stay the toy's; return_token_strs is refused.
+	Tokenizer RealTokenizer
+}
+
+// RealTokenizer is what a worker needs of a real tokenizer (llb's
+// *tokenizer.Tokenizer has it).
+type RealTokenizer interface {
+	// Encode appends the ids of text.
+	Encode(text string, addSpecialTokens bool, dst []uint32) []uint32
+	// RenderChat renders a chat request with the model's template ("")
+	// as vLLM's /tokenize does.
+	RenderChat(template string, req inventory.TokenizeRequest, now time.Time) (string, error)
 }
 
 // DefaultConfig is a single-pool worker on 127.0.0.1 with KV events on, an
