@@ -75,8 +75,8 @@ chaos: deps
 
 # sim runs the discrete-event simulator (simulate/des): every routing
 # strategy across the load ladder plus the ε and λ sweeps, on the standard
-# scenarios. It writes report/ (results.jsonl, README.md, SVG figures) and
-# prints the summary table and issue 7's targets. A few minutes on 2 cores.
+# scenarios and the closed-loop light-load ladder. It writes report/ (results.jsonl, README.md, SVG figures) and
+# prints the summary table and the targets of issues 7 and 18. A few minutes on 2 cores.
 sim: deps
 	$(GO) run ./cmd/llbsim sweep --out report --commit "$$(git rev-parse --short HEAD 2>/dev/null)"
 

@@ -169,9 +169,13 @@ const (
 	FlagBoundWalk
 	// FlagSaturated: hard mode found every candidate over its cap.
 	FlagSaturated
+	// FlagPending: a Tier-1.5 miss followed the endpoint its prefix key was
+	// sent to moments ago, whose blocks the inventory does not show yet
+	// (headroom law).
+	FlagPending
 )
 
-var flagNames = [...]string{"spill", "relief", "cold_seed", "rescue", "rr_tie", "decode_rr_tie", "excluded_winner", "backup", "bound_walk", "saturated"}
+var flagNames = [...]string{"spill", "relief", "cold_seed", "rescue", "rr_tie", "decode_rr_tie", "excluded_winner", "backup", "bound_walk", "saturated", "pending"}
 
 // Has reports whether every flag in f2 is set.
 func (f Flags) Has(f2 Flags) bool { return f&f2 == f2 }
