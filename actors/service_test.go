@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -758,4 +759,23 @@ func TestService_ControllerEpochsOnlyMoveForwardAcrossARelease(t *testing.T) {
 		t.Fatalf("endpoint 0 not routable after its release: %s", rt.Decision.String())
 	}
 	svc.Finish(rt.Ticket, Result{OK: true})
+}
+
+// A rule key carries the rule's host, which REST takes as any string: a
+// quote or a line break in it must be escaped in the service label, not
+// panic in the metrics registry (a rule with host "x\r\nX-Injected: 1" was
+// accepted and never ran: make attack).
+func TestService_AKeyWithQuotesAndLineBreaksLabelsItsMetrics(t *testing.T) {
+	set := metrics.NewSet()
+	sys := NewSystem(zerolog.Nop(), set)
+	t.Cleanup(sys.Shutdown)
+	cfg := *poolConfig(1, ladder.SelRR)
+	cfg.Key = "tcp:127.0.0.1:2020@x\r\nX-Injected: \"1\"\\"
+	startService(t, sys, cfg)
+	var b strings.Builder
+	set.WritePrometheus(&b)
+	want := `llb_actor_restarts_total{service="tcp:127.0.0.1:2020@x` + "\r" + `\nX-Injected: \"1\"\\"} 0`
+	if !strings.Contains(b.String(), want) {
+		t.Fatalf("metrics lack %q:\n%s", want, b.String())
+	}
 }
