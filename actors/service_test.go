@@ -779,3 +779,48 @@ func TestService_AKeyWithQuotesAndLineBreaksLabelsItsMetrics(t *testing.T) {
 		t.Fatalf("metrics lack %q:\n%s", want, b.String())
 	}
 }
+
+// Children are spawned so that nothing the router sends to is still being
+// spawned when a child's first message makes it send: protoactor registers
+// a PID before its mailbox can take messages, and a send in between
+// panics. Endpoints whose first probe fails at once made the router evict
+// their sessions into shards not yet spawned (make attack: a router
+// restart, then a 10 s stop, about once in 200 rule creations).
+func TestService_StartsWithoutARouterCrashWhenEveryProbeFailsAtOnce(t *testing.T) {
+	set := metrics.NewSet()
+	sys := NewSystem(zerolog.Nop(), set)
+	t.Cleanup(sys.Shutdown)
+	cfg := *poolConfig(ladder.MaxEndpoints, ladder.SelRR)
+	for i := range cfg.Endpoints {
+		cfg.Endpoints[i].Probe = func(context.Context) error { return errors.New("connection refused") }
+	}
+	cfg.Probe = ProbeConfig{Interval: time.Hour, Timeout: time.Second, Retries: 1}
+	for i := range 400 {
+		cfg.Key = fmt.Sprintf("svc-%d", i)
+		svc, err := sys.Start(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 5*time.Second, "every endpoint probed down", func() bool {
+			st, ok := svc.Status(time.Second)
+			if !ok {
+				return false
+			}
+			for _, e := range st.Endpoints {
+				if e.Up {
+					return false
+				}
+			}
+			return true
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = svc.Stop(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("start %d: Stop: %v", i, err)
+		}
+		if svc.metrics.restarts.Get() != 0 {
+			t.Fatalf("start %d: %d actor restarts; want none", i, svc.metrics.restarts.Get())
+		}
+	}
+}
