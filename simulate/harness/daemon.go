@@ -53,6 +53,12 @@ type DaemonConfig struct {
 	LogLevel string
 	// StartTimeout bounds waiting for the REST API. Default 15s.
 	StartTimeout time.Duration
+	// Args are further llbd flags, after the harness's own (a flag given
+	// twice takes the last value).
+	Args []string
+	// Listen is the REST API's host:port; "" picks a free port on
+	// 127.0.0.1. A restart on the same state dir reuses the address.
+	Listen string
 }
 
 // Daemon is a running (or attached) llbd.
@@ -81,14 +87,22 @@ func StartDaemon(ctx context.Context, cfg DaemonConfig) (*Daemon, error) {
 	if timeout == 0 {
 		timeout = 15 * time.Second
 	}
-	port, err := freePort("127.0.0.1")
-	if err != nil {
-		return nil, fmt.Errorf("daemon rest port: %w: %w", ErrDaemon, err)
+	addr := cfg.Listen
+	if addr == "" {
+		port, err := freePort("127.0.0.1")
+		if err != nil {
+			return nil, fmt.Errorf("daemon rest port: %w: %w", ErrDaemon, err)
+		}
+		addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	}
-	d := &Daemon{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), done: make(chan struct{}), client: restClient()}
-	d.cmd = exec.Command(cfg.Bin, "--listen", d.Addr, "--state-dir", cfg.StateDir, "--log-format", "json", "--log-level", level)
+	d := &Daemon{Addr: addr, done: make(chan struct{}), client: restClient()}
+	args := append([]string{"--listen", d.Addr, "--state-dir", cfg.StateDir, "--log-format", "json", "--log-level", level}, cfg.Args...)
+	d.cmd = exec.Command(cfg.Bin, args...)
+	// llbd never outlives the harness, even when the harness is killed.
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	d.cmd.Env = append(scrubbedEnv(os.Environ()), cfg.Env...)
 	if cfg.LogPath != "" {
+		var err error
 		if d.logf, err = os.Create(cfg.LogPath); err != nil {
 			return nil, fmt.Errorf("daemon log: %w: %w", ErrDaemon, err)
 		}
@@ -324,5 +338,19 @@ func (d *Daemon) closeLog() {
 	if d.logf != nil {
 		_ = d.logf.Close()
 		d.logf = nil
+	}
+}
+
+// Exited reports whether a started llbd has exited, and its wait error
+// (nil for exit status 0). An attached daemon never reports exited.
+func (d *Daemon) Exited() (bool, error) {
+	if d.done == nil {
+		return false, nil
+	}
+	select {
+	case <-d.done:
+		return true, d.waited
+	default:
+		return false, nil
 	}
 }
