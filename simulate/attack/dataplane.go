@@ -275,18 +275,28 @@ func containsInt(s []int, v int) bool {
 	return false
 }
 
-// watchRSS samples llbd's RSS every 200 ms until ctx ends; the returned
-// func stops it and gives the peak in kB.
+// watchRSS samples llbd's RSS every 200 ms until ctx ends or the returned
+// func is called, which gives the peak in kB.
 func watchRSS(ctx context.Context, d *daemon) func() int64 {
+	return sampleRSSCtx(ctx, d.PID(), 200*time.Millisecond)
+}
+
+// sampleRSS samples pid's RSS every period until the returned func is
+// called, which gives the peak in kB.
+func sampleRSS(pid int, period time.Duration) func() int64 {
+	return sampleRSSCtx(context.Background(), pid, period)
+}
+
+func sampleRSSCtx(ctx context.Context, pid int, period time.Duration) func() int64 {
 	ctx, cancel := context.WithCancel(ctx)
 	var peak atomic.Int64
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		tick := time.NewTicker(200 * time.Millisecond)
+		tick := time.NewTicker(period)
 		defer tick.Stop()
 		for {
-			if rss, err := procRSS(d.PID()); err == nil && rss > peak.Load() {
+			if rss, err := procRSS(pid); err == nil && rss > peak.Load() {
 				peak.Store(rss)
 			}
 			select {

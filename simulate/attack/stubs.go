@@ -5,9 +5,6 @@ import (
 	"time"
 )
 
-func runKV(ctx context.Context, cfg *Config, n loopNet, budget time.Duration) (*Tally, error) {
-	return newTally(FamilyKV), nil
-}
 func runFaults(ctx context.Context, cfg *Config, n loopNet, budget time.Duration) (*Tally, error) {
 	return newTally(FamilyFaults), nil
 }
