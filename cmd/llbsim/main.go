@@ -17,9 +17,12 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/llbproject/llb/simulate/attack"
 )
 
 func main() {
+	attack.ServeWorkerIfAsked() // a worker process of "llbsim attack" (faults family)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	go func() {
 		<-ctx.Done()

@@ -163,8 +163,19 @@ const (
 	hostKVVIP       = 170 // kv: the rule's VIP
 	hostKVWorker    = 171 // kv: the worker (HTTP) and the fake publisher
 	hostFaultVIP    = 180 // faults: the rule's VIP
-	hostFaultWorker = 181 // faults: worker processes .181–.184
+	hostFaultWorker = 181 // faults: worker processes .181–.186
 )
+
+// attackSpan is the part of a family's budget its cases may take: the
+// rest is left for the closing checks (resources settling, the last
+// recovery), at most tail.
+func attackSpan(budget, tail time.Duration) time.Duration {
+	return budget - min(tail, budget/3)
+}
+
+// shortRun is a budget too small for the expensive cases (multi-second
+// recoveries, slow clients): they are left out.
+func shortRun(budget time.Duration) bool { return budget < 30*time.Second }
 
 // caseRand is case i of family f's random source: a function of the seed,
 // the family and i alone.

@@ -143,7 +143,7 @@ func (f *dpFamily) baseline(ctx context.Context) (usage, error) {
 // fastCases runs the generated cases, four at a time, until the budget
 // (less what the closing checks need) is spent.
 func (f *dpFamily) fastCases(ctx context.Context, budget time.Duration) {
-	deadline := time.Now().Add(budget - 15*time.Second)
+	deadline := time.Now().Add(attackSpan(budget, 15*time.Second))
 	var next atomic.Int64
 	var mu sync.Mutex
 	var wg sync.WaitGroup

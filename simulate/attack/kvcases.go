@@ -64,7 +64,7 @@ var kvKinds = []kvKind{
 // runCase runs one case: snapshot, publish, sync on a marker, judge. It
 // returns the kind it ran (an expensive kind past its cap runs garbage).
 func (f *kvFamily) runCase(ctx context.Context, rng *rand.Rand, k kvKind) (string, Outcome, func() string) {
-	if k.limit > 0 && f.spent[k.name] >= k.limit {
+	if k.limit > 0 && (f.short || f.spent[k.name] >= k.limit) {
 		k = kvKinds[1]
 	}
 	f.spent[k.name]++

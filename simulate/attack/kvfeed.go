@@ -59,6 +59,8 @@ type kvFamily struct {
 	// expensive kind.
 	spent     map[string]int
 	rssGrowth map[string]int64
+	// short leaves the expensive kinds out (a short run).
+	short bool
 }
 
 // runKV runs the family within budget.
@@ -106,7 +108,8 @@ func runKV(ctx context.Context, cfg *Config, n loopNet, budget time.Duration) (*
 	}
 	t.note("baseline: %v; LLB_KV_MAX_MSG_BYTES %d MiB (default)", base, kvMaxMsg>>20)
 	peak := watchRSS(ctx, d)
-	deadline := time.Now().Add(budget - 10*time.Second)
+	deadline := time.Now().Add(attackSpan(budget, 10*time.Second))
+	f.short = shortRun(budget)
 	for i := 0; ; i++ {
 		if cfg.Replay {
 			i = cfg.Case

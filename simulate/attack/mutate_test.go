@@ -26,7 +26,7 @@ func TestTemplates_AreValidJSON(t *testing.T) {
 func TestMutateRule_IsAFunctionOfTheSeedAndBounded(t *testing.T) {
 	n := loopNet{200, 1}
 	biggest := 0
-	for i := range 1000 {
+	for i := range 300 {
 		gen := func() ([]byte, string) {
 			rng := caseRand(7, FamilyREST, i)
 			m := &mutContext{spot: newRuleSpot(rng, n), net: n, rest: "127.0.0.1:11111"}

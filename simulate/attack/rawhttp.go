@@ -165,13 +165,13 @@ func readAll(conn net.Conn, plan rawPlan, start time.Time, res *rawResult) {
 	}
 	for {
 		if _, err := br.Peek(1); err != nil {
-			classify(err, res)
+			classifyEnd(err, res)
 			return
 		}
 		resp, err := http.ReadResponse(br, req)
 		if err != nil {
 			if isNetErr(err) {
-				classify(err, res)
+				classifyEnd(err, res)
 				return
 			}
 			res.garbage, _ = io.ReadAll(io.LimitReader(br, 4<<10))
@@ -179,7 +179,7 @@ func readAll(conn net.Conn, plan rawPlan, start time.Time, res *rawResult) {
 			if err == nil {
 				err = io.EOF
 			}
-			classify(err, res)
+			classifyEnd(err, res)
 			return
 		}
 		r := rawResponse{status: resp.StatusCode, header: resp.Header, at: time.Since(start)}
@@ -188,7 +188,7 @@ func readAll(conn net.Conn, plan rawPlan, start time.Time, res *rawResult) {
 		if err != nil {
 			r.cut = true
 			res.responses = append(res.responses, r)
-			classify(err, res)
+			classifyEnd(err, res)
 			return
 		}
 		res.responses = append(res.responses, r)
@@ -210,8 +210,8 @@ func isNetErr(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed)
 }
 
-// classify records how the connection ended.
-func classify(err error, res *rawResult) {
+// classifyEnd records how the connection ended.
+func classifyEnd(err error, res *rawResult) {
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		res.timedOut = true

@@ -158,7 +158,8 @@ func (f *restFamily) setup(ctx context.Context) error {
 
 // judgeREST is the verdict every REST answer gets before its case's own
 // checks: a transport failure, a 5xx or a slow answer is a defect; a 4xx
-// must carry LoxiLB's JSON error (a GET miss may be empty).
+// must carry LoxiLB's JSON error (a GET miss may be empty; net/http's own
+// refusal of a request it cannot take — 431 for a 64 KiB URL — is text).
 func judgeREST(method string, r reply, err error) (Outcome, bool) {
 	switch {
 	case err != nil:
@@ -168,7 +169,8 @@ func judgeREST(method string, r reply, err error) (Outcome, bool) {
 	case r.elapsed > restSlow:
 		return defect("answered %d after %v (bound %v)", r.code, r.elapsed.Round(time.Millisecond), restSlow), false
 	case r.code >= 400:
-		if !loxiError(r.body) && !(method == http.MethodGet && r.code == http.StatusNotFound && len(r.body) == 0) {
+		netHTTP := strings.HasPrefix(r.header.Get("Content-Type"), "text/plain") && bytes.HasPrefix(r.body, []byte(strconv.Itoa(r.code)))
+		if !loxiError(r.body) && !netHTTP && !(method == http.MethodGet && r.code == http.StatusNotFound && len(r.body) == 0) {
 			return defect("%d with a body that is not LoxiLB's error JSON: %s", r.code, short(r.body)), false
 		}
 		return refused(), false
@@ -191,7 +193,7 @@ func short(b []byte) string { return quote(bytes.TrimSpace(b), 300) }
 // reproHTTP shows a request as its method, path, content type and body.
 func reproHTTP(method, path, ctype string, body []byte) func() string {
 	return func() string {
-		s := fmt.Sprintf("%s %s", method, path)
+		s := fmt.Sprintf("%s %s", method, quote([]byte(path), 600))
 		if ctype != "" {
 			s += " (Content-Type: " + ctype + ")"
 		}
