@@ -53,6 +53,9 @@ type restFamily struct {
 	// whose creation was acknowledged and deletion was not.
 	sentinels map[int]bool
 	nextSent  int
+	// sweep is every (template, string field, hostile value): every third
+	// case takes the next one until all ran.
+	sweep []sweepCase
 }
 
 // restKinds are the case generators with their weights.
@@ -92,7 +95,7 @@ func runREST(ctx context.Context, cfg *Config, n loopNet, budget time.Duration) 
 		return t, err
 	}
 	defer d.Kill()
-	f := &restFamily{cfg: cfg, net: n, d: d, t: t, sentinels: map[int]bool{}}
+	f := &restFamily{cfg: cfg, net: n, d: d, t: t, sentinels: map[int]bool{}, sweep: sweepCases(n)}
 	if err := f.setup(ctx); err != nil {
 		return t, err
 	}
@@ -104,15 +107,20 @@ func runREST(ctx context.Context, cfg *Config, n loopNet, budget time.Duration) 
 			i = cfg.Case
 		}
 		rng := caseRand(cfg.Seed, FamilyREST, i)
-		k := pickKind(rng, restKinds, func(k struct {
-			name   string
-			weight int
-			run    func(f *restFamily, ctx context.Context, rng *rand.Rand) (Outcome, func() string)
-		}) int {
-			return k.weight
-		})
-		o, repro := k.run(f, ctx, rng)
-		t.add(i, k.name, o, repro)
+		if sweep := i / 3; i%3 == 2 && sweep < len(f.sweep) {
+			o, repro := f.stringSweep(ctx, f.sweep[sweep])
+			t.add(i, "string_sweep", o, repro)
+		} else {
+			k := pickKind(rng, restKinds, func(k struct {
+				name   string
+				weight int
+				run    func(f *restFamily, ctx context.Context, rng *rand.Rand) (Outcome, func() string)
+			}) int {
+				return k.weight
+			})
+			o, repro := k.run(f, ctx, rng)
+			t.add(i, k.name, o, repro)
+		}
 		if cfg.Replay || time.Now().After(deadline) || ctx.Err() != nil {
 			break
 		}

@@ -36,6 +36,65 @@ func (f *restFamily) mutatedRule(ctx context.Context, rng *rand.Rand) (Outcome, 
 	return f.post(ctx, ctype, body, ""), func() string { return "mutations: " + ops + "\n" + repro() }
 }
 
+// sweepValues are the hostile strings every string field of every template
+// gets, escaped in valid JSON (the raw forms are invalid JSON, which the
+// mutations send).
+var sweepValues = []string{"\x00", "a\r\nX-Injected: 1", "\n", "\"", "\\", "\xff\xfe", "\u202e", " ", strings.Repeat("s", 5000)}
+
+// sweepCase is one template with one string field set to one value.
+type sweepCase struct {
+	template int
+	path     []int
+	field    string
+	value    string
+}
+
+// sweepCases lists every (template, string field, value) in a fixed order.
+func sweepCases(n loopNet) []sweepCase {
+	spot := ruleSpot{vip: n.ip(hostRESTVIPLo), port: 20000, eps: []string{n.ip(hostRESTEPLo), n.ip(hostRESTEPLo + 1), n.ip(hostRESTEPLo + 2), n.ip(hostRESTEPLo + 3)}}
+	var out []sweepCase
+	for ti, tp := range templates {
+		doc, err := parseJSON([]byte(tp.json(spot)))
+		if err != nil {
+			panic(err) // a broken template is a bug of this package
+		}
+		for _, p := range doc.paths()[1:] {
+			if node, _, _ := doc.at(p); node.kind != jStr {
+				continue
+			}
+			for _, v := range sweepValues {
+				out = append(out, sweepCase{template: ti, path: p, field: fieldName(doc, p), value: v})
+			}
+		}
+	}
+	return out
+}
+
+// fieldName is path p as a dotted JSON path ("endpoints.0.urlPath").
+func fieldName(doc *jnode, p []int) string {
+	var parts []string
+	for i := range p {
+		if k := doc.keyAt(p[:i+1]); k != "" {
+			parts = append(parts, k)
+		} else {
+			parts = append(parts, strconv.Itoa(p[i]))
+		}
+	}
+	return strings.Join(parts, ".")
+}
+
+// stringSweep POSTs a template with one string field set to a hostile
+// value: refused cleanly, or accepted and then running, round-tripping
+// and deletable.
+func (f *restFamily) stringSweep(ctx context.Context, c sweepCase) (Outcome, func() string) {
+	spot := newRuleSpot(caseRand(f.cfg.Seed, "rest-sweep", c.template*100000+len(c.path)*1000+len(c.value)), f.net)
+	doc, _ := parseJSON([]byte(templates[c.template].json(spot)))
+	replace(doc, c.path, jstr(c.value))
+	body := doc.encode()
+	repro := reproHTTP(http.MethodPost, lbPath, "application/json", body)
+	return f.post(ctx, "application/json", body, ""), func() string { return "field " + c.field + " = " + strconv.Quote(c.value) + "\n" + repro() }
+}
+
 // rawBody POSTs bodies that are not rules at all, or not JSON, or too big.
 func (f *restFamily) rawBody(ctx context.Context, rng *rand.Rand) (Outcome, func() string) {
 	valid := []byte(templates[0].json(newRuleSpot(rng, f.net)))
