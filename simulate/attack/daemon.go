@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -244,6 +245,50 @@ next:
 		s += x.value
 	}
 	return s
+}
+
+// rankView is rank 0 of an endpoint as the KV inventory view shows it:
+// its mirror's size and its feed's counters.
+type rankView struct {
+	Blocks int
+	Feed   struct {
+		Connected   bool    `json:"connected"`
+		Reconnects  uint64  `json:"reconnects"`
+		RecvErrors  uint64  `json:"recv_errors"`
+		Batches     uint64  `json:"batches"`
+		Events      uint64  `json:"events"`
+		LastSeq     *uint64 `json:"last_seq"`
+		Gaps        uint64  `json:"gaps"`
+		LostBatches uint64  `json:"lost_batches"`
+		Duplicates  uint64  `json:"duplicates"`
+		Restarts    uint64  `json:"restarts"`
+		Resyncs     uint64  `json:"resyncs"`
+	}
+}
+
+// inventoryRank reads endpoint ep's rank 0 from GET
+// /netlox/v1/config/ai/kv/inventory of rule service.
+func (d *daemon) inventoryRank(ctx context.Context, service string, ep int) (rankView, error) {
+	var v struct {
+		LLB struct {
+			Ranks []struct {
+				Mirror struct {
+					Blocks int `json:"blocks"`
+				} `json:"mirror"`
+				Feed *json.RawMessage `json:"feed"`
+			} `json:"ranks"`
+		} `json:"llb"`
+	}
+	var r rankView
+	path := fmt.Sprintf("/netlox/v1/config/ai/kv/inventory?limit=1&ep_idx=%d&service_id=%s", ep, url.QueryEscape(service))
+	if err := d.getJSON(ctx, path, &v); err != nil {
+		return r, err
+	}
+	if len(v.LLB.Ranks) == 0 || v.LLB.Ranks[0].Feed == nil {
+		return r, fmt.Errorf("the inventory view of %s endpoint %d shows no feed", service, ep)
+	}
+	r.Blocks = v.LLB.Ranks[0].Mirror.Blocks
+	return r, json.Unmarshal(*v.LLB.Ranks[0].Feed, &r.Feed)
 }
 
 // logProblems returns llbd's log lines at error level or above, and any

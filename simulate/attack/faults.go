@@ -4,13 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -354,28 +352,8 @@ type feedState struct {
 
 // feed reads endpoint ep's KV feed.
 func (f *faultFamily) feed(ctx context.Context, ep int) (feedState, error) {
-	var v struct {
-		LLB struct {
-			Ranks []struct {
-				Mirror struct {
-					Blocks int `json:"blocks"`
-				} `json:"mirror"`
-				Feed *struct {
-					Connected  bool   `json:"connected"`
-					Reconnects uint64 `json:"reconnects"`
-				} `json:"feed"`
-			} `json:"ranks"`
-		} `json:"llb"`
-	}
-	err := f.d.getJSON(ctx, fmt.Sprintf("/netlox/v1/config/ai/kv/inventory?limit=1&ep_idx=%d&service_id=%s", ep, url.QueryEscape(f.service)), &v)
-	if err != nil {
-		return feedState{}, err
-	}
-	if len(v.LLB.Ranks) == 0 || v.LLB.Ranks[0].Feed == nil {
-		return feedState{}, errors.New("no feed in the inventory view")
-	}
-	r := v.LLB.Ranks[0]
-	return feedState{Connected: r.Feed.Connected, Reconnects: r.Feed.Reconnects, Blocks: r.Mirror.Blocks}, nil
+	r, err := f.d.inventoryRank(ctx, f.service, ep)
+	return feedState{Connected: r.Feed.Connected, Reconnects: r.Feed.Reconnects, Blocks: r.Blocks}, err
 }
 
 // checkEnd is the family's closing oracle.

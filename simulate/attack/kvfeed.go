@@ -199,34 +199,11 @@ type feedView struct {
 
 // view reads the feed's state.
 func (f *kvFamily) view(ctx context.Context) (feedView, error) {
-	var v struct {
-		LLB struct {
-			Ranks []struct {
-				Mirror struct {
-					Blocks int `json:"blocks"`
-				} `json:"mirror"`
-				Feed *struct {
-					Connected   bool    `json:"connected"`
-					RecvErrors  uint64  `json:"recv_errors"`
-					Batches     uint64  `json:"batches"`
-					Events      uint64  `json:"events"`
-					LastSeq     *uint64 `json:"last_seq"`
-					Gaps        uint64  `json:"gaps"`
-					LostBatches uint64  `json:"lost_batches"`
-					Duplicates  uint64  `json:"duplicates"`
-					Restarts    uint64  `json:"restarts"`
-					Resyncs     uint64  `json:"resyncs"`
-				} `json:"feed"`
-			} `json:"ranks"`
-		} `json:"llb"`
-	}
-	if err := f.d.getJSON(ctx, "/netlox/v1/config/ai/kv/inventory?limit=1&ep_idx=0&service_id="+url.QueryEscape(f.service), &v); err != nil {
+	rv, err := f.d.inventoryRank(ctx, f.service, 0)
+	if err != nil {
 		return feedView{}, err
 	}
-	if len(v.LLB.Ranks) != 1 || v.LLB.Ranks[0].Feed == nil {
-		return feedView{}, fmt.Errorf("the inventory view shows no feed")
-	}
-	r := v.LLB.Ranks[0].Feed
+	r := rv.Feed
 	fv := feedView{Connected: r.Connected, LastSeq: r.LastSeq, RecvErrors: r.RecvErrors, Batches: r.Batches, Events: r.Events,
 		Gaps: r.Gaps, Lost: r.LostBatches, Duplicates: r.Duplicates, Restarts: r.Restarts, Resyncs: r.Resyncs}
 	m, err := f.d.metrics(ctx)

@@ -535,21 +535,7 @@ func (f *restFamily) checkSentinels(ctx context.Context, when string) {
 // checkEpochs compares GET /config/ai/controller with the epochs the
 // controller cases had acknowledged.
 func (f *restFamily) checkEpochs(ctx context.Context) {
-	var v struct {
-		Services []struct {
-			Endpoints []struct {
-				Epoch uint64 `json:"epoch"`
-			} `json:"endpoints"`
-		} `json:"services"`
-	}
-	err := f.d.getJSON(ctx, "/netlox/v1/config/ai/controller?service="+url.QueryEscape(f.ctl.key), &v)
-	ok := err == nil && len(v.Services) == 1 && len(v.Services[0].Endpoints) == len(f.ctl.epochs)
-	var got []uint64
-	if ok {
-		for i, e := range v.Services[0].Endpoints {
-			got = append(got, e.Epoch)
-			ok = ok && e.Epoch == f.ctl.epochs[i]
-		}
-	}
+	got, err := f.appliedEpochs(ctx)
+	ok := err == nil && slices.Equal(got, f.ctl.epochs[:])
 	f.t.check("controller_epochs", ok, fmt.Sprintf("controller epochs %v, acknowledged %v (%v)", got, f.ctl.epochs, err), "")
 }

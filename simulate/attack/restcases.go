@@ -389,6 +389,20 @@ func (f *restFamily) controller(ctx context.Context, rng *rand.Rand) (Outcome, f
 // resyncEpochs reads the applied epochs back (after an update the model
 // could not predict was applied), refusing to let one go backwards.
 func (f *restFamily) resyncEpochs(ctx context.Context) {
+	got, err := f.appliedEpochs(ctx)
+	if err != nil {
+		return
+	}
+	for i, e := range got {
+		if i < len(f.ctl.epochs) && e >= f.ctl.epochs[i] {
+			f.ctl.epochs[i] = e
+		}
+	}
+}
+
+// appliedEpochs reads each endpoint's applied epoch of the controller
+// target from GET /config/ai/controller.
+func (f *restFamily) appliedEpochs(ctx context.Context) ([]uint64, error) {
 	var v struct {
 		Services []struct {
 			Endpoints []struct {
@@ -396,14 +410,17 @@ func (f *restFamily) resyncEpochs(ctx context.Context) {
 			} `json:"endpoints"`
 		} `json:"services"`
 	}
-	if f.d.getJSON(ctx, "/netlox/v1/config/ai/controller?service="+url.QueryEscape(f.ctl.key), &v) != nil || len(v.Services) != 1 {
-		return
+	if err := f.d.getJSON(ctx, "/netlox/v1/config/ai/controller?service="+url.QueryEscape(f.ctl.key), &v); err != nil {
+		return nil, err
 	}
+	if len(v.Services) != 1 {
+		return nil, fmt.Errorf("GET controller?service=%s: %d services", f.ctl.key, len(v.Services))
+	}
+	out := make([]uint64, len(v.Services[0].Endpoints))
 	for i, e := range v.Services[0].Endpoints {
-		if i < len(f.ctl.epochs) && e.Epoch >= f.ctl.epochs[i] {
-			f.ctl.epochs[i] = e.Epoch
-		}
+		out[i] = e.Epoch
 	}
+	return out, nil
 }
 
 // inventory asks the KV inventory view with odd parameters.
