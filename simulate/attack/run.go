@@ -23,7 +23,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer func() { rep.Elapsed = time.Since(start) }()
 	for _, fam := range cfg.families() {
 		budget := cfg.budget(fam)
-		cfg.progress("%s: %v of attacks on net %s (seed %d)", fam, budget.Round(time.Second), n, cfg.Seed)
+		if cfg.Replay {
+			cfg.progress("%s: case %d on net %s (seed %d)", fam, cfg.Case, n, cfg.Seed)
+		} else {
+			cfg.progress("%s: %v of attacks on net %s (seed %d)", fam, budget.Round(time.Second), n, cfg.Seed)
+		}
 		fstart := time.Now()
 		var t *Tally
 		var err error
