@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/llbproject/llb/simulate/engine"
+	"github.com/llbproject/llb/simulate/harness"
 	"github.com/llbproject/llb/simulate/worker"
 )
 
@@ -113,7 +114,7 @@ func (p *workerProc) start() error {
 	raw, _ := json.Marshal(p.spec)
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), EnvWorker+"="+string(raw))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives the attack
+	harness.DieWithParent(cmd) // never outlives the attack
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return err

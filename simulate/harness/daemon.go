@@ -98,8 +98,7 @@ func StartDaemon(ctx context.Context, cfg DaemonConfig) (*Daemon, error) {
 	d := &Daemon{Addr: addr, done: make(chan struct{}), client: restClient()}
 	args := append([]string{"--listen", d.Addr, "--state-dir", cfg.StateDir, "--log-format", "json", "--log-level", level}, cfg.Args...)
 	d.cmd = exec.Command(cfg.Bin, args...)
-	// llbd never outlives the harness, even when the harness is killed.
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	DieWithParent(d.cmd) // llbd never outlives the harness, even when the harness is killed
 	d.cmd.Env = append(scrubbedEnv(os.Environ()), cfg.Env...)
 	if cfg.LogPath != "" {
 		var err error
