@@ -6,6 +6,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/llbproject/llb/internal/promlabel"
 	"github.com/llbproject/llb/ladder"
 )
 
@@ -80,7 +81,7 @@ func newSvcMetrics(set *metrics.Set, svcKey string, svc *Service) *svcMetrics {
 }
 
 func (m *svcMetrics) name(base, extra string) string {
-	labels := `service="` + m.svc + `"`
+	labels := `service="` + promlabel.Escape(m.svc) + `"`
 	if extra != "" {
 		labels += "," + extra
 	}

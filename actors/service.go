@@ -430,6 +430,13 @@ func (s *supervisorActor) spawnAll(ctx actor.Context) error {
 		s.producers[name] = producer
 		return s.spawn(ctx, name)
 	}
+	// Order matters: protoactor registers a child's PID before its mailbox
+	// can take messages, and a send in between panics (and leaves that
+	// mailbox stuck). Every actor the router sends to is spawned before the
+	// endpoints, whose first probe result is what makes the router send
+	// (session evictions): the router first, then the shards, breakers and
+	// inventories, the endpoints last. The router sends to an endpoint only
+	// for a request, and none arrives before Start returns.
 	var errs []error
 	errs = append(errs, spawn("router", func() actor.Actor {
 		svc.routerRuns.Add(1)
@@ -441,18 +448,17 @@ func (s *supervisorActor) spawnAll(ctx actor.Context) error {
 		}
 		return a
 	}))
+	for i := range svc.shards {
+		errs = append(errs, spawn(fmt.Sprintf("sess-%d", i), func() actor.Actor { return newSessionActor(svc, i) }))
+	}
 	for i := range svc.cfg.Rule.Endpoints {
-		i := i
-		errs = append(errs,
-			spawn(fmt.Sprintf("ep-%d", i), func() actor.Actor { return newEndpointActor(svc, i) }),
-			spawn(fmt.Sprintf("cb-%d", i), func() actor.Actor { return newBreakerActor(svc, i) }))
+		errs = append(errs, spawn(fmt.Sprintf("cb-%d", i), func() actor.Actor { return newBreakerActor(svc, i) }))
 		if svc.inventories[i] != nil {
 			errs = append(errs, spawn(fmt.Sprintf("inv-%d", i), func() actor.Actor { return newInventoryActor(svc, i) }))
 		}
 	}
-	for i := range svc.shards {
-		i := i
-		errs = append(errs, spawn(fmt.Sprintf("sess-%d", i), func() actor.Actor { return newSessionActor(svc, i) }))
+	for i := range svc.cfg.Rule.Endpoints {
+		errs = append(errs, spawn(fmt.Sprintf("ep-%d", i), func() actor.Actor { return newEndpointActor(svc, i) }))
 	}
 	return errors.Join(errs...)
 }

@@ -238,10 +238,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.aborted = true
 	}
 	h.record(r, &x)
-	if x.aborted {
+	if x.aborted || x.status == StatusClientGone {
 		// The response was already under way when the upstream broke: cut
 		// the client connection rather than fake a clean end (httputil's
-		// rule; net/http recovers this panic silently).
+		// rule; net/http recovers this panic silently). So for a client
+		// net/http took for gone — it may only have shut its write side,
+		// and would otherwise read net/http's default answer, an empty
+		// 200, for a request nobody served.
 		panic(http.ErrAbortHandler)
 	}
 }

@@ -143,3 +143,68 @@ func TestHandler_APlainRequestKeepsTheConnection(t *testing.T) {
 		}
 	}
 }
+
+// readAnswer reads what comes back on c until it closes (or 5 s pass).
+func readAnswer(t *testing.T, c net.Conn) string {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b, err := io.ReadAll(c)
+	if err != nil && !strings.Contains(err.Error(), "reset") {
+		t.Fatalf("reading the answer: %v (got %q)", err, b)
+	}
+	return string(b)
+}
+
+// A client that shuts its write side is taken for gone by net/http (its
+// request context ends); llb then abandons the request. It must not answer
+// "200 OK" with an empty body — neither for a body cut short nor for a
+// complete request — but close the connection (make attack: a truncated
+// body, a bad chunked body or a GET followed by a half-close got an empty
+// 200).
+func TestHandler_AClientThatShutsItsWriteSideNeverGetsAnEmpty200(t *testing.T) {
+	body := `{"model":"m","prompt":"p","max_tokens":1}`
+	tests := []struct {
+		name, req string
+	}{
+		{name: "body cut short", req: "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n" + body[:10]},
+		{name: "chunked body without its last chunk", req: "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" +
+			strconv.FormatInt(int64(len(body)), 16) + "\r\n" + body + "\r\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			be := newFakeVLLM(t)
+			fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+			url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+			c := rawConn(t, url)
+			if _, err := io.WriteString(c, tt.req); err != nil {
+				t.Fatal(err)
+			}
+			_ = c.(*net.TCPConn).CloseWrite()
+			if got := readAnswer(t, c); strings.HasPrefix(got, "HTTP/1.1 200") {
+				t.Fatalf("answered %q; want a 4xx or the connection closed, never a 200", got)
+			}
+		})
+	}
+}
+
+// RFC 9112 §6.1: an HTTP/1.0 request with Transfer-Encoding has faulty
+// framing and the connection is closed after the answer. net/http drops
+// the header of an HTTP/1.0 request before llb sees it, so every HTTP/1.0
+// answer closes its connection: the chunked body a proxy in front would
+// read was otherwise parsed here as the next request (make attack).
+func TestHandler_AnHTTP10RequestClosesItsConnection(t *testing.T) {
+	be := newFakeVLLM(t)
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+	c := rawConn(t, url)
+	body := `{"model":"m","prompt":"p","max_tokens":1}`
+	req := "POST /v1/completions HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n" +
+		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body + "GET /v1/models HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	got := readAnswer(t, c)
+	if n := strings.Count(got, "HTTP/1."); n != 1 {
+		t.Fatalf("%d answers on one HTTP/1.0 connection with Transfer-Encoding; want 1, then close:\n%s", n, got)
+	}
+}

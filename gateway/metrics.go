@@ -9,6 +9,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/llbproject/llb/internal/promlabel"
 	"github.com/llbproject/llb/ladder"
 )
 
@@ -96,7 +97,7 @@ func NewMetrics(set *metrics.Set, service string) *Metrics {
 	if set == nil {
 		set = metrics.NewSet()
 	}
-	m := &Metrics{set: set, service: escapeLabel(service)}
+	m := &Metrics{set: set, service: promlabel.Escape(service)}
 	m.pdRequests = m.counter("loxilb_ai_pd_requests_total", "")
 	m.prefillDuration = m.histogram("loxilb_ai_pd_prefill_duration_seconds")
 	m.decodeTTFT = m.histogram("loxilb_ai_pd_decode_ttft_seconds")
@@ -129,11 +130,6 @@ func (m *Metrics) Unregister() {
 		m.set.UnregisterMetric(n)
 	}
 	m.names = nil
-}
-
-func escapeLabel(v string) string {
-	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
-	return r.Replace(v)
 }
 
 // name renders `base{service="…"[,extra]}`.
