@@ -1,9 +1,10 @@
 package gateway
 
 import (
-	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/internal/logfield"
@@ -23,48 +24,10 @@ const HeaderRoute = "X-Llb-Route"
 // before an answer (nginx's and Caddy's 499; never sent).
 const StatusClientGone = 499
 
-// exchange is one client request's bookkeeping, owned by its goroutine.
-type exchange struct {
-	start   time.Time
-	api     string
-	model   string
-	stream  bool
-	kvGuard ladder.Reason
-
-	decided   bool
-	decision  ladder.Decision
-	parked    time.Duration
-	prefillEP int
-	decodeEP  int
-	retries   int
-	requestID string
-	// ticket is the admitted ticket not yet finished (ID 0: none).
-	ticket actors.Ticket
-
-	status  int    // sent to the client (StatusClientGone when it left)
-	code    string // llb's error code when llb answered
-	bytes   int64  // body bytes written
-	ttfb    time.Duration
-	ttft    time.Duration
-	prefill time.Duration
-	pd      bool
-	kvOut   KVParamsOutcome
-	failure actors.Failure
-	aborted bool
-	// detail is the upstream error behind a failed leg (for the log; the
-	// client sees it only when addresses are not hidden).
-	detail string
-}
-
-func (x *exchange) clientGone() {
-	x.status = StatusClientGone
-	x.failure = actors.FailClientGone
-}
-
 // setRouteHeader sets X-Llb-Route on the response header.
-func (x *exchange) setRouteHeader(h http.Header, addrs []string) {
+func (x *exchange) setRouteHeader(h *fasthttp.ResponseHeader, addrs []string) {
 	var buf [320]byte
-	h[HeaderRoute] = []string{string(x.appendRoute(buf[:0], addrs))}
+	h.SetBytesV(HeaderRoute, x.appendRoute(buf[:0], addrs))
 }
 
 func (x *exchange) appendRoute(b []byte, addrs []string) []byte {
@@ -90,7 +53,7 @@ func (x *exchange) appendRoute(b []byte, addrs []string) []byte {
 }
 
 // record writes the access-log line and the per-request metrics.
-func (h *Handler) record(r *http.Request, x *exchange) {
+func (h *Handler) record(x *exchange) {
 	dur := time.Since(x.start)
 	h.bytesOut.Add(x.bytes)
 	m := h.met
@@ -112,15 +75,15 @@ func (h *Handler) record(r *http.Request, x *exchange) {
 		return
 	}
 	var buf [320]byte
-	e.Str(logfield.Method, r.Method).
-		Str(logfield.Path, r.URL.Path).
-		Str(logfield.Remote, r.RemoteAddr).
+	e.Bytes(logfield.Method, x.in.Header.Method()).
+		Bytes(logfield.Path, x.in.URI().Path()).
+		Str(logfield.Remote, x.remote).
 		Str(logfield.API, x.api).
 		Int(logfield.Status, x.status).
 		Int64(logfield.Bytes, x.bytes).
 		Dur(logfield.Duration, dur)
 	if x.model != "" {
-		e.Str(logfield.Model, x.model).Bool(logfield.Stream, x.stream)
+		e.Str(logfield.Model, x.model).Bool(logfield.Stream, x.wantStream)
 	}
 	if x.decided {
 		e.Str(logfield.Tier, x.decision.Tier.String()).

@@ -188,6 +188,10 @@ func (m *Metrics) status(code int) {
 	if code < 100 || code >= len(m.byStatus) {
 		code = 599
 	}
+	if c := m.byStatus[code].Load(); c != nil {
+		c.Inc()
+		return
+	}
 	m.lazy(&m.byStatus[code], "loxilb_proxy_http_responses_by_status_total", `code="`+strconv.Itoa(code)+`"`).Inc()
 }
 

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -369,27 +370,23 @@ func TestSinglePool_IdleTimeoutIsOffInSSEMode(t *testing.T) {
 }
 
 func TestClassifyUpstream(t *testing.T) {
-	live := context.Background()
-	gone, cancel := context.WithCancel(context.Background())
-	cancel()
 	dialErr := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
 	readErr := &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}
 	tests := []struct {
 		name string
 		err  error
-		ctx  context.Context
 		want actors.Failure
 	}{
-		{"dial", dialErr, live, actors.FailConnect},
-		{"dns", &net.DNSError{Err: "no such host"}, live, actors.FailConnect},
-		{"read reset", readErr, live, actors.FailReset},
-		{"eof", io.ErrUnexpectedEOF, live, actors.FailReset},
-		{"deadline", context.DeadlineExceeded, live, actors.FailTimeout},
-		{"client gone wins", dialErr, gone, actors.FailClientGone},
+		{"dial", dialErr, actors.FailConnect},
+		{"our dial", &dialError{err: errors.New("i/o timeout")}, actors.FailConnect},
+		{"dns", &net.DNSError{Err: "no such host"}, actors.FailConnect},
+		{"read reset", readErr, actors.FailReset},
+		{"eof", io.ErrUnexpectedEOF, actors.FailReset},
+		{"deadline", os.ErrDeadlineExceeded, actors.FailTimeout},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := classifyUpstream(tt.err, tt.ctx); got != tt.want {
+			if got := classifyUpstream(tt.err); got != tt.want {
 				t.Errorf("got %v; want %v", got, tt.want)
 			}
 		})

@@ -1,12 +1,16 @@
 package gateway
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/ladder"
@@ -27,14 +31,16 @@ func buildInput(t *testing.T, cfg RuleConfig, kind APIKind, body string, hdr ...
 	if err != nil {
 		t.Fatal(err)
 	}
-	hr := httptest.NewRequest(http.MethodPost, "/v1/completions", nil)
+	var hr fasthttp.Request
+	hr.Header.SetMethod(http.MethodPost)
+	hr.SetRequestURI("/v1/completions")
 	for i := 0; i+1 < len(hdr); i += 2 {
 		hr.Header.Set(hdr[i], hdr[i+1])
 	}
 	req := mustParse(t, kind, body)
-	req.ConversationID = hr.Header.Get(HeaderConversationID)
+	req.ConversationID = string(hr.Header.Peek(HeaderConversationID))
 	var rr actors.RouteRequest
-	ri.build(context.Background(), hr, req, &rr)
+	ri.build(context.Background(), &hr, "192.0.2.1:4321", "192.0.2.1", req, &rr)
 	return rr
 }
 
@@ -163,6 +169,7 @@ func TestRouteInput_ClientKeySources(t *testing.T) {
 		{"cookie", "cookie:sid", func(r *http.Request) { r.AddCookie(&http.Cookie{Name: "sid", Value: "c1"}) }, "c1"},
 		{"query", "query:k", func(r *http.Request) { r.URL.RawQuery = "k=q1" }, "q1"},
 		{"basic auth", "basic-auth", func(r *http.Request) { r.SetBasicAuth("alice", "pw") }, "alice"},
+		{"basic auth, malformed", "basic-auth", func(r *http.Request) { r.Header.Set("Authorization", "Basic !!") }, "192.0.2.1"},
 		{"missing value falls back to ip", "X-Tenant", func(*http.Request) {}, "192.0.2.1"},
 	}
 	for _, tt := range tests {
@@ -174,10 +181,13 @@ func TestRouteInput_ClientKeySources(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := httptest.NewRequest(http.MethodGet, "/health", nil)
-			r.RemoteAddr = "192.0.2.1:4321"
 			tt.setup(r)
+			var in fasthttp.Request
+			if err := in.Read(bufio.NewReader(strings.NewReader(rawRequest(t, r)))); err != nil {
+				t.Fatal(err)
+			}
 			var rr actors.RouteRequest
-			ri.buildBasic(r, &rr)
+			ri.buildBasic(&in, "192.0.2.1:4321", "192.0.2.1", &rr)
 			if rr.Req.ClientKey != tt.want {
 				t.Errorf("ClientKey = %q; want %q", rr.Req.ClientKey, tt.want)
 			}
@@ -194,4 +204,14 @@ func TestParseSessionHeader_RejectsMalformedSources(t *testing.T) {
 			t.Errorf("parseSessionHeader(%q) = nil; want an error", give)
 		}
 	}
+}
+
+// rawRequest renders r as it goes on the wire (HTTP/1.1).
+func rawRequest(t *testing.T, r *http.Request) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := r.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }

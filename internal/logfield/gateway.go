@@ -43,4 +43,8 @@ const (
 	RequestID = "request_id"
 	// Ticket is the router's ticket id.
 	Ticket = "ticket"
+	// Panic is the value a recovered panic carried; Stack its goroutine's
+	// stack.
+	Panic = "panic"
+	Stack = "stack"
 )
