@@ -6,7 +6,7 @@ BIN       ?= bin
 TESTFLAGS ?= -timeout 20m
 export CGO_ENABLED := 1
 
-.PHONY: all deps build run test bench fuzz lint chaos attack sim bench-sim client-test cluster-test proto tokenizer-parity tokenizer-bench clean
+.PHONY: all deps build run test bench fuzz lint chaos attack sim bench-sim bench-proxy client-test cluster-test proto tokenizer-parity tokenizer-bench clean
 
 all: build
 
@@ -108,6 +108,26 @@ bench-sim: build
 		--out bench/results.jsonl --commit "$$(git rev-parse --short HEAD 2>/dev/null)" $(BENCHSIMFLAGS)
 	$(BIN)/llbsim bench --scenario hot-prefix --loads 0.7 --time-scale 2 --llbd $(BIN)/llbd \
 		--out bench/results.jsonl --append --commit "$$(git rev-parse --short HEAD 2>/dev/null)" $(BENCHSIMFLAGS)
+
+# bench-proxy measures llbd's data plane side by side with HAProxy 2.6 and a
+# direct path, on loopback in one run (simulate/proxybench): wrk -t1 -c32 with
+# a small POST /v1/completions against nginx answering a fixed completion,
+# direct / HAProxy (roundrobin, http-reuse always) / llbd (a single-pool RR
+# rule created over REST) in interleaved rounds; then llbd's added latency at
+# 2000 req/s open loop and its added delay per chunk of a streamed 256-token
+# SSE response. It installs haproxy, nginx and wrk with apt-get when missing.
+# About three minutes; docs/performance.md has the figures.
+PROXYBENCHFLAGS ?=
+bench-proxy: build
+	@missing=; for t in haproxy nginx wrk; do \
+		command -v $$t >/dev/null 2>&1 || [ -x /usr/sbin/$$t ] || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "llb: installing$$missing"; \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing \
+		|| { $$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; }; \
+	fi
+	$(BIN)/llbsim proxybench --llbd $(BIN)/llbd $(PROXYBENCHFLAGS)
 
 # client-test drives llbd with the official openai npm client
 # (clients/openai-node): completions and chat, streamed and not, a single
