@@ -128,10 +128,7 @@ func (x *exchange) abort(c failCause, err error) {
 	if x.cause == causeNone {
 		x.cause = c
 	}
-	if x.up != nil {
-		x.up.killed = true
-		_ = x.up.nc.SetDeadline(aLongTimeAgo)
-	}
+	x.killUp()
 	cancel, cc := x.cancelCtx, x.cc
 	x.mu.Unlock()
 	if cancel != nil {
@@ -158,11 +155,17 @@ func (x *exchange) abortLeg(c failCause) {
 	if x.legCause == causeNone {
 		x.legCause = c
 	}
+	x.killUp()
+	x.mu.Unlock()
+}
+
+// killUp wakes the upstream connection in use at once (a deadline in the
+// past) and marks it never to be pooled. Called with mu held.
+func (x *exchange) killUp() {
 	if x.up != nil {
 		x.up.killed = true
 		_ = x.up.nc.SetDeadline(aLongTimeAgo)
 	}
-	x.mu.Unlock()
 }
 
 // attach registers c as the connection a leg is using, so abort reaches

@@ -44,6 +44,19 @@ func looped(h *fasthttp.RequestHeader, id string) bool {
 	}
 	n := 0
 	for _, v := range h.PeekAll(HeaderHop) {
+		for tok := range listItems(v) {
+			if n++; string(tok) == id || n > MaxHops {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// listItems yields the items of a comma-separated header value, trimmed
+// (empty ones too).
+func listItems(v []byte) func(yield func([]byte) bool) {
+	return func(yield func([]byte) bool) {
 		for len(v) > 0 {
 			tok := v
 			if i := bytes.IndexByte(v, ','); i >= 0 {
@@ -51,13 +64,11 @@ func looped(h *fasthttp.RequestHeader, id string) bool {
 			} else {
 				v = nil
 			}
-			n++
-			if string(bytes.TrimSpace(tok)) == id || n > MaxHops {
-				return true
+			if !yield(bytes.TrimSpace(tok)) {
+				return
 			}
 		}
 	}
-	return false
 }
 
 // hopHeaders are removed from every forwarded request and response.
@@ -110,14 +121,8 @@ func skipOutbound(k []byte, own legHeaders, trust bool) bool {
 // header values conns (those headers are hop-by-hop too).
 func connectionNames(conns [][]byte, name []byte) bool {
 	for _, v := range conns {
-		for len(v) > 0 {
-			tok := v
-			if i := bytes.IndexByte(v, ','); i >= 0 {
-				tok, v = v[:i], v[i+1:]
-			} else {
-				v = nil
-			}
-			if bytes.EqualFold(bytes.TrimSpace(tok), name) {
+		for tok := range listItems(v) {
+			if bytes.EqualFold(tok, name) {
 				return true
 			}
 		}
@@ -234,14 +239,8 @@ func stripResponseHop(h *fasthttp.ResponseHeader) {
 		for _, v := range h.PeekAll("Connection") {
 			names = append(append(names, v...), ',')
 		}
-		for len(names) > 0 {
-			tok := names
-			if i := bytes.IndexByte(names, ','); i >= 0 {
-				tok, names = names[:i], names[i+1:]
-			} else {
-				names = nil
-			}
-			if tok = bytes.TrimSpace(tok); len(tok) > 0 && !bytes.EqualFold(tok, []byte("close")) && !bytes.EqualFold(tok, []byte("keep-alive")) {
+		for tok := range listItems(names) {
+			if len(tok) > 0 && !bytes.EqualFold(tok, []byte("close")) && !bytes.EqualFold(tok, []byte("keep-alive")) {
 				h.DelBytes(tok)
 			}
 		}

@@ -258,6 +258,27 @@ func (f *fakeVLLM) serve(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, "data: [DONE]\n\n")
 }
 
+// serveTCP serves fn on every connection to a loopback listener (closed at
+// cleanup) and returns its address.
+func serveTCP(t *testing.T, fn func(net.Conn)) netip.AddrPort {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); fn(c) }()
+		}
+	}()
+	return netip.MustParseAddrPort(ln.Addr().String())
+}
+
 // closedAddr returns a loopback address nothing listens on.
 func closedAddr(t *testing.T) netip.AddrPort {
 	t.Helper()

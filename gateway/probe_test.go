@@ -103,23 +103,6 @@ func TestHTTPSProbe_DoesNotVerifyTheCertificate(t *testing.T) {
 }
 
 func TestTCPProbe_Outcomes(t *testing.T) {
-	serve := func(t *testing.T, fn func(net.Conn)) netip.AddrPort {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() { defer c.Close(); fn(c) }()
-			}
-		}()
-		return netip.MustParseAddrPort(ln.Addr().String())
-	}
 	echo := func(c net.Conn) {
 		buf := make([]byte, 64)
 		n, _ := c.Read(buf)
@@ -133,11 +116,11 @@ func TestTCPProbe_Outcomes(t *testing.T) {
 		want   error
 		closed bool
 	}{
-		{"connect only", func(t *testing.T) netip.AddrPort { return serve(t, silent) }, ProbeConfig{Type: ProbeTCP}, nil, false},
+		{"connect only", func(t *testing.T) netip.AddrPort { return serveTCP(t, silent) }, ProbeConfig{Type: ProbeTCP}, nil, false},
 		{"closed port", closedAddr, ProbeConfig{Type: ProbeTCP}, ErrProbeConnect, true},
-		{"send and expect", func(t *testing.T) netip.AddrPort { return serve(t, echo) }, ProbeConfig{Type: ProbeTCP, Request: "PING", Response: "PONG:PING"}, nil, false},
-		{"wrong answer", func(t *testing.T) netip.AddrPort { return serve(t, echo) }, ProbeConfig{Type: ProbeTCP, Request: "PING", Response: "HELLO"}, ErrProbeBody, false},
-		{"no answer", func(t *testing.T) netip.AddrPort { return serve(t, silent) },
+		{"send and expect", func(t *testing.T) netip.AddrPort { return serveTCP(t, echo) }, ProbeConfig{Type: ProbeTCP, Request: "PING", Response: "PONG:PING"}, nil, false},
+		{"wrong answer", func(t *testing.T) netip.AddrPort { return serveTCP(t, echo) }, ProbeConfig{Type: ProbeTCP, Request: "PING", Response: "HELLO"}, ErrProbeBody, false},
+		{"no answer", func(t *testing.T) netip.AddrPort { return serveTCP(t, silent) },
 			ProbeConfig{Type: ProbeTCP, Request: "PING", Response: "PONG", AttemptTimeout: 50 * time.Millisecond}, ErrProbeTimeout, false},
 	}
 	for _, tt := range tests {

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
@@ -85,40 +84,21 @@ func TestBodyReader_Framing(t *testing.T) {
 	}
 }
 
-// oneShotBackend answers every request with a keep-alive response and then
-// closes the connection without saying so: the next request on a pooled
+// oneShot answers one request with a keep-alive response and then closes
+// the connection without saying so: the next request on a pooled
 // connection meets a backend that is gone, as after uvicorn's keep-alive
 // timeout.
-func oneShotBackend(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func oneShot(c net.Conn) {
+	req, err := http.ReadRequest(bufio.NewReader(c))
 	if err != nil {
-		t.Fatal(err)
+		return
 	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				req, err := http.ReadRequest(bufio.NewReader(c))
-				if err != nil {
-					return
-				}
-				_, _ = io.Copy(io.Discard, req.Body)
-				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}")
-			}()
-		}
-	}()
-	return ln.Addr().String()
+	_, _ = io.Copy(io.Discard, req.Body)
+	_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}")
 }
 
 func TestUpstream_AKeepAliveConnectionTheBackendClosedIsRetriedOnANewOne(t *testing.T) {
-	addr := oneShotBackend(t)
-	cfg := singlePool(netip.MustParseAddrPort(addr))
+	cfg := singlePool(serveTCP(t, oneShot))
 	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
 	url, _ := startGateway(t, cfg, Deps{Router: fr})
 	c := testClient(t)
