@@ -81,7 +81,9 @@
 //     Content-Length up to 1 MiB (and not SSE) is read whole and sent with
 //     its head; SSE and bodies of unknown length are streamed, each upstream
 //     read one chunk flushed at once (an SSE event reaches the client as it
-//     arrives; no goroutine per stream or token).
+//     arrives; no goroutine per stream or token). An HTTP/1.0 client, which
+//     cannot read chunks, gets a streamed body whole with a length.
+//     Response trailers are dropped (vLLM sends none).
 //   - Connection-level failures after the first byte abort the client
 //     connection (the server closes it without ending the chunked body); a
 //     stream is never ended as if it were complete.

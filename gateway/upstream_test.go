@@ -158,3 +158,30 @@ func TestListener_UnreadableRequestsGetJSONErrorsAndTheConnectionCloses(t *testi
 		t.Errorf("backend saw %d requests; want 0", n)
 	}
 }
+
+// An HTTP/1.0 client cannot read chunks: a streamed answer reaches it
+// whole, with a Content-Length.
+func TestSinglePool_AnHTTP10ClientGetsAStreamWhole(t *testing.T) {
+	be := newFakeVLLM(t)
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+	c := rawConn(t, url)
+	body := `{"model":"m","prompt":"p","stream":true}`
+	if _, err := io.WriteString(c, "POST /v1/completions HTTP/1.0\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodPost})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 || len(resp.TransferEncoding) != 0 || resp.ContentLength != int64(len(got)) {
+		t.Fatalf("status %d, transfer encoding %v, length %d, %d bytes read (%v); want 200 with a Content-Length",
+			resp.StatusCode, resp.TransferEncoding, resp.ContentLength, len(got), err)
+	}
+	if events, _ := sseEvents(t, strings.NewReader(string(got))); len(events) != 4 || events[3] != "[DONE]" {
+		t.Errorf("events %q; want 3 and [DONE]", events)
+	}
+	fr.checkTicketsClosed(t, 1)
+}
