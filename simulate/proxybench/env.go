@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/llbproject/llb/gateway"
 	"github.com/llbproject/llb/simulate/harness"
 )
 
@@ -33,9 +34,10 @@ type env struct {
 	haproxy *exec.Cmd
 	sseSrv  *http.Server
 	llbd    *harness.Daemon
-	llbdLog *harness.Daemon // nil unless cfg.AccessLog
-	debug   string          // llbd's --debug-listen address ("" without a profile)
-	logs    []*os.File      // the tools' output files
+	llbdLog *harness.Daemon   // nil unless cfg.AccessLog
+	plane   *gateway.Listener // the data plane alone, in this process
+	debug   string            // llbd's --debug-listen address ("" without a profile)
+	logs    []*os.File        // the tools' output files
 }
 
 func startEnv(ctx context.Context, cfg *Config, dir string, a addrs) (e *env, err error) {
@@ -79,8 +81,14 @@ func startEnv(ctx context.Context, cfg *Config, dir string, a addrs) (e *env, er
 	if err = e.rule(ctx, e.llbd, a.llbdSSE, a.sse); err != nil {
 		return e, err
 	}
+	if e.plane, err = startDataPlane(a.dataPlane, a.nginx); err != nil {
+		return e, err
+	}
+	if err = waitHTTP(ctx, "http://"+a.dataPlane+"/v1/completions", requestBody); err != nil {
+		return e, err
+	}
 	if cfg.AccessLog {
-		if e.llbdLog, err = e.startLLBD(ctx, "llbd-log", "info", nil); err != nil {
+		if e.llbdLog, err = e.startLLBD(ctx, "llbd-log", "info", []string{"--access-log"}); err != nil {
 			return e, err
 		}
 		if err = e.rule(ctx, e.llbdLog, a.llbdLog, a.nginx); err != nil {
@@ -91,6 +99,9 @@ func startEnv(ctx context.Context, cfg *Config, dir string, a addrs) (e *env, er
 }
 
 func (e *env) stop() {
+	if e.plane != nil {
+		_ = e.plane.Close()
+	}
 	if e.llbd != nil {
 		_ = e.llbd.Stop(10 * time.Second)
 	}

@@ -5,8 +5,10 @@
 //     nginx answering a fixed ~210-byte completion, directly, through
 //     HAProxy 2.6 (roundrobin, http-reuse always) and through llbd (a
 //     single-pool RR rule created over REST; optionally a second llbd with
-//     its per-request access log on), in interleaved rounds; req/s, p50,
-//     p99, CPU per request and the ratios to HAProxy, from the medians;
+//     its per-request access log on) and through llbd's data plane alone
+//     (its gateway in this process, with a router that answers at once), in
+//     interleaved rounds; req/s, p50, p99, CPU per request and the ratios to
+//     HAProxy, from the medians;
 //   - added latency: llbd minus direct at a fixed moderate rate, open loop
 //     (a request is sent at its scheduled time whether or not earlier ones
 //     returned, and its latency counts from that time);
@@ -67,7 +69,7 @@ type Config struct {
 	// ProfileDir, when set, receives a CPU profile of llbd taken during
 	// its first throughput run (llbd.pprof).
 	ProfileDir string
-	// BasePort is the first of six ports used on 127.0.0.21–25 [18000].
+	// BasePort is the first of seven ports used on 127.0.0.21–26 [18000].
 	BasePort int
 	// Progress receives one line per step (nil: none).
 	Progress io.Writer
@@ -106,7 +108,7 @@ func (c *Config) Validate() error {
 	if c.LLBD == "" {
 		errs = append(errs, fmt.Errorf("the llbd binary is required: %w", ErrConfig))
 	}
-	if c.BasePort < 0 || c.BasePort > 65535-6 {
+	if c.BasePort < 0 || c.BasePort > 65535-7 {
 		errs = append(errs, fmt.Errorf("base port %d is out of range: %w", c.BasePort, ErrConfig))
 	}
 	return errors.Join(errs...)
@@ -115,7 +117,7 @@ func (c *Config) Validate() error {
 // Addresses of the run (loopback addresses of their own, so the ports can
 // be the same for every process).
 type addrs struct {
-	nginx, haproxy, llbd, llbdLog, sse, llbdSSE string
+	nginx, haproxy, llbd, llbdLog, sse, llbdSSE, dataPlane string
 }
 
 func newAddrs(base int) addrs {
@@ -127,12 +129,15 @@ func newAddrs(base int) addrs {
 		llbdLog: at("127.0.0.24", 3),
 		sse:     at("127.0.0.25", 4),
 		llbdSSE: at("127.0.0.23", 5),
+		// The data plane alone listens in this process.
+		dataPlane: at("127.0.0.26", 6),
 	}
 }
 
 // Result is everything a run measured.
 type Result struct {
-	// Paths are the throughput results: direct, haproxy, llbd and, with
+	// Paths are the throughput results: direct, haproxy, llbd, dataplane
+	// (llbd's gateway alone, with a router that answers at once) and, with
 	// AccessLog, llbd+log.
 	Paths []PathResult
 	// Rate is the added latency at a fixed rate.
@@ -174,7 +179,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		dir = d
 	}
 	a := newAddrs(cfg.BasePort)
-	for _, ad := range []string{a.nginx, a.haproxy, a.llbd, a.llbdLog, a.sse, a.llbdSSE} {
+	for _, ad := range []string{a.nginx, a.haproxy, a.llbd, a.llbdLog, a.sse, a.llbdSSE, a.dataPlane} {
 		ln, err := net.Listen("tcp", ad)
 		if err != nil {
 			return nil, fmt.Errorf("address %s is busy (choose another --base-port): %w", ad, ErrConfig)

@@ -69,8 +69,10 @@ func label(name string) string {
 		return "HAProxy (roundrobin, http-reuse always)"
 	case "llbd":
 		return "llbd (single-pool RR rule)"
+	case "dataplane":
+		return "llbd's data plane alone (instant router, in-process)"
 	case "llbd+log":
-		return "llbd with its access log (--log-level info)"
+		return "llbd with its access log (--access-log)"
 	}
 	return name
 }

@@ -29,7 +29,7 @@ type WrkRun struct {
 
 // PathResult is one path's throughput result: the median of its rounds.
 type PathResult struct {
-	// Name is "direct", "haproxy", "llbd" or "llbd+log".
+	// Name is "direct", "haproxy", "llbd", "dataplane" or "llbd+log".
 	Name string
 	// Median of the rounds (each figure's own median).
 	ReqPerSec float64
@@ -52,6 +52,7 @@ func (e *env) targets() []target {
 		{name: "direct", url: "http://" + e.a.nginx + "/v1/completions"},
 		{name: "haproxy", url: "http://" + e.a.haproxy + "/v1/completions", cpu: func() time.Duration { return pidCPU(e.haproxy) }},
 		{name: "llbd", url: "http://" + e.a.llbd + "/v1/completions", cpu: e.llbd.CPU},
+		{name: "dataplane", url: "http://" + e.a.dataPlane + "/v1/completions", cpu: selfCPU},
 	}
 	if e.llbdLog != nil {
 		ts = append(ts, target{name: "llbd+log", url: "http://" + e.a.llbdLog + "/v1/completions", cpu: e.llbdLog.CPU})
