@@ -44,7 +44,7 @@ type clientConn struct {
 // it only for exchanges that outlive this delay keeps short requests free
 // of it, and an inference request that runs longer is cancelled within
 // microseconds of its client leaving.
-const clientWatchDelay = 50 * time.Millisecond
+const clientWatchDelay = 200 * time.Millisecond
 
 // h2Preface is the start of the HTTP/2 connection preface (RFC 9113 §3.4):
 // a connection that opens with it speaks h2c with prior knowledge.

@@ -55,7 +55,7 @@
 //     connection is then closed, so the backend sees the request go.
 //   - A departing HTTP/1.1 client is noticed by a watch that peeks at its
 //     socket (MSG_PEEK: nothing is consumed), started only for exchanges
-//     still running after 50 ms — inference requests, not the short ones —
+//     still running after 200 ms — inference requests, not the short ones —
 //     in a goroutine that ends with the exchange. After a body byte went
 //     out a failed write also tells.
 //   - Exchanges, parsed requests, buffers and relay state are pooled; per
