@@ -143,7 +143,7 @@ const inlineBody = 4 << 10
 
 // send writes the request (head and body in one system call) on a pooled or
 // new connection to the leg's endpoint and reads the response head into
-// dst. A failure before any response byte on a reused connection — the
+// dst. head is the exchange's scratch buffer. A failure before any response byte on a reused connection — the
 // backend closing an idle keep-alive connection as the request went out —
 // is retried once on a new connection. On success the leg holds the
 // connection; end releases it.
@@ -167,8 +167,12 @@ func (l *leg) send(head, body []byte, dst *fasthttp.ResponseHeader) error {
 		l.arm(now)
 		if len(body) <= inlineBody {
 			// One write of head and body copied together costs less than
-			// a writev for small bodies.
-			_, err = c.nc.Write(append(head, body...))
+			// a writev for small bodies. The copy goes behind the head in
+			// the exchange's scratch buffer, which keeps what it grew to.
+			buf := append(head, body...)
+			head = buf[:len(head)]
+			x.scratch = head
+			_, err = c.nc.Write(buf)
 		} else {
 			x.iovArr = [2][]byte{head, body}
 			x.iov = x.iovArr[:]
