@@ -46,6 +46,13 @@ type cancelMsg struct{ id uint64 }
 // reportMsg carries Service.Report.
 type reportMsg struct{ o Outcome }
 
+// concludeMsg carries Service.Conclude: a leg's outcome and its ticket's
+// end in one message.
+type concludeMsg struct {
+	o   Outcome
+	res Result
+}
+
 // finishMsg carries Service.Finish.
 type finishMsg struct {
 	t   Ticket

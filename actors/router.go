@@ -52,6 +52,9 @@ func (a *routerActor) Receive(ctx actor.Context) {
 		c.report(m.o)
 	case finishMsg:
 		c.finish(m.t, m.res)
+	case concludeMsg:
+		c.report(m.o)
+		c.finish(m.o.Ticket, m.res)
 	case cancelMsg:
 		c.cancel(m.id)
 	case resumeMsg:

@@ -323,6 +323,12 @@ func (svc *Service) Route(ctx context.Context, rr *RouteRequest) (Route, error) 
 // Report implements Router.
 func (svc *Service) Report(o Outcome) { svc.root.Send(svc.router, reportMsg{o: o}) }
 
+// Conclude reports a ticket's last leg and finishes the ticket, as Report
+// then Finish do, in one message to the router.
+func (svc *Service) Conclude(o Outcome, res Result) {
+	svc.root.Send(svc.router, concludeMsg{o: o, res: res})
+}
+
 // Finish implements Router.
 func (svc *Service) Finish(t Ticket, res Result) {
 	svc.root.Send(svc.router, finishMsg{t: t, res: res})

@@ -275,6 +275,35 @@ func TestService_BreakerOpensOnConnectFailuresThenHalfOpens(t *testing.T) {
 	waitBreaker0(t, svc, time.Second, BreakerClosed)
 }
 
+func TestService_ConcludeIsReportThenFinish(t *testing.T) {
+	sys := newTestSystem(t)
+	cfg := *poolConfig(2, ladder.SelRR)
+	cfg.Breaker = BreakerConfig{Enabled: true, Threshold: 3, OpenFor: time.Minute}
+	svc := startService(t, sys, cfg)
+	for failed := 0; failed < 3; {
+		rt := route(t, svc, &RouteRequest{})
+		if rt.Decision.Prefill == 0 {
+			svc.Conclude(Outcome{Ticket: rt.Ticket, Leg: LegSingle, Failure: FailConnect}, Result{})
+			failed++
+		} else {
+			svc.Conclude(Outcome{Ticket: rt.Ticket, Leg: LegSingle, Status: 200}, Result{OK: true})
+		}
+	}
+	waitBreaker0(t, svc, time.Second, BreakerOpen) // the outcomes were reported
+	eventually(t, time.Second, "every ticket finished", func() bool {
+		st, ok := svc.Status(time.Second)
+		if !ok || st.InFlight != 0 {
+			return false
+		}
+		for _, e := range st.Endpoints {
+			if e.ActiveConns != 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 func TestService_ParkHoldsThenResumesOrTimesOut(t *testing.T) {
 	sys := newTestSystem(t)
 	cfg := *pdConfig(1, 1, admissionEnv(1, 8, 0))

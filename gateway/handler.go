@@ -332,6 +332,25 @@ func (h *Handler) methodNotAllowed(x *exchange, allow string) {
 	h.fail(x, requestError(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "", "this path accepts "+allow))
 }
 
+// concluder is a router that takes a leg's outcome and its ticket's end in
+// one message (actors.Service, through the runtime's swapRouter).
+type concluder interface {
+	Conclude(o actors.Outcome, res actors.Result)
+}
+
+// conclude reports o, the ticket's last leg, and finishes the ticket.
+func (h *Handler) conclude(x *exchange, o actors.Outcome, res actors.Result) {
+	if c, ok := h.router.(concluder); ok {
+		c.Conclude(o, res)
+		if x.ticket.ID == o.Ticket.ID {
+			x.ticket = actors.Ticket{}
+		}
+		return
+	}
+	h.router.Report(o)
+	h.finish(x, o.Ticket, res)
+}
+
 // finish ends ticket t once and forgets it.
 func (h *Handler) finish(x *exchange, t actors.Ticket, res actors.Result) {
 	h.router.Finish(t, res)

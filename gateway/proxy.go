@@ -75,8 +75,7 @@ func (h *Handler) legIdle() time.Duration {
 // cut it).
 func (h *Handler) legFailed(x *exchange, t actors.Ticket, kind actors.Leg, ep int,
 	fail actors.Failure, cause failCause, err error, took time.Duration, canRetry bool) attempt {
-	h.router.Report(actors.Outcome{Ticket: t, Leg: kind, Failure: fail, Duration: took})
-	h.finish(x, t, actors.Result{})
+	h.conclude(x, actors.Outcome{Ticket: t, Leg: kind, Failure: fail, Duration: took}, actors.Result{})
 	if kind == actors.LegDecode && fail != actors.FailClientGone {
 		h.met.decodeDied.Inc()
 	}

@@ -600,6 +600,13 @@ func (s *swapRouter) Report(o actors.Outcome) {
 	}
 }
 
+// Conclude implements concluder: Report and Finish in one message.
+func (s *swapRouter) Conclude(o actors.Outcome, res actors.Result) {
+	if svc, err := s.current(context.Background()); err == nil {
+		svc.Conclude(o, res)
+	}
+}
+
 // Finish implements actors.Router.
 func (s *swapRouter) Finish(t actors.Ticket, res actors.Result) {
 	if svc, err := s.current(context.Background()); err == nil {

@@ -155,6 +155,6 @@ func (s *relayStream) finish(fail actors.Failure) {
 	if s.decode && !s.firstByte.IsZero() {
 		h.met.decodeTTFT.Update(seconds(s.firstByte.Sub(s.lg.start)))
 	}
-	h.router.Report(actors.Outcome{Ticket: s.ticket, Leg: s.lg.kind, Status: s.status, Failure: fail, TTFB: s.ttfb, Duration: time.Since(s.lg.start)})
-	h.finish(x, s.ticket, actors.Result{OK: fail == actors.FailNone && s.status/100 == 2})
+	h.conclude(x, actors.Outcome{Ticket: s.ticket, Leg: s.lg.kind, Status: s.status, Failure: fail, TTFB: s.ttfb, Duration: time.Since(s.lg.start)},
+		actors.Result{OK: fail == actors.FailNone && s.status/100 == 2})
 }
