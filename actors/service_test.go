@@ -278,7 +278,7 @@ func TestService_BreakerOpensOnConnectFailuresThenHalfOpens(t *testing.T) {
 func TestService_ConcludeIsReportThenFinish(t *testing.T) {
 	sys := newTestSystem(t)
 	cfg := *poolConfig(2, ladder.SelRR)
-	cfg.Breaker = BreakerConfig{Enabled: true, Threshold: 3, OpenFor: time.Minute}
+	cfg.Rule.Breaker = rule.Breaker{Enabled: true, Threshold: 3, OpenFor: time.Minute}
 	svc := startService(t, sys, cfg)
 	for failed := 0; failed < 3; {
 		rt := route(t, svc, &RouteRequest{})
