@@ -103,6 +103,7 @@ func newListener(h *Handler) *Listener {
 		NoDefaultServerHeader:        true,
 		NoDefaultContentType:         true,
 		DisablePreParseMultipartForm: true,
+		LazyRequestTime:              true, // the handler keeps its own clock
 		Logger:                       fastLogger{l.log},
 	}
 	var protos http.Protocols
