@@ -56,6 +56,9 @@ type Listener struct {
 	base   context.Context
 	cancel context.CancelCauseFunc // cuts every request with errCut
 	log    zerolog.Logger
+	// acceptLog rate-limits the accept loop's errors (out of file
+	// descriptors, it retries every few milliseconds to a second).
+	acceptLog *serverErrorLog
 
 	stopping atomic.Bool
 	connWG   sync.WaitGroup // goroutines serving HTTP/1.1 connections
@@ -87,6 +90,7 @@ func newListener(h *Handler) *Listener {
 	l := &Listener{addr: netip.AddrPortFrom(h.cfg.VIP, h.cfg.Port), base: base, cancel: cancel, log: h.log,
 		done: make(chan struct{}), conns: map[*clientConn]struct{}{}}
 	l.h.Store(h)
+	l.acceptLog = &serverErrorLog{log: l.log}
 	l.fast = &fasthttp.Server{
 		Handler: func(rc *fasthttp.RequestCtx) {
 			l.h.Load().serveFast(rc, rc.Conn().(*clientConn), l.stopping.Load())
@@ -169,7 +173,7 @@ func (l *Listener) accept(ln net.Listener) {
 				// Out of file descriptors or a transient kernel error: wait
 				// and retry, as net/http does.
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				l.log.Warn().Err(err).Dur("retry_in", backoff).Msg("accept failed")
+				_, _ = fmt.Fprintf(l.acceptLog, "accept error: %v; retrying in %v", err, backoff)
 				time.Sleep(backoff)
 				continue
 			}
