@@ -244,9 +244,13 @@ func (h *Handler) serveFast(rc *fasthttp.RequestCtx, cc *clientConn, stopping bo
 		_ = rc.SetWriteDeadline(x.deadline)
 		return
 	}
-	aborted := x.aborted
+	// No answer for a cut request, nor for a client taken for gone (it may
+	// only have shut its write side): close the connection rather than let
+	// the server send its default, an empty 200, for a request nobody
+	// served.
+	drop := x.aborted || x.status == StatusClientGone
 	h.done(x)
-	if aborted {
+	if drop {
 		_ = cc.Conn.Close()
 	}
 }

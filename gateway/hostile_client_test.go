@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/ladder"
 )
 
@@ -206,5 +207,36 @@ func TestHandler_AnHTTP10RequestClosesItsConnection(t *testing.T) {
 	got := readAnswer(t, c)
 	if n := strings.Count(got, "HTTP/1."); n != 1 {
 		t.Fatalf("%d answers on one HTTP/1.0 connection with Transfer-Encoding; want 1, then close:\n%s", n, got)
+	}
+}
+
+// A complete request whose client shuts its write side while llb waits on
+// a slow backend: the departure watch takes the client for gone and the
+// leg is cancelled; the client may get nothing, but never an empty 200.
+func TestHandler_AHalfClosedClientOfASlowRequestNeverGetsAnEmpty200(t *testing.T) {
+	be := newFakeVLLM(t)
+	be.answer = func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+			_, _ = io.WriteString(w, `{"late":true}`)
+		}
+	}
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+	c := rawConn(t, url)
+	body := `{"model":"m","prompt":"p","max_tokens":1}`
+	if _, err := io.WriteString(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "+
+		strconv.Itoa(len(body))+"\r\n\r\n"+body); err != nil {
+		t.Fatal(err)
+	}
+	<-be.got // the request is at the backend before the client half-closes
+	_ = c.(*net.TCPConn).CloseWrite()
+	if got := readAnswer(t, c); strings.HasPrefix(got, "HTTP/1.1 200") {
+		t.Fatalf("answered %q; want the connection closed, never a 200", got)
+	}
+	fr.checkTicketsClosed(t, 1)
+	if _, outcomes, _ := fr.snapshot(); len(outcomes) != 1 || outcomes[0].Failure != actors.FailClientGone {
+		t.Errorf("outcomes %+v; want the leg reported client-gone", outcomes)
 	}
 }

@@ -108,6 +108,7 @@ func newListener(h *Handler) *Listener {
 		NoDefaultContentType:         true,
 		DisablePreParseMultipartForm: true,
 		LazyRequestTime:              true, // the handler keeps its own clock
+		SecureErrorLogMessage:        true, // parse errors do not echo the request's bytes
 		Logger:                       fastLogger{l.log},
 	}
 	var protos http.Protocols

@@ -88,8 +88,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // stream) and ends the exchange.
 func (h *Handler) writeNetHTTP(w http.ResponseWriter, x *exchange) {
 	if x.status == StatusClientGone && x.stream == nil {
+		// Never net/http's default answer (an empty 200) for a request
+		// nobody served: reset the stream.
 		h.done(x)
-		return
+		panic(http.ErrAbortHandler)
 	}
 	out := x.out
 	hdr := w.Header()
