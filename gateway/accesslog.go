@@ -76,7 +76,7 @@ func (h *Handler) record(x *exchange) {
 	}
 	var buf [320]byte
 	e.Bytes(logfield.Method, x.in.Header.Method()).
-		Bytes(logfield.Path, x.in.URI().Path()).
+		Bytes(logfield.Path, x.in.URI().PathOriginal()).
 		Str(logfield.Remote, x.remote).
 		Str(logfield.API, x.api).
 		Int(logfield.Status, x.status).

@@ -304,8 +304,20 @@ func (h *Handler) serve(x *exchange) {
 		h.fail(x, e)
 		return
 	}
+	if proto := x.in.Header.Protocol(); string(proto) != "HTTP/1.1" && string(proto) != "HTTP/1.0" {
+		// fasthttp serves a request line naming HTTP/2.0 or HTTP/9.9 as
+		// HTTP/1.0; net/http answers 505, and so does llb.
+		x.api = "unknown"
+		x.out.SetConnectionClose()
+		h.fail(x, requestError(http.StatusHTTPVersionNotSupported, CodeBadRequest, "",
+			"this listener speaks HTTP/1.0, HTTP/1.1 and h2c with prior knowledge; not "+string(proto)))
+		return
+	}
 	method := x.in.Header.Method()
-	switch path := x.in.URI().Path(); string(path) {
+	// Routed on the path as sent: "//v1/models" or "/v1/../v1/completions"
+	// are not the API's paths (fasthttp's Path() would clean them, and the
+	// backend would see the raw form).
+	switch path := x.in.URI().PathOriginal(); string(path) {
 	case PathCompletions, PathChatCompletions:
 		kind := KindCompletion
 		if string(path) == PathChatCompletions {

@@ -260,7 +260,7 @@ func (l *Listener) requestError(rc *fasthttp.RequestCtx, err error) {
 	}
 	x.out.Header.SetNoDefaultContentType(true)
 	var small *fasthttp.ErrSmallBuffer
-	switch path := string(x.in.URI().Path()); path {
+	switch path := string(x.in.URI().PathOriginal()); path {
 	case PathCompletions:
 		x.api = KindCompletion.String()
 	case PathChatCompletions:

@@ -185,3 +185,45 @@ func TestSinglePool_AnHTTP10ClientGetsAStreamWhole(t *testing.T) {
 	}
 	fr.checkTicketsClosed(t, 1)
 }
+
+// Requests fasthttp would serve but net/http refuses, refused the same way:
+// a request line naming another HTTP version (505, closed), and paths the
+// API does not have in their raw form (fasthttp's Path() cleans "//" and
+// "..", and the backend would get the raw one).
+func TestListener_RefusesOtherVersionsAndUncleanPaths(t *testing.T) {
+	be := newFakeVLLM(t)
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+	tests := []struct {
+		name       string
+		raw        string
+		wantStatus int
+		wantCode   string
+	}{
+		{"HTTP/2.0 request line", "GET /v1/models HTTP/2.0\r\nHost: x\r\n\r\n", http.StatusHTTPVersionNotSupported, CodeBadRequest},
+		{"HTTP/9.9 request line", "GET /v1/models HTTP/9.9\r\nHost: x\r\n\r\n", http.StatusHTTPVersionNotSupported, CodeBadRequest},
+		{"doubled slash", "GET //v1/models HTTP/1.1\r\nHost: x\r\n\r\n", http.StatusNotFound, CodeUnknownURL},
+		{"dot segments", "POST /v1/../v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", http.StatusNotFound, CodeUnknownURL},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := rawConn(t, url)
+			if _, err := io.WriteString(c, tt.raw); err != nil {
+				t.Fatal(err)
+			}
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if e := decodeError(t, body); resp.StatusCode != tt.wantStatus || e.Error.Code != tt.wantCode {
+				t.Errorf("got %d %s; want %d %s", resp.StatusCode, e.Error.Code, tt.wantStatus, tt.wantCode)
+			}
+		})
+	}
+	if n := len(be.requests()); n != 0 {
+		t.Errorf("backend saw %d requests; want 0", n)
+	}
+}

