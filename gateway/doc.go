@@ -97,7 +97,11 @@
 //     408, a head over 16 KiB 431, malformed HTTP 400. A request with both
 //     Transfer-Encoding and Content-Length is answered, then its connection
 //     closed (RFC 9112 §6.1), so a request pipelined behind it is never
-//     served.
+//     served; an HTTP/1.0 request with Transfer-Encoding is refused; a
+//     request line naming another HTTP version gets 505. Requests are routed
+//     on their path as sent ("//v1/models" is not "/v1/models").
+//   - A client taken for gone (it may only have shut its write side) gets
+//     its connection closed, never an answer for a request nobody served.
 //   - Tier 1.5 tokenizes through inventory.Tokenizer with the request's own
 //     form (completion prompt or chat messages plus template inputs) and
 //     hashes with the rule's inventory.ChainHasher; token-id prompts are
