@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync/atomic"
@@ -306,8 +307,13 @@ func (f *Feed) redial(sub *zmq.Socket, now time.Time) {
 // drain reads the messages already queued on the SUB socket.
 func (f *Feed) drain(ctx context.Context, zctx *zmq.Context, sub *zmq.Socket) {
 	for n := 0; n < maxDrain && ctx.Err() == nil; n++ {
-		parts, err := sub.RecvMessageBytes(zmq.DONTWAIT)
-		if err != nil {
+		parts, err := recvMessage(sub, zmq.DONTWAIT)
+		switch {
+		case errors.Is(err, ErrMalformed): // consumed and dropped; read on
+			f.recvErrs.Inc()
+			f.malformed("malformed kv event message dropped", err)
+			continue
+		case err != nil:
 			if zmq.AsErrno(err) != zmq.Errno(syscall.EAGAIN) {
 				f.recvErrs.Inc()
 				f.malformed("receive failed", err)
