@@ -22,7 +22,8 @@ import (
 //	                         role=prefill|decode|none [w=N] [backup] [addr=A]
 //	view                     replaces every view; input lines
 //	                         "<ep> conns=N queued=N swap=N cap=N inv=N
-//	                         overlap=N parked=N weight=N ctrl=S down cb drain"
+//	                         overlap=N offloaded=N parked=N weight=N ctrl=S
+//	                         down cb drain distrust"
 //	set                      same line format, updates only the named fields
 //	decide [key=K] [pin=P,D] [blocks=N] [tokens=N] [guard=R] [now=N]
 //	       [prefix=H] [conv=H] [client=H] [ckey=K] [total=N] [repeat=N]
@@ -84,6 +85,9 @@ func (st *goldenState) run(t *testing.T, d *datadriven.TestData) string {
 		fmt.Fprintf(&b, "mode=%s factor=%d lambda=%d headroom=%d max_seqs=%d relief=%s seed_n=%d cold_min=%d min_match=%d inflight=%d depth=%d park=%s total=%d origin_err=%d\n",
 			env.LBMode, env.MeanLoadFactorPct, env.LoadPenalty, env.HeadroomPct, env.MaxNumSeqs, env.SpillRelief, env.ColdStartSeedN, env.ColdStartMinBlocks,
 			env.MinMatchTokens, env.MaxInflightPerEP, env.QueueDepthPerEP, env.MaxPark, env.MaxTotalInflight, env.OriginErrThreshold)
+		if def := DefaultEnv(); env.OffloadWeightPct != def.OffloadWeightPct || env.PredictionDemote != def.PredictionDemote {
+			fmt.Fprintf(&b, "offload_weight=%d prediction_demote=%v\n", env.OffloadWeightPct, env.PredictionDemote)
+		}
 		return b.String() + st.rebuild()
 	case "rule":
 		st.svc = ServiceSpec{Name: "golden", BalanceAbsThreshold: DefaultBalanceAbsThreshold}
@@ -243,6 +247,10 @@ func (st *goldenState) applyView(t *testing.T, d *datadriven.TestData, v *Endpoi
 			v.InventoryBlocks = uint32(atoi(t, d, val))
 		case "overlap":
 			v.Overlap = uint32(atoi(t, d, val))
+		case "offloaded":
+			v.OverlapOffloaded = uint32(atoi(t, d, val))
+		case "distrust":
+			v.KVDistrusted = val != "false"
 		case "parked":
 			v.Parked = uint32(atoi(t, d, val))
 		case "weight":

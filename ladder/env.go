@@ -115,6 +115,8 @@ const (
 	EnvMaxParkSec         = "LLB_PD_MAX_PARK_SEC"
 	EnvMaxTotalInflight   = "LLB_PD_MAX_TOTAL_INFLIGHT"
 	EnvOriginErrThreshold = "LLB_PD_ORIGIN_ERR_THRESHOLD"
+	EnvOffloadWeightPct   = "LLB_KV_OFFLOAD_WEIGHT_PCT"
+	EnvPredictionDemote   = "LLB_KV_PREDICTION_DEMOTE"
 )
 
 // Env holds the process-wide routing knobs, parsed once at start by ParseEnv
@@ -181,6 +183,19 @@ type Env struct {
 	// 5xx responses that open an enabled breaker. Default 3, 0 disables,
 	// range 0–1000. Consumed by the breaker actor, not by Decide.
 	OriginErrThreshold uint32
+	// OffloadWeightPct is LLB_KV_OFFLOAD_WEIGHT_PCT: what a prefix block held
+	// only in an offload tier (CPU memory) is worth to Tier 1.5, in percent
+	// of a block in GPU memory (EndpointView.OverlapOffloaded). Default 80
+	// (llm-d's "cpu" backend weight 0.8), range 0–100; 100 counts offloaded
+	// blocks as GPU blocks, 0 ignores them.
+	OffloadWeightPct uint32
+	// PredictionDemote is LLB_KV_PREDICTION_DEMOTE: when on (the default), an
+	// endpoint whose cache predictions keep disagreeing with the cached
+	// tokens its engine reports is demoted from Tier 1.5
+	// (EndpointView.KVDistrusted) until they agree again. Off keeps the
+	// metrics and the warning but never demotes. Consumed by the router
+	// actor, not by Decide.
+	PredictionDemote bool
 }
 
 // DefaultEnv returns the out-of-box knob values (what an empty environment
@@ -197,6 +212,8 @@ func DefaultEnv() Env {
 		HeadroomPct:        100,
 		MaxNumSeqs:         256,
 		OriginErrThreshold: 3,
+		OffloadWeightPct:   80,
+		PredictionDemote:   true,
 	}
 }
 
@@ -242,6 +259,9 @@ func (e *Env) Validate() error {
 	}
 	if e.OriginErrThreshold > 1000 {
 		bad(EnvOriginErrThreshold, e.OriginErrThreshold, "want an integer 0–1000")
+	}
+	if e.OffloadWeightPct > 100 {
+		bad(EnvOffloadWeightPct, e.OffloadWeightPct, "want an integer 0–100")
 	}
 	return errors.Join(errs...)
 }
@@ -338,6 +358,15 @@ func ParseEnv(getenv func(string) string) (Env, []string, error) {
 	env.MaxPark = time.Duration(parkSec) * time.Second
 	uintVar(EnvMaxTotalInflight, 0, 1999999999, &env.MaxTotalInflight)
 	u32(EnvOriginErrThreshold, 0, 1000, &env.OriginErrThreshold)
+	u32(EnvOffloadWeightPct, 0, 100, &env.OffloadWeightPct)
+	if v := get(EnvPredictionDemote); v != "" {
+		on, ok := parseBool(v)
+		if !ok {
+			errs = append(errs, &EnvError{Var: EnvPredictionDemote, Value: v, Problem: "want 1/true/on/yes or 0/false/off/no"})
+		} else {
+			env.PredictionDemote = on
+		}
+	}
 
 	return env, warns, errors.Join(errs...)
 }

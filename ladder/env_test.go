@@ -21,7 +21,7 @@ func TestParseEnv_EmptyGivesDefaults(t *testing.T) {
 	}
 	want := Env{LBMode: LBHeadroom, MeanLoadFactorPct: 175, LoadPenalty: 32, SpillRelief: TriAuto,
 		ColdStartMinBlocks: 16, ColdStartSeedN: 16, MinMatchTokens: 16, HeadroomPct: 100, MaxNumSeqs: 256,
-		OriginErrThreshold: 3}
+		OriginErrThreshold: 3, OffloadWeightPct: 80, PredictionDemote: true}
 	if got != want {
 		t.Fatalf("defaults = %+v; want %+v", got, want)
 	}
@@ -63,6 +63,9 @@ func TestParseEnv_EachVariable(t *testing.T) {
 		{"headroom 0", map[string]string{EnvHeadroomPct: "0"}, func(e *Env) { e.HeadroomPct = 0 }},
 		{"headroom 50", map[string]string{EnvHeadroomPct: "50"}, func(e *Env) { e.HeadroomPct = 50 }},
 		{"max num seqs 1024", map[string]string{EnvMaxNumSeqs: "1024"}, func(e *Env) { e.MaxNumSeqs = 1024 }},
+		{"offload weight 0 ignores cpu blocks", map[string]string{EnvOffloadWeightPct: "0"}, func(e *Env) { e.OffloadWeightPct = 0 }},
+		{"offload weight 100 counts them as gpu", map[string]string{EnvOffloadWeightPct: "100"}, func(e *Env) { e.OffloadWeightPct = 100 }},
+		{"prediction demote off", map[string]string{EnvPredictionDemote: "off"}, func(e *Env) { e.PredictionDemote = false }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -126,6 +129,8 @@ func TestParseEnv_RejectsOutOfRangeNamingTheVariable(t *testing.T) {
 		{"headroom garbage", EnvHeadroomPct, "half"},
 		{"max num seqs zero", EnvMaxNumSeqs, "0"},
 		{"max num seqs above", EnvMaxNumSeqs, "65536"},
+		{"offload weight above", EnvOffloadWeightPct, "101"},
+		{"prediction demote garbage", EnvPredictionDemote, "sometimes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

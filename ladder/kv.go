@@ -47,11 +47,7 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 		promptBlocks = req.KV.PromptTokens / r.svc.blockSize()
 	}
 	overlap := func(i int) uint32 {
-		o := views[i].Overlap
-		if promptBlocks > 0 && o > promptBlocks {
-			o = promptBlocks
-		}
-		return o
+		return effectiveOverlap(&views[i], promptBlocks, r.offloadPct)
 	}
 
 	r.effectiveCapacities(views, set)
@@ -87,7 +83,7 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 		if !inventory {
 			d.Trace.add(Tier15, ReasonEmptyInventory)
 		} else {
-			d.Trace.add(Tier15, ReasonNoOverlap)
+			d.Trace.add(Tier15, noCandidateReason(views, set))
 		}
 		return -1
 	}
@@ -200,4 +196,49 @@ func (r *Router) followPending(now time.Time, req *Request, views []EndpointView
 		return -1, false
 	}
 	return ep, true
+}
+
+// effectiveOverlap is the overlap Tier 1.5 ranks an endpoint by, in blocks:
+//
+//	o    = min(Overlap, promptBlocks)          (promptBlocks 0: no clamp)
+//	off  = min(OverlapOffloaded, o)            blocks only in an offload tier
+//	eff  = (o − off) + ⌊off · w / 100⌋         w = Env.OffloadWeightPct
+//	eff  = 0 when the endpoint is KVDistrusted
+//
+// A block the engine must load from CPU memory is worth w % of one already
+// in GPU memory (llm-d's tiered scorer weighs its "cpu" backend 0.8 against
+// "gpu" 1.0 and defaults w to 80 likewise). The floor makes a prefix held
+// only in CPU memory rank strictly below an equally long GPU prefix, and a
+// single offloaded block count nothing while w < 100.
+func effectiveOverlap(v *EndpointView, promptBlocks uint32, w uint32) uint32 {
+	if v.KVDistrusted {
+		return 0
+	}
+	o := v.Overlap
+	if promptBlocks > 0 && o > promptBlocks {
+		o = promptBlocks
+	}
+	off := min(v.OverlapOffloaded, o)
+	return o - off + uint32(uint64(off)*uint64(w)/100)
+}
+
+// noCandidateReason says why no eligible endpoint had a usable overlap:
+// prediction_mismatch when a demoted (KVDistrusted) endpoint held one, or
+// when every eligible endpoint is demoted; no_overlap otherwise.
+func noCandidateReason(views []EndpointView, set EndpointSet) Reason {
+	all := true
+	for i := set.next(0); i >= 0; i = set.next(i + 1) {
+		v := &views[i]
+		if !v.KVDistrusted {
+			all = false
+			continue
+		}
+		if v.Overlap > 0 {
+			return ReasonPredictionMismatch
+		}
+	}
+	if all {
+		return ReasonPredictionMismatch
+	}
+	return ReasonNoOverlap
 }

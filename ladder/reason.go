@@ -41,6 +41,10 @@ const (
 	ReasonEmptyInventory // no candidate holds any block
 	ReasonNoOverlap      // every candidate's overlap is 0 (a genuine miss)
 	ReasonMinMatch       // best overlap is below LLB_KV_MIN_MATCH_TOKENS
+	// ReasonPredictionMismatch: the endpoints whose overlap would have
+	// decided are demoted (EndpointView.KVDistrusted) because their engines
+	// keep reporting other cached tokens than llb predicted.
+	ReasonPredictionMismatch
 
 	// Shared by several stages.
 	ReasonNoCandidate // the stage has no endpoint of the right role at all
@@ -82,6 +86,7 @@ var reasonNames = [reasonCount]string{
 	ReasonEmptyInventory:          "empty_inventory",
 	ReasonNoOverlap:               "no_overlap",
 	ReasonMinMatch:                "min_match",
+	ReasonPredictionMismatch:      "prediction_mismatch",
 	ReasonNoCandidate:             "no_candidate",
 	ReasonExcluded:                "excluded",
 	ReasonDecodePinInvalid:        "decode_pin_invalid",

@@ -50,6 +50,7 @@ type Router struct {
 	minMatchTokens uint32
 	headroomPct    uint32
 	maxNumSeqs     uint32
+	offloadPct     uint32
 	maxInflight    uint32
 	queueDepth     uint32
 	maxPark        time.Duration
@@ -100,6 +101,7 @@ func NewRouter(svc ServiceSpec, eps []EndpointSpec, env Env, cfg RouterConfig) (
 	r.coldFloor = max(env.ColdStartMinBlocks, 1)
 	r.minMatchTokens = env.MinMatchTokens
 	r.headroomPct, r.maxNumSeqs = env.HeadroomPct, env.MaxNumSeqs
+	r.offloadPct = env.OffloadWeightPct
 	r.maxInflight = env.MaxInflightPerEP
 	if a := svc.Admission.MaxInflightPerEP; a > 0 {
 		r.maxInflight = uint32(a)
