@@ -104,8 +104,8 @@ func TestTruthTracker_DemotesAfterSixWrongAndNamesTheCause(t *testing.T) {
 			wantCause: CauseStaleMirror, wantIn: "restart",
 		},
 		{
-			name: "tokenizer: prompt counts differ",
-			give: repeat(TruthSample{Predicted: 32, Actual: 96, PromptTokens: 120, EnginePromptTokens: 124}, 6),
+			name:      "tokenizer: prompt counts differ",
+			give:      repeat(TruthSample{Predicted: 32, Actual: 96, PromptTokens: 120, EnginePromptTokens: 124}, 6),
 			wantCause: CauseTokenizer, wantIn: "124",
 		},
 		{
