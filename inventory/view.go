@@ -59,8 +59,10 @@ type EndpointSnapshot struct {
 	// Reconnects and RecvErrors are the feed's counters.
 	Reconnects uint64 `json:"reconnects"`
 	RecvErrors uint64 `json:"recv_errors"`
-	// Blocks is the number of scorable mirrored blocks.
-	Blocks int `json:"blocks"`
+	// Blocks is the number of scorable mirrored blocks in GPU memory;
+	// OffloadBlocks the number held in the CPU offload tier.
+	Blocks        int `json:"blocks"`
+	OffloadBlocks int `json:"offload_blocks"`
 	// LastSeq is the last accepted sequence number (null before any).
 	LastSeq *uint64 `json:"last_seq"`
 	// EventsPerSec is the recent event rate.
@@ -75,6 +77,9 @@ type EndpointSnapshot struct {
 	ReplayFailures uint64 `json:"replay_failures"`
 	// Evictions counts blocks dropped at the cap.
 	Evictions uint64 `json:"evictions"`
+	// Ignored lists, by reason, the events and blocks the feed and the
+	// mirror did not apply (empty when everything was applied).
+	Ignored []IgnoredView `json:"ignored,omitempty"`
 	// Contract is "ok" or the guard reason ("block_size", ...);
 	// ContractDetail says what to fix.
 	Contract       string `json:"contract"`
@@ -92,10 +97,11 @@ func NewEndpointSnapshot(id EndpointID, feed FeedStats, mirror MirrorStats, capa
 	s := EndpointSnapshot{
 		Service: id.Service, EpIdx: id.EpIdx, Rank: id.Rank,
 		Connected: feed.Connected, Reconnects: feed.Reconnects, RecvErrors: feed.RecvErrors,
-		Blocks: mirror.Blocks, EventsPerSec: feed.EventsPerSec,
+		Blocks: mirror.Blocks, OffloadBlocks: mirror.OffloadBlocks, EventsPerSec: feed.EventsPerSec,
 		Gaps: feed.Gaps, LostBatches: feed.LostBatches, Resyncs: feed.Resyncs, Restarts: feed.Restarts,
 		Replays: feed.Replays, ReplayFailures: feed.ReplayFailures,
 		Evictions:      mirror.Evictions,
+		Ignored:        IgnoredViews(feed.Ignored, mirror.Ignored),
 		Contract:       "ok",
 		CapacityBlocks: capacity.NumGPUBlocks, CapacityKnown: capacity.Known(),
 	}
