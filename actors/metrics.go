@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"net"
 	"strconv"
 	"sync"
 
@@ -45,6 +46,7 @@ type svcMetrics struct {
 	cbState                                         []*metrics.Gauge
 	up                                              []*metrics.Gauge
 	trie, sessions                                  *metrics.Gauge
+	truth                                           []truthMetrics
 }
 
 func newSvcMetrics(set *metrics.Set, svcKey string, svc *Service) *svcMetrics {
@@ -72,6 +74,12 @@ func newSvcMetrics(set *metrics.Set, svcKey string, svc *Service) *svcMetrics {
 		m.cbState[i] = m.gauge(mCBState, ep, nil)
 		m.up[i] = m.gauge(mEndpointUp, ep, nil)
 		m.up[i].Set(1)
+		ec := svc.cfg.Endpoints[i]
+		if len(ec.Feeds) > 0 {
+			m.truth = append(m.truth, m.newTruthMetrics(i, net.JoinHostPort(ec.Host, strconv.Itoa(ec.Port))))
+		} else {
+			m.truth = append(m.truth, truthMetrics{})
+		}
 	}
 	// Plain gauges, set by housekeeping: a gauge with a callback would keep
 	// pointing at the first service to register the name after a replace.

@@ -2,7 +2,9 @@ package actors
 
 import (
 	"fmt"
+	"net"
 	"reflect"
+	"strconv"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -167,6 +169,24 @@ func (a *routerActor) deadline(id uint64, d time.Duration) func() bool {
 	self, root := a.ctx.Self(), a.svc.root
 	t := time.AfterFunc(d, func() { root.Send(self, decisionDeadline{id: id}) })
 	return t.Stop
+}
+
+func (a *routerActor) truthChanged(ep int, v ladder.TruthVerdict, demoted bool) {
+	ec := a.svc.cfg.Endpoints[ep]
+	if !v.Distrusted {
+		a.log.Info().Int(logfield.EndpointIndex, ep).Str(logfield.Endpoint, net.JoinHostPort(ec.Host, strconv.Itoa(ec.Port))).
+			Int(logfield.Count, v.Samples).
+			Msg("kv cache predictions agree with the engine again; Tier 1.5 uses the endpoint's overlap again")
+		return
+	}
+	what := "Tier 1.5 ignores the endpoint's overlap until predictions agree again (reason prediction_mismatch)"
+	if !demoted {
+		what = "LLB_KV_PREDICTION_DEMOTE is off, so Tier 1.5 keeps using it"
+	}
+	a.log.Warn().Int(logfield.EndpointIndex, ep).Str(logfield.Endpoint, net.JoinHostPort(ec.Host, strconv.Itoa(ec.Port))).
+		Str(logfield.Reason, v.Cause.String()).Int(logfield.Count, v.Wrong).
+		Msgf("kv cache predictions keep disagreeing with what the engine reports (%d of the last %d wrong); likely cause %s: %s. %s",
+			v.Wrong, v.Samples, v.Cause, v.Detail, what)
 }
 
 // typeName names a message's Go type for logs.

@@ -32,6 +32,9 @@ type routerPorts interface {
 	// deadline arms the fan-out deadline of decision id; the returned func
 	// disarms it.
 	deadline(id uint64, d time.Duration) (stop func() bool)
+	// truthChanged says endpoint ep's cache predictions turned wrong (or
+	// right again): the shell logs it once.
+	truthChanged(ep int, v ladder.TruthVerdict, demoted bool)
 }
 
 // pending is a decision waiting for its fan-out replies.
@@ -57,6 +60,9 @@ type ticket struct {
 	legs       legBits
 	sessionKey string
 	pin        bool
+	// pred is the prediction for the prefill (single-pool) endpoint,
+	// compared with the engine's usage when its leg reports.
+	pred ticketPrediction
 }
 
 // parkRef tracks a request sitting in an endpoint's admission queue.
@@ -97,6 +103,9 @@ type routerCore struct {
 	// handed to a replacing service): an instruction is not soft state.
 	ctrl []ctrlState
 	free []*pending
+	// truth keeps each endpoint's prediction record (soft state: a new
+	// router incarnation starts trusting every endpoint again).
+	truth []ladder.TruthTracker
 
 	stats coreStats
 }
@@ -128,6 +137,7 @@ func newRouterCore(cfg *ServiceConfig, lad *ladder.Router, ports routerPorts, m 
 		pending:  make(map[uint64]*pending),
 		tickets:  make(map[uint64]*ticket),
 		parked:   make(map[uint64]parkRef),
+		truth:    make([]ladder.TruthTracker, n),
 	}
 	c.snap.Endpoints = c.views
 	for ep := range c.ctrl {
@@ -222,6 +232,7 @@ func (c *routerCore) scoreReply(now time.Time, r scoreReply) {
 		return
 	}
 	p.msg.overlaps[r.ep] = r.overlap
+	p.msg.offloaded[r.ep] = r.offloaded
 	c.views[r.ep].InventoryBlocks = r.blocks
 	if r.guard != ladder.ReasonNone {
 		p.guard = r.guard
@@ -285,9 +296,9 @@ func (c *routerCore) decide(now time.Time, m *routeMsg, fn func(*ladder.Request)
 	var wasDown uint32
 	touched := m.rr.Avoid
 	for i := range c.views {
-		c.views[i].Overlap = 0
+		c.views[i].Overlap, c.views[i].OverlapOffloaded = 0, 0
 		if m.scored.Has(i) {
-			c.views[i].Overlap = m.overlaps[i]
+			c.views[i].Overlap, c.views[i].OverlapOffloaded = m.overlaps[i], m.offloaded[i]
 		}
 		if c.halfOpen.Has(i) && c.trial[i] != 0 {
 			touched |= 1 << uint(i)
@@ -356,6 +367,7 @@ func (c *routerCore) admit(now time.Time, m *routeMsg, d ladder.Decision) {
 		tk.legs |= holdDecode
 		c.claimTrial(d.Decode, m.id)
 	}
+	tk.pred = c.predict(m, d.Prefill)
 	c.tickets[m.id] = tk
 	// Tier 1 learns what llb routed (the trie copies what it keeps).
 	c.lad.Learn(m.rr.Req.Prompt, d.Prefill)
@@ -363,7 +375,11 @@ func (c *routerCore) admit(now time.Time, m *routeMsg, d ladder.Decision) {
 	if !m.parkedAt.IsZero() {
 		parked = now.Sub(m.parkedAt)
 	}
-	m.reply <- routeReply{route: Route{Decision: d, Ticket: t, Parked: parked}}
+	route := Route{Decision: d, Ticket: t, Parked: parked}
+	if tk.pred.ok {
+		route.Prediction = Prediction{OK: true, CachedTokens: tk.pred.s.Predicted}
+	}
+	m.reply <- routeReply{route: route}
 }
 
 func (c *routerCore) claimTrial(ep int, id uint64) {
@@ -385,6 +401,9 @@ func (c *routerCore) report(o Outcome) {
 	}
 	if tk.legs&bit == 0 || ep < 0 {
 		return
+	}
+	if o.Leg != LegDecode {
+		c.checkPrediction(ep, &tk.pred, o)
 	}
 	tk.legs &^= bit
 	c.release(ep)
@@ -599,7 +618,7 @@ func (c *routerCore) takePending() []*routeMsg {
 			p.stop()
 		}
 		m := p.msg
-		m.scored, m.overlaps = 0, [ladder.MaxEndpoints]uint32{}
+		m.scored, m.overlaps, m.offloaded = 0, [ladder.MaxEndpoints]uint32{}, [ladder.MaxEndpoints]uint32{}
 		out = append(out, m)
 		delete(c.pending, id)
 	}

@@ -24,6 +24,7 @@ type recorder struct {
 	lost     []int
 	feed     []string // breaker feed, "ep/class"
 	armed    map[uint64]bool
+	truth    []string // "ep:distrusted/cause demoted"
 }
 
 func newRecorder() *recorder { return &recorder{armed: map[uint64]bool{}} }
@@ -54,6 +55,10 @@ func (r *recorder) breaker(ep int, c outcomeClass) {
 func (r *recorder) deadline(id uint64, _ time.Duration) func() bool {
 	r.armed[id] = true
 	return func() bool { delete(r.armed, id); return true }
+}
+
+func (r *recorder) truthChanged(ep int, v ladder.TruthVerdict, demoted bool) {
+	r.truth = append(r.truth, fmt.Sprintf("%d:%v/%s %v", ep, v.Distrusted, v.Cause, demoted))
 }
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)

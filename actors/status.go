@@ -30,6 +30,9 @@ type EndpointStatus struct {
 	// Controller is the external controller's instruction and its
 	// staleness (zero Updated: no controller has spoken).
 	Controller CtrlStatus
+	// Prediction is the endpoint's cache-truth record (zero when its KV
+	// events are not mirrored).
+	Prediction PredictionStatus
 }
 
 // Available reports whether the endpoint can take new work.
@@ -83,7 +86,7 @@ func (c *routerCore) status() ServiceStatus {
 			Up: !v.Down, Breaker: b, Ctrl: v.Ctrl, CtrlWeight: v.CtrlWeight,
 			ActiveConns: v.ActiveConns - uint32(min(c.reserved[i], v.ActiveConns)), Parked: v.Parked,
 			Queued: v.QueuedRequests, KVCapacityBlocks: v.KVCapacityBlocks, InventoryBlocks: v.InventoryBlocks,
-			Controller: ctrl[i],
+			Controller: ctrl[i], Prediction: c.predictionStatus(i),
 		}
 	}
 	if t := c.lad.Trie(); t != nil {

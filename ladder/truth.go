@@ -274,9 +274,9 @@ func (t *TruthTracker) diagnose(blockSize int) (TruthCause, string) {
 //     (chat template); only LoRA/cache_salt requests are wrong while a
 //     plain one matched → extra_keys;
 //  3. every wrong sample predicted 0 while the engine reused blocks: the
-//     gcd g of the engine's cached tokens is not a multiple of B, or (with
-//     at least 4 samples) a multiple larger than B → block_size; else
-//     hash_seed;
+//     gcd g of the engine's cached tokens is not a multiple of B, or (over
+//     at least 4 distinct values) a multiple larger than B → block_size;
+//     else hash_seed;
 //  4. every wrong sample had the engine reuse nothing → stale_mirror;
 //  5. every wrong sample is off by one factor k (actual/predicted within
 //     10 % of k, k ∉ [0.9, 1.1]) → block_size;
@@ -338,24 +338,30 @@ func diagnoseTruth(samples []truthEntry, blockSize int) (TruthCause, string) {
 	}
 	zeroPred, zeroActual := 0, 0
 	var g uint64
+	distinct := map[uint32]bool{}
 	for _, s := range wrong {
 		if s.Predicted == 0 && s.Actual > 0 {
 			zeroPred++
 			g = gcd(g, uint64(s.Actual))
+			distinct[s.Actual] = true
 		}
 		if s.Actual == 0 {
 			zeroActual++
 		}
 	}
 	if zeroPred == n {
-		if g%bs != 0 || (n >= 4 && g > bs) {
+		// Cached tokens are whole engine blocks: a gcd that is not a
+		// multiple of B, or one larger than B over at least four distinct
+		// values, says the engine's blocks are not B tokens.
+		if g%bs != 0 || (len(distinct) >= 4 && g > bs) {
 			return CauseBlockSize, fmt.Sprintf(
 				"the engine reused cached prefixes on %d requests where llb's mirror held none of the prompt's blocks, and every cached_tokens it reported is a multiple of %d, not of kvBlockSize %d alone: "+
 					"set kvBlockSize to the engine's --block-size", n, g, bs)
 		}
 		return CauseHashSeed, fmt.Sprintf(
 			"the engine reused cached prefixes on %d requests where llb's mirror held none of the prompt's blocks: llb and the engine hash blocks differently; "+
-				"check the engines' PYTHONHASHSEED against kvNoneHashSeed (LLB_KV_NONE_HASH_SEED) and --prefix-caching-hash-algo against kvHashAlgo", n)
+				"check the engines' PYTHONHASHSEED against kvNoneHashSeed (LLB_KV_NONE_HASH_SEED) and --prefix-caching-hash-algo against kvHashAlgo "+
+				"(an engine --block-size other than kvBlockSize does the same; the contract check then says block_size)", n)
 	}
 	if zeroActual == n {
 		return CauseStaleMirror, fmt.Sprintf(
