@@ -13,9 +13,12 @@ import (
 
 // HeaderRoute is the response header that tells operators how a request was
 // routed: the decision (tier, endpoints by index, the fall-through reasons,
-// flags), then the endpoint addresses and the retry count, e.g.
+// flags), then the endpoint addresses, the retry count, and for a KV-exact
+// rule the cached tokens llb predicted for the answering endpoint and, when
+// known before the headers went out (a P/D prefill leg, a buffered JSON
+// answer), the cached tokens its engine reported, e.g.
 //
-//	tier=1.5 prefill=0 decode=2 via=session_miss,trie_miss prefill_addr=10.0.0.1:8100 decode_addr=10.0.0.3:8200 retries=0
+//	tier=1.5 prefill=0 decode=2 via=session_miss,trie_miss prefill_addr=10.0.0.1:8100 decode_addr=10.0.0.3:8200 retries=0 kv_predicted=96 kv_cached=96
 //
 // Responses llb answers without a decision carry "tier=none error=<code>".
 const HeaderRoute = "X-Llb-Route"
@@ -49,7 +52,22 @@ func (x *exchange) appendRoute(b []byte, addrs []string) []byte {
 		b = append(b, addrs[x.decodeEP]...)
 	}
 	b = append(b, " retries="...)
-	return strconv.AppendInt(b, int64(x.retries), 10)
+	b = strconv.AppendInt(b, int64(x.retries), 10)
+	return x.appendTruth(b)
+}
+
+// appendTruth adds the predicted and, once the engine reported them, the
+// actual cached tokens: " kv_predicted=96 kv_cached=80".
+func (x *exchange) appendTruth(b []byte) []byte {
+	if x.pred.OK {
+		b = append(b, " kv_predicted="...)
+		b = strconv.AppendUint(b, uint64(x.pred.CachedTokens), 10)
+	}
+	if x.cached.Reported {
+		b = append(b, " kv_cached="...)
+		b = strconv.AppendUint(b, uint64(x.cached.CachedTokens), 10)
+	}
+	return b
 }
 
 // record writes the access-log line and the per-request metrics.
@@ -107,6 +125,12 @@ func (h *Handler) record(x *exchange) {
 	}
 	if x.kvGuard != ladder.ReasonNone {
 		e.Str(logfield.KVGuard, x.kvGuard.String())
+	}
+	if x.pred.OK {
+		e.Uint32(logfield.KVPredicted, x.pred.CachedTokens)
+	}
+	if x.cached.Reported {
+		e.Uint32(logfield.KVCached, x.cached.CachedTokens)
 	}
 	if x.parked > 0 {
 		e.Dur(logfield.Parked, x.parked)

@@ -96,6 +96,20 @@ type accessRecord struct {
 	// noPool keeps the exchange out of the pool when it ends (the net/http
 	// front end, whose context callback may still reach it).
 	noPool bool
+
+	// Cache truth: pred is the router's prediction of the cached tokens of
+	// the endpoint that answers the prompt; observe asks the answering leg
+	// (single, or the P/D prefill) to scan its body for the engine's usage
+	// with usage; cached is the usage it found.
+	pred    actors.Prediction
+	observe bool
+	usage   usageScanner
+	cached  actors.Usage
+}
+
+// resetTruth starts an attempt's cache-truth bookkeeping.
+func (x *exchange) resetTruth(p actors.Prediction, observe bool) {
+	x.pred, x.observe, x.usage, x.cached = p, observe && p.OK, usageScanner{}, actors.Usage{}
 }
 
 // reset clears x for a new request, keeping its buffers.

@@ -473,6 +473,9 @@ func (h *Handler) proxy(x *exchange, req *Request, rr *actors.RouteRequest) {
 			return
 		}
 		x.ticket = route.Ticket
+		// Multi-prompt requests are predicted on their first prompt only:
+		// the engine's usage sums them all, so they are not compared.
+		x.resetTruth(route.Prediction, req != nil && req.PromptCount() <= 1)
 		h.met.decision(d)
 		if e := h.log.Debug(); e.Enabled() {
 			e.Str(logfield.LLBRoute, d.String()).Uint64(logfield.Ticket, route.Ticket.ID).Int(logfield.Retries, x.retries).

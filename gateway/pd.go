@@ -38,6 +38,8 @@ type prefillResult struct {
 	// truncated is true when the body exceeded DefaultPrefillResponseLimit.
 	truncated bool
 	ttfb      time.Duration
+	// usage is the engine's usage report in the body.
+	usage actors.Usage
 }
 
 // runPrefill sends the prefill leg and reads its whole (bounded) answer
@@ -80,6 +82,7 @@ func (h *Handler) runPrefill(x *exchange, lg *leg, body []byte, id string) (pref
 		b = b[:DefaultPrefillResponseLimit]
 	}
 	pr.body = b
+	pr.usage = scanUsage(b)
 	return pr, nil
 }
 
@@ -124,7 +127,11 @@ func (h *Handler) servePD(x *exchange, req *Request, route actors.Route, canRetr
 		return attempt{}
 	}
 	h.met.prefillDuration.Update(seconds(x.prefill))
-	h.router.Report(actors.Outcome{Ticket: t, Leg: actors.LegPrefill, Status: pr.status, TTFB: pr.ttfb, Duration: x.prefill})
+	var usage actors.Usage
+	if x.observe {
+		x.cached, usage = pr.usage, pr.usage
+	}
+	h.router.Report(actors.Outcome{Ticket: t, Leg: actors.LegPrefill, Status: pr.status, TTFB: pr.ttfb, Duration: x.prefill, Usage: usage})
 	if pr.status/100 != 2 {
 		h.finish(x, t, actors.Result{})
 		h.relayPrefillError(x, &pr)

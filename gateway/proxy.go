@@ -142,6 +142,7 @@ func (h *Handler) relay(x *exchange, lg leg, t actors.Ticket, ttfb time.Duration
 	s.x, s.lg, s.ticket, s.ttfb = x, lg, t, ttfb
 	s.status = out.StatusCode()
 	s.decode = lg.kind == actors.LegDecode
+	s.scan = x.observe && lg.kind == actors.LegSingle
 	s.sse = isEventStream(out.ContentType())
 	stripResponseHop(out)
 	s.body.reset(lg.c.br, out, x.in.Header.IsHead())
@@ -171,6 +172,9 @@ func (h *Handler) relay(x *exchange, lg leg, t actors.Ticket, ttfb time.Duration
 			return uncommitted(actors.FailTimeout, causeDown, nil)
 		}
 		h.unwatch(x)
+		// The whole answer is in: X-Llb-Route can carry the engine's cached
+		// tokens.
+		s.observe(x.out.Body())
 		h.commit(x)
 		s.finish(actors.FailNone)
 		return attempt{}
@@ -235,6 +239,7 @@ func (h *Handler) relayWhole(x *exchange, s *relayStream) attempt {
 		n, err = s.body.Read(*s.buf)
 		x.out.AppendBody((*s.buf)[:n])
 	}
+	s.observe(x.out.Body())
 	fail := actors.FailNone
 	if err != io.EOF {
 		if err == nil {

@@ -236,6 +236,7 @@ func (ri *routeInput) build(ctx context.Context, in *fasthttp.Request, remote, i
 	lr.PrefixHash, lr.HasPrefixHash = ladder.PrefixHash(&key), true
 	if ri.kv != nil {
 		rr.Chain, lr.KV = ri.kv.compute(ctx, req, lora, ri.pd)
+		rr.Chat, rr.ExtraKeys = req.Kind == KindChat, lora != "" || req.CacheSalt != ""
 	}
 }
 

@@ -26,6 +26,9 @@ type relayStream struct {
 	status int
 	decode bool
 	sse    bool
+	// scan passes every body byte through the exchange's usage scanner
+	// (the cache-truth observer; a single leg with a prediction).
+	scan bool
 	// firstByte is when the first body byte was read from the backend
 	// (zero when none was).
 	firstByte time.Time
@@ -55,6 +58,7 @@ func (s *relayStream) WriteTo(w io.Writer) (int64, error) {
 	s.n, s.rerr = 0, nil
 	for {
 		if n > 0 {
+			s.observe(buf[off : off+n])
 			wn, werr := w.Write(buf[off : off+n])
 			total += int64(wn)
 			s.x.bytes += int64(wn)
@@ -82,6 +86,7 @@ func (s *relayStream) WriteTo(w io.Writer) (int64, error) {
 func (s *relayStream) Read(p []byte) (int, error) {
 	if s.n > 0 {
 		n := copy(p, (*s.buf)[s.off:s.off+s.n])
+		s.observe(p[:n])
 		s.off += n
 		s.n -= n
 		s.x.bytes += int64(n)
@@ -96,6 +101,7 @@ func (s *relayStream) Read(p []byte) (int, error) {
 	}
 	s.lg.armRead()
 	n, err := s.body.Read(p)
+	s.observe(p[:n])
 	s.x.bytes += int64(n)
 	if err != nil && err != io.EOF {
 		s.upErr = err
@@ -142,8 +148,18 @@ func (s *relayStream) release() {
 	}
 }
 
+// observe passes body bytes on their way to the client through the
+// cache-truth observer (when the leg scans) and keeps what it found.
+func (s *relayStream) observe(b []byte) {
+	if s.scan && len(b) > 0 {
+		s.x.usage.Write(b)
+		s.x.cached = s.x.usage.Usage()
+	}
+}
+
 // finish ends the leg: the connection back to the pool (when the body was
-// read to its end) or closed, the decode TTFT, the outcome and the ticket.
+// read to its end) or closed, the decode TTFT, the outcome (with the
+// engine's usage when the leg scanned) and the ticket.
 func (s *relayStream) finish(fail actors.Failure) {
 	x := s.x
 	h := x.h
@@ -155,6 +171,10 @@ func (s *relayStream) finish(fail actors.Failure) {
 	if s.decode && !s.firstByte.IsZero() {
 		h.met.decodeTTFT.Update(seconds(s.firstByte.Sub(s.lg.start)))
 	}
-	h.conclude(x, actors.Outcome{Ticket: s.ticket, Leg: s.lg.kind, Status: s.status, Failure: fail, TTFB: s.ttfb, Duration: time.Since(s.lg.start)},
+	var usage actors.Usage
+	if s.scan {
+		usage = x.cached
+	}
+	h.conclude(x, actors.Outcome{Ticket: s.ticket, Leg: s.lg.kind, Status: s.status, Failure: fail, TTFB: s.ttfb, Duration: time.Since(s.lg.start), Usage: usage},
 		actors.Result{OK: fail == actors.FailNone && s.status/100 == 2})
 }
