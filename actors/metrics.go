@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"net"
 	"strconv"
 	"sync"
 
@@ -74,9 +73,8 @@ func newSvcMetrics(set *metrics.Set, svcKey string, svc *Service) *svcMetrics {
 		m.cbState[i] = m.gauge(mCBState, ep, nil)
 		m.up[i] = m.gauge(mEndpointUp, ep, nil)
 		m.up[i].Set(1)
-		ec := svc.cfg.Endpoints[i]
-		if len(ec.Feeds) > 0 {
-			m.truth = append(m.truth, m.newTruthMetrics(i, net.JoinHostPort(ec.Host, strconv.Itoa(ec.Port))))
+		if ec := &svc.cfg.Rule.Endpoints[i]; len(ec.Feeds) > 0 {
+			m.truth = append(m.truth, m.newTruthMetrics(i, ec.Addr.String()))
 		} else {
 			m.truth = append(m.truth, truthMetrics{})
 		}

@@ -2,9 +2,7 @@ package actors
 
 import (
 	"fmt"
-	"net"
 	"reflect"
-	"strconv"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -172,9 +170,9 @@ func (a *routerActor) deadline(id uint64, d time.Duration) func() bool {
 }
 
 func (a *routerActor) truthChanged(ep int, v ladder.TruthVerdict, demoted bool) {
-	ec := a.svc.cfg.Endpoints[ep]
+	addr := a.svc.cfg.Rule.Endpoints[ep].Addr.String()
 	if !v.Distrusted {
-		a.log.Info().Int(logfield.EndpointIndex, ep).Str(logfield.Endpoint, net.JoinHostPort(ec.Host, strconv.Itoa(ec.Port))).
+		a.log.Info().Int(logfield.EndpointIndex, ep).Str(logfield.Endpoint, addr).
 			Int(logfield.Count, v.Samples).
 			Msg("kv cache predictions agree with the engine again; Tier 1.5 uses the endpoint's overlap again")
 		return
@@ -183,7 +181,7 @@ func (a *routerActor) truthChanged(ep int, v ladder.TruthVerdict, demoted bool) 
 	if !demoted {
 		what = "LLB_KV_PREDICTION_DEMOTE is off, so Tier 1.5 keeps using it"
 	}
-	a.log.Warn().Int(logfield.EndpointIndex, ep).Str(logfield.Endpoint, net.JoinHostPort(ec.Host, strconv.Itoa(ec.Port))).
+	a.log.Warn().Int(logfield.EndpointIndex, ep).Str(logfield.Endpoint, addr).
 		Str(logfield.Reason, v.Cause.String()).Int(logfield.Count, v.Wrong).
 		Msgf("kv cache predictions keep disagreeing with what the engine reports (%d of the last %d wrong); likely cause %s: %s. %s",
 			v.Wrong, v.Samples, v.Cause, v.Detail, what)

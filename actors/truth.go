@@ -38,7 +38,7 @@ func (c *routerCore) predict(m *routeMsg, ep int) ticketPrediction {
 
 // blockSize is the rule's tokens per KV block.
 func (c *routerCore) blockSize() int {
-	if bs := c.cfg.Spec.KVBlockSize; bs > 0 {
+	if bs := c.cfg.Rule.Spec.KVBlockSize; bs > 0 {
 		return bs
 	}
 	return ladder.DefaultKVBlockSize
