@@ -168,7 +168,12 @@ func (d *DataPlane) Status(k rule.RuleKey) (restapi.RuleStatus, bool) {
 			// score; the inventory actor knows the current one.
 			if p, err := svc.Inventory(i, 0, 0, statusInventoryTimeout); err == nil {
 				es.InventoryBlocks = p.Total
+				es.KVIgnored = kvIgnored(p.Ranks, p.Feeds)
+				for _, m := range p.Ranks {
+					es.OffloadBlocks += m.OffloadBlocks
+				}
 			}
+			es.KVPrediction = kvPrediction(e.Prediction)
 		}
 		out.Endpoints = append(out.Endpoints, es)
 	}
