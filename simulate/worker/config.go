@@ -54,6 +54,15 @@ type Config struct {
 	// SeedUnset simulates PYTHONHASHSEED unset: NONE_HASH is random bytes,
 	// so nobody can recompute this worker's block hashes.
 	SeedUnset bool
+	// LeanEvents publishes BlockStored without extra_keys, group_idx and
+	// kv_cache_spec_kind, as vLLM before mid-2025 and LoxiLB's CI publisher
+	// do: llb's contract check cannot re-hash such runs, so only the
+	// cache-truth check can tell a wrong seed.
+	LeanEvents bool
+	// NoPromptTokensDetails answers "prompt_tokens_details": null, as vLLM
+	// started without --enable-prompt-tokens-details (vLLM's default); the
+	// worker reports cached_tokens otherwise.
+	NoPromptTokensDetails bool
 	// Engine is the engine model (cache, batch, latency, hash, role).
 	Engine engine.Config
 	// DefaultMaxTokens is used when a request gives no max_tokens (vLLM's
