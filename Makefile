@@ -6,7 +6,7 @@ BIN       ?= bin
 TESTFLAGS ?= -timeout 20m
 export CGO_ENABLED := 1
 
-.PHONY: all deps build run test bench fuzz lint chaos attack sim bench-sim bench-proxy client-test cluster-test proto tokenizer-parity tokenizer-bench clean
+.PHONY: all deps build run test bench fuzz lint chaos attack cache-truth-soak sim bench-sim bench-proxy client-test cluster-test proto tokenizer-parity tokenizer-bench clean
 
 all: build
 
@@ -87,6 +87,15 @@ ATTACKSEED  ?= 1
 ATTACKFLAGS ?=
 attack: build
 	$(BIN)/llbsim attack --llbd $(BIN)/llbd --duration $(ATTACKTIME) --seed $(ATTACKSEED) $(ATTACKFLAGS)
+
+# cache-truth-soak runs a healthy simulated fleet behind the real daemon for
+# CACHETRUTHSOAK (10 minutes) with 4 concurrent clients on shared prefixes
+# and fails on any cache-truth alarm (a prediction mismatch or its warning);
+# it prints the match/over/under counts. A short version runs in make test,
+# with the wrong-seed, wrong-block-size and cold-restart scenarios.
+CACHETRUTHSOAK ?= 10m
+cache-truth-soak: deps
+	LLB_CACHE_TRUTH_SOAK=$(CACHETRUTHSOAK) $(GO) test -count=1 -v -timeout 30m -run '^TestCacheTruth_HealthyFleetAgreesAndRaisesNoAlarm$$' ./cmd/llbd/
 
 # sim runs the discrete-event simulator (simulate/des): every routing
 # strategy across the load ladder plus the ε and λ sweeps, on the standard

@@ -353,10 +353,15 @@ func diagnoseTruth(samples []truthEntry, blockSize int) (TruthCause, string) {
 		// Cached tokens are whole engine blocks: a gcd that is not a
 		// multiple of B, or one larger than B over at least four distinct
 		// values, says the engine's blocks are not B tokens.
-		if g%bs != 0 || (len(distinct) >= 4 && g > bs) {
+		switch {
+		case g%bs != 0:
 			return CauseBlockSize, fmt.Sprintf(
-				"the engine reused cached prefixes on %d requests where llb's mirror held none of the prompt's blocks, and every cached_tokens it reported is a multiple of %d, not of kvBlockSize %d alone: "+
-					"set kvBlockSize to the engine's --block-size", n, g, bs)
+				"the engine reused cached prefixes on %d requests where llb's mirror held none of the prompt's blocks, and the cached_tokens it reported (greatest common divisor %d) "+
+					"are not whole blocks of kvBlockSize %d: set kvBlockSize to the engine's --block-size", n, g, bs)
+		case len(distinct) >= 4 && g > bs:
+			return CauseBlockSize, fmt.Sprintf(
+				"the engine reused cached prefixes on %d requests where llb's mirror held none of the prompt's blocks, and every cached_tokens it reported is a multiple of %d: "+
+					"the engine's --block-size is likely %d, not kvBlockSize %d", n, g, g, bs)
 		}
 		return CauseHashSeed, fmt.Sprintf(
 			"the engine reused cached prefixes on %d requests where llb's mirror held none of the prompt's blocks: llb and the engine hash blocks differently; "+

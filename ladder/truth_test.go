@@ -89,14 +89,14 @@ func TestTruthTracker_DemotesAfterSixWrongAndNamesTheCause(t *testing.T) {
 			give: []TruthSample{
 				{Actual: 64}, {Actual: 96}, {Actual: 32}, {Actual: 64}, {Actual: 160}, {Actual: 96},
 			},
-			wantCause: CauseBlockSize, wantIn: "multiple of 32",
+			wantCause: CauseBlockSize, wantIn: "likely 32",
 		},
 		{
 			name: "engine blocks of 8 under a kvBlockSize of 16",
 			give: []TruthSample{
 				{Actual: 40}, {Actual: 24}, {Actual: 56}, {Actual: 40}, {Actual: 24}, {Actual: 72},
 			},
-			wantCause: CauseBlockSize, wantIn: "multiple of 8",
+			wantCause: CauseBlockSize, wantIn: "greatest common divisor 8",
 		},
 		{
 			name:      "restart llb did not see: the engine reuses nothing",
