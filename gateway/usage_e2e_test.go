@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -8,7 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rs/zerolog"
+
 	"github.com/llbproject/llb/actors"
+	"github.com/llbproject/llb/internal/logfield"
 	"github.com/llbproject/llb/ladder"
 )
 
@@ -70,7 +74,8 @@ func TestCacheTruth_StreamWithIncludeUsageReportsTheFinalChunk(t *testing.T) {
 		_, _ = io.WriteString(w, tail)
 	}
 	fr := newFakeRouter(predicted(decision(ladder.Tier15, 0, -1)))
-	url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+	var buf safeBuffer
+	url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr, Log: zerolog.New(&buf)})
 	resp, got := post(t, testClient(t), url+PathCompletions, `{"model":"m","prompt":"hi","stream":true,"stream_options":{"include_usage":true}}`)
 	if string(got) != sent.String() {
 		t.Fatalf("client got %q; want the engine's stream unchanged %q", got, sent.String())
@@ -84,6 +89,18 @@ func TestCacheTruth_StreamWithIncludeUsageReportsTheFinalChunk(t *testing.T) {
 	_, outcomes, _ := fr.snapshot()
 	if len(outcomes) != 1 || outcomes[0].Usage != (actors.Usage{Reported: true, CachedTokens: 64, PromptTokens: 70}) {
 		t.Fatalf("outcomes %+v; want the final chunk's usage", outcomes)
+	}
+	// The access log explains the request end to end, the stream included.
+	var access map[string]any
+	for _, l := range buf.lines(t, 2) {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil && m["message"] == "request" {
+			access = m
+		}
+	}
+	if access[logfield.KVPredicted] != float64(64) || access[logfield.KVCached] != float64(64) ||
+		!strings.HasSuffix(access[logfield.LLBRoute].(string), "kv_predicted=64 kv_cached=64") {
+		t.Fatalf("access line %v; want kv_predicted and kv_cached", access)
 	}
 }
 
