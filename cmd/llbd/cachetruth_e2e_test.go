@@ -282,8 +282,8 @@ func TestCacheTruth_WrongHashSeedIsDetectedAndDemoted(t *testing.T) {
 			if demoted == "" {
 				t.Fatalf("no route header named %s after the demotion; last %q", want, l.routes[len(l.routes)-1])
 			}
-			t.Logf("wrong hash seed (lean events %v): detected after %d requests on endpoint %d — %s; contract check: %s",
-				lean, n, ep.EpIdx, restapi.FormatKVPrediction(p), contractState(t, f, ep.EpIdx))
+			t.Logf("wrong hash seed (lean events %v): detected after %d requests on endpoint %d — %s; contract check: %s\n  warning: %s\n  route: %s",
+				lean, n, ep.EpIdx, restapi.FormatKVPrediction(p), contractState(t, f, ep.EpIdx), warn["message"], demoted)
 		})
 	}
 }
