@@ -113,7 +113,7 @@ type Engine struct {
 	leaseBy map[string]*lease
 
 	dirty   []*seqState
-	scratch []int32 // allocatePrompt's per-block lookup results
+	scratch []int32      // allocatePrompt's per-block lookup results
 	offload *offloadTier // nil without CPU offloading
 	// blockedHead is the queue head whose admission last failed for want
 	// of free blocks, and blockedFree the free count then: until blocks are
