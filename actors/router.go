@@ -49,7 +49,7 @@ func (a *routerActor) Receive(ctx actor.Context) {
 	case decisionDeadline:
 		c.deadlineFired(now, m.id)
 	case reportMsg:
-		c.report(m.o)
+		c.report(now, m.o)
 	case finishMsg:
 		c.finish(m.t, m.res)
 	case concludeMsg:

@@ -106,6 +106,10 @@ type routerCore struct {
 	// truth keeps each endpoint's prediction record (soft state: a new
 	// router incarnation starts trusting every endpoint again).
 	truth []ladder.TruthTracker
+	// checks are under-predictions waiting for the mirror's confirmation,
+	// by score id (truthCheckIDBit set).
+	checks   map[uint64]*truthCheck
+	checkSeq uint64
 
 	stats coreStats
 }
@@ -138,6 +142,7 @@ func newRouterCore(cfg *ServiceConfig, lad *ladder.Router, ports routerPorts, m 
 		tickets:  make(map[uint64]*ticket),
 		parked:   make(map[uint64]parkRef),
 		truth:    make([]ladder.TruthTracker, n),
+		checks:   make(map[uint64]*truthCheck),
 	}
 	c.snap.Endpoints = c.views
 	for ep := range c.ctrl {
@@ -226,6 +231,9 @@ func (c *routerCore) unusable(i int, avoid uint32) bool {
 }
 
 func (c *routerCore) scoreReply(now time.Time, r scoreReply) {
+	if r.id&truthCheckIDBit != 0 && c.truthConfirmed(now, r.id, int(r.overlap)) {
+		return
+	}
 	p := c.pending[r.id]
 	if p == nil || !p.msg.scored.Has(r.ep) {
 		c.stats.lateReplies++
@@ -265,6 +273,9 @@ func (c *routerCore) replied(now time.Time, p *pending) {
 // deadlineFired decides with whatever replies arrived; the missing ones
 // count as misses (overlap 0, no session).
 func (c *routerCore) deadlineFired(now time.Time, id uint64) {
+	if id&truthCheckIDBit != 0 && c.truthConfirmed(now, id, -1) {
+		return
+	}
 	p := c.pending[id]
 	if p == nil {
 		return
@@ -389,7 +400,7 @@ func (c *routerCore) claimTrial(ep int, id uint64) {
 }
 
 // report releases one leg and feeds its endpoint's breaker.
-func (c *routerCore) report(o Outcome) {
+func (c *routerCore) report(now time.Time, o Outcome) {
 	tk := c.tickets[o.Ticket.ID]
 	if tk == nil {
 		c.stats.staleTicket++
@@ -403,7 +414,7 @@ func (c *routerCore) report(o Outcome) {
 		return
 	}
 	if o.Leg != LegDecode {
-		c.checkPrediction(ep, &tk.pred, o)
+		c.checkPrediction(now, ep, &tk.pred, o)
 	}
 	tk.legs &^= bit
 	c.release(ep)

@@ -156,8 +156,8 @@ func TestRouterCore_SinglePoolAdmitsAndReleases(t *testing.T) {
 	if got := c.views[ep].ActiveConns; got != 1 {
 		t.Fatalf("active on %d = %d; want 1", ep, got)
 	}
-	c.report(Outcome{Ticket: r.route.Ticket, Leg: LegSingle, Status: 200})
-	c.report(Outcome{Ticket: r.route.Ticket, Leg: LegSingle, Status: 200}) // twice: no-op
+	c.report(t0, Outcome{Ticket: r.route.Ticket, Leg: LegSingle, Status: 200})
+	c.report(t0, Outcome{Ticket: r.route.Ticket, Leg: LegSingle, Status: 200}) // twice: no-op
 	if got := c.views[ep].ActiveConns; got != 0 {
 		t.Fatalf("active after report = %d; want 0", got)
 	}
@@ -347,7 +347,7 @@ func TestRouterCore_BreakerOpenExcludesAndHalfOpenAllowsOneTrial(t *testing.T) {
 	c.route(t0, m)
 	r := final(t, m)
 	ep := r.route.Ticket.Prefill
-	c.report(Outcome{Ticket: r.route.Ticket, Leg: LegSingle, Failure: FailConnect})
+	c.report(t0, Outcome{Ticket: r.route.Ticket, Leg: LegSingle, Failure: FailConnect})
 	if got, want := fmt.Sprint(rec.feed), fmt.Sprintf("[%d/%d]", ep, classTransport); got != want {
 		t.Fatalf("breaker feed %s; want %s", got, want)
 	}

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 
@@ -19,7 +20,29 @@ import (
 type ticketPrediction struct {
 	ok bool
 	s  ladder.TruthSample
+	// chain is the prompt's block chain (shared, read-only), to confirm an
+	// under-prediction against the mirror once the engine answered.
+	chain []uint64
 }
+
+// truthCheck is an under-prediction waiting for the mirror's confirmation.
+type truthCheck struct {
+	ep   int
+	s    ladder.TruthSample
+	stop func() bool
+}
+
+// Confirmation tuning.
+const (
+	// truthCheckWait bounds the wait for a confirming score; past it the
+	// sample counts unconfirmed.
+	truthCheckWait = 250 * time.Millisecond
+	// maxTruthChecks bounds the confirmations in flight; past it a sample
+	// counts unconfirmed at once.
+	maxTruthChecks = 4096
+	// truthCheckIDBit marks confirmation ids (decision ids never set it).
+	truthCheckIDBit = 1 << 63
+)
 
 // predict returns the prediction for endpoint ep when the decision scored
 // it (the chain was hashed and ep mirrors KV events).
@@ -28,7 +51,7 @@ func (c *routerCore) predict(m *routeMsg, ep int) ticketPrediction {
 		return ticketPrediction{}
 	}
 	kv := &m.rr.Req.KV
-	return ticketPrediction{ok: true, s: ladder.TruthSample{
+	return ticketPrediction{ok: true, chain: m.rr.Chain, s: ladder.TruthSample{
 		Predicted:    ladder.PredictedCachedTokens(m.overlaps[ep], kv.PromptTokens, c.blockSize()),
 		PromptTokens: kv.PromptTokens,
 		Chat:         m.rr.Chat,
@@ -46,14 +69,48 @@ func (c *routerCore) blockSize() int {
 
 // checkPrediction compares a successful leg's reported cached tokens with
 // its ticket's prediction, once.
-func (c *routerCore) checkPrediction(ep int, p *ticketPrediction, o Outcome) {
+func (c *routerCore) checkPrediction(now time.Time, ep int, p *ticketPrediction, o Outcome) {
 	if !p.ok || !o.Usage.Reported || o.Status/100 != 2 || ep >= len(c.truth) {
 		return
 	}
 	p.ok = false
 	s := p.s
 	s.Actual, s.EnginePromptTokens = o.Usage.CachedTokens, o.Usage.PromptTokens
-	step := c.truth[ep].Observe(s, c.blockSize())
+	bs := c.blockSize()
+	if out, _ := ladder.ClassifyPrediction(s.Predicted, s.Actual, bs); out == ladder.PredictionUnder && len(c.checks) < maxTruthChecks {
+		// Ask the mirror again now that the engine answered: if it holds
+		// the blocks the engine reused, the prediction was late, not wrong.
+		if n := min(int(s.Actual)/bs, len(p.chain)); n > 0 {
+			c.checkSeq++
+			id := truthCheckIDBit | c.checkSeq
+			c.checks[id] = &truthCheck{ep: ep, s: s, stop: c.ports.deadline(id, truthCheckWait)}
+			c.ports.score(ep, id, p.chain[:n])
+			return
+		}
+	}
+	c.observeTruth(now, ep, s)
+}
+
+// truthConfirmed ends a confirmation: overlap is what the mirror holds of
+// the blocks the engine reused (-1: no answer in time).
+func (c *routerCore) truthConfirmed(now time.Time, id uint64, overlap int) bool {
+	tc := c.checks[id]
+	if tc == nil {
+		return false
+	}
+	delete(c.checks, id)
+	if overlap >= 0 {
+		tc.stop()
+		bs := c.blockSize()
+		tc.s.Confirmed = uint64(overlap+1)*uint64(bs) >= uint64(tc.s.Actual)
+	}
+	c.observeTruth(now, tc.ep, tc.s)
+	return true
+}
+
+// observeTruth records a completed sample of endpoint ep.
+func (c *routerCore) observeTruth(now time.Time, ep int, s ladder.TruthSample) {
+	step := c.truth[ep].Observe(now, s, c.blockSize())
 	c.m.prediction(ep, step.Outcome, step.Diff)
 	if !step.Changed {
 		return
@@ -67,8 +124,10 @@ func (c *routerCore) checkPrediction(ep int, p *ticketPrediction, o Outcome) {
 
 // PredictionStatus is one endpoint's cache-truth record.
 type PredictionStatus struct {
-	// Match, Over and Under count the requests compared, by outcome.
-	Match, Over, Under uint64
+	// Match, Over and Under count the requests compared, by outcome; Late
+	// counts the unders the mirror confirmed once the engine had answered
+	// (its events were still on the way; included in Under).
+	Match, Over, Under, Late uint64
 	// LastPredicted and LastActual are the latest comparison's cached
 	// tokens; HaveLast is false before the first.
 	LastPredicted, LastActual uint32
@@ -86,7 +145,7 @@ type PredictionStatus struct {
 func (c *routerCore) predictionStatus(i int) PredictionStatus {
 	t, v := c.truth[i].Totals(), c.truth[i].Verdict()
 	st := PredictionStatus{
-		Match: t.Match, Over: t.Over, Under: t.Under,
+		Match: t.Match, Over: t.Over, Under: t.Under, Late: t.Late,
 		LastPredicted: t.Last.Predicted, LastActual: t.Last.Actual, HaveLast: t.HaveLast,
 		Distrusted: v.Distrusted, Demoted: c.views[i].KVDistrusted,
 	}

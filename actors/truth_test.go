@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/llbproject/llb/ladder"
 )
@@ -32,12 +33,26 @@ func routeScored(t *testing.T, c *routerCore, id uint64, blocks uint32, overlaps
 }
 
 // serve reports the route's legs with the engine's cached tokens on the
-// prefill leg and finishes the ticket.
-func serve(c *routerCore, r Route, cached uint32) {
-	c.report(Outcome{Ticket: r.Ticket, Leg: LegPrefill, Status: 200, Usage: Usage{Reported: true, CachedTokens: cached}})
-	c.report(Outcome{Ticket: r.Ticket, Leg: LegDecode, Status: 200, Usage: Usage{Reported: true, CachedTokens: 9999}})
+// prefill leg and finishes the ticket; an under-prediction's confirmation
+// is answered with what the mirror holds then (mirrorNow blocks).
+// Requests are served one second apart (serveClock), so errors that
+// persist outlast ladder.TruthMinBad.
+func serve(c *routerCore, r Route, cached uint32, mirrorNow ...uint32) {
+	serveClock = serveClock.Add(time.Second)
+	now := serveClock
+	c.report(now, Outcome{Ticket: r.Ticket, Leg: LegPrefill, Status: 200, Usage: Usage{Reported: true, CachedTokens: cached}})
+	c.report(now, Outcome{Ticket: r.Ticket, Leg: LegDecode, Status: 200, Usage: Usage{Reported: true, CachedTokens: 9999}})
 	c.finish(r.Ticket, Result{OK: true})
+	for id, tc := range c.checks {
+		if len(mirrorNow) == 0 {
+			c.deadlineFired(now, id) // no answer in time: unconfirmed
+			continue
+		}
+		c.scoreReply(now, scoreReply{id: id, ep: tc.ep, overlap: mirrorNow[0]})
+	}
 }
+
+var serveClock = t0
 
 func TestRouterCore_RouteCarriesThePredictionOfThePickedEndpoint(t *testing.T) {
 	c, _ := newTestCore(t, pdConfig(2, 1, ladder.DefaultEnv()))
@@ -81,7 +96,7 @@ func TestRouterCore_WrongPredictionsDemoteTheEndpointUntilTheyAgree(t *testing.T
 			env.PredictionDemote = demote
 			c, rec := newTestCore(t, pdConfig(1, 1, env))
 			id := uint64(0)
-			for i := 0; i < ladder.TruthDemoteWrong; i++ {
+			for i := 0; i < ladder.TruthDemoteWrong+2; i++ {
 				id++
 				r := routeScored(t, c, id, 8, 0)
 				if r.Decision.Tier == ladder.Tier15 {
@@ -93,7 +108,7 @@ func TestRouterCore_WrongPredictionsDemoteTheEndpointUntilTheyAgree(t *testing.T
 				t.Fatalf("transitions %v; want %s", rec.truth, want)
 			}
 			st := c.predictionStatus(0)
-			if !st.Distrusted || st.Demoted != demote || st.Cause != "hash_seed" || !strings.Contains(st.Detail, "PYTHONHASHSEED") || st.Under != 6 {
+			if !st.Distrusted || st.Demoted != demote || st.Cause != "hash_seed" || !strings.Contains(st.Detail, "PYTHONHASHSEED") || st.Under != 8 {
 				t.Fatalf("status %+v", st)
 			}
 			// A demoted endpoint holding the prefix no longer wins Tier 1.5.
@@ -115,5 +130,30 @@ func TestRouterCore_WrongPredictionsDemoteTheEndpointUntilTheyAgree(t *testing.T
 				t.Fatal("still distrusted after a window of matches")
 			}
 		})
+	}
+}
+
+// TestRouterCore_UnderPredictionsTheMirrorConfirmsLaterNeverDemote plays a
+// busy fleet: each request follows another of its prefix before the first
+// one's events arrived (llb predicts 0, the engine reuses 6 blocks), and
+// the mirror holds those blocks once the engine answered.
+func TestRouterCore_UnderPredictionsTheMirrorConfirmsLaterNeverDemote(t *testing.T) {
+	c, rec := newTestCore(t, pdConfig(1, 1, ladder.DefaultEnv()))
+	for id := uint64(1); id <= 20; id++ {
+		serve(c, routeScored(t, c, id, 8, 0), 96, 6)
+	}
+	if st := c.predictionStatus(0); st.Distrusted || st.Under != 20 || len(rec.truth) != 0 || len(c.checks) != 0 {
+		t.Fatalf("status %+v transitions %v checks %d; want 20 unders counted, no verdict", st, rec.truth, len(c.checks))
+	}
+	// The confirmation asked for the blocks the engine reported: 96 / 16.
+	if got := rec.scores[len(rec.scores)-1]; !strings.HasPrefix(got, "0/") {
+		t.Fatalf("last score %s; want a confirmation on endpoint 0", got)
+	}
+	// The same unders unconfirmed (the mirror never gets the blocks) demote.
+	for id := uint64(21); id <= 28; id++ {
+		serve(c, routeScored(t, c, id, 8, 0), 96, 0)
+	}
+	if st := c.predictionStatus(0); !st.Distrusted || st.Cause != "hash_seed" {
+		t.Fatalf("status %+v; want distrusted for hash_seed", st)
 	}
 }

@@ -3,6 +3,7 @@ package ladder
 import (
 	"fmt"
 	"strconv"
+	"time"
 )
 
 // Cache truth. For every request of a Tier-1.5 rule, llb predicts how many
@@ -89,6 +90,12 @@ type TruthSample struct {
 	// ExtraKeys is set when the prompt's blocks carry extra keys (a LoRA
 	// adapter or a cache_salt).
 	ExtraKeys bool
+	// Confirmed marks an under-prediction that the mirror explained once
+	// the engine had answered: it then held the blocks the engine reused.
+	// The mirror was late (their BlockStored events were still on the way
+	// when llb decided: a concurrent or just-placed request of the same
+	// prefix), not wrong. Counted, but kept out of the verdict.
+	Confirmed bool
 }
 
 // TruthCause is the likely reason predictions disagree with an engine.
@@ -143,6 +150,11 @@ const (
 	// TruthRestoreWrong: a distrusted endpoint is trusted again once its
 	// window is full and holds at most this many wrong samples.
 	TruthRestoreWrong = 1
+	// TruthMinBad is how long the window must keep TruthDemoteWrong wrong
+	// samples before the endpoint is distrusted: a burst of concurrent
+	// requests that all raced the same eviction passes in well under a
+	// second; a misconfiguration does not pass.
+	TruthMinBad = 2 * time.Second
 )
 
 // truthEntry is one informative sample with its outcome.
@@ -178,8 +190,9 @@ type TruthStep struct {
 
 // TruthTotals are an endpoint's lifetime counts and its last sample.
 type TruthTotals struct {
-	// Match, Over and Under count every sample by outcome.
-	Match, Over, Under uint64
+	// Match, Over and Under count every sample by outcome; Late counts the
+	// unders the mirror confirmed afterwards (Confirmed; included in Under).
+	Match, Over, Under, Late uint64
 	// Last is the most recent sample; LastOutcome its outcome. HaveLast is
 	// false before the first.
 	Last        TruthSample
@@ -197,14 +210,30 @@ type TruthTracker struct {
 	n, next int
 	verdict TruthVerdict
 	totals  TruthTotals
+	// badSince is when the window last came to hold TruthDemoteWrong wrong
+	// samples (zero while it does not).
+	badSince time.Time
+	// seq numbers informative samples; plainMatch and completionMatch are
+	// the seq of the last match without extra keys and of the last
+	// non-chat match (0: none), the evidence that only one class of
+	// requests disagrees.
+	seq, plainMatch, completionMatch uint64
 }
 
-// Observe records one sample of an endpoint whose blocks hold blockSize
-// tokens and returns its classification and the (possibly new) verdict.
+// truthClassMemory is how many informative samples a class's last match
+// stays evidence for the diagnosis.
+const truthClassMemory = 4 * TruthWindow
+
+// Observe records one sample, taken at now, of an endpoint whose blocks hold
+// blockSize tokens and returns its classification and the (possibly new)
+// verdict. A sample that involves no block, or a Confirmed
+// under-prediction, is counted but not informative.
+//
 // The verdict turns distrusted when TruthDemoteWrong of the last
-// TruthWindow informative samples are wrong, and trusted again when a full
-// window holds at most TruthRestoreWrong.
-func (t *TruthTracker) Observe(s TruthSample, blockSize int) TruthStep {
+// TruthWindow informative samples are wrong and have been for TruthMinBad
+// (observed at an informative sample), and trusted again when a full window
+// holds at most TruthRestoreWrong.
+func (t *TruthTracker) Observe(now time.Time, s TruthSample, blockSize int) TruthStep {
 	out, diff := ClassifyPrediction(s.Predicted, s.Actual, blockSize)
 	switch out {
 	case PredictionMatch:
@@ -213,14 +242,26 @@ func (t *TruthTracker) Observe(s TruthSample, blockSize int) TruthStep {
 		t.totals.Over++
 	default:
 		t.totals.Under++
+		if s.Confirmed {
+			t.totals.Late++
+		}
 	}
 	t.totals.Last, t.totals.LastOutcome, t.totals.HaveLast = s, out, true
 	step := TruthStep{Outcome: out, Diff: diff}
-	if uint64(max(s.Predicted, s.Actual)) < uint64(max(blockSize, 1)) {
+	if uint64(max(s.Predicted, s.Actual)) < uint64(max(blockSize, 1)) || (s.Confirmed && out == PredictionUnder) {
 		step.Verdict = t.verdict
 		return step
 	}
 	step.Informative = true
+	t.seq++
+	if out == PredictionMatch {
+		if !s.ExtraKeys {
+			t.plainMatch = t.seq
+		}
+		if !s.Chat {
+			t.completionMatch = t.seq
+		}
+	}
 	t.ring[t.next] = truthEntry{s: s, outcome: out}
 	t.next = (t.next + 1) % TruthWindow
 	t.n = min(t.n+1, TruthWindow)
@@ -230,9 +271,15 @@ func (t *TruthTracker) Observe(s TruthSample, blockSize int) TruthStep {
 			wrong++
 		}
 	}
+	switch {
+	case wrong < TruthDemoteWrong:
+		t.badSince = time.Time{}
+	case t.badSince.IsZero():
+		t.badSince = now
+	}
 	was := t.verdict.Distrusted
 	switch {
-	case !was && wrong >= TruthDemoteWrong:
+	case !was && wrong >= TruthDemoteWrong && now.Sub(t.badSince) >= TruthMinBad:
 		t.verdict.Distrusted = true
 		t.verdict.Cause, t.verdict.Detail = t.diagnose(blockSize)
 	case was && t.n == TruthWindow && wrong <= TruthRestoreWrong:
@@ -262,7 +309,8 @@ func (t *TruthTracker) diagnose(blockSize int) (TruthCause, string) {
 	for i := range w {
 		w[i] = *t.at(i)
 	}
-	return diagnoseTruth(w, blockSize)
+	recent := func(at uint64) bool { return at > 0 && t.seq-at <= truthClassMemory }
+	return diagnoseTruth(w, blockSize, recent(t.plainMatch), recent(t.completionMatch))
 }
 
 // diagnoseTruth infers the likely cause from informative samples and their
@@ -270,9 +318,10 @@ func (t *TruthTracker) diagnose(blockSize int) (TruthCause, string) {
 //
 //  1. prompt tokens: most samples whose both counts are known have llb's
 //     count ≠ the engine's → tokenizer;
-//  2. only chat requests are wrong while a completion matched → tokenizer
-//     (chat template); only LoRA/cache_salt requests are wrong while a
-//     plain one matched → extra_keys;
+//  2. only chat requests are wrong while a completion matched (in the
+//     window or among the last truthClassMemory samples) → tokenizer (chat
+//     template); only LoRA/cache_salt requests are wrong while a plain one
+//     matched → extra_keys;
 //  3. every wrong sample predicted 0 while the engine reused blocks: the
 //     gcd g of the engine's cached tokens is not a multiple of B, or (over
 //     at least 4 distinct values) a multiple larger than B → block_size;
@@ -282,14 +331,13 @@ func (t *TruthTracker) diagnose(blockSize int) (TruthCause, string) {
 //     10 % of k, k ∉ [0.9, 1.1]) → block_size;
 //  6. ≥ ⅔ of the wrong samples over → stale_mirror, ≥ ⅔ under →
 //     mirror_behind; else unknown.
-func diagnoseTruth(samples []truthEntry, blockSize int) (TruthCause, string) {
+func diagnoseTruth(samples []truthEntry, blockSize int, plainMatch, completionMatch bool) (TruthCause, string) {
 	bs := uint64(max(blockSize, 1))
 	var wrong []TruthSample
 	var over, under int
 	var known, mism int
 	var lastLLB, lastEngine uint32
 	chatWrong, extraWrong := 0, 0
-	plainMatch, completionMatch := false, false
 	for _, e := range samples {
 		s := e.s
 		if s.PromptTokens > 0 && s.EnginePromptTokens > 0 {

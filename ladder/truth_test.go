@@ -3,6 +3,7 @@ package ladder
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestPredictedCachedTokens_LastTokenIsNeverCached(t *testing.T) {
@@ -47,13 +48,22 @@ func TestClassifyPrediction_WithinOneBlockIsAMatch(t *testing.T) {
 	}
 }
 
-// feed observes samples and returns the step of the last one and the index
-// (1-based) of the sample that first flipped the verdict (0: none).
+// feed observes samples one second apart and returns the step of the last
+// one and the index (1-based) of the sample that first flipped the verdict
+// (0: none).
 func feed(tr *TruthTracker, samples []TruthSample) (TruthStep, int) {
+	return feedEvery(tr, samples, time.Second)
+}
+
+// truthClock is the tests' clock; feedEvery advances it.
+var truthClock = time.Unix(1_000_000, 0)
+
+func feedEvery(tr *TruthTracker, samples []TruthSample, every time.Duration) (TruthStep, int) {
 	var last TruthStep
 	flipped := 0
 	for i, s := range samples {
-		last = tr.Observe(s, 16)
+		truthClock = truthClock.Add(every)
+		last = tr.Observe(truthClock, s, 16)
 		if last.Changed && flipped == 0 {
 			flipped = i + 1
 		}
@@ -135,9 +145,12 @@ func TestTruthTracker_DemotesAfterSixWrongAndNamesTheCause(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var tr TruthTracker
-			step, flipped := feed(&tr, tt.give)
-			if flipped != len(tt.give) {
-				t.Fatalf("verdict flipped at sample %d; want at the last (%d)", flipped, len(tt.give))
+			// One sample a second: the 6th wrong one is at least
+			// TruthMinBad after the window first held 6... it is the first
+			// to hold them, so the verdict waits for one more sample.
+			step, flipped := feed(&tr, append(tt.give, tt.give[len(tt.give)-1], tt.give[len(tt.give)-1]))
+			if want := len(tt.give) + 2; flipped != want {
+				t.Fatalf("verdict flipped at sample %d; want at %d (the window holds 6 wrong samples for %s)", flipped, want, TruthMinBad)
 			}
 			v := step.Verdict
 			if !v.Distrusted || v.Cause != tt.wantCause || !strings.Contains(v.Detail, tt.wantIn) {
@@ -173,13 +186,39 @@ func TestTruthTracker_HealthyNoiseAndColdPromptsNeverDemote(t *testing.T) {
 
 func TestTruthTracker_RestoresWhenAFullWindowAgreesAgain(t *testing.T) {
 	var tr TruthTracker
-	feed(&tr, repeat(TruthSample{Predicted: 0, Actual: 64}, 6))
+	feed(&tr, repeat(TruthSample{Predicted: 0, Actual: 64}, 8))
 	if !tr.Verdict().Distrusted {
-		t.Fatal("not distrusted after six wrong samples")
+		t.Fatal("not distrusted after eight wrong samples")
 	}
 	// Seven matches leave one wrong sample in the window of eight.
 	step, flipped := feed(&tr, repeat(TruthSample{Predicted: 64, Actual: 64}, 7))
 	if flipped != 7 || step.Verdict.Distrusted || step.Verdict.Cause != CauseNone || step.Verdict.Wrong != 1 {
 		t.Fatalf("flipped at %d, verdict %+v; want trusted again at the 7th match", flipped, step.Verdict)
+	}
+}
+
+func TestTruthTracker_ConfirmedUnderPredictionsAreTheMirrorsLagNotAnError(t *testing.T) {
+	var tr TruthTracker
+	// A busy fleet: a request follows another of its prefix before the
+	// first one's BlockStored events arrived; the mirror holds them a
+	// moment later.
+	step, flipped := feed(&tr, repeat(TruthSample{Predicted: 0, Actual: 96, Confirmed: true}, 50))
+	if flipped != 0 || step.Verdict.Distrusted || step.Informative || tr.Totals().Under != 50 || tr.Totals().Late != 50 {
+		t.Fatalf("step %+v totals %+v; want 50 unders counted, none in the verdict", step, tr.Totals())
+	}
+}
+
+func TestTruthTracker_ABurstShorterThanTruthMinBadNeverDemotes(t *testing.T) {
+	var tr TruthTracker
+	// Eight wrong samples within 80 ms (concurrent requests that raced one
+	// eviction), then the fleet agrees again.
+	burst := repeat(TruthSample{Predicted: 64, Actual: 0}, 8)
+	if step, flipped := feedEvery(&tr, burst, 10*time.Millisecond); flipped != 0 || step.Verdict.Distrusted {
+		t.Fatalf("a burst demoted: %+v", step.Verdict)
+	}
+	feedEvery(&tr, repeat(TruthSample{Predicted: 64, Actual: 64}, 3), 10*time.Millisecond)
+	// Spread over seconds, the same errors do.
+	if _, flipped := feedEvery(&tr, burst, time.Second); flipped == 0 {
+		t.Fatal("persistent errors never demoted")
 	}
 }

@@ -96,7 +96,7 @@ func ignoredViews(tallies ...inventory.IgnoreTally) []restapi.KVIgnored {
 
 // kvPrediction is an endpoint's cache-truth record in restapi's shape.
 func kvPrediction(p actors.PredictionStatus) *restapi.KVPrediction {
-	out := &restapi.KVPrediction{Match: p.Match, Over: p.Over, Under: p.Under, State: restapi.PredictionOK}
+	out := &restapi.KVPrediction{Match: p.Match, Over: p.Over, Under: p.Under, Late: p.Late, State: restapi.PredictionOK}
 	if p.HaveLast {
 		out.LastPredicted, out.LastActual = new(p.LastPredicted), new(p.LastActual)
 	}

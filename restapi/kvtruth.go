@@ -32,6 +32,11 @@ type KVPrediction struct {
 	Match uint64 `json:"match"`
 	Over  uint64 `json:"over"`
 	Under uint64 `json:"under"`
+	// Late counts the unders the mirror confirmed once the engine had
+	// answered: their KV events were still on the way when llb decided (a
+	// concurrent or just-placed request of the same prefix). Included in
+	// Under; they never count against the endpoint.
+	Late uint64 `json:"late,omitempty"`
 	// LastPredicted and LastActual are the latest comparison (absent
 	// before the first).
 	LastPredicted *uint32 `json:"lastPredicted,omitempty"`

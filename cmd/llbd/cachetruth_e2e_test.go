@@ -81,19 +81,19 @@ func mismatched(eps []endpointState) int {
 
 // untilMismatch sends questions round-robin over the documents until a
 // prefill endpoint's predictions are in mismatch; it returns how many
-// requests that took and the endpoint's state.
-func (l *truthLoad) untilMismatch(max int) (int, endpointState) {
+// requests and how long that took, and the endpoint's state.
+func (l *truthLoad) untilMismatch(max int) (int, time.Duration, endpointState) {
 	l.t.Helper()
-	start := l.sent
+	start, began := l.sent, time.Now()
 	for l.sent-start < max {
 		l.send((l.sent - start) % len(l.docs))
 		eps := l.prefillStates()
 		if i := mismatched(eps); i >= 0 {
-			return l.sent - start, eps[i]
+			return l.sent - start, time.Since(began), eps[i]
 		}
 	}
 	l.t.Fatalf("no prediction mismatch after %d requests; states %+v", max, predictionsOf(l.prefillStates()))
-	return 0, endpointState{}
+	return 0, 0, endpointState{}
 }
 
 // mismatchedAll reports whether every prefill endpoint is in mismatch.
@@ -110,16 +110,20 @@ func mismatchedAll(eps []endpointState) bool {
 func predictionsOf(eps []endpointState) string {
 	var b strings.Builder
 	for i, e := range eps {
-		fmt.Fprintf(&b, "[%d %s ignored=%s]", i, restapi.FormatKVPrediction(e.KVPrediction), restapi.FormatKVIgnored(e.KVIgnored))
+		late := uint64(0)
+		if e.KVPrediction != nil {
+			late = e.KVPrediction.Late
+		}
+		fmt.Fprintf(&b, "[%d %s late=%d ignored=%s]", i, restapi.FormatKVPrediction(e.KVPrediction), late, restapi.FormatKVIgnored(e.KVIgnored))
 	}
 	return b.String()
 }
 
 // truthTotals sums the prefill endpoints' outcomes.
-func truthTotals(eps []endpointState) (match, over, under uint64) {
+func truthTotals(eps []endpointState) (match, over, under, late uint64) {
 	for _, e := range eps {
 		if p := e.KVPrediction; p != nil {
-			match, over, under = match+p.Match, over+p.Over, under+p.Under
+			match, over, under, late = match+p.Match, over+p.Over, under+p.Under, late+p.Late
 		}
 	}
 	return
@@ -220,12 +224,14 @@ func TestCacheTruth_HealthyFleetAgreesAndRaisesNoAlarm(t *testing.T) {
 		routes = append(routes, l.routes...)
 	}
 	eps := f.status()[:len(f.prefill)]
-	match, over, under := truthTotals(eps)
+	match, over, under, late := truthTotals(eps)
 	if j := mismatched(eps); j >= 0 || f.d.log.has("kv cache predictions keep disagreeing") {
-		t.Fatalf("alarm on a healthy fleet: %s", predictionsOf(eps))
+		t.Fatalf("alarm on a healthy fleet: %s\n%s", predictionsOf(eps), grepLog(f.d.log, "kv cache predictions"))
 	}
-	if match+over+under != uint64(sent) || match < uint64(sent)*9/10 {
-		t.Fatalf("%d requests: %d match, %d over, %d under; want every request compared, ≥ 90%% matching", sent, match, over, under)
+	// An under the mirror confirmed afterwards was its lag (a request of
+	// the prefix placed a moment before); the rest must be rare.
+	if match+over+under != uint64(sent) || match+late < uint64(sent)*98/100 {
+		t.Fatalf("%d requests: %d match, %d over, %d under (%d late); want every request compared, ≥ 98%% matching or late", sent, match, over, under, late)
 	}
 	hits := 0
 	for _, r := range routes {
@@ -250,8 +256,8 @@ func TestCacheTruth_HealthyFleetAgreesAndRaisesNoAlarm(t *testing.T) {
 	if evicted == 0 {
 		t.Fatal("the engines evicted nothing; the test wants cache pressure")
 	}
-	t.Logf("healthy fleet: %d clients, %d requests over %s, %d blocks evicted by the engines, %d match, %d over, %d under; %d route headers with equal non-zero predicted and cached tokens; no alarm",
-		clients, sent, time.Since(start).Round(time.Second), evicted, match, over, under, hits)
+	t.Logf("healthy fleet: %d clients, %d requests over %s, %d blocks evicted by the engines, %d match, %d over, %d under (%d of them late: the mirror held the blocks once the engine answered); %d route headers with equal non-zero predicted and cached tokens; no alarm",
+		clients, sent, time.Since(start).Round(time.Second), evicted, match, over, under, late, hits)
 }
 
 // TestCacheTruth_WrongHashSeedIsDetectedAndDemoted: llb hashes prompts with
@@ -268,7 +274,7 @@ func TestCacheTruth_WrongHashSeedIsDetectedAndDemoted(t *testing.T) {
 				prefillSpec: func(s *procSpec) { s.LeanEvents = lean },
 			})
 			l := newTruthLoad(t, f, 3, "seed")
-			n, ep := l.untilMismatch(60)
+			n, took, ep := l.untilMismatch(400)
 			p := ep.KVPrediction
 			if p.Cause != "hash_seed" || !p.Demoted || !strings.Contains(p.Detail, "PYTHONHASHSEED") {
 				t.Fatalf("endpoint %d: %+v; want hash_seed, demoted", ep.EpIdx, p)
@@ -284,7 +290,7 @@ func TestCacheTruth_WrongHashSeedIsDetectedAndDemoted(t *testing.T) {
 			// check that tripped as well.
 			all := l.sent
 			for mismatchedAll(l.prefillStates()) == false {
-				if l.sent-all > 60 {
+				if l.sent-all > 400 {
 					t.Fatalf("not every endpoint demoted after %d more requests: %s", l.sent-all, predictionsOf(l.prefillStates()))
 				}
 				l.send(l.sent % len(l.docs))
@@ -300,8 +306,8 @@ func TestCacheTruth_WrongHashSeedIsDetectedAndDemoted(t *testing.T) {
 			if !ok {
 				t.Fatalf("a fresh prompt was routed %q; want Tier 1.5 to fall through with prediction_mismatch", demoted)
 			}
-			t.Logf("wrong hash seed (lean events %v): detected after %d requests on endpoint %d — %s; contract check: %s\n  warning: %s\n  route: %s",
-				lean, n, ep.EpIdx, restapi.FormatKVPrediction(p), contractState(t, f, ep.EpIdx), warn["message"], demoted)
+			t.Logf("wrong hash seed (lean events %v): detected after %d requests (%s) on endpoint %d — %s; contract check: %s\n  warning: %s\n  route: %s",
+				lean, n, took.Round(10*time.Millisecond), ep.EpIdx, restapi.FormatKVPrediction(p), contractState(t, f, ep.EpIdx), warn["message"], demoted)
 		})
 	}
 }
@@ -331,13 +337,13 @@ func contractState(t *testing.T, f *pdFleet, ep int) string {
 func TestCacheTruth_WrongBlockSizeIsDetected(t *testing.T) {
 	f := truthFleet(t, fleetSpec{rule: map[string]any{"kvBlockSize": 32}})
 	l := newTruthLoad(t, f, 3, "blocks")
-	n, ep := l.untilMismatch(60)
+	n, took, ep := l.untilMismatch(400)
 	p := ep.KVPrediction
 	if p.Cause != "block_size" || !p.Demoted {
 		t.Fatalf("endpoint %d: %+v; want block_size, demoted", ep.EpIdx, p)
 	}
-	t.Logf("wrong kvBlockSize: detected after %d requests on endpoint %d — %s: %s; contract check: %s",
-		n, ep.EpIdx, restapi.FormatKVPrediction(p), p.Detail, contractState(t, f, ep.EpIdx))
+	t.Logf("wrong kvBlockSize: detected after %d requests (%s) on endpoint %d — %s: %s; contract check: %s",
+		n, took.Round(10*time.Millisecond), ep.EpIdx, restapi.FormatKVPrediction(p), p.Detail, contractState(t, f, ep.EpIdx))
 }
 
 // TestCacheTruth_ColdRestart restarts the owner of several prefixes with an
@@ -350,7 +356,7 @@ func TestCacheTruth_ColdRestart(t *testing.T) {
 	for _, events := range []bool{true, false} {
 		t.Run(fmt.Sprintf("kv_events=%v", events), func(t *testing.T) {
 			f := truthFleet(t, fleetSpec{})
-			l := newTruthLoad(t, f, 16, "restart")
+			l := newTruthLoad(t, f, 32, "restart")
 			// Warm every document and learn which endpoint holds it.
 			owner := map[int]int{}
 			for round := 0; round < 3; round++ {
@@ -376,10 +382,10 @@ func TestCacheTruth_ColdRestart(t *testing.T) {
 				}
 			}
 			// A restart behind llb's back costs each stale prefix one wrong
-			// prediction (the engine caches it again); it takes
-			// ladder.TruthDemoteWrong stale prefixes to tell.
-			if len(mine) < 6 {
-				t.Fatalf("endpoint %d owns %d documents (%v); want at least 6", o, len(mine), owner)
+			// prediction (the engine caches it again); it takes stale
+			// prefixes asked for over ladder.TruthMinBad to tell.
+			if len(mine) < 12 {
+				t.Fatalf("endpoint %d owns %d documents (%v); want at least 12", o, len(mine), owner)
 			}
 			sort.Ints(mine)
 			before := l.prefillStates()[o].KVPrediction
@@ -406,15 +412,19 @@ func TestCacheTruth_ColdRestart(t *testing.T) {
 					wrong, 4*len(mine), len(mine))
 				return
 			}
-			start := l.sent
+			// The stale prefixes come back one by one, as traffic does (a
+			// request every 250 ms): a misconfiguration must outlast
+			// ladder.TruthMinBad, a burst of misses does not count.
+			start, began := l.sent, time.Now()
 			var hit endpointState
-			for round := 0; round < 6 && hit.KVPrediction == nil; round++ {
+			for round := 0; round < 2 && hit.KVPrediction == nil; round++ {
 				for _, d := range mine {
 					l.send(d)
 					if eps := l.prefillStates(); eps[o].KVPrediction.State == restapi.PredictionMismatch {
 						hit = eps[o]
 						break
 					}
+					time.Sleep(250 * time.Millisecond) // workload pacing, not synchronisation
 				}
 			}
 			if hit.KVPrediction == nil {
@@ -423,8 +433,8 @@ func TestCacheTruth_ColdRestart(t *testing.T) {
 			if hit.KVPrediction.Cause != "stale_mirror" || !hit.KVPrediction.Demoted {
 				t.Fatalf("endpoint %d: %+v; want stale_mirror, demoted", o, hit.KVPrediction)
 			}
-			t.Logf("cold restart without events: detected after %d requests for the %d documents endpoint %d held — %s: %s",
-				l.sent-start, len(mine), o, restapi.FormatKVPrediction(hit.KVPrediction), hit.KVPrediction.Detail)
+			t.Logf("cold restart without events: detected after %d requests (%s) for the %d documents endpoint %d held — %s: %s",
+				l.sent-start, time.Since(began).Round(10*time.Millisecond), len(mine), o, restapi.FormatKVPrediction(hit.KVPrediction), hit.KVPrediction.Detail)
 		})
 	}
 }
@@ -434,4 +444,17 @@ func routeOfHeader(t *testing.T, v string) (tier string, prefill, decode int) {
 	h := http.Header{}
 	h.Set("X-Llb-Route", v)
 	return routeOf(t, h)
+}
+
+// grepLog returns the daemon's log lines whose message contains msg.
+func grepLog(w *logWatch, msg string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for i, l := range w.lines {
+		if m, _ := l["message"].(string); strings.Contains(m, msg) {
+			out = append(out, w.raw[min(i, len(w.raw)-1)])
+		}
+	}
+	return strings.Join(out, "\n")
 }
