@@ -1,8 +1,6 @@
 package inventory
 
 import (
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -136,30 +134,6 @@ func IgnoredViews(tallies ...IgnoreTally) []IgnoredView {
 		out = append(out, IgnoredView{Reason: IgnoreReason(i).String(), Events: sum[i].Events, Blocks: sum[i].Blocks, Cause: sum[i].Cause})
 	}
 	return out
-}
-
-// FormatIgnored renders views compactly for a table cell:
-// "medium=32 unknown_block=4b" (events, or blocks with a "b" suffix when
-// only blocks were refused); "-" when empty.
-func FormatIgnored(vs []IgnoredView) string {
-	if len(vs) == 0 {
-		return "-"
-	}
-	var b strings.Builder
-	for i, v := range vs {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		b.WriteString(v.Reason)
-		b.WriteByte('=')
-		if v.Events == 0 {
-			b.WriteString(strconv.FormatUint(v.Blocks, 10))
-			b.WriteByte('b')
-		} else {
-			b.WriteString(strconv.FormatUint(v.Events, 10))
-		}
-	}
-	return b.String()
 }
 
 // ignoreLog counts and logs ignored input for one owner (a feed or a
