@@ -53,7 +53,7 @@ func (a *routerActor) Receive(ctx actor.Context) {
 	case finishMsg:
 		c.finish(m.t, m.res)
 	case concludeMsg:
-		c.report(m.o)
+		c.report(now, m.o)
 		c.finish(m.o.Ticket, m.res)
 	case cancelMsg:
 		c.cancel(m.id)
