@@ -25,6 +25,12 @@
 //	      by the server from relayStream after the handler returned
 //	Report per leg, Finish once per ticket; access log; metrics — when the
 //	response is built, or for a stream when the server has written it.
+//	With a cached-token prediction (Route.Prediction), the answering leg's
+//	bytes pass through usageScanner (usage.go) on their way — the buffered
+//	body before its head goes out, each streamed read before its write, the
+//	P/D prefill leg's JSON as read — and the engine's
+//	usage.prompt_tokens_details.cached_tokens goes back with the leg's
+//	Outcome, into X-Llb-Route (kv_predicted, kv_cached) and the access log.
 //
 // # Why not net/http
 //
