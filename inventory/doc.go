@@ -30,7 +30,7 @@
 //   - ScrapeCacheConfig / ParseCacheConfig: num_gpu_blocks and the waiting
 //     queue from an engine's /metrics (the endpoint actor scrapes on its
 //     own schedule).
-//   - Views: EndpointSnapshot, InventoryView, and the metric names.
+//   - Views: HashAlgoName, IgnoredViews, and the metric names.
 //
 // # Ownership
 //
