@@ -86,7 +86,7 @@ func (h *Handler) record(x *exchange) {
 		m.pdRequests.Inc()
 	}
 	e := h.log.Debug()
-	if h.cfg.AccessLog {
+	if h.opts.AccessLog {
 		e = h.log.Info()
 	}
 	if !e.Enabled() {

@@ -4,6 +4,11 @@
 // single pool, or with vLLM's two-leg NIXL protocol for P/D rules — while
 // reporting every leg's outcome back to the router.
 //
+// A Handler serves one compiled rule (*rule.Compiled: every bound and
+// default already applied by the rule package) with the daemon's Options;
+// package lifecycle creates, replaces and removes handlers and listeners as
+// rules change.
+//
 // # Request path
 //
 //	Listener: accept, sniff the first bytes of the connection

@@ -16,6 +16,8 @@ import (
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/internal/logfield"
 	"github.com/llbproject/llb/inventory"
+	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/rule"
 )
 
 // ErrNoRouter is returned by NewHandler when Deps.Router is nil.
@@ -25,9 +27,9 @@ var ErrNoRouter = errors.New("gateway: no router")
 type Deps struct {
 	// Router is the service's router (a *actors.Service); required.
 	Router actors.Router
-	// Hasher computes Tier-1.5 block keys. nil builds one from
-	// RuleConfig.Hasher when kvExactMode is on; pass the runtime's own to
-	// share it with the inventory mirror.
+	// Hasher computes Tier-1.5 block keys. nil builds one from the rule's
+	// KV contract when kvExactMode is on; pass the rule's own to share it
+	// with the inventory mirror.
 	Hasher inventory.ChainHasher
 	// Tokenizer is the engine /tokenize client for Tier 1.5 (an
 	// *inventory.RemoteTokenizer for one of the rule's endpoints); nil
@@ -37,13 +39,17 @@ type Deps struct {
 	// Metrics receives the rule's metrics; nil keeps them in a private set.
 	Metrics *Metrics
 	// Log receives the access log (one line per request: Info with
-	// RuleConfig.AccessLog, else Debug) and decision traces (Debug). The
+	// Options.AccessLog, else Debug) and decision traces (Debug). The
 	// zero Logger discards.
 	Log zerolog.Logger
 	// Watch cancels legs to an endpoint the router takes out of service;
 	// the runtime wires it to the service's OnEndpointDown. nil builds an
 	// unconnected one.
 	Watch *EndpointWatch
+	// LoRAOf returns the LoRA adapter name a request's model names, or ""
+	// for a base model; nil means no LoRA adapters. The name is folded into
+	// the Tier-1.5 extra keys and the prefix hash.
+	LoRAOf func(model string) string
 }
 
 // Handler is one rule's data plane: parsing, routing input, single-pool
@@ -52,9 +58,10 @@ type Deps struct {
 // exchange. It is safe for concurrent use; each request runs entirely in
 // its connection's goroutine, with no goroutine per request or token.
 type Handler struct {
-	cfg   RuleConfig
-	addrs []string // endpoint ip:port, by index
-	// clientAddrs is addrs, or nil when RuleConfig.HideBackendAddrs keeps
+	rule  *rule.Compiled // read-only
+	opts  Options        // defaults applied
+	addrs []string       // endpoint ip:port, by index
+	// clientAddrs is addrs, or nil when Options.HideBackendAddrs keeps
 	// them out of what clients see (X-Llb-Route).
 	clientAddrs []string
 	pools       []*upstreamPool // keep-alive connections, by endpoint index
@@ -65,10 +72,10 @@ type Handler struct {
 	hopID       string // this instance in X-Llb-Hop
 	watch       *EndpointWatch
 
-	// Effective settings (defaults applied).
+	// The rule's bounds and the options, copied for the request path.
 	maxStream       time.Duration
 	prefillTimeout  time.Duration
-	dataTimeout     time.Duration
+	dataTimeout     time.Duration // 0: not set (decodeFirstByte and streamIdle apply)
 	decodeFirstByte time.Duration // 0: no bound
 	streamIdle      time.Duration // 0: no bound
 	bodyLimit       int64
@@ -110,67 +117,70 @@ const copyBufSize = 32 << 10
 // shorter, and the request needs no context of its own.
 const shortStream = 10 * time.Minute
 
-// NewHandler validates cfg and builds the rule's handler.
-func NewHandler(cfg RuleConfig, deps Deps) (*Handler, error) {
-	if err := cfg.Validate(); err != nil {
+// NewHandler builds the data plane of compiled rule c (which it keeps and
+// never changes) with the daemon's options.
+func NewHandler(c *rule.Compiled, opts Options, deps Deps) (*Handler, error) {
+	if err := checkCompiled(c); err != nil {
 		return nil, err
 	}
 	if deps.Router == nil {
 		return nil, ErrNoRouter
 	}
+	opts = opts.withDefaults()
 	var kv *kvInput
-	if cfg.KVExactMode != 0 {
+	if c.Spec.KVExactMode != ladder.KVOff {
 		hasher := deps.Hasher
 		if hasher == nil {
 			var err error
-			if hasher, err = cfg.Hasher.Build(); err != nil {
-				return nil, fmt.Errorf("gateway: rule %q hasher: %w", cfg.Name, err)
+			if hasher, err = inventory.NewChainHasher(c.KV.Algo, c.KV.BlockSize, c.KV.Seed, c.KV.TokenKeyed); err != nil {
+				return nil, fmt.Errorf("gateway: rule %q hasher: %w", c.Key, err)
 			}
 		}
-		kv = newKVInput(hasher, deps.Tokenizer, cfg.tokenizeTimeout())
+		kv = newKVInput(hasher, deps.Tokenizer, opts.TokenizeTimeout)
 	}
-	input, err := newRouteInput(&cfg, kv)
+	input, err := newRouteInput(c, deps.LoRAOf, kv)
 	if err != nil {
 		return nil, err
 	}
+	t := &c.Timeouts
 	h := &Handler{
-		cfg:             cfg,
+		rule:            c,
+		opts:            opts,
 		router:          deps.Router,
 		input:           input,
 		met:             deps.Metrics,
 		log:             deps.Log,
-		maxStream:       cfg.maxStreamDuration(),
-		prefillTimeout:  cfg.prefillTimeout(),
-		dataTimeout:     cfg.dataTimeout(),
-		bodyLimit:       cfg.bodyLimit(),
-		bodyReadTimeout: cfg.bodyReadTimeout(),
-		maxRetries:      cfg.maxConnectRetries(),
-		hopID:           cfg.HopID,
+		maxStream:       t.MaxStream,
+		prefillTimeout:  t.Prefill,
+		dataTimeout:     t.Data,
+		decodeFirstByte: t.Decode,
+		streamIdle:      t.StreamIdle,
+		bodyLimit:       opts.BodyLimit,
+		bodyReadTimeout: opts.BodyReadTimeout,
+		maxRetries:      opts.MaxConnectRetries,
+		hopID:           opts.HopID,
 		watch:           deps.Watch,
-		decodeFirstByte: cfg.decodeTimeout(),
-		streamIdle:      cfg.streamIdleTimeout(),
 	}
 	if h.watch == nil {
 		h.watch = NewEndpointWatch()
 	}
-	if h.hopID == "" {
-		h.hopID = newHopID()
-	}
-	h.cfg.Endpoints = append([]EndpointConfig(nil), cfg.Endpoints...)
-	for _, ep := range cfg.Endpoints {
-		a := ep.Addr.String()
+	for i := range c.Endpoints {
+		a := c.Endpoints[i].Addr.String()
 		h.addrs = append(h.addrs, a)
-		h.pools = append(h.pools, newUpstreamPool(a, cfg.connectTimeout()))
+		h.pools = append(h.pools, newUpstreamPool(a, t.Connect))
 	}
-	if !cfg.HideBackendAddrs {
+	if !opts.HideBackendAddrs {
 		h.clientAddrs = h.addrs
 	}
 	if h.met == nil {
-		h.met = NewMetrics(nil, cfg.Name)
+		h.met = NewMetrics(nil, c.Key)
 	}
 	h.bufs.New = func() any { b := make([]byte, copyBufSize); return &b }
 	return h, nil
 }
+
+// Rule returns the compiled rule the handler serves.
+func (h *Handler) Rule() *rule.Compiled { return h.rule }
 
 // Metrics returns the handler's metrics.
 func (h *Handler) Metrics() *Metrics { return h.met }
@@ -297,7 +307,7 @@ func (h *Handler) serve(x *exchange) {
 				strconv.Itoa(MaxHops)+" llb instances; it was not forwarded again"))
 		return
 	}
-	if h.cfg.Paused {
+	if h.rule.Paused {
 		x.api = "paused"
 		e := planeError(http.StatusServiceUnavailable, CodeServiceUnavailable, "the rule is paused (adminStateUp is false); retry later")
 		e.RetryAfter = DefaultRetryAfter

@@ -68,8 +68,7 @@ func TestHandler_StripsHopByHopHeadersBothWays(t *testing.T) {
 func outbound(t *testing.T, raw string, trust bool, hopID string) (*http.Request, *fasthttp.Request) {
 	t.Helper()
 	cfg := singlePool(netip.MustParseAddrPort("127.0.0.1:8000"))
-	cfg.TrustForwardedHeaders, cfg.HopID = trust, hopID
-	h, err := NewHandler(cfg, Deps{Router: newFakeRouter(fixedRoute(decision(ladder.Tier2, 0, -1)))})
+	h, err := NewHandler(cfg, Options{TrustForwardedHeaders: trust, HopID: hopID}, Deps{Router: newFakeRouter(fixedRoute(decision(ladder.Tier2, 0, -1)))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,9 +106,8 @@ func TestRequestHead_TrustedForwardedChainIsExtended(t *testing.T) {
 func TestHandler_RejectsBadRequestsWithOpenAIErrors(t *testing.T) {
 	be := newFakeVLLM(t)
 	cfg := singlePool(be.addr())
-	cfg.BodyLimit = 64
 	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
-	url, _ := startGateway(t, cfg, Deps{Router: fr})
+	url, _ := startGatewayWith(t, cfg, Options{BodyLimit: 64}, Deps{Router: fr})
 	c := testClient(t)
 	tests := []struct {
 		name       string
@@ -212,10 +210,11 @@ func TestHandler_ReleasesTheTicketOnBadDecisionsAndPanics(t *testing.T) {
 				router = panicReport{fr}
 			}
 			cfg := singlePool(be.addr())
-			l, err := NewListener(cfg, Deps{Router: router})
+			h, err := NewHandler(cfg, Options{}, Deps{Router: router})
 			if err != nil {
 				t.Fatal(err)
 			}
+			l := NewListener(h)
 			if err := l.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -240,7 +239,7 @@ func TestHandler_ReleasesTheTicketOnBadDecisionsAndPanics(t *testing.T) {
 func TestHandler_KeepAliveConnectionOutlivesAStreamDeadline(t *testing.T) {
 	be := newFakeVLLM(t)
 	cfg := singlePool(be.addr())
-	cfg.MaxStreamDuration = 100 * time.Millisecond
+	cfg.Timeouts.MaxStream = 100 * time.Millisecond
 	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
 	url, _ := startGateway(t, cfg, Deps{Router: fr})
 	c := testClient(t)
@@ -250,7 +249,7 @@ func TestHandler_KeepAliveConnectionOutlivesAStreamDeadline(t *testing.T) {
 	}
 	// Let the first request's stream deadline pass (elapsed time is what is
 	// tested), then use the same connection again.
-	<-time.After(3 * cfg.MaxStreamDuration)
+	<-time.After(3 * cfg.Timeouts.MaxStream)
 	resp, body := post(t, c, url+PathCompletions, `{"prompt":`)
 	if resp.StatusCode != 400 || decodeError(t, body).Error.Code != CodeInvalidJSON {
 		t.Errorf("second request on the kept-alive connection: %d %s; want 400 %s", resp.StatusCode, body, CodeInvalidJSON)
@@ -323,9 +322,8 @@ func TestLooped_OwnIDOrTooManyHops(t *testing.T) {
 func TestHandler_ALoopedRequestIs508AndNeverForwarded(t *testing.T) {
 	be := newFakeVLLM(t)
 	cfg := singlePool(be.addr())
-	cfg.HopID = "me"
 	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
-	url, _ := startGateway(t, cfg, Deps{Router: fr})
+	url, _ := startGatewayWith(t, cfg, Options{HopID: "me"}, Deps{Router: fr})
 	req, _ := http.NewRequest(http.MethodPost, url+PathCompletions, strings.NewReader(`{"model":"m","prompt":"p"}`))
 	req.Header.Set(HeaderHop, "other, me")
 	resp, err := testClient(t).Do(req)
@@ -358,10 +356,8 @@ func TestRequestHead_XRealIPIsLLBsViewUnlessTrusted(t *testing.T) {
 func TestHandler_HiddenBackendAddressesStayOutOfClientAnswers(t *testing.T) {
 	closed := closedAddr(t)
 	cfg := singlePool(closed)
-	cfg.HideBackendAddrs = true
-	cfg.MaxConnectRetries = -1
 	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
-	url, _ := startGateway(t, cfg, Deps{Router: fr})
+	url, _ := startGatewayWith(t, cfg, Options{HideBackendAddrs: true, MaxConnectRetries: -1}, Deps{Router: fr})
 	resp, body := post(t, testClient(t), url+PathCompletions, `{"model":"m","prompt":"p"}`)
 	if resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("got %d %s; want 502", resp.StatusCode, body)

@@ -29,8 +29,8 @@ const (
 	MaxHops = 8
 )
 
-// newHopID mints an instance id for the hop header (128 random bits).
-func newHopID() string {
+// NewHopID mints an instance id for the hop header (128 random bits).
+func NewHopID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand does not fail
 	return hex.EncodeToString(b[:])
@@ -138,7 +138,7 @@ func connectionNames(conns [][]byte, name []byte) bool {
 // headers (own, with requestID) and Content-Length.
 func (x *exchange) appendRequestHead(dst []byte, addr string, bodyLen int, own legHeaders, requestID string) []byte {
 	in := &x.in.Header
-	trust := x.h.cfg.TrustForwardedHeaders
+	trust := x.h.opts.TrustForwardedHeaders
 	dst = append(dst, in.Method()...)
 	dst = append(dst, ' ')
 	if uri := in.RequestURI(); len(uri) > 0 && uri[0] == '/' {

@@ -37,10 +37,8 @@ func TestHandler_ASlowBodyGets408AtTheBoundAndTheConnectionCloses(t *testing.T) 
 		t.Run(strconv.Itoa(size), func(t *testing.T) {
 			be := newFakeVLLM(t)
 			cfg := singlePool(be.addr())
-			cfg.BodyReadTimeout = 300 * time.Millisecond
-			cfg.BodyLimit = 4 << 20
 			fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
-			url, _ := startGateway(t, cfg, Deps{Router: fr})
+			url, _ := startGatewayWith(t, cfg, Options{BodyReadTimeout: 300 * time.Millisecond, BodyLimit: 4 << 20}, Deps{Router: fr})
 			c := rawConn(t, url)
 			start := time.Now()
 			if _, err := io.WriteString(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "+

@@ -26,7 +26,7 @@ import (
 // run the same Handler.
 
 // Server timeouts. None of them bounds a response: long SSE streams are
-// bounded per request (RuleConfig.MaxStreamDuration, DataTimeout).
+// bounded per request (the rule's rule.Timeouts: MaxStream, Data).
 const (
 	// DefaultReadHeaderTimeout bounds reading a request's headers (from its
 	// first byte); the rule's body read timeout then bounds the body.
@@ -75,19 +75,10 @@ type Listener struct {
 	stopErr  error
 }
 
-// NewListener validates cfg and builds the rule's listener (not yet bound).
-func NewListener(cfg RuleConfig, deps Deps) (*Listener, error) {
-	h, err := NewHandler(cfg, deps)
-	if err != nil {
-		return nil, err
-	}
-	return newListener(h), nil
-}
-
-// newListener builds an unbound listener serving h on h's VIP:port.
-func newListener(h *Handler) *Listener {
+// NewListener builds an unbound listener serving h on its rule's VIP:port.
+func NewListener(h *Handler) *Listener {
 	base, cancel := context.WithCancelCause(context.Background())
-	l := &Listener{addr: netip.AddrPortFrom(h.cfg.VIP, h.cfg.Port), base: base, cancel: cancel, log: h.log,
+	l := &Listener{addr: netip.AddrPortFrom(h.rule.VIP, h.rule.Port), base: base, cancel: cancel, log: h.log,
 		done: make(chan struct{}), conns: map[*clientConn]struct{}{}}
 	l.h.Store(h)
 	l.acceptLog = &serverErrorLog{log: l.log}

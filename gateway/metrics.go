@@ -11,6 +11,7 @@ import (
 
 	"github.com/llbproject/llb/internal/promlabel"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/tokenizer"
 )
 
 // Metrics are one rule's data-plane metrics, registered in a caller-owned
@@ -243,3 +244,20 @@ func tier15MissLabel(r ladder.Reason) string {
 }
 
 func seconds(d time.Duration) float64 { return d.Seconds() }
+
+// TokenizerCounters registers the in-process tokenizer's series (only for
+// rules that have one):
+//
+//	llb_tokenizer_requests_total{path}   Tier-1.5 tokenizations by path: local or engine
+//	llb_tokenizer_checks_total           local answers re-checked against the engine
+//	llb_tokenizer_mismatch_total         checks whose ids differed (the model then uses the engine)
+//	llb_tokenizer_check_errors_total     checks the engine did not answer
+func (m *Metrics) TokenizerCounters() tokenizer.Counters {
+	return tokenizer.Counters{
+		Local:       m.counter("llb_tokenizer_requests_total", `path="local"`),
+		Remote:      m.counter("llb_tokenizer_requests_total", `path="engine"`),
+		Checks:      m.counter("llb_tokenizer_checks_total", ""),
+		Mismatches:  m.counter("llb_tokenizer_mismatch_total", ""),
+		CheckErrors: m.counter("llb_tokenizer_check_errors_total", ""),
+	}
+}

@@ -35,7 +35,7 @@ const maxBufferedBody = 1 << 20
 func (h *Handler) clientErrorFor(c failCause, leg actors.Leg, err error) *ClientError {
 	detail := "no detail"
 	switch {
-	case h.cfg.HideBackendAddrs:
+	case h.opts.HideBackendAddrs:
 		detail = "the cause is in llb's access log"
 	case err != nil:
 		detail = err.Error()

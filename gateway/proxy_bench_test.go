@@ -18,6 +18,7 @@ import (
 
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/rule"
 )
 
 // instantRouter answers every Route with a fixed decision and ignores
@@ -93,10 +94,7 @@ func BenchmarkAddedLatency(b *testing.B) {
 	be := fastBackend(b)
 	beAddr := netip.MustParseAddrPort(be.Listener.Addr().String())
 	cfg := singlePool(beAddr)
-	l, err := NewListener(cfg, Deps{Router: &instantRouter{d: decision(ladder.TierSelector, 0, -1)}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	l := benchListener(b, cfg, &instantRouter{d: decision(ladder.TierSelector, 0, -1)})
 	if err := l.Start(); err != nil {
 		b.Fatal(err)
 	}
@@ -106,10 +104,7 @@ func BenchmarkAddedLatency(b *testing.B) {
 	pdBE := fastBackend(b)
 	pdAddr := netip.MustParseAddrPort(pdBE.Listener.Addr().String())
 	pdCfg := pdPool([]netip.AddrPort{pdAddr}, []netip.AddrPort{pdAddr})
-	pl, err := NewListener(pdCfg, Deps{Router: &instantRouter{d: decision(ladder.Tier2, 0, 1)}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	pl := benchListener(b, pdCfg, &instantRouter{d: decision(ladder.Tier2, 0, 1)})
 	if err := pl.Start(); err != nil {
 		b.Fatal(err)
 	}
@@ -178,12 +173,19 @@ func BenchmarkHandler(b *testing.B) {
 	})
 }
 
-func startBenchGateway(b *testing.B, cfg RuleConfig, r actors.Router) (string, *Listener) {
+// benchListener builds an unbound listener for cfg over router r.
+func benchListener(b *testing.B, cfg *rule.Compiled, r actors.Router) *Listener {
 	b.Helper()
-	l, err := NewListener(cfg, Deps{Router: r})
+	h, err := NewHandler(cfg, Options{}, Deps{Router: r})
 	if err != nil {
 		b.Fatal(err)
 	}
+	return NewListener(h)
+}
+
+func startBenchGateway(b *testing.B, cfg *rule.Compiled, r actors.Router) (string, *Listener) {
+	b.Helper()
+	l := benchListener(b, cfg, r)
 	if err := l.Start(); err != nil {
 		b.Fatal(err)
 	}

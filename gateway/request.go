@@ -31,7 +31,7 @@ const (
 // key when present (it overrides user_id), and the CHWBL fallback key.
 const HeaderConversationID = "X-Conversation-Id"
 
-// DefaultBodyLimit bounds a request body when RuleConfig.BodyLimit is 0.
+// DefaultBodyLimit bounds a request body when Options.BodyLimit is 0.
 const DefaultBodyLimit = 16 << 20
 
 // APIKind is which generation API a request uses.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/rule"
 )
 
 // Routing input: what the ladder keys on, derived from the parsed request.
@@ -190,18 +191,18 @@ type routeInput struct {
 	pd      bool
 }
 
-func newRouteInput(cfg *RuleConfig, kv *kvInput) (*routeInput, error) {
-	src, err := parseSessionHeader(cfg.SessionHeaderName)
+func newRouteInput(c *rule.Compiled, loraOf func(string) string, kv *kvInput) (*routeInput, error) {
+	src, err := parseSessionHeader(c.SessionHeaderName)
 	if err != nil {
 		return nil, fmt.Errorf("session_header_name: %w: %w", err, ErrInvalidConfig)
 	}
 	return &routeInput{
-		span:    PrefixSpan(cfg.PrefixHashLevel),
-		flags:   cfg.PrefixHashFlags,
-		loraOf:  cfg.LoRAOf,
+		span:    PrefixSpan(c.PrefixHash.Level),
+		flags:   c.PrefixHash.Flags,
+		loraOf:  loraOf,
 		session: src,
 		kv:      kv,
-		pd:      cfg.PDDisagg,
+		pd:      c.Spec.PDDisagg,
 	}, nil
 }
 

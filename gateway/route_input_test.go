@@ -14,6 +14,7 @@ import (
 
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/rule"
 )
 
 func mustParse(t *testing.T, kind APIKind, body string) *Request {
@@ -25,9 +26,15 @@ func mustParse(t *testing.T, kind APIKind, body string) *Request {
 	return r
 }
 
-func buildInput(t *testing.T, cfg RuleConfig, kind APIKind, body string, hdr ...string) actors.RouteRequest {
+func buildInput(t *testing.T, cfg *rule.Compiled, kind APIKind, body string, hdr ...string) actors.RouteRequest {
 	t.Helper()
-	ri, err := newRouteInput(&cfg, nil)
+	return buildInputLoRA(t, cfg, nil, kind, body, hdr...)
+}
+
+// buildInputLoRA is buildInput with the LoRA hook loraOf.
+func buildInputLoRA(t *testing.T, cfg *rule.Compiled, loraOf func(string) string, kind APIKind, body string, hdr ...string) actors.RouteRequest {
+	t.Helper()
+	ri, err := newRouteInput(cfg, loraOf, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,24 +107,23 @@ func TestRouteInput_ChatPrefixHashIsStableAcrossTurns(t *testing.T) {
 func TestRouteInput_PrefixHashCoversLeadingSpanAndContext(t *testing.T) {
 	base := singlePool(closedAddr(t))
 	long := strings.Repeat("a", 300)
-	h := func(cfg RuleConfig, body string) uint64 {
+	h := func(cfg *rule.Compiled, body string) uint64 {
 		return buildInput(t, cfg, KindCompletion, body).Req.PrefixHash
 	}
-	lvl2 := base
-	lvl2.PrefixHashLevel = 2
-	noSalt := base
-	noSalt.PrefixHashFlags = prefixFlagLoRA
+	lvl2, noSalt := *base, *base
+	lvl2.PrefixHash.Level = 2
+	noSalt.PrefixHash.Flags = prefixFlagLoRA
 	tests := []struct {
 		name     string
-		cfg1, c2 RuleConfig
+		cfg1, c2 *rule.Compiled
 		a, b     string
 		wantSame bool
 	}{
 		{"same leading 256 bytes at level 1", base, base, `{"model":"m","prompt":"` + long + `X"}`, `{"model":"m","prompt":"` + long + `Y"}`, true},
-		{"level 2 sees byte 300", lvl2, lvl2, `{"model":"m","prompt":"` + long + `X"}`, `{"model":"m","prompt":"` + long + `Y"}`, false},
+		{"level 2 sees byte 300", &lvl2, &lvl2, `{"model":"m","prompt":"` + long + `X"}`, `{"model":"m","prompt":"` + long + `Y"}`, false},
 		{"model is part of the key", base, base, `{"model":"m1","prompt":"p"}`, `{"model":"m2","prompt":"p"}`, false},
 		{"cache_salt is part of the key", base, base, `{"model":"m","prompt":"p","cache_salt":"a"}`, `{"model":"m","prompt":"p","cache_salt":"b"}`, false},
-		{"flags without bit 3 ignore cache_salt", noSalt, noSalt, `{"model":"m","prompt":"p","cache_salt":"a"}`, `{"model":"m","prompt":"p","cache_salt":"b"}`, true},
+		{"flags without bit 3 ignore cache_salt", &noSalt, &noSalt, `{"model":"m","prompt":"p","cache_salt":"a"}`, `{"model":"m","prompt":"p","cache_salt":"b"}`, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -131,13 +137,13 @@ func TestRouteInput_PrefixHashCoversLeadingSpanAndContext(t *testing.T) {
 func TestRouteInput_LoRAHookChangesPrefixHash(t *testing.T) {
 	cfg := singlePool(closedAddr(t))
 	plain := buildInput(t, cfg, KindCompletion, `{"model":"sql-lora","prompt":"p"}`).Req.PrefixHash
-	cfg.LoRAOf = func(m string) string {
+	loraOf := func(m string) string {
 		if m == "sql-lora" {
 			return "sql-lora"
 		}
 		return ""
 	}
-	withLoRA := buildInput(t, cfg, KindCompletion, `{"model":"sql-lora","prompt":"p"}`).Req.PrefixHash
+	withLoRA := buildInputLoRA(t, cfg, loraOf, KindCompletion, `{"model":"sql-lora","prompt":"p"}`).Req.PrefixHash
 	if plain == withLoRA {
 		t.Errorf("a LoRA adapter did not change the prefix hash (%x)", plain)
 	}
@@ -176,7 +182,7 @@ func TestRouteInput_ClientKeySources(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := singlePool(closedAddr(t))
 			cfg.SessionHeaderName = tt.source
-			ri, err := newRouteInput(&cfg, nil)
+			ri, err := newRouteInput(cfg, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -69,7 +69,7 @@ type upstreamPool struct {
 func newUpstreamPool(addr string, connectTimeout time.Duration) *upstreamPool {
 	return &upstreamPool{
 		addr:    addr,
-		dialer:  net.Dialer{Timeout: orDefault(connectTimeout, DefaultConnectTimeout), KeepAlive: 30 * time.Second},
+		dialer:  net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second},
 		maxIdle: DefaultMaxIdleConnsPerHost,
 		idleTTL: DefaultIdleConnTimeout,
 	}

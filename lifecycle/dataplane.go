@@ -22,7 +22,7 @@ import (
 // service — and reports the live state back in the REST shapes. It is where
 // rule changes become running services, whichever source they come from.
 type DataPlane struct {
-	rt       *gateway.Runtime
+	rt       *ruleSet
 	sys      *actors.System
 	log      zerolog.Logger
 	defaults ruleDefaults
@@ -59,13 +59,16 @@ type Config struct {
 	AccessLog bool
 	// HideBackendAddrs keeps endpoint addresses out of client answers.
 	HideBackendAddrs bool
+	// Feeds starts KV-event subscriptions; nil means ZMQ (tests pass
+	// their own).
+	Feeds actors.FeedStarter
 }
 
 // New starts the actor runtime and an empty data plane.
 func New(cfg Config) (*DataPlane, error) {
 	sys := actors.NewSystem(cfg.Log.With().Str(logfield.Component, "actors").Logger(), cfg.Metrics)
-	rt, err := gateway.NewRuntime(gateway.RuntimeConfig{System: sys, Log: cfg.Log, Metrics: cfg.Metrics, KVMaxMsgSize: cfg.KVMaxMsgSize,
-		AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs})
+	rt, err := newRuleSet(ruleSetConfig{System: sys, Log: cfg.Log, Metrics: cfg.Metrics, KVMaxMsgSize: cfg.KVMaxMsgSize,
+		Feeds: cfg.Feeds, Options: gateway.Options{AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs}})
 	if err != nil {
 		sys.Shutdown()
 		return nil, err
@@ -82,7 +85,7 @@ func New(cfg Config) (*DataPlane, error) {
 // Close drains and stops every rule (until ctx ends), then the actor
 // runtime.
 func (d *DataPlane) Close(ctx context.Context) {
-	if err := d.rt.Close(ctx); err != nil {
+	if err := d.rt.close(ctx); err != nil {
 		d.log.Warn().Err(err).Msg("data plane stopped with errors")
 	}
 	d.sys.Shutdown()
@@ -90,7 +93,7 @@ func (d *DataPlane) Close(ctx context.Context) {
 
 // Service returns rule key's running actors service, or nil (debug
 // listener, tests).
-func (d *DataPlane) Service(key string) *actors.Service { return d.rt.Service(key) }
+func (d *DataPlane) Service(key string) *actors.Service { return d.rt.service(key) }
 
 // DataPlaneName implements restapi.DataPlaneNamer.
 func (d *DataPlane) DataPlaneName() string { return "actors+gateway" }
@@ -102,7 +105,7 @@ func (d *DataPlane) Apply(ctx context.Context, r rule.Rule) error {
 		d.mu.Lock()
 		d.unserved[r.Key] = err.Error()
 		d.mu.Unlock()
-		return d.rt.Remove(ctx, r.Key.String())
+		return d.rt.remove(ctx, r.Key.String())
 	}
 	if err != nil {
 		return err
@@ -110,7 +113,7 @@ func (d *DataPlane) Apply(ctx context.Context, r rule.Rule) error {
 	d.mu.Lock()
 	delete(d.unserved, r.Key)
 	d.mu.Unlock()
-	return d.rt.Apply(ctx, gatewayRule(c, d.defaults.Env))
+	return d.rt.apply(ctx, runSpec{rule: c, service: actors.ServiceConfig{Rule: c, Env: d.defaults.Env}})
 }
 
 // Remove implements restapi.Runtime.
@@ -118,7 +121,7 @@ func (d *DataPlane) Remove(ctx context.Context, k rule.RuleKey) error {
 	d.mu.Lock()
 	delete(d.unserved, k)
 	d.mu.Unlock()
-	return d.rt.Remove(ctx, k.String())
+	return d.rt.remove(ctx, k.String())
 }
 
 // Status implements restapi.Runtime.
@@ -129,7 +132,7 @@ func (d *DataPlane) Status(k rule.RuleKey) (restapi.RuleStatus, bool) {
 	if un {
 		return restapi.RuleStatus{Operating: restapi.OperatingOffline, Detail: why}, true
 	}
-	st, ok := d.rt.Status(k.String())
+	st, ok := d.rt.status(k.String())
 	if !ok {
 		return restapi.RuleStatus{}, false
 	}
@@ -148,7 +151,7 @@ func (d *DataPlane) Status(k rule.RuleKey) (restapi.RuleStatus, bool) {
 		out.Detail = "router did not answer in time"
 		return out, true
 	}
-	svc := d.rt.Service(k.String())
+	svc := d.rt.service(k.String())
 	if svc == nil {
 		return out, true
 	}
@@ -218,51 +221,4 @@ func endpointStatus(cfg actors.ServiceConfig, i int, e actors.EndpointStatus) re
 		es.Detail = "draining"
 	}
 	return es
-}
-
-// gatewayRule hands a compiled rule to the runtime.
-func gatewayRule(c *rule.Compiled, env ladder.Env) gateway.Rule {
-	gw := gateway.RuleConfig{
-		Name:              c.Key,
-		VIP:               c.VIP,
-		Port:              c.Port,
-		PDDisagg:          c.Spec.PDDisagg,
-		KVExactMode:       c.Spec.KVExactMode,
-		Hasher:            gateway.HasherConfig{Algo: c.KV.Algo, BlockSize: c.KV.BlockSize, Seed: c.KV.Seed, TokenKeyed: c.KV.TokenKeyed},
-		PrefixHashLevel:   c.PrefixHash.Level,
-		PrefixHashFlags:   c.PrefixHash.Flags,
-		SessionHeaderName: c.SessionHeaderName,
-		TokenizerDir:      c.KV.TokenizerDir,
-		ConnectTimeout:    c.Timeouts.Connect,
-		DataTimeout:       c.Timeouts.Data,
-		PrefillTimeout:    c.Timeouts.Prefill,
-		DecodeTimeout:     offIfZero(c.Timeouts.Decode),
-		StreamIdleTimeout: offIfZero(c.Timeouts.StreamIdle),
-		MaxStreamDuration: c.Timeouts.MaxStream,
-		Paused:            c.Paused,
-		Probe: gateway.ProbeConfig{
-			Type: c.Probe.Type, Port: c.Probe.Port, Request: c.Probe.Request, Response: c.Probe.Response,
-			Period: c.Probe.Period, Retries: c.Probe.Retries, AttemptTimeout: c.Probe.AttemptTimeout,
-		},
-	}
-	sc := actors.ServiceConfig{Rule: c, Env: env}
-	for _, ep := range c.Endpoints {
-		p := ep.Probe
-		gw.Endpoints = append(gw.Endpoints, gateway.EndpointConfig{
-			Addr: ep.Addr, NixlPort: ep.NixlPort, Role: ep.Role(),
-			Probe: gateway.EndpointProbe{
-				MonitorAddress: p.MonitorAddress, HTTPMethod: p.HTTPMethod, URLPath: p.URLPath,
-				ExpectedCodes: p.ExpectedCodes, HTTPVersion: p.HTTPVersion, DomainName: p.DomainName,
-			},
-		})
-	}
-	return gateway.Rule{Key: c.Key, Gateway: gw, Service: sc}
-}
-
-// offIfZero maps a compiled "no bound" (0) to the gateway's "off" (-1).
-func offIfZero(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
 }

@@ -29,7 +29,7 @@ var (
 // service returns rule k's running service, or an error wrapping
 // restapi.ErrNotRunning that says why it is not running.
 func (d *DataPlane) service(k rule.RuleKey) (*actors.Service, error) {
-	if svc := d.rt.Service(k.String()); svc != nil {
+	if svc := d.rt.service(k.String()); svc != nil {
 		return svc, nil
 	}
 	d.mu.Lock()

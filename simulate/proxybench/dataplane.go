@@ -11,6 +11,7 @@ import (
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/gateway"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/rule/ruletest"
 )
 
 // The "data plane alone" path: llbd's gateway in this process, in front of
@@ -43,12 +44,12 @@ func startDataPlane(vip, backend string) (*gateway.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := gateway.RuleConfig{Name: "proxybench", VIP: va.Addr(), Port: va.Port(),
-		Endpoints: []gateway.EndpointConfig{{Addr: ba}}}
-	l, err := gateway.NewListener(cfg, gateway.Deps{Router: &instantRouter{}})
+	c := ruletest.Rule(ruletest.Options{VIP: va.Addr(), Port: va.Port()}, ruletest.Endpoint{Addr: ba})
+	h, err := gateway.NewHandler(c, gateway.Options{}, gateway.Deps{Router: &instantRouter{}})
 	if err != nil {
 		return nil, fmt.Errorf("data plane: %w: %w", ErrTool, err)
 	}
+	l := gateway.NewListener(h)
 	if err := l.Start(); err != nil {
 		return nil, fmt.Errorf("data plane: %w: %w", ErrTool, err)
 	}

@@ -1,4 +1,4 @@
-package gateway
+package lifecycle
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"sync/atomic"
 	"testing"
+
+	"github.com/llbproject/llb/rule"
 )
 
 func TestLoRACatalog_LearnsAdaptersFromModelsAndKeepsThemThroughOutages(t *testing.T) {
@@ -22,8 +24,8 @@ func TestLoRACatalog_LearnsAdaptersFromModelsAndKeepsThemThroughOutages(t *testi
 			{"id":"self","parent":"self"}]}`))
 	}))
 	defer srv.Close()
-	dead := closedAddr(t)
-	c := newLoRACatalog([]EndpointConfig{{Addr: dead}, {Addr: netip.MustParseAddrPort(srv.Listener.Addr().String())}}, srv.Client())
+	dead := netip.MustParseAddrPort("127.0.0.1:1") // nothing listens on port 1
+	c := newLoRACatalog([]rule.CompiledEndpoint{{Addr: dead}, {Addr: netip.MustParseAddrPort(srv.Listener.Addr().String())}}, srv.Client())
 	if got := c.loraOf("sql-lora"); got != "" {
 		t.Fatalf("before a refresh: %q; want no adapters known", got)
 	}

@@ -1,10 +1,9 @@
-package gateway
+package lifecycle
 
 import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"testing"
 	"time"
 
@@ -13,7 +12,7 @@ import (
 	"github.com/llbproject/llb/actors"
 )
 
-func TestRuntimeScraper_ReadsCapacityAndQueueDepth(t *testing.T) {
+func TestScraper_ReadsCapacityAndQueueDepth(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/metrics" {
 			http.NotFound(w, r)
@@ -26,14 +25,14 @@ func TestRuntimeScraper_ReadsCapacityAndQueueDepth(t *testing.T) {
 	defer srv.Close()
 	sys := actors.NewSystem(zerolog.Nop(), nil)
 	defer sys.Shutdown()
-	rt, err := NewRuntime(RuntimeConfig{System: sys})
+	rs, err := newRuleSet(ruleSetConfig{System: sys})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ep := EndpointConfig{Addr: netip.MustParseAddrPort(srv.Listener.Addr().String())}
+	scrape := rs.scraper(srv.Listener.Addr().String())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	got, err := rt.scraper(&ep)(ctx)
+	got, err := scrape(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +40,7 @@ func TestRuntimeScraper_ReadsCapacityAndQueueDepth(t *testing.T) {
 		t.Fatalf("got %+v; want %+v", got, want)
 	}
 	srv.Close()
-	if _, err := rt.scraper(&ep)(ctx); err == nil {
+	if _, err := scrape(ctx); err == nil {
 		t.Fatal("a dead engine scraped without error")
 	}
 }

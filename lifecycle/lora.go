@@ -1,4 +1,4 @@
-package gateway
+package lifecycle
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/llbproject/llb/rule"
 )
 
 // LoRA adapters: vLLM serves an adapter under its own model name, and
@@ -28,7 +30,7 @@ type loraCatalog struct {
 	names  atomic.Pointer[map[string]struct{}]
 }
 
-func newLoRACatalog(endpoints []EndpointConfig, client *http.Client) *loraCatalog {
+func newLoRACatalog(endpoints []rule.CompiledEndpoint, client *http.Client) *loraCatalog {
 	c := &loraCatalog{client: client}
 	for _, ep := range endpoints {
 		c.urls = append(c.urls, "http://"+ep.Addr.String()+"/v1/models")
@@ -38,7 +40,7 @@ func newLoRACatalog(endpoints []EndpointConfig, client *http.Client) *loraCatalo
 	return c
 }
 
-// loraOf implements RuleConfig.LoRAOf: the model name itself when it names
+// loraOf implements Deps.LoRAOf: the model name itself when it names
 // an adapter, "" for a base model or an unknown name.
 func (c *loraCatalog) loraOf(model string) string {
 	if _, ok := (*c.names.Load())[model]; ok {
