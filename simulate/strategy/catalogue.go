@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/simulate/peers"
 )
 
 // Strategy names.
@@ -55,6 +56,17 @@ func All() []Strategy {
 	}
 }
 
+// Peers returns the other routers' policies (simulate/peers), in report
+// order, named by their kind ("dynamo", "llm-d", "sglang", "aibrix",
+// "kubeai").
+func Peers() []Strategy {
+	var out []Strategy
+	for _, k := range peers.Kinds() {
+		out = append(out, Strategy{Name: string(k), Shape: ShapePool, Peer: k})
+	}
+	return out
+}
+
 // HardWithFactor is the mode-3 hard law with a static
 // LOXILB_KV_MEAN_LOAD_FACTOR of factorPct ((1+ε)·100), named
 // "hard@<pct>". Validate reports a factor outside 100–1000.
@@ -85,7 +97,7 @@ func HeadroomWithPct(pct uint32) Strategy {
 // ByName returns a named strategy (see All), "hard@<pct>", "soft@<λ>" or
 // "headroom@<pct>".
 func ByName(name string) (Strategy, error) {
-	for _, s := range All() {
+	for _, s := range append(All(), Peers()...) {
 		if s.Name == name {
 			return s, nil
 		}
@@ -106,7 +118,7 @@ func ByName(name string) (Strategy, error) {
 			return s, nil
 		}
 	}
-	return Strategy{}, fmt.Errorf("strategy %q (want rr, chwbl, tier1, off, hard, soft, adaptive, adaptive-soft, headroom, hard+chwbl, pd-hard, hard@<100..1000>, soft@<1..100000>, headroom@<1..100>): %w", name, ErrConfig)
+	return Strategy{}, fmt.Errorf("strategy %q (want rr, chwbl, tier1, off, hard, soft, adaptive, adaptive-soft, headroom, hard+chwbl, pd-hard, hard@<100..1000>, soft@<1..100000>, headroom@<1..100>, or a peer: dynamo, llm-d, sglang, aibrix, kubeai): %w", name, ErrConfig)
 }
 
 // ByNames resolves a list of names, reporting every unknown or repeated
