@@ -56,7 +56,7 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 
 	r.effectiveCapacities(views, set)
 	if r.law.Mode == LBHeadroom {
-		r.headrooms(views, set, promptBlocks)
+		r.headrooms(views, set, promptBlocks, overlap)
 	}
 	nFleet, nCands := 0, 0
 	var best uint32
@@ -80,8 +80,7 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 		}
 	}
 	if !inventory || nCands == 0 {
-		if ep, ok := r.followPending(now, req, views, set); ok {
-			d.Flags |= FlagPending
+		if ep, ok := r.missTarget(now, req, views, set, r.fleet[:nFleet], inventory, d); ok {
 			return ep
 		}
 		if !inventory {
@@ -98,8 +97,7 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 			minBlocks = promptBlocks // a short prompt matched in full is a genuine hit
 		}
 		if best < max(minBlocks, 1) {
-			if ep, ok := r.followPending(now, req, views, set); ok {
-				d.Flags |= FlagPending
+			if ep, ok := r.missTarget(now, req, views, set, r.fleet[:nFleet], true, d); ok {
 				return ep
 			}
 			d.Trace.add(Tier15, ReasonMinMatch)
@@ -148,6 +146,13 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 			}
 		}
 	}
+	if r.law.Mode == LBHeadroom && pick != d.KV.Affinity {
+		w := d.KV.Affinity
+		if HoldWinner(views[w], views[pick], r.caps[w], promptBlocks, overlap(w), overlap(pick)) {
+			pick = w
+			d.Flags = d.Flags&^(FlagSpill|FlagRelief) | FlagHeld
+		}
+	}
 	if r.seedN > 0 {
 		r.coldTick++
 		if r.coldTick%r.seedN == 0 {
@@ -164,11 +169,11 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 }
 
 // headrooms fills r.room for every member of set: HeadroomFor each
-// endpoint's ConcurrencyEstimate. While any member is cold (fewer inventory
+// endpoint's ConcurrencyEstimate for this prompt and its overlap there. While any member is cold (fewer inventory
 // blocks than the cold-start floor) every headroom is 0: a fleet that is
 // still warming spreads new prefixes as LoxiLB's hard law does, instead of
 // piling them on the first endpoint that holds them.
-func (r *Router) headrooms(views []EndpointView, set EndpointSet, promptBlocks uint32) {
+func (r *Router) headrooms(views []EndpointView, set EndpointSet, promptBlocks uint32, overlap func(int) uint32) {
 	cold := false
 	for i := set.next(0); i >= 0; i = set.next(i + 1) {
 		cold = cold || views[i].InventoryBlocks < r.coldFloor
@@ -176,10 +181,46 @@ func (r *Router) headrooms(views []EndpointView, set EndpointSet, promptBlocks u
 	for i := set.next(0); i >= 0; i = set.next(i + 1) {
 		r.room[i] = 0
 		if !cold {
-			k := ConcurrencyEstimate(r.caps[i], promptBlocks, r.maxNumSeqs)
+			k := ConcurrencyEstimate(r.caps[i], promptBlocks, overlap(i), r.maxNumSeqs)
 			r.room[i] = HeadroomFor(k, views[i].QueuedRequests, r.headroomPct)
 		}
 	}
+}
+
+// missTarget is the headroom law's answer to a Tier-1.5 miss (no
+// inventory, no overlap, below the minimum match): the endpoint the
+// request's prefix key was sent to moments ago (followPending), else —
+// once the fleet has inventory and every endpoint's KV usage is known —
+// the one with the fewest KV blocks in use (ties in turn), so a new or
+// evicted prefix lands where there is room for it rather than in round
+// robin's turn. false leaves the miss to the rule's selector, as under
+// LoxiLB's modes.
+func (r *Router) missTarget(now time.Time, req *Request, views []EndpointView, set EndpointSet, fleet []Candidate, inventory bool, d *Decision) (int, bool) {
+	if r.law.Mode != LBHeadroom {
+		return -1, false
+	}
+	if ep, ok := r.followPending(now, req, views, set); ok {
+		d.Flags |= FlagPending
+		return ep, true
+	}
+	if !inventory || len(fleet) == 0 {
+		return -1, false
+	}
+	for i := range fleet {
+		if !views[fleet[i].Endpoint].KVUsageKnown {
+			return -1, false
+		}
+	}
+	r.missTick++
+	best := -1
+	for j := range fleet {
+		ep := fleet[(j+int(r.missTick%uint64(len(fleet))))%len(fleet)].Endpoint
+		if best < 0 || views[ep].KVUsedBlocks < views[best].KVUsedBlocks {
+			best = ep
+		}
+	}
+	d.Flags |= FlagLeastKV
+	return best, true
 }
 
 // followPending is the headroom law's answer to a Tier-1.5 miss (no

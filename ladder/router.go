@@ -65,6 +65,7 @@ type Router struct {
 	prefillRR uint64 // Tier-2 tie-break counter
 	decodeRR  uint64 // decode tie-break counter
 	coldTick  uint64 // Tier-1.5 hits seen, for cold-start seeding
+	missTick  uint64 // Tier-1.5 misses placed by KV usage, for turns among ties
 	trie      *Trie
 	sel       Selector
 	// pending remembers recent placements by prefix key (headroom law
@@ -265,4 +266,14 @@ func foldMasks(views []EndpointView) (excl, drain EndpointSet) {
 		}
 	}
 	return excl, drain
+}
+
+// PromptBlocks is req's prompt length in the rule's KV blocks: its
+// KV.PromptBlocks, else its token count over the block size; 0 when the
+// request carries neither (Tier 1.5 off).
+func (r *Router) PromptBlocks(req *Request) uint32 {
+	if req.KV.PromptBlocks > 0 {
+		return req.KV.PromptBlocks
+	}
+	return req.KV.PromptTokens / r.svc.blockSize()
 }
