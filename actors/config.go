@@ -29,8 +29,11 @@ const (
 	// marked down (LoxiLB's probeRetries default is 2).
 	DefaultProbeRetries = 2
 	// DefaultScrapeInterval is the /metrics scrape period (capacity, queue
-	// depth).
-	DefaultScrapeInterval = 10 * time.Second
+	// depth, KV usage). The headroom law reads the queue and the KV usage
+	// as load signals, so they must be fresh: 250 ms (llm-d's endpoint
+	// picker scrapes every 50 ms; llb adds what it sent since the last
+	// scrape to the usage, so it can afford a slower one).
+	DefaultScrapeInterval = 250 * time.Millisecond
 	// DefaultBreakerThreshold is the consecutive-failure count that opens a
 	// breaker (P/D rules auto-arm with 3, as LoxiLB's control plane does).
 	DefaultBreakerThreshold = 3
@@ -66,6 +69,11 @@ type EngineStats struct {
 	Waiting uint32
 	// Swapped is the swapped-request count (0 on engines without it).
 	Swapped uint32
+	// KVUsedBlocks is the engine's KV blocks in use
+	// (vllm:kv_cache_usage_perc × num_gpu_blocks), meaningful when
+	// KVUsageKnown.
+	KVUsedBlocks uint32
+	KVUsageKnown bool
 }
 
 // EndpointConfig is one endpoint of a service.

@@ -46,6 +46,9 @@ type cancelMsg struct{ id uint64 }
 // reportMsg carries Service.Report.
 type reportMsg struct{ o Outcome }
 
+// firstByteMsg carries Service.FirstByte.
+type firstByteMsg struct{ t Ticket }
+
 // finishMsg carries Service.Finish.
 type finishMsg struct {
 	t   Ticket

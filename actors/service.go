@@ -307,6 +307,9 @@ func (svc *Service) Route(ctx context.Context, rr *RouteRequest) (Route, error) 
 // Report implements Router.
 func (svc *Service) Report(o Outcome) { svc.root.Send(svc.router, reportMsg{o: o}) }
 
+// FirstByte implements FirstByter.
+func (svc *Service) FirstByte(t Ticket) { svc.root.Send(svc.router, firstByteMsg{t: t}) }
+
 // Finish implements Router.
 func (svc *Service) Finish(t Ticket, res Result) {
 	svc.root.Send(svc.router, finishMsg{t: t, res: res})

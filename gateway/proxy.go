@@ -174,7 +174,11 @@ func (h *Handler) serveSingle(ctx context.Context, w http.ResponseWriter, r *htt
 	}
 	x.ttfb = time.Since(x.start)
 	ttfb := time.Since(start)
-	rel := h.relay(w, r, ctx, lctx, resp, idle, leg == actors.LegDecode, x)
+	var first func()
+	if fb, ok := h.router.(actors.FirstByter); ok && leg != actors.LegDecode {
+		first = func() { fb.FirstByte(t) }
+	}
+	rel := h.relay(w, r, ctx, lctx, resp, idle, leg == actors.LegDecode, x, first)
 	if leg == actors.LegDecode && !rel.firstByte.IsZero() {
 		h.met.decodeTTFT.Update(seconds(rel.firstByte.Sub(start)))
 	}
@@ -204,9 +208,10 @@ func isEventStream(resp *http.Response) bool {
 // body byte; when the backend fails before that, the client gets a JSON
 // error instead (zeroByteIsDeath also treats a clean but empty 2xx body
 // without Content-Length: 0 as a death — the P/D decode rule). It closes
-// resp.Body and leaves x describing what the client saw.
+// resp.Body and leaves x describing what the client saw. first, when set,
+// is called once as the first body byte arrives.
 func (h *Handler) relay(w http.ResponseWriter, r *http.Request, reqCtx, legCtx context.Context, resp *http.Response,
-	idle *idleWatch, zeroByteIsDeath bool, x *exchange) relayResult {
+	idle *idleWatch, zeroByteIsDeath bool, x *exchange, first func()) relayResult {
 	defer resp.Body.Close()
 	bp := h.bufs.Get().(*[]byte)
 	defer h.bufs.Put(bp)
@@ -217,6 +222,9 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, reqCtx, legCtx c
 	idle.reset()
 	if n > 0 {
 		res.firstByte = time.Now()
+		if first != nil {
+			first()
+		}
 	}
 	if n == 0 && rerr != nil {
 		empty2xx := rerr == io.EOF && resp.StatusCode/100 == 2 && resp.ContentLength != 0

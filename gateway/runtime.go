@@ -199,8 +199,9 @@ func (rt *Runtime) complete(r *Rule, live *liveRule) error {
 	return nil
 }
 
-// scraper reads an engine's KV capacity and waiting-queue depth from its
-// /metrics (Tier 2 scores active_conns + queued_requests).
+// scraper reads an engine's KV capacity, waiting-queue depth and KV usage
+// from its /metrics (Tier 2 scores active_conns + queued_requests; the
+// headroom law reads the queue and the usage).
 func (rt *Runtime) scraper(ep *EndpointConfig) actors.ScrapeFunc {
 	url := "http://" + ep.Addr.String() + "/metrics"
 	return func(ctx context.Context) (actors.EngineStats, error) {
@@ -211,6 +212,8 @@ func (rt *Runtime) scraper(ep *EndpointConfig) actors.ScrapeFunc {
 		return actors.EngineStats{
 			KVCapacityBlocks: uint32(min(cc.NumGPUBlocks, ladder.CapacityClampMax)),
 			Waiting:          uint32(min(cc.Waiting, 1<<20)),
+			KVUsedBlocks:     uint32(min(cc.KVUsedBlocks(), ladder.CapacityClampMax)),
+			KVUsageKnown:     cc.HasKVUsage && cc.Known(),
 		}, nil
 	}
 }
@@ -570,6 +573,13 @@ func (s *swapRouter) Route(ctx context.Context, rr *actors.RouteRequest) (actors
 func (s *swapRouter) Report(o actors.Outcome) {
 	if svc, err := s.current(context.Background()); err == nil {
 		svc.Report(o)
+	}
+}
+
+// FirstByte implements actors.FirstByter.
+func (s *swapRouter) FirstByte(t actors.Ticket) {
+	if svc, err := s.current(context.Background()); err == nil {
+		svc.FirstByte(t)
 	}
 }
 
