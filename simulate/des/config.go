@@ -63,11 +63,12 @@ type RunConfig struct {
 	// replicas' in-flight counts is (llbd's cluster gossip, ~100 ms); 0
 	// means DefaultGossip.
 	GossipEvery time.Duration
-	// ScrapeEvery is how often llb reads the engines' queue depth
-	// (vllm:num_requests_waiting) from their /metrics, as llbd's endpoint
-	// actors do (every 10 s by default): the views' QueuedRequests is the
-	// value of the last scrape. 0 means every decision sees the exact
-	// current queue.
+	// ScrapeEvery is how often llb reads the engines' queue depth and KV
+	// usage (vllm:num_requests_waiting, vllm:kv_cache_usage_perc) from
+	// their /metrics, as llbd's endpoint actors do (DefaultScrape): the
+	// views' QueuedRequests is the value of the last scrape, and
+	// KVUsedBlocks the last scrape's plus what llb sent since. 0 means
+	// every decision sees the engines exactly.
 	ScrapeEvery time.Duration
 	// TTFTSLO is the time-to-first-token objective goodput counts against;
 	// 0 means DefaultTTFTSLO.
@@ -81,6 +82,10 @@ type RunConfig struct {
 // DefaultGossip is RunConfig.GossipEvery's default: llbd's cluster
 // gossip interval.
 const DefaultGossip = 100 * time.Millisecond
+
+// DefaultScrape is llbd's engine-metrics scrape interval
+// (actors.DefaultScrapeInterval), which StandardPlan's runs model.
+const DefaultScrape = 250 * time.Millisecond
 
 // DefaultTTFTSLO is the goodput objective when RunConfig.TTFTSLO is 0.
 const DefaultTTFTSLO = 2 * time.Second

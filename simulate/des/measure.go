@@ -139,6 +139,7 @@ func (s *sim) result() *Result {
 			res.Routes[i] = Route{
 				Seq: i, Worker: int(r.worker), Decision: r.route, Tier: r.tier, Flags: r.flags,
 				Overlap: r.overlap, CachedTokens: int(r.cached), TTFT: r.first - r.arrive, E2E: r.end - r.arrive,
+				Queue: r.admit - r.arrive, Arrive: r.arrive,
 			}
 		}
 	}

@@ -102,6 +102,9 @@ type Plan struct {
 	TTFTSLO time.Duration
 	// Saturation tunes the saturation search.
 	Saturation SaturationConfig
+	// ScrapeEvery is llb's engine-metrics scrape interval in every run
+	// (RunConfig.ScrapeEvery); 0 reads the engines exactly.
+	ScrapeEvery time.Duration
 }
 
 // Validate reports every problem of the plan at once.
@@ -235,7 +238,7 @@ func (p *Plan) Execute(exec Executor, progress func(string)) ([]ScenarioOutcome,
 		if err != nil {
 			return out, err
 		}
-		fleet, err := sc.fleet(tr)
+		fleet, err := sc.Fleet(tr)
 		if err != nil {
 			return out, err
 		}
@@ -251,7 +254,7 @@ func (p *Plan) Execute(exec Executor, progress func(string)) ([]ScenarioOutcome,
 		if sc.TTFTSLO > 0 {
 			slo = sc.TTFTSLO
 		}
-		base := RunConfig{Fleet: fleet, Strategy: ref, Warmup: warm, TTFTSLO: slo, Replicas: sc.Replicas, ThinkTime: sc.ThinkTime}
+		base := RunConfig{Fleet: fleet, Strategy: ref, Warmup: warm, TTFTSLO: slo, Replicas: sc.Replicas, ThinkTime: sc.ThinkTime, ScrapeEvery: p.ScrapeEvery}
 		if len(sc.Concurrency) > 0 {
 			if err := p.closedLoop(exec, tr, base, &so, say); err != nil {
 				return out, err
@@ -357,8 +360,8 @@ func pooledLoad(loads []float64) float64 {
 	return loads[len(loads)/2]
 }
 
-// fleet builds the scenario's fleet for its trace.
-func (sc *Scenario) fleet(t *Trace) (Fleet, error) {
+// Fleet builds the scenario's fleet for trace t.
+func (sc *Scenario) Fleet(t *Trace) (Fleet, error) {
 	f := FleetFor(t, sc.Workers, 0)
 	if o := sc.Engine; o != nil {
 		if o.NumBlocks > 0 {

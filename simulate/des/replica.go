@@ -15,6 +15,9 @@ type replica struct {
 	llb    *ladder.Router
 	peer   peers.Policy
 	active []uint32
+	// prefill is, per worker, the uncached prompt blocks of this
+	// replica's requests that have no first token yet (llb only).
+	prefill []uint32
 }
 
 // newReplicas builds the run's router replicas.
@@ -25,6 +28,7 @@ func newReplicas(cfg *RunConfig) ([]replica, error) {
 	st := &cfg.Strategy
 	for i := range out {
 		out[i].active = make([]uint32, n)
+		out[i].prefill = make([]uint32, n)
 		if st.IsPeer() {
 			addrs := make([]string, n)
 			for w := range addrs {
@@ -102,7 +106,7 @@ func (s *sim) pickPeer(ri, i int, at time.Time) int {
 		}
 		if metrics {
 			st := s.workers[wi].eng.Stats()
-			e.Waiting = int(s.queued(&s.workers[wi], at.Sub(epoch), st.Waiting))
+			e.Waiting = st.Waiting // llm-d refreshes every 50 ms: read exactly
 			e.KVUsage = st.KVUsage()
 		}
 		s.peerEps[wi] = e

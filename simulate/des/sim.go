@@ -42,9 +42,12 @@ type worker struct {
 	maxWaiting int
 	// scraped is the queue depth of the last scrape, taken at scrapedAt
 	// (RunConfig.ScrapeEvery).
-	scraped   uint32
-	scrapedAt time.Duration
-	hasScrape bool
+	scraped uint32
+	// scrapedUsed is the blocks in use at the last scrape; sinceScrape the
+	// uncached prompt blocks llb sent since.
+	scrapedUsed, sinceScrape uint32
+	scrapedAt                time.Duration
+	hasScrape                bool
 }
 
 // reqState is one request's life in a run. Times are offsets from epoch;
@@ -57,9 +60,12 @@ type reqState struct {
 	flags                     ladder.Flags
 	pin                       bool // pin the session once the first token is out
 	replica                   int8 // the router replica that routed it
-	kv                        ladder.KVDetail
-	overlap                   uint32
-	route                     string // the decision's text, when recording routes
+	// backlog is the uncached prompt blocks llb counted against its
+	// worker until the first token (EndpointView.PrefillBlocks).
+	backlog uint32
+	kv      ladder.KVDetail
+	overlap uint32
+	route   string // the decision's text, when recording routes
 }
 
 // sim is one run's whole state. It is single-threaded and owns everything
@@ -229,8 +235,21 @@ func (s *sim) queued(w *worker, now time.Duration, waiting int) uint32 {
 	}
 	if grid := now / every * every; !w.hasScrape || grid > w.scrapedAt {
 		w.scraped, w.scrapedAt, w.hasScrape = uint32(waiting), grid, true
+		w.scrapedUsed, w.sinceScrape = uint32(w.eng.Stats().BlocksInUse), 0
 	}
 	return w.scraped
+}
+
+// kvUsed is what llb estimates of worker w's blocks in use
+// (EndpointView.KVUsedBlocks): exact without ScrapeEvery, else the last
+// scrape's plus the uncached prompt blocks llb sent it since (the replicas'
+// together: one scrape and one count per worker, a simplification of
+// llbd's per-replica counts).
+func (s *sim) kvUsed(w *worker, used int) uint32 {
+	if s.cfg.ScrapeEvery <= 0 {
+		return uint32(used)
+	}
+	return w.scrapedUsed + w.sinceScrape
 }
 
 // release reacts to request i ending at now: a closed loop lets its next
@@ -341,6 +360,7 @@ func (s *sim) progress(wi int, now time.Duration, p *engine.Progress) error {
 	}
 	if !p.FirstTokenAt.IsZero() && r.first == notYet {
 		r.first = p.FirstTokenAt.Sub(epoch)
+		s.replicas[r.replica].prefill[wi] -= r.backlog
 		s.served(idx, wi, r)
 	}
 	if !p.Done {
@@ -444,6 +464,12 @@ func (s *sim) arrive(i int, at time.Time) error {
 	}
 	w.tickets = append(w.tickets, int32(i))
 	r.worker = int32(ep)
+	if s.replicas[ri].peer == nil {
+		pb := uint32(tr.PromptTokens / s.tr.Config.BlockSize)
+		r.backlog = pb - min(pb, s.views[ep].Overlap)
+		s.replicas[ri].prefill[ep] += r.backlog
+		w.sinceScrape += r.backlog
+	}
 	s.replicas[ri].active[ep]++
 	s.setActive(w, at.Sub(epoch), w.active+1)
 	// Submit admits at once when there is room: collect that Progress now
@@ -468,8 +494,11 @@ func (s *sim) decideLLB(ri, i int, at time.Time) (ladder.Decision, error) {
 		*v = ladder.EndpointView{
 			ActiveConns:      s.llbActive(ri, wi),
 			QueuedRequests:   s.queued(w, at.Sub(epoch), st.Waiting),
+			KVUsedBlocks:     s.kvUsed(w, st.BlocksInUse),
 			KVCapacityBlocks: uint32(s.cfg.Fleet.Engine.NumBlocks),
 			InventoryBlocks:  uint32(w.mirror.Len()),
+			KVUsageKnown:     true,
+			PrefillBlocks:    s.replicas[ri].prefill[wi],
 		}
 		if s.kvScore {
 			v.Overlap = uint32(w.mirror.Score(k.Chain))
