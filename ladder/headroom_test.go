@@ -140,3 +140,29 @@ func TestPendingTable_RemembersWithinTTL(t *testing.T) {
 		t.Fatal("an out-of-range endpoint was recorded")
 	}
 }
+
+func TestAutoFactor_MovesAnEighthTowardsTheQueueTarget(t *testing.T) {
+	tests := []struct {
+		name      string
+		prev      uint32
+		queued, n int
+		want      uint32
+	}{
+		{"no queue keeps the loose cap", 300, 0, 8, 300},
+		{"every engine queues: an eighth towards 150", 300, 8, 8, 281}, // 300 − ceil(150/8)
+		{"half queue: target 225", 300, 4, 8, 290},                     // 300 − ceil(75/8)
+		{"back up when the queues drain", 150, 0, 8, 169},              // 150 + ceil(150/8)
+		{"at the target it stays", 225, 4, 8, 225},
+		{"one step short still arrives", 226, 4, 8, 225},
+		{"an unset start takes the target", 0, 2, 8, 263},
+		{"no endpoints: the loose cap", 200, 0, 0, 213},
+		{"more queued than endpoints counts as all", 300, 9, 8, 281},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := AutoFactor(tt.prev, tt.queued, tt.n); got != tt.want {
+				t.Fatalf("AutoFactor(%d, %d, %d) = %d; want %d", tt.prev, tt.queued, tt.n, got, tt.want)
+			}
+		})
+	}
+}

@@ -55,7 +55,7 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 	}
 
 	r.effectiveCapacities(views, set)
-	if r.law.Mode == LBHeadroom {
+	if r.law.Mode.HeadroomLaw() {
 		r.headrooms(views, set, promptBlocks, overlap)
 	}
 	nFleet, nCands := 0, 0
@@ -65,7 +65,7 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 		v := &views[i]
 		o := overlap(i)
 		c := Candidate{Endpoint: i, Overlap: o, Load: v.ActiveConns, Capacity: r.caps[i]}
-		if r.law.Mode == LBHeadroom {
+		if r.law.Mode.HeadroomLaw() {
 			c.Headroom = r.room[i]
 		}
 		r.fleet[nFleet] = c
@@ -116,7 +116,12 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 		}
 	}
 
-	res := SelectUnified(r.cands[:nCands], promptBlocks, r.law)
+	law := r.law
+	if law.Mode == LBAuto {
+		r.autoFactor = AutoFactor(r.autoFactor, queueing(views, set), set.Count())
+		law.FactorPct = r.autoFactor
+	}
+	res := SelectUnified(r.cands[:nCands], promptBlocks, law)
 	pick := r.cands[res.Pos].Endpoint
 	relief := r.relief && r.law.Mode != LBOff
 	d.KV = KVDetail{
@@ -146,7 +151,7 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 			}
 		}
 	}
-	if r.law.Mode == LBHeadroom && pick != d.KV.Affinity {
+	if r.law.Mode.HeadroomLaw() && pick != d.KV.Affinity {
 		w := d.KV.Affinity
 		if HoldWinner(views[w], views[pick], r.caps[w], promptBlocks, overlap(w), overlap(pick)) {
 			pick = w
@@ -191,12 +196,13 @@ func (r *Router) headrooms(views []EndpointView, set EndpointSet, promptBlocks u
 // inventory, no overlap, below the minimum match): the endpoint the
 // request's prefix key was sent to moments ago (followPending), else —
 // once the fleet has inventory and every endpoint's KV usage is known —
-// the one with the fewest KV blocks in use (ties in turn), so a new or
-// evicted prefix lands where there is room for it rather than in round
-// robin's turn. false leaves the miss to the rule's selector, as under
-// LoxiLB's modes.
+// the next endpoint in turn whose KV blocks in use are within
+// MissSlackPct of its capacity of the least used one's (flag least_kv), so
+// a new or evicted prefix lands where there is room for it rather than in
+// round robin's turn. false leaves the miss to the rule's selector, as
+// under LoxiLB's modes.
 func (r *Router) missTarget(now time.Time, req *Request, views []EndpointView, set EndpointSet, fleet []Candidate, inventory bool, d *Decision) (int, bool) {
-	if r.law.Mode != LBHeadroom {
+	if !r.law.Mode.HeadroomLaw() {
 		return -1, false
 	}
 	if ep, ok := r.followPending(now, req, views, set); ok {
@@ -211,16 +217,19 @@ func (r *Router) missTarget(now time.Time, req *Request, views []EndpointView, s
 			return -1, false
 		}
 	}
+	least := views[fleet[0].Endpoint].KVUsedBlocks
+	for i := range fleet {
+		least = min(least, views[fleet[i].Endpoint].KVUsedBlocks)
+	}
 	r.missTick++
-	best := -1
 	for j := range fleet {
-		ep := fleet[(j+int(r.missTick%uint64(len(fleet))))%len(fleet)].Endpoint
-		if best < 0 || views[ep].KVUsedBlocks < views[best].KVUsedBlocks {
-			best = ep
+		c := &fleet[(j+int(r.missTick%uint64(len(fleet))))%len(fleet)]
+		if uint64(views[c.Endpoint].KVUsedBlocks) <= uint64(least)+r.caps[c.Endpoint]*MissSlackPct/100 {
+			d.Flags |= FlagLeastKV
+			return c.Endpoint, true
 		}
 	}
-	d.Flags |= FlagLeastKV
-	return best, true
+	return -1, false
 }
 
 // followPending is the headroom law's answer to a Tier-1.5 miss (no
@@ -241,4 +250,16 @@ func (r *Router) followPending(now time.Time, req *Request, views []EndpointView
 		return -1, false
 	}
 	return ep, true
+}
+
+// queueing counts the members of set whose engine reports waiting
+// requests.
+func queueing(views []EndpointView, set EndpointSet) int {
+	n := 0
+	for i := set.next(0); i >= 0; i = set.next(i + 1) {
+		if views[i].QueuedRequests > 0 {
+			n++
+		}
+	}
+	return n
 }

@@ -239,6 +239,45 @@ func HoldWinner(w, t EndpointView, capW uint64, promptBlocks, overlapW, overlapT
 	return PrefillCost(w.PrefillBlocks, promptBlocks, overlapW) <= PrefillCost(t.PrefillBlocks, promptBlocks, overlapT)+SpillMarginBlocks
 }
 
+// MissSlackPct is how close to the least-used endpoint's KV usage, in
+// percent of an endpoint's capacity, a miss target must be (missTarget):
+// the misses go in turn among those, so at light load, when every cache is
+// about as busy, new prefixes spread evenly over the endpoints as round
+// robin spreads them, and under load they avoid the busy ones.
+const MissSlackPct = 25
+
+// The auto law's ε range, as (1+ε)·100.
+const (
+	AutoFactorMax = 300
+	AutoFactorMin = 150
+)
+
+// AutoFactor is the auto law's (1+ε)·100 after one more Tier-1.5
+// decision: it moves an eighth of the way from prev towards
+//
+//	target = AutoFactorMax − (AutoFactorMax − AutoFactorMin) · queued / n
+//
+// with queued of the n eligible endpoints reporting waiting requests at
+// their last scrape. While no engine queues the cap is loose (300: keep the
+// cache affinity; only the headroom law's other tests spill), and it
+// tightens towards 150 as queues spread over the fleet — the best static
+// factors the ε sweep of report/ finds at light and at saturating load. A
+// start from 0 or n = 0 gives the target.
+func AutoFactor(prev uint32, queued, n int) uint32 {
+	target := uint32(AutoFactorMax)
+	if n > 0 {
+		q := min(max(queued, 0), n)
+		target = AutoFactorMax - uint32((AutoFactorMax-AutoFactorMin)*q/n)
+	}
+	if prev < AutoFactorMin || prev > AutoFactorMax {
+		return target
+	}
+	if target >= prev {
+		return prev + (target-prev+7)/8
+	}
+	return prev - (prev-target+7)/8
+}
+
 // MeanCapacity is Σcapacity / n (floored, at least 1): the capacity an
 // endpoint needs for a soft-mode capacity weight of exactly 1.
 func MeanCapacity(cands []Candidate) uint64 {

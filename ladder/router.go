@@ -66,8 +66,10 @@ type Router struct {
 	decodeRR  uint64 // decode tie-break counter
 	coldTick  uint64 // Tier-1.5 hits seen, for cold-start seeding
 	missTick  uint64 // Tier-1.5 misses placed by KV usage, for turns among ties
-	trie      *Trie
-	sel       Selector
+	// autoFactor is the auto law's current (1+ε)·100 (AutoFactor).
+	autoFactor uint32
+	trie       *Trie
+	sel        Selector
 	// pending remembers recent placements by prefix key (headroom law
 	// with Tier 1.5 on only; nil otherwise).
 	pending *pendingTable
@@ -90,6 +92,8 @@ func NewRouter(svc ServiceSpec, eps []EndpointSpec, env Env, cfg RouterConfig) (
 		eps: append([]EndpointSpec(nil), eps...),
 		env: env,
 		law: LawParams{Mode: env.LBMode, FactorPct: env.MeanLoadFactorPct, Lambda: env.LoadPenalty},
+
+		autoFactor: AutoFactorMax,
 	}
 	switch env.SpillRelief {
 	case TriOn:
@@ -137,7 +141,7 @@ func NewRouter(svc ServiceSpec, eps []EndpointSpec, env Env, cfg RouterConfig) (
 	if svc.CacheAware {
 		r.trie = NewTrie(cfg.Trie)
 	}
-	if env.LBMode == LBHeadroom && svc.KVExactMode != KVOff {
+	if env.LBMode.HeadroomLaw() && svc.KVExactMode != KVOff {
 		r.pending = new(pendingTable)
 	}
 	if !svc.PDDisagg {
