@@ -385,7 +385,7 @@ func printBenchTable(w io.Writer, b *harness.Bench, out *harness.Outcome, result
 	if err != nil {
 		return
 	}
-	fmt.Fprintf(w, "\ntargets (issues 7 and 18), read from %s:\n", resultsFile)
+	fmt.Fprintf(w, "\ntargets (issues 7, 16 and 18), read from %s:\n", resultsFile)
 	for _, r := range report.DefaultTargets().Evaluate(ds) {
 		v := "pass"
 		switch {

@@ -62,7 +62,7 @@ flags give the same numbers, whatever --parallel is.`,
 	fl.IntVar(&f.parallel, "parallel", runtime.NumCPU(), "runs simulated at once (each run is single-threaded)")
 	fl.BoolVar(&f.quick, "quick", false, "a small smoke sweep: 600 requests, 3 loads, 3 factors, 2 lambdas")
 	fl.StringVar(&f.commit, "commit", "", "source revision to record (default: the build's VCS revision, if any)")
-	fl.StringSliceVar(&f.scenarios, "scenarios", nil, "scenarios to run (default all: shared-prefix, shared-prefix-zipf, shared-prefix-contended, hot-prefix and the light-load ones)")
+	fl.StringSliceVar(&f.scenarios, "scenarios", nil, "scenarios to run (default all: the four of the first report, multi-turn, long-doc-qa, shared-prefix-replicas, each also on the step model (-step), and the light-load ones)")
 	fl.StringSliceVar(&f.strategies, "strategies", nil, "strategies to compare (default the standard set; must include hard)")
 	fl.Float64SliceVar(&f.loads, "loads", nil, "load ladder as fractions of saturation (default 0.3,0.5,0.7,0.9,1,1.1)")
 	fl.UintSliceVar(&f.factors, "factors", nil, "ε sweep: LOXILB_KV_MEAN_LOAD_FACTOR values (default 100,125,150,175,200,250,300)")
