@@ -155,6 +155,15 @@ func runSweep(f *sweepFlags, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	cal, err := calibrationFigures()
+	if err != nil {
+		return err
+	}
+	more, err := report.WriteCalibration(f.out, cal)
+	if err != nil {
+		return err
+	}
+	files = append(files, more...)
 	if err := report.WriteSummary(stdout, ds, report.DefaultTargets()); err != nil {
 		return err
 	}
@@ -286,4 +295,26 @@ func runRecord(scenario string, ro des.RunOutcome) report.Run {
 		out.Workers = append(out.Workers, report.Worker{Requests: w.Requests, TTFTP90: w.TTFT.P90, HitRate: w.HitRate, MeanActive: w.MeanActive})
 	}
 	return out
+}
+
+// calibrationFigures measures the engine models against their references
+// (des.EngineCalibration) in the report's terms.
+func calibrationFigures() ([]report.CalibrationFigure, error) {
+	cs, err := des.EngineCalibration()
+	if err != nil {
+		return nil, fmt.Errorf("engine calibration: %w", err)
+	}
+	out := make([]report.CalibrationFigure, len(cs))
+	for i, c := range cs {
+		f := report.CalibrationFigure{File: c.File, Title: c.Title, XLabel: c.XLabel, YLabel: c.YLabel, Note: c.Note}
+		for _, cu := range c.Curves {
+			s := report.Series{Name: cu.Name, Reference: cu.Reference}
+			for _, p := range cu.Points {
+				s.X, s.Y = append(s.X, p.X), append(s.Y, p.Y)
+			}
+			f.Series = append(f.Series, s)
+		}
+		out[i] = f
+	}
+	return out, nil
 }

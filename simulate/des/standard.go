@@ -267,6 +267,7 @@ func Caveats() []string {
 		"KV events reach the mirrors at once. On the load-factor model blocks are published when a request is admitted (vLLM publishes them as prefill completes); the step model publishes them at the end of the step that computes them.",
 		"The P/D strategies (tier1, pd-hard) run the P/D ladder in its single-pool equivalent: every worker is a prefill endpoint, one virtual decode endpoint completes the rule, and the whole request runs on the chosen worker. Sessions are pinned and the trie is taught when the first token is out (the prefill leg's success).",
 		"The kvWarmupSec guard is off (the simulated mirrors are exact from the start). The peers see exact engine state where they read it (llm-d's 50 ms scrape is close to that); llb sees its 250 ms scrape. With several router replicas, llb's replicas share one scrape and one count of blocks sent since.",
+		"The engine models' TTFT by prompt length and ITL by batch size, against the published figures the step model is calibrated from, are in ENGINE.md.",
 		"TTFT p90 on these shared-prefix workloads sits on the boundary between cache hits and full misses (about one request in ten misses), so a hit-rate difference of 0.01 can move it by a prefill's length; read the p50, goodput and hit-rate tables with it.",
 	}
 }
