@@ -97,10 +97,13 @@ CACHETRUTHSOAK ?= 10m
 cache-truth-soak: deps
 	LLB_CACHE_TRUTH_SOAK=$(CACHETRUTHSOAK) $(GO) test -count=1 -v -timeout 30m -run '^TestCacheTruth_HealthyFleetAgreesAndRaisesNoAlarm$$' ./cmd/llbd/
 
-# sim runs the discrete-event simulator (simulate/des): every routing
-# strategy across the load ladder plus the ε and λ sweeps, on the standard
-# scenarios and the closed-loop light-load ladder. It writes report/ (results.jsonl, README.md, SVG figures) and
-# prints the summary table and the targets of issues 7 and 18. A few minutes on 2 cores.
+# sim runs the discrete-event simulator (simulate/des): every llb strategy
+# and the peers' policies (Dynamo, llm-d, SGLang, AIBrix, KubeAI) across the
+# load ladder plus the ε and λ sweeps, on the standard scenarios on both
+# engine models (load-factor and -step) and the closed-loop light-load
+# ladder. It writes report/ (results.jsonl, README.md, SVG figures) and
+# prints the summary table and the targets of issues 7, 16 and 18. About
+# a quarter of an hour on 2 cores; not part of test.
 sim: deps
 	$(GO) run ./cmd/llbsim sweep --out report --commit "$$(git rev-parse --short HEAD 2>/dev/null)"
 

@@ -211,3 +211,13 @@ type Router interface {
 	// must be finished exactly once; later calls are no-ops.
 	Finish(t Ticket, res Result)
 }
+
+// FirstByter is implemented by routers that count the prefill work queued
+// on each endpoint (the headroom law's EndpointView.PrefillBlocks). The
+// gateway calls FirstByte when a single-pool leg's first body byte arrives
+// — for a streamed completion its first token, so the prefill is over; a
+// P/D prefill leg ends with its Report instead. Optional: a router without
+// it keeps counting until the leg's Report or the ticket's Finish.
+type FirstByter interface {
+	FirstByte(t Ticket)
+}

@@ -20,8 +20,11 @@ const (
 	// actor itself (outside admission parking) before ErrRouterTimeout.
 	DefaultRouteTimeout = 2 * time.Second
 	// DefaultScrapeInterval is the /metrics scrape period (capacity, queue
-	// depth).
-	DefaultScrapeInterval = 10 * time.Second
+	// depth, KV usage). The headroom law reads the queue and the KV usage
+	// as load signals, so they must be fresh: 250 ms (llm-d's endpoint
+	// picker scrapes every 50 ms; llb adds what it sent since the last
+	// scrape to the usage, so it can afford a slower one).
+	DefaultScrapeInterval = 250 * time.Millisecond
 	// DefaultRestartBudget and DefaultRestartWindow bound child restarts:
 	// a child that fails more often than this is stopped (a crash loop is
 	// not restarted at full speed forever), counted in
@@ -51,6 +54,11 @@ type EngineStats struct {
 	Waiting uint32
 	// Swapped is the swapped-request count (0 on engines without it).
 	Swapped uint32
+	// KVUsedBlocks is the engine's KV blocks in use
+	// (vllm:kv_cache_usage_perc × num_gpu_blocks), meaningful when
+	// KVUsageKnown.
+	KVUsedBlocks uint32
+	KVUsageKnown bool
 }
 
 // KVConfig configures the service's inventory actors. Prompt hashing

@@ -124,8 +124,17 @@ type endpointActor struct {
 	gen    uint64 // incarnation: stale timers and results are ignored
 	ctx    context.Context
 	cancel context.CancelFunc
+	// timers are the pending probe and scrape ticks, stopped with the
+	// incarnation so none fires into a stopped actor.
+	timers [2]*time.Timer
 	log    zerolog.Logger
 }
+
+// Timer slots of endpointActor.timers.
+const (
+	probeTimer = iota
+	scrapeTimer
+)
 
 func newEndpointActor(svc *Service, ep int) actor.Actor {
 	return &endpointActor{
@@ -201,7 +210,7 @@ func (a *endpointActor) Receive(ctx actor.Context) {
 			a.pushed = true
 			a.pushProbe(ctx, m.err, changed)
 		}
-		a.after(ctx, a.probe.nextDelay(), probeTick{gen: a.gen})
+		a.after(ctx, probeTimer, a.probe.nextDelay(), probeTick{gen: a.gen})
 	case scrapeTick:
 		if m.gen == a.gen {
 			a.runScrape(ctx, true)
@@ -214,12 +223,14 @@ func (a *endpointActor) Receive(ctx actor.Context) {
 		if m.gen != a.gen {
 			return
 		}
-		if m.err == nil && m.stats != a.stats {
+		// Every scrape that reports KV usage is pushed, changed or not:
+		// the router restarts its count of blocks sent since the last one.
+		if m.err == nil && (m.stats != a.stats || m.stats.KVUsageKnown) {
 			a.stats = m.stats
 			ctx.Send(a.svc.router, engineStats{ep: a.ep, stats: m.stats})
 		}
 		if m.periodic {
-			a.after(ctx, a.svc.cfg.ScrapeInterval, scrapeTick{gen: a.gen})
+			a.after(ctx, scrapeTimer, a.svc.cfg.ScrapeInterval, scrapeTick{gen: a.gen})
 		}
 	case resyncReq:
 		if a.probe.probed {
@@ -239,6 +250,12 @@ func (a *endpointActor) stopWork() {
 	if a.cancel != nil {
 		a.cancel()
 	}
+	for i, t := range a.timers {
+		if t != nil {
+			t.Stop()
+			a.timers[i] = nil
+		}
+	}
 	a.gen = 0 // no later tick or result matches a dead incarnation
 }
 
@@ -248,9 +265,14 @@ func (a *endpointActor) drain(ctx actor.Context) {
 	}
 }
 
-func (a *endpointActor) after(ctx actor.Context, d time.Duration, msg any) {
+// after sends msg to the actor itself in d, in timer slot (one pending
+// tick per slot).
+func (a *endpointActor) after(ctx actor.Context, slot int, d time.Duration, msg any) {
 	self, root := ctx.Self(), ctx.ActorSystem().Root
-	time.AfterFunc(d, func() { root.Send(self, msg) })
+	if t := a.timers[slot]; t != nil {
+		t.Stop()
+	}
+	a.timers[slot] = time.AfterFunc(d, func() { root.Send(self, msg) })
 }
 
 func (a *endpointActor) runProbe(ctx actor.Context) {
@@ -265,10 +287,14 @@ func (a *endpointActor) runProbe(ctx actor.Context) {
 
 func (a *endpointActor) runScrape(ctx actor.Context, periodic bool) {
 	scrape, gen, self, root := a.scrape, a.gen, ctx.Self(), ctx.ActorSystem().Root
-	sctx, cancel := context.WithTimeout(a.ctx, a.svc.cfg.Rule.Probe.AttemptTimeout)
+	actx := a.ctx
+	sctx, cancel := context.WithTimeout(actx, a.svc.cfg.Rule.Probe.AttemptTimeout)
 	go func() {
 		defer cancel()
 		st, err := scrape(sctx)
+		if actx.Err() != nil {
+			return // the incarnation is gone: nobody reads the result
+		}
 		root.Send(self, scrapeResult{gen: gen, stats: st, err: err, periodic: periodic})
 	}()
 }

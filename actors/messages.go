@@ -54,6 +54,9 @@ type concludeMsg struct {
 	res Result
 }
 
+// firstByteMsg carries Service.FirstByte.
+type firstByteMsg struct{ t Ticket }
+
 // finishMsg carries Service.Finish.
 type finishMsg struct {
 	t   Ticket

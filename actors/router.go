@@ -50,6 +50,8 @@ func (a *routerActor) Receive(ctx actor.Context) {
 		c.deadlineFired(now, m.id)
 	case reportMsg:
 		c.report(now, m.o)
+	case firstByteMsg:
+		c.firstByte(m.t)
 	case finishMsg:
 		c.finish(m.t, m.res)
 	case concludeMsg:

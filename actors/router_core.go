@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"math"
 	"time"
 
 	"github.com/llbproject/llb/ladder"
@@ -63,6 +64,9 @@ type ticket struct {
 	// pred is the prediction for the prefill (single-pool) endpoint,
 	// compared with the engine's usage when its leg reports.
 	pred ticketPrediction
+	// prefill is the uncached prompt blocks charged to the prefill
+	// endpoint's PrefillBlocks until the first byte (0 once discharged).
+	prefill uint32
 }
 
 // parkRef tracks a request sitting in an endpoint's admission queue.
@@ -372,6 +376,7 @@ func (c *routerCore) admit(now time.Time, m *routeMsg, d ladder.Decision) {
 	t := Ticket{ID: m.id, Prefill: d.Prefill, Decode: d.Decode}
 	tk := &ticket{t: t, legs: holdPrefill, sessionKey: m.rr.Req.SessionKey, pin: d.PinSession}
 	c.views[d.Prefill].ActiveConns++
+	c.chargePrefill(m, d.Prefill, tk)
 	c.claimTrial(d.Prefill, m.id)
 	if d.Decode >= 0 {
 		c.views[d.Decode].ActiveConns++
@@ -417,6 +422,9 @@ func (c *routerCore) report(now time.Time, o Outcome) {
 		c.checkPrediction(now, ep, &tk.pred, o)
 	}
 	tk.legs &^= bit
+	if bit == holdPrefill {
+		c.firstByte(tk.t)
+	}
 	c.release(ep)
 	if c.trial[ep] == tk.t.ID {
 		c.trial[ep] = 0
@@ -433,6 +441,7 @@ func (c *routerCore) finish(t Ticket, res Result) {
 		c.stats.staleTicket++
 		return
 	}
+	c.firstByte(tk.t)
 	delete(c.tickets, t.ID)
 	if tk.legs&holdPrefill != 0 {
 		c.release(tk.t.Prefill)
@@ -597,6 +606,43 @@ func (c *routerCore) engineStats(s engineStats) {
 	v.KVCapacityBlocks = s.stats.KVCapacityBlocks
 	v.QueuedRequests = s.stats.Waiting
 	v.SwapPressure = s.stats.Swapped
+	// The scrape's usage replaces llb's estimate: the blocks sent since
+	// the previous scrape are in it now (or finished).
+	v.KVUsedBlocks, v.KVUsageKnown = s.stats.KVUsedBlocks, s.stats.KVUsageKnown
+}
+
+// chargePrefill counts a new request's uncached prompt blocks against
+// its prefill endpoint until its first byte (PrefillBlocks), and adds them
+// to the endpoint's KV-usage estimate until the next scrape.
+func (c *routerCore) chargePrefill(m *routeMsg, ep int, tk *ticket) {
+	pb := c.lad.PromptBlocks(&m.rr.Req)
+	o := uint32(0)
+	if m.scored.Has(ep) {
+		o = m.overlaps[ep]
+	}
+	tk.prefill = pb - min(o, pb)
+	v := &c.views[ep]
+	v.PrefillBlocks = satAdd32(v.PrefillBlocks, tk.prefill)
+	v.KVUsedBlocks = satAdd32(v.KVUsedBlocks, tk.prefill)
+}
+
+// firstByte ends a ticket's prefill charge: its endpoint answered, so the
+// prefill is over (a streamed completion's first byte is its first token).
+func (c *routerCore) firstByte(t Ticket) {
+	tk := c.tickets[t.ID]
+	if tk == nil || tk.prefill == 0 || tk.t.Prefill < 0 {
+		return
+	}
+	v := &c.views[tk.t.Prefill]
+	v.PrefillBlocks -= min(tk.prefill, v.PrefillBlocks)
+	tk.prefill = 0
+}
+
+func satAdd32(a, b uint32) uint32 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxUint32
 }
 
 func (c *routerCore) newPending(m *routeMsg) *pending {

@@ -487,3 +487,52 @@ func TestRouterCore_PassthroughBypassesAdmissionAndPicksLeastLoaded(t *testing.T
 		t.Fatalf("all down: %s; want pd_pool_unavailable", r.route.Decision.String())
 	}
 }
+
+// The headroom law's load inputs: an admitted request's uncached prompt
+// blocks count against its prefill endpoint's PrefillBlocks until its first
+// byte (or its leg's report, or its finish), and against its KV-usage
+// estimate until the next scrape replaces it.
+func TestRouterCore_ChargesUncachedPrefillUntilFirstByteAndKVUntilTheScrape(t *testing.T) {
+	tests := []struct {
+		name string
+		end  func(c *routerCore, tk Ticket)
+	}{
+		{"first byte", func(c *routerCore, tk Ticket) { c.firstByte(tk) }},
+		{"prefill leg report", func(c *routerCore, tk Ticket) {
+			c.report(t0, Outcome{Ticket: tk, Leg: LegPrefill, Status: 200})
+		}},
+		{"finish", func(c *routerCore, tk Ticket) { c.finish(tk, Result{}) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, _ := newTestCore(t, pdConfig(3, 1, ladder.DefaultEnv()))
+			for ep := 0; ep < 3; ep++ {
+				c.engineStats(engineStats{ep: ep, stats: EngineStats{KVCapacityBlocks: 1000, KVUsedBlocks: 100, KVUsageKnown: true}})
+			}
+			rr := &RouteRequest{Chain: []uint64{1, 2, 3, 4, 5, 6}}
+			rr.Req.KV.PromptBlocks = 10
+			m := newMsg(9, rr)
+			c.route(t0, m)
+			c.scoreReply(t0, scoreReply{id: 9, ep: 0, overlap: 0, blocks: 100})
+			c.scoreReply(t0, scoreReply{id: 9, ep: 1, overlap: 6, blocks: 100})
+			c.scoreReply(t0, scoreReply{id: 9, ep: 2, overlap: 0, blocks: 100})
+			r := final(t, m)
+			if r.route.Decision.Prefill != 1 {
+				t.Fatalf("decision %s; want prefill 1", r.route.Decision.String())
+			}
+			v := &c.views[1]
+			if v.PrefillBlocks != 4 || v.KVUsedBlocks != 104 {
+				t.Fatalf("after admit: prefill %d kv %d; want 4 (10 − 6 cached) and 104", v.PrefillBlocks, v.KVUsedBlocks)
+			}
+			tt.end(c, r.route.Ticket)
+			c.firstByte(r.route.Ticket) // a second discharge is a no-op
+			if v.PrefillBlocks != 0 || v.KVUsedBlocks != 104 {
+				t.Fatalf("after %s: prefill %d kv %d; want 0 and 104 (until the scrape)", tt.name, v.PrefillBlocks, v.KVUsedBlocks)
+			}
+			c.engineStats(engineStats{ep: 1, stats: EngineStats{KVCapacityBlocks: 1000, KVUsedBlocks: 90, KVUsageKnown: true}})
+			if v.KVUsedBlocks != 90 || !v.KVUsageKnown {
+				t.Fatalf("after the scrape: kv %d known %v; want 90, true", v.KVUsedBlocks, v.KVUsageKnown)
+			}
+		})
+	}
+}

@@ -329,6 +329,9 @@ func (svc *Service) Conclude(o Outcome, res Result) {
 	svc.root.Send(svc.router, concludeMsg{o: o, res: res})
 }
 
+// FirstByte implements FirstByter.
+func (svc *Service) FirstByte(t Ticket) { svc.root.Send(svc.router, firstByteMsg{t: t}) }
+
 // Finish implements Router.
 func (svc *Service) Finish(t Ticket, res Result) {
 	svc.root.Send(svc.router, finishMsg{t: t, res: res})

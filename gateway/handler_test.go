@@ -370,3 +370,29 @@ func TestHandler_HiddenBackendAddressesStayOutOfClientAnswers(t *testing.T) {
 		t.Errorf("X-Llb-Route %q lost the decision itself", resp.Header.Get(HeaderRoute))
 	}
 }
+
+// A router that counts queued prefill work (actors.FirstByter) hears of a
+// single-pool leg's first body byte, once, before the ticket finishes.
+func TestHandler_TellsTheRouterOfTheFirstByte(t *testing.T) {
+	be := newFakeVLLM(t)
+	be.answer = func(w http.ResponseWriter, _ *http.Request, _ []byte) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for range 3 {
+			_, _ = io.WriteString(w, "data: {\"choices\":[{\"text\":\"x\"}]}\n\n")
+			w.(http.Flusher).Flush()
+		}
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	}
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+	resp, _ := post(t, testClient(t), url+PathCompletions, `{"model":"m","prompt":"p","stream":true}`)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	fr.waitFinished(t, 1)
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	if len(fr.firsts) != 1 || fr.firsts[0] != 1 {
+		t.Fatalf("FirstByte calls %v; want [1]", fr.firsts)
+	}
+}

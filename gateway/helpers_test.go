@@ -36,6 +36,14 @@ type fakeRouter struct {
 	dupes    int
 	nextID   uint64
 	finished chan uint64 // one value per Finish call
+	firsts   []uint64    // FirstByte calls, by ticket ID
+}
+
+// FirstByte implements actors.FirstByter.
+func (f *fakeRouter) FirstByte(t actors.Ticket) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.firsts = append(f.firsts, t.ID)
 }
 
 func newFakeRouter(decide func(rr *actors.RouteRequest, n int) (actors.Route, error)) *fakeRouter {

@@ -186,6 +186,9 @@ func (h *Handler) relay(x *exchange, lg leg, t actors.Ticket, ttfb time.Duration
 	if n > 0 {
 		s.firstByte = time.Now()
 		s.lg.begin()
+		if fb, ok := h.router.(actors.FirstByter); ok && !s.decode {
+			fb.FirstByte(t) // the prefill is over: the router stops counting it as queued
+		}
 	}
 	if n == 0 && rerr != nil {
 		empty2xx := rerr == io.EOF && s.status/100 == 2

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -30,6 +31,20 @@ type CacheConfig struct {
 	// HasLoad is false when neither series was found.
 	Waiting, Running int64
 	HasLoad          bool
+	// KVUsage is vllm:kv_cache_usage_perc (vLLM V1; gpu_cache_usage_perc
+	// on V0), the fraction 0..1 of KV blocks in use, averaged over the
+	// series (DP engines); HasKVUsage is false when no series was found.
+	KVUsage    float64
+	HasKVUsage bool
+}
+
+// KVUsedBlocks is KVUsage × NumGPUBlocks, rounded to the nearest block (0
+// when either is unknown).
+func (c CacheConfig) KVUsedBlocks() int64 {
+	if !c.HasKVUsage || c.NumGPUBlocks <= 0 {
+		return 0
+	}
+	return int64(math.Round(c.KVUsage * float64(c.NumGPUBlocks)))
 }
 
 // Known reports whether the capacity is known; an unknown capacity is
@@ -39,11 +54,47 @@ func (c CacheConfig) Known() bool { return c.NumGPUBlocks > 0 }
 // cacheConfigMetric is vLLM's info metric (value 1, data in labels).
 const cacheConfigMetric = "vllm:cache_config_info"
 
-// The engine's queue gauges (Tier 2's queued_requests).
+// The engine's queue gauges (Tier 2's queued_requests) and KV-usage
+// gauges (V1's name, then V0's).
 const (
-	waitingMetric = "vllm:num_requests_waiting"
-	runningMetric = "vllm:num_requests_running"
+	waitingMetric   = "vllm:num_requests_waiting"
+	runningMetric   = "vllm:num_requests_running"
+	kvUsageMetric   = "vllm:kv_cache_usage_perc"
+	kvUsageMetricV0 = "vllm:gpu_cache_usage_perc"
 )
+
+// usageSample parses a KV-usage sample line: a fraction in [0, 1] (values
+// outside are clamped; unparsable ones ignored).
+func usageSample(line []byte) (float64, bool) {
+	var rest []byte
+	switch {
+	case bytes.HasPrefix(line, []byte(kvUsageMetric)):
+		rest = line[len(kvUsageMetric):]
+	case bytes.HasPrefix(line, []byte(kvUsageMetricV0)):
+		rest = line[len(kvUsageMetricV0):]
+	default:
+		return 0, false
+	}
+	if len(rest) == 0 || (rest[0] != '{' && rest[0] != ' ') {
+		return 0, false
+	}
+	if rest[0] == '{' {
+		end := bytes.LastIndexByte(rest, '}')
+		if end < 0 {
+			return 0, false
+		}
+		rest = rest[end+1:]
+	}
+	fields := bytes.Fields(rest)
+	if len(fields) == 0 {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(string(fields[0]), 64)
+	if err != nil || f != f {
+		return 0, false
+	}
+	return min(max(f, 0), 1), true
+}
 
 // loadSample parses a num_requests_waiting/running sample line: the metric
 // name, optional labels, and a value (a float in the text format, rounded
@@ -95,9 +146,15 @@ func ParseCacheConfig(r io.Reader) (CacheConfig, error) {
 	perEngine := map[string]int64{}
 	var cfg CacheConfig
 	sizes := map[int]bool{}
+	usageSum, usageN := 0.0, 0
 	for sc.Scan() {
 		line := sc.Bytes()
 		if len(line) == 0 || line[0] == '#' {
+			continue
+		}
+		if u, ok := usageSample(line); ok {
+			usageSum += u
+			usageN++
 			continue
 		}
 		if v, which, ok := loadSample(line); ok {
@@ -141,6 +198,9 @@ func ParseCacheConfig(r io.Reader) (CacheConfig, error) {
 	}
 	for _, n := range perEngine {
 		cfg.NumGPUBlocks += n
+	}
+	if usageN > 0 {
+		cfg.KVUsage, cfg.HasKVUsage = usageSum/float64(usageN), true
 	}
 	if len(sizes) == 1 {
 		for n := range sizes {

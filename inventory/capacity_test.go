@@ -31,7 +31,7 @@ func TestParseCacheConfig_ReadsRealisticExpositions(t *testing.T) {
 		give string
 		want CacheConfig
 	}{
-		{"vLLM V1 page", vllmMetrics, CacheConfig{NumGPUBlocks: 27709, BlockSize: 16, HashAlgo: "sha256_cbor", Engines: 1, Running: 3, HasLoad: true}},
+		{"vLLM V1 page", vllmMetrics, CacheConfig{NumGPUBlocks: 27709, BlockSize: 16, HashAlgo: "sha256_cbor", Engines: 1, Running: 3, HasLoad: true, KVUsage: 0.042, HasKVUsage: true}},
 		{"llm-d-inference-sim", "vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"64\"} 1\n", CacheConfig{NumGPUBlocks: 64, BlockSize: 16, Engines: 1}},
 		{"labels in another order, escaped quotes and newline",
 			`vllm:cache_config_info{model_name="a \"quoted\\ model\nx",num_gpu_blocks="100",engine="0",block_size="32",} 1` + "\n",
@@ -48,6 +48,9 @@ func TestParseCacheConfig_ReadsRealisticExpositions(t *testing.T) {
 			"vllm:num_requests_waiting{engine=\"0\"} 4.0\nvllm:num_requests_waiting{engine=\"1\"} 2\nvllm:num_requests_waiting_by_reason{reason=\"capacity\"} 9\nvllm:num_requests_running{engine=\"0\"} NaN\nvllm:num_requests_running{engine=\"1\"} 7 1700000000\n",
 			CacheConfig{Waiting: 6, Running: 7, HasLoad: true}},
 		{"a similar name is not it", "vllm:cache_config_info_total{num_gpu_blocks=\"5\"} 1\n", CacheConfig{}},
+		{"KV usage averaged over engines, V0's name too, clamped, garbage ignored",
+			"vllm:kv_cache_usage_perc{engine=\"0\"} 0.5\nvllm:gpu_cache_usage_perc{engine=\"1\"} 1.5\nvllm:kv_cache_usage_perc{engine=\"2\"} NaN\nvllm:kv_cache_usage_perc_max 0.9\n",
+			CacheConfig{KVUsage: 0.75, HasKVUsage: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -102,5 +105,25 @@ func TestScrapeCacheConfig_OverRealHTTP(t *testing.T) {
 	}
 	if _, err := ScrapeCacheConfig(ctx, srv.Client(), srv.URL+"/huge", 100); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("oversized: got %v; want ErrMalformed", err)
+	}
+}
+
+func TestCacheConfig_KVUsedBlocksIsUsageTimesCapacity(t *testing.T) {
+	tests := []struct {
+		name string
+		give CacheConfig
+		want int64
+	}{
+		{"rounded to the nearest block", CacheConfig{NumGPUBlocks: 27709, KVUsage: 0.042, HasKVUsage: true}, 1164},
+		{"usage unknown", CacheConfig{NumGPUBlocks: 27709}, 0},
+		{"capacity unknown", CacheConfig{KVUsage: 0.5, HasKVUsage: true}, 0},
+		{"full", CacheConfig{NumGPUBlocks: 100, KVUsage: 1, HasKVUsage: true}, 100},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.give.KVUsedBlocks(); got != tt.want {
+				t.Fatalf("KVUsedBlocks() = %d; want %d", got, tt.want)
+			}
+		})
 	}
 }

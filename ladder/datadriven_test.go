@@ -22,8 +22,8 @@ import (
 //	                         role=prefill|decode|none [w=N] [backup] [addr=A]
 //	view                     replaces every view; input lines
 //	                         "<ep> conns=N queued=N swap=N cap=N inv=N
-//	                         overlap=N offloaded=N parked=N weight=N ctrl=S
-//	                         down cb drain distrust"
+//	                         overlap=N offloaded=N parked=N kvused=N prefillq=N
+//	                         weight=N ctrl=S down cb drain distrust"
 //	set                      same line format, updates only the named fields
 //	decide [key=K] [pin=P,D] [blocks=N] [tokens=N] [guard=R] [now=N]
 //	       [prefix=H] [conv=H] [client=H] [ckey=K] [total=N] [repeat=N]
@@ -253,6 +253,10 @@ func (st *goldenState) applyView(t *testing.T, d *datadriven.TestData, v *Endpoi
 			v.KVDistrusted = val != "false"
 		case "parked":
 			v.Parked = uint32(atoi(t, d, val))
+		case "kvused":
+			v.KVUsedBlocks, v.KVUsageKnown = uint32(atoi(t, d, val)), true
+		case "prefillq":
+			v.PrefillBlocks = uint32(atoi(t, d, val))
 		case "weight":
 			v.CtrlWeight = uint8(atoi(t, d, val))
 		case "ctrl":

@@ -50,9 +50,18 @@ const (
 	// LBHeadroom (an llb extension, the default) is hard with an absolute
 	// floor under the cap: an endpoint with headroom is never over it.
 	LBHeadroom
+	// LBAuto (an llb extension) is headroom with ε tuned online from the
+	// engines' scraped queues (AutoFactor) instead of
+	// LOXILB_KV_MEAN_LOAD_FACTOR.
+	LBAuto
 )
 
-var lbModeNames = [...]string{"hard", "off", "soft", "adaptive", "adaptive-soft", "headroom"}
+var lbModeNames = [...]string{"hard", "off", "soft", "adaptive", "adaptive-soft", "headroom", "auto"}
+
+// HeadroomLaw reports whether m is one of llb's headroom laws (headroom,
+// auto): the floor under the cap, held spills, pending placements and
+// misses by KV usage.
+func (m LBMode) HeadroomLaw() bool { return m == LBHeadroom || m == LBAuto }
 
 // String returns the env spelling ("hard", "adaptive-soft", ...).
 func (m LBMode) String() string {
@@ -224,7 +233,7 @@ func (e *Env) Validate() error {
 	bad := func(name string, v any, problem string) {
 		errs = append(errs, &EnvError{Var: name, Value: fmt.Sprint(v), Problem: problem})
 	}
-	if e.LBMode > LBHeadroom {
+	if e.LBMode > LBAuto {
 		bad(EnvLBMode, e.LBMode, "unknown mode")
 	}
 	if e.MeanLoadFactorPct < 100 || e.MeanLoadFactorPct > 1000 {

@@ -39,6 +39,7 @@ func TestParseEnv_EachVariable(t *testing.T) {
 		{"lb mode adaptive", map[string]string{EnvLBMode: "adaptive"}, func(e *Env) { e.LBMode = LBAdaptive }},
 		{"lb mode hard, LoxiLB's default", map[string]string{EnvLBMode: "HARD"}, func(e *Env) { e.LBMode = LBHard }},
 		{"lb mode headroom", map[string]string{EnvLBMode: "headroom"}, func(e *Env) { e.LBMode = LBHeadroom }},
+		{"lb mode auto", map[string]string{EnvLBMode: "auto"}, func(e *Env) { e.LBMode = LBAuto }},
 		{"legacy unified off when lb mode unset", map[string]string{EnvUnifiedModeLegacy: "0"}, func(e *Env) { e.LBMode = LBOff }},
 		{"legacy unified on keeps the default", map[string]string{EnvUnifiedModeLegacy: "1"}, func(e *Env) {}},
 		{"lb mode wins over legacy", map[string]string{EnvLBMode: "soft", EnvUnifiedModeLegacy: "off"}, func(e *Env) { e.LBMode = LBSoft }},

@@ -8,22 +8,55 @@ import (
 
 func TestConcurrencyEstimate_WorkedValues(t *testing.T) {
 	tests := []struct {
-		name            string
-		capacity        uint64
-		blocks, maxSeqs uint32
-		want            uint64
+		name                     string
+		capacity                 uint64
+		blocks, overlap, maxSeqs uint32
+		want                     uint64
 	}{
-		{"kv bound", 170, 28, 256, 6},         // 170/28 = 6.07
-		{"batch bound", 31250, 128, 256, 244}, // 244 < 256
-		{"batch bound below kv", 31250, 16, 256, 256},
-		{"zero blocks counts as one", 100, 0, 256, 100},
-		{"capacity below one prompt", 10, 28, 256, 0},
-		{"huge capacity", math.MaxUint64, 1, 65535, 65535},
+		{"kv bound", 170, 28, 0, 256, 6},         // 170/28 = 6.07
+		{"batch bound", 31250, 128, 0, 256, 244}, // 244 < 256
+		{"batch bound below kv", 31250, 16, 0, 256, 256},
+		{"zero blocks counts as one", 100, 0, 0, 256, 100},
+		{"capacity below one prompt", 10, 28, 0, 256, 0},
+		{"huge capacity", math.MaxUint64, 1, 0, 65535, 65535},
+		{"a shared prefix is held once", 1152, 136, 128, 256, 128}, // (1152-128)/8
+		{"a full hit needs one block", 1152, 136, 136, 256, 256},   // (1152-136)/1, batch bound
+		{"overlap above the prompt is the prompt", 1152, 136, 500, 64, 64},
+		{"overlap above the capacity", 100, 200, 150, 256, 0}, // (100-100)/50
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := ConcurrencyEstimate(tt.capacity, tt.blocks, tt.maxSeqs); got != tt.want {
-				t.Fatalf("ConcurrencyEstimate(%d, %d, %d) = %d; want %d", tt.capacity, tt.blocks, tt.maxSeqs, got, tt.want)
+			if got := ConcurrencyEstimate(tt.capacity, tt.blocks, tt.overlap, tt.maxSeqs); got != tt.want {
+				t.Fatalf("ConcurrencyEstimate(%d, %d, %d, %d) = %d; want %d", tt.capacity, tt.blocks, tt.overlap, tt.maxSeqs, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestHoldWinner_WorkedValues(t *testing.T) {
+	known := func(used, prefill uint32) EndpointView {
+		return EndpointView{KVUsageKnown: true, KVUsedBlocks: used, PrefillBlocks: prefill}
+	}
+	tests := []struct {
+		name           string
+		w, t           EndpointView
+		capW           uint64
+		blocks, oW, oT uint32
+		want           bool
+	}{
+		// P=136, o_w=128: the winner's cost is 8 + its queue, the target's 136 + its queue.
+		{"idle winner holds", known(500, 0), known(0, 0), 1152, 136, 128, 0, true},
+		{"a queue of hits is cheaper than a full prefill", known(500, 150), known(0, 0), 1152, 136, 128, 0, true}, // 158 <= 136+64
+		{"a long queue spills", known(500, 200), known(0, 0), 1152, 136, 128, 0, false},                           // 208 > 200
+		{"no room for the new blocks spills", known(1145, 0), known(0, 0), 1152, 136, 128, 0, false},              // 1145+8 > 1152
+		{"exactly full still fits", known(1144, 0), known(0, 0), 1152, 136, 128, 0, true},
+		{"unknown usage never holds", EndpointView{}, known(0, 0), 1152, 136, 128, 0, false},
+		{"a target holding the prefix too", known(500, 70), known(0, 0), 1152, 136, 128, 128, false}, // 78 > 8+64
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := HoldWinner(tt.w, tt.t, tt.capW, tt.blocks, tt.oW, tt.oT); got != tt.want {
+				t.Fatalf("HoldWinner = %v; want %v", got, tt.want)
 			}
 		})
 	}
@@ -105,5 +138,31 @@ func TestPendingTable_RemembersWithinTTL(t *testing.T) {
 	}
 	if _, ok := p.lookup(t0, 99); ok {
 		t.Fatal("an out-of-range endpoint was recorded")
+	}
+}
+
+func TestAutoFactor_MovesAnEighthTowardsTheQueueTarget(t *testing.T) {
+	tests := []struct {
+		name      string
+		prev      uint32
+		queued, n int
+		want      uint32
+	}{
+		{"no queue keeps the loose cap", 300, 0, 8, 300},
+		{"every engine queues: an eighth towards 150", 300, 8, 8, 281}, // 300 − ceil(150/8)
+		{"half queue: target 225", 300, 4, 8, 290},                     // 300 − ceil(75/8)
+		{"back up when the queues drain", 150, 0, 8, 169},              // 150 + ceil(150/8)
+		{"at the target it stays", 225, 4, 8, 225},
+		{"one step short still arrives", 226, 4, 8, 225},
+		{"an unset start takes the target", 0, 2, 8, 263},
+		{"no endpoints: the loose cap", 200, 0, 0, 213},
+		{"more queued than endpoints counts as all", 300, 9, 8, 281},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := AutoFactor(tt.prev, tt.queued, tt.n); got != tt.want {
+				t.Fatalf("AutoFactor(%d, %d, %d) = %d; want %d", tt.prev, tt.queued, tt.n, got, tt.want)
+			}
+		})
 	}
 }

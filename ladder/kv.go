@@ -51,8 +51,8 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 	}
 
 	r.effectiveCapacities(views, set)
-	if r.law.Mode == LBHeadroom {
-		r.headrooms(views, set, promptBlocks)
+	if r.law.Mode.HeadroomLaw() {
+		r.headrooms(views, set, promptBlocks, overlap)
 	}
 	nFleet, nCands := 0, 0
 	var best uint32
@@ -61,7 +61,7 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 		v := &views[i]
 		o := overlap(i)
 		c := Candidate{Endpoint: i, Overlap: o, Load: v.ActiveConns, Capacity: r.caps[i]}
-		if r.law.Mode == LBHeadroom {
+		if r.law.Mode.HeadroomLaw() {
 			c.Headroom = r.room[i]
 		}
 		r.fleet[nFleet] = c
@@ -76,8 +76,7 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 		}
 	}
 	if !inventory || nCands == 0 {
-		if ep, ok := r.followPending(now, req, views, set); ok {
-			d.Flags |= FlagPending
+		if ep, ok := r.missTarget(now, req, views, set, r.fleet[:nFleet], inventory, d); ok {
 			return ep
 		}
 		if !inventory {
@@ -94,8 +93,7 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 			minBlocks = promptBlocks // a short prompt matched in full is a genuine hit
 		}
 		if best < max(minBlocks, 1) {
-			if ep, ok := r.followPending(now, req, views, set); ok {
-				d.Flags |= FlagPending
+			if ep, ok := r.missTarget(now, req, views, set, r.fleet[:nFleet], true, d); ok {
 				return ep
 			}
 			d.Trace.add(Tier15, ReasonMinMatch)
@@ -114,7 +112,12 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 		}
 	}
 
-	res := SelectUnified(r.cands[:nCands], promptBlocks, r.law)
+	law := r.law
+	if law.Mode == LBAuto {
+		r.autoFactor = AutoFactor(r.autoFactor, queueing(views, set), set.Count())
+		law.FactorPct = r.autoFactor
+	}
+	res := SelectUnified(r.cands[:nCands], promptBlocks, law)
 	pick := r.cands[res.Pos].Endpoint
 	relief := r.relief && r.law.Mode != LBOff
 	d.KV = KVDetail{
@@ -144,6 +147,13 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 			}
 		}
 	}
+	if r.law.Mode.HeadroomLaw() && pick != d.KV.Affinity {
+		w := d.KV.Affinity
+		if HoldWinner(views[w], views[pick], r.caps[w], promptBlocks, overlap(w), overlap(pick)) {
+			pick = w
+			d.Flags = d.Flags&^(FlagSpill|FlagRelief) | FlagHeld
+		}
+	}
 	if r.seedN > 0 {
 		r.coldTick++
 		if r.coldTick%r.seedN == 0 {
@@ -160,11 +170,11 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 }
 
 // headrooms fills r.room for every member of set: HeadroomFor each
-// endpoint's ConcurrencyEstimate. While any member is cold (fewer inventory
+// endpoint's ConcurrencyEstimate for this prompt and its overlap there. While any member is cold (fewer inventory
 // blocks than the cold-start floor) every headroom is 0: a fleet that is
 // still warming spreads new prefixes as LoxiLB's hard law does, instead of
 // piling them on the first endpoint that holds them.
-func (r *Router) headrooms(views []EndpointView, set EndpointSet, promptBlocks uint32) {
+func (r *Router) headrooms(views []EndpointView, set EndpointSet, promptBlocks uint32, overlap func(int) uint32) {
 	cold := false
 	for i := set.next(0); i >= 0; i = set.next(i + 1) {
 		cold = cold || views[i].InventoryBlocks < r.coldFloor
@@ -172,10 +182,50 @@ func (r *Router) headrooms(views []EndpointView, set EndpointSet, promptBlocks u
 	for i := set.next(0); i >= 0; i = set.next(i + 1) {
 		r.room[i] = 0
 		if !cold {
-			k := ConcurrencyEstimate(r.caps[i], promptBlocks, r.maxNumSeqs)
+			k := ConcurrencyEstimate(r.caps[i], promptBlocks, overlap(i), r.maxNumSeqs)
 			r.room[i] = HeadroomFor(k, views[i].QueuedRequests, r.headroomPct)
 		}
 	}
+}
+
+// missTarget is the headroom law's answer to a Tier-1.5 miss (no
+// inventory, no overlap, below the minimum match): the endpoint the
+// request's prefix key was sent to moments ago (followPending), else —
+// once the fleet has inventory and every endpoint's KV usage is known —
+// the next endpoint in turn whose KV blocks in use are within
+// MissSlackPct of its capacity of the least used one's (flag least_kv), so
+// a new or evicted prefix lands where there is room for it rather than in
+// round robin's turn. false leaves the miss to the rule's selector, as
+// under LoxiLB's modes.
+func (r *Router) missTarget(now time.Time, req *Request, views []EndpointView, set EndpointSet, fleet []Candidate, inventory bool, d *Decision) (int, bool) {
+	if !r.law.Mode.HeadroomLaw() {
+		return -1, false
+	}
+	if ep, ok := r.followPending(now, req, views, set); ok {
+		d.Flags |= FlagPending
+		return ep, true
+	}
+	if !inventory || len(fleet) == 0 {
+		return -1, false
+	}
+	for i := range fleet {
+		if !views[fleet[i].Endpoint].KVUsageKnown {
+			return -1, false
+		}
+	}
+	least := views[fleet[0].Endpoint].KVUsedBlocks
+	for i := range fleet {
+		least = min(least, views[fleet[i].Endpoint].KVUsedBlocks)
+	}
+	r.missTick++
+	for j := range fleet {
+		c := &fleet[(j+int(r.missTick%uint64(len(fleet))))%len(fleet)]
+		if uint64(views[c.Endpoint].KVUsedBlocks) <= uint64(least)+r.caps[c.Endpoint]*MissSlackPct/100 {
+			d.Flags |= FlagLeastKV
+			return c.Endpoint, true
+		}
+	}
+	return -1, false
 }
 
 // followPending is the headroom law's answer to a Tier-1.5 miss (no
@@ -241,4 +291,16 @@ func noCandidateReason(views []EndpointView, set EndpointSet) Reason {
 		return ReasonPredictionMismatch
 	}
 	return ReasonNoOverlap
+}
+
+// queueing counts the members of set whose engine reports waiting
+// requests.
+func queueing(views []EndpointView, set EndpointSet) int {
+	n := 0
+	for i := set.next(0); i >= 0; i = set.next(i + 1) {
+		if views[i].QueuedRequests > 0 {
+			n++
+		}
+	}
+	return n
 }

@@ -168,15 +168,21 @@ func underCap(load uint32, capI, totalLoad, totalCap uint64, factorPct uint32) b
 }
 
 // ConcurrencyEstimate is the headroom law's estimate of how many requests
-// of this prompt's size an endpoint runs at once before it queues:
+// like this one an endpoint runs at once before it queues:
 //
-//	K = min(maxNumSeqs, capacity / promptBlocks)
+//	K = min(maxNumSeqs, (capacity − o) / max(1, promptBlocks − o))
 //
-// capacity / promptBlocks is how many such prompts its KV cache holds
-// (shared prefixes make the true figure higher, output blocks lower);
-// maxNumSeqs is the engine's running-batch limit (LLB_KV_MAX_NUM_SEQS).
-func ConcurrencyEstimate(capacity uint64, promptBlocks, maxNumSeqs uint32) uint64 {
-	return min(capacity/uint64(max(promptBlocks, 1)), uint64(maxNumSeqs))
+// with o the prompt's overlap with the endpoint (at most capacity and
+// promptBlocks): the o cached blocks are shared by every such request, and
+// each needs its own promptBlocks − o. Without an overlap it is how many
+// such prompts the KV cache holds. maxNumSeqs is the engine's running-batch
+// limit (LLB_KV_MAX_NUM_SEQS). Output blocks are not counted: the engine
+// allocates them as tokens come, and the queue test (HeadroomFor) and the
+// held-spill test (HoldWinner) see the engine's real usage.
+func ConcurrencyEstimate(capacity uint64, promptBlocks, overlap, maxNumSeqs uint32) uint64 {
+	o := min(uint64(overlap), uint64(promptBlocks), capacity)
+	need := max(uint64(promptBlocks)-o, 1)
+	return min((capacity-o)/need, uint64(maxNumSeqs))
 }
 
 // HeadroomFor is the headroom law's floor under one endpoint's cap:
@@ -193,6 +199,83 @@ func HeadroomFor(k uint64, queued uint32, pct uint32) uint32 {
 		return 0
 	}
 	return uint32(min(mulDivFloor(k, uint64(pct), 1, 100), math.MaxUint32))
+}
+
+// SpillMarginBlocks is what the headroom law charges a spill for the copy
+// it makes: the spilled request computes its prompt again elsewhere and
+// evicts some other prefix to hold it. A spill must save more than this
+// much queued prefill work (64 blocks, 1024 tokens at vLLM's default block
+// size) or the overlap winner keeps the request (HoldWinner).
+const SpillMarginBlocks = 64
+
+// PrefillCost is the prefill work, in blocks, a request joins on an
+// endpoint: the uncached prompt blocks of the requests already sent there
+// that have not answered yet (queued is EndpointView.PrefillBlocks), plus
+// its own uncached blocks, promptBlocks − overlap.
+func PrefillCost(queued, promptBlocks, overlap uint32) uint64 {
+	return uint64(queued) + uint64(promptBlocks-min(overlap, promptBlocks))
+}
+
+// HoldWinner is the headroom law's test of a spill, from the overlap
+// winner w to the spill target t: keep w when it still has room for the
+// request's new blocks (its KV blocks in use, as last scraped plus what llb
+// sent it since, plus promptBlocks − o_w, within its capacity) and moving
+// would not save more than SpillMarginBlocks of prefill work:
+//
+//	PrefillCost(w) ≤ PrefillCost(t) + SpillMarginBlocks
+//
+// The cap-based laws spill on llb's in-flight counts alone; on an engine
+// whose batch shares its compute (vLLM's scheduler) a spill pays the whole
+// prompt's prefill to escape a queue of cheap cache hits. An endpoint
+// whose KV usage is unknown never holds (the law's spill stands).
+func HoldWinner(w, t EndpointView, capW uint64, promptBlocks, overlapW, overlapT uint32) bool {
+	if !w.KVUsageKnown {
+		return false
+	}
+	need := uint64(promptBlocks - min(overlapW, promptBlocks))
+	if uint64(w.KVUsedBlocks)+need > capW {
+		return false
+	}
+	return PrefillCost(w.PrefillBlocks, promptBlocks, overlapW) <= PrefillCost(t.PrefillBlocks, promptBlocks, overlapT)+SpillMarginBlocks
+}
+
+// MissSlackPct is how close to the least-used endpoint's KV usage, in
+// percent of an endpoint's capacity, a miss target must be (missTarget):
+// the misses go in turn among those, so at light load, when every cache is
+// about as busy, new prefixes spread evenly over the endpoints as round
+// robin spreads them, and under load they avoid the busy ones.
+const MissSlackPct = 25
+
+// The auto law's ε range, as (1+ε)·100.
+const (
+	AutoFactorMax = 300
+	AutoFactorMin = 150
+)
+
+// AutoFactor is the auto law's (1+ε)·100 after one more Tier-1.5
+// decision: it moves an eighth of the way from prev towards
+//
+//	target = AutoFactorMax − (AutoFactorMax − AutoFactorMin) · queued / n
+//
+// with queued of the n eligible endpoints reporting waiting requests at
+// their last scrape. While no engine queues the cap is loose (300: keep the
+// cache affinity; only the headroom law's other tests spill), and it
+// tightens towards 150 as queues spread over the fleet — the best static
+// factors the ε sweep of report/ finds at light and at saturating load. A
+// start from 0 or n = 0 gives the target.
+func AutoFactor(prev uint32, queued, n int) uint32 {
+	target := uint32(AutoFactorMax)
+	if n > 0 {
+		q := min(max(queued, 0), n)
+		target = AutoFactorMax - uint32((AutoFactorMax-AutoFactorMin)*q/n)
+	}
+	if prev < AutoFactorMin || prev > AutoFactorMax {
+		return target
+	}
+	if target >= prev {
+		return prev + (target-prev+7)/8
+	}
+	return prev - (prev-target+7)/8
 }
 
 // MeanCapacity is Σcapacity / n (floored, at least 1): the capacity an

@@ -69,6 +69,19 @@ type EndpointView struct {
 	// Tier 1.5 treats its overlap as 0, and reports prediction_mismatch when
 	// that leaves it without a candidate. Tiers 0, 1 and 2 are unaffected.
 	KVDistrusted bool
+	// KVUsedBlocks is llb's estimate of the engine's KV blocks in use by
+	// running and waiting requests: vllm:kv_cache_usage_perc ×
+	// num_gpu_blocks at the last scrape, plus the uncached prompt blocks of
+	// the requests llb sent it since. Meaningful only with KVUsageKnown;
+	// the headroom law reads it.
+	KVUsedBlocks uint32
+	// KVUsageKnown is true once a scrape reported the engine's KV usage.
+	KVUsageKnown bool
+	// PrefillBlocks is the uncached prompt blocks (prompt blocks − the
+	// overlap at the decision) of the requests llb sent the endpoint that
+	// have not answered a first byte yet: the prefill work queued ahead of
+	// a new request. The headroom law reads it.
+	PrefillBlocks uint32
 	// Parked is the length of the endpoint's parked-request queue (admission).
 	Parked uint32
 }

@@ -178,9 +178,16 @@ const (
 	// sent to moments ago, whose blocks the inventory does not show yet
 	// (headroom law).
 	FlagPending
+	// FlagLeastKV: a Tier-1.5 miss with no recent placement went to the
+	// endpoint with the fewest KV blocks in use (headroom law).
+	FlagLeastKV
+	// FlagHeld: the headroom law kept the overlap winner although the cap
+	// said spill: it had room, and spilling would not have saved enough
+	// prefill work (HoldWinner).
+	FlagHeld
 )
 
-var flagNames = [...]string{"spill", "relief", "cold_seed", "rescue", "rr_tie", "decode_rr_tie", "excluded_winner", "backup", "bound_walk", "saturated", "pending"}
+var flagNames = [...]string{"spill", "relief", "cold_seed", "rescue", "rr_tie", "decode_rr_tie", "excluded_winner", "backup", "bound_walk", "saturated", "pending", "least_kv", "held"}
 
 // Has reports whether every flag in f2 is set.
 func (f Flags) Has(f2 Flags) bool { return f&f2 == f2 }

@@ -66,8 +66,11 @@ type Router struct {
 	prefillRR uint64 // Tier-2 tie-break counter
 	decodeRR  uint64 // decode tie-break counter
 	coldTick  uint64 // Tier-1.5 hits seen, for cold-start seeding
-	trie      *Trie
-	sel       Selector
+	missTick  uint64 // Tier-1.5 misses placed by KV usage, for turns among ties
+	// autoFactor is the auto law's current (1+ε)·100 (AutoFactor).
+	autoFactor uint32
+	trie       *Trie
+	sel        Selector
 	// pending remembers recent placements by prefix key (headroom law
 	// with Tier 1.5 on only; nil otherwise).
 	pending *pendingTable
@@ -90,6 +93,8 @@ func NewRouter(svc ServiceSpec, eps []EndpointSpec, env Env, cfg RouterConfig) (
 		eps: append([]EndpointSpec(nil), eps...),
 		env: env,
 		law: LawParams{Mode: env.LBMode, FactorPct: env.MeanLoadFactorPct, Lambda: env.LoadPenalty},
+
+		autoFactor: AutoFactorMax,
 	}
 	switch env.SpillRelief {
 	case TriOn:
@@ -138,7 +143,7 @@ func NewRouter(svc ServiceSpec, eps []EndpointSpec, env Env, cfg RouterConfig) (
 	if svc.CacheAware {
 		r.trie = NewTrie(cfg.Trie)
 	}
-	if env.LBMode == LBHeadroom && svc.KVExactMode != KVOff {
+	if env.LBMode.HeadroomLaw() && svc.KVExactMode != KVOff {
 		r.pending = new(pendingTable)
 	}
 	if !svc.PDDisagg {
@@ -267,4 +272,14 @@ func foldMasks(views []EndpointView) (excl, drain EndpointSet) {
 		}
 	}
 	return excl, drain
+}
+
+// PromptBlocks is req's prompt length in the rule's KV blocks: its
+// KV.PromptBlocks, else its token count over the block size; 0 when the
+// request carries neither (Tier 1.5 off).
+func (r *Router) PromptBlocks(req *Request) uint32 {
+	if req.KV.PromptBlocks > 0 {
+		return req.KV.PromptBlocks
+	}
+	return req.KV.PromptTokens / r.svc.blockSize()
 }

@@ -8,8 +8,9 @@ import (
 	"github.com/llbproject/llb/ladder"
 )
 
-// scraper reads an engine's KV capacity and waiting-queue depth from its
-// /metrics at addr (Tier 2 scores active_conns + queued_requests).
+// scraper reads an engine's KV capacity, waiting-queue depth and KV usage
+// from its /metrics at addr (Tier 2 scores active_conns + queued_requests;
+// the headroom law reads the queue and the usage).
 func (rs *ruleSet) scraper(addr string) actors.ScrapeFunc {
 	url := "http://" + addr + "/metrics"
 	return func(ctx context.Context) (actors.EngineStats, error) {
@@ -20,6 +21,8 @@ func (rs *ruleSet) scraper(addr string) actors.ScrapeFunc {
 		return actors.EngineStats{
 			KVCapacityBlocks: uint32(min(cc.NumGPUBlocks, ladder.CapacityClampMax)),
 			Waiting:          uint32(min(cc.Waiting, 1<<20)),
+			KVUsedBlocks:     uint32(min(cc.KVUsedBlocks(), ladder.CapacityClampMax)),
+			KVUsageKnown:     cc.HasKVUsage && cc.Known(),
 		}, nil
 	}
 }

@@ -100,3 +100,10 @@ func (s *swapRouter) Finish(t actors.Ticket, res actors.Result) {
 		svc.Finish(t, res)
 	}
 }
+
+// FirstByte implements actors.FirstByter.
+func (s *swapRouter) FirstByte(t actors.Ticket) {
+	if svc, err := s.current(context.Background()); err == nil {
+		svc.FirstByte(t)
+	}
+}

@@ -240,7 +240,26 @@ func TestE2E_CHWBLExampleKeepsAPrefixOnOneEndpointUntilItsBound(t *testing.T) {
 	}
 }
 
+// A burst of one prefix on the endpoint that owns it: LoxiLB's hard law
+// spills part of it (through relief), llb's headroom law holds it on the
+// owner, which has KV room and only cheap cache hits queued (held).
 func TestE2E_TierOneFiveFollowsTheKVEventsAndSpills(t *testing.T) {
+	tests := []struct {
+		name, mode string
+		wantFlag   string
+		wantSpills bool
+	}{
+		{"hard spills", "hard", " spill", true},
+		{"headroom holds", "headroom", " held", false},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			burstOnTheOwner(t, tt.mode, 2031+i, tt.wantFlag, tt.wantSpills)
+		})
+	}
+}
+
+func burstOnTheOwner(t *testing.T, mode string, port int, wantFlag string, wantSpills bool) {
 	tmpl := workerCfg("", 0, engine.RoleNone, 0, 0.05)
 	tmpl.KVEvents = true // the fleet gives every publisher the shared kv port
 	f, err := fleet.Start(fleet.Config{Prefill: 2, Decode: 1, BaseIP: "127.0.0.22", Template: &tmpl})
@@ -254,20 +273,19 @@ func TestE2E_TierOneFiveFollowsTheKVEventsAndSpills(t *testing.T) {
 	})
 	// Spill relief is off by default for P/D; with one endpoint holding the
 	// prefix, the law can only spill through relief.
-	d := startDataPlane(t, "LOXILB_KV_COLDSTART_SEED_N=0", "LOXILB_KV_SPILL_RELIEF=on")
-	d.post(ruleJSON(t, f, "127.0.0.1", 2031, map[string]any{"kvExactMode": 1, "kvWarmupSec": 1}))
-	d.waitActive(2031)
+	d := startDataPlane(t, "LOXILB_KV_COLDSTART_SEED_N=0", "LOXILB_KV_SPILL_RELIEF=on", "LOXILB_KV_LB_MODE="+mode)
+	d.post(ruleJSON(t, f, "127.0.0.1", port, map[string]any{"kvExactMode": 1, "kvWarmupSec": 1}))
+	d.waitActive(port)
 	time.Sleep(1100 * time.Millisecond) // kvWarmupSec: 1
 
-	const vip = "http://127.0.0.1:2031"
+	vip := "http://127.0.0.1:" + strconv.Itoa(port)
 	long := strings.Repeat("shared system prompt about load balancing and caches ", 40)
 	body := func(i int) string {
 		return fmt.Sprintf(`{"model":"sim-model","prompt":%q,"max_tokens":2}`, long+strconv.Itoa(i))
 	}
 	owner := routesToOwnerByTierOneFive(t, vip, body)
-	// A burst of the same prefix overloads the owner: the law spills.
 	var mu sync.Mutex
-	spills, onOwner := 0, 0
+	flagged, spills, onOwner := 0, 0, 0
 	var wg sync.WaitGroup
 	for i := 0; i < 10; i++ {
 		wg.Add(1)
@@ -285,6 +303,9 @@ func TestE2E_TierOneFiveFollowsTheKVEventsAndSpills(t *testing.T) {
 			route := res.Header.Get("X-Llb-Route")
 			_, ep, _ := routeOf(t, res.Header)
 			mu.Lock()
+			if strings.Contains(route, wantFlag) {
+				flagged++
+			}
 			if strings.Contains(route, " spill") {
 				spills++
 			}
@@ -295,8 +316,8 @@ func TestE2E_TierOneFiveFollowsTheKVEventsAndSpills(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if spills == 0 || onOwner == 0 {
-		t.Fatalf("burst: %d spills, %d on the owner; want both > 0", spills, onOwner)
+	if onOwner == 0 || flagged == 0 || (spills > 0) != wantSpills {
+		t.Fatalf("burst under %s: %d flagged %q, %d spills, %d on the owner; want the flag, spills %v, and the owner serving", mode, flagged, wantFlag, spills, onOwner, wantSpills)
 	}
 }
 

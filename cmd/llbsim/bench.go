@@ -46,6 +46,7 @@ type benchFlags struct {
 	prefillOverhead, perToken time.Duration
 	itl                       time.Duration
 	timeFactor                float64
+	engineModel               string
 	baseIP                    string
 	workerPort                int
 	pdSame                    bool
@@ -149,6 +150,7 @@ Results are JSON lines in the report schema of "llbsim report" (source
 	fl.IntVar(&f.maxNumSeqs, "max-num-seqs", 0, "batch limit per worker (default 256; hot-prefix 32)")
 	fl.IntVar(&f.blockSize, "block-size", def.BlockSize, "KV block size in tokens")
 	fl.Float64Var(&f.timeScale, "time-scale", 1, "workers' latency model runs at this multiple of real time (>1 slower, <1 faster)")
+	fl.StringVar(&f.engineModel, "engine", "lf", "workers' engine model: lf (llm-d-inference-sim's per-request clocks) or step (vLLM V1's step loop with chunked prefill, Llama-3.1-8B on an H100)")
 	fl.DurationVar(&f.prefillOverhead, "prefill-overhead", def.Latency.PrefillOverhead, "fixed prefill cost (model time)")
 	fl.DurationVar(&f.perToken, "prefill-per-token", def.Latency.PrefillPerToken, "prefill cost per uncached token (model time)")
 	fl.DurationVar(&f.itl, "itl", def.Latency.InterTokenLatency, "inter-token latency (model time)")
@@ -338,6 +340,11 @@ func (f *benchFlags) bench(fs *pflag.FlagSet) (*harness.Bench, error) {
 	eng.Latency.PrefillOverhead, eng.Latency.PrefillPerToken = f.prefillOverhead, f.perToken
 	eng.Latency.InterTokenLatency, eng.Latency.TimeFactorUnderLoad = f.itl, f.timeFactor
 	eng.Latency.TimeScale = f.timeScale
+	sched, err := engine.ParseScheduler(f.engineModel)
+	if err != nil {
+		return nil, &usageError{fmt.Errorf("--engine: %w", err)}
+	}
+	eng.Scheduler = sched
 	if p.seqs > 0 {
 		eng.MaxNumSeqs = p.seqs
 	}

@@ -339,8 +339,8 @@ func encodeRecords(w io.Writer, out *harness.Outcome) error {
 func printBenchTable(w io.Writer, b *harness.Bench, out *harness.Outcome, resultsFile string) {
 	in := &out.Info
 	sc := in.Scenario
-	fmt.Fprintf(w, "\n%s: %d workers × %d blocks (working set %.2f× the fleet cache), max-num-seqs %d, time scale %g; oracle hit rate %.3f",
-		sc.Name, sc.Fleet.Workers, sc.Fleet.Engine.NumBlocks, in.Pressure, sc.Fleet.Engine.MaxNumSeqs, sc.Fleet.TimeScale(), in.OracleHitRate)
+	fmt.Fprintf(w, "\n%s: %d workers × %d blocks (working set %.2f× the fleet cache), max-num-seqs %d, engine %s, time scale %g; oracle hit rate %.3f",
+		sc.Name, sc.Fleet.Workers, sc.Fleet.Engine.NumBlocks, in.Pressure, sc.Fleet.Engine.MaxNumSeqs, sc.Fleet.Engine.Scheduler, sc.Fleet.TimeScale(), in.OracleHitRate)
 	if in.SaturationRate > 0 {
 		fmt.Fprintf(w, "; saturation %.3g req/s", in.SaturationRate)
 	}
@@ -385,7 +385,7 @@ func printBenchTable(w io.Writer, b *harness.Bench, out *harness.Outcome, result
 	if err != nil {
 		return
 	}
-	fmt.Fprintf(w, "\ntargets (issues 7 and 18), read from %s:\n", resultsFile)
+	fmt.Fprintf(w, "\ntargets (issues 7, 16 and 18), read from %s:\n", resultsFile)
 	for _, r := range report.DefaultTargets().Evaluate(ds) {
 		v := "pass"
 		switch {

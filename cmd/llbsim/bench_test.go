@@ -236,7 +236,7 @@ func TestBenchCommand_DrivesTheRealDaemonAndWritesAReportableFile(t *testing.T) 
 		if err := root.Execute(); err != nil {
 			t.Fatalf("%q: %v\n%s", args, err, errOut.String())
 		}
-		for _, want := range []string{"strategy", "targets (issues 7 and 18)", "wrote " + results} {
+		for _, want := range []string{"strategy", "targets (issues 7, 16 and 18)", "wrote " + results} {
 			if !strings.Contains(out.String(), want) {
 				t.Fatalf("output lacks %q:\n%s", want, out.String())
 			}

@@ -51,6 +51,8 @@ type fleetFlags struct {
 
 	prefillOverhead, prefillPerToken, itl time.Duration
 	timeFactor, timeScale                 float64
+	engineModel                           string
+	maxBatchedTokens                      int
 	xferOverhead, xferPerBlock, kvLease   time.Duration
 
 	faultLatency   time.Duration
@@ -112,6 +114,8 @@ serve until SIGINT or SIGTERM.`,
 	fl.DurationVar(&f.eventInterval, "event-interval", def.EventInterval, "coalesce KV events into one batch per interval (0: one per engine step)")
 	fl.StringVar(&f.topic, "topic", "", `KV topic (default "kv@<ip>:<port>@<model>"; "-" for vLLM's empty topic)`)
 
+	fl.StringVar(&f.engineModel, "engine", "lf", "engine model: lf (llm-d-inference-sim's per-request clocks, the --prefill-*/--itl/--time-factor-under-load flags) or step (vLLM V1's step loop with chunked prefill, Llama-3.1-8B on an H100)")
+	fl.IntVar(&f.maxBatchedTokens, "max-num-batched-tokens", def.Engine.MaxNumBatchedTokens, "step model: token budget per step")
 	fl.DurationVar(&f.prefillOverhead, "prefill-overhead", lat.PrefillOverhead, "fixed prefill cost")
 	fl.DurationVar(&f.prefillPerToken, "prefill-per-token", lat.PrefillPerToken, "prefill cost per uncached prompt token")
 	fl.DurationVar(&f.itl, "itl", lat.InterTokenLatency, "inter-token latency")
@@ -169,6 +173,11 @@ func (f *fleetFlags) template(log *zerolog.Logger) (worker.Config, error) {
 		KVTransferPerBlock:  f.xferPerBlock,
 		TimeScale:           f.timeScale,
 	}
+	sched, err := engine.ParseScheduler(f.engineModel)
+	if err != nil {
+		return c, &usageError{fmt.Errorf("--engine: %w", err)}
+	}
+	c.Engine.Scheduler, c.Engine.MaxNumBatchedTokens = sched, f.maxBatchedTokens
 	c.Faults = worker.Faults{Latency: f.faultLatency, ErrorRate: f.faultErrorRate, DropRate: f.faultDropRate, Dead: f.faultDead}
 	c.Logger = log
 	if err := c.Validate(); err != nil {

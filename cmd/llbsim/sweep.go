@@ -62,7 +62,7 @@ flags give the same numbers, whatever --parallel is.`,
 	fl.IntVar(&f.parallel, "parallel", runtime.NumCPU(), "runs simulated at once (each run is single-threaded)")
 	fl.BoolVar(&f.quick, "quick", false, "a small smoke sweep: 600 requests, 3 loads, 3 factors, 2 lambdas")
 	fl.StringVar(&f.commit, "commit", "", "source revision to record (default: the build's VCS revision, if any)")
-	fl.StringSliceVar(&f.scenarios, "scenarios", nil, "scenarios to run (default all: shared-prefix, shared-prefix-zipf, shared-prefix-contended, hot-prefix and the light-load ones)")
+	fl.StringSliceVar(&f.scenarios, "scenarios", nil, "scenarios to run (default all: the four of the first report, multi-turn, long-doc-qa, shared-prefix-replicas, each also on the step model (-step), and the light-load ones)")
 	fl.StringSliceVar(&f.strategies, "strategies", nil, "strategies to compare (default the standard set; must include hard)")
 	fl.Float64SliceVar(&f.loads, "loads", nil, "load ladder as fractions of saturation (default 0.3,0.5,0.7,0.9,1,1.1)")
 	fl.UintSliceVar(&f.factors, "factors", nil, "ε sweep: LOXILB_KV_MEAN_LOAD_FACTOR values (default 100,125,150,175,200,250,300)")
@@ -155,6 +155,15 @@ func runSweep(f *sweepFlags, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	cal, err := calibrationFigures()
+	if err != nil {
+		return err
+	}
+	more, err := report.WriteCalibration(f.out, cal)
+	if err != nil {
+		return err
+	}
+	files = append(files, more...)
 	if err := report.WriteSummary(stdout, ds, report.DefaultTargets()); err != nil {
 		return err
 	}
@@ -286,4 +295,26 @@ func runRecord(scenario string, ro des.RunOutcome) report.Run {
 		out.Workers = append(out.Workers, report.Worker{Requests: w.Requests, TTFTP90: w.TTFT.P90, HitRate: w.HitRate, MeanActive: w.MeanActive})
 	}
 	return out
+}
+
+// calibrationFigures measures the engine models against their references
+// (des.EngineCalibration) in the report's terms.
+func calibrationFigures() ([]report.CalibrationFigure, error) {
+	cs, err := des.EngineCalibration()
+	if err != nil {
+		return nil, fmt.Errorf("engine calibration: %w", err)
+	}
+	out := make([]report.CalibrationFigure, len(cs))
+	for i, c := range cs {
+		f := report.CalibrationFigure{File: c.File, Title: c.Title, XLabel: c.XLabel, YLabel: c.YLabel, Note: c.Note}
+		for _, cu := range c.Curves {
+			s := report.Series{Name: cu.Name, Reference: cu.Reference}
+			for _, p := range cu.Points {
+				s.X, s.Y = append(s.X, p.X), append(s.Y, p.Y)
+			}
+			f.Series = append(f.Series, s)
+		}
+		out[i] = f
+	}
+	return out, nil
 }

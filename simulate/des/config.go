@@ -44,11 +44,31 @@ type RunConfig struct {
 	// out of every metric (they warm the caches). Must leave at least one
 	// request measured.
 	Warmup int
-	// ScrapeEvery is how often llb reads the engines' queue depth
-	// (vllm:num_requests_waiting) from their /metrics, as llbd's endpoint
-	// actors do (every 10 s by default): the views' QueuedRequests is the
-	// value of the last scrape. 0 means every decision sees the exact
-	// current queue.
+	// ThinkTime, when > 0, turns a multi-turn workload's conversations
+	// into sessions: a conversation's next turn arrives this long after
+	// its previous turn ended (a user reading the answer and typing), or
+	// at its own scheduled time if that is later. Other requests keep their
+	// open-loop arrival times. Ignored in a closed loop.
+	ThinkTime time.Duration
+	// Replicas is the number of router replicas (0 means 1). Requests go
+	// to them in turn. Each replica keeps its own state: an llb replica
+	// its Tier-1 trie (inserts broadcast to every replica, as llbd's
+	// cluster does), pending placements and counters, and it balances on
+	// its own in-flight counts plus the others' as of the last gossip
+	// (GossipEvery); a peer replica sees only what it routed itself (its
+	// trees, in-flight counts and active blocks), as those routers do
+	// without their optional sync. Every replica reads every KV-event feed.
+	Replicas int
+	// GossipEvery is how stale an llb replica's view of the other
+	// replicas' in-flight counts is (llbd's cluster gossip, ~100 ms); 0
+	// means DefaultGossip.
+	GossipEvery time.Duration
+	// ScrapeEvery is how often llb reads the engines' queue depth and KV
+	// usage (vllm:num_requests_waiting, vllm:kv_cache_usage_perc) from
+	// their /metrics, as llbd's endpoint actors do (DefaultScrape): the
+	// views' QueuedRequests is the value of the last scrape, and
+	// KVUsedBlocks the last scrape's plus what llb sent since. 0 means
+	// every decision sees the engines exactly.
 	ScrapeEvery time.Duration
 	// TTFTSLO is the time-to-first-token objective goodput counts against;
 	// 0 means DefaultTTFTSLO.
@@ -58,6 +78,14 @@ type RunConfig struct {
 	// debugging. Off in sweeps (it allocates a string per request).
 	RecordRoutes bool
 }
+
+// DefaultGossip is RunConfig.GossipEvery's default: llbd's cluster
+// gossip interval.
+const DefaultGossip = 100 * time.Millisecond
+
+// DefaultScrape is llbd's engine-metrics scrape interval
+// (actors.DefaultScrapeInterval), which StandardPlan's runs model.
+const DefaultScrape = 250 * time.Millisecond
 
 // DefaultTTFTSLO is the goodput objective when RunConfig.TTFTSLO is 0.
 const DefaultTTFTSLO = 2 * time.Second
@@ -91,6 +119,15 @@ func (c *RunConfig) validate(t *Trace) error {
 		errs = append(errs, fmt.Errorf("concurrency %d (want >= 0)", c.Concurrency))
 	case c.Concurrency == 0 && (!(c.Rate > 0) || math.IsInf(c.Rate, 0)):
 		errs = append(errs, fmt.Errorf("rate %v requests/s (want > 0)", c.Rate))
+	}
+	if c.ThinkTime < 0 {
+		errs = append(errs, fmt.Errorf("think time %v (want >= 0)", c.ThinkTime))
+	}
+	if c.Replicas < 0 || c.Replicas >= 64 {
+		errs = append(errs, fmt.Errorf("replicas %d (want 0..63)", c.Replicas))
+	}
+	if c.GossipEvery < 0 {
+		errs = append(errs, fmt.Errorf("gossip interval %v (want >= 0)", c.GossipEvery))
 	}
 	if c.ScrapeEvery < 0 {
 		errs = append(errs, fmt.Errorf("scrape interval %v (want >= 0)", c.ScrapeEvery))

@@ -67,7 +67,11 @@ func (s *sim) result() *Result {
 		prompt += int64(tr.PromptTokens)
 		outTokens += int64(tr.OutputTokens)
 
-		res.TierMix[tierKey(r.tier, cfg.Strategy.Selector)]++
+		if cfg.Strategy.IsPeer() {
+			res.TierMix["peer:"+string(cfg.Strategy.Peer)]++
+		} else {
+			res.TierMix[tierKey(r.tier, cfg.Strategy.Selector)]++
+		}
 		countFlag(&res.Spills, r.flags, ladder.FlagSpill)
 		countFlag(&res.Reliefs, r.flags, ladder.FlagRelief)
 		countFlag(&res.ColdSeeds, r.flags, ladder.FlagColdSeed)
@@ -135,6 +139,7 @@ func (s *sim) result() *Result {
 			res.Routes[i] = Route{
 				Seq: i, Worker: int(r.worker), Decision: r.route, Tier: r.tier, Flags: r.flags,
 				Overlap: r.overlap, CachedTokens: int(r.cached), TTFT: r.first - r.arrive, E2E: r.end - r.arrive,
+				Queue: r.admit - r.arrive, Arrive: r.arrive,
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/llbproject/llb/simulate/engine"
 	"github.com/llbproject/llb/simulate/strategy"
 )
 
@@ -44,6 +45,17 @@ type Scenario struct {
 	Engine *EngineOverrides
 	// Sweeps runs the ε and λ sweeps on this scenario too.
 	Sweeps bool
+	// Model is the engines' scheduler: llm-d-inference-sim's load-factor
+	// model (the zero value) or vLLM V1's step model.
+	Model engine.Scheduler
+	// Replicas is the number of router replicas (RunConfig.Replicas); 0
+	// or 1 is one router.
+	Replicas int
+	// ThinkTime turns multi-turn conversations into sessions
+	// (RunConfig.ThinkTime).
+	ThinkTime time.Duration
+	// TTFTSLO overrides the plan's goodput objective for this scenario.
+	TTFTSLO time.Duration
 	// Concurrency, when set, makes the scenario a closed-loop ladder: every
 	// strategy runs at each of these client counts (RunConfig.Concurrency)
 	// instead of the plan's load ladder, and there is no saturation search,
@@ -61,6 +73,8 @@ type EngineOverrides struct {
 	// TimeFactorUnderLoad is the latency model's slowdown at a full batch
 	// (engine.Latency.TimeFactorUnderLoad).
 	TimeFactorUnderLoad float64
+	// MaxModelLen is the longest prompt plus output (--max-model-len).
+	MaxModelLen int
 }
 
 // Plan is a whole sweep: scenarios × strategies × loads, plus the ε and λ
@@ -88,6 +102,9 @@ type Plan struct {
 	TTFTSLO time.Duration
 	// Saturation tunes the saturation search.
 	Saturation SaturationConfig
+	// ScrapeEvery is llb's engine-metrics scrape interval in every run
+	// (RunConfig.ScrapeEvery); 0 reads the engines exactly.
+	ScrapeEvery time.Duration
 }
 
 // Validate reports every problem of the plan at once.
@@ -221,7 +238,7 @@ func (p *Plan) Execute(exec Executor, progress func(string)) ([]ScenarioOutcome,
 		if err != nil {
 			return out, err
 		}
-		fleet, err := sc.fleet(tr)
+		fleet, err := sc.Fleet(tr)
 		if err != nil {
 			return out, err
 		}
@@ -233,7 +250,11 @@ func (p *Plan) Execute(exec Executor, progress func(string)) ([]ScenarioOutcome,
 			Pressure:      float64(tr.DistinctBlocks) / float64(fleet.CacheBlocks()),
 			UnitDuration:  tr.UnitDuration(),
 		}
-		base := RunConfig{Fleet: fleet, Strategy: ref, Warmup: warm, TTFTSLO: p.TTFTSLO}
+		slo := p.TTFTSLO
+		if sc.TTFTSLO > 0 {
+			slo = sc.TTFTSLO
+		}
+		base := RunConfig{Fleet: fleet, Strategy: ref, Warmup: warm, TTFTSLO: slo, Replicas: sc.Replicas, ThinkTime: sc.ThinkTime, ScrapeEvery: p.ScrapeEvery}
 		if len(sc.Concurrency) > 0 {
 			if err := p.closedLoop(exec, tr, base, &so, say); err != nil {
 				return out, err
@@ -262,6 +283,8 @@ func (p *Plan) Execute(exec Executor, progress func(string)) ([]ScenarioOutcome,
 		pooled.Fleet.Workers = 1
 		pooled.Fleet.Engine.NumBlocks = fleet.CacheBlocks()
 		pooled.Fleet.Engine.MaxNumSeqs = fleet.Workers * fleet.Engine.MaxNumSeqs
+		pooled.Fleet.Engine.MaxNumBatchedTokens = fleet.Workers * fleet.Engine.MaxNumBatchedTokens
+		pooled.Replicas = 0
 		pooled.Strategy, _ = strategy.ByName(strategy.NameRR)
 		so.PooledLoad = pooledLoad(p.Loads)
 		pooled.Rate = so.PooledLoad * so.Saturation.Rate
@@ -337,8 +360,8 @@ func pooledLoad(loads []float64) float64 {
 	return loads[len(loads)/2]
 }
 
-// fleet builds the scenario's fleet for its trace.
-func (sc *Scenario) fleet(t *Trace) (Fleet, error) {
+// Fleet builds the scenario's fleet for trace t.
+func (sc *Scenario) Fleet(t *Trace) (Fleet, error) {
 	f := FleetFor(t, sc.Workers, 0)
 	if o := sc.Engine; o != nil {
 		if o.NumBlocks > 0 {
@@ -350,7 +373,11 @@ func (sc *Scenario) fleet(t *Trace) (Fleet, error) {
 		if o.TimeFactorUnderLoad > 0 {
 			f.Engine.Latency.TimeFactorUnderLoad = o.TimeFactorUnderLoad
 		}
+		if o.MaxModelLen > 0 {
+			f.Engine.MaxModelLen = o.MaxModelLen
+		}
 	}
+	f.Engine.Scheduler = sc.Model
 	if sc.CachePressure > 0 {
 		f.Engine.NumBlocks = t.CacheBlocks(sc.CachePressure, sc.Workers)
 	}

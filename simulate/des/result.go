@@ -138,6 +138,10 @@ type Route struct {
 	Overlap uint32
 	// CachedTokens is what the engine served from its prefix cache.
 	CachedTokens int
-	// TTFT and E2E are the request's latencies.
-	TTFT, E2E time.Duration
+	// TTFT and E2E are the request's latencies; Queue is how long it
+	// waited for admission (a batch slot or blocks; on the step model also
+	// the step boundary).
+	TTFT, E2E, Queue time.Duration
+	// Arrive is its arrival offset from the run's start.
+	Arrive time.Duration
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/simulate/engine"
+	"github.com/llbproject/llb/simulate/peers"
 	"github.com/llbproject/llb/simulate/strategy"
 )
 
@@ -41,9 +42,12 @@ type worker struct {
 	maxWaiting int
 	// scraped is the queue depth of the last scrape, taken at scrapedAt
 	// (RunConfig.ScrapeEvery).
-	scraped   uint32
-	scrapedAt time.Duration
-	hasScrape bool
+	scraped uint32
+	// scrapedUsed is the blocks in use at the last scrape; sinceScrape the
+	// uncached prompt blocks llb sent since.
+	scrapedUsed, sinceScrape uint32
+	scrapedAt                time.Duration
+	hasScrape                bool
 }
 
 // reqState is one request's life in a run. Times are offsets from epoch;
@@ -55,26 +59,42 @@ type reqState struct {
 	tier                      ladder.Tier
 	flags                     ladder.Flags
 	pin                       bool // pin the session once the first token is out
-	kv                        ladder.KVDetail
-	overlap                   uint32
-	route                     string // the decision's text, when recording routes
+	replica                   int8 // the router replica that routed it
+	// backlog is the uncached prompt blocks llb counted against its
+	// worker until the first token (EndpointView.PrefillBlocks).
+	backlog uint32
+	kv      ladder.KVDetail
+	overlap uint32
+	route   string // the decision's text, when recording routes
 }
 
 // sim is one run's whole state. It is single-threaded and owns everything
 // it holds except the trace, which it only reads.
 type sim struct {
-	tr      *Trace
-	cfg     RunConfig
-	router  *ladder.Router
-	session *ladder.SessionShard // P/D shape only
-	workers []worker
-	reqs    []reqState
-	views   []ladder.EndpointView
-	prog    []engine.Progress
-	evs     []inventory.Event
-	nextArr int
+	tr  *Trace
+	cfg RunConfig
+	// replicas are the router replicas (one unless RunConfig.Replicas);
+	// gossip is each replica's in-flight counts as last gossiped, at
+	// gossipAt (llb replicas only).
+	replicas []replica
+	gossip   [][]uint32
+	gossipAt time.Duration
+	session  *ladder.SessionShard // P/D shape only; shared by the replicas (cluster grains)
+	peerEps  []peers.Endpoint
+	workers  []worker
+	reqs     []reqState
+	views    []ladder.EndpointView
+	prog     []engine.Progress
+	evs      []inventory.Event
+	// arrivals holds the requests whose arrival time is known and that
+	// have not arrived yet, earliest first (index on ties).
+	arrivals arrivalHeap
 	// released is how many requests a closed loop has let arrive.
 	released int
+	// nextTurn[i] is the trace index of the next turn of request i's
+	// conversation (-1 when none); with RunConfig.ThinkTime a turn arrives
+	// only after the previous one ended (sessions).
+	nextTurn []int32
 	events   int64
 	kvScore  bool // Tier 1.5 on: score the mirrors per request
 }
@@ -104,21 +124,29 @@ func Run(t *Trace, cfg RunConfig) (*Result, error) {
 
 func newSim(t *Trace, cfg RunConfig) (*sim, error) {
 	n := cfg.Fleet.Workers
-	svc, eps := rule(&cfg.Strategy, n)
-	router, err := ladder.NewRouter(svc, eps, cfg.Strategy.Env(), ladder.RouterConfig{})
+	replicas, err := newReplicas(&cfg)
 	if err != nil {
-		return nil, fmt.Errorf("strategy %q: %w: %w", cfg.Strategy.Name, ErrConfig, err)
+		return nil, err
+	}
+	views := n
+	if !cfg.Strategy.IsPeer() {
+		views = replicas[0].llb.NumEndpoints()
 	}
 	keys, err := inventory.NewHasher(inventory.Algo(t.Config.Hash.Algo), t.Config.BlockSize, t.Config.Hash.Seed)
 	if err != nil {
 		return nil, fmt.Errorf("mirror keys: %w: %w", ErrConfig, err)
 	}
 	s := &sim{
-		tr: t, cfg: cfg, router: router,
+		tr: t, cfg: cfg, replicas: replicas, gossipAt: -1,
 		workers: make([]worker, n),
 		reqs:    make([]reqState, len(t.Requests)),
-		views:   make([]ladder.EndpointView, len(eps)),
-		kvScore: cfg.Strategy.KVExact,
+		views:   make([]ladder.EndpointView, views),
+		peerEps: make([]peers.Endpoint, n),
+		kvScore: scoresMirrors(&cfg.Strategy),
+	}
+	s.gossip = make([][]uint32, len(replicas))
+	for i := range s.gossip {
+		s.gossip[i] = make([]uint32, n)
 	}
 	if cfg.Strategy.Shape == strategy.ShapePD {
 		s.session = ladder.NewSessionTable(ladder.SessionConfig{Shards: 1}).Shard(0)
@@ -138,13 +166,49 @@ func newSim(t *Trace, cfg RunConfig) (*sim, error) {
 		}
 		s.workers[i] = worker{eng: e, mirror: m}
 	}
+	waits := s.linkTurns()
 	for i := range s.reqs {
-		s.reqs[i] = reqState{worker: -1, arrive: s.arrival(i), admit: notYet, first: notYet, end: notYet}
+		at := time.Duration(notYet)
+		if !waits[i] {
+			at = s.arrival(i)
+		}
+		s.reqs[i] = reqState{worker: -1, arrive: at, admit: notYet, first: notYet, end: notYet}
+		if at != notYet {
+			s.arrivals.push(at, i)
+		}
 	}
 	if c := cfg.Concurrency; c > 0 {
 		s.released = min(c, len(s.reqs))
 	}
 	return s, nil
+}
+
+// linkTurns fills nextTurn when sessions have a think time: the requests
+// of one multi-turn conversation (workload "multi_turn", one Group) are
+// chained in trace order. It returns which requests wait for a previous
+// turn.
+func (s *sim) linkTurns() []bool {
+	waits := make([]bool, len(s.reqs))
+	s.nextTurn = make([]int32, len(s.reqs))
+	for i := range s.nextTurn {
+		s.nextTurn[i] = -1
+	}
+	if s.cfg.ThinkTime <= 0 || s.cfg.Concurrency > 0 {
+		return waits
+	}
+	last := map[int]int{}
+	for i := range s.tr.Requests {
+		r := &s.tr.Requests[i]
+		if r.Workload != "multi_turn" {
+			continue
+		}
+		if prev, ok := last[r.Group]; ok {
+			s.nextTurn[prev] = int32(i)
+			waits[i] = true
+		}
+		last[r.Group] = i
+	}
+	return waits
 }
 
 // arrival is request i's arrival offset at the run's rate; in a closed
@@ -171,15 +235,36 @@ func (s *sim) queued(w *worker, now time.Duration, waiting int) uint32 {
 	}
 	if grid := now / every * every; !w.hasScrape || grid > w.scrapedAt {
 		w.scraped, w.scrapedAt, w.hasScrape = uint32(waiting), grid, true
+		w.scrapedUsed, w.sinceScrape = uint32(w.eng.Stats().BlocksInUse), 0
 	}
 	return w.scraped
 }
 
-// release lets the next request of a closed loop arrive at now.
-func (s *sim) release(now time.Duration) {
+// kvUsed is what llb estimates of worker w's blocks in use
+// (EndpointView.KVUsedBlocks): exact without ScrapeEvery, else the last
+// scrape's plus the uncached prompt blocks llb sent it since (the replicas'
+// together: one scrape and one count per worker, a simplification of
+// llbd's per-replica counts).
+func (s *sim) kvUsed(w *worker, used int) uint32 {
+	if s.cfg.ScrapeEvery <= 0 {
+		return uint32(used)
+	}
+	return w.scrapedUsed + w.sinceScrape
+}
+
+// release reacts to request i ending at now: a closed loop lets its next
+// request arrive; a conversation's next turn arrives a think time after
+// this one, or at its own scheduled time if that is later.
+func (s *sim) release(i int, now time.Duration) {
 	if s.cfg.Concurrency > 0 && s.released < len(s.reqs) {
 		s.reqs[s.released].arrive = now
+		s.arrivals.push(now, s.released)
 		s.released++
+	}
+	if next := s.nextTurn[i]; next >= 0 {
+		at := max(now+s.cfg.ThinkTime, s.arrival(int(next)))
+		s.reqs[next].arrive = at
+		s.arrivals.push(at, int(next))
 	}
 }
 
@@ -197,13 +282,13 @@ func (s *sim) run() error {
 				wi, wt = i, w.next
 			}
 		}
-		if s.nextArr < len(s.reqs) && s.reqs[s.nextArr].arrive != notYet {
-			at := s.reqs[s.nextArr].arrive
+		if s.arrivals.Len() > 0 {
+			at, i := s.arrivals.peek()
 			if wi < 0 || at < wt {
-				if err := s.arrive(s.nextArr, epoch.Add(at)); err != nil {
+				s.arrivals.pop()
+				if err := s.arrive(i, epoch.Add(at)); err != nil {
 					return err
 				}
-				s.nextArr++
 				s.events++
 				continue
 			}
@@ -275,6 +360,7 @@ func (s *sim) progress(wi int, now time.Duration, p *engine.Progress) error {
 	}
 	if !p.FirstTokenAt.IsZero() && r.first == notYet {
 		r.first = p.FirstTokenAt.Sub(epoch)
+		s.replicas[r.replica].prefill[wi] -= r.backlog
 		s.served(idx, wi, r)
 	}
 	if !p.Done {
@@ -290,7 +376,12 @@ func (s *sim) progress(wi int, now time.Duration, p *engine.Progress) error {
 	}
 	r.end = p.DoneAt.Sub(epoch)
 	s.setActive(w, now, w.active-1)
-	s.release(r.end)
+	rep := &s.replicas[r.replica]
+	rep.active[wi]--
+	if rep.peer != nil {
+		rep.peer.Done(p.DoneAt, idx)
+	}
+	s.release(idx, r.end)
 	return nil
 }
 
@@ -300,10 +391,16 @@ func (s *sim) progress(wi int, now time.Duration, p *engine.Progress) error {
 func (s *sim) served(idx, wi int, r *reqState) {
 	k := &s.tr.Keys[idx]
 	at := epoch.Add(r.first)
+	if p := s.replicas[r.replica].peer; p != nil {
+		p.FirstToken(at, idx)
+		return
+	}
 	if r.pin && s.session != nil {
 		s.session.Put(at, k.SessionKey, ladder.Pin{Prefill: wi, Decode: s.cfg.Fleet.Workers})
 	}
-	s.router.Learn(k.Prompt, wi)
+	for ri := range s.replicas { // llbd broadcasts trie inserts to every replica
+		s.replicas[ri].llb.Learn(k.Prompt, wi)
+	}
 }
 
 // setActive changes a worker's in-flight count at now, integrating the old
@@ -317,18 +414,91 @@ func (s *sim) setActive(w *worker, now time.Duration, v uint32) {
 // arrive routes request i at virtual time at and submits it.
 func (s *sim) arrive(i int, at time.Time) error {
 	tr := &s.tr.Requests[i]
-	k := &s.tr.Keys[i]
 	r := &s.reqs[i]
 	n := len(s.workers)
+	ri := i % len(s.replicas)
+	r.replica = int8(ri)
+	s.refreshGossip(at.Sub(epoch))
+	var ep int
+	if s.replicas[ri].peer != nil {
+		ep = s.pickPeer(ri, i, at)
+		r.tier = ladder.TierNone
+	} else {
+		d, err := s.decideLLB(ri, i, at)
+		if err != nil {
+			return err
+		}
+		ep = d.Prefill
+		if !d.Available() || ep < 0 || ep >= n {
+			return fmt.Errorf("request %d: decision %q names no worker: %w", i, d.String(), ErrInvariant)
+		}
+		r.tier, r.flags, r.kv = d.Tier, d.Flags, d.KV
+		r.pin, r.overlap = d.PinSession, s.views[ep].Overlap
+		if s.cfg.RecordRoutes {
+			r.route = d.String()
+		}
+	}
+	if ep < 0 || ep >= n {
+		return fmt.Errorf("request %d: %s picked worker %d of %d: %w", i, s.cfg.Strategy.Name, ep, n, ErrInvariant)
+	}
+	if s.replicas[ri].peer != nil {
+		if s.kvScore {
+			r.overlap = uint32(s.peerEps[ep].Overlap)
+		}
+		if s.cfg.RecordRoutes {
+			r.route = fmt.Sprintf("peer=%s worker=%d", s.cfg.Strategy.Peer, ep)
+		}
+	}
+	w := &s.workers[ep]
+	tk, err := w.eng.Submit(at, engine.Request{
+		ID: strconv.Itoa(i), Tokens: tr.Tokens, MaxTokens: tr.OutputTokens, Digests: s.tr.Keys[i].Digests,
+	})
+	if err != nil {
+		if errors.Is(err, engine.ErrInvalidRequest) {
+			return fmt.Errorf("request %d does not fit the worker: %w: %w", i, ErrConfig, err)
+		}
+		return fmt.Errorf("request %d: submit: %w", i, err)
+	}
+	if int(tk) != len(w.tickets)+1 {
+		return fmt.Errorf("worker %d issued ticket %d after %d: %w", ep, tk, len(w.tickets), ErrInvariant)
+	}
+	w.tickets = append(w.tickets, int32(i))
+	r.worker = int32(ep)
+	if s.replicas[ri].peer == nil {
+		pb := uint32(tr.PromptTokens / s.tr.Config.BlockSize)
+		r.backlog = pb - min(pb, s.views[ep].Overlap)
+		s.replicas[ri].prefill[ep] += r.backlog
+		w.sinceScrape += r.backlog
+	}
+	s.replicas[ri].active[ep]++
+	s.setActive(w, at.Sub(epoch), w.active+1)
+	// Submit admits at once when there is room: collect that Progress now
+	// so the admission time is the submission time.
+	s.prog = w.eng.Advance(at, s.prog[:0])
+	for j := range s.prog {
+		if err := s.progress(ep, at.Sub(epoch), &s.prog[j]); err != nil {
+			return err
+		}
+	}
+	return s.settle(ep)
+}
+
+// decideLLB runs llb replica ri's ladder for request i at.
+func (s *sim) decideLLB(ri, i int, at time.Time) (ladder.Decision, error) {
+	tr := &s.tr.Requests[i]
+	k := &s.tr.Keys[i]
 	for wi := range s.workers {
 		w := &s.workers[wi]
 		v := &s.views[wi]
 		st := w.eng.Stats()
 		*v = ladder.EndpointView{
-			ActiveConns:      w.active,
+			ActiveConns:      s.llbActive(ri, wi),
 			QueuedRequests:   s.queued(w, at.Sub(epoch), st.Waiting),
+			KVUsedBlocks:     s.kvUsed(w, st.BlocksInUse),
 			KVCapacityBlocks: uint32(s.cfg.Fleet.Engine.NumBlocks),
 			InventoryBlocks:  uint32(w.mirror.Len()),
+			KVUsageKnown:     true,
+			PrefillBlocks:    s.replicas[ri].prefill[wi],
 		}
 		if s.kvScore {
 			v.Overlap = uint32(w.mirror.Score(k.Chain))
@@ -344,44 +514,64 @@ func (s *sim) arrive(i int, at time.Time) error {
 		req.SessionKey = k.SessionKey
 		req.Session = s.session.Get(at, k.SessionKey)
 	}
-	d, err := s.router.Decide(at, &req, &ladder.Snapshot{Endpoints: s.views})
+	d, err := s.replicas[ri].llb.Decide(at, &req, &ladder.Snapshot{Endpoints: s.views})
 	if err != nil {
-		return fmt.Errorf("request %d: decide: %w: %w", i, ErrInvariant, err)
+		return d, fmt.Errorf("request %d: decide: %w: %w", i, ErrInvariant, err)
 	}
 	if d.EvictSession && s.session != nil {
 		s.session.Evict(k.SessionKey)
 	}
-	ep := d.Prefill
-	if !d.Available() || ep < 0 || ep >= n {
-		return fmt.Errorf("request %d: decision %q names no worker: %w", i, d.String(), ErrInvariant)
-	}
-	w := &s.workers[ep]
-	tk, err := w.eng.Submit(at, engine.Request{
-		ID: strconv.Itoa(i), Tokens: tr.Tokens, MaxTokens: tr.OutputTokens, Digests: k.Digests,
-	})
-	if err != nil {
-		if errors.Is(err, engine.ErrInvalidRequest) {
-			return fmt.Errorf("request %d does not fit the worker: %w: %w", i, ErrConfig, err)
+	return d, nil
+}
+
+// arrivalHeap is a min-heap of (arrival, trace index).
+type arrivalHeap struct {
+	at  []time.Duration
+	idx []int32
+}
+
+func (h *arrivalHeap) Len() int { return len(h.at) }
+
+func (h *arrivalHeap) less(a, b int) bool {
+	return h.at[a] < h.at[b] || (h.at[a] == h.at[b] && h.idx[a] < h.idx[b])
+}
+
+func (h *arrivalHeap) swap(a, b int) {
+	h.at[a], h.at[b] = h.at[b], h.at[a]
+	h.idx[a], h.idx[b] = h.idx[b], h.idx[a]
+}
+
+func (h *arrivalHeap) push(at time.Duration, i int) {
+	h.at = append(h.at, at)
+	h.idx = append(h.idx, int32(i))
+	for c := len(h.at) - 1; c > 0; {
+		p := (c - 1) / 2
+		if !h.less(c, p) {
+			break
 		}
-		return fmt.Errorf("request %d: submit: %w", i, err)
+		h.swap(c, p)
+		c = p
 	}
-	if int(tk) != len(w.tickets)+1 {
-		return fmt.Errorf("worker %d issued ticket %d after %d: %w", ep, tk, len(w.tickets), ErrInvariant)
-	}
-	w.tickets = append(w.tickets, int32(i))
-	r.worker, r.tier, r.flags, r.kv = int32(ep), d.Tier, d.Flags, d.KV
-	r.pin, r.overlap = d.PinSession, s.views[ep].Overlap
-	if s.cfg.RecordRoutes {
-		r.route = d.String()
-	}
-	s.setActive(w, at.Sub(epoch), w.active+1)
-	// Submit admits at once when there is room: collect that Progress now
-	// so the admission time is the submission time.
-	s.prog = w.eng.Advance(at, s.prog[:0])
-	for j := range s.prog {
-		if err := s.progress(ep, at.Sub(epoch), &s.prog[j]); err != nil {
-			return err
+}
+
+func (h *arrivalHeap) peek() (time.Duration, int) { return h.at[0], int(h.idx[0]) }
+
+func (h *arrivalHeap) pop() {
+	n := len(h.at) - 1
+	h.swap(0, n)
+	h.at, h.idx = h.at[:n], h.idx[:n]
+	for p := 0; ; {
+		c := 2*p + 1
+		if c >= n {
+			break
 		}
+		if c+1 < n && h.less(c+1, c) {
+			c++
+		}
+		if !h.less(c, p) {
+			break
+		}
+		h.swap(c, p)
+		p = c
 	}
-	return s.settle(ep)
 }

@@ -123,9 +123,91 @@ func StandardPlan(requests int, seed uint64) Plan {
 		Factors:    []uint32{100, 125, 150, 175, 200, 250, 300},
 		Lambdas:    []uint32{32, 10000, 50000, 100000},
 		Warmup:     0.2,
+		// llbd's scrape: the queue and KV usage llb reads are this stale.
+		ScrapeEvery: DefaultScrape,
 	}
+	p.Scenarios = append(p.Scenarios, PeerScenarios(requests, seed)...)
+	var step []Scenario
+	for _, sc := range p.Scenarios {
+		step = append(step, StepVariant(sc))
+	}
+	p.Scenarios = append(p.Scenarios, step...)
 	p.Scenarios = append(p.Scenarios, LightLoadScenarios(requests, seed)...)
+	p.Strategies = append(p.Strategies, strategy.Peers()...)
 	return p
+}
+
+// Scenario names issue 16 adds.
+const (
+	ScenarioMultiTurn = "multi-turn"
+	ScenarioLongDoc   = "long-doc-qa"
+	ScenarioReplicas  = "shared-prefix-replicas"
+	// StepSuffix names a scenario's run on the step model (StepVariant).
+	StepSuffix = "-step"
+)
+
+// PeerScenarios are issue 16's workloads beyond the four of the first
+// report:
+//
+//   - multi-turn: chat sessions in the shape of vLLM production-stack's
+//     multi-round-qa benchmark (a 1000-token system prompt, a 2000-token
+//     per-user document, 100-token questions and answers; 256 active
+//     conversations × 6 turns), where a conversation's next turn arrives
+//     2 s after its previous answer ends: the context grows by a turn at a
+//     time and lives on the worker that served the last one. Cache
+//     pressure 1.5 on 8 workers.
+//   - long-doc-qa: 8 documents of 8k–32k tokens, 32 questions each, Zipf
+//     popularity 0.6, on 4 workers whose caches hold the documents once
+//     (pressure 1.0, max-model-len 40960): a document's prefill costs a
+//     second, so a miss is expensive and so is a queue. 1500 requests.
+//   - shared-prefix-replicas: shared-prefix routed by 4 router replicas,
+//     requests spread over them in turn: what each peer's replicas lose by
+//     learning only their own traffic.
+func PeerScenarios(requests int, seed uint64) []Scenario {
+	sp := workload.SharedPrefix{Groups: 64, PromptsPerGroup: 16, SystemTokens: 2048, QuestionTokens: 128, OutputTokens: 256}
+	mt := workload.MultiTurn{Conversations: 1024, Turns: 5, SystemTokens: 1000, HistoryTokens: 2000, QuestionTokens: 100, AnswerTokens: 100}
+	ld := workload.LongDocQA{Documents: 8, QuestionsPerDoc: 32, DocMinTokens: 8192, DocMaxTokens: 32768, QuestionTokens: 64, OutputTokens: 128, ZipfAlpha: 0.6}
+	return []Scenario{
+		{
+			Name:        ScenarioMultiTurn,
+			Description: "Chat sessions (production-stack multi-round-qa shape): each conversation's next turn arrives 2 s after its previous answer, with the whole history; the working set is 1.5× the fleet's cache.",
+			Trace:       TraceConfig{Spec: mt, Requests: 2 * requests, Seed: seed},
+			Workers:     8, CachePressure: 1.5, ThinkTime: time.Second,
+			Engine: &EngineOverrides{MaxNumSeqs: 64},
+		},
+		{
+			Name:        ScenarioLongDoc,
+			Description: "Long-document Q&A: 8 documents of 8k–32k tokens, many questions each, on 4 workers whose caches hold every document once.",
+			Trace:       TraceConfig{Spec: ld, Requests: min(requests, 1500), Seed: seed},
+			Workers:     4, CachePressure: 1.0, Engine: &EngineOverrides{MaxModelLen: 40960},
+			TTFTSLO: 5 * time.Second,
+		},
+		{
+			Name:        ScenarioReplicas,
+			Description: "shared-prefix routed by 4 router replicas in turn: llb's replicas share their trie inserts and gossip their loads; a peer's replicas see only their own traffic.",
+			Trace:       TraceConfig{Spec: sp, Requests: requests, Seed: seed},
+			Workers:     8, CachePressure: 1.5, Replicas: 4,
+		},
+	}
+}
+
+// StepVariant is sc on the step model (engine.SchedStep), named
+// sc.Name+StepSuffix. Its TTFT objective is a fifth of sc's (the step
+// model's prefills are about that much faster than the load-factor
+// model's defaults) unless the scenario sets none.
+func StepVariant(sc Scenario) Scenario {
+	sc.Name += StepSuffix
+	sc.Model = engine.SchedStep
+	sc.Description += " On the step model (vLLM V1's scheduler, Llama-3.1-8B on an H100)."
+	if sc.Engine != nil && sc.Engine.TimeFactorUnderLoad > 0 {
+		sc.Description += " The load-factor slowdown does not apply: the step model's batch shares its compute."
+	}
+	if sc.TTFTSLO > 0 {
+		sc.TTFTSLO /= 5
+	} else {
+		sc.TTFTSLO = DefaultTTFTSLO / 5
+	}
+	return sc
 }
 
 // DescribeWorkload renders a workload spec in one line for the report.
@@ -140,6 +222,9 @@ func DescribeWorkload(s workload.Spec) string {
 	case workload.MultiTurn:
 		return fmt.Sprintf("multi-turn: %d conversations × %d turns, system %d + history %d tokens, %d-token questions, %d-token answers",
 			w.Conversations, w.Turns, w.SystemTokens, w.HistoryTokens, w.QuestionTokens, w.AnswerTokens)
+	case workload.LongDocQA:
+		return fmt.Sprintf("long-document Q&A: %d documents of %d–%d tokens × %d questions of %d tokens, %d output tokens, Zipf α %g",
+			w.Documents, w.DocMinTokens, w.DocMaxTokens, w.QuestionsPerDoc, w.QuestionTokens, w.OutputTokens, w.ZipfAlpha)
 	case workload.Mix:
 		parts := make([]string, len(w.Parts))
 		for i, p := range w.Parts {
@@ -152,6 +237,11 @@ func DescribeWorkload(s workload.Spec) string {
 
 // DescribeWorker renders an engine configuration in one line.
 func DescribeWorker(c engine.Config) string {
+	if c.Scheduler == engine.SchedStep {
+		l := c.Step
+		return fmt.Sprintf("step model: %d cache blocks of %d tokens (LRU), max-num-seqs %d, max-num-batched-tokens %d, step %.0f µs + %.2f µs/prefill token + %.2f µs/decode + %.3f µs/context token + %.5f µs/attention pair, hash %s",
+			c.NumBlocks, c.BlockSize, c.MaxNumSeqs, c.MaxNumBatchedTokens, l.FixedUs, l.PrefillTokenUs, l.DecodeTokenUs, l.ContextTokenUs, l.AttentionPairUs, c.Hash.Algo)
+	}
 	l := c.Latency
 	return fmt.Sprintf("%d cache blocks of %d tokens (LRU), max-num-seqs %d, prefill %v + %v/uncached token, ITL %v, ×%g at a full batch, hash %s",
 		c.NumBlocks, c.BlockSize, c.MaxNumSeqs, l.PrefillOverhead, l.PrefillPerToken, l.InterTokenLatency, l.TimeFactorUnderLoad, c.Hash.Algo)
@@ -161,8 +251,9 @@ func DescribeWorker(c engine.Config) string {
 func Method() string {
 	return strings.Join([]string{
 		"Every number here comes from `simulate/des`, a deterministic discrete-event simulator: virtual time, seeded workloads, no goroutines, no wall clock.",
-		"Each worker is a `simulate/engine` instance (vLLM's prefix cache with an LRU free queue and vLLM's hash contract, a batch limit with a FIFO waiting queue, llm-d-inference-sim's latency model).",
-		"Each strategy is llb's real `ladder.Router`, fed per request the views llbd would build: active_conns = requests llb sent and not yet finished, queued_requests = the engine's waiting queue, KV capacity = the engine's block count, and Tier-1.5 overlap = the leading blocks of the prompt's hash chain present in an `inventory.Mirror` kept from the engine's own KV events (the ZMQ path, delivered without delay).",
+		"Each worker is a `simulate/engine` instance (vLLM's prefix cache with an LRU free queue and vLLM's hash contract, a batch limit with a FIFO waiting queue) on one of two engine models: llm-d-inference-sim's load-factor model (each request its own clock; scenarios without a suffix) or vLLM V1's step loop with chunked prefill, calibrated to Llama-3.1-8B on an H100 (scenarios ending in `-step`; `engine.StepLatency` cites the figures).",
+		"Each llb strategy is llb's real `ladder.Router`, fed per request the views llbd would build: active_conns = requests llb sent and not yet finished; queued_requests and KV usage as llbd's 250 ms scrape last read them (the usage plus the uncached blocks llb sent since); the uncached prompt blocks of llb's requests without a first token; KV capacity = the engine's block count; and Tier-1.5 overlap = the leading blocks of the prompt's hash chain present in an `inventory.Mirror` kept from the engine's own KV events (the ZMQ path, delivered without delay).",
+		"Each peer (`simulate/peers`: Dynamo's KV router, llm-d's precise-prefix-cache profile, SGLang's cache_aware, AIBrix's prefix-cache, KubeAI's CHWBL) is that project's placement policy written from its public docs and code with its shipped defaults, fed what that router sees: the KV-event routers the same mirrors, llm-d the engines' exact queue and KV usage (its picker scrapes every 50 ms), every router its own in-flight counts.",
 		"Routing keys (prefix hash, session key, trie bytes) are derived from the request body as `gateway/route_input.go` derives them.",
 		fmt.Sprintf("All strategies of a scenario replay the same trace (same prompts, same arrival pattern scaled to the rate). Load 100%% is the highest Poisson rate at which `hard` keeps the engines' queue-wait p90 within %v, found by a bracketing search; the ladder runs 30%%–110%% of it.", time.Second),
 		"TTFT is first token − arrival; hit rate is the engines' cached prompt tokens / prompt tokens (vllm:prefix_cache_hits / queries); the oracle hit rate counts every reusable prefix as hit (an unbounded cache and perfect routing). Warm-up requests are routed and served but not measured.",
@@ -172,9 +263,11 @@ func Method() string {
 // Caveats are the model's known limitations, for the report.
 func Caveats() []string {
 	return []string{
-		"The engine model has no shared prefill compute: a cache miss costs its own request prefill time (×1–2 with the batch size) but does not slow other requests. Load hurts latency mainly through KV memory: a request waits when its blocks do not fit. Real vLLM also slows every running request when prefills are batched in, which rewards spilling earlier than this model does.",
-		"KV events reach the mirrors at once and blocks are published when a request is admitted (vLLM publishes them as prefill completes); a real feed lags by milliseconds, so real Tier 1.5 is slightly staler.",
+		"The load-factor model has no shared prefill compute: a cache miss costs its own request prefill time (×1–2 with the batch size) but does not slow other requests, and load hurts latency mainly through KV memory. The step model shares each step's compute across the batch, as vLLM does; it allocates a request's output blocks at admission (no preemption) and leaves out the API server's per-request overheads, which add the same to every strategy.",
+		"KV events reach the mirrors at once. On the load-factor model blocks are published when a request is admitted (vLLM publishes them as prefill completes); the step model publishes them at the end of the step that computes them.",
 		"The P/D strategies (tier1, pd-hard) run the P/D ladder in its single-pool equivalent: every worker is a prefill endpoint, one virtual decode endpoint completes the rule, and the whole request runs on the chosen worker. Sessions are pinned and the trie is taught when the first token is out (the prefill leg's success).",
-		"The kvWarmupSec guard is off (the simulated mirrors are exact from the start); queued_requests is exact rather than scraped.",
+		"The kvWarmupSec guard is off (the simulated mirrors are exact from the start). The peers see exact engine state where they read it (llm-d's 50 ms scrape is close to that); llb sees its 250 ms scrape. With several router replicas, llb's replicas share one scrape and one count of blocks sent since.",
+		"The engine models' TTFT by prompt length and ITL by batch size, against the published figures the step model is calibrated from, are in ENGINE.md.",
+		"TTFT p90 on these shared-prefix workloads sits on the boundary between cache hits and full misses (about one request in ten misses), so a hit-rate difference of 0.01 can move it by a prefill's length; read the p50, goodput and hit-rate tables with it.",
 	}
 }

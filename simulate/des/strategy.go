@@ -14,6 +14,9 @@ func validateStrategy(s *strategy.Strategy) error {
 	if err := s.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	if s.IsPeer() {
+		return nil
+	}
 	svc, eps := rule(s, 2)
 	if err := ladder.ValidateRule(&svc, eps); err != nil {
 		return fmt.Errorf("strategy %q: %w: %w", s.Name, ErrConfig, err)

@@ -125,6 +125,118 @@ func (l Latency) validate() []error {
 	return errs
 }
 
+// Scheduler is how an engine turns its running batch into time.
+type Scheduler uint8
+
+// Schedulers.
+const (
+	// SchedLoadFactor is llm-d-inference-sim's model (Latency): every
+	// running request keeps its own clock — a prefill of its uncached
+	// tokens, then a token every ITL — slowed by a load factor that grows
+	// with the batch. A cache miss costs its own request prefill time but
+	// does not slow the others. The default.
+	SchedLoadFactor Scheduler = iota
+	// SchedStep is vLLM V1's step loop (StepLatency): the whole batch
+	// advances in steps; each step spends a token budget
+	// (MaxNumBatchedTokens) on the running requests in admission order —
+	// one token per decoding request, the next chunk of a prefill — then on
+	// waiting requests (FCFS, chunked prefill), and lasts as long as its
+	// tokens take. A prefill in the batch slows every decode in it.
+	SchedStep
+)
+
+var schedulerNames = [...]string{"lf", "step"}
+
+// String is the scheduler's flag spelling: "lf" or "step".
+func (s Scheduler) String() string {
+	if int(s) < len(schedulerNames) {
+		return schedulerNames[s]
+	}
+	return fmt.Sprintf("scheduler(%d)", uint8(s))
+}
+
+// ParseScheduler reads a scheduler's flag spelling.
+func ParseScheduler(s string) (Scheduler, error) {
+	for i, n := range schedulerNames {
+		if n == s {
+			return Scheduler(i), nil
+		}
+	}
+	return SchedLoadFactor, fmt.Errorf("scheduler %q (want lf or step): %w", s, ErrConfig)
+}
+
+// StepLatency is the step model's cost of one step, in microseconds:
+//
+//	step = Fixed + PrefillToken·P + DecodeToken·D + ContextToken·C + AttentionPair·A
+//
+// P is the prefill (uncached prompt) tokens computed in the step, D the
+// decoding requests in it, C the context tokens (prompt and generated) of
+// those decoding requests, A the attention pairs of its prefill chunks (a
+// chunk of c tokens after p computed ones attends c·(p + c/2) pairs); the
+// whole step is multiplied by Latency.TimeScale.
+//
+// The defaults are Llama-3.1-8B-Instruct on one H100 (BF16), as vLLM serves
+// it:
+//   - Fixed 5752.705 µs, PrefillToken 17.25086 µs, DecodeToken 5.999144 µs
+//     are BLIS's fitted step coefficients β0, β1, β2 for
+//     meta-llama/llama-3.1-8b-instruct, GPU H100, tensor parallelism 1,
+//     vllm/vllm-openai:v0.8.4 (github.com/inference-sim/inference-sim,
+//     coefficients.yaml; trained by Bayesian optimisation against real vLLM
+//     TTFT, ITL and E2E). They agree with the hardware's bounds: reading
+//     the 16 GB of BF16 weights once per step at the H100 SXM's 3.35 TB/s
+//     takes 4.8 ms (≤ β0), and 2 · 8.0e9 FLOPs per prompt token at its
+//     989 TFLOPS dense BF16 take 16 µs (≈ β1).
+//   - ContextToken 0.039 µs is what a decode step reads per context token:
+//     the model's KV cache is 2 (K, V) · 32 layers · 8 KV heads · 128 dims
+//     · 2 bytes = 128 KiB per token (Llama-3.1-8B's config.json), at 3.35
+//     TB/s. BLIS's linear fit has no context term (its traces have short
+//     contexts); without one a 32k-token context would decode as fast as a
+//     1k one.
+//   - AttentionPair 0.00106 µs is causal self-attention's compute per
+//     (query, key) pair: 4 FLOPs · 4096 (32 heads · 128 dims) · 32 layers =
+//     524 kFLOP at half of the 989 TFLOPS (attention kernels reach about
+//     50 % of peak). At 32k tokens it doubles a prefill's linear cost.
+//
+// BLIS's α coefficients (API-server overheads: 0.23 ms + 1.75 µs per
+// input token before scheduling, 3.4 ms per output token, neither
+// blocking the GPU) are not modelled: they add the same offset to every
+// routing strategy's latencies.
+type StepLatency struct {
+	FixedUs, PrefillTokenUs, DecodeTokenUs, ContextTokenUs, AttentionPairUs float64
+}
+
+// DefaultStepLatency returns the calibrated defaults documented on
+// StepLatency.
+func DefaultStepLatency() StepLatency {
+	return StepLatency{
+		FixedUs:         5752.705191348184,
+		PrefillTokenUs:  17.25086436834028,
+		DecodeTokenUs:   5.999143920128404,
+		ContextTokenUs:  0.039,
+		AttentionPairUs: 0.00106,
+	}
+}
+
+// validate reports every problem of l.
+func (l StepLatency) validate() []error {
+	var errs []error
+	for _, c := range []struct {
+		name string
+		v    float64
+	}{
+		{"step fixed", l.FixedUs}, {"step per prefill token", l.PrefillTokenUs}, {"step per decode token", l.DecodeTokenUs},
+		{"step per context token", l.ContextTokenUs}, {"step per attention pair", l.AttentionPairUs},
+	} {
+		if !(c.v >= 0) || math.IsInf(c.v, 0) {
+			errs = append(errs, fmt.Errorf("%s %v µs (want a finite value >= 0)", c.name, c.v))
+		}
+	}
+	if l.FixedUs+l.PrefillTokenUs+l.DecodeTokenUs <= 0 {
+		errs = append(errs, errors.New("step latency: a step must take time (fixed, prefill or decode cost > 0)"))
+	}
+	return errs
+}
+
 // Config configures an Engine. Use DefaultConfig and change what differs.
 type Config struct {
 	// BlockSize is tokens per KV block (vLLM --block-size). Default 16.
@@ -157,8 +269,17 @@ type Config struct {
 	// the decode side to pull (VLLM_NIXL_ABORT_REQUEST_TIMEOUT). Default 30s
 	// (not scaled by TimeScale: it is a protocol timeout, not GPU time).
 	KVLease time.Duration
-	// Latency is the latency model.
+	// Latency is the load-factor model's latency (SchedLoadFactor), and
+	// its TimeScale scales both models.
 	Latency Latency
+	// Scheduler picks the engine model. Default SchedLoadFactor.
+	Scheduler Scheduler
+	// MaxNumBatchedTokens is the step model's token budget per step
+	// (--max-num-batched-tokens, vLLM V1's default 8192 for online
+	// serving). Default 8192.
+	MaxNumBatchedTokens int
+	// Step is the step model's cost of a step.
+	Step StepLatency
 }
 
 // DefaultConfig returns the defaults documented on Config's fields.
@@ -171,6 +292,9 @@ func DefaultConfig() Config {
 		Hash:        HashConfig{Algo: HashSHA256CBOR, Seed: "0"},
 		KVLease:     30 * time.Second,
 		Latency:     DefaultLatency(),
+
+		MaxNumBatchedTokens: 8192,
+		Step:                DefaultStepLatency(),
 	}
 }
 
@@ -209,6 +333,15 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, c.Latency.validate()...)
+	if c.Scheduler > SchedStep {
+		errs = append(errs, fmt.Errorf("scheduler %d unknown", c.Scheduler))
+	}
+	if c.Scheduler == SchedStep {
+		if c.MaxNumBatchedTokens < 1 {
+			errs = append(errs, fmt.Errorf("max num batched tokens %d (want >= 1)", c.MaxNumBatchedTokens))
+		}
+		errs = append(errs, c.Step.validate()...)
+	}
 	if len(errs) == 0 {
 		return nil
 	}

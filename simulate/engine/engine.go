@@ -42,6 +42,12 @@ type seqState struct {
 	blocks []int32 // full prompt blocks, then private blocks
 	nFull  int
 
+	// Step model (SchedStep) only.
+	computed   int    // prompt tokens computed (cache hit included)
+	registered int    // leading full prompt blocks published as cached
+	fresh      []bool // fresh[i]: prompt block i was allocated, not found cached
+	chunk      int    // prompt tokens this step computes; 0 for a decode
+
 	nextAt  time.Time // next token time while running
 	heapIdx int
 	dirty   bool
@@ -111,6 +117,13 @@ type Engine struct {
 
 	leases  []*lease // FIFO == expiry order (constant lease, monotone clock)
 	leaseBy map[string]*lease
+
+	// Step model (SchedStep) only: the running batch in admission order,
+	// and the step under way (stepping) with its end and its requests.
+	batch    []*seqState
+	stepping bool
+	stepEnd  time.Time
+	sched    []*seqState
 
 	dirty   []*seqState
 	scratch []int32      // allocatePrompt's per-block lookup results
@@ -242,7 +255,11 @@ func (e *Engine) Abort(now time.Time, t Ticket) error {
 	case phaseWaiting:
 		e.nWait--
 	case phaseRunning:
-		heap.Remove(&e.running, s.heapIdx)
+		if e.cfg.Scheduler == SchedStep {
+			e.dropFromBatch(s)
+		} else {
+			heap.Remove(&e.running, s.heapIdx)
+		}
 		e.pool.releaseAll(s.blocks)
 		s.blocks = nil
 	}
@@ -281,7 +298,7 @@ func (e *Engine) Reset(now time.Time) error {
 	e.advance(now)
 	if e.pool.inUse > 0 {
 		return fmt.Errorf("reset prefix cache: %d blocks held by %d running requests and %d leases: %w",
-			e.pool.inUse, e.running.Len(), len(e.leaseBy), ErrBlocksInUse)
+			e.pool.inUse, e.runningLen(), len(e.leaseBy), ErrBlocksInUse)
 	}
 	e.pool.reset()
 	e.offload.reset()
@@ -312,7 +329,10 @@ func (e *Engine) Advance(now time.Time, dst []Progress) []Progress {
 // Progress already pending (from Submit or Abort) is not an event: call
 // Advance after them.
 func (e *Engine) NextEventTime() (t time.Time, ok bool) {
-	if e.running.Len() > 0 {
+	switch {
+	case e.stepping:
+		t, ok = e.stepEnd, true
+	case e.running.Len() > 0:
 		t, ok = e.running.items[0].nextAt, true
 	}
 	if l := e.firstLease(); l != nil && (!ok || l.expires.Before(t)) {
@@ -337,7 +357,7 @@ func (e *Engine) PendingEvents() int { return len(e.pool.events) }
 // Stats returns a snapshot of the gauges and counters.
 func (e *Engine) Stats() Stats {
 	s := e.st
-	s.Running = e.running.Len()
+	s.Running = e.runningLen()
 	s.Waiting = e.nWait
 	s.Leases = len(e.leaseBy)
 	s.NumBlocks = e.cfg.NumBlocks

@@ -47,8 +47,8 @@ func checkPool(t *rapid.T, e *Engine) {
 	}
 }
 
-// TestEngine_EventsMirrorTheCache drives random traffic and checks, after
-// every operation, that a consumer applying the KV events (as llb's
+// TestEngine_EventsMirrorTheCache drives random traffic through either
+// engine model and checks, after every operation, that a consumer applying the KV events (as llb's
 // inventory does, with reference counts) holds exactly the engine's cached
 // keys, and that the pool invariants hold.
 func TestEngine_EventsMirrorTheCache(t *testing.T) {
@@ -59,6 +59,11 @@ func TestEngine_EventsMirrorTheCache(t *testing.T) {
 		c.Role = RoleBoth
 		c.EngineID = "e"
 		c.KVLease = 50 * time.Millisecond
+		if rapid.Bool().Draw(t, "stepModel") {
+			c.Scheduler = SchedStep
+			c.MaxNumBatchedTokens = rapid.IntRange(1, 32).Draw(t, "budget")
+			c.Step = StepLatency{FixedUs: 5000, PrefillTokenUs: 1000, DecodeTokenUs: 100}
+		}
 		e, err := New(c)
 		if err != nil {
 			t.Fatal(err)

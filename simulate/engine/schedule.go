@@ -18,15 +18,37 @@ func (e *Engine) advance(now time.Time) {
 			break
 		}
 		e.now = t
-		if l := e.firstLease(); l != nil && !l.expires.After(t) && (e.running.Len() == 0 || l.expires.Before(e.running.items[0].nextAt)) {
+		switch l := e.firstLease(); {
+		case l != nil && !l.expires.After(t) && e.leaseFirst(l):
 			e.endLease(l)
 			e.st.LeasesExpired++
-		} else {
+		case e.stepping:
+			e.finishStep(t)
+		default:
 			e.step(e.running.items[0], t)
 		}
 		e.admitWaiting(t)
 	}
 	e.now = now
+}
+
+// leaseFirst reports whether lease l expires before the next batch event.
+func (e *Engine) leaseFirst(l *lease) bool {
+	switch {
+	case e.stepping:
+		return l.expires.Before(e.stepEnd)
+	case e.running.Len() > 0:
+		return l.expires.Before(e.running.items[0].nextAt)
+	}
+	return true
+}
+
+// runningLen is the running batch's size under either model.
+func (e *Engine) runningLen() int {
+	if e.cfg.Scheduler == SchedStep {
+		return len(e.batch)
+	}
+	return e.running.Len()
 }
 
 // step emits one token of a running request at t.
@@ -77,7 +99,15 @@ func (e *Engine) finish(s *seqState, t time.Time) {
 
 // admitWaiting admits queued requests in FIFO order while the batch and the
 // cache have room; the head blocks the queue (FCFS, as vLLM's scheduler).
+// The step model admits only when it schedules a step: an idle engine
+// starts one at t.
 func (e *Engine) admitWaiting(t time.Time) {
+	if e.cfg.Scheduler == SchedStep {
+		if !e.stepping {
+			e.startStep(t)
+		}
+		return
+	}
 	for e.running.Len() < e.cfg.MaxNumSeqs && len(e.waiting) > 0 {
 		s := e.waiting[0]
 		if s.phase != phaseWaiting { // aborted while waiting
@@ -125,7 +155,7 @@ func (e *Engine) admit(s *seqState, t time.Time) bool {
 		s.prog.PulledRemote = true
 		e.st.RemotePrefillLegs++
 	} else {
-		hit, loaded, ok := e.allocatePrompt(s, total)
+		hit, loaded, ok := e.allocatePrompt(s, total, false)
 		if !ok {
 			return false
 		}
@@ -151,8 +181,11 @@ func (e *Engine) admit(s *seqState, t time.Time) bool {
 // new full blocks (recording BlockStored runs) and the private blocks. It
 // returns the number of hit blocks — GPU hits, continued by blocks loaded
 // from the CPU offload tier — and how many of them were loaded, or false
-// (and changes nothing) when the free queue is too short.
-func (e *Engine) allocatePrompt(s *seqState, total int) (int, int, bool) {
+// (and changes nothing) when the free queue is too short. With deferCache
+// (the step model) the new full blocks are not cached yet: s.fresh marks
+// them, and they are cached (and copied to the offload tier) as the steps
+// that compute them end (registerComputed).
+func (e *Engine) allocatePrompt(s *seqState, total int, deferCache bool) (int, int, bool) {
 	bs := e.cfg.BlockSize
 	nb := len(s.digests)
 	// vLLM always recomputes at least the last prompt token. Blocks past
@@ -214,6 +247,13 @@ func (e *Engine) allocatePrompt(s *seqState, total int) (int, int, bool) {
 		s.blocks = append(s.blocks, e.pool.allocate())
 	}
 	s.nFull = nb
+	if deferCache {
+		s.fresh = make([]bool, nb)
+		for i := range nb {
+			s.fresh[i] = existing[i] == 0
+		}
+		return hit, loaded, true
+	}
 	runStart := -1
 	for i := range nb {
 		if existing[i] == 0 {

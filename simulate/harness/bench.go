@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
+	"github.com/llbproject/llb/simulate/des"
 	"github.com/llbproject/llb/simulate/strategy"
 	"github.com/llbproject/llb/simulate/workload"
 )
@@ -282,6 +284,16 @@ func (b *Bench) Execute(ctx context.Context) (*Outcome, error) {
 	base := RunConfig{
 		Trace: tr, Warmup: info.Warmup, Fleet: info.Scenario.Fleet, Daemon: b.Daemon, WorkDir: b.WorkDir,
 		TTFTSLO: b.TTFTSLO, KeepRecords: b.KeepRecords,
+	}
+	if slices.ContainsFunc(b.Strategies, func(s strategy.Strategy) bool { return s.IsPeer() }) {
+		// The peers' routers read the routing keys from the same trace as
+		// the simulator derives them.
+		dt, err := des.NewTrace(des.TraceConfig{Name: b.Scenario.Name, Spec: b.Scenario.Workload, Requests: b.Scenario.Requests,
+			Seed: b.Scenario.Seed, BlockSize: info.Scenario.Fleet.Engine.BlockSize, Hash: info.Scenario.Fleet.Engine.Hash})
+		if err != nil {
+			return nil, fmt.Errorf("peer routing keys: %w", err)
+		}
+		base.PeerKeys = dt.Keys
 	}
 	type step struct {
 		load, rate float64

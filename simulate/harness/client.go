@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -118,6 +119,7 @@ func exchange(ctx context.Context, client *http.Client, url string, tr *workload
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set(SeqHeader, strconv.Itoa(tr.Seq))
 	for k, v := range tr.Header {
 		req.Header.Set(k, v)
 	}

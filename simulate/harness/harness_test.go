@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"github.com/llbproject/llb/simulate/des"
 	"math"
 	"os"
 	"strings"
@@ -56,10 +57,13 @@ func smallEngine(blocks, seqs int) engine.Config {
 }
 
 // smokeTrace is a small shared-prefix trace: 4 groups of 4 questions.
+func smokeSpec() workload.SharedPrefix {
+	return workload.SharedPrefix{Options: workload.Options{Stream: true}, Groups: 4, PromptsPerGroup: 4, SystemTokens: 256, QuestionTokens: 32, OutputTokens: 12}
+}
+
 func smokeTrace(t *testing.T, n int) *workload.Trace {
 	t.Helper()
-	spec := workload.SharedPrefix{Options: workload.Options{Stream: true}, Groups: 4, PromptsPerGroup: 4, SystemTokens: 256, QuestionTokens: 32, OutputTokens: 12}
-	tr, err := workload.NewTrace(workload.TraceConfig{Spec: spec, Requests: n, Seed: 1, BlockSize: 16})
+	tr, err := workload.NewTrace(workload.TraceConfig{Spec: smokeSpec(), Requests: n, Seed: 1, BlockSize: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,5 +181,37 @@ func TestRun_AttachedDaemonServesTheRunAndLosesTheRuleAfterIt(t *testing.T) {
 	code, body, err := d.do(context.Background(), "GET", "/netlox/v1/config/loadbalancer/all", nil)
 	if err != nil || code != 200 || strings.Contains(string(body), "llbsim-bench") {
 		t.Fatalf("after the run: %d %s (%v); want the bench rule deleted from the attached daemon", code, body, err)
+	}
+}
+
+// A peer strategy runs its router's policy behind the harness's own proxy
+// on the VIP, in place of llbd: llm-d reads the workers' KV events over
+// real ZMQ into mirrors and their queue and usage, and routes most of a
+// shared-prefix trace to where its prefix is cached.
+func TestRun_PeerPolicyThroughItsOwnProxy(t *testing.T) {
+	s, err := strategy.ByName("llm-d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := smokeTrace(t, 60)
+	dt, err := des.NewTrace(des.TraceConfig{Name: "smoke", Spec: smokeSpec(), Requests: 60, Seed: 1, BlockSize: 16,
+		Hash: smallEngine(4000, 32).Hash})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(context.Background(), RunConfig{
+		Trace: tr, Strategy: s, Rate: 10, Warmup: 12, PeerKeys: dt.Keys,
+		Fleet:   FleetConfig{Workers: 2, BaseIP: "127.0.9.2", Engine: smallEngine(4000, 32)},
+		WorkDir: t.TempDir(), KeepRecords: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRun(t, res)
+	if res.TierMix["peer:llm-d"] != res.Requests {
+		t.Fatalf("tier mix %v: want every one of %d requests routed by llm-d's policy", res.TierMix, res.Requests)
+	}
+	if res.HitRate < 0.5 {
+		t.Fatalf("hit rate %v: want llm-d's prefix scorer to find the cached prefixes", res.HitRate)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/llbproject/llb/simulate/des"
 	"github.com/llbproject/llb/simulate/fleet"
 	"github.com/llbproject/llb/simulate/strategy"
 	"github.com/llbproject/llb/simulate/worker"
@@ -71,6 +72,10 @@ type RunConfig struct {
 	SampleEvery time.Duration
 	// KeepRecords keeps every request's Record in the Result.
 	KeepRecords bool
+	// PeerKeys are the trace's routing keys (des.NewTrace of the same
+	// trace: prompt text and block-key chain per request), which a peer
+	// strategy's router reads (required for one; llbd does not need them).
+	PeerKeys []des.RequestKeys
 	// Progress, when set, is called (from many goroutines) each time a
 	// request completes, with the number completed so far.
 	Progress func(done int)
@@ -116,7 +121,12 @@ func (c *RunConfig) Validate() error {
 	if c.Strategy.Name == "" {
 		errs = append(errs, errors.New("strategy without a name"))
 	}
-	if c.Daemon.Bin == "" && c.Daemon.Attach == "" {
+	switch {
+	case c.Strategy.IsPeer():
+		if c.Trace != nil && len(c.PeerKeys) != len(c.Trace.Requests) {
+			errs = append(errs, fmt.Errorf("peer %s: %d routing keys for %d requests", c.Strategy.Name, len(c.PeerKeys), len(c.Trace.Requests)))
+		}
+	case c.Daemon.Bin == "" && c.Daemon.Attach == "":
 		errs = append(errs, errors.New("no llbd: give a binary or an address to attach to"))
 	}
 	if c.WorkDir == "" {
@@ -150,6 +160,9 @@ func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 		return nil, err
 	}
 	defer func() { _ = stopFleet(fl, 10*time.Second) }()
+	if s.IsPeer() {
+		return runPeer(ctx, &c, fl)
+	}
 
 	d, err := c.daemon(ctx)
 	if err != nil {
@@ -187,11 +200,39 @@ func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 			return nil, ctx.Err()
 		}
 	}
-	m, err := drive(ctx, &c, fl, d, "http://"+net.JoinHostPort(vip, strconv.Itoa(port)))
+	m, err := drive(ctx, &c, fl, d.CPU, "http://"+net.JoinHostPort(vip, strconv.Itoa(port)))
 	if err != nil {
 		return nil, err
 	}
 	return measure(&c, m), nil
+}
+
+// runPeer measures a peer strategy: its router (peerRouter) on the VIP in
+// place of llbd. The KV-event routers get a second for their ZMQ
+// subscriptions to connect, as llbd's rules get their warm-up.
+func runPeer(ctx context.Context, c *RunConfig, fl *fleet.Fleet) (*Result, error) {
+	vip := "127.0.0.1"
+	port, err := freePort(vip)
+	if err != nil {
+		return nil, fmt.Errorf("vip port: %w: %w", ErrDaemon, err)
+	}
+	pr, err := startPeerRouter(c.Strategy.Peer, fl, servingWorkers(fl, c.Fleet.Workers), c.PeerKeys, c, vip, port)
+	if err != nil {
+		return nil, err
+	}
+	defer pr.close()
+	if c.Strategy.Peer.UsesKVEvents() {
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	m, err := drive(ctx, c, fl, func() time.Duration { return 0 }, "http://"+net.JoinHostPort(vip, strconv.Itoa(port)))
+	if err != nil {
+		return nil, err
+	}
+	return measure(c, m), nil
 }
 
 // daemon starts (or attaches to) the run's llbd.
@@ -260,7 +301,7 @@ type raw struct {
 
 // drive sends the trace (open-loop at the rate, or in a closed loop of
 // c.Concurrency clients) and collects the records.
-func drive(ctx context.Context, c *RunConfig, fl *fleet.Fleet, d *Daemon, url string) (*raw, error) {
+func drive(ctx context.Context, c *RunConfig, fl *fleet.Fleet, daemonCPU func() time.Duration, url string) (*raw, error) {
 	tr := c.Trace
 	serving := servingWorkers(fl, c.Fleet.Workers)
 	transport := newTransport()
@@ -272,7 +313,7 @@ func drive(ctx context.Context, c *RunConfig, fl *fleet.Fleet, d *Daemon, url st
 	defer cancel()
 	start := time.Now()
 	now := func() time.Duration { return max(time.Since(start), 1) }
-	cpu0, dcpu0 := selfCPU(), d.CPU()
+	cpu0, dcpu0 := selfCPU(), daemonCPU()
 
 	// Sampler: the serving engines' waiting queues.
 	samplerDone := make(chan struct{})
@@ -348,7 +389,7 @@ func drive(ctx context.Context, c *RunConfig, fl *fleet.Fleet, d *Daemon, url st
 		return nil, ctx.Err()
 	}
 	r.wall = time.Since(start)
-	r.harnessCPU, r.daemonCPU = selfCPU()-cpu0, d.CPU()-dcpu0
+	r.harnessCPU, r.daemonCPU = selfCPU()-cpu0, daemonCPU()-dcpu0
 	close(stopSampler)
 	<-samplerDone
 	r.end = readCounters(serving)

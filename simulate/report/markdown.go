@@ -121,7 +121,7 @@ func WriteMarkdown(w io.Writer, d *Dataset, figs []Figure, t Targets) error {
 		m.printf("\n")
 	}
 
-	m.printf("## Targets (issues 7 and 18)\n\n")
+	m.printf("## Targets (issues 7, 16 and 18)\n\n")
 	var rows [][]string
 	for _, r := range t.Evaluate(d) {
 		verdict := "**pass**"
@@ -134,6 +134,8 @@ func WriteMarkdown(w io.Writer, d *Dataset, figs []Figure, t Targets) error {
 		rows = append(rows, []string{r.Target, r.Scenario, r.Measured, verdict})
 	}
 	m.table([]string{"target", "scenario", "measured", "verdict"}, rows)
+
+	writePeers(m, d, t)
 
 	if f := Findings(d, t); len(f) > 0 {
 		m.printf("## Findings (computed from the runs below)\n\n")
@@ -223,6 +225,8 @@ func writeScenario(m *mdWriter, d *Dataset, s Scenario, figs []Figure, load floa
 			m.printf("Goodput counts requests with TTFT ≤ %g s. Load skew is max/mean of the workers' time-averaged in-flight requests; the hottest worker is the one with the most.\n\n", runs[0].TTFTSLO)
 		}
 		byLoad(m, g, "TTFT p90 (s) by load", func(r *Run) string { return secs(r.TTFT.P90) })
+		byLoad(m, g, "TTFT p50 (s) by load", func(r *Run) string { return secs(r.TTFT.P50) })
+		byLoad(m, g, fmt.Sprintf("Goodput (req/s within TTFT %g s) by load", runs[0].TTFTSLO), func(r *Run) string { return fmt.Sprintf("%.1f", r.Goodput) })
 		byLoad(m, g, "Hit rate by load", func(r *Run) string { return fmt.Sprintf("%.3f", r.HitRate) })
 		byLoad(m, g, "Throughput (req/s) by load", func(r *Run) string { return fmt.Sprintf("%.1f", r.Throughput) })
 	}
@@ -448,7 +452,7 @@ func WriteSummary(w io.Writer, d *Dataset, t Targets) error {
 			m.printf("  best %s by load: %s; the best %s %s\n", sw.name, strings.Join(parts, ", "), sw.name, BestTrend(bests))
 		}
 	}
-	m.printf("\ntargets (issues 7 and 18):\n")
+	m.printf("\ntargets (issues 7, 16 and 18):\n")
 	for _, r := range t.Evaluate(d) {
 		v := "pass"
 		switch {

@@ -45,14 +45,34 @@ func (f *Figure) WriteSVG(w io.Writer) error {
 	return nil
 }
 
+// PeerFigureLLB are llb's strategies drawn with the peers in a scenario's
+// peers figure.
+var PeerFigureLLB = []string{"headroom", "auto", "hard"}
+
 // Figures builds every figure the dataset supports, per scenario: TTFT
-// p90, hit rate and throughput against load per strategy; and for the ε
+// p90, hit rate and throughput against load per llb strategy; TTFT p90
+// against load for llb's headroom laws and hard with the peers' policies
+// (when the scenario has peer runs); and for the ε
 // and λ sweeps a heat map (knob × load → TTFT p90) with the best setting
 // per load and the adaptive law's effective knob drawn on top.
 func Figures(d *Dataset) ([]Figure, error) {
 	var out []Figure
 	for _, sc := range d.Scenarios {
-		if runs := d.Select(sc.Name, GroupStrategies); len(runs) > 0 {
+		all := d.Select(sc.Name, GroupStrategies)
+		own := slices.DeleteFunc(slices.Clone(all), func(r Run) bool { return IsPeer(r.Strategy) })
+		if len(own) < len(all) && !d.closed(sc.Name) {
+			peers := slices.DeleteFunc(slices.Clone(all), func(r Run) bool {
+				return !IsPeer(r.Strategy) && !slices.Contains(PeerFigureLLB, r.Strategy)
+			})
+			g := NewGrid(peers)
+			title := "TTFT p90 vs load: llb and the peers"
+			p, err := linePlot(g, sc, title, "TTFT p90 (s, log)", true, func(r *Run) float64 { return r.TTFT.P90 })
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, Figure{File: sc.Name + "-peers.svg", Title: title, Scenario: sc.Name, plot: p})
+		}
+		if runs := own; len(runs) > 0 {
 			g := NewGrid(runs)
 			for _, m := range []struct {
 				suffix, title, ylabel string

@@ -138,7 +138,7 @@ func TestWrite_ProducesParseableSVGAndMarkdown(t *testing.T) {
 	}
 	checkMarkdown(t, dir, string(md))
 	for _, want := range []string{
-		"## Targets (issues 7 and 18)", "## shared-prefix", "### Strategies at 70% load", "pooled cache (bound)",
+		"## Targets (issues 7, 16 and 18)", "## shared-prefix", "### Strategies at 70% load", "pooled cache (bound)",
 		"### ε sweep", "### λ sweep", "hit 0.850 / oracle 0.900 = 94.4%", "30.0 s → 0.150 s (−100%)",
 	} {
 		if !strings.Contains(string(md), want) {
@@ -327,7 +327,7 @@ func TestWriteSummary_PrintsTablesTargetsAndTrends(t *testing.T) {
 	out := buf.String()
 	for _, want := range []string{
 		"shared-prefix at 70% load", "headroom ", "best factor by load: 50%→175, 70%→125; the best factor shrinks with load",
-		"[pass] headroom hit rate", "targets (issues 7 and 18):",
+		"[pass] headroom hit rate", "targets (issues 7, 16 and 18):",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("summary lacks %q:\n%s", want, out)
@@ -428,5 +428,74 @@ func TestWrite_ClosedLoopScenarioTablesByConcurrency(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "light-load-hit.svg")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// peerSample has llb's default law, the auto law and two peers on one
+// scenario (and its step twin), and an ε sweep.
+func peerSample() *Dataset {
+	d := &Dataset{
+		Meta:      Meta{Schema: SchemaVersion, Source: SourceDES, Generator: "test", Seed: 1},
+		Scenarios: []Scenario{{Name: "sp", Workload: "w", Workers: 2, SaturationRate: 10}, {Name: "sp-step", Workload: "w", Workers: 2, SaturationRate: 10}},
+	}
+	for _, sc := range []string{"sp", "sp-step"} {
+		for i, l := range []float64{0.5, 0.7, 0.9} {
+			d.Runs = append(d.Runs,
+				run(sc, GroupStrategies, "headroom", l, 0.30, 0.1, 0.85),
+				run(sc, GroupStrategies, "auto", l, 0.30+0.05*float64(i), 0.1, 0.85),
+				run(sc, GroupStrategies, "llm-d", l, 0.31, 0.1, 0.84),
+				run(sc, GroupStrategies, "sglang", l, 0.40, 0.1, 0.86),
+				run(sc, GroupEpsilon, "hard@150", l, 0.35, 0.1, 0.8),
+				run(sc, GroupEpsilon, "hard@300", l, 0.30, 0.1, 0.85),
+				run(sc, GroupEpsilon, "adaptive", l, 0.5, 0.1, 0.8))
+		}
+	}
+	return d
+}
+
+func TestPeerComparison_WinsTiesAndLossesPerLoad(t *testing.T) {
+	d := peerSample()
+	for i := range d.Runs { // sp at 70 %: llm-d 0.25 beats 0.30; sp at 90 %: llm-d 0.295 ties
+		r := &d.Runs[i]
+		if r.Scenario == "sp" && r.Strategy == "llm-d" {
+			switch r.Load {
+			case 0.7:
+				r.TTFT.P90 = 0.25
+			case 0.9:
+				r.TTFT.P90 = 0.295
+			}
+		}
+	}
+	got := PeerComparison(d, "headroom", []float64{0.5, 0.7, 0.9})
+	var verdicts []string
+	for i := range got {
+		verdicts = append(verdicts, got[i].Scenario+"@"+pct(got[i].Load)+"="+got[i].Verdict())
+	}
+	want := "sp@50%=win sp@70%=lose sp@90%=tie sp-step@50%=win sp-step@70%=win sp-step@90%=win"
+	if strings.Join(verdicts, " ") != want {
+		t.Fatalf("verdicts %v; want %s", verdicts, want)
+	}
+	if got[1].BestP90.Strategy != "llm-d" || len(got[1].Lost) != 1 || got[1].BestGoodput.Strategy == "" {
+		t.Fatalf("the loss %+v; want llm-d named", got[1])
+	}
+	res := DefaultTargets().peers(d)
+	if len(res) != 2 || res[0].Pass || !strings.Contains(res[0].Measured, "70%: 0.300 s vs llm-d 0.250 s") || !res[1].Pass {
+		t.Fatalf("peer targets %+v; want sp missing at 70%% and sp-step passing", res)
+	}
+}
+
+func TestAutoVsStatic_RatioToTheBestStaticFactorPerLoad(t *testing.T) {
+	rows := AutoVsStatic(peerSample(), "sp", "auto")
+	if len(rows) != 3 {
+		t.Fatalf("rows %+v; want 3 loads", rows)
+	}
+	for i, want := range []float64{1, 35.0 / 30, 40.0 / 30} {
+		if rows[i].BestName != "hard@300" || math.Abs(rows[i].Ratio-want) > 1e-9 {
+			t.Errorf("load %v: best %s ratio %v; want hard@300 and %v", rows[i].Load, rows[i].BestName, rows[i].Ratio, want)
+		}
+	}
+	res := DefaultTargets().auto(peerSample())
+	if len(res) != 2 || res[0].Pass || !strings.Contains(res[0].Measured, "70%: 0.350 s vs hard@300 0.300 s (1.17×)") {
+		t.Fatalf("auto targets %+v; want misses at 70%% and 90%%", res)
 	}
 }

@@ -333,3 +333,9 @@ func (d *Dataset) Select(scenario, group string) []Run {
 	}
 	return out
 }
+
+// closed reports whether scenario is a closed-loop one.
+func (d *Dataset) closed(scenario string) bool {
+	s, ok := d.Scenario(scenario)
+	return ok && len(s.Concurrency) > 0
+}

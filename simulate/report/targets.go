@@ -6,8 +6,8 @@ import (
 	"strings"
 )
 
-// Targets are issue 7's routing-quality targets, with the scenario names
-// and the load they are measured at.
+// Targets are the routing-quality targets of issues 7, 16 and 18, with
+// the scenario names and the loads they are measured at.
 type Targets struct {
 	// SharedPrefix names the shared-prefix-with-cache-pressure scenario
 	// the issue's shared-prefix targets are judged on.
@@ -32,6 +32,14 @@ type Targets struct {
 	// Strategy's hit rate must be at least CHWBL's and its TTFT p90 at
 	// most CHWBL's at every concurrency level.
 	LightLoad []string
+	// PeerLoads are the loads issue 16 compares Strategy with the peers
+	// at (PeerComparison): its TTFT p90 at most every peer's (within
+	// PeerTie) on every open-loop scenario with peer runs.
+	PeerLoads []float64
+	// Auto is the self-tuning law; its TTFT p90 must be within AutoRatio
+	// of the best static ε setting at every load of every ε sweep.
+	Auto      string
+	AutoRatio float64
 }
 
 // DefaultTargets returns issue 7's targets for llb's default law
@@ -47,6 +55,8 @@ func DefaultTargets() Targets {
 		Strategy: "headroom", RR: "rr", CHWBL: "chwbl", Off: "off",
 		OracleFraction: 0.9, RRRatio: 0.5, CHWBLRatio: 0.8, HotCut: 0.4,
 		LightLoad: []string{"light-load", "light-load-many-groups", "light-load-long-prefix", "light-load-roomy", "light-load-8-workers"},
+		PeerLoads: []float64{0.5, 0.7, 0.9},
+		Auto:      "auto", AutoRatio: 1.1,
 	}
 }
 
@@ -83,6 +93,73 @@ func (t Targets) Evaluate(d *Dataset) []TargetResult {
 		if _, ok := d.Scenario(s); ok {
 			out = append(out, t.lightLoad(d, s)...)
 		}
+	}
+	out = append(out, t.peers(d)...)
+	out = append(out, t.auto(d)...)
+	return out
+}
+
+// peers evaluates issue 16's goal on every open-loop scenario with peer
+// runs: Strategy's TTFT p90 at most every peer's at each of PeerLoads.
+func (t Targets) peers(d *Dataset) []TargetResult {
+	if len(t.PeerLoads) == 0 {
+		return nil
+	}
+	name := fmt.Sprintf("%s TTFT p90 ≤ every peer's at %s load", t.Strategy, pcts(t.PeerLoads))
+	byScenario := map[string][]PeerRow{}
+	var order []string
+	for _, r := range PeerComparison(d, t.Strategy, t.PeerLoads) {
+		if _, ok := byScenario[r.Scenario]; !ok {
+			order = append(order, r.Scenario)
+		}
+		byScenario[r.Scenario] = append(byScenario[r.Scenario], r)
+	}
+	var out []TargetResult
+	for _, sc := range order {
+		var lost []string
+		for i := range byScenario[sc] {
+			r := &byScenario[sc][i]
+			if len(r.Lost) > 0 {
+				lost = append(lost, fmt.Sprintf("%s: %s s vs %s", pct(r.Load), secs(r.Mine.TTFT.P90), strings.Join(r.Lost, ", ")))
+			}
+		}
+		measured := fmt.Sprintf("all %d loads (ties within %.0f%%)", len(byScenario[sc]), 100*PeerTie)
+		if len(lost) > 0 {
+			measured = strings.Join(lost, "; ")
+		}
+		out = append(out, TargetResult{Target: name, Scenario: sc, Measured: measured,
+			Value: float64(len(lost)), Threshold: 0, Pass: len(lost) == 0})
+	}
+	return out
+}
+
+// auto evaluates the self-tuning law on every scenario with an ε sweep:
+// its TTFT p90 within AutoRatio of the best static setting at every load.
+func (t Targets) auto(d *Dataset) []TargetResult {
+	if t.Auto == "" {
+		return nil
+	}
+	name := fmt.Sprintf("%s TTFT p90 ≤ %g× the best static ε at every load", t.Auto, t.AutoRatio)
+	var out []TargetResult
+	for _, sc := range d.Scenarios {
+		rows := AutoVsStatic(d, sc.Name, t.Auto)
+		if len(rows) == 0 {
+			continue
+		}
+		var misses []string
+		worst := 0.0
+		for _, r := range rows {
+			worst = max(worst, r.Ratio)
+			if r.Ratio > t.AutoRatio {
+				misses = append(misses, fmt.Sprintf("%s: %s s vs %s %s s (%.2f×)", pct(r.Load), secs(r.Auto), r.BestName, secs(r.Best), r.Ratio))
+			}
+		}
+		measured := fmt.Sprintf("all %d loads; worst %.2f×", len(rows), worst)
+		if len(misses) > 0 {
+			measured = strings.Join(misses, "; ")
+		}
+		out = append(out, TargetResult{Target: name, Scenario: sc.Name, Measured: measured,
+			Value: worst, Threshold: t.AutoRatio, Pass: len(misses) == 0})
 	}
 	return out
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/simulate/peers"
 )
 
 // Strategy names.
@@ -21,6 +22,7 @@ const (
 	NameHardCHWBL    = "hard+chwbl"
 	NamePDHard       = "pd-hard"
 	NameHeadroom     = "headroom"
+	NameAuto         = "auto"
 )
 
 // kvPool is a kvExactMode-3 strategy with round robin behind a Tier-1.5
@@ -33,7 +35,8 @@ func kvPool(name string, law ladder.LBMode) Strategy {
 // (sel 8), Tier 1 only (P/D with pd_cache_aware_mode, no KV), KV-exact
 // mode 3 with the off, hard, soft, adaptive and adaptive-soft laws and
 // llb's default, headroom (RR behind a miss, default ε 175 and λ 32,
-// headroom 100 %), hard with CHWBL behind a miss
+// headroom 100 %), auto (headroom with a self-tuned ε), hard with CHWBL
+// behind a miss
 // ("hard+chwbl": the same law, only the rule's sel differs), and P/D
 // kvExactMode 1 with hard (no trie; Tier 2 behind a miss; spill relief
 // off, its P/D default).
@@ -50,9 +53,21 @@ func All() []Strategy {
 		kvPool(NameAdaptive, ladder.LBAdaptive),
 		kvPool(NameAdaptiveSoft, ladder.LBAdaptiveSoft),
 		kvPool(NameHeadroom, ladder.LBHeadroom),
+		kvPool(NameAuto, ladder.LBAuto),
 		hardCHWBL,
 		{Name: NamePDHard, Shape: ShapePD, Selector: ladder.SelRR, KVExact: true, Law: ladder.LBHard},
 	}
+}
+
+// Peers returns the other routers' policies (simulate/peers), in report
+// order, named by their kind ("dynamo", "llm-d", "sglang", "aibrix",
+// "kubeai").
+func Peers() []Strategy {
+	var out []Strategy
+	for _, k := range peers.Kinds() {
+		out = append(out, Strategy{Name: string(k), Shape: ShapePool, Peer: k})
+	}
+	return out
 }
 
 // HardWithFactor is the mode-3 hard law with a static
@@ -85,7 +100,7 @@ func HeadroomWithPct(pct uint32) Strategy {
 // ByName returns a named strategy (see All), "hard@<pct>", "soft@<λ>" or
 // "headroom@<pct>".
 func ByName(name string) (Strategy, error) {
-	for _, s := range All() {
+	for _, s := range append(All(), Peers()...) {
 		if s.Name == name {
 			return s, nil
 		}
@@ -106,7 +121,7 @@ func ByName(name string) (Strategy, error) {
 			return s, nil
 		}
 	}
-	return Strategy{}, fmt.Errorf("strategy %q (want rr, chwbl, tier1, off, hard, soft, adaptive, adaptive-soft, headroom, hard+chwbl, pd-hard, hard@<100..1000>, soft@<1..100000>, headroom@<1..100>): %w", name, ErrConfig)
+	return Strategy{}, fmt.Errorf("strategy %q (want rr, chwbl, tier1, off, hard, soft, adaptive, adaptive-soft, headroom, auto, hard+chwbl, pd-hard, hard@<100..1000>, soft@<1..100000>, headroom@<1..100>, or a peer: dynamo, llm-d, sglang, aibrix, kubeai): %w", name, ErrConfig)
 }
 
 // ByNames resolves a list of names, reporting every unknown or repeated

@@ -15,6 +15,7 @@ import (
 	"strconv"
 
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/simulate/peers"
 )
 
 // ErrConfig reports an unknown strategy name or an invalid strategy.
@@ -69,12 +70,18 @@ type Strategy struct {
 	// HeadroomPct is a static LLB_KV_HEADROOM_PCT (headroom law); 0
 	// leaves llbd's default (100).
 	HeadroomPct uint32
+	// Peer, when set, makes this another router's policy (simulate/peers)
+	// instead of an llb configuration: every llb field above is ignored.
+	Peer peers.Kind
 }
 
+// IsPeer reports whether the strategy is another router's policy.
+func (s *Strategy) IsPeer() bool { return s.Peer != "" }
+
 // Mode returns the Tier-1.5 law the strategy runs, or "" when Tier 1.5 is
-// off.
+// off (and for a peer).
 func (s *Strategy) Mode() string {
-	if !s.KVExact {
+	if !s.KVExact || s.IsPeer() {
 		return ""
 	}
 	return s.Law.String()
@@ -140,6 +147,14 @@ func (s *Strategy) Validate() error {
 	}
 	if s.Shape > ShapePD {
 		errs = append(errs, fmt.Errorf("shape %d", s.Shape))
+	}
+	if s.IsPeer() {
+		if _, err := peers.New(s.Peer, 1, 0, nil); err != nil {
+			errs = append(errs, err)
+		}
+		if s.Shape != ShapePool || s.KVExact || s.CacheAware {
+			errs = append(errs, errors.New("a peer policy runs on a plain pool, without llb's tiers"))
+		}
 	}
 	env := s.Env()
 	if err := env.Validate(); err != nil {

@@ -76,7 +76,7 @@ func TestAll_IsEveryNameOnceInReportOrder(t *testing.T) {
 	for _, s := range All() {
 		got = append(got, s.Name)
 	}
-	want := []string{NameRR, NameCHWBL, NameTier1, NameOff, NameHard, NameSoft, NameAdaptive, NameAdaptiveSoft, NameHeadroom, NameHardCHWBL, NamePDHard}
+	want := []string{NameRR, NameCHWBL, NameTier1, NameOff, NameHard, NameSoft, NameAdaptive, NameAdaptiveSoft, NameHeadroom, NameAuto, NameHardCHWBL, NamePDHard}
 	if !slices.Equal(got, want) {
 		t.Fatalf("got %q; want %q", got, want)
 	}

@@ -281,3 +281,32 @@ func TestStream_KeepTokensCarriesThePrompt(t *testing.T) {
 		t.Fatalf("%d tokens for a %d-token prompt", len(req.Tokens), req.PromptTokens)
 	}
 }
+
+func TestLongDocQA_DocumentsRepeatWithTheirQuestions(t *testing.T) {
+	spec := LongDocQA{Documents: 3, QuestionsPerDoc: 2, DocMinTokens: 500, DocMaxTokens: 900, QuestionTokens: 16, OutputTokens: 8}
+	reqs, err := Generate(rand.New(rand.NewPCG(1, 2)), spec, Constant{Rate: 1}, 16, 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lens := map[int]int{}
+	for i, r := range reqs {
+		if r.Workload != "long_doc_qa" || r.Group < 0 || r.Group >= 3 {
+			t.Fatalf("request %d: workload %q group %d", i, r.Workload, r.Group)
+		}
+		if r.PromptTokens < 500 || r.PromptTokens > 1000 {
+			t.Fatalf("request %d: %d prompt tokens outside the document bounds", i, r.PromptTokens)
+		}
+		if l, ok := lens[r.Group]; ok && (r.PromptTokens < l-40 || r.PromptTokens > l+40) {
+			t.Fatalf("document %d changed length: %d then %d tokens", r.Group, l, r.PromptTokens)
+		}
+		lens[r.Group] = r.PromptTokens
+	}
+	// After the first request of each document, nearly the whole prompt is
+	// reusable.
+	if o := OracleHitRate(reqs[10:]); o < 0.9 {
+		t.Fatalf("oracle hit rate %.3f; want the documents reused", o)
+	}
+	if err := (LongDocQA{DocMinTokens: 10, DocMaxTokens: 5}).Validate(); err == nil {
+		t.Fatal("max below min validated")
+	}
+}
