@@ -32,6 +32,14 @@ type routerPorts interface {
 	// deadline arms the fan-out deadline of decision id; the returned func
 	// disarms it.
 	deadline(id uint64, d time.Duration) (stop func() bool)
+
+	// Cluster mode only (see peers.go): publish own load and health, send
+	// an own health transition, read the peers' load, teach the peers'
+	// tries.
+	publishPeers(inFlight uint64, eps []PeerEndpoint)
+	healthTransition(ep int, e PeerEndpoint)
+	peerLoad(load []uint32, excluded *ladder.EndpointSet) uint64
+	teach(prompt []byte, ep int)
 }
 
 // pending is a decision waiting for its fan-out replies.
@@ -98,6 +106,9 @@ type routerCore struct {
 	ctrl []ctrlState
 	free []*pending
 
+	// peer is the peers' load and health (cluster mode; see peers.go).
+	peer peerState
+
 	stats coreStats
 }
 
@@ -130,6 +141,7 @@ func newRouterCore(cfg *ServiceConfig, lad *ladder.Router, ports routerPorts, m 
 		parked:   make(map[uint64]parkRef),
 	}
 	c.snap.Endpoints = c.views
+	c.peer.on = cfg.Peers != nil
 	for ep := range c.ctrl {
 		if cs := &c.ctrl[ep]; !cs.updated.IsZero() {
 			c.views[ep].Ctrl = cs.set.State
@@ -188,7 +200,7 @@ func (c *routerCore) passthrough(now time.Time, m *routeMsg) {
 		if c.unusable(i, m.rr.Avoid) || v.Draining || v.Ctrl == ladder.CtrlDraining {
 			continue
 		}
-		if best < 0 || v.ActiveConns < c.views[best].ActiveConns {
+		if best < 0 || v.ActiveConns+c.peer.load[i] < c.views[best].ActiveConns+c.peer.load[best] {
 			best = i
 		}
 	}
@@ -212,7 +224,7 @@ func (c *routerCore) passthrough(now time.Time, m *routeMsg) {
 // scoring it would be wasted work.
 func (c *routerCore) unusable(i int, avoid uint32) bool {
 	v := &c.views[i]
-	return v.Down || v.BreakerOpen || v.Ctrl == ladder.CtrlDisabled || avoid&(1<<uint(i)) != 0
+	return v.Down || v.BreakerOpen || v.Ctrl == ladder.CtrlDisabled || avoid&(1<<uint(i)) != 0 || c.peer.excl.Has(i)
 }
 
 func (c *routerCore) scoreReply(now time.Time, r scoreReply) {
@@ -279,11 +291,12 @@ func (c *routerCore) finalize(now time.Time, p *pending) {
 	c.act(now, m, d)
 }
 
-// decide runs fn with the request's overlaps, its avoid set and the
-// half-open trial exclusions folded into the views, and restores them.
+// decide runs fn with the request's overlaps, its avoid set, the half-open
+// trial exclusions and, in cluster mode, the peers' load and exclusions
+// folded into the views, and restores them.
 func (c *routerCore) decide(now time.Time, m *routeMsg, fn func(*ladder.Request) (ladder.Decision, error)) ladder.Decision {
-	var wasDown uint32
-	touched := m.rr.Avoid
+	var wasDown uint64
+	touched := uint64(m.rr.Avoid) | uint64(c.peer.excl)
 	for i := range c.views {
 		c.views[i].Overlap = 0
 		if m.scored.Has(i) {
@@ -301,8 +314,18 @@ func (c *routerCore) decide(now time.Time, m *routeMsg, fn func(*ladder.Request)
 			c.views[i].Down = true
 		}
 	}
-	c.snap.TotalInflight = uint64(len(c.tickets) + len(c.parked))
+	c.snap.TotalInflight = uint64(len(c.tickets)+len(c.parked)) + c.peer.total
+	if c.peer.on {
+		for i := range c.views {
+			c.views[i].ActiveConns += c.peer.load[i]
+		}
+	}
 	d, err := fn(&m.rr.Req)
+	if c.peer.on {
+		for i := range c.views {
+			c.views[i].ActiveConns -= c.peer.load[i]
+		}
+	}
 	for i := range c.views {
 		if touched&(1<<uint(i)) != 0 {
 			c.views[i].Down = wasDown&(1<<uint(i)) != 0
@@ -357,8 +380,10 @@ func (c *routerCore) admit(now time.Time, m *routeMsg, d ladder.Decision) {
 		c.claimTrial(d.Decode, m.id)
 	}
 	c.tickets[m.id] = tk
-	// Tier 1 learns what llb routed (the trie copies what it keeps).
+	// Tier 1 learns what llb routed (the trie copies what it keeps), and
+	// so do the peers' tries.
 	c.lad.Learn(m.rr.Req.Prompt, d.Prefill)
+	c.teach(m.rr.Req.Prompt, d.Prefill)
 	var parked time.Duration
 	if !m.parkedAt.IsZero() {
 		parked = now.Sub(m.parkedAt)
@@ -526,6 +551,7 @@ func (c *routerCore) probe(s probeState) {
 		return
 	}
 	v.Down = down
+	c.healthChanged(s.ep)
 	if down {
 		c.ports.endpointLost(s.ep)
 		c.ports.evictEndpointSessions(s.ep)
@@ -541,6 +567,12 @@ func (c *routerCore) probe(s probeState) {
 func (c *routerCore) breakerState(s breakerState) {
 	v := &c.views[s.ep]
 	c.trial[s.ep] = 0
+	before := c.ownEndpoint(s.ep).Breaker
+	defer func() {
+		if c.ownEndpoint(s.ep).Breaker != before {
+			c.healthChanged(s.ep)
+		}
+	}()
 	switch s.state {
 	case BreakerOpen:
 		if !v.BreakerOpen {

@@ -164,8 +164,29 @@ func (s *Sessions) resolveNow(inc *incarnation, identity string, done chan struc
 // deadline, or LookupTimeout when ctx has none, whichever is first; any
 // error means a session miss (the answer is then the zero SessionAnswer).
 func (s *Sessions) Lookup(ctx context.Context, spec SessionSpec, key string) (SessionAnswer, error) {
+	return s.count(s.lookup(ctx, spec, key))
+}
+
+// LookupAsync is Lookup for a caller that must not block (an actor): it
+// returns at once and calls done exactly once, from another goroutine,
+// when the owner answered or at deadline (a miss) at the latest.
+func (s *Sessions) LookupAsync(spec SessionSpec, key string, deadline time.Time, done func(SessionAnswer, error)) {
+	go func() {
+		limit := time.Until(deadline)
+		if limit <= 0 {
+			s.lookups.Add(1)
+			s.misses.Add(1)
+			s.timeouts.Add(1)
+			done(SessionAnswer{}, ErrLookupTimeout)
+			return
+		}
+		done(s.count(s.lookupWithin(context.Background(), spec, key, limit)))
+	}()
+}
+
+// count records one lookup's outcome in the counters.
+func (s *Sessions) count(ans SessionAnswer, err error) (SessionAnswer, error) {
 	s.lookups.Add(1)
-	ans, err := s.lookup(ctx, spec, key)
 	switch {
 	case err != nil:
 		s.misses.Add(1)
