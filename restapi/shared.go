@@ -401,7 +401,12 @@ func (s *Server) applyRuleEvent(ctx context.Context, ev rulestore.Event) {
 			s.reapplyController(ch.Key)
 		}
 	}
+	first := s.shared.writable() != nil
 	s.shared.advance(false, ev.Revision)
+	if first {
+		s.log.Info().Int64(logfield.Revision, ev.Revision).Int(logfield.Count, len(s.tbl.Load().order)).Str("store", s.shared.cfg.Where).
+			Msg("shared rules read; configuration writes accepted")
+	}
 }
 
 // rejectShared reports a stored rule this replica cannot use: it keeps

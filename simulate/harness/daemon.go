@@ -59,6 +59,8 @@ type DaemonConfig struct {
 	LogLevel string
 	// StartTimeout bounds waiting for the REST API. Default 15s.
 	StartTimeout time.Duration
+	// Args are further llbd flags (cluster mode, --data-bind).
+	Args []string
 }
 
 // Daemon is a running (or attached) llbd.
@@ -100,7 +102,7 @@ func StartDaemon(ctx context.Context, cfg DaemonConfig) (*Daemon, error) {
 	if format == "" {
 		format = "json"
 	}
-	d.cmd = exec.Command(cfg.Bin, "--listen", d.Addr, "--state-dir", cfg.StateDir, "--log-format", format, "--log-level", level)
+	d.cmd = exec.Command(cfg.Bin, append([]string{"--listen", d.Addr, "--state-dir", cfg.StateDir, "--log-format", format, "--log-level", level}, cfg.Args...)...)
 	d.cmd.Env = append(scrubbedEnv(os.Environ()), cfg.Env...)
 	if cfg.LogPath != "" {
 		var err error

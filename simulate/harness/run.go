@@ -51,6 +51,10 @@ type RunConfig struct {
 	Fleet FleetConfig
 	// Daemon is where llbd comes from.
 	Daemon DaemonSource
+	// Replicas runs the rule on several llbd processes (independent, or
+	// one router in cluster mode) with the trace spread round-robin over
+	// them; zero is one llbd.
+	Replicas Replicas
 	// WorkDir receives each run's llbd state dir and log (required).
 	WorkDir string
 	// TTFTSLO is the goodput objective in model time. Default 2s.
@@ -119,6 +123,9 @@ func (c *RunConfig) Validate() error {
 	if err := c.Fleet.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.Replicas.validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) == 0 {
 		return nil
 	}
@@ -142,6 +149,9 @@ func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 	}
 	defer func() { _ = stopFleet(fl, 10*time.Second) }()
 
+	if c.Replicas.N > 1 {
+		return runReplicas(ctx, &c, fl)
+	}
 	d, err := c.daemon(ctx)
 	if err != nil {
 		return nil, err
@@ -169,6 +179,13 @@ func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	return measured(ctx, &c, fl, d.CPU, "http://"+net.JoinHostPort(vip, strconv.Itoa(port)))
+}
+
+// measured waits out the KV warm-up guard when the strategy needs it, sends
+// the trace (spread round-robin over urls) and measures.
+func measured(ctx context.Context, c *RunConfig, fl *fleet.Fleet, daemonCPU func() time.Duration, urls ...string) (*Result, error) {
+	s := &c.Strategy
 	if s.KVExact {
 		// llbd's Tier-1.5 warm-up guard is wall-clock time from the rule's
 		// start; there is no state to poll, so wait it out.
@@ -178,11 +195,11 @@ func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 			return nil, ctx.Err()
 		}
 	}
-	m, err := drive(ctx, &c, fl, d, "http://"+net.JoinHostPort(vip, strconv.Itoa(port)))
+	m, err := drive(ctx, c, fl, daemonCPU, urls)
 	if err != nil {
 		return nil, err
 	}
-	return measure(&c, m), nil
+	return measure(c, m), nil
 }
 
 // daemon starts (or attaches to) the run's llbd.
@@ -247,7 +264,7 @@ type raw struct {
 }
 
 // drive sends the trace open-loop and collects the records.
-func drive(ctx context.Context, c *RunConfig, fl *fleet.Fleet, d *Daemon, url string) (*raw, error) {
+func drive(ctx context.Context, c *RunConfig, fl *fleet.Fleet, daemonCPU func() time.Duration, urls []string) (*raw, error) {
 	tr := c.Trace
 	scale := c.Fleet.TimeScale()
 	serving := servingWorkers(fl, c.Fleet.Workers)
@@ -260,7 +277,7 @@ func drive(ctx context.Context, c *RunConfig, fl *fleet.Fleet, d *Daemon, url st
 	defer cancel()
 	start := time.Now()
 	now := func() time.Duration { return max(time.Since(start), 1) }
-	cpu0, dcpu0 := selfCPU(), d.CPU()
+	cpu0, dcpu0 := selfCPU(), daemonCPU()
 
 	// Sampler: the serving engines' waiting queues.
 	samplerDone := make(chan struct{})
@@ -310,7 +327,7 @@ func drive(ctx context.Context, c *RunConfig, fl *fleet.Fleet, d *Daemon, url st
 		go func() {
 			defer wg.Done()
 			qctx, qcancel := context.WithTimeout(rctx, c.RequestTimeout)
-			exchange(qctx, client, url, req, rec, now)
+			exchange(qctx, client, urls[i%len(urls)], req, rec, now)
 			qcancel()
 			n := completed.Add(1)
 			if c.Progress != nil {
@@ -335,7 +352,7 @@ func drive(ctx context.Context, c *RunConfig, fl *fleet.Fleet, d *Daemon, url st
 		return nil, ctx.Err()
 	}
 	r.wall = time.Since(start)
-	r.harnessCPU, r.daemonCPU = selfCPU()-cpu0, d.CPU()-dcpu0
+	r.harnessCPU, r.daemonCPU = selfCPU()-cpu0, daemonCPU()-dcpu0
 	close(stopSampler)
 	<-samplerDone
 	r.end = readCounters(serving)
