@@ -151,6 +151,7 @@ func newClusterPort(m *replica.Member, c *rule.Compiled) *clusterPort {
 	for i := range c.Endpoints {
 		p.addrs[i] = c.Endpoints[i].Addr.String()
 	}
+	m.Sessions.Prefetch(p.spec)
 	return p
 }
 

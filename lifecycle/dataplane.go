@@ -40,6 +40,9 @@ type DataPlane struct {
 	unserved map[rule.RuleKey]string
 	// served holds the keys of the rules handed to the gateway runtime.
 	served map[string]struct{}
+	// tables names each rule's session table in the cluster (its owners
+	// are prefetched while the rule runs).
+	tables map[string]string
 }
 
 // ruleDefaults are the daemon-wide values a rule inherits.
@@ -97,6 +100,7 @@ func New(cfg Config) (*DataPlane, error) {
 		dataBind: cfg.DataBind,
 		unserved: make(map[rule.RuleKey]string),
 		served:   make(map[string]struct{}),
+		tables:   make(map[string]string),
 	}
 	if cfg.Cluster != nil {
 		if err := d.startMember(*cfg.Cluster); err != nil {
@@ -149,7 +153,14 @@ func (d *DataPlane) Apply(ctx context.Context, r rule.Rule) error {
 		gr.Gateway.VIP = d.dataBind
 	}
 	if d.member != nil {
-		gr.Service.Peers = newClusterPort(d.member, c)
+		port := newClusterPort(d.member, c)
+		gr.Service.Peers = port
+		d.mu.Lock()
+		if old, ok := d.tables[c.Key]; ok && old != port.spec.Service {
+			d.member.Sessions.Forget(old)
+		}
+		d.tables[c.Key] = port.spec.Service
+		d.mu.Unlock()
 	}
 	return d.rt.Apply(ctx, gr)
 }
@@ -171,6 +182,12 @@ func (d *DataPlane) remove(ctx context.Context, key string) error {
 	err := d.rt.Remove(ctx, key)
 	if d.member != nil {
 		d.member.Load.Remove(key)
+		d.mu.Lock()
+		if t, ok := d.tables[key]; ok {
+			d.member.Sessions.Forget(t)
+			delete(d.tables, key)
+		}
+		d.mu.Unlock()
 	}
 	return err
 }
