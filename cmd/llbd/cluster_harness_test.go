@@ -201,7 +201,12 @@ var dataClient = &http.Client{Timeout: 30 * time.Second}
 
 // chat sends one chat turn of conversation conv through replica p.
 func (p *replicaProc) chat(port int, conv, content string) chatResult {
-	body := fmt.Sprintf(`{"model":"sim-model","messages":[{"role":"user","content":%q}],"max_tokens":4}`, content)
+	return p.chatN(port, conv, content, 4)
+}
+
+// chatN is chat asking for maxTokens tokens.
+func (p *replicaProc) chatN(port int, conv, content string, maxTokens int) chatResult {
+	body := fmt.Sprintf(`{"model":"sim-model","messages":[{"role":"user","content":%q}],"max_tokens":%d}`, content, maxTokens)
 	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("http://%s:%d/v1/chat/completions", p.ip, port), strings.NewReader(body))
 	if err != nil {
 		return chatResult{err: err}
