@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,9 +17,11 @@ import (
 // A rule POSTed to one replica serves on all of them within a second;
 // conversations sent round-robin across the replicas keep their prefill
 // worker (Tier 0 answers the same everywhere); a breaker that opens on one
-// replica excludes the endpoint on the others; a DELETE on another replica
-// stops the rule everywhere; with etcd down, REST writes answer 503 and the
-// data plane keeps serving, and writes work again once it is back.
+// replica excludes the endpoint on the others; with etcd down, REST writes
+// answer 503 and the data plane keeps serving; a SIGKILLed replica loses
+// only its in-flight requests and its session shards are answered again by
+// the survivors; a replica frozen past its lease rejoins as a fresh member
+// with no shard active twice; a DELETE stops the rule everywhere.
 func TestE2E_ClusterActsAsOneRouter(t *testing.T) {
 	r := startRig(t, rigConfig{replicas: 3, etcdMembers: 1, prefill: 2, decode: 2})
 	a, b, c := r.replicas[0], r.replicas[1], r.replicas[2]
@@ -110,6 +113,65 @@ func TestE2E_ClusterActsAsOneRouter(t *testing.T) {
 	}
 	if err := r.etcd.Member(0).Restart(); err != nil {
 		t.Fatal(err)
+	}
+
+	// Under a light load: SIGKILL of C loses only what was in flight on
+	// it; its session shards are answered again by A and B. Then B frozen
+	// 5 s (longer than the 3 s lease) leaves and rejoins as a fresh member.
+	r.waitMembers(3, 15*time.Second)
+	load := newLoadGen(r, 6, 100*time.Millisecond)
+	load.tokens = 4
+	time.Sleep(time.Second)
+	owned := c.cluster().OwnedShards
+	load.mu.Lock()
+	inflight := load.inflight[c.idx]
+	load.mu.Unlock()
+	_, failed0 := load.counts()
+	_ = c.cmd.Process.Kill()
+	load.without(c)
+	<-c.done
+	killed := time.Now()
+	r.replicas = []*replicaProc{a, b}
+	waitUntil(t, "C's shards answered by A and B", 15*time.Second, func() bool {
+		have := map[string]bool{}
+		for _, s := range append(a.cluster().OwnedShards, b.cluster().OwnedShards...) {
+			have[s] = true
+		}
+		for _, s := range owned {
+			if !have[s] {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("SIGKILL of C (%d in flight on it): its %d shards answered by A/B %v later", inflight, len(owned), time.Since(killed).Round(10*time.Millisecond))
+
+	before := b.cluster().MemberID
+	_ = b.cmd.Process.Signal(syscall.SIGSTOP)
+	load.without(b)
+	r.replicas = []*replicaProc{a}
+	r.waitMembers(1, 10*time.Second)
+	time.Sleep(time.Second)
+	_ = b.cmd.Process.Signal(syscall.SIGCONT)
+	r.replicas = []*replicaProc{a, b}
+	r.waitMembers(2, 15*time.Second)
+	load.with(b)
+	time.Sleep(500 * time.Millisecond)
+	load.close()
+	_, failed1 := load.counts()
+	if after := b.cluster(); after.MemberID == before || after.Rejoins != 1 {
+		t.Errorf("B after its freeze: member %s (before %s), rejoins %d; want a fresh member id, one rejoin", after.MemberID, before, after.Rejoins)
+	}
+	seen := map[string]bool{}
+	for _, s := range append(a.cluster().OwnedShards, b.cluster().OwnedShards...) {
+		if seen[s] {
+			t.Errorf("shard %s active on two replicas after the freeze", s)
+		}
+		seen[s] = true
+	}
+	if lost := failed1[c.idx] - failed0[c.idx]; lost > inflight || failed1[a.idx] != failed0[a.idx] {
+		t.Errorf("lost %d requests on C (%d in flight), %d failed on A; want only C's in-flight ones: %v",
+			lost, inflight, failed1[a.idx]-failed0[a.idx], load.failures)
 	}
 
 	// A DELETE on B stops the rule on every replica within 1 s (retried
