@@ -1,6 +1,7 @@
 package restapi
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -434,7 +435,7 @@ func (s *Server) resyncTable(cur *table, snap *rulestore.Snapshot) (*table, []Ch
 		}
 		recs = append(recs, rec)
 	}
-	slices.SortStableFunc(recs, func(a, b *record) int { return cmpInt64(a.created, b.created) })
+	slices.SortStableFunc(recs, func(a, b *record) int { return cmp.Compare(a.created, b.created) })
 	next := newTable(recs)
 	var changes []Change
 	for _, r := range cur.order {
@@ -455,16 +456,6 @@ func (s *Server) resyncTable(cur *table, snap *rulestore.Snapshot) (*table, []Ch
 		}
 	}
 	return next, changes
-}
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // byString finds a rule by its key's string form.

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -113,40 +110,9 @@ func (r *clusterRig) replicaArgs(i int) []string {
 func (r *clusterRig) startReplica(i int) *replicaProc {
 	r.t.Helper()
 	args := r.replicaArgs(i)
-	return &replicaProc{daemon: startClusterDaemon(r.t, r.bin, args), idx: i, ip: r.net.ip(2 + i), args: args}
-}
-
-// startClusterDaemon starts a replica and waits until it read the shared
-// rules. SIGKILLed with the test binary (Pdeathsig).
-func startClusterDaemon(t *testing.T, bin string, args []string) *daemon {
-	t.Helper()
-	d := &daemon{t: t, log: newLogWatch(), done: make(chan error, 1)}
-	d.cmd = exec.Command(bin, args...)
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stderr, err := d.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 4<<20)
-		for sc.Scan() {
-			_, _ = d.log.Write(append(sc.Bytes(), '\n'))
-		}
-		d.done <- d.cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		if d.cmd.ProcessState == nil {
-			_ = d.cmd.Process.Kill()
-			<-d.done
-		}
-	})
-	d.addr = d.log.waitMsg(t, "rest api listening", 15*time.Second)["addr"].(string)
-	d.log.waitMsg(t, "configuration writes accepted", 15*time.Second)
-	return d
+	// startDaemonEnv waits for "configuration writes accepted": in cluster
+	// mode, once the replica read the rules from etcd.
+	return &replicaProc{daemon: startDaemonEnv(r.t, r.bin, nil, args...), idx: i, ip: r.net.ip(2 + i), args: args}
 }
 
 // cluster reads a replica's GET /config/ai/cluster.
@@ -180,6 +146,20 @@ func (r *clusterRig) waitMembers(n int, within time.Duration) {
 func (r *clusterRig) ruleBody() string {
 	r.t.Helper()
 	return ruleJSON(r.t, r.fleet, r.vip, r.port, map[string]any{"pd_cache_aware_mode": true, "kvExactMode": 1})
+}
+
+// serveRule POSTs the rule on replica p and waits until every replica
+// serves it.
+func (r *clusterRig) serveRule(p *replicaProc) {
+	r.t.Helper()
+	if code, body := p.do(http.MethodPost, "/netlox/v1/config/loadbalancer", r.ruleBody()); code != 200 {
+		r.t.Fatalf("POST on replica %d: %d %s", p.idx, code, body)
+	}
+	for _, q := range r.replicas {
+		waitUntil(r.t, fmt.Sprintf("replica %d serves the rule", q.idx), 5*time.Second, func() bool {
+			return q.chat(r.port, "", "hello").status == 200
+		})
+	}
 }
 
 // rulePath is the rule's REST path.

@@ -235,12 +235,7 @@ func TestClusterSoak_RulesAndEtcdFaults(t *testing.T) {
 	clusterLong(t)
 	r := startRig(t, rigConfig{replicas: 3, etcdMembers: 3, prefill: 4, decode: 4, scale: 1})
 	a, b, c := r.replicas[0], r.replicas[1], r.replicas[2]
-	if code, body := a.do(http.MethodPost, "/netlox/v1/config/loadbalancer", r.ruleBody()); code != 200 {
-		t.Fatalf("POST: %d %s", code, body)
-	}
-	for _, p := range r.replicas {
-		waitUntil(t, "rule served", 5*time.Second, func() bool { return p.chat(r.port, "", "hello").status == 200 })
-	}
+	r.serveRule(a)
 	load := newLoadGen(r, 12, 200*time.Millisecond)
 
 	// POST on A, served on B and C; DELETE on B, gone on A and C — 20 times
@@ -343,12 +338,7 @@ func TestClusterSoak_ReplicaKilledUnderLoad(t *testing.T) {
 	clusterLong(t)
 	r := startRig(t, rigConfig{replicas: 3, etcdMembers: 3, prefill: 4, decode: 4, scale: 1})
 	a, b, c := r.replicas[0], r.replicas[1], r.replicas[2]
-	if code, body := a.do(http.MethodPost, "/netlox/v1/config/loadbalancer", r.ruleBody()); code != 200 {
-		t.Fatalf("POST: %d %s", code, body)
-	}
-	for _, p := range r.replicas {
-		waitUntil(t, "rule served", 5*time.Second, func() bool { return p.chat(r.port, "", "hello").status == 200 })
-	}
+	r.serveRule(a)
 	load := newLoadGen(r, 36, 300*time.Millisecond)
 	time.Sleep(15 * time.Second) // sessions pinned everywhere
 
@@ -401,12 +391,7 @@ func TestClusterSoak_ReplicaFrozenRejoins(t *testing.T) {
 	clusterLong(t)
 	r := startRig(t, rigConfig{replicas: 3, etcdMembers: 3, prefill: 4, decode: 4, scale: 1})
 	a, b, c := r.replicas[0], r.replicas[1], r.replicas[2]
-	if code, body := a.do(http.MethodPost, "/netlox/v1/config/loadbalancer", r.ruleBody()); code != 200 {
-		t.Fatalf("POST: %d %s", code, body)
-	}
-	for _, p := range r.replicas {
-		waitUntil(t, "rule served", 5*time.Second, func() bool { return p.chat(r.port, "", "hello").status == 200 })
-	}
+	r.serveRule(a)
 	load := newLoadGen(r, 24, 300*time.Millisecond)
 	time.Sleep(10 * time.Second)
 	before := c.cluster()

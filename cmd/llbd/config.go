@@ -269,7 +269,13 @@ func (c *config) validate() []error {
 		}
 	}
 	errs = append(errs, c.validateCluster()...)
-	for flagName, path := range map[string]string{"--token-file": c.TokenFile, "--tls-cert": c.TLSCert, "--tls-key": c.TLSKey} {
+	return append(errs, unreadable(map[string]string{"--token-file": c.TokenFile, "--tls-cert": c.TLSCert, "--tls-key": c.TLSKey})...)
+}
+
+// unreadable reports, by flag, the files given that cannot be opened.
+func unreadable(files map[string]string) []error {
+	var errs []error
+	for flagName, path := range files {
 		if path == "" {
 			continue
 		}
@@ -279,6 +285,7 @@ func (c *config) validate() []error {
 			f.Close()
 		}
 	}
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
 	return errs
 }
 
@@ -375,16 +382,7 @@ func (c *config) validateCluster() []error {
 	if (cl.Etcd.Username == "") != (cl.passwordFile == "") {
 		errs = append(errs, errors.New("--etcd-username and --etcd-password-file go together"))
 	}
-	for flagName, path := range map[string]string{"--etcd-cacert": cl.Etcd.CAFile, "--etcd-cert": cl.Etcd.CertFile, "--etcd-key": cl.Etcd.KeyFile} {
-		if path == "" {
-			continue
-		}
-		if f, err := os.Open(path); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %v", flagName, err))
-		} else {
-			f.Close()
-		}
-	}
+	errs = append(errs, unreadable(map[string]string{"--etcd-cacert": cl.Etcd.CAFile, "--etcd-cert": cl.Etcd.CertFile, "--etcd-key": cl.Etcd.KeyFile})...)
 	if cl.Advertise != "" && len(cl.Etcd.Endpoints) > 0 {
 		rc := replica.Config{ClusterName: cl.Name, Advertise: cl.Advertise, Etcd: cl.Etcd}
 		if err := rc.Validate(); err != nil {

@@ -70,14 +70,14 @@ type benchFlags struct {
 	attach      string
 	replicas    int
 	clusterEtcd []string
-	logLevel string
-	workDir  string
-	out      string
-	appendTo bool
-	records  string
-	progress string
-	commit   string
-	pooled   bool
+	logLevel    string
+	workDir     string
+	out         string
+	appendTo    bool
+	records     string
+	progress    string
+	commit      string
+	pooled      bool
 }
 
 func newBenchCmd(stdout, stderr io.Writer) *cobra.Command {
