@@ -133,6 +133,30 @@ func (s *Sessions) Forget(service string) {
 	s.mu.Unlock()
 }
 
+// knownShards is active plus every shard identity of the prefetched
+// tables, without duplicates.
+func (s *Sessions) knownShards(active []string) []string {
+	seen := make(map[string]bool, len(active))
+	out := make([]string, 0, len(active))
+	add := func(id string) {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	for _, id := range active {
+		add(id)
+	}
+	s.mu.Lock()
+	for _, sp := range s.prefetch {
+		for i := 0; i < sp.shards(); i++ {
+			add(sp.Service + "/" + strconv.Itoa(i))
+		}
+	}
+	s.mu.Unlock()
+	return out
+}
+
 // resolveAll resolves every shard of spec in the background.
 func (s *Sessions) resolveAll(spec SessionSpec) {
 	inc := s.m.current()

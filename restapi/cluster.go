@@ -70,8 +70,8 @@ type ClusterMember struct {
 	// when never (always -1 for this replica's own load).
 	GossipAgeMs float64 `json:"gossipAgeMs"`
 	LoadAgeMs   float64 `json:"loadAgeMs"`
-	// OwnedShards counts the session shards active here that the member
-	// owns (rendezvous hashing over the current members).
+	// OwnedShards counts the session shards of the rules running here
+	// that the member owns (rendezvous hashing over the current members).
 	OwnedShards int `json:"ownedShards"`
 }
 
