@@ -116,7 +116,7 @@ client-test: build
 #     load at 70 % of one replica's saturation over three replicas (cluster
 #     and independent vs one), rules through etcd with the etcd leader and
 #     then every member killed, SIGKILL and SIGSTOP of a replica under load.
-# About 45 minutes on 2 cores. Short versions run in make test.
+# About 25 minutes on 2 cores. Short versions run in make test.
 CLUSTERFLAGS ?= -timeout 90m
 cluster-test: deps
 	LLB_CLUSTER_LONG=1 $(GO) test -count=1 -v -run '^TestSoak_' $(CLUSTERFLAGS) ./replica/
