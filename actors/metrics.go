@@ -6,6 +6,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/llbproject/llb/internal/promlabel"
 	"github.com/llbproject/llb/ladder"
 )
 
@@ -44,6 +45,7 @@ type svcMetrics struct {
 	cbState                                         []*metrics.Gauge
 	up                                              []*metrics.Gauge
 	trie, sessions                                  *metrics.Gauge
+	truth                                           []truthMetrics
 }
 
 func newSvcMetrics(set *metrics.Set, svcKey string, svc *Service) *svcMetrics {
@@ -71,6 +73,11 @@ func newSvcMetrics(set *metrics.Set, svcKey string, svc *Service) *svcMetrics {
 		m.cbState[i] = m.gauge(mCBState, ep, nil)
 		m.up[i] = m.gauge(mEndpointUp, ep, nil)
 		m.up[i].Set(1)
+		if ec := &svc.cfg.Rule.Endpoints[i]; len(ec.Feeds) > 0 {
+			m.truth = append(m.truth, m.newTruthMetrics(i, ec.Addr.String()))
+		} else {
+			m.truth = append(m.truth, truthMetrics{})
+		}
 	}
 	// Plain gauges, set by housekeeping: a gauge with a callback would keep
 	// pointing at the first service to register the name after a replace.
@@ -80,7 +87,7 @@ func newSvcMetrics(set *metrics.Set, svcKey string, svc *Service) *svcMetrics {
 }
 
 func (m *svcMetrics) name(base, extra string) string {
-	labels := `service="` + m.svc + `"`
+	labels := `service="` + promlabel.Escape(m.svc) + `"`
 	if extra != "" {
 		labels += "," + extra
 	}

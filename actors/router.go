@@ -49,9 +49,12 @@ func (a *routerActor) Receive(ctx actor.Context) {
 	case decisionDeadline:
 		c.deadlineFired(now, m.id)
 	case reportMsg:
-		c.report(m.o)
+		c.report(now, m.o)
 	case finishMsg:
 		c.finish(m.t, m.res)
+	case concludeMsg:
+		c.report(now, m.o)
+		c.finish(m.o.Ticket, m.res)
 	case cancelMsg:
 		c.cancel(m.id)
 	case resumeMsg:
@@ -209,6 +212,24 @@ func (a *routerActor) deadline(id uint64, d time.Duration) func() bool {
 	self, root := a.ctx.Self(), a.svc.root
 	t := time.AfterFunc(d, func() { root.Send(self, decisionDeadline{id: id}) })
 	return t.Stop
+}
+
+func (a *routerActor) truthChanged(ep int, v ladder.TruthVerdict, demoted bool) {
+	addr := a.svc.cfg.Rule.Endpoints[ep].Addr.String()
+	if !v.Distrusted {
+		a.log.Info().Int(logfield.EndpointIndex, ep).Str(logfield.Endpoint, addr).
+			Int(logfield.Count, v.Samples).
+			Msg("kv cache predictions agree with the engine again; Tier 1.5 uses the endpoint's overlap again")
+		return
+	}
+	what := "Tier 1.5 ignores the endpoint's overlap until predictions agree again (reason prediction_mismatch)"
+	if !demoted {
+		what = "LLB_KV_PREDICTION_DEMOTE is off, so Tier 1.5 keeps using it"
+	}
+	a.log.Warn().Int(logfield.EndpointIndex, ep).Str(logfield.Endpoint, addr).
+		Str(logfield.Reason, v.Cause.String()).Int(logfield.Count, v.Wrong).
+		Msgf("kv cache predictions keep disagreeing with what the engine reports (%d of the last %d wrong); likely cause %s: %s. %s",
+			v.Wrong, v.Samples, v.Cause, v.Detail, what)
 }
 
 // typeName names a message's Go type for logs.

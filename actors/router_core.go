@@ -40,6 +40,9 @@ type routerPorts interface {
 	healthTransition(ep int, e PeerEndpoint)
 	peerLoad(load []uint32, excluded *ladder.EndpointSet) uint64
 	teach(prompt []byte, ep int)
+	// truthChanged says endpoint ep's cache predictions turned wrong (or
+	// right again): the shell logs it once.
+	truthChanged(ep int, v ladder.TruthVerdict, demoted bool)
 }
 
 // pending is a decision waiting for its fan-out replies.
@@ -65,6 +68,9 @@ type ticket struct {
 	legs       legBits
 	sessionKey string
 	pin        bool
+	// pred is the prediction for the prefill (single-pool) endpoint,
+	// compared with the engine's usage when its leg reports.
+	pred ticketPrediction
 }
 
 // parkRef tracks a request sitting in an endpoint's admission queue.
@@ -105,6 +111,13 @@ type routerCore struct {
 	// handed to a replacing service): an instruction is not soft state.
 	ctrl []ctrlState
 	free []*pending
+	// truth keeps each endpoint's prediction record (soft state: a new
+	// router incarnation starts trusting every endpoint again).
+	truth []ladder.TruthTracker
+	// checks are under-predictions waiting for the mirror's confirmation,
+	// by score id (truthCheckIDBit set).
+	checks   map[uint64]*truthCheck
+	checkSeq uint64
 
 	// peer is the peers' load and health (cluster mode; see peers.go).
 	peer peerState
@@ -139,6 +152,8 @@ func newRouterCore(cfg *ServiceConfig, lad *ladder.Router, ports routerPorts, m 
 		pending:  make(map[uint64]*pending),
 		tickets:  make(map[uint64]*ticket),
 		parked:   make(map[uint64]parkRef),
+		truth:    make([]ladder.TruthTracker, n),
+		checks:   make(map[uint64]*truthCheck),
 	}
 	c.snap.Endpoints = c.views
 	c.peer.on = cfg.Peers != nil
@@ -228,12 +243,16 @@ func (c *routerCore) unusable(i int, avoid uint32) bool {
 }
 
 func (c *routerCore) scoreReply(now time.Time, r scoreReply) {
+	if r.id&truthCheckIDBit != 0 && c.truthConfirmed(now, r.id, int(r.overlap)) {
+		return
+	}
 	p := c.pending[r.id]
 	if p == nil || !p.msg.scored.Has(r.ep) {
 		c.stats.lateReplies++
 		return
 	}
 	p.msg.overlaps[r.ep] = r.overlap
+	p.msg.offloaded[r.ep] = r.offloaded
 	c.views[r.ep].InventoryBlocks = r.blocks
 	if r.guard != ladder.ReasonNone {
 		p.guard = r.guard
@@ -266,6 +285,9 @@ func (c *routerCore) replied(now time.Time, p *pending) {
 // deadlineFired decides with whatever replies arrived; the missing ones
 // count as misses (overlap 0, no session).
 func (c *routerCore) deadlineFired(now time.Time, id uint64) {
+	if id&truthCheckIDBit != 0 && c.truthConfirmed(now, id, -1) {
+		return
+	}
 	p := c.pending[id]
 	if p == nil {
 		return
@@ -298,9 +320,9 @@ func (c *routerCore) decide(now time.Time, m *routeMsg, fn func(*ladder.Request)
 	var wasDown uint64
 	touched := uint64(m.rr.Avoid) | uint64(c.peer.excl)
 	for i := range c.views {
-		c.views[i].Overlap = 0
+		c.views[i].Overlap, c.views[i].OverlapOffloaded = 0, 0
 		if m.scored.Has(i) {
-			c.views[i].Overlap = m.overlaps[i]
+			c.views[i].Overlap, c.views[i].OverlapOffloaded = m.overlaps[i], m.offloaded[i]
 		}
 		if c.halfOpen.Has(i) && c.trial[i] != 0 {
 			touched |= 1 << uint(i)
@@ -379,6 +401,7 @@ func (c *routerCore) admit(now time.Time, m *routeMsg, d ladder.Decision) {
 		tk.legs |= holdDecode
 		c.claimTrial(d.Decode, m.id)
 	}
+	tk.pred = c.predict(m, d.Prefill)
 	c.tickets[m.id] = tk
 	// Tier 1 learns what llb routed (the trie copies what it keeps), and
 	// so do the peers' tries.
@@ -388,7 +411,11 @@ func (c *routerCore) admit(now time.Time, m *routeMsg, d ladder.Decision) {
 	if !m.parkedAt.IsZero() {
 		parked = now.Sub(m.parkedAt)
 	}
-	m.reply <- routeReply{route: Route{Decision: d, Ticket: t, Parked: parked}}
+	route := Route{Decision: d, Ticket: t, Parked: parked}
+	if tk.pred.ok {
+		route.Prediction = Prediction{OK: true, CachedTokens: tk.pred.s.Predicted}
+	}
+	m.reply <- routeReply{route: route}
 }
 
 func (c *routerCore) claimTrial(ep int, id uint64) {
@@ -398,7 +425,7 @@ func (c *routerCore) claimTrial(ep int, id uint64) {
 }
 
 // report releases one leg and feeds its endpoint's breaker.
-func (c *routerCore) report(o Outcome) {
+func (c *routerCore) report(now time.Time, o Outcome) {
 	tk := c.tickets[o.Ticket.ID]
 	if tk == nil {
 		c.stats.staleTicket++
@@ -410,6 +437,9 @@ func (c *routerCore) report(o Outcome) {
 	}
 	if tk.legs&bit == 0 || ep < 0 {
 		return
+	}
+	if o.Leg != LegDecode {
+		c.checkPrediction(now, ep, &tk.pred, o)
 	}
 	tk.legs &^= bit
 	c.release(ep)
@@ -631,7 +661,7 @@ func (c *routerCore) takePending() []*routeMsg {
 			p.stop()
 		}
 		m := p.msg
-		m.scored, m.overlaps = 0, [ladder.MaxEndpoints]uint32{}
+		m.scored, m.overlaps, m.offloaded = 0, [ladder.MaxEndpoints]uint32{}, [ladder.MaxEndpoints]uint32{}
 		out = append(out, m)
 		delete(c.pending, id)
 	}

@@ -33,6 +33,7 @@ type recorder struct {
 	peerLoads   []uint32
 	peerExcl    ladder.EndpointSet
 	peerTotal   uint64
+	truth       []string // "ep:distrusted/cause demoted"
 }
 
 func newRecorder() *recorder { return &recorder{armed: map[uint64]bool{}} }
@@ -82,6 +83,10 @@ func (r *recorder) peerLoad(load []uint32, excluded *ladder.EndpointSet) uint64 
 }
 func (r *recorder) teach(prompt []byte, ep int) {
 	r.taught = append(r.taught, fmt.Sprintf("%d:%s", ep, prompt))
+}
+
+func (r *recorder) truthChanged(ep int, v ladder.TruthVerdict, demoted bool) {
+	r.truth = append(r.truth, fmt.Sprintf("%d:%v/%s %v", ep, v.Distrusted, v.Cause, demoted))
 }
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -179,8 +184,8 @@ func TestRouterCore_SinglePoolAdmitsAndReleases(t *testing.T) {
 	if got := c.views[ep].ActiveConns; got != 1 {
 		t.Fatalf("active on %d = %d; want 1", ep, got)
 	}
-	c.report(Outcome{Ticket: r.route.Ticket, Leg: LegSingle, Status: 200})
-	c.report(Outcome{Ticket: r.route.Ticket, Leg: LegSingle, Status: 200}) // twice: no-op
+	c.report(t0, Outcome{Ticket: r.route.Ticket, Leg: LegSingle, Status: 200})
+	c.report(t0, Outcome{Ticket: r.route.Ticket, Leg: LegSingle, Status: 200}) // twice: no-op
 	if got := c.views[ep].ActiveConns; got != 0 {
 		t.Fatalf("active after report = %d; want 0", got)
 	}
@@ -370,7 +375,7 @@ func TestRouterCore_BreakerOpenExcludesAndHalfOpenAllowsOneTrial(t *testing.T) {
 	c.route(t0, m)
 	r := final(t, m)
 	ep := r.route.Ticket.Prefill
-	c.report(Outcome{Ticket: r.route.Ticket, Leg: LegSingle, Failure: FailConnect})
+	c.report(t0, Outcome{Ticket: r.route.Ticket, Leg: LegSingle, Failure: FailConnect})
 	if got, want := fmt.Sprint(rec.feed), fmt.Sprintf("[%d/%d]", ep, classTransport); got != want {
 		t.Fatalf("breaker feed %s; want %s", got, want)
 	}

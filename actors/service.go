@@ -101,6 +101,7 @@ type Service struct {
 	stopped    atomic.Bool
 
 	replies sync.Pool // of chan routeReply
+	timers  sync.Pool // of *time.Timer, stopped (Route's deadline)
 	sweep   *time.Ticker
 	done    chan struct{}
 }
@@ -289,8 +290,19 @@ func (svc *Service) Route(ctx context.Context, rr *RouteRequest) (Route, error) 
 	id := svc.sys.nextID.Add(1)
 	reply := svc.replies.Get().(chan routeReply)
 	svc.root.Send(svc.router, &routeMsg{id: id, rr: rr, reply: reply})
-	timer := time.NewTimer(svc.cfg.RouteTimeout)
-	defer timer.Stop()
+	// A pooled timer: creating one per call was a third of Route's cost.
+	// Since Go 1.23 a stopped or reset timer delivers no stale tick, so a
+	// timer stopped on the way out can serve the next call.
+	timer, _ := svc.timers.Get().(*time.Timer)
+	if timer == nil {
+		timer = time.NewTimer(svc.cfg.RouteTimeout)
+	} else {
+		timer.Reset(svc.cfg.RouteTimeout)
+	}
+	defer func() {
+		timer.Stop()
+		svc.timers.Put(timer)
+	}()
 	for {
 		select {
 		case r := <-reply:
@@ -321,6 +333,12 @@ func (svc *Service) Route(ctx context.Context, rr *RouteRequest) (Route, error) 
 
 // Report implements Router.
 func (svc *Service) Report(o Outcome) { svc.root.Send(svc.router, reportMsg{o: o}) }
+
+// Conclude reports a ticket's last leg and finishes the ticket, as Report
+// then Finish do, in one message to the router.
+func (svc *Service) Conclude(o Outcome, res Result) {
+	svc.root.Send(svc.router, concludeMsg{o: o, res: res})
+}
 
 // Finish implements Router.
 func (svc *Service) Finish(t Ticket, res Result) {
@@ -441,6 +459,13 @@ func (s *supervisorActor) spawnAll(ctx actor.Context) error {
 		s.producers[name] = producer
 		return s.spawn(ctx, name)
 	}
+	// Order matters: protoactor registers a child's PID before its mailbox
+	// can take messages, and a send in between panics (and leaves that
+	// mailbox stuck). Every actor the router sends to is spawned before the
+	// endpoints, whose first probe result is what makes the router send
+	// (session evictions): the router first, then the shards, breakers and
+	// inventories, the endpoints last. The router sends to an endpoint only
+	// for a request, and none arrives before Start returns.
 	var errs []error
 	errs = append(errs, spawn("router", func() actor.Actor {
 		svc.routerRuns.Add(1)
@@ -452,18 +477,17 @@ func (s *supervisorActor) spawnAll(ctx actor.Context) error {
 		}
 		return a
 	}))
+	for i := range svc.shards {
+		errs = append(errs, spawn(fmt.Sprintf("sess-%d", i), func() actor.Actor { return newSessionActor(svc, i) }))
+	}
 	for i := range svc.cfg.Rule.Endpoints {
-		i := i
-		errs = append(errs,
-			spawn(fmt.Sprintf("ep-%d", i), func() actor.Actor { return newEndpointActor(svc, i) }),
-			spawn(fmt.Sprintf("cb-%d", i), func() actor.Actor { return newBreakerActor(svc, i) }))
+		errs = append(errs, spawn(fmt.Sprintf("cb-%d", i), func() actor.Actor { return newBreakerActor(svc, i) }))
 		if svc.inventories[i] != nil {
 			errs = append(errs, spawn(fmt.Sprintf("inv-%d", i), func() actor.Actor { return newInventoryActor(svc, i) }))
 		}
 	}
-	for i := range svc.shards {
-		i := i
-		errs = append(errs, spawn(fmt.Sprintf("sess-%d", i), func() actor.Actor { return newSessionActor(svc, i) }))
+	for i := range svc.cfg.Rule.Endpoints {
+		errs = append(errs, spawn(fmt.Sprintf("ep-%d", i), func() actor.Actor { return newEndpointActor(svc, i) }))
 	}
 	return errors.Join(errs...)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -272,6 +273,35 @@ func TestService_BreakerOpensOnConnectFailuresThenHalfOpens(t *testing.T) {
 	// The trial succeeds: closed again.
 	passTrialOn0(t, svc)
 	waitBreaker0(t, svc, time.Second, BreakerClosed)
+}
+
+func TestService_ConcludeIsReportThenFinish(t *testing.T) {
+	sys := newTestSystem(t)
+	cfg := *poolConfig(2, ladder.SelRR)
+	cfg.Rule.Breaker = rule.Breaker{Enabled: true, Threshold: 3, OpenFor: time.Minute}
+	svc := startService(t, sys, cfg)
+	for failed := 0; failed < 3; {
+		rt := route(t, svc, &RouteRequest{})
+		if rt.Decision.Prefill == 0 {
+			svc.Conclude(Outcome{Ticket: rt.Ticket, Leg: LegSingle, Failure: FailConnect}, Result{})
+			failed++
+		} else {
+			svc.Conclude(Outcome{Ticket: rt.Ticket, Leg: LegSingle, Status: 200}, Result{OK: true})
+		}
+	}
+	waitBreaker0(t, svc, time.Second, BreakerOpen) // the outcomes were reported
+	eventually(t, time.Second, "every ticket finished", func() bool {
+		st, ok := svc.Status(time.Second)
+		if !ok || st.InFlight != 0 {
+			return false
+		}
+		for _, e := range st.Endpoints {
+			if e.ActiveConns != 0 {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 func TestService_ParkHoldsThenResumesOrTimesOut(t *testing.T) {
@@ -760,4 +790,69 @@ func TestService_ControllerEpochsOnlyMoveForwardAcrossARelease(t *testing.T) {
 		t.Fatalf("endpoint 0 not routable after its release: %s", rt.Decision.String())
 	}
 	svc.Finish(rt.Ticket, Result{OK: true})
+}
+
+// A rule key carries the rule's host, which REST takes as any string: a
+// quote or a line break in it must be escaped in the service label, not
+// panic in the metrics registry (a rule with host "x\r\nX-Injected: 1" was
+// accepted and never ran: make attack).
+func TestService_AKeyWithQuotesAndLineBreaksLabelsItsMetrics(t *testing.T) {
+	set := metrics.NewSet()
+	sys := NewSystem(zerolog.Nop(), set)
+	t.Cleanup(sys.Shutdown)
+	cfg := *poolConfig(1, ladder.SelRR)
+	cfg.Rule.Key = "tcp:127.0.0.1:2020@x\r\nX-Injected: \"1\"\\"
+	startService(t, sys, cfg)
+	var b strings.Builder
+	set.WritePrometheus(&b)
+	want := `llb_actor_restarts_total{service="tcp:127.0.0.1:2020@x` + "\r" + `\nX-Injected: \"1\"\\"} 0`
+	if !strings.Contains(b.String(), want) {
+		t.Fatalf("metrics lack %q:\n%s", want, b.String())
+	}
+}
+
+// Children are spawned so that nothing the router sends to is still being
+// spawned when a child's first message makes it send: protoactor registers
+// a PID before its mailbox can take messages, and a send in between
+// panics. Endpoints whose first probe fails at once made the router evict
+// their sessions into shards not yet spawned (make attack: a router
+// restart, then a 10 s stop, about once in 200 rule creations).
+func TestService_StartsWithoutARouterCrashWhenEveryProbeFailsAtOnce(t *testing.T) {
+	set := metrics.NewSet()
+	sys := NewSystem(zerolog.Nop(), set)
+	t.Cleanup(sys.Shutdown)
+	cfg := *poolConfig(ladder.MaxEndpoints, ladder.SelRR)
+	cfg.Probes = make([]ProbeFunc, len(cfg.Rule.Endpoints))
+	for i := range cfg.Probes {
+		cfg.Probes[i] = func(context.Context) error { return errors.New("connection refused") }
+	}
+	cfg.Rule.Probe = rule.Probe{Period: time.Hour, AttemptTimeout: time.Second, Retries: 1}
+	for i := range 400 {
+		cfg.Rule.Key = fmt.Sprintf("svc-%d", i)
+		svc, err := sys.Start(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 5*time.Second, "every endpoint probed down", func() bool {
+			st, ok := svc.Status(time.Second)
+			if !ok {
+				return false
+			}
+			for _, e := range st.Endpoints {
+				if e.Up {
+					return false
+				}
+			}
+			return true
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = svc.Stop(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("start %d: Stop: %v", i, err)
+		}
+		if svc.metrics.restarts.Get() != 0 {
+			t.Fatalf("start %d: %d actor restarts; want none", i, svc.metrics.restarts.Get())
+		}
+	}
 }

@@ -36,6 +36,9 @@ type EndpointStatus struct {
 	// PeerExcluded is true while another replica excludes the endpoint
 	// (its breaker open or half-open, or its probe down there).
 	PeerExcluded bool
+	// Prediction is the endpoint's cache-truth record (zero when its KV
+	// events are not mirrored).
+	Prediction PredictionStatus
 }
 
 // Available reports whether the endpoint can take new work.
@@ -89,7 +92,7 @@ func (c *routerCore) status() ServiceStatus {
 			Up: !v.Down, Breaker: b, Ctrl: v.Ctrl, CtrlWeight: v.CtrlWeight,
 			ActiveConns: v.ActiveConns - uint32(min(c.reserved[i], v.ActiveConns)), Parked: v.Parked,
 			Queued: v.QueuedRequests, KVCapacityBlocks: v.KVCapacityBlocks, InventoryBlocks: v.InventoryBlocks,
-			Controller:   ctrl[i],
+			Controller: ctrl[i], Prediction: c.predictionStatus(i),
 			PeerInFlight: c.peer.load[i], PeerExcluded: c.peer.excl.Has(i),
 		}
 	}

@@ -1,9 +1,10 @@
 package gateway
 
 import (
-	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/internal/logfield"
@@ -12,9 +13,12 @@ import (
 
 // HeaderRoute is the response header that tells operators how a request was
 // routed: the decision (tier, endpoints by index, the fall-through reasons,
-// flags), then the endpoint addresses and the retry count, e.g.
+// flags), then the endpoint addresses, the retry count, and for a KV-exact
+// rule the cached tokens llb predicted for the answering endpoint and, when
+// known before the headers went out (a P/D prefill leg, a buffered JSON
+// answer), the cached tokens its engine reported, e.g.
 //
-//	tier=1.5 prefill=0 decode=2 via=session_miss,trie_miss prefill_addr=10.0.0.1:8100 decode_addr=10.0.0.3:8200 retries=0
+//	tier=1.5 prefill=0 decode=2 via=session_miss,trie_miss prefill_addr=10.0.0.1:8100 decode_addr=10.0.0.3:8200 retries=0 kv_predicted=96 kv_cached=96
 //
 // Responses llb answers without a decision carry "tier=none error=<code>".
 const HeaderRoute = "X-Llb-Route"
@@ -23,48 +27,10 @@ const HeaderRoute = "X-Llb-Route"
 // before an answer (nginx's and Caddy's 499; never sent).
 const StatusClientGone = 499
 
-// exchange is one client request's bookkeeping, owned by its goroutine.
-type exchange struct {
-	start   time.Time
-	api     string
-	model   string
-	stream  bool
-	kvGuard ladder.Reason
-
-	decided   bool
-	decision  ladder.Decision
-	parked    time.Duration
-	prefillEP int
-	decodeEP  int
-	retries   int
-	requestID string
-	// ticket is the admitted ticket not yet finished (ID 0: none).
-	ticket actors.Ticket
-
-	status  int    // sent to the client (StatusClientGone when it left)
-	code    string // llb's error code when llb answered
-	bytes   int64  // body bytes written
-	ttfb    time.Duration
-	ttft    time.Duration
-	prefill time.Duration
-	pd      bool
-	kvOut   KVParamsOutcome
-	failure actors.Failure
-	aborted bool
-	// detail is the upstream error behind a failed leg (for the log; the
-	// client sees it only when addresses are not hidden).
-	detail string
-}
-
-func (x *exchange) clientGone() {
-	x.status = StatusClientGone
-	x.failure = actors.FailClientGone
-}
-
 // setRouteHeader sets X-Llb-Route on the response header.
-func (x *exchange) setRouteHeader(h http.Header, addrs []string) {
+func (x *exchange) setRouteHeader(h *fasthttp.ResponseHeader, addrs []string) {
 	var buf [320]byte
-	h[HeaderRoute] = []string{string(x.appendRoute(buf[:0], addrs))}
+	h.SetBytesV(HeaderRoute, x.appendRoute(buf[:0], addrs))
 }
 
 func (x *exchange) appendRoute(b []byte, addrs []string) []byte {
@@ -86,11 +52,26 @@ func (x *exchange) appendRoute(b []byte, addrs []string) []byte {
 		b = append(b, addrs[x.decodeEP]...)
 	}
 	b = append(b, " retries="...)
-	return strconv.AppendInt(b, int64(x.retries), 10)
+	b = strconv.AppendInt(b, int64(x.retries), 10)
+	return x.appendTruth(b)
+}
+
+// appendTruth adds the predicted and, once the engine reported them, the
+// actual cached tokens: " kv_predicted=96 kv_cached=80".
+func (x *exchange) appendTruth(b []byte) []byte {
+	if x.pred.OK {
+		b = append(b, " kv_predicted="...)
+		b = strconv.AppendUint(b, uint64(x.pred.CachedTokens), 10)
+	}
+	if x.cached.Reported {
+		b = append(b, " kv_cached="...)
+		b = strconv.AppendUint(b, uint64(x.cached.CachedTokens), 10)
+	}
+	return b
 }
 
 // record writes the access-log line and the per-request metrics.
-func (h *Handler) record(r *http.Request, x *exchange) {
+func (h *Handler) record(x *exchange) {
 	dur := time.Since(x.start)
 	h.bytesOut.Add(x.bytes)
 	m := h.met
@@ -105,22 +86,22 @@ func (h *Handler) record(r *http.Request, x *exchange) {
 		m.pdRequests.Inc()
 	}
 	e := h.log.Debug()
-	if h.cfg.AccessLog {
+	if h.opts.AccessLog {
 		e = h.log.Info()
 	}
 	if !e.Enabled() {
 		return
 	}
 	var buf [320]byte
-	e.Str(logfield.Method, r.Method).
-		Str(logfield.Path, r.URL.Path).
-		Str(logfield.Remote, r.RemoteAddr).
+	e.Bytes(logfield.Method, x.in.Header.Method()).
+		Bytes(logfield.Path, x.in.URI().PathOriginal()).
+		Str(logfield.Remote, x.remote).
 		Str(logfield.API, x.api).
 		Int(logfield.Status, x.status).
 		Int64(logfield.Bytes, x.bytes).
 		Dur(logfield.Duration, dur)
 	if x.model != "" {
-		e.Str(logfield.Model, x.model).Bool(logfield.Stream, x.stream)
+		e.Str(logfield.Model, x.model).Bool(logfield.Stream, x.wantStream)
 	}
 	if x.decided {
 		e.Str(logfield.Tier, x.decision.Tier.String()).
@@ -144,6 +125,12 @@ func (h *Handler) record(r *http.Request, x *exchange) {
 	}
 	if x.kvGuard != ladder.ReasonNone {
 		e.Str(logfield.KVGuard, x.kvGuard.String())
+	}
+	if x.pred.OK {
+		e.Uint32(logfield.KVPredicted, x.pred.CachedTokens)
+	}
+	if x.cached.Reported {
+		e.Uint32(logfield.KVCached, x.cached.CachedTokens)
 	}
 	if x.parked > 0 {
 		e.Dur(logfield.Parked, x.parked)

@@ -16,15 +16,18 @@ import (
 // request with a chunked body is answered with Connection: close: net/http
 // removes a Content-Length sent beside Transfer-Encoding before the handler
 // sees it, so a request-smuggling attempt cannot be told from a plain
-// chunked upload, and RFC 9112 §6.1 has the server close after one.
+// chunked upload, and RFC 9112 §6.1 has the server close after one. So is
+// every HTTP/1.0 request: net/http drops an HTTP/1.0 request's
+// Transfer-Encoding unseen (and frames it by Content-Length), where RFC
+// 9112 §6.1 calls the framing faulty and has the server close.
 func guardBody(w http.ResponseWriter, r *http.Request, deadline time.Time) {
+	if r.ProtoMajor == 1 && (r.ProtoMinor == 0 || len(r.TransferEncoding) > 0) {
+		w.Header().Set("Connection", "close")
+	}
 	if r.ContentLength == 0 {
 		return
 	}
 	_ = http.NewResponseController(w).SetReadDeadline(deadline) // unsupported writers just skip it
-	if r.ProtoMajor == 1 && len(r.TransferEncoding) > 0 {
-		w.Header().Set("Connection", "close")
-	}
 }
 
 // readBody reads the request body up to limit bytes. Too large → 413; too

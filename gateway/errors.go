@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/ladder"
 )
@@ -36,8 +38,14 @@ const (
 	// client upload).
 	CodeBodyRead = "body_read_error"
 	// CodeBodyTimeout: the client took longer than the body read bound
-	// to send the request body (408; the connection is closed).
+	// to send the request body, or than DefaultReadHeaderTimeout to send
+	// its head (408; the connection is closed).
 	CodeBodyTimeout = "request_timeout"
+	// CodeHeadersTooLarge: the request head exceeds the read buffer (431).
+	CodeHeadersTooLarge = "request_headers_too_large"
+	// CodeBadRequest: the request is not valid HTTP/1.1 (400; the
+	// connection is closed).
+	CodeBadRequest = "bad_request"
 	// CodeUnknownURL: no such path on this listener (404).
 	CodeUnknownURL = "unknown_url"
 	// CodeMethodNotAllowed: the path exists with another method (405).
@@ -133,19 +141,20 @@ func (e *ClientError) AppendJSON(b []byte) []byte {
 	return append(b, "}}\n"...)
 }
 
-// write sends the error. Headers already set on w (X-Llb-Route) are kept.
-func (e *ClientError) write(w http.ResponseWriter) int {
-	body := e.AppendJSON(make([]byte, 0, 160+len(e.Message)))
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
+// write sends the error as r's answer and returns the body length. Headers
+// already set on r (X-Llb-Route, Allow) are kept. scratch is a buffer the
+// body may be built in.
+func (e *ClientError) write(r *fasthttp.Response, scratch []byte) int {
+	body := e.AppendJSON(scratch[:0])
+	r.ResetBody()
+	r.SetStatusCode(e.Status)
+	r.Header.SetContentType("application/json")
 	if e.RetryAfter > 0 {
 		secs := int64((e.RetryAfter + time.Second - 1) / time.Second)
-		h.Set("Retry-After", strconv.FormatInt(secs, 10))
+		r.Header.Set("Retry-After", strconv.FormatInt(secs, 10))
 	}
-	w.WriteHeader(e.Status)
-	n, _ := w.Write(body)
-	return n
+	r.SetBody(body)
+	return len(body)
 }
 
 // errorForDecision maps a decision that did not admit the request to the

@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/ladder"
@@ -76,16 +77,18 @@ func TestErrorForRouteErr_MapsRouterErrors(t *testing.T) {
 }
 
 func TestClientError_WritesOpenAIShape(t *testing.T) {
-	rec := httptest.NewRecorder()
+	var rec fasthttp.Response
 	e := planeError(http.StatusTooManyRequests, CodeOverloaded, `all "prefill" endpoints busy`)
 	e.RetryAfter = 1500 * time.Millisecond
-	e.write(rec)
-	if rec.Code != 429 || rec.Header().Get("Retry-After") != "2" || rec.Header().Get("Content-Type") != "application/json" {
-		t.Errorf("got %d retry-after %q content-type %q", rec.Code, rec.Header().Get("Retry-After"), rec.Header().Get("Content-Type"))
+	if n := e.write(&rec, nil); n != len(rec.Body()) {
+		t.Errorf("write returned %d; the body has %d bytes", n, len(rec.Body()))
+	}
+	if rec.StatusCode() != 429 || string(rec.Header.Peek("Retry-After")) != "2" || string(rec.Header.ContentType()) != "application/json" {
+		t.Errorf("got %d retry-after %q content-type %q", rec.StatusCode(), rec.Header.Peek("Retry-After"), rec.Header.ContentType())
 	}
 	var got map[string]map[string]any
-	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
-		t.Fatalf("body %s: %v", rec.Body, err)
+	if err := json.Unmarshal(rec.Body(), &got); err != nil {
+		t.Fatalf("body %s: %v", rec.Body(), err)
 	}
 	want := map[string]any{"message": `all "prefill" endpoints busy`, "type": CodeOverloaded, "param": nil, "code": CodeOverloaded}
 	if fmt.Sprint(got["error"]) != fmt.Sprint(want) {

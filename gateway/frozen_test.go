@@ -13,6 +13,7 @@ import (
 
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/rule"
 )
 
 // Frozen workers (SIGSTOP, a hung GPU) accept the request and never answer.
@@ -29,8 +30,8 @@ func TestPD_AFrozenDecodeIsLeftAfterTheDecodeTimeoutAndTheRequestRetried(t *test
 	stuck, live := newFakeVLLM(t), newFakeVLLM(t)
 	stuck.answer = frozen
 	cfg := pdPool([]netip.AddrPort{prefill.addr()}, []netip.AddrPort{stuck.addr(), live.addr()})
-	cfg.DecodeTimeout = 200 * time.Millisecond
-	router := newFakeRouter(pdAllowed(&cfg))
+	cfg.Timeouts.Decode = 200 * time.Millisecond
+	router := newFakeRouter(pdAllowed(cfg))
 	url, _ := startGateway(t, cfg, Deps{Router: router, Metrics: NewMetrics(metrics.NewSet(), "pd")})
 	start := time.Now()
 	resp, body := post(t, testClient(t), url+PathCompletions, `{"model":"m","prompt":"p","stream":true}`)
@@ -54,7 +55,7 @@ func TestPD_AFrozenDecodeIsLeftAfterTheDecodeTimeoutAndTheRequestRetried(t *test
 }
 
 func TestPD_AFrozenDecodeWithNoOtherPairIs504DecodeTimeout(t *testing.T) {
-	f := newPDFleet(t, []bool{false}, func(c *RuleConfig) { c.DecodeTimeout = 100 * time.Millisecond })
+	f := newPDFleet(t, []bool{false}, func(c *rule.Compiled) { c.Timeouts.Decode = 100 * time.Millisecond })
 	f.decode.answer = frozen
 	resp, body := post(t, testClient(t), f.url+PathCompletions, `{"model":"m","prompt":"p","stream":true}`)
 	if e := decodeError(t, body); resp.StatusCode != 504 || e.Error.Code != CodeDecodeTimeout {
@@ -70,7 +71,7 @@ func TestSinglePool_ALegToAnEndpointTakenOutIsRetriedElsewhere(t *testing.T) {
 		frozen(w, r, b)
 	}
 	cfg := singlePool(stuck.addr(), live.addr())
-	router := newFakeRouter(firstAllowed(&cfg))
+	router := newFakeRouter(firstAllowed(cfg))
 	watch := NewEndpointWatch()
 	url, _ := startGateway(t, cfg, Deps{Router: router, Watch: watch})
 	type answer struct {
@@ -113,7 +114,7 @@ func TestSinglePool_AStreamThatGoesSilentIsCutAfterTheIdleBound(t *testing.T) {
 		<-r.Context().Done() // then frozen
 	}
 	cfg := singlePool(be.addr())
-	cfg.StreamIdleTimeout = 150 * time.Millisecond
+	cfg.Timeouts.StreamIdle = 150 * time.Millisecond
 	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
 	url, _ := startGateway(t, cfg, Deps{Router: fr})
 	req, _ := http.NewRequest(http.MethodPost, url+PathCompletions, strings.NewReader(`{"model":"m","prompt":"p","stream":true}`))
@@ -149,8 +150,8 @@ func TestPD_ADecodeFrozenAfterItsHeadersIsRetried(t *testing.T) {
 		<-r.Context().Done()
 	}
 	cfg := pdPool([]netip.AddrPort{prefill.addr()}, []netip.AddrPort{stuck.addr(), live.addr()})
-	cfg.DecodeTimeout = 200 * time.Millisecond
-	router := newFakeRouter(pdAllowed(&cfg))
+	cfg.Timeouts.Decode = 200 * time.Millisecond
+	router := newFakeRouter(pdAllowed(cfg))
 	url, _ := startGateway(t, cfg, Deps{Router: router, Metrics: NewMetrics(metrics.NewSet(), "pd")})
 	resp, body := post(t, testClient(t), url+PathCompletions, `{"model":"m","prompt":"p","stream":true}`)
 	if resp.StatusCode != 200 {

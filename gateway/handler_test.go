@@ -1,21 +1,28 @@
 package gateway
 
 import (
-	"crypto/tls"
+	"bufio"
 	"io"
-	"log"
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
+	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/ladder"
 )
 
-// panicTransport simulates a bug below the handler.
-type panicTransport struct{}
+// panicReport simulates a bug below the handler: the router panics when
+// the leg is reported.
+type panicReport struct{ *fakeRouter }
 
-func (panicTransport) RoundTrip(*http.Request) (*http.Response, error) { panic("bug") }
+func (panicReport) Report(actors.Outcome) { panic("bug") }
+
+// The decorator must still satisfy the router contract.
+var _ actors.Router = panicReport{}
 
 func TestHandler_StripsHopByHopHeadersBothWays(t *testing.T) {
 	be := newFakeVLLM(t)
@@ -56,19 +63,42 @@ func TestHandler_StripsHopByHopHeadersBothWays(t *testing.T) {
 	}
 }
 
-func TestOutboundHeader_TrustedForwardedChainIsExtended(t *testing.T) {
-	r, _ := http.NewRequest(http.MethodPost, "http://vip/v1/completions", nil)
-	r.RemoteAddr, r.Host = "10.1.1.1:999", "vip:2020"
-	r.TLS = &tls.ConnectionState{}
-	r.Header.Set("X-Forwarded-For", "1.2.3.4")
-	h := outboundHeader(r, true, "test-hop")
-	if got := h.Get("X-Forwarded-For"); got != "1.2.3.4, 10.1.1.1" {
+// outbound renders the upstream request head llb builds for the raw client
+// request (from 10.1.1.1:999 over TLS), and parses it back.
+func outbound(t *testing.T, raw string, trust bool, hopID string) (*http.Request, *fasthttp.Request) {
+	t.Helper()
+	cfg := singlePool(netip.MustParseAddrPort("127.0.0.1:8000"))
+	h, err := NewHandler(cfg, Options{TrustForwardedHeaders: trust, HopID: hopID}, Deps{Router: newFakeRouter(fixedRoute(decision(ladder.Tier2, 0, -1)))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := new(fasthttp.Request)
+	if err := in.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+		t.Fatal(err)
+	}
+	x := &exchange{h: h, in: in, ip: "10.1.1.1", remote: "10.1.1.1:999", tls: true}
+	head := x.appendRequestHead(nil, "127.0.0.1:8000", len(in.Body()), 0, "")
+	r, err := http.ReadRequest(bufio.NewReader(strings.NewReader(string(head) + string(in.Body()))))
+	if err != nil {
+		t.Fatalf("the head %q does not parse: %v", head, err)
+	}
+	return r, in
+}
+
+func TestRequestHead_TrustedForwardedChainIsExtended(t *testing.T) {
+	raw := "POST /v1/completions?x=1 HTTP/1.1\r\nHost: vip:2020\r\nX-Forwarded-For: 1.2.3.4\r\nForwarded: for=1.2.3.4\r\n" +
+		"Connection: X-Hop\r\nX-Hop: 1\r\nContent-Length: 2\r\n\r\n{}"
+	r, in := outbound(t, raw, true, "me")
+	if got := r.Header.Get("X-Forwarded-For"); got != "1.2.3.4, 10.1.1.1" {
 		t.Errorf("X-Forwarded-For = %q", got)
 	}
-	if h.Get("X-Forwarded-Proto") != "https" || h.Get("X-Forwarded-Host") != "vip:2020" {
-		t.Errorf("X-Forwarded-Proto/Host = %q/%q", h.Get("X-Forwarded-Proto"), h.Get("X-Forwarded-Host"))
+	if r.Header.Get("X-Forwarded-Proto") != "https" || r.Header.Get("X-Forwarded-Host") != "vip:2020" || r.Header.Get("Forwarded") != "for=1.2.3.4" {
+		t.Errorf("X-Forwarded-Proto/Host, Forwarded = %q/%q, %q", r.Header.Get("X-Forwarded-Proto"), r.Header.Get("X-Forwarded-Host"), r.Header.Get("Forwarded"))
 	}
-	if r.Header.Get("X-Forwarded-For") != "1.2.3.4" {
+	if r.Host != "127.0.0.1:8000" || r.RequestURI != "/v1/completions?x=1" || r.ContentLength != 2 || r.Header.Get("X-Hop") != "" {
+		t.Errorf("host %q uri %q length %d X-Hop %q", r.Host, r.RequestURI, r.ContentLength, r.Header.Get("X-Hop"))
+	}
+	if string(in.Header.Peek("X-Forwarded-For")) != "1.2.3.4" {
 		t.Error("the inbound request's header was mutated")
 	}
 }
@@ -76,9 +106,8 @@ func TestOutboundHeader_TrustedForwardedChainIsExtended(t *testing.T) {
 func TestHandler_RejectsBadRequestsWithOpenAIErrors(t *testing.T) {
 	be := newFakeVLLM(t)
 	cfg := singlePool(be.addr())
-	cfg.BodyLimit = 64
 	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
-	url, _ := startGateway(t, cfg, Deps{Router: fr})
+	url, _ := startGatewayWith(t, cfg, Options{BodyLimit: 64}, Deps{Router: fr})
 	c := testClient(t)
 	tests := []struct {
 		name       string
@@ -164,24 +193,28 @@ func TestListener_ServesCleartextHTTP2(t *testing.T) {
 
 func TestHandler_ReleasesTheTicketOnBadDecisionsAndPanics(t *testing.T) {
 	tests := []struct {
-		name string
-		d    ladder.Decision
-		rt   http.RoundTripper
-		want int // HTTP status; 0 = connection dropped
+		name  string
+		d     ladder.Decision
+		panic bool
+		want  int // HTTP status; 0 = connection dropped
 	}{
-		{"decision names a missing endpoint", decision(ladder.TierSelector, 7, -1), nil, 503},
-		{"panic below the handler", decision(ladder.TierSelector, 0, -1), panicTransport{}, 0},
+		{"decision names a missing endpoint", decision(ladder.TierSelector, 7, -1), false, 503},
+		{"panic below the handler", decision(ladder.TierSelector, 0, -1), true, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			be := newFakeVLLM(t)
 			fr := newFakeRouter(fixedRoute(tt.d))
+			var router actors.Router = fr
+			if tt.panic {
+				router = panicReport{fr}
+			}
 			cfg := singlePool(be.addr())
-			l, err := NewListener(cfg, Deps{Router: fr, Transport: tt.rt})
+			h, err := NewHandler(cfg, Options{}, Deps{Router: router})
 			if err != nil {
 				t.Fatal(err)
 			}
-			l.srv.ErrorLog = log.New(io.Discard, "", 0) // the recovered panic is expected
+			l := NewListener(h)
 			if err := l.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -206,7 +239,7 @@ func TestHandler_ReleasesTheTicketOnBadDecisionsAndPanics(t *testing.T) {
 func TestHandler_KeepAliveConnectionOutlivesAStreamDeadline(t *testing.T) {
 	be := newFakeVLLM(t)
 	cfg := singlePool(be.addr())
-	cfg.MaxStreamDuration = 100 * time.Millisecond
+	cfg.Timeouts.MaxStream = 100 * time.Millisecond
 	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
 	url, _ := startGateway(t, cfg, Deps{Router: fr})
 	c := testClient(t)
@@ -216,7 +249,7 @@ func TestHandler_KeepAliveConnectionOutlivesAStreamDeadline(t *testing.T) {
 	}
 	// Let the first request's stream deadline pass (elapsed time is what is
 	// tested), then use the same connection again.
-	<-time.After(3 * cfg.MaxStreamDuration)
+	<-time.After(3 * cfg.Timeouts.MaxStream)
 	resp, body := post(t, c, url+PathCompletions, `{"prompt":`)
 	if resp.StatusCode != 400 || decodeError(t, body).Error.Code != CodeInvalidJSON {
 		t.Errorf("second request on the kept-alive connection: %d %s; want 400 %s", resp.StatusCode, body, CodeInvalidJSON)
@@ -251,15 +284,13 @@ func TestHandler_PausedRuleAnswers503WithoutRouting(t *testing.T) {
 	}
 }
 
-func TestOutboundHeader_AppendsThisInstanceToTheHopList(t *testing.T) {
-	r, _ := http.NewRequest(http.MethodPost, "http://vip/v1/completions", nil)
-	r.RemoteAddr = "10.1.1.1:999"
-	if got := outboundHeader(r, false, "me").Values(HeaderHop); len(got) != 1 || got[0] != "me" {
+func TestRequestHead_AppendsThisInstanceToTheHopList(t *testing.T) {
+	r, _ := outbound(t, "GET /health HTTP/1.1\r\nHost: vip\r\n\r\n", false, "me")
+	if got := r.Header.Values(HeaderHop); len(got) != 1 || got[0] != "me" {
 		t.Errorf("first hop: %q; want [me]", got)
 	}
-	r.Header.Add(HeaderHop, "a")
-	r.Header.Add(HeaderHop, "b, c")
-	if got := outboundHeader(r, false, "me").Values(HeaderHop); len(got) != 1 || got[0] != "a, b, c, me" {
+	r, _ = outbound(t, "GET /health HTTP/1.1\r\nHost: vip\r\nX-Llb-Hop: a\r\nX-Llb-Hop: b, c\r\n\r\n", false, "me")
+	if got := r.Header.Values(HeaderHop); len(got) != 1 || got[0] != "a, b, c, me" {
 		t.Errorf("later hop: %q; want [a, b, c, me]", got)
 	}
 }
@@ -278,11 +309,11 @@ func TestLooped_OwnIDOrTooManyHops(t *testing.T) {
 		{"beyond max hops", []string{strings.Repeat("x, ", MaxHops) + "x"}, true},
 	}
 	for _, tt := range tests {
-		h := http.Header{}
+		var h fasthttp.RequestHeader
 		for _, v := range tt.give {
 			h.Add(HeaderHop, v)
 		}
-		if got := looped(h, "me"); got != tt.want {
+		if got := looped(&h, "me"); got != tt.want {
 			t.Errorf("%s: got %v; want %v", tt.name, got, tt.want)
 		}
 	}
@@ -291,9 +322,8 @@ func TestLooped_OwnIDOrTooManyHops(t *testing.T) {
 func TestHandler_ALoopedRequestIs508AndNeverForwarded(t *testing.T) {
 	be := newFakeVLLM(t)
 	cfg := singlePool(be.addr())
-	cfg.HopID = "me"
 	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
-	url, _ := startGateway(t, cfg, Deps{Router: fr})
+	url, _ := startGatewayWith(t, cfg, Options{HopID: "me"}, Deps{Router: fr})
 	req, _ := http.NewRequest(http.MethodPost, url+PathCompletions, strings.NewReader(`{"model":"m","prompt":"p"}`))
 	req.Header.Set(HeaderHop, "other, me")
 	resp, err := testClient(t).Do(req)
@@ -310,29 +340,24 @@ func TestHandler_ALoopedRequestIs508AndNeverForwarded(t *testing.T) {
 	}
 }
 
-func TestOutboundHeader_XRealIPIsLLBsViewUnlessTrusted(t *testing.T) {
-	r, _ := http.NewRequest(http.MethodPost, "http://vip/v1/completions", nil)
-	r.RemoteAddr = "10.1.1.1:999"
-	r.Header.Set("X-Real-IP", "6.6.6.6")
-	if got := outboundHeader(r, false, "me").Values("X-Real-Ip"); len(got) != 1 || got[0] != "10.1.1.1" {
-		t.Errorf("untrusted X-Real-IP %q; want [10.1.1.1]", got)
+func TestRequestHead_XRealIPIsLLBsViewUnlessTrusted(t *testing.T) {
+	with := "GET /health HTTP/1.1\r\nHost: vip\r\nX-Real-IP: 6.6.6.6\r\n\r\n"
+	if r, _ := outbound(t, with, false, "me"); len(r.Header.Values("X-Real-Ip")) != 1 || r.Header.Get("X-Real-Ip") != "10.1.1.1" {
+		t.Errorf("untrusted X-Real-IP %q; want [10.1.1.1]", r.Header.Values("X-Real-Ip"))
 	}
-	if got := outboundHeader(r, true, "me").Get("X-Real-Ip"); got != "6.6.6.6" {
-		t.Errorf("trusted X-Real-IP %q; want the client's 6.6.6.6", got)
+	if r, _ := outbound(t, with, true, "me"); len(r.Header.Values("X-Real-Ip")) != 1 || r.Header.Get("X-Real-Ip") != "6.6.6.6" {
+		t.Errorf("trusted X-Real-IP %q; want the client's 6.6.6.6", r.Header.Values("X-Real-Ip"))
 	}
-	r.Header.Del("X-Real-IP")
-	if got := outboundHeader(r, true, "me").Get("X-Real-Ip"); got != "10.1.1.1" {
-		t.Errorf("trusted without one: %q; want 10.1.1.1", got)
+	if r, _ := outbound(t, "GET /health HTTP/1.1\r\nHost: vip\r\n\r\n", true, "me"); r.Header.Get("X-Real-Ip") != "10.1.1.1" {
+		t.Errorf("trusted without one: %q; want 10.1.1.1", r.Header.Get("X-Real-Ip"))
 	}
 }
 
 func TestHandler_HiddenBackendAddressesStayOutOfClientAnswers(t *testing.T) {
 	closed := closedAddr(t)
 	cfg := singlePool(closed)
-	cfg.HideBackendAddrs = true
-	cfg.MaxConnectRetries = -1
 	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
-	url, _ := startGateway(t, cfg, Deps{Router: fr})
+	url, _ := startGatewayWith(t, cfg, Options{HideBackendAddrs: true, MaxConnectRetries: -1}, Deps{Router: fr})
 	resp, body := post(t, testClient(t), url+PathCompletions, `{"model":"m","prompt":"p"}`)
 	if resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("got %d %s; want 502", resp.StatusCode, body)

@@ -17,6 +17,8 @@ import (
 
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/rule"
+	"github.com/llbproject/llb/rule/ruletest"
 )
 
 // ---------------------------------------------------------------------------
@@ -131,7 +133,7 @@ func fixedRoute(d ladder.Decision) func(*actors.RouteRequest, int) (actors.Route
 
 // firstAllowed picks the lowest endpoint index of role not in rr.Avoid
 // (prefill role for pd, with decode = the first decode endpoint).
-func firstAllowed(cfg *RuleConfig) func(*actors.RouteRequest, int) (actors.Route, error) {
+func firstAllowed(cfg *rule.Compiled) func(*actors.RouteRequest, int) (actors.Route, error) {
 	return func(rr *actors.RouteRequest, _ int) (actors.Route, error) {
 		d := decision(ladder.Tier2, -1, -1)
 		for i, ep := range cfg.Endpoints {
@@ -139,7 +141,7 @@ func firstAllowed(cfg *RuleConfig) func(*actors.RouteRequest, int) (actors.Route
 				continue
 			}
 			switch {
-			case ep.Role == ladder.RoleDecode:
+			case ep.Role() == ladder.RoleDecode:
 				if d.Decode < 0 {
 					d.Decode = i
 				}
@@ -151,7 +153,7 @@ func firstAllowed(cfg *RuleConfig) func(*actors.RouteRequest, int) (actors.Route
 			d = decision(ladder.TierNone, -1, -1)
 			d.Unavailable = ladder.ReasonNoHealthyBackend
 		}
-		if !cfg.PDDisagg {
+		if !cfg.Spec.PDDisagg {
 			d.Decode = -1
 		}
 		return actors.Route{Decision: d}, nil
@@ -258,6 +260,27 @@ func (f *fakeVLLM) serve(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, "data: [DONE]\n\n")
 }
 
+// serveTCP serves fn on every connection to a loopback listener (closed at
+// cleanup) and returns its address.
+func serveTCP(t *testing.T, fn func(net.Conn)) netip.AddrPort {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); fn(c) }()
+		}
+	}()
+	return netip.MustParseAddrPort(ln.Addr().String())
+}
+
 // closedAddr returns a loopback address nothing listens on.
 func closedAddr(t *testing.T) netip.AddrPort {
 	t.Helper()
@@ -273,32 +296,36 @@ func closedAddr(t *testing.T) netip.AddrPort {
 // ---------------------------------------------------------------------------
 // Gateway under test.
 
-func singlePool(addrs ...netip.AddrPort) RuleConfig {
-	cfg := RuleConfig{Name: "test", VIP: netip.MustParseAddr("127.0.0.1")}
-	for _, a := range addrs {
-		cfg.Endpoints = append(cfg.Endpoints, EndpointConfig{Addr: a})
-	}
-	return cfg
+// singlePool is the compiled round-robin rule over addrs, listening on a
+// free port of 127.0.0.1.
+func singlePool(addrs ...netip.AddrPort) *rule.Compiled {
+	c := ruletest.SinglePool(addrs...)
+	c.Port = 0
+	return c
 }
 
-func pdPool(prefill []netip.AddrPort, decode []netip.AddrPort) RuleConfig {
-	cfg := RuleConfig{Name: "pd", VIP: netip.MustParseAddr("127.0.0.1"), PDDisagg: true}
-	for _, a := range prefill {
-		cfg.Endpoints = append(cfg.Endpoints, EndpointConfig{Addr: a, Role: ladder.RolePrefill})
-	}
-	for _, a := range decode {
-		cfg.Endpoints = append(cfg.Endpoints, EndpointConfig{Addr: a, Role: ladder.RoleDecode})
-	}
-	return cfg
+// pdPool is the compiled P/D rule, listening on a free port of 127.0.0.1.
+func pdPool(prefill []netip.AddrPort, decode []netip.AddrPort) *rule.Compiled {
+	c := ruletest.PD(prefill, decode)
+	c.Port = 0
+	return c
 }
 
-// startGateway starts a listener for cfg and returns its base URL.
-func startGateway(t *testing.T, cfg RuleConfig, deps Deps) (string, *Listener) {
+// startGateway starts a listener for c with the default options and
+// returns its base URL.
+func startGateway(t *testing.T, c *rule.Compiled, deps Deps) (string, *Listener) {
 	t.Helper()
-	l, err := NewListener(cfg, deps)
+	return startGatewayWith(t, c, Options{}, deps)
+}
+
+// startGatewayWith starts a listener for c with opts.
+func startGatewayWith(t *testing.T, c *rule.Compiled, opts Options, deps Deps) (string, *Listener) {
+	t.Helper()
+	h, err := NewHandler(c, opts, deps)
 	if err != nil {
-		t.Fatalf("NewListener: %v", err)
+		t.Fatalf("NewHandler: %v", err)
 	}
+	l := NewListener(h)
 	if err := l.Start(); err != nil {
 		t.Fatalf("Start: %v", err)
 	}

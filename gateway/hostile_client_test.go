@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/ladder"
 )
 
@@ -36,10 +37,8 @@ func TestHandler_ASlowBodyGets408AtTheBoundAndTheConnectionCloses(t *testing.T) 
 		t.Run(strconv.Itoa(size), func(t *testing.T) {
 			be := newFakeVLLM(t)
 			cfg := singlePool(be.addr())
-			cfg.BodyReadTimeout = 300 * time.Millisecond
-			cfg.BodyLimit = 4 << 20
 			fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
-			url, _ := startGateway(t, cfg, Deps{Router: fr})
+			url, _ := startGatewayWith(t, cfg, Options{BodyReadTimeout: 300 * time.Millisecond, BodyLimit: 4 << 20}, Deps{Router: fr})
 			c := rawConn(t, url)
 			start := time.Now()
 			if _, err := io.WriteString(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "+
@@ -141,5 +140,101 @@ func TestHandler_APlainRequestKeepsTheConnection(t *testing.T) {
 		if resp.StatusCode != http.StatusOK || resp.Close {
 			t.Fatalf("answer %d: %d close %v; want 200 keep-alive", i, resp.StatusCode, resp.Close)
 		}
+	}
+}
+
+// readAnswer reads what comes back on c until it closes (or 5 s pass).
+func readAnswer(t *testing.T, c net.Conn) string {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b, err := io.ReadAll(c)
+	if err != nil && !strings.Contains(err.Error(), "reset") {
+		t.Fatalf("reading the answer: %v (got %q)", err, b)
+	}
+	return string(b)
+}
+
+// A client that shuts its write side is taken for gone by net/http (its
+// request context ends); llb then abandons the request. It must not answer
+// "200 OK" with an empty body — neither for a body cut short nor for a
+// complete request — but close the connection (make attack: a truncated
+// body, a bad chunked body or a GET followed by a half-close got an empty
+// 200).
+func TestHandler_AClientThatShutsItsWriteSideNeverGetsAnEmpty200(t *testing.T) {
+	body := `{"model":"m","prompt":"p","max_tokens":1}`
+	tests := []struct {
+		name, req string
+	}{
+		{name: "body cut short", req: "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n" + body[:10]},
+		{name: "chunked body without its last chunk", req: "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" +
+			strconv.FormatInt(int64(len(body)), 16) + "\r\n" + body + "\r\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			be := newFakeVLLM(t)
+			fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+			url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+			c := rawConn(t, url)
+			if _, err := io.WriteString(c, tt.req); err != nil {
+				t.Fatal(err)
+			}
+			_ = c.(*net.TCPConn).CloseWrite()
+			if got := readAnswer(t, c); strings.HasPrefix(got, "HTTP/1.1 200") {
+				t.Fatalf("answered %q; want a 4xx or the connection closed, never a 200", got)
+			}
+		})
+	}
+}
+
+// RFC 9112 §6.1: an HTTP/1.0 request with Transfer-Encoding has faulty
+// framing and the connection is closed after the answer. net/http drops
+// the header of an HTTP/1.0 request before llb sees it, so every HTTP/1.0
+// answer closes its connection: the chunked body a proxy in front would
+// read was otherwise parsed here as the next request (make attack).
+func TestHandler_AnHTTP10RequestClosesItsConnection(t *testing.T) {
+	be := newFakeVLLM(t)
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+	c := rawConn(t, url)
+	body := `{"model":"m","prompt":"p","max_tokens":1}`
+	req := "POST /v1/completions HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n" +
+		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body + "GET /v1/models HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	got := readAnswer(t, c)
+	if n := strings.Count(got, "HTTP/1."); n != 1 {
+		t.Fatalf("%d answers on one HTTP/1.0 connection with Transfer-Encoding; want 1, then close:\n%s", n, got)
+	}
+}
+
+// A complete request whose client shuts its write side while llb waits on
+// a slow backend: the departure watch takes the client for gone and the
+// leg is cancelled; the client may get nothing, but never an empty 200.
+func TestHandler_AHalfClosedClientOfASlowRequestNeverGetsAnEmpty200(t *testing.T) {
+	be := newFakeVLLM(t)
+	be.answer = func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+			_, _ = io.WriteString(w, `{"late":true}`)
+		}
+	}
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+	c := rawConn(t, url)
+	body := `{"model":"m","prompt":"p","max_tokens":1}`
+	if _, err := io.WriteString(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "+
+		strconv.Itoa(len(body))+"\r\n\r\n"+body); err != nil {
+		t.Fatal(err)
+	}
+	<-be.got // the request is at the backend before the client half-closes
+	_ = c.(*net.TCPConn).CloseWrite()
+	if got := readAnswer(t, c); strings.HasPrefix(got, "HTTP/1.1 200") {
+		t.Fatalf("answered %q; want the connection closed, never a 200", got)
+	}
+	fr.checkTicketsClosed(t, 1)
+	if _, outcomes, _ := fr.snapshot(); len(outcomes) != 1 || outcomes[0].Failure != actors.FailClientGone {
+		t.Errorf("outcomes %+v; want the leg reported client-gone", outcomes)
 	}
 }

@@ -33,41 +33,71 @@ type member struct {
 // valid JSON (validJSON); a value that is not an object yields errNotObject.
 // fn must not keep m beyond the call.
 func forEachMember(doc []byte, fn func(m *member) error) error {
-	i := skipSpace(doc, 0)
-	if i >= len(doc) || doc[i] != '{' {
-		return errNotObject
-	}
-	i++
-	var m member
-	for {
-		i = skipSpace(doc, i)
-		if i >= len(doc) {
-			return errNotObject
-		}
-		if doc[i] == '}' {
-			return nil
-		}
-		if doc[i] == ',' {
-			i = skipSpace(doc, i+1)
-		}
-		m.start = i
-		kEnd := skipString(doc, i)
-		raw := doc[i+1 : kEnd-1]
-		if !plainString(raw) {
-			m.key = []byte(unquote(doc[i:kEnd]))
-		} else {
-			m.key = raw
-		}
-		i = skipSpace(doc, kEnd)
-		i = skipSpace(doc, i+1) // ':'
-		vEnd := skipValue(doc, i)
-		m.val = doc[i:vEnd]
-		m.end = vEnd
-		if err := fn(&m); err != nil {
+	it := memberIter{doc: doc}
+	for it.next() {
+		if err := fn(&it.m); err != nil {
 			return err
 		}
-		i = vEnd
 	}
+	return it.err
+}
+
+// memberIter walks the top-level members of a JSON object, like
+// forEachMember, without a callback (so nothing escapes to the heap on the
+// request path):
+//
+//	it := memberIter{doc: doc}
+//	for it.next() { use(&it.m) }
+//	if it.err != nil { … }
+type memberIter struct {
+	doc     []byte
+	i       int
+	started bool
+	m       member
+	err     error
+}
+
+// next advances to the next member; false at the end of the object or on
+// an error (err).
+func (it *memberIter) next() bool {
+	doc, i := it.doc, it.i
+	if !it.started {
+		it.started = true
+		i = skipSpace(doc, 0)
+		if i >= len(doc) || doc[i] != '{' {
+			it.err = errNotObject
+			return false
+		}
+		i++
+	}
+	i = skipSpace(doc, i)
+	if i >= len(doc) {
+		it.err = errNotObject
+		return false
+	}
+	if doc[i] == '}' {
+		it.i = i
+		return false
+	}
+	if doc[i] == ',' {
+		i = skipSpace(doc, i+1)
+	}
+	m := &it.m
+	m.start = i
+	kEnd := skipString(doc, i)
+	raw := doc[i+1 : kEnd-1]
+	if !plainString(raw) {
+		m.key = []byte(unquote(doc[i:kEnd]))
+	} else {
+		m.key = raw
+	}
+	i = skipSpace(doc, kEnd)
+	i = skipSpace(doc, i+1) // ':'
+	vEnd := skipValue(doc, i)
+	m.val = doc[i:vEnd]
+	m.end = vEnd
+	it.i = vEnd
+	return true
 }
 
 // plainString reports whether a string literal's body needs no decoding

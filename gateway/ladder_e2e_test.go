@@ -13,6 +13,7 @@ import (
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/rule"
 )
 
 // ladderRouter is a synchronous stand-in for the router actor built on the
@@ -37,11 +38,11 @@ type ladderTicket struct {
 	finished bool
 }
 
-func newLadderRouter(t *testing.T, svc ladder.ServiceSpec, cfg *RuleConfig) *ladderRouter {
+func newLadderRouter(t *testing.T, svc ladder.ServiceSpec, cfg *rule.Compiled) *ladderRouter {
 	t.Helper()
 	var eps []ladder.EndpointSpec
 	for _, e := range cfg.Endpoints {
-		eps = append(eps, ladder.EndpointSpec{Addr: e.Addr.String(), Role: e.Role})
+		eps = append(eps, ladder.EndpointSpec{Addr: e.Addr.String(), Role: e.Role()})
 	}
 	env := ladder.DefaultEnv()
 	r, err := ladder.NewRouter(svc, eps, env, ladder.RouterConfig{})
@@ -163,7 +164,7 @@ func TestCHWBL_SamePrefixStaysOnOneWorkerUntilItsBound(t *testing.T) {
 		addrs = append(addrs, be.addr())
 	}
 	cfg := singlePool(addrs...)
-	lr := newLadderRouter(t, ladder.ServiceSpec{Name: "chwbl", Selector: ladder.SelCHWBL}, &cfg)
+	lr := newLadderRouter(t, ladder.ServiceSpec{Name: "chwbl", Selector: ladder.SelCHWBL}, cfg)
 	url, _ := startGateway(t, cfg, Deps{Router: lr})
 	c := testClient(t)
 	system := strings.Repeat("You are a meticulous assistant for the docs team. ", 8)
@@ -224,9 +225,9 @@ func TestTier15_RoutesToTheWorkerHoldingThePromptBlocks(t *testing.T) {
 		addrs = append(addrs, newFakeVLLM(t).addr())
 	}
 	cfg := singlePool(addrs...)
-	cfg.KVExactMode = ladder.KVSinglePool
+	cfg.Spec.KVExactMode = ladder.KVSinglePool
 	hasher := testHasher(t)
-	lr := newLadderRouter(t, ladder.ServiceSpec{Name: "kv", Selector: ladder.SelRR, KVExactMode: ladder.KVSinglePool, KVBlockSize: 4}, &cfg)
+	lr := newLadderRouter(t, ladder.ServiceSpec{Name: "kv", Selector: ladder.SelRR, KVExactMode: ladder.KVSinglePool, KVBlockSize: 4}, cfg)
 	tok := &fakeTokenizer{}
 	url, _ := startGateway(t, cfg, Deps{Router: lr, Hasher: hasher, Tokenizer: tok})
 

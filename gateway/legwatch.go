@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -18,55 +16,76 @@ import (
 // Legs whose response already reached the client are left alone (the
 // stream's idle bound ends them).
 //
-// Safe for concurrent use. EndpointDown never blocks (the router actor
-// calls it).
+// A watched leg is a node in a per-endpoint list embedded in its exchange
+// (no allocation, no map); a leg leaves the list when it commits to the
+// client or fails. Safe for concurrent use. EndpointDown never blocks for
+// long (the router actor calls it).
 type EndpointWatch struct {
-	mu   sync.Mutex
-	legs [ladder.MaxEndpoints]map[*watchedLeg]struct{} // guarded by mu
+	mu   [ladder.MaxEndpoints]sync.Mutex
+	legs [ladder.MaxEndpoints]*watchedLeg // list heads, guarded by mu[ep]
 }
 
 // NewEndpointWatch returns an empty watch.
 func NewEndpointWatch() *EndpointWatch { return &EndpointWatch{} }
 
-// errEndpointDown is the cause of a leg cancelled by EndpointDown.
-var errEndpointDown = errors.New("gateway: endpoint taken out of service before it answered")
+// Watched-leg states.
+const (
+	legWaiting   = iota // no byte went to the client yet
+	legCommitted        // the response is going to the client
+	legCancelled        // EndpointDown cancelled it first
+)
 
-// watchedLeg is one leg under watch.
+// watchedLeg is an exchange's entry in the watch (one leg at a time).
 type watchedLeg struct {
-	cancel context.CancelCauseFunc
-	// state: 0 waiting for the first byte, 1 committed to the client,
-	// 2 cancelled because the endpoint went down.
-	state atomic.Uint32
+	prev, next *watchedLeg // guarded by the watch's mu[ep]
+	x          *exchange
+	ep         int
+	state      atomic.Uint32
+	listed     bool // in a list (owned by the exchange's goroutine)
+}
+
+// add watches x's leg to endpoint ep; remove it when the leg commits or
+// ends.
+func (w *EndpointWatch) add(n *watchedLeg, x *exchange, ep int) {
+	if w == nil || ep < 0 || ep >= ladder.MaxEndpoints {
+		return
+	}
+	n.x, n.ep = x, ep
+	n.state.Store(legWaiting)
+	w.mu[ep].Lock()
+	n.prev, n.next = nil, w.legs[ep]
+	if n.next != nil {
+		n.next.prev = n
+	}
+	w.legs[ep] = n
+	w.mu[ep].Unlock()
+	n.listed = true
+}
+
+// remove takes n out of the watch (a no-op when it is not in it).
+func (w *EndpointWatch) remove(n *watchedLeg) {
+	if w == nil || !n.listed {
+		return
+	}
+	ep := n.ep
+	w.mu[ep].Lock()
+	if n.prev != nil {
+		n.prev.next = n.next
+	} else {
+		w.legs[ep] = n.next
+	}
+	if n.next != nil {
+		n.next.prev = n.prev
+	}
+	n.prev, n.next = nil, nil
+	w.mu[ep].Unlock()
+	n.listed = false
 }
 
 // commit marks the leg's response as going to the client; false when the
-// endpoint watch cancelled it first. A nil leg always commits.
-func (l *watchedLeg) commit() bool {
-	return l == nil || l.state.CompareAndSwap(0, 1) || l.state.Load() == 1
-}
-
-// add watches a leg to endpoint ep; remove it when the leg ends.
-func (w *EndpointWatch) add(ep int, cancel context.CancelCauseFunc) *watchedLeg {
-	if w == nil || ep < 0 || ep >= ladder.MaxEndpoints {
-		return nil
-	}
-	l := &watchedLeg{cancel: cancel}
-	w.mu.Lock()
-	if w.legs[ep] == nil {
-		w.legs[ep] = make(map[*watchedLeg]struct{})
-	}
-	w.legs[ep][l] = struct{}{}
-	w.mu.Unlock()
-	return l
-}
-
-func (w *EndpointWatch) remove(ep int, l *watchedLeg) {
-	if w == nil || l == nil {
-		return
-	}
-	w.mu.Lock()
-	delete(w.legs[ep], l)
-	w.mu.Unlock()
+// endpoint watch cancelled it first.
+func (n *watchedLeg) commit() bool {
+	return n.state.CompareAndSwap(legWaiting, legCommitted) || n.state.Load() == legCommitted
 }
 
 // EndpointDown cancels every leg to ep that has not answered the client
@@ -75,11 +94,11 @@ func (w *EndpointWatch) EndpointDown(ep int) {
 	if w == nil || ep < 0 || ep >= ladder.MaxEndpoints {
 		return
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for l := range w.legs[ep] {
-		if l.state.CompareAndSwap(0, 2) {
-			l.cancel(errEndpointDown)
+	w.mu[ep].Lock()
+	defer w.mu[ep].Unlock()
+	for n := w.legs[ep]; n != nil; n = n.next {
+		if n.state.CompareAndSwap(legWaiting, legCancelled) {
+			n.x.abortLeg(causeDown)
 		}
 	}
 }

@@ -8,27 +8,41 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
 )
 
-// Listener serving: one HTTP server per mode:4 rule on externalIP:port.
+// Listener serving: one listener per mode:4 rule on externalIP:port.
+//
+// Each accepted connection is sniffed for the HTTP/2 preface: h2c with
+// prior knowledge goes to a net/http server (fasthttp has no HTTP/2), every
+// other connection to a fasthttp server, which serves HTTP/1.1 with
+// keep-alive at several times net/http's rate (docs/performance.md). Both
+// run the same Handler.
 
 // Server timeouts. None of them bounds a response: long SSE streams are
-// bounded per request (RuleConfig.MaxStreamDuration, DataTimeout).
+// bounded per request (the rule's rule.Timeouts: MaxStream, Data).
 const (
-	// DefaultReadHeaderTimeout bounds reading a request's headers.
+	// DefaultReadHeaderTimeout bounds reading a request's headers (from its
+	// first byte); the rule's body read timeout then bounds the body.
 	DefaultReadHeaderTimeout = 10 * time.Second
 	// DefaultIdleTimeout closes keep-alive client connections idle this long.
 	DefaultIdleTimeout = 120 * time.Second
+	// readBufferSize is the per-connection request read buffer; it bounds
+	// a request's head (431 beyond it), like HAProxy's 16 KiB tune.bufsize.
+	readBufferSize = 16 << 10
 )
 
 // ErrBind classifies a listener that could not bind its address; the
 // runtime reports it in the rule's REST status (other rules keep running).
 var ErrBind = errors.New("gateway: cannot listen")
 
-// Listener is one rule's HTTP listener: HTTP/1.1 and cleartext HTTP/2 with
+// Listener is one rule's listener: HTTP/1.1 and cleartext HTTP/2 with
 // prior knowledge (h2c), serving the rule's Handler.
 //
 // Lifecycle: NewListener → Start (once) → Shutdown or Close (once; later
@@ -36,45 +50,68 @@ var ErrBind = errors.New("gateway: cannot listen")
 type Listener struct {
 	h      atomic.Pointer[Handler] // the handler new requests get
 	addr   netip.AddrPort
-	srv    *http.Server
+	fast   *fasthttp.Server
+	h2     *http.Server
+	h2ln   *chanListener
 	base   context.Context
 	cancel context.CancelCauseFunc // cuts every request with errCut
+	log    zerolog.Logger
+	// acceptLog rate-limits the accept loop's errors (out of file
+	// descriptors, it retries every few milliseconds to a second).
+	acceptLog *serverErrorLog
 
-	mu      sync.Mutex // guards ln, started, serveErr, retired
+	stopping atomic.Bool
+	connWG   sync.WaitGroup // goroutines serving HTTP/1.1 connections
+
+	mu      sync.Mutex // guards ln, conns, retired, started, served
 	ln      net.Listener
+	conns   map[*clientConn]struct{}
 	retired []*Handler // replaced handlers that may still be serving
 	started bool
-	done    chan struct{} // closed when Serve returned
+	done    chan struct{} // closed when the accept loop returned
 	served  error
 
 	stopOnce sync.Once
 	stopErr  error
 }
 
-// NewListener validates cfg and builds the rule's listener (not yet bound).
-func NewListener(cfg RuleConfig, deps Deps) (*Listener, error) {
-	h, err := NewHandler(cfg, deps)
-	if err != nil {
-		return nil, err
-	}
-	return newListener(h), nil
-}
-
-// newListener builds an unbound listener serving h on h's VIP:port.
-func newListener(h *Handler) *Listener {
+// NewListener builds an unbound listener serving h on its rule's VIP:port.
+func NewListener(h *Handler) *Listener {
 	base, cancel := context.WithCancelCause(context.Background())
-	l := &Listener{addr: netip.AddrPortFrom(h.cfg.VIP, h.cfg.Port), base: base, cancel: cancel, done: make(chan struct{})}
+	l := &Listener{addr: netip.AddrPortFrom(h.rule.VIP, h.rule.Port), base: base, cancel: cancel, log: h.log,
+		done: make(chan struct{}), conns: map[*clientConn]struct{}{}}
 	l.h.Store(h)
+	l.acceptLog = &serverErrorLog{log: l.log}
+	l.fast = &fasthttp.Server{
+		Handler: func(rc *fasthttp.RequestCtx) {
+			l.h.Load().serveFast(rc, rc.Conn().(*clientConn), l.stopping.Load())
+		},
+		ErrorHandler: l.requestError,
+		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+			h := l.h.Load()
+			return fasthttp.RequestConfig{ReadTimeout: h.bodyReadTimeout, MaxRequestBodySize: int(min(h.bodyLimit, 1<<40))}
+		},
+		ConnState:                    l.connState,
+		ReadTimeout:                  DefaultReadHeaderTimeout,
+		IdleTimeout:                  DefaultIdleTimeout,
+		ReadBufferSize:               readBufferSize,
+		NoDefaultServerHeader:        true,
+		NoDefaultContentType:         true,
+		DisablePreParseMultipartForm: true,
+		LazyRequestTime:              true, // the handler keeps its own clock
+		SecureErrorLogMessage:        true, // parse errors do not echo the request's bytes
+		Logger:                       fastLogger{l.log},
+	}
 	var protos http.Protocols
 	protos.SetHTTP1(true)
 	protos.SetUnencryptedHTTP2(true)
-	l.srv = &http.Server{
+	l.h2 = &http.Server{
 		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { l.h.Load().ServeHTTP(w, r) }),
 		Protocols:         &protos,
 		ReadHeaderTimeout: DefaultReadHeaderTimeout,
 		IdleTimeout:       DefaultIdleTimeout,
 		BaseContext:       func(net.Listener) context.Context { return base },
-		ErrorLog:          log.New(&serverErrorLog{log: h.log}, "", 0),
+		ErrorLog:          log.New(&serverErrorLog{log: l.log}, "", 0),
 	}
 	return l
 }
@@ -107,16 +144,134 @@ func (l *Listener) Start() error {
 		return fmt.Errorf("%w %s: %w", ErrBind, l.addr, err)
 	}
 	l.ln, l.started = ln, true
-	go func() {
-		err := l.srv.Serve(ln)
-		l.mu.Lock()
-		if !errors.Is(err, http.ErrServerClosed) {
-			l.served = err
-		}
-		l.mu.Unlock()
-		close(l.done)
-	}()
+	l.h2ln = newChanListener(ln.Addr())
+	go func() { _ = l.h2.Serve(l.h2ln) }()
+	go l.accept(ln)
 	return nil
+}
+
+// accept runs the accept loop until the listener closes.
+func (l *Listener) accept(ln net.Listener) {
+	defer close(l.done)
+	var backoff time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if l.stopping.Load() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || isTemporaryAccept(err) {
+				// Out of file descriptors or a transient kernel error: wait
+				// and retry, as net/http does.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				_, _ = fmt.Fprintf(l.acceptLog, "accept error: %v; retrying in %v", err, backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			l.mu.Lock()
+			l.served = err
+			l.mu.Unlock()
+			return
+		}
+		backoff = 0
+		cc := newClientConn(c, l.base)
+		l.mu.Lock()
+		if l.stopping.Load() {
+			l.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		l.conns[cc] = struct{}{}
+		l.connWG.Add(1)
+		l.mu.Unlock()
+		go l.serveConn(cc)
+	}
+}
+
+// isTemporaryAccept reports accept errors worth retrying (EMFILE, ENFILE,
+// ECONNABORTED and the like).
+func isTemporaryAccept(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "too many open files") || strings.Contains(s, "connection aborted") ||
+		strings.Contains(s, "file table overflow") || strings.Contains(s, "no buffer space")
+}
+
+// serveConn serves one accepted connection: h2c to the net/http server,
+// anything else to fasthttp.
+func (l *Listener) serveConn(cc *clientConn) {
+	defer func() {
+		l.mu.Lock()
+		delete(l.conns, cc)
+		l.mu.Unlock()
+		cc.cancel(nil)
+		l.connWG.Done()
+	}()
+	h2, err := cc.sniffH2(DefaultReadHeaderTimeout)
+	if err != nil && len(cc.prefix) == 0 {
+		_ = cc.Close()
+		return
+	}
+	if h2 {
+		if !l.h2ln.deliver(cc) {
+			_ = cc.Close()
+		}
+		return
+	}
+	_ = l.fast.ServeConn(cc)
+}
+
+// connState tracks which connections are idle, and closes those that go
+// idle while the listener is stopping.
+func (l *Listener) connState(c net.Conn, st fasthttp.ConnState) {
+	cc, ok := c.(*clientConn)
+	if !ok {
+		return
+	}
+	switch st {
+	case fasthttp.StateIdle:
+		cc.idle.Store(true)
+		if l.stopping.Load() {
+			_ = cc.Conn.Close()
+		}
+	case fasthttp.StateActive:
+		cc.idle.Store(false)
+	}
+}
+
+// requestError answers a request the server could not read: too large a
+// body (413), too slow a client (408), too large a head (431), or a
+// malformed one (400). The server closes the connection after it.
+func (l *Listener) requestError(rc *fasthttp.RequestCtx, err error) {
+	h := l.h.Load()
+	x := h.begin()
+	x.in, x.out = &rc.Request, &rc.Response
+	if cc, ok := rc.Conn().(*clientConn); ok {
+		x.remote, x.ip = cc.remote, cc.ip
+	}
+	x.out.Header.SetNoDefaultContentType(true)
+	var small *fasthttp.ErrSmallBuffer
+	switch path := string(x.in.URI().PathOriginal()); path {
+	case PathCompletions:
+		x.api = KindCompletion.String()
+	case PathChatCompletions:
+		x.api = KindChat.String()
+	default:
+		x.api = "unknown"
+	}
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		h.fail(x, bodyTooLarge(h.bodyLimit))
+	case isTimeout(err):
+		h.fail(x, requestError(http.StatusRequestTimeout, CodeBodyTimeout, "",
+			"the request was not received within "+h.bodyReadTimeout.String()+" (headers within "+DefaultReadHeaderTimeout.String()+")"))
+	case errors.As(err, &small):
+		h.fail(x, requestError(http.StatusRequestHeaderFieldsTooLarge, CodeHeadersTooLarge, "",
+			fmt.Sprintf("the request head exceeds %d bytes", readBufferSize)))
+	default:
+		h.fail(x, requestError(http.StatusBadRequest, CodeBadRequest, "", "the request could not be parsed: "+err.Error()))
+	}
+	h.done(x)
 }
 
 // Addr returns the bound address (useful with port 0), or nil before Start.
@@ -129,8 +284,8 @@ func (l *Listener) Addr() net.Addr {
 	return l.ln.Addr()
 }
 
-// Done is closed when the server stopped serving (after Shutdown/Close, or
-// when accepting failed); Err then tells why.
+// Done is closed when the listener stopped accepting (after Shutdown/Close,
+// or when accepting failed); Err then tells why.
 func (l *Listener) Done() <-chan struct{} { return l.done }
 
 // Err returns the error that stopped serving, nil after a requested stop.
@@ -148,10 +303,22 @@ func (l *Listener) Err() error {
 // everything drained.
 func (l *Listener) Shutdown(ctx context.Context) error {
 	l.stopOnce.Do(func() {
-		err := l.srv.Shutdown(ctx)
+		l.stopAccepting()
+		h2err := make(chan error, 1)
+		go func() { h2err <- l.h2.Shutdown(ctx) }()
+		drained := make(chan struct{})
+		go func() { l.connWG.Wait(); close(drained) }()
+		var err error
+		select {
+		case <-drained:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		if e := <-h2err; e != nil && err == nil {
+			err = e
+		}
 		if err != nil {
-			l.cancel(errCut) // cancel upstream legs so handlers return now
-			_ = l.srv.Close()
+			l.cut()
 		}
 		l.cancel(errCut)
 		l.stopErr = err
@@ -159,6 +326,40 @@ func (l *Listener) Shutdown(ctx context.Context) error {
 		l.waitHandlers()
 	})
 	return l.stopErr
+}
+
+// stopAccepting closes the listening socket and the idle connections; busy
+// connections close once their response is out (Connection: close).
+func (l *Listener) stopAccepting() {
+	l.stopping.Store(true)
+	l.mu.Lock()
+	if l.ln != nil {
+		_ = l.ln.Close()
+	}
+	for cc := range l.conns {
+		if cc.idle.Load() {
+			_ = cc.Conn.Close()
+		}
+	}
+	l.mu.Unlock()
+	if l.h2ln != nil {
+		_ = l.h2ln.Close()
+	}
+}
+
+// cut aborts every request in flight and closes every connection.
+func (l *Listener) cut() {
+	l.cancel(errCut) // cancels routing waits and the h2c requests
+	l.mu.Lock()
+	conns := make([]*clientConn, 0, len(l.conns))
+	for cc := range l.conns {
+		conns = append(conns, cc)
+	}
+	l.mu.Unlock()
+	for _, cc := range conns {
+		cc.cut()
+	}
+	_ = l.h2.Close()
 }
 
 // errCut is the cause of the request contexts a listener cancels when it
@@ -184,9 +385,7 @@ func (l *Listener) waitHandlers() {
 		if err := h.Drain(ctx); err != nil {
 			h.log.Warn().Dur("grace", CutGrace).Msg("handlers still running after shutdown")
 		}
-		if h.ownRT != nil {
-			h.ownRT.CloseIdleConnections()
-		}
+		h.closeIdle()
 	}
 }
 
@@ -207,8 +406,8 @@ func (h *Handler) Drain(ctx context.Context) error {
 // waits (up to CutGrace) for their handlers to return.
 func (l *Listener) Close() error {
 	l.stopOnce.Do(func() {
-		l.cancel(errCut)
-		l.stopErr = l.srv.Close()
+		l.stopAccepting()
+		l.cut()
 		l.waitServe()
 		l.waitHandlers()
 	})
@@ -223,3 +422,50 @@ func (l *Listener) waitServe() {
 		<-l.done
 	}
 }
+
+// chanListener hands the h2c connections the sniff found to net/http.
+type chanListener struct {
+	addr net.Addr
+	ch   chan net.Conn
+	once sync.Once
+	done chan struct{}
+}
+
+func newChanListener(addr net.Addr) *chanListener {
+	return &chanListener{addr: addr, ch: make(chan net.Conn), done: make(chan struct{})}
+}
+
+// deliver passes c to the server; false when the listener is closed.
+func (c *chanListener) deliver(conn net.Conn) bool {
+	select {
+	case c.ch <- conn:
+		return true
+	case <-c.done:
+		return false
+	}
+}
+
+// Accept implements net.Listener.
+func (c *chanListener) Accept() (net.Conn, error) {
+	select {
+	case conn := <-c.ch:
+		return conn, nil
+	case <-c.done:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close implements net.Listener.
+func (c *chanListener) Close() error {
+	c.once.Do(func() { close(c.done) })
+	return nil
+}
+
+// Addr implements net.Listener.
+func (c *chanListener) Addr() net.Addr { return c.addr }
+
+// fastLogger logs fasthttp's connection errors (mostly clients that broke
+// off) at debug level.
+type fastLogger struct{ l zerolog.Logger }
+
+func (f fastLogger) Printf(format string, args ...any) { f.l.Debug().Msgf(format, args...) }

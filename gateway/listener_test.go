@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/rule"
 )
 
 func TestListener_BindFailureIsReturnedAndOthersKeepRunning(t *testing.T) {
@@ -25,10 +25,11 @@ func TestListener_BindFailureIsReturnedAndOthersKeepRunning(t *testing.T) {
 
 	cfg := singlePool(be.addr())
 	cfg.Port = uint16(first.Addr().(*net.TCPAddr).Port)
-	second, err := NewListener(cfg, Deps{Router: fr})
+	h, err := NewHandler(cfg, Options{}, Deps{Router: fr})
 	if err != nil {
 		t.Fatal(err)
 	}
+	second := NewListener(h)
 	err = second.Start()
 	if !errors.Is(err, ErrBind) || !errors.Is(err, syscall.EADDRINUSE) {
 		t.Errorf("Start on a used port = %v; want ErrBind wrapping EADDRINUSE", err)
@@ -44,50 +45,34 @@ func TestListener_BindFailureIsReturnedAndOthersKeepRunning(t *testing.T) {
 	}
 }
 
-func TestNewListener_RejectsInvalidConfig(t *testing.T) {
+func TestNewHandler_RefusesARuleThatWasNotCompiled(t *testing.T) {
 	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	ep := []rule.CompiledEndpoint{{Addr: netip.MustParseAddrPort("127.0.0.1:1")}}
+	tune := func(f func(c *rule.Compiled)) *rule.Compiled {
+		c := singlePool(netip.MustParseAddrPort("127.0.0.1:1"))
+		f(c)
+		return c
+	}
 	tests := []struct {
 		name string
-		cfg  RuleConfig
+		give *rule.Compiled
 		deps Deps
 		want error
 	}{
-		{"no endpoints", RuleConfig{VIP: netip.MustParseAddr("127.0.0.1")}, Deps{Router: fr}, ErrInvalidConfig},
-		{"no vip", RuleConfig{Endpoints: []EndpointConfig{{Addr: netip.MustParseAddrPort("127.0.0.1:1")}}}, Deps{Router: fr}, ErrInvalidConfig},
-		{"pd without decode", pdPool([]netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}, nil), Deps{Router: fr}, ErrInvalidConfig},
-		{"kv mode 1 without pd", func() RuleConfig {
-			c := singlePool(netip.MustParseAddrPort("127.0.0.1:1"))
-			c.KVExactMode = 1
-			return c
-		}(), Deps{Router: fr}, ErrInvalidConfig},
-		{"bad session header", func() RuleConfig {
-			c := singlePool(netip.MustParseAddrPort("127.0.0.1:1"))
-			c.SessionHeaderName = "cookie:"
-			return c
-		}(), Deps{Router: fr}, ErrInvalidConfig},
-		{"bad probe type", func() RuleConfig {
-			c := singlePool(netip.MustParseAddrPort("127.0.0.1:1"))
-			c.Probe.Type = "udp"
-			return c
-		}(), Deps{Router: fr}, ErrInvalidConfig},
+		{"nil", nil, Deps{Router: fr}, ErrInvalidConfig},
+		{"hand-filled, no bounds", &rule.Compiled{VIP: netip.MustParseAddr("127.0.0.1"), Endpoints: ep}, Deps{Router: fr}, ErrInvalidConfig},
+		{"no endpoints", tune(func(c *rule.Compiled) { c.Endpoints = nil }), Deps{Router: fr}, ErrInvalidConfig},
+		{"no vip", tune(func(c *rule.Compiled) { c.VIP = netip.Addr{} }), Deps{Router: fr}, ErrInvalidConfig},
+		{"bad session header", tune(func(c *rule.Compiled) { c.SessionHeaderName = "cookie:" }), Deps{Router: fr}, ErrInvalidConfig},
+		{"bad hash contract", tune(func(c *rule.Compiled) { c.Spec.KVExactMode, c.KV.Algo = ladder.KVSinglePool, "md5" }), Deps{Router: fr}, inventory.ErrConfig},
 		{"no router", singlePool(netip.MustParseAddrPort("127.0.0.1:1")), Deps{}, ErrNoRouter},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := NewListener(tt.cfg, tt.deps); !errors.Is(err, tt.want) {
+			if _, err := NewHandler(tt.give, Options{}, tt.deps); !errors.Is(err, tt.want) {
 				t.Errorf("err = %v; want %v", err, tt.want)
 			}
 		})
-	}
-}
-
-func TestRuleConfig_ValidateReportsEveryProblem(t *testing.T) {
-	c := RuleConfig{KVExactMode: 2, PrefixHashLevel: 4, BodyLimit: -1, ConnectTimeout: -1}
-	err := c.Validate()
-	for _, want := range []string{"externalIP", "endpoints", "kvExactMode", "chwbl_prefix_hash_level", "body limit", "timeoutMemberConnect"} {
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("Validate() = %v; want a problem about %s", err, want)
-		}
 	}
 }
 
@@ -182,45 +167,6 @@ func TestListener_ShutdownDeadlineCutsRemainingStreams(t *testing.T) {
 	}
 	if _, err := io.ReadAll(br); err == nil {
 		t.Error("the stream ended cleanly; want it cut at the drain deadline")
-	}
-}
-
-func TestHasherConfig_Build(t *testing.T) {
-	toks := make([]uint32, 40)
-	for i := range toks {
-		toks[i] = uint32(i)
-	}
-	sha16, _ := inventory.NewHasher(inventory.AlgoSHA256CBOR, 16, "s")
-	xx8, _ := inventory.NewHasher(inventory.AlgoXXHashCBOR, 8, "")
-	own4, _ := inventory.NewTokenHasher(4)
-	tests := []struct {
-		name string
-		give HasherConfig
-		want inventory.ChainHasher
-	}{
-		{"defaults are sha256_cbor, 16 tokens", HasherConfig{Seed: "s"}, sha16},
-		{"xxhash_cbor", HasherConfig{Algo: "xxhash_cbor", BlockSize: 8}, xx8},
-		{"token keyed", HasherConfig{TokenKeyed: true, BlockSize: 4, Algo: "ignored"}, own4},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			h, err := tt.give.Build()
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, want := h.AppendBlockKeys(nil, toks, inventory.ExtraKeys{}), tt.want.AppendBlockKeys(nil, toks, inventory.ExtraKeys{})
-			if len(got) == 0 || !reflect.DeepEqual(got, want) {
-				t.Errorf("keys %v; want %v", got, want)
-			}
-		})
-	}
-	if _, err := (HasherConfig{Algo: "sha256"}).Build(); !errors.Is(err, inventory.ErrConfig) {
-		t.Errorf("pickle algo: %v; want inventory.ErrConfig", err)
-	}
-	cfg := singlePool(netip.MustParseAddrPort("127.0.0.1:1"))
-	cfg.KVExactMode, cfg.Hasher = ladder.KVSinglePool, HasherConfig{Algo: "md5"}
-	if _, err := NewHandler(cfg, Deps{Router: newFakeRouter(fixedRoute(decision(ladder.Tier2, 0, -1)))}); !errors.Is(err, inventory.ErrConfig) {
-		t.Errorf("NewHandler with a bad hasher: %v; want inventory.ErrConfig", err)
 	}
 }
 

@@ -44,10 +44,11 @@ func TestServeForLoadTest(t *testing.T) {
 		ap := netip.MustParseAddrPort(gw)
 		cfg := singlePool(netip.MustParseAddrPort(kv["backend"]))
 		cfg.VIP, cfg.Port = ap.Addr(), ap.Port()
-		l, err := NewListener(cfg, Deps{Router: &instantRouter{d: decision(ladder.TierSelector, 0, -1)}})
+		h, err := NewHandler(cfg, Options{}, Deps{Router: &instantRouter{d: decision(ladder.TierSelector, 0, -1)}})
 		if err != nil {
 			t.Fatal(err)
 		}
+		l := NewListener(h)
 		if err := l.Start(); err != nil {
 			t.Fatal(err)
 		}

@@ -7,13 +7,15 @@ import (
 )
 
 // TestMain fails the package if any test leaves a goroutine behind (a
-// handler, an upstream connection, a probe, a timer). net/http lingers
-// 500 ms on a connection it closes after a response (closeWriteAndWait,
-// its RST-avoidance delay) and then ends on its own; so does protoactor's
-// dead-letter throttle, which waits out its period after a system stops.
-// Those two are ignored.
+// handler, an upstream connection, a probe, a timer). Three end on their
+// own and are ignored: net/http lingers 500 ms on a connection it closes
+// after a response (closeWriteAndWait, its RST-avoidance delay; the test
+// backends and the h2c front end are net/http), protoactor's dead-letter
+// throttle waits out its period after a system stops, and fasthttp keeps
+// one process-wide goroutine that refreshes its Date header every second.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreAnyFunction("net/http.(*conn).closeWriteAndWait"),
-		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"))
+		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"))
 }

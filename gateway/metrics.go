@@ -9,7 +9,9 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/llbproject/llb/internal/promlabel"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/tokenizer"
 )
 
 // Metrics are one rule's data-plane metrics, registered in a caller-owned
@@ -96,7 +98,7 @@ func NewMetrics(set *metrics.Set, service string) *Metrics {
 	if set == nil {
 		set = metrics.NewSet()
 	}
-	m := &Metrics{set: set, service: escapeLabel(service)}
+	m := &Metrics{set: set, service: promlabel.Escape(service)}
 	m.pdRequests = m.counter("loxilb_ai_pd_requests_total", "")
 	m.prefillDuration = m.histogram("loxilb_ai_pd_prefill_duration_seconds")
 	m.decodeTTFT = m.histogram("loxilb_ai_pd_decode_ttft_seconds")
@@ -129,11 +131,6 @@ func (m *Metrics) Unregister() {
 		m.set.UnregisterMetric(n)
 	}
 	m.names = nil
-}
-
-func escapeLabel(v string) string {
-	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
-	return r.Replace(v)
 }
 
 // name renders `base{service="…"[,extra]}`.
@@ -192,6 +189,10 @@ func (m *Metrics) status(code int) {
 	if code < 100 || code >= len(m.byStatus) {
 		code = 599
 	}
+	if c := m.byStatus[code].Load(); c != nil {
+		c.Inc()
+		return
+	}
 	m.lazy(&m.byStatus[code], "loxilb_proxy_http_responses_by_status_total", `code="`+strconv.Itoa(code)+`"`).Inc()
 }
 
@@ -243,3 +244,20 @@ func tier15MissLabel(r ladder.Reason) string {
 }
 
 func seconds(d time.Duration) float64 { return d.Seconds() }
+
+// TokenizerCounters registers the in-process tokenizer's series (only for
+// rules that have one):
+//
+//	llb_tokenizer_requests_total{path}   Tier-1.5 tokenizations by path: local or engine
+//	llb_tokenizer_checks_total           local answers re-checked against the engine
+//	llb_tokenizer_mismatch_total         checks whose ids differed (the model then uses the engine)
+//	llb_tokenizer_check_errors_total     checks the engine did not answer
+func (m *Metrics) TokenizerCounters() tokenizer.Counters {
+	return tokenizer.Counters{
+		Local:       m.counter("llb_tokenizer_requests_total", `path="local"`),
+		Remote:      m.counter("llb_tokenizer_requests_total", `path="engine"`),
+		Checks:      m.counter("llb_tokenizer_checks_total", ""),
+		Mismatches:  m.counter("llb_tokenizer_mismatch_total", ""),
+		CheckErrors: m.counter("llb_tokenizer_check_errors_total", ""),
+	}
+}

@@ -1,10 +1,8 @@
 package gateway
 
 import (
-	"context"
 	"io"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/llbproject/llb/actors"
@@ -36,92 +34,107 @@ import (
 // prefillResult is what the prefill leg produced.
 type prefillResult struct {
 	status int
-	header http.Header
-	body   []byte
+	body   []byte // x.preBody
 	// truncated is true when the body exceeded DefaultPrefillResponseLimit.
 	truncated bool
 	ttfb      time.Duration
+	// usage is the engine's usage report in the body.
+	usage actors.Usage
 }
 
-// runPrefill sends the prefill leg and reads its whole (bounded) answer.
-func (h *Handler) runPrefill(ctx context.Context, r *http.Request, ep int, hdr http.Header, body []byte) (prefillResult, error) {
+// runPrefill sends the prefill leg and reads its whole (bounded) answer
+// into x.pre (head) and x.preBody.
+func (h *Handler) runPrefill(x *exchange, lg *leg, body []byte, id string) (prefillResult, error) {
 	var pr prefillResult
-	start := time.Now()
-	resp, err := h.rt.RoundTrip(h.newUpstream(ctx, r, ep, hdr, body))
-	if err != nil {
+	x.scratch = x.appendRequestHead(x.scratch[:0], h.addrs[lg.ep], len(body), legSetsRequestID|legSetsJSON, id)
+	if err := lg.send(x.scratch, body, &x.preHead); err != nil {
 		return pr, err
 	}
-	defer resp.Body.Close()
-	pr.ttfb = time.Since(start)
-	pr.status, pr.header = resp.StatusCode, resp.Header
-	size := 4 << 10
-	if resp.ContentLength > 0 && resp.ContentLength <= DefaultPrefillResponseLimit {
-		size = int(resp.ContentLength) + 1
+	pr.ttfb = time.Since(lg.start)
+	pr.status = x.preHead.StatusCode()
+	var br bodyReader
+	br.reset(lg.c.br, &x.preHead, false)
+	b := x.preBody[:0]
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		lg.armRead()
+		n, err := br.Read(b[len(b):min(cap(b), DefaultPrefillResponseLimit+1)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			lg.end(false)
+			return pr, err
+		}
+		if len(b) > DefaultPrefillResponseLimit {
+			pr.truncated = true
+			break
+		}
 	}
-	b, err := readAllSized(io.LimitReader(resp.Body, DefaultPrefillResponseLimit+1), size)
-	if err != nil {
-		return pr, err
+	lg.end(br.reusable())
+	if cap(b) <= maxKeptPrefillBuf {
+		x.preBody = b
 	}
-	if len(b) > DefaultPrefillResponseLimit {
-		b, pr.truncated = b[:DefaultPrefillResponseLimit], true
+	if pr.truncated {
+		b = b[:DefaultPrefillResponseLimit]
 	}
 	pr.body = b
+	pr.usage = scanUsage(b)
 	return pr, nil
 }
+
+// maxKeptPrefillBuf bounds the prefill body buffer an exchange keeps for
+// the next request.
+const maxKeptPrefillBuf = 64 << 10
 
 // servePD runs both legs of one routed P/D attempt, reports each leg and
 // finishes the ticket. canRetry allows one re-route after a dead prefill,
 // canRetryDecode one after a decode that refused the connection.
-func (h *Handler) servePD(ctx context.Context, w http.ResponseWriter, r *http.Request, hdr http.Header, req *Request,
-	route actors.Route, canRetry, canRetryDecode bool, x *exchange) attempt {
+func (h *Handler) servePD(x *exchange, req *Request, route actors.Route, canRetry, canRetryDecode bool) attempt {
 	t := route.Ticket
 	pEP, dEP := route.Decision.Prefill, route.Decision.Decode
 	x.prefillEP, x.decodeEP, x.pd = pEP, dEP, true
 	prefillBody, err := PrefillBody(req.Body)
 	if err != nil { // unreachable: the body parsed as an object
 		h.finish(x, t, actors.Result{})
-		h.fail(w, x, requestError(http.StatusBadRequest, CodeInvalidJSON, "", "the request body must be a JSON object"))
+		h.fail(x, requestError(http.StatusBadRequest, CodeInvalidJSON, "", "the request body must be a JSON object"))
 		return attempt{}
 	}
 	id := PDRequestID(h.addrs[pEP], h.addrs[dEP])
 	x.requestID = id
 
 	// Prefill leg.
-	ph := hdr.Clone()
-	ph.Set(HeaderRequestID, id)
-	ph.Set("Content-Type", "application/json")
-	ph.Del("Accept-Encoding") // the gateway must read this JSON itself
 	start := time.Now()
-	pctx, pcancel := context.WithTimeout(ctx, h.prefillTimeout)
-	pr, err := h.runPrefill(pctx, r, pEP, ph, prefillBody)
+	lg := x.newLeg(actors.LegPrefill, pEP, start)
+	lg.limit, lg.limitCause = start.Add(h.prefillTimeout), causePrefill
+	pr, err := h.runPrefill(x, &lg, prefillBody, id)
 	x.prefill = time.Since(start)
 	if err != nil {
-		fail, cause := legFailure(err, r, ctx, pctx, nil)
-		pcancel()
+		fail, cause := lg.failure(err)
 		h.router.Report(actors.Outcome{Ticket: t, Leg: actors.LegPrefill, Status: pr.status, Failure: fail, TTFB: pr.ttfb, Duration: x.prefill})
 		h.finish(x, t, actors.Result{})
 		if cause == causeConnect || cause == causeReset {
 			h.met.prefillDied.Inc()
 		}
 		x.detail = err.Error()
-		ce := h.clientErrorFor(cause, actors.LegPrefill, err)
 		if (cause == causeConnect || cause == causeReset) && canRetry {
-			return attempt{retry: true, failedEP: pEP, prefill: true, err: ce}
+			return attempt{retry: true, failedEP: pEP, prefill: true, err: h.clientErrorFor(cause, actors.LegPrefill, err)}
 		}
-		x.failure = fail
-		if ce == nil {
-			x.clientGone()
-		} else {
-			h.fail(w, x, ce)
-		}
+		h.answerLeg(x, fail, cause, actors.LegPrefill, err)
 		return attempt{}
 	}
-	pcancel()
 	h.met.prefillDuration.Update(seconds(x.prefill))
-	h.router.Report(actors.Outcome{Ticket: t, Leg: actors.LegPrefill, Status: pr.status, TTFB: pr.ttfb, Duration: x.prefill})
+	var usage actors.Usage
+	if x.observe {
+		x.cached, usage = pr.usage, pr.usage
+	}
+	h.router.Report(actors.Outcome{Ticket: t, Leg: actors.LegPrefill, Status: pr.status, TTFB: pr.ttfb, Duration: x.prefill, Usage: usage})
 	if pr.status/100 != 2 {
 		h.finish(x, t, actors.Result{})
-		h.relayPrefillError(ctx, w, &pr, x)
+		h.relayPrefillError(x, &pr)
 		return attempt{}
 	}
 
@@ -138,7 +151,7 @@ func (h *Handler) servePD(ctx context.Context, w http.ResponseWriter, r *http.Re
 	decodeBody, err := DecodeBody(req.Body, params)
 	if err != nil { // unreachable: the body parsed as an object
 		h.finish(x, t, actors.Result{})
-		h.fail(w, x, requestError(http.StatusBadRequest, CodeInvalidJSON, "", "the request body must be a JSON object"))
+		h.fail(x, requestError(http.StatusBadRequest, CodeInvalidJSON, "", "the request body must be a JSON object"))
 		return attempt{}
 	}
 
@@ -147,25 +160,16 @@ func (h *Handler) servePD(ctx context.Context, w http.ResponseWriter, r *http.Re
 	// decode bound, taken out of service); the client has nothing yet. The
 	// retry runs a new exchange, prefill included, on a route that avoids
 	// this decode endpoint.
-	dh := hdr
-	dh.Set(HeaderRequestID, id)
-	return h.serveSingle(ctx, w, r, dh, decodeBody, t, actors.LegDecode, dEP, canRetryDecode, x)
+	return h.serveSingle(x, decodeBody, t, actors.LegDecode, dEP, canRetryDecode, legSetsRequestID, id)
 }
 
 // relayPrefillError sends the prefill's non-2xx answer to the client as the
-// client's answer (status, content type and body).
-func (h *Handler) relayPrefillError(ctx context.Context, w http.ResponseWriter, pr *prefillResult, x *exchange) {
-	hdr := w.Header()
-	copyResponseHeader(hdr, pr.header)
-	hdr.Set("Content-Length", strconv.Itoa(len(pr.body)))
-	x.setRouteHeader(hdr, h.clientAddrs)
-	w.WriteHeader(pr.status)
-	x.status = pr.status
-	setWriteDeadline(ctx, w)
-	x.ttft = time.Since(x.start)
-	n, err := w.Write(pr.body)
-	x.bytes += int64(n)
-	if err != nil {
-		x.failure = actors.FailClientGone
-	}
+// client's answer (status, headers and body).
+func (h *Handler) relayPrefillError(x *exchange, pr *prefillResult) {
+	x.preHead.CopyTo(&x.out.Header)
+	x.out.Header.SetNoDefaultContentType(true)
+	stripResponseHop(&x.out.Header)
+	x.out.SetBody(pr.body)
+	h.commit(x)
+	x.bytes += int64(len(pr.body))
 }

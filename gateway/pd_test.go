@@ -16,13 +16,14 @@ import (
 
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/rule"
 )
 
 // pdFleet is one P/D rule in front of fake prefill and decode workers.
 type pdFleet struct {
 	prefill []*fakeVLLM
 	decode  *fakeVLLM
-	cfg     RuleConfig
+	cfg     *rule.Compiled
 	router  *fakeRouter
 	url     string
 	set     *metrics.Set
@@ -31,7 +32,7 @@ type pdFleet struct {
 // newPDFleet starts real prefill/decode backends (closed ports where
 // closedPrefill says so) and a gateway whose router picks the first
 // non-avoided prefill and the decode endpoint.
-func newPDFleet(t *testing.T, closedPrefill []bool, tune func(*RuleConfig)) *pdFleet {
+func newPDFleet(t *testing.T, closedPrefill []bool, tune func(*rule.Compiled)) *pdFleet {
 	t.Helper()
 	f := &pdFleet{decode: newFakeVLLM(t), set: metrics.NewSet()}
 	var paddrs []netip.AddrPort
@@ -47,16 +48,16 @@ func newPDFleet(t *testing.T, closedPrefill []bool, tune func(*RuleConfig)) *pdF
 	}
 	f.cfg = pdPool(paddrs, []netip.AddrPort{f.decode.addr()})
 	if tune != nil {
-		tune(&f.cfg)
+		tune(f.cfg)
 	}
-	f.router = newFakeRouter(pdAllowed(&f.cfg))
+	f.router = newFakeRouter(pdAllowed(f.cfg))
 	f.url, _ = startGateway(t, f.cfg, Deps{Router: f.router, Metrics: NewMetrics(f.set, "pd")})
 	return f
 }
 
 // pdAllowed is firstAllowed with the ladder's P/D rule: when no decode
 // endpoint is left, the pool is unavailable (no rescue endpoint here).
-func pdAllowed(cfg *RuleConfig) func(*actors.RouteRequest, int) (actors.Route, error) {
+func pdAllowed(cfg *rule.Compiled) func(*actors.RouteRequest, int) (actors.Route, error) {
 	first := firstAllowed(cfg)
 	return func(rr *actors.RouteRequest, n int) (actors.Route, error) {
 		rt, err := first(rr, n)
@@ -262,7 +263,7 @@ func TestPD_PrefillErrorStatusIsRelayed(t *testing.T) {
 }
 
 func TestPD_PrefillTimeoutIs504(t *testing.T) {
-	f := newPDFleet(t, []bool{false}, func(c *RuleConfig) { c.PrefillTimeout = 50 * time.Millisecond })
+	f := newPDFleet(t, []bool{false}, func(c *rule.Compiled) { c.Timeouts.Prefill = 50 * time.Millisecond })
 	f.prefill[0].answer = func(_ http.ResponseWriter, r *http.Request, _ []byte) { <-r.Context().Done() }
 	resp, body := post(t, testClient(t), f.url+PathCompletions, `{"model":"m","prompt":"p"}`)
 	if e := decodeError(t, body); resp.StatusCode != 504 || e.Error.Code != CodePrefillTimeout {
@@ -323,7 +324,7 @@ func TestPD_DecodeRefusingTheConnectionIsRetriedOnAnotherDecode(t *testing.T) {
 	tests := []struct {
 		name        string
 		closed      []bool // per decode endpoint
-		retries     int    // RuleConfig.MaxConnectRetries
+		retries     int    // Options.MaxConnectRetries
 		wantStatus  int
 		wantTickets int
 	}{
@@ -345,10 +346,9 @@ func TestPD_DecodeRefusingTheConnectionIsRetriedOnAnotherDecode(t *testing.T) {
 				daddrs = append(daddrs, live.addr())
 			}
 			cfg := pdPool([]netip.AddrPort{prefill.addr()}, daddrs)
-			cfg.MaxConnectRetries = tt.retries
-			router := newFakeRouter(pdAllowed(&cfg))
+			router := newFakeRouter(pdAllowed(cfg))
 			set := metrics.NewSet()
-			url, _ := startGateway(t, cfg, Deps{Router: router, Metrics: NewMetrics(set, "pd")})
+			url, _ := startGatewayWith(t, cfg, Options{MaxConnectRetries: tt.retries}, Deps{Router: router, Metrics: NewMetrics(set, "pd")})
 			resp, body := post(t, testClient(t), url+PathCompletions, `{"model":"m","prompt":"p","stream":true}`)
 			if resp.StatusCode != tt.wantStatus {
 				t.Fatalf("got %d %s; want %d", resp.StatusCode, body, tt.wantStatus)
@@ -460,8 +460,8 @@ func TestPD_MultiPromptIsServedWholeByTheDecode(t *testing.T) {
 
 func TestPD_RescueDecisionIsServedAsOneLeg(t *testing.T) {
 	rescue := newFakeVLLM(t)
-	f := newPDFleet(t, []bool{false}, func(c *RuleConfig) {
-		c.Endpoints = append(c.Endpoints, EndpointConfig{Addr: rescue.addr()})
+	f := newPDFleet(t, []bool{false}, func(c *rule.Compiled) {
+		c.Endpoints = append(c.Endpoints, rule.CompiledEndpoint{Addr: rescue.addr(), Spec: ladder.EndpointSpec{Addr: rescue.addr().String(), Weight: 1}})
 	})
 	d := decision(ladder.TierRescue, 2, -1)
 	d.Flags = ladder.FlagRescue

@@ -13,42 +13,21 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/llbproject/llb/rule"
 )
 
-// Health probes: single-shot probe functions built from a rule's probe
-// fields. The consecutive-failure state machine and the schedule (period,
-// retries, backoff) belong to the endpoint actor; ProbeConfig carries the
-// period and retry count for it.
+// Health probes: single-shot probe functions built from a compiled rule's
+// probe settings (rule.Probe, rule.EndpointProbe; the rule package owns
+// their defaults and checks). The consecutive-failure state machine and the
+// schedule (period, retries, backoff) belong to the endpoint actor.
+// Probe types are rule.ProbeHTTP, rule.ProbeHTTPS (the server certificate
+// is not verified: probes check liveness, not identity, as LoxiLB's tls
+// probe does; DomainName sets SNI and Host), rule.ProbeTCP (a connect,
+// optionally sending Request and expecting Response) and rule.ProbeNone.
 
-// Probe types (REST probetype) the data plane supports.
-const (
-	// ProbeHTTP is an HTTP GET (by default) expecting a 2xx answer.
-	ProbeHTTP = "http"
-	// ProbeHTTPS is ProbeHTTP over TLS. The server certificate is not
-	// verified (probes check liveness, not identity; LoxiLB's tls probe does
-	// the same); DomainName sets SNI and Host.
-	ProbeHTTPS = "https"
-	// ProbeTCP is a TCP connect, optionally sending Request and expecting
-	// Response in the answer.
-	ProbeTCP = "tcp"
-	// ProbeNone disables probing.
-	ProbeNone = "none"
-)
-
-// Probe defaults.
-const (
-	// DefaultProbePath is what a mode:4 rule probes without probereq.
-	DefaultProbePath = "/health"
-	// DefaultProbePeriod is probeTimeout's default (LoxiLB: it is the period).
-	DefaultProbePeriod = 60 * time.Second
-	// DefaultProbeRetries is probeRetries' default.
-	DefaultProbeRetries = 2
-	// DefaultProbeAttemptTimeout bounds one probe (IGW's 5 s client timeout).
-	DefaultProbeAttemptTimeout = 5 * time.Second
-	// maxProbeBody bounds how much of a probe answer is searched for
-	// Response.
-	maxProbeBody = 64 << 10
-)
+// maxProbeBody bounds how much of a probe answer is searched for Response.
+const maxProbeBody = 64 << 10
 
 // Probe errors; every probe failure wraps one of them (errors.Is) inside a
 // *ProbeError.
@@ -86,182 +65,55 @@ func (e *ProbeError) Error() string {
 // Unwrap returns Kind.
 func (e *ProbeError) Unwrap() error { return e.Kind }
 
-// ProbeConfig is a rule's probe settings (REST serviceArguments).
-type ProbeConfig struct {
-	// Type is probetype: "http", "https", "tcp", "none"; "" means the mode:4
-	// default, an HTTP GET /health expecting 2xx.
-	Type string
-	// Port is probeport; 0 probes the endpoint's own port.
-	Port uint16
-	// Request is probereq: the HTTP path (a leading "/" is added), or for
-	// tcp a payload to send after connecting.
-	Request string
-	// Response is proberesp: a substring the answer body must contain; ""
-	// checks nothing beyond the status.
-	Response string
-	// Period is probeTimeout, which LoxiLB uses as the probe period; 0 means
-	// 60 s. For the scheduler (the endpoint actor).
-	Period time.Duration
-	// Retries is probeRetries: consecutive failures before the endpoint is
-	// marked down; 0 means 2. For the scheduler.
-	Retries int
-	// AttemptTimeout bounds one probe; 0 means 5 s, capped at Period.
-	AttemptTimeout time.Duration
-	// HopID is sent in the X-Llb-Hop header of HTTP probes (the rule's
-	// RuleConfig.HopID): a probe that loops back into llb is answered 508
-	// and fails, instead of being forwarded again.
-	HopID string
-}
-
-// EndpointProbe holds an endpoint's own health-monitor fields (REST
-// endpoints[]); each overrides the rule's when set.
-type EndpointProbe struct {
-	// MonitorAddress is probed instead of the endpoint's IP.
-	MonitorAddress string
-	// HTTPMethod is the HTTP method; "" means GET.
-	HTTPMethod string
-	// URLPath overrides the rule's probereq path.
-	URLPath string
-	// ExpectedCodes lists accepted statuses: "200", "200,202", "200-204";
-	// "" means any 2xx.
-	ExpectedCodes string
-	// HTTPVersion is "1.0" or "1.1"; informational (probes speak HTTP/1.1).
-	HTTPVersion string
-	// DomainName sets the Host header and TLS SNI.
-	DomainName string
-}
-
-func (p *EndpointProbe) validate() error {
-	var errs []error
-	if p.MonitorAddress != "" {
-		if _, err := netip.ParseAddr(p.MonitorAddress); err != nil {
-			errs = append(errs, fmt.Errorf("monitorAddress %q is not an IP address", p.MonitorAddress))
-		}
-	}
-	if _, err := parseExpectedCodes(p.ExpectedCodes); err != nil {
-		errs = append(errs, err)
-	}
-	switch p.HTTPVersion {
-	case "", "1.0", "1.1":
-	default:
-		errs = append(errs, fmt.Errorf("httpVersion %q: want 1.0 or 1.1", p.HTTPVersion))
-	}
-	if p.HTTPMethod != "" && strings.ContainsAny(p.HTTPMethod, " \t\r\n") {
-		errs = append(errs, fmt.Errorf("httpMethod %q is not a method token", p.HTTPMethod))
-	}
-	if err := checkHTTPPath(p.URLPath); err != nil {
-		errs = append(errs, fmt.Errorf("urlPath %w", err))
-	}
-	return errors.Join(errs...)
-}
-
-// checkHTTPPath refuses a probe path with a control character or a space:
-// it cannot go on a request line, and the endpoint would stay down forever.
-func checkHTTPPath(p string) error {
-	if i := strings.IndexFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f || r == ' ' }); i >= 0 {
-		return fmt.Errorf("%q holds a control character or space at byte %d", p, i)
-	}
-	return nil
-}
-
-func (c *ProbeConfig) validate() error {
-	var errs []error
-	switch c.Type {
-	case "", ProbeHTTP, ProbeHTTPS, ProbeTCP, ProbeNone:
-	default:
-		errs = append(errs, fmt.Errorf("probetype %q is not supported on a mode:4 rule (http, https, tcp or none)", c.Type))
-	}
-	if c.Period < 0 || c.AttemptTimeout < 0 {
-		errs = append(errs, errors.New("probe period and timeout must not be negative"))
-	}
-	if c.Type != ProbeTCP {
-		if err := checkHTTPPath(c.Request); err != nil {
-			errs = append(errs, fmt.Errorf("probereq %w", err))
-		}
-	}
-	if c.Retries < 0 || c.Retries > 100 {
-		errs = append(errs, fmt.Errorf("probeRetries %d is out of range 0–100", c.Retries))
-	}
-	return errors.Join(errs...)
-}
-
-// PeriodOrDefault returns Period, or 60 s when it is 0.
-func (c *ProbeConfig) PeriodOrDefault() time.Duration { return orDefault(c.Period, DefaultProbePeriod) }
-
-// RetriesOrDefault returns Retries, or 2 when it is 0.
-func (c *ProbeConfig) RetriesOrDefault() int {
-	if c.Retries <= 0 {
-		return DefaultProbeRetries
-	}
-	return c.Retries
-}
-
-func (c *ProbeConfig) attemptTimeout() time.Duration {
-	return min(orDefault(c.AttemptTimeout, DefaultProbeAttemptTimeout), c.PeriodOrDefault())
-}
-
-// codeRange is an inclusive status range.
-type codeRange struct{ lo, hi int }
-
-// parseExpectedCodes parses "200", "200,202", "200-204" (combinations too);
-// "" means 200–299.
-func parseExpectedCodes(s string) ([]codeRange, error) {
-	if strings.TrimSpace(s) == "" {
-		return []codeRange{{200, 299}}, nil
-	}
-	var out []codeRange
-	for f := range strings.SplitSeq(s, ",") {
-		f = strings.TrimSpace(f)
-		lo, hi, isRange := strings.Cut(f, "-")
-		a, err1 := strconv.Atoi(strings.TrimSpace(lo))
-		b := a
-		var err2 error
-		if isRange {
-			b, err2 = strconv.Atoi(strings.TrimSpace(hi))
-		}
-		if err1 != nil || err2 != nil || a < 100 || b > 599 || a > b {
-			return nil, fmt.Errorf("expectedCodes %q: want codes 100–599 like 200, 200,202 or 200-204", s)
-		}
-		out = append(out, codeRange{a, b})
-	}
-	return out, nil
-}
-
 // Probe checks one endpoint once; nil means healthy. It honours ctx and
 // its own attempt timeout, whichever ends first.
 type Probe func(ctx context.Context) error
 
-// NewProbe builds ep's probe from the rule's settings and the endpoint's
-// overrides. It returns ErrProbeOff for probetype none and an error
-// wrapping ErrInvalidConfig for unusable settings.
-func NewProbe(rule ProbeConfig, ep EndpointConfig) (Probe, error) {
-	if err := errors.Join(rule.validate(), ep.Probe.validate()); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	if rule.Type == ProbeNone {
+// NewProbe builds endpoint ep's probe from the rule's settings p and the
+// endpoint's overrides; hopID goes in the X-Llb-Hop header of HTTP probes
+// (a probe that loops back into llb is answered 508 and fails instead of
+// being forwarded again). It returns ErrProbeOff for probetype none and an
+// error wrapping ErrInvalidConfig for settings the rule package would have
+// refused.
+func NewProbe(p rule.Probe, ep *rule.CompiledEndpoint, hopID string) (Probe, error) {
+	if p.Type == rule.ProbeNone {
 		return nil, ErrProbeOff
+	}
+	if p.Period <= 0 || p.AttemptTimeout <= 0 {
+		return nil, fmt.Errorf("probe period %v, attempt timeout %v: not compiled: %w", p.Period, p.AttemptTimeout, ErrInvalidConfig)
 	}
 	host := ep.Addr.Addr()
 	if ep.Probe.MonitorAddress != "" {
-		host, _ = netip.ParseAddr(ep.Probe.MonitorAddress) // validated above
+		a, err := netip.ParseAddr(ep.Probe.MonitorAddress)
+		if err != nil {
+			return nil, fmt.Errorf("monitorAddress %q: %w", ep.Probe.MonitorAddress, ErrInvalidConfig)
+		}
+		host = a
 	}
 	port := ep.Addr.Port()
-	if rule.Port != 0 {
-		port = rule.Port
+	if p.Port != 0 {
+		port = p.Port
 	}
 	target := netip.AddrPortFrom(host, port).String()
-	timeout := rule.attemptTimeout()
-	if rule.Type == ProbeTCP {
-		p := &tcpProbe{target: target, timeout: timeout, send: []byte(rule.Request), expect: []byte(rule.Response)}
-		return p.run, nil
+	timeout := min(p.AttemptTimeout, p.Period)
+	switch p.Type {
+	case rule.ProbeTCP:
+		tp := &tcpProbe{target: target, timeout: timeout, send: []byte(p.Request), expect: []byte(p.Response)}
+		return tp.run, nil
+	case rule.ProbeHTTP, rule.ProbeHTTPS:
+	default:
+		return nil, fmt.Errorf("probetype %q is not served on a mode:4 rule: %w", p.Type, ErrInvalidConfig)
 	}
-	codes, _ := parseExpectedCodes(ep.Probe.ExpectedCodes) // validated above
-	path := rule.Request
+	codes, err := rule.ParseExpectedCodes(ep.Probe.ExpectedCodes)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	path := p.Request
 	if ep.Probe.URLPath != "" {
 		path = ep.Probe.URLPath
 	}
 	if path == "" {
-		path = DefaultProbePath
+		path = rule.DefaultProbePath
 	}
 	if !strings.HasPrefix(path, "/") {
 		path = "/" + path
@@ -273,25 +125,25 @@ func NewProbe(rule ProbeConfig, ep EndpointConfig) (Probe, error) {
 		DisableCompression: true,
 		DialContext:        (&net.Dialer{Timeout: timeout}).DialContext,
 	}
-	if rule.Type == ProbeHTTPS {
+	if p.Type == rule.ProbeHTTPS {
 		scheme = "https"
-		tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true, ServerName: ep.Probe.DomainName} //nolint:gosec // liveness probe, see ProbeHTTPS
+		tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true, ServerName: ep.Probe.DomainName} //nolint:gosec // liveness probe, see above
 	}
 	method := ep.Probe.HTTPMethod
 	if method == "" {
 		method = http.MethodGet
 	}
-	p := &httpProbe{
+	hp := &httpProbe{
 		url: scheme + "://" + target + path, target: target, method: method, host: ep.Probe.DomainName,
-		codes: codes, expect: []byte(rule.Response), timeout: timeout, rt: tr, hop: rule.HopID,
+		codes: codes, expect: []byte(p.Response), timeout: timeout, rt: tr, hop: hopID,
 	}
-	return p.run, nil
+	return hp.run, nil
 }
 
 type httpProbe struct {
 	url, target, method, host string
 	hop                       string
-	codes                     []codeRange
+	codes                     []rule.CodeRange
 	expect                    []byte
 	timeout                   time.Duration
 	rt                        http.RoundTripper
@@ -322,7 +174,7 @@ func (p *httpProbe) run(ctx context.Context) error {
 	defer resp.Body.Close()
 	ok := false
 	for _, c := range p.codes {
-		if resp.StatusCode >= c.lo && resp.StatusCode <= c.hi {
+		if resp.StatusCode >= c.Lo && resp.StatusCode <= c.Hi {
 			ok = true
 			break
 		}

@@ -8,9 +8,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"reflect"
 	"testing"
 	"time"
+
+	"github.com/llbproject/llb/rule"
+	"github.com/llbproject/llb/rule/ruletest"
 )
 
 func probeTarget(t *testing.T, h http.HandlerFunc) netip.AddrPort {
@@ -32,27 +34,27 @@ func TestHTTPProbe_Outcomes(t *testing.T) {
 		name    string
 		handler http.HandlerFunc
 		closed  bool
-		rule    ProbeConfig
-		ep      EndpointProbe
+		rule    rule.Probe
+		ep      rule.EndpointProbe
 		want    error
 	}{
-		{"default GET /health 2xx", healthy, false, ProbeConfig{}, EndpointProbe{}, nil},
-		{"custom path and body", healthy, false, ProbeConfig{Type: ProbeHTTP, Request: "ready", Response: "ok"}, EndpointProbe{}, nil},
-		{"closed port", nil, true, ProbeConfig{}, EndpointProbe{}, ErrProbeConnect},
-		{"503", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(503) }, false, ProbeConfig{}, EndpointProbe{}, ErrProbeStatus},
-		{"wrong path is 404", healthy, false, ProbeConfig{Request: "/nope"}, EndpointProbe{}, ErrProbeStatus},
-		{"wrong body", healthy, false, ProbeConfig{Response: "ready"}, EndpointProbe{}, ErrProbeBody},
+		{"default GET /health 2xx", healthy, false, pc(rule.Probe{}), rule.EndpointProbe{}, nil},
+		{"custom path and body", healthy, false, pc(rule.Probe{Type: rule.ProbeHTTP, Request: "ready", Response: "ok"}), rule.EndpointProbe{}, nil},
+		{"closed port", nil, true, pc(rule.Probe{}), rule.EndpointProbe{}, ErrProbeConnect},
+		{"503", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(503) }, false, pc(rule.Probe{}), rule.EndpointProbe{}, ErrProbeStatus},
+		{"wrong path is 404", healthy, false, pc(rule.Probe{Request: "/nope"}), rule.EndpointProbe{}, ErrProbeStatus},
+		{"wrong body", healthy, false, pc(rule.Probe{Response: "ready"}), rule.EndpointProbe{}, ErrProbeBody},
 		{"hang", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }, false,
-			ProbeConfig{AttemptTimeout: 50 * time.Millisecond}, EndpointProbe{}, ErrProbeTimeout},
+			pc(rule.Probe{AttemptTimeout: 50 * time.Millisecond}), rule.EndpointProbe{}, ErrProbeTimeout},
 		{"expected code list", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(202) }, false,
-			ProbeConfig{}, EndpointProbe{ExpectedCodes: "200,202"}, nil},
+			pc(rule.Probe{}), rule.EndpointProbe{ExpectedCodes: "200,202"}, nil},
 		{"expected code range excludes", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(204) }, false,
-			ProbeConfig{}, EndpointProbe{ExpectedCodes: "200-203"}, ErrProbeStatus},
+			pc(rule.Probe{}), rule.EndpointProbe{ExpectedCodes: "200-203"}, ErrProbeStatus},
 		{"endpoint path and method", func(w http.ResponseWriter, r *http.Request) {
 			if r.Method != http.MethodHead || r.URL.Path != "/ping" || r.Host != "svc.example" {
 				w.WriteHeader(500)
 			}
-		}, false, ProbeConfig{}, EndpointProbe{HTTPMethod: "HEAD", URLPath: "/ping", DomainName: "svc.example"}, nil},
+		}, false, pc(rule.Probe{}), rule.EndpointProbe{HTTPMethod: "HEAD", URLPath: "/ping", DomainName: "svc.example"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -62,7 +64,7 @@ func TestHTTPProbe_Outcomes(t *testing.T) {
 			} else {
 				addr = probeTarget(t, tt.handler)
 			}
-			probe, err := NewProbe(tt.rule, EndpointConfig{Addr: addr, Probe: tt.ep})
+			probe, err := NewProbe(tt.rule, &rule.CompiledEndpoint{Addr: addr, Probe: tt.ep}, "")
 			if err != nil {
 				t.Fatalf("NewProbe: %v", err)
 			}
@@ -80,8 +82,8 @@ func TestHTTPProbe_Outcomes(t *testing.T) {
 
 func TestHTTPProbe_UsesProbePortAndMonitorAddress(t *testing.T) {
 	target := probeTarget(t, func(w http.ResponseWriter, _ *http.Request) {})
-	ep := EndpointConfig{Addr: netip.MustParseAddrPort("192.0.2.55:1"), Probe: EndpointProbe{MonitorAddress: target.Addr().String()}}
-	probe, err := NewProbe(ProbeConfig{Port: target.Port()}, ep)
+	ep := &rule.CompiledEndpoint{Addr: netip.MustParseAddrPort("192.0.2.55:1"), Probe: rule.EndpointProbe{MonitorAddress: target.Addr().String()}}
+	probe, err := NewProbe(pc(rule.Probe{Port: target.Port()}), ep, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +95,7 @@ func TestHTTPProbe_UsesProbePortAndMonitorAddress(t *testing.T) {
 func TestHTTPSProbe_DoesNotVerifyTheCertificate(t *testing.T) {
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
 	t.Cleanup(srv.Close)
-	probe, err := NewProbe(ProbeConfig{Type: ProbeHTTPS}, EndpointConfig{Addr: netip.MustParseAddrPort(srv.Listener.Addr().String())})
+	probe, err := NewProbe(pc(rule.Probe{Type: rule.ProbeHTTPS}), &rule.CompiledEndpoint{Addr: netip.MustParseAddrPort(srv.Listener.Addr().String())}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,23 +105,6 @@ func TestHTTPSProbe_DoesNotVerifyTheCertificate(t *testing.T) {
 }
 
 func TestTCPProbe_Outcomes(t *testing.T) {
-	serve := func(t *testing.T, fn func(net.Conn)) netip.AddrPort {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() { defer c.Close(); fn(c) }()
-			}
-		}()
-		return netip.MustParseAddrPort(ln.Addr().String())
-	}
 	echo := func(c net.Conn) {
 		buf := make([]byte, 64)
 		n, _ := c.Read(buf)
@@ -129,20 +114,20 @@ func TestTCPProbe_Outcomes(t *testing.T) {
 	tests := []struct {
 		name   string
 		addr   func(t *testing.T) netip.AddrPort
-		rule   ProbeConfig
+		rule   rule.Probe
 		want   error
 		closed bool
 	}{
-		{"connect only", func(t *testing.T) netip.AddrPort { return serve(t, silent) }, ProbeConfig{Type: ProbeTCP}, nil, false},
-		{"closed port", closedAddr, ProbeConfig{Type: ProbeTCP}, ErrProbeConnect, true},
-		{"send and expect", func(t *testing.T) netip.AddrPort { return serve(t, echo) }, ProbeConfig{Type: ProbeTCP, Request: "PING", Response: "PONG:PING"}, nil, false},
-		{"wrong answer", func(t *testing.T) netip.AddrPort { return serve(t, echo) }, ProbeConfig{Type: ProbeTCP, Request: "PING", Response: "HELLO"}, ErrProbeBody, false},
-		{"no answer", func(t *testing.T) netip.AddrPort { return serve(t, silent) },
-			ProbeConfig{Type: ProbeTCP, Request: "PING", Response: "PONG", AttemptTimeout: 50 * time.Millisecond}, ErrProbeTimeout, false},
+		{"connect only", func(t *testing.T) netip.AddrPort { return serveTCP(t, silent) }, pc(rule.Probe{Type: rule.ProbeTCP}), nil, false},
+		{"closed port", closedAddr, pc(rule.Probe{Type: rule.ProbeTCP}), ErrProbeConnect, true},
+		{"send and expect", func(t *testing.T) netip.AddrPort { return serveTCP(t, echo) }, pc(rule.Probe{Type: rule.ProbeTCP, Request: "PING", Response: "PONG:PING"}), nil, false},
+		{"wrong answer", func(t *testing.T) netip.AddrPort { return serveTCP(t, echo) }, pc(rule.Probe{Type: rule.ProbeTCP, Request: "PING", Response: "HELLO"}), ErrProbeBody, false},
+		{"no answer", func(t *testing.T) netip.AddrPort { return serveTCP(t, silent) },
+			pc(rule.Probe{Type: rule.ProbeTCP, Request: "PING", Response: "PONG", AttemptTimeout: 50 * time.Millisecond}), ErrProbeTimeout, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			probe, err := NewProbe(tt.rule, EndpointConfig{Addr: tt.addr(t)})
+			probe, err := NewProbe(tt.rule, &rule.CompiledEndpoint{Addr: tt.addr(t)}, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -153,41 +138,41 @@ func TestTCPProbe_Outcomes(t *testing.T) {
 	}
 }
 
-func TestNewProbe_Settings(t *testing.T) {
-	ep := EndpointConfig{Addr: netip.MustParseAddrPort("127.0.0.1:8000")}
-	if _, err := NewProbe(ProbeConfig{Type: ProbeNone}, ep); !errors.Is(err, ErrProbeOff) {
+func TestNewProbe_OffAndRefusals(t *testing.T) {
+	ep := rule.CompiledEndpoint{Addr: netip.MustParseAddrPort("127.0.0.1:8000")}
+	if _, err := NewProbe(pc(rule.Probe{Type: rule.ProbeNone}), &ep, ""); !errors.Is(err, ErrProbeOff) {
 		t.Errorf("probetype none = %v; want ErrProbeOff", err)
 	}
+	// rule.Validate refuses all of these; a hand-filled rule still gets an
+	// error rather than a probe that can never pass.
 	for _, bad := range []struct {
-		rule ProbeConfig
-		ep   EndpointProbe
+		rule rule.Probe
+		ep   rule.EndpointProbe
 	}{
-		{ProbeConfig{Type: "ping"}, EndpointProbe{}},
-		{ProbeConfig{Retries: 101}, EndpointProbe{}},
-		{ProbeConfig{}, EndpointProbe{ExpectedCodes: "2xx"}},
-		{ProbeConfig{}, EndpointProbe{ExpectedCodes: "204-200"}},
-		{ProbeConfig{}, EndpointProbe{MonitorAddress: "host.example"}},
-		{ProbeConfig{}, EndpointProbe{HTTPVersion: "2"}},
+		{pc(rule.Probe{Type: rule.ProbePing}), rule.EndpointProbe{}},
+		{rule.Probe{Type: rule.ProbeHTTP}, rule.EndpointProbe{}}, // no period: not compiled
+		{pc(rule.Probe{}), rule.EndpointProbe{ExpectedCodes: "2xx"}},
+		{pc(rule.Probe{}), rule.EndpointProbe{MonitorAddress: "host.example"}},
 	} {
 		ep.Probe = bad.ep
-		if _, err := NewProbe(bad.rule, ep); !errors.Is(err, ErrInvalidConfig) {
+		if _, err := NewProbe(bad.rule, &ep, ""); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("NewProbe(%+v, %+v) = %v; want ErrInvalidConfig", bad.rule, bad.ep, err)
 		}
 	}
-	c := ProbeConfig{}
-	if c.PeriodOrDefault() != 60*time.Second || c.RetriesOrDefault() != 2 || c.attemptTimeout() != 5*time.Second {
-		t.Errorf("defaults: period %v retries %d timeout %v", c.PeriodOrDefault(), c.RetriesOrDefault(), c.attemptTimeout())
-	}
-	c.Period = time.Second
-	if c.attemptTimeout() != time.Second {
-		t.Errorf("attempt timeout %v; want capped at the 1 s period", c.attemptTimeout())
-	}
 }
 
-func TestParseExpectedCodes(t *testing.T) {
-	got, err := parseExpectedCodes("200, 202,300-302")
-	want := []codeRange{{200, 200}, {202, 202}, {300, 302}}
-	if err != nil || !reflect.DeepEqual(got, want) {
-		t.Errorf("got %v, %v; want %v", got, err, want)
+// pc is p as rule.Compile leaves it: a mode:4 rule's probe type and
+// bounds where p has none.
+func pc(p rule.Probe) rule.Probe {
+	d := ruletest.Rule(ruletest.Options{Probe: rule.ProbeHTTP, Extra: `"probeport":1`}, ruletest.Endpoint{Addr: netip.MustParseAddrPort("127.0.0.1:1")}).Probe
+	if p.Type == "" {
+		p.Type = d.Type
 	}
+	if p.Period == 0 {
+		p.Period = d.Period
+	}
+	if p.AttemptTimeout == 0 {
+		p.AttemptTimeout = d.AttemptTimeout
+	}
+	return p
 }

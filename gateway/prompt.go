@@ -15,7 +15,7 @@ func (r *Request) parsePrompt(v []byte) error {
 	const param = "prompt"
 	switch v[0] {
 	case '"':
-		r.Form, r.Texts = PromptText, []string{unquote(v)}
+		r.Form, r.Texts = PromptText, append(r.Texts, unquote(v))
 		return nil
 	case '[':
 	default:
@@ -59,7 +59,7 @@ func (r *Request) parsePrompt(v []byte) error {
 		if err != nil {
 			return fieldError(param, "a prompt of token ids must hold only integers 0–4294967295")
 		}
-		r.Form, r.Tokens = PromptTokens, [][]uint32{toks}
+		r.Form, r.Tokens = PromptTokens, append(r.Tokens, toks)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -13,9 +14,11 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/valyala/fasthttp"
 
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/rule"
 )
 
 // instantRouter answers every Route with a fixed decision and ignores
@@ -91,10 +94,7 @@ func BenchmarkAddedLatency(b *testing.B) {
 	be := fastBackend(b)
 	beAddr := netip.MustParseAddrPort(be.Listener.Addr().String())
 	cfg := singlePool(beAddr)
-	l, err := NewListener(cfg, Deps{Router: &instantRouter{d: decision(ladder.TierSelector, 0, -1)}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	l := benchListener(b, cfg, &instantRouter{d: decision(ladder.TierSelector, 0, -1)})
 	if err := l.Start(); err != nil {
 		b.Fatal(err)
 	}
@@ -104,10 +104,7 @@ func BenchmarkAddedLatency(b *testing.B) {
 	pdBE := fastBackend(b)
 	pdAddr := netip.MustParseAddrPort(pdBE.Listener.Addr().String())
 	pdCfg := pdPool([]netip.AddrPort{pdAddr}, []netip.AddrPort{pdAddr})
-	pl, err := NewListener(pdCfg, Deps{Router: &instantRouter{d: decision(ladder.Tier2, 0, 1)}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	pl := benchListener(b, pdCfg, &instantRouter{d: decision(ladder.Tier2, 0, 1)})
 	if err := pl.Start(); err != nil {
 		b.Fatal(err)
 	}
@@ -135,89 +132,89 @@ func BenchmarkAddedLatency(b *testing.B) {
 	}
 }
 
-// memResponse is an in-memory ResponseWriter for handler-only benchmarks.
-type memResponse struct {
-	h      http.Header
-	status int
-	n      int
-}
-
-func (m *memResponse) Header() http.Header         { return m.h }
-func (m *memResponse) WriteHeader(s int)           { m.status = s }
-func (m *memResponse) Write(p []byte) (int, error) { m.n += len(p); return len(p), nil }
-func (m *memResponse) Flush()                      {}
-
-// SetReadDeadline and SetWriteDeadline make ResponseController calls
-// succeed as they do on a real connection.
-func (m *memResponse) SetReadDeadline(time.Time) error  { return nil }
-func (m *memResponse) SetWriteDeadline(time.Time) error { return nil }
-
-// cannedTransport answers every upstream request in memory.
-type cannedTransport struct{ body []byte }
-
-func (c *cannedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Body != nil {
-		_, _ = io.Copy(io.Discard, r.Body)
+// fastBackendFast is a fasthttp backend answering benchCompletion (or the
+// P/D prefill's answer): it allocates nothing per request, so the
+// allocations BenchmarkHandler reports are the gateway's.
+func fastBackendFast(b *testing.B) netip.AddrPort {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
 	}
-	return &http.Response{
-		StatusCode:    200,
-		Header:        http.Header{"Content-Type": {"application/json"}},
-		Body:          io.NopCloser(bytes.NewReader(c.body)),
-		ContentLength: int64(len(c.body)),
-		Request:       r,
-	}, nil
+	prefill := []byte(`{"id":"p","choices":[],"kv_transfer_params":{"remote_block_ids":[[1]],"remote_engine_id":"e"}}`)
+	srv := &fasthttp.Server{Handler: func(rc *fasthttp.RequestCtx) {
+		rc.SetContentType("application/json")
+		if bytes.Contains(rc.PostBody(), []byte(`"do_remote_decode":true`)) {
+			rc.SetBody(prefill)
+			return
+		}
+		rc.SetBodyString(benchCompletion)
+	}}
+	go func() { _ = srv.Serve(ln) }()
+	b.Cleanup(func() { _ = srv.Shutdown() })
+	return netip.MustParseAddrPort(ln.Addr().String())
 }
 
 // BenchmarkHandler measures the gateway's own cost per proxied request —
-// parse, routing input, upstream request, relay, log and metrics — with an
-// in-memory client, router and backend, so allocations are the gateway's.
+// HTTP/1.1 server, parse, routing input, upstream request, relay, log and
+// metrics — over loopback between a fasthttp client and a fasthttp
+// backend (neither allocates), with a router that answers at once.
 func BenchmarkHandler(b *testing.B) {
-	// baseline is the harness alone (request, recorder, canned upstream
-	// answer): subtract it to get the gateway's own allocations.
-	b.Run("baseline", func(b *testing.B) {
-		payload := []byte(`{"model":"m","prompt":"a"}`)
-		ct := &cannedTransport{body: []byte(benchCompletion)}
-		b.ReportAllocs()
-		for range b.N {
-			r := httptest.NewRequest(http.MethodPost, PathCompletions, bytes.NewReader(payload))
-			w := &memResponse{h: make(http.Header, 4)}
-			resp, _ := ct.RoundTrip(r)
-			_, _ = io.Copy(w, resp.Body)
-		}
-	})
+	be := fastBackendFast(b)
 	for _, size := range []int{64, 4 << 10, 64 << 10} {
 		b.Run("single/prompt="+strconv.Itoa(size), func(b *testing.B) {
-			cfg := singlePool(netip.MustParseAddrPort("127.0.0.1:8000"))
-			h, err := NewHandler(cfg, Deps{Router: &instantRouter{d: decision(ladder.TierSelector, 0, -1)}, Transport: &cannedTransport{body: []byte(benchCompletion)}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			benchHandler(b, h, `{"model":"m","prompt":"`+strings.Repeat("a", size)+`","max_tokens":1,"user_id":"u"}`)
+			_, l := startBenchGateway(b, singlePool(be), &instantRouter{d: decision(ladder.TierSelector, 0, -1)})
+			benchHandler(b, l, `{"model":"m","prompt":"`+strings.Repeat("a", size)+`","max_tokens":1,"user_id":"u"}`)
 		})
 	}
 	b.Run("pd/prompt=4096", func(b *testing.B) {
-		cfg := pdPool([]netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:8000")}, []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:8001")})
-		resp := []byte(`{"id":"p","choices":[],"kv_transfer_params":{"remote_block_ids":[[1]],"remote_engine_id":"e"}}`)
-		h, err := NewHandler(cfg, Deps{Router: &instantRouter{d: decision(ladder.Tier2, 0, 1)}, Transport: &cannedTransport{body: resp}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		benchHandler(b, h, `{"model":"m","prompt":"`+strings.Repeat("a", 4096)+`","max_tokens":1}`)
+		_, l := startBenchGateway(b, pdPool([]netip.AddrPort{be}, []netip.AddrPort{be}), &instantRouter{d: decision(ladder.Tier2, 0, 1)})
+		benchHandler(b, l, `{"model":"m","prompt":"`+strings.Repeat("a", 4096)+`","max_tokens":1}`)
 	})
 }
 
-func benchHandler(b *testing.B, h *Handler, body string) {
+// benchListener builds an unbound listener for cfg over router r.
+func benchListener(b *testing.B, cfg *rule.Compiled, r actors.Router) *Listener {
 	b.Helper()
-	payload := []byte(body)
-	b.SetBytes(int64(len(payload)))
+	h, err := NewHandler(cfg, Options{}, Deps{Router: r})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return NewListener(h)
+}
+
+func startBenchGateway(b *testing.B, cfg *rule.Compiled, r actors.Router) (string, *Listener) {
+	b.Helper()
+	l := benchListener(b, cfg, r)
+	if err := l.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = l.Close() })
+	return "http://" + l.Addr().String(), l
+}
+
+func benchHandler(b *testing.B, l *Listener, body string) {
+	b.Helper()
+	c := &fasthttp.HostClient{Addr: l.Addr().String()}
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(http.MethodPost)
+	req.SetRequestURI("http://" + l.Addr().String() + PathCompletions)
+	req.Header.SetContentType("application/json")
+	req.SetBodyString(body)
+	do := func() {
+		if err := c.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+			b.Fatalf("%v, status %d %s", err, resp.StatusCode(), resp.Body())
+		}
+	}
+	for range 100 {
+		do()
+	}
+	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		r := httptest.NewRequest(http.MethodPost, PathCompletions, bytes.NewReader(payload))
-		w := &memResponse{h: make(http.Header, 4)}
-		h.ServeHTTP(w, r)
-		if w.status != 200 {
-			b.Fatalf("status %d", w.status)
-		}
+		do()
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/rule"
+	"github.com/llbproject/llb/rule/ruletest"
 )
 
 func TestSinglePool_ProxiesNonStreamingRequest(t *testing.T) {
@@ -108,7 +111,7 @@ func TestSinglePool_FlushesEachSSEEventAsItArrives(t *testing.T) {
 func TestSinglePool_RetriesAnotherEndpointAfterConnectFailure(t *testing.T) {
 	be := newFakeVLLM(t)
 	cfg := singlePool(closedAddr(t), be.addr())
-	fr := newFakeRouter(firstAllowed(&cfg))
+	fr := newFakeRouter(firstAllowed(cfg))
 	url, _ := startGateway(t, cfg, Deps{Router: fr})
 	resp, body := post(t, testClient(t), url+PathCompletions, `{"model":"m","prompt":"p"}`)
 	if resp.StatusCode != 200 {
@@ -156,9 +159,8 @@ func TestSinglePool_ConnectFailuresExhaust(t *testing.T) {
 				addrs = append(addrs, closedAddr(t))
 			}
 			cfg := singlePool(addrs...)
-			cfg.MaxConnectRetries = tt.retries
-			fr := newFakeRouter(firstAllowed(&cfg))
-			url, _ := startGateway(t, cfg, Deps{Router: fr})
+			fr := newFakeRouter(firstAllowed(cfg))
+			url, _ := startGatewayWith(t, cfg, Options{MaxConnectRetries: tt.retries}, Deps{Router: fr})
 			resp, body := post(t, testClient(t), url+PathCompletions, `{"model":"m","prompt":"p"}`)
 			if e := decodeError(t, body); resp.StatusCode != 502 || e.Error.Code != CodeBackendUnreachable {
 				t.Errorf("got %d %s; want 502 %s", resp.StatusCode, e.Error.Code, CodeBackendUnreachable)
@@ -306,18 +308,18 @@ func TestSinglePool_OriginErrorsAreRelayed(t *testing.T) {
 func TestSinglePool_Timeouts(t *testing.T) {
 	tests := []struct {
 		name     string
-		setup    func(*RuleConfig)
+		setup    func(*rule.Compiled)
 		wantCode string
 	}{
-		{"idle data timeout", func(c *RuleConfig) { c.DataTimeout = 50 * time.Millisecond }, CodeIdleTimeout},
-		{"max stream duration", func(c *RuleConfig) { c.MaxStreamDuration = 50 * time.Millisecond }, CodeStreamDuration},
+		{"idle data timeout", func(c *rule.Compiled) { c.Timeouts.Data = 50 * time.Millisecond }, CodeIdleTimeout},
+		{"max stream duration", func(c *rule.Compiled) { c.Timeouts.MaxStream = 50 * time.Millisecond }, CodeStreamDuration},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			be := newFakeVLLM(t)
 			be.answer = func(w http.ResponseWriter, r *http.Request, _ []byte) { <-r.Context().Done() }
 			cfg := singlePool(be.addr())
-			tt.setup(&cfg)
+			tt.setup(cfg)
 			fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
 			url, _ := startGateway(t, cfg, Deps{Router: fr})
 			resp, body := post(t, testClient(t), url+PathCompletions, `{"model":"m","prompt":"p"}`)
@@ -343,8 +345,10 @@ func TestSinglePool_IdleTimeoutIsOffInSSEMode(t *testing.T) {
 		<-release
 		_, _ = io.WriteString(w, "data: [DONE]\n\n")
 	}
-	cfg := singlePool(be.addr())
-	cfg.DataTimeout, cfg.SSEMode = 20*time.Millisecond, true
+	// sse_mode suppresses timeoutMemberData (rule.Compile leaves no data
+	// bound).
+	cfg := ruletest.Rule(ruletest.Options{Extra: `"sse_mode":true,"timeoutMemberData":20`}, ruletest.Endpoint{Addr: be.addr()})
+	cfg.Port = 0
 	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
 	url, _ := startGateway(t, cfg, Deps{Router: fr})
 	req, _ := http.NewRequest(http.MethodPost, url+PathCompletions, strings.NewReader(`{"model":"m","prompt":"p","stream":true}`))
@@ -360,7 +364,7 @@ func TestSinglePool_IdleTimeoutIsOffInSSEMode(t *testing.T) {
 	// Keep the stream idle for ten DataTimeouts (elapsed time is the thing
 	// under test here, not a synchronisation): in SSE mode the idle
 	// watchdog must not cut it.
-	<-time.After(10 * cfg.DataTimeout)
+	<-time.After(10 * cfg.Timeouts.Data)
 	close(release)
 	rest, err := io.ReadAll(br)
 	if err != nil || !strings.Contains(string(rest), "[DONE]") {
@@ -369,27 +373,23 @@ func TestSinglePool_IdleTimeoutIsOffInSSEMode(t *testing.T) {
 }
 
 func TestClassifyUpstream(t *testing.T) {
-	live := context.Background()
-	gone, cancel := context.WithCancel(context.Background())
-	cancel()
 	dialErr := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
 	readErr := &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}
 	tests := []struct {
 		name string
 		err  error
-		ctx  context.Context
 		want actors.Failure
 	}{
-		{"dial", dialErr, live, actors.FailConnect},
-		{"dns", &net.DNSError{Err: "no such host"}, live, actors.FailConnect},
-		{"read reset", readErr, live, actors.FailReset},
-		{"eof", io.ErrUnexpectedEOF, live, actors.FailReset},
-		{"deadline", context.DeadlineExceeded, live, actors.FailTimeout},
-		{"client gone wins", dialErr, gone, actors.FailClientGone},
+		{"dial", dialErr, actors.FailConnect},
+		{"our dial", &dialError{err: errors.New("i/o timeout")}, actors.FailConnect},
+		{"dns", &net.DNSError{Err: "no such host"}, actors.FailConnect},
+		{"read reset", readErr, actors.FailReset},
+		{"eof", io.ErrUnexpectedEOF, actors.FailReset},
+		{"deadline", os.ErrDeadlineExceeded, actors.FailTimeout},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := classifyUpstream(tt.err, tt.ctx); got != tt.want {
+			if got := classifyUpstream(tt.err); got != tt.want {
 				t.Errorf("got %v; want %v", got, tt.want)
 			}
 		})
@@ -409,7 +409,7 @@ func TestSinglePool_ClientThatStopsReadingIsCutAtMaxStreamDuration(t *testing.T)
 		}
 	}
 	cfg := singlePool(be.addr())
-	cfg.MaxStreamDuration = 300 * time.Millisecond
+	cfg.Timeouts.MaxStream = 300 * time.Millisecond
 	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
 	_, l := startGateway(t, cfg, Deps{Router: fr})
 	conn, err := net.Dial("tcp", l.Addr().String())

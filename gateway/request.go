@@ -31,7 +31,7 @@ const (
 // key when present (it overrides user_id), and the CHWBL fallback key.
 const HeaderConversationID = "X-Conversation-Id"
 
-// DefaultBodyLimit bounds a request body when RuleConfig.BodyLimit is 0.
+// DefaultBodyLimit bounds a request body when Options.BodyLimit is 0.
 const DefaultBodyLimit = 16 << 20
 
 // APIKind is which generation API a request uses.
@@ -153,14 +153,26 @@ func (r *Request) SessionUser() string {
 // ParseRequest parses body as a request of kind. Problems are returned as a
 // *ClientError (400) naming the field; use errors.As.
 func ParseRequest(kind APIKind, body []byte) (*Request, error) {
-	if !validJSON(body) {
-		return nil, requestError(http.StatusBadRequest, CodeInvalidJSON, "", "the request body is not valid JSON")
+	r := new(Request)
+	if err := r.parse(kind, body); err != nil {
+		return nil, err
 	}
-	r := &Request{Kind: kind, Body: body}
+	return r, nil
+}
+
+// parse is ParseRequest into r, which it resets first, keeping the
+// capacity of its slices (the data plane reuses one Request per exchange).
+func (r *Request) parse(kind APIKind, body []byte) error {
+	*r = Request{Kind: kind, Body: body, Texts: r.Texts[:0], Tokens: r.Tokens[:0], Messages: r.Messages[:0]}
+	if !validJSON(body) {
+		return requestError(http.StatusBadRequest, CodeInvalidJSON, "", "the request body is not valid JSON")
+	}
 	var prompt, messages []byte
 	var hasPrompt, hasMessages bool
-	err := forEachMember(body, func(m *member) error {
-		var err error
+	var err error
+	it := memberIter{doc: body}
+	for err == nil && it.next() {
+		m := &it.m
 		switch string(m.key) {
 		case "model":
 			err = decodeString(m, &r.Model)
@@ -204,33 +216,31 @@ func ParseRequest(kind APIKind, body []byte) (*Request, error) {
 		case "truncate_prompt_tokens":
 			r.Truncate = keep(m.val)
 		}
-		return err
-	})
+	}
+	if err == nil {
+		err = it.err
+	}
 	if err != nil {
 		var ce *ClientError
 		if errors.As(err, &ce) {
-			return nil, ce
+			return ce
 		}
-		return nil, requestError(http.StatusBadRequest, CodeInvalidJSON, "", "the request body must be a JSON object")
+		return requestError(http.StatusBadRequest, CodeInvalidJSON, "", "the request body must be a JSON object")
 	}
 	switch kind {
 	case KindCompletion:
 		if hasPrompt {
-			if err := r.parsePrompt(prompt); err != nil {
-				return nil, err
-			}
+			return r.parsePrompt(prompt)
 		} else if !r.PromptEmbeds {
-			return nil, requestError(http.StatusBadRequest, CodeMissingField, "prompt", "a completion request needs a prompt (or prompt_embeds)")
+			return requestError(http.StatusBadRequest, CodeMissingField, "prompt", "a completion request needs a prompt (or prompt_embeds)")
 		}
 	case KindChat:
 		if !hasMessages {
-			return nil, requestError(http.StatusBadRequest, CodeMissingField, "messages", "a chat completion request needs a messages array")
+			return requestError(http.StatusBadRequest, CodeMissingField, "messages", "a chat completion request needs a messages array")
 		}
-		if err := r.parseMessages(messages); err != nil {
-			return nil, err
-		}
+		return r.parseMessages(messages)
 	}
-	return r, nil
+	return nil
 }
 
 // keep returns a raw value, or nil for JSON null.

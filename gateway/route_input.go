@@ -2,15 +2,18 @@ package gateway
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/rule"
 )
 
 // Routing input: what the ladder keys on, derived from the parsed request.
@@ -96,32 +99,36 @@ func parseSessionHeader(s string) (sessionSource, error) {
 	return sessionSource{}, fmt.Errorf("%q: %w", s, errSessionSource)
 }
 
-// value extracts the persist key from r; "" when the request lacks it.
-func (s sessionSource) value(r *http.Request) string {
+// value extracts the persist key from the request; "" when it lacks it.
+func (s sessionSource) value(in *fasthttp.Request) string {
 	switch s.kind {
 	case sessionFromHeader:
-		return r.Header.Get(s.name)
+		return string(in.Header.Peek(s.name))
 	case sessionFromCookie:
-		if c, err := r.Cookie(s.name); err == nil {
-			return c.Value
-		}
+		return string(in.Header.Cookie(s.name))
 	case sessionFromQuery:
-		return r.URL.Query().Get(s.name)
+		return string(in.URI().QueryArgs().Peek(s.name))
 	case sessionFromBasicAuth:
-		if u, _, ok := r.BasicAuth(); ok {
+		if u, ok := basicAuthUser(in.Header.Peek("Authorization")); ok {
 			return u
 		}
 	}
 	return ""
 }
 
-// clientIP returns the host part of r.RemoteAddr.
-func clientIP(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
+// basicAuthUser returns the user name of an "Authorization: Basic"
+// header value (RFC 7617), as net/http's Request.BasicAuth does.
+func basicAuthUser(auth []byte) (string, bool) {
+	const prefix = "basic "
+	if len(auth) < len(prefix) || !strings.EqualFold(string(auth[:len(prefix)]), prefix) {
+		return "", false
 	}
-	return host
+	dec, err := base64.StdEncoding.DecodeString(string(auth[len(prefix):]))
+	if err != nil {
+		return "", false
+	}
+	user, _, ok := strings.Cut(string(dec), ":")
+	return user, ok
 }
 
 // rendering is a request's prompt rendering for routing.
@@ -184,18 +191,18 @@ type routeInput struct {
 	pd      bool
 }
 
-func newRouteInput(cfg *RuleConfig, kv *kvInput) (*routeInput, error) {
-	src, err := parseSessionHeader(cfg.SessionHeaderName)
+func newRouteInput(c *rule.Compiled, loraOf func(string) string, kv *kvInput) (*routeInput, error) {
+	src, err := parseSessionHeader(c.SessionHeaderName)
 	if err != nil {
 		return nil, fmt.Errorf("session_header_name: %w: %w", err, ErrInvalidConfig)
 	}
 	return &routeInput{
-		span:    PrefixSpan(cfg.PrefixHashLevel),
-		flags:   cfg.PrefixHashFlags,
-		loraOf:  cfg.LoRAOf,
+		span:    PrefixSpan(c.PrefixHash.Level),
+		flags:   c.PrefixHash.Flags,
+		loraOf:  loraOf,
 		session: src,
 		kv:      kv,
-		pd:      cfg.PDDisagg,
+		pd:      c.Spec.PDDisagg,
 	}, nil
 }
 
@@ -207,10 +214,11 @@ func (ri *routeInput) lora(model string) string {
 	return ri.loraOf(model)
 }
 
-// build fills rr for req (generation APIs). It runs in the request's own
-// goroutine and may call the engine's /tokenize (bounded by its deadline).
-func (ri *routeInput) build(ctx context.Context, r *http.Request, req *Request, rr *actors.RouteRequest) {
-	ri.buildBasic(r, rr)
+// build fills rr for req (generation APIs) received from the client at
+// remote (ip:port, ip). It runs in the request's own goroutine and may call
+// the engine's /tokenize (bounded by its deadline).
+func (ri *routeInput) build(ctx context.Context, in *fasthttp.Request, remote, ip string, req *Request, rr *actors.RouteRequest) {
+	ri.buildBasic(in, remote, ip, rr)
 	lr := &rr.Req
 	lr.SessionKey, _ = ladder.SessionKeyFor(req.SessionUser(), req.ConversationID)
 	if req.ConversationID != "" {
@@ -229,16 +237,18 @@ func (ri *routeInput) build(ctx context.Context, r *http.Request, req *Request, 
 	lr.PrefixHash, lr.HasPrefixHash = ladder.PrefixHash(&key), true
 	if ri.kv != nil {
 		rr.Chain, lr.KV = ri.kv.compute(ctx, req, lora, ri.pd)
+		rr.Chat, rr.ExtraKeys = req.Kind == KindChat, lora != "" || req.CacheSalt != ""
 	}
 }
 
 // buildBasic fills the client keys, the only input of pass-through routes.
-func (ri *routeInput) buildBasic(r *http.Request, rr *actors.RouteRequest) {
+func (ri *routeInput) buildBasic(in *fasthttp.Request, remote, ip string, rr *actors.RouteRequest) {
 	lr := &rr.Req
-	lr.ClientHash = ladder.XXH64String(r.RemoteAddr, 0)
-	if v := ri.session.value(r); v != "" {
-		lr.ClientKey = v
-	} else {
-		lr.ClientKey = clientIP(r)
+	lr.ClientHash = ladder.XXH64String(remote, 0)
+	if ri.session.kind != sessionFromIP {
+		lr.ClientKey = ri.session.value(in)
+	}
+	if lr.ClientKey == "" {
+		lr.ClientKey = ip
 	}
 }

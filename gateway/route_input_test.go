@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"net/http"
@@ -8,8 +10,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/rule"
 )
 
 func mustParse(t *testing.T, kind APIKind, body string) *Request {
@@ -21,20 +26,28 @@ func mustParse(t *testing.T, kind APIKind, body string) *Request {
 	return r
 }
 
-func buildInput(t *testing.T, cfg RuleConfig, kind APIKind, body string, hdr ...string) actors.RouteRequest {
+func buildInput(t *testing.T, cfg *rule.Compiled, kind APIKind, body string, hdr ...string) actors.RouteRequest {
 	t.Helper()
-	ri, err := newRouteInput(&cfg, nil)
+	return buildInputLoRA(t, cfg, nil, kind, body, hdr...)
+}
+
+// buildInputLoRA is buildInput with the LoRA hook loraOf.
+func buildInputLoRA(t *testing.T, cfg *rule.Compiled, loraOf func(string) string, kind APIKind, body string, hdr ...string) actors.RouteRequest {
+	t.Helper()
+	ri, err := newRouteInput(cfg, loraOf, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hr := httptest.NewRequest(http.MethodPost, "/v1/completions", nil)
+	var hr fasthttp.Request
+	hr.Header.SetMethod(http.MethodPost)
+	hr.SetRequestURI("/v1/completions")
 	for i := 0; i+1 < len(hdr); i += 2 {
 		hr.Header.Set(hdr[i], hdr[i+1])
 	}
 	req := mustParse(t, kind, body)
-	req.ConversationID = hr.Header.Get(HeaderConversationID)
+	req.ConversationID = string(hr.Header.Peek(HeaderConversationID))
 	var rr actors.RouteRequest
-	ri.build(context.Background(), hr, req, &rr)
+	ri.build(context.Background(), &hr, "192.0.2.1:4321", "192.0.2.1", req, &rr)
 	return rr
 }
 
@@ -94,24 +107,23 @@ func TestRouteInput_ChatPrefixHashIsStableAcrossTurns(t *testing.T) {
 func TestRouteInput_PrefixHashCoversLeadingSpanAndContext(t *testing.T) {
 	base := singlePool(closedAddr(t))
 	long := strings.Repeat("a", 300)
-	h := func(cfg RuleConfig, body string) uint64 {
+	h := func(cfg *rule.Compiled, body string) uint64 {
 		return buildInput(t, cfg, KindCompletion, body).Req.PrefixHash
 	}
-	lvl2 := base
-	lvl2.PrefixHashLevel = 2
-	noSalt := base
-	noSalt.PrefixHashFlags = prefixFlagLoRA
+	lvl2, noSalt := *base, *base
+	lvl2.PrefixHash.Level = 2
+	noSalt.PrefixHash.Flags = prefixFlagLoRA
 	tests := []struct {
 		name     string
-		cfg1, c2 RuleConfig
+		cfg1, c2 *rule.Compiled
 		a, b     string
 		wantSame bool
 	}{
 		{"same leading 256 bytes at level 1", base, base, `{"model":"m","prompt":"` + long + `X"}`, `{"model":"m","prompt":"` + long + `Y"}`, true},
-		{"level 2 sees byte 300", lvl2, lvl2, `{"model":"m","prompt":"` + long + `X"}`, `{"model":"m","prompt":"` + long + `Y"}`, false},
+		{"level 2 sees byte 300", &lvl2, &lvl2, `{"model":"m","prompt":"` + long + `X"}`, `{"model":"m","prompt":"` + long + `Y"}`, false},
 		{"model is part of the key", base, base, `{"model":"m1","prompt":"p"}`, `{"model":"m2","prompt":"p"}`, false},
 		{"cache_salt is part of the key", base, base, `{"model":"m","prompt":"p","cache_salt":"a"}`, `{"model":"m","prompt":"p","cache_salt":"b"}`, false},
-		{"flags without bit 3 ignore cache_salt", noSalt, noSalt, `{"model":"m","prompt":"p","cache_salt":"a"}`, `{"model":"m","prompt":"p","cache_salt":"b"}`, true},
+		{"flags without bit 3 ignore cache_salt", &noSalt, &noSalt, `{"model":"m","prompt":"p","cache_salt":"a"}`, `{"model":"m","prompt":"p","cache_salt":"b"}`, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -125,13 +137,13 @@ func TestRouteInput_PrefixHashCoversLeadingSpanAndContext(t *testing.T) {
 func TestRouteInput_LoRAHookChangesPrefixHash(t *testing.T) {
 	cfg := singlePool(closedAddr(t))
 	plain := buildInput(t, cfg, KindCompletion, `{"model":"sql-lora","prompt":"p"}`).Req.PrefixHash
-	cfg.LoRAOf = func(m string) string {
+	loraOf := func(m string) string {
 		if m == "sql-lora" {
 			return "sql-lora"
 		}
 		return ""
 	}
-	withLoRA := buildInput(t, cfg, KindCompletion, `{"model":"sql-lora","prompt":"p"}`).Req.PrefixHash
+	withLoRA := buildInputLoRA(t, cfg, loraOf, KindCompletion, `{"model":"sql-lora","prompt":"p"}`).Req.PrefixHash
 	if plain == withLoRA {
 		t.Errorf("a LoRA adapter did not change the prefix hash (%x)", plain)
 	}
@@ -163,21 +175,25 @@ func TestRouteInput_ClientKeySources(t *testing.T) {
 		{"cookie", "cookie:sid", func(r *http.Request) { r.AddCookie(&http.Cookie{Name: "sid", Value: "c1"}) }, "c1"},
 		{"query", "query:k", func(r *http.Request) { r.URL.RawQuery = "k=q1" }, "q1"},
 		{"basic auth", "basic-auth", func(r *http.Request) { r.SetBasicAuth("alice", "pw") }, "alice"},
+		{"basic auth, malformed", "basic-auth", func(r *http.Request) { r.Header.Set("Authorization", "Basic !!") }, "192.0.2.1"},
 		{"missing value falls back to ip", "X-Tenant", func(*http.Request) {}, "192.0.2.1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := singlePool(closedAddr(t))
 			cfg.SessionHeaderName = tt.source
-			ri, err := newRouteInput(&cfg, nil)
+			ri, err := newRouteInput(cfg, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			r := httptest.NewRequest(http.MethodGet, "/health", nil)
-			r.RemoteAddr = "192.0.2.1:4321"
 			tt.setup(r)
+			var in fasthttp.Request
+			if err := in.Read(bufio.NewReader(strings.NewReader(rawRequest(t, r)))); err != nil {
+				t.Fatal(err)
+			}
 			var rr actors.RouteRequest
-			ri.buildBasic(r, &rr)
+			ri.buildBasic(&in, "192.0.2.1:4321", "192.0.2.1", &rr)
 			if rr.Req.ClientKey != tt.want {
 				t.Errorf("ClientKey = %q; want %q", rr.Req.ClientKey, tt.want)
 			}
@@ -194,4 +210,14 @@ func TestParseSessionHeader_RejectsMalformedSources(t *testing.T) {
 			t.Errorf("parseSessionHeader(%q) = nil; want an error", give)
 		}
 	}
+}
+
+// rawRequest renders r as it goes on the wire (HTTP/1.1).
+func rawRequest(t *testing.T, r *http.Request) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := r.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }

@@ -14,10 +14,11 @@ import (
 // accept loop out of file descriptors retries every few milliseconds.
 const serverLogEvery = 10 * time.Second
 
-// serverErrorLog is the io.Writer behind a listener's http.Server.ErrorLog:
-// net/http's own errors ("http: Accept error: … too many open files",
-// "http2: …") become zerolog Warn lines with a message and a level (they
-// were written raw, without one), at most one per serverLogEvery with the
+// serverErrorLog is the io.Writer behind a listener's http.Server.ErrorLog
+// (the h2c server) and its accept loop's errors: net/http's own errors
+// ("http2: …") and "accept error: … too many open files" become zerolog
+// Warn lines with a message and a level (they were written raw, without
+// one), at most one per serverLogEvery with the
 // count of those held back since the last one.
 type serverErrorLog struct {
 	log zerolog.Logger

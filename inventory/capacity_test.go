@@ -3,14 +3,11 @@ package inventory
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
 )
 
 // vllmMetrics is shaped like a real vLLM V1 /metrics page.
@@ -105,68 +102,5 @@ func TestScrapeCacheConfig_OverRealHTTP(t *testing.T) {
 	}
 	if _, err := ScrapeCacheConfig(ctx, srv.Client(), srv.URL+"/huge", 100); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("oversized: got %v; want ErrMalformed", err)
-	}
-}
-
-func TestCapacityPoller_RefreshesOnDemandAndKeepsTheLastKnownValue(t *testing.T) {
-	var blocks atomic.Int64
-	blocks.Store(500)
-	var fail atomic.Bool
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if fail.Load() {
-			http.Error(w, "down", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintf(w, "vllm:cache_config_info{num_gpu_blocks=\"%d\",block_size=\"16\"} 1\n", blocks.Load())
-	}))
-	defer srv.Close()
-	updates := make(chan Capacity, 16)
-	p, err := NewCapacityPoller(CapacityConfig{MetricsURL: srv.URL + "/metrics", Client: srv.Client(), Interval: time.Hour,
-		OnUpdate: func(c Capacity) { updates <- c }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.Capacity().Known() {
-		t.Fatal("capacity known before the first scrape")
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	next := func() Capacity {
-		t.Helper()
-		select {
-		case c := <-updates:
-			return c
-		case <-time.After(waitTimeout):
-			t.Fatal("no scrape")
-			return Capacity{}
-		}
-	}
-	if c := next(); c.NumGPUBlocks != 500 || c.LastErr != nil {
-		t.Fatalf("first scrape %+v; want 500 blocks", c)
-	}
-	blocks.Store(800) // the engine restarted with more memory
-	p.Refresh()
-	if c := next(); c.NumGPUBlocks != 800 {
-		t.Fatalf("after refresh %+v; want 800 blocks", c)
-	}
-	fail.Store(true)
-	p.Refresh()
-	if c := next(); c.NumGPUBlocks != 800 || !errors.Is(c.LastErr, ErrUpstream) {
-		t.Fatalf("after a failed scrape %+v; want the last known 800 and the error", c)
-	}
-	if c := p.Capacity(); c.NumGPUBlocks != 800 {
-		t.Fatalf("Capacity() = %+v", c)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestNewCapacityPoller_ReportsAllProblems(t *testing.T) {
-	_, err := NewCapacityPoller(CapacityConfig{MetricsURL: "10.0.0.1/metrics", Interval: -1})
-	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "MetricsURL") || !strings.Contains(err.Error(), "negative") {
-		t.Fatalf("got %v", err)
 	}
 }

@@ -27,19 +27,19 @@
 //   - Tokenizer / RemoteTokenizer: the engine's POST /tokenize with a
 //     deadline (a miss is a tokenize guard), an LRU cache and bounded
 //     concurrency.
-//   - CapacityPoller / ParseCacheConfig: num_gpu_blocks from
-//     vllm:cache_config_info, refreshed periodically and on reconnect.
-//   - Views: EndpointSnapshot, InventoryView, and the metric names.
+//   - ScrapeCacheConfig / ParseCacheConfig: num_gpu_blocks and the waiting
+//     queue from an engine's /metrics (the endpoint actor scrapes on its
+//     own schedule).
+//   - Views: HashAlgoName, IgnoredViews, and the metric names.
 //
 // # Ownership
 //
 // A Feed's sockets belong to the goroutine running Feed.Run: it polls with
 // a timeout, checks its context, and closes them itself (closing a pebbe/zmq4
 // socket from another goroutine while it is blocked crashes the process).
-// A Mirror has exactly one owner and takes no locks. Hasher, TokenHasher,
-// RemoteTokenizer and CapacityPoller are safe for concurrent use. Stats
-// methods of Feed and CapacityPoller are safe from any goroutine; Mirror's
-// belong to its owner. A Batch handed to a sink belongs to the sink.
+// A Mirror has exactly one owner and takes no locks. Hasher, TokenHasher
+// and RemoteTokenizer are safe for concurrent use. Feed's Stats is safe
+// from any goroutine; Mirror's belongs to its owner. A Batch handed to a sink belongs to the sink.
 //
 // # Runtime wiring
 //

@@ -1,5 +1,7 @@
 package inventory
 
+import "strings"
+
 // EventKind is the tag of a KV event.
 type EventKind uint8
 
@@ -28,11 +30,48 @@ func (k EventKind) String() string {
 
 // Medium and spec-kind values that feed routing.
 const (
-	// MediumGPU is the block pool's medium; CPU/STORAGE come from offload tiers.
+	// MediumGPU is the block pool's medium.
 	MediumGPU = "GPU"
+	// MediumCPU is vLLM's KV offloading to CPU memory (OffloadingConnector,
+	// LMCache); STORAGE and others come from further offload tiers.
+	MediumCPU = "CPU"
 	// SpecFullAttention is the KV-cache spec kind Tier 1.5 routes on.
 	SpecFullAttention = "full_attention"
 )
+
+// CacheTier is a memory tier llb mirrors separately.
+type CacheTier uint8
+
+// Mirrored tiers.
+const (
+	// TierGPU is the engine's GPU prefix cache (medium "GPU" or absent).
+	TierGPU CacheTier = iota
+	// TierCPU is an offload tier in CPU memory (medium "CPU"): the engine
+	// loads its blocks instead of recomputing them.
+	TierCPU
+	numTiers
+)
+
+// String returns "GPU" or "CPU".
+func (t CacheTier) String() string {
+	if t == TierCPU {
+		return MediumCPU
+	}
+	return MediumGPU
+}
+
+// TierOf maps an event's medium to the tier llb mirrors it in, case
+// insensitively (LoxiLB's CI publisher sends "gpu"): absent or "GPU" → GPU,
+// "CPU" → CPU; ok is false for any other medium.
+func TierOf(ev *Event) (CacheTier, bool) {
+	switch {
+	case !ev.HasMedium || strings.EqualFold(ev.Medium, MediumGPU):
+		return TierGPU, true
+	case strings.EqualFold(ev.Medium, MediumCPU):
+		return TierCPU, true
+	}
+	return TierGPU, false
+}
 
 // Event is one decoded KV event. Optional wire fields carry a Has flag: false
 // means nil or absent (msgspec omits defaulted map fields and legacy arrays
@@ -97,8 +136,10 @@ type Batch struct {
 	HasDPRank bool
 	// Events are the decoded, valid events of known kinds, in wire order.
 	Events []Event
-	// Unknown counts events with tags this package does not know (skipped).
-	Unknown int
+	// Unknown counts events with tags this package does not know (skipped);
+	// UnknownTag is the first such tag.
+	Unknown    int
+	UnknownTag string
 	// Invalid counts events dropped for bad fields (a hash that is neither an
 	// int nor a bin of >= 8 bytes, a negative token, a missing tag, ...).
 	Invalid int

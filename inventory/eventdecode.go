@@ -56,6 +56,9 @@ func (b *Batch) decodeEvent(r *mpReader) error {
 		d.fail(fieldUnknown, fmt.Errorf("event without a tag: %w", ErrMalformed))
 	case d.invalid == nil && kind == 0:
 		b.rollback(d.span)
+		if b.Unknown == 0 {
+			b.UnknownTag = tagName(d.tag)
+		}
 		b.Unknown++
 		return nil
 	case d.invalid == nil && kind != EventAllBlocksCleared && !d.sawHashes:
@@ -257,6 +260,10 @@ func (d *eventDecoder) optStr(r *mpReader, f fieldID) (string, bool, error) {
 	switch string(s) {
 	case MediumGPU:
 		return MediumGPU, true, nil
+	case "gpu":
+		return "gpu", true, nil
+	case MediumCPU:
+		return MediumCPU, true, nil
 	case SpecFullAttention:
 		return SpecFullAttention, true, nil
 	}

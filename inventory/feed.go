@@ -2,8 +2,10 @@ package inventory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -69,12 +71,15 @@ type Feed struct {
 	haveSeq                            atomic.Bool
 	rateBits                           atomic.Uint64
 	started                            atomic.Bool
+	tallyMu                            sync.Mutex
+	tally                              IgnoreTally // copy of ignored.tally for Stats
 
 	// Owned by the Run goroutine.
 	seq        SeqTracker
 	everUp     bool
 	downSince  time.Time  // when the connection dropped; zero while up or never up
 	limiter    logLimiter // malformed input
+	ignored    *ignoreLog // invalid and unknown events
 	gapLimiter logLimiter // gaps and replay failures
 	lastAt     time.Time  // when the last batch was accepted
 	rateAt     time.Time
@@ -96,6 +101,7 @@ func NewFeed(cfg FeedConfig) (*Feed, error) {
 		seq: SeqTracker{Window: cfg.GapWindow, Replay: cfg.ReplayEndpoint != ""},
 	}
 	f.limiter.every, f.gapLimiter.every = cfg.LogEvery, cfg.LogEvery
+	f.ignored = newIgnoreLog(f.log, f.mg, 0)
 	f.connected = f.mg.gauge(MetricSubscriberConnected)
 	f.reconnects = f.mg.counter(MetricSubscriberReconnects)
 	f.disconnects = f.mg.counter(MetricSubscriberDisconnects)
@@ -136,7 +142,14 @@ func (f *Feed) Stats() FeedStats {
 		Replays:        f.replays.Get(),
 		ReplayFailures: f.replFa.Get(),
 		EventsPerSec:   math.Float64frombits(f.rateBits.Load()),
+		Ignored:        f.ignoredTally(),
 	}
+}
+
+func (f *Feed) ignoredTally() IgnoreTally {
+	f.tallyMu.Lock()
+	defer f.tallyMu.Unlock()
+	return f.tally
 }
 
 // Run connects, then receives until ctx is done; it returns nil after a
@@ -306,8 +319,13 @@ func (f *Feed) redial(sub *zmq.Socket, now time.Time) {
 // drain reads the messages already queued on the SUB socket.
 func (f *Feed) drain(ctx context.Context, zctx *zmq.Context, sub *zmq.Socket) {
 	for n := 0; n < maxDrain && ctx.Err() == nil; n++ {
-		parts, err := sub.RecvMessageBytes(zmq.DONTWAIT)
-		if err != nil {
+		parts, err := recvMessage(sub, zmq.DONTWAIT)
+		switch {
+		case errors.Is(err, ErrMalformed): // consumed and dropped; read on
+			f.recvErrs.Inc()
+			f.malformed("malformed kv event message dropped", err)
+			continue
+		case err != nil:
 			if zmq.AsErrno(err) != zmq.Errno(syscall.EAGAIN) {
 				f.recvErrs.Inc()
 				f.malformed("receive failed", err)
@@ -374,12 +392,23 @@ func (f *Feed) decode(frame Frame) *Batch {
 	}
 	f.batches.Inc()
 	f.events.Add(len(b.Events))
+	now := time.Now()
 	if b.Invalid > 0 {
 		f.invalid.Add(b.Invalid)
-		f.malformed(fmt.Sprintf("%d invalid kv events dropped from batch seq %d", b.Invalid, frame.Seq), b.InvalidErr)
+		f.ignored.count(now, IgnoreInvalid, b.Invalid, 0, func() string {
+			return fmt.Sprintf("%d invalid events dropped from batch seq %d: %v", b.Invalid, frame.Seq, b.InvalidErr)
+		})
 	}
 	if b.Unknown > 0 {
 		f.unknown.Add(b.Unknown)
+		f.ignored.count(now, IgnoreUnknownTag, b.Unknown, 0, func() string {
+			return fmt.Sprintf("%d events of unknown kind (tag %s) skipped in batch seq %d", b.Unknown, b.UnknownTag, frame.Seq)
+		})
+	}
+	if b.Invalid > 0 || b.Unknown > 0 {
+		f.tallyMu.Lock()
+		f.tally = f.ignored.tally
+		f.tallyMu.Unlock()
 	}
 	return b
 }

@@ -60,3 +60,29 @@ func TestFeed_OversizedMessageIsRefusedAndTheFeedRecovers(t *testing.T) {
 		t.Fatalf("stats %+v; the refused message never reached the decoder", st)
 	}
 }
+
+// A message of many frames (each under the size limit) is read frame by
+// frame and dropped: the Go side never holds more than maxFrames of it, the
+// drop is counted, and the next message is applied.
+func TestFeed_AMessageOfManyFramesIsDroppedFrameByFrame(t *testing.T) {
+	keys := mustExactHasher(t, "0")
+	eng := engine{h: keys}
+	pub := newTestPub(t, "")
+	h := startFeed(t, FeedConfig{Endpoint: pub.addr}, keys)
+	n := h.join(t, pub, 0)
+	frames := [][]byte{[]byte("kv@test"), seq8(n)}
+	for range 40 {
+		frames = append(frames, make([]byte, 64<<10))
+	}
+	base := h.feed.Stats().RecvErrors
+	pub.sendRaw(t, frames...)
+	A := seqTokens(1, 16)
+	pub.send(t, n+1, eng.store(t, A, 0, ExtraKeys{}))
+	h.waitSeq(t, n+1)
+	if got := h.feed.Stats().RecvErrors - base; got != 1 {
+		t.Fatalf("receive errors +%d; want +1 for the 42-frame message", got)
+	}
+	if got := h.score(keys, A); got != 4 {
+		t.Fatalf("score after the dropped message: %d; want 4", got)
+	}
+}

@@ -159,4 +159,7 @@ type FeedStats struct {
 	Replays, ReplayFailures uint64
 	// EventsPerSec is the event rate over the last second or so.
 	EventsPerSec float64
+	// Ignored tallies the events the feed dropped (invalid, unknown tag),
+	// with the latest cause of each.
+	Ignored IgnoreTally
 }

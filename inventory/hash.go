@@ -44,6 +44,18 @@ type Hasher struct {
 	scratch   sync.Pool // *[]byte, capacity for one encoded block
 }
 
+// NewChainHasher builds the chain a rule's KV contract describes: a
+// *TokenHasher when tokenKeyed (llb's own keys; algo and seed are unused),
+// else a *Hasher recomputing vLLM's digests with algo and seed. The rule
+// package has already checked every value, so an error here is a bug in
+// the caller.
+func NewChainHasher(algo string, blockSize int, seed string, tokenKeyed bool) (ChainHasher, error) {
+	if tokenKeyed {
+		return NewTokenHasher(blockSize)
+	}
+	return NewHasher(Algo(algo), blockSize, seed)
+}
+
 // NewHasher builds a Hasher. seed is vLLM's PYTHONHASHSEED as a string (from
 // the rule or LLB_KV_NONE_HASH_SEED); "" is a valid seed, distinct from
 // "unset" (an unset seed makes vLLM's hashes unreproducible — use the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -310,5 +311,41 @@ func TestDigest_KeyIsLastEightBytesBigEndian(t *testing.T) {
 		if !bytes.Equal(d.Bytes(), mustHex(t, tt.give)) {
 			t.Errorf("Bytes(%s) round trip failed", tt.give)
 		}
+	}
+}
+
+func TestNewChainHasher_BuildsTheChainTheContractNames(t *testing.T) {
+	toks := make([]uint32, 40)
+	for i := range toks {
+		toks[i] = uint32(i)
+	}
+	sha16, _ := NewHasher(AlgoSHA256CBOR, 16, "s")
+	xx8, _ := NewHasher(AlgoXXHashCBOR, 8, "")
+	own4, _ := NewTokenHasher(4)
+	tests := []struct {
+		name       string
+		algo, seed string
+		blockSize  int
+		tokenKeyed bool
+		want       ChainHasher
+	}{
+		{"sha256_cbor", "sha256_cbor", "s", 16, false, sha16},
+		{"xxhash_cbor", "xxhash_cbor", "", 8, false, xx8},
+		{"token keyed ignores the algorithm", "ignored", "", 4, true, own4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, err := NewChainHasher(tt.algo, tt.blockSize, tt.seed, tt.tokenKeyed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, want := h.AppendBlockKeys(nil, toks, ExtraKeys{}), tt.want.AppendBlockKeys(nil, toks, ExtraKeys{})
+			if len(got) == 0 || !slices.Equal(got, want) {
+				t.Errorf("keys %v; want %v", got, want)
+			}
+		})
+	}
+	if _, err := NewChainHasher("sha256", 16, "", false); !errors.Is(err, ErrConfig) {
+		t.Errorf("pickle algo: %v; want ErrConfig", err)
 	}
 }

@@ -19,4 +19,8 @@ const (
 	logBlockSize = "block_size"
 	logCounted   = "counted"
 	logMaxMsg    = "max_msg_bytes"
+	logMedium    = "medium"
+	// logIgnoredEvents and logIgnoredBlocks are a reason's running totals.
+	logIgnoredEvents = "ignored_events"
+	logIgnoredBlocks = "ignored_blocks"
 )

@@ -23,8 +23,11 @@ const (
 	MetricSubscriberRecvErrors = "loxilb_kv_subscriber_recv_error_total"
 	// MetricCapEvictions: blocks evicted because the mirror hit its cap.
 	MetricCapEvictions = "loxilb_kv_inv_cap_evictions_total"
-	// MetricBlocks: blocks currently mirrored.
+	// MetricBlocks: blocks currently mirrored in GPU memory.
 	MetricBlocks = "loxilb_pd_kv_blocks"
+	// MetricOffloadBlocks: blocks currently mirrored in an offload tier
+	// (CPU memory) only.
+	MetricOffloadBlocks = "llb_kv_offload_blocks"
 
 	// MetricSeqGaps: sequence gaps seen (batches lost).
 	MetricSeqGaps = "llb_kv_seq_gaps_total"
@@ -126,6 +129,14 @@ func (g *metricGroup) name(base string) string {
 // counter returns the owner's counter base{labels}.
 func (g *metricGroup) counter(base string) *metrics.Counter {
 	return g.set.GetOrCreateCounter(g.name(base))
+}
+
+// counterLabeled returns the owner's counter base{labels,extra}; extra is
+// one or more rendered labels (`reason="medium"`).
+func (g *metricGroup) counterLabeled(base, extra string) *metrics.Counter {
+	n := base + "{" + g.labels + "," + extra + "}"
+	g.names = append(g.names, n)
+	return g.set.GetOrCreateCounter(n)
 }
 
 // gauge returns the owner's settable gauge base{labels}.

@@ -3,6 +3,7 @@ package inventory
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
@@ -25,12 +26,18 @@ type MirrorConfig struct {
 	// A *TokenHasher selects token-keyed mode: the mirror holds llb's own
 	// keys of each event's token_ids and maps engine keys to them. Required.
 	Keys ChainHasher
-	// MaxBlocks caps mirrored engine blocks (LOXILB_KV_MAX_BLOCKS); 0 means
-	// DefaultMaxBlocks. At the cap, storing a new block evicts one (CLOCK,
-	// see blockTable) and counts it.
+	// MaxBlocks caps mirrored engine blocks per tier (LOXILB_KV_MAX_BLOCKS);
+	// 0 means DefaultMaxBlocks. At the cap, storing a new block evicts one
+	// (CLOCK, see blockTable) and counts it.
 	MaxBlocks int
-	// Logger receives contract transitions (one line each way).
+	// Logger receives contract transitions (one line each way) and ignored
+	// input (rate-limited, see ignoreLog).
 	Logger zerolog.Logger
+	// IgnoreLogEvery is how often an ignore reason is logged again after
+	// its first line; 0 means DefaultIgnoreLogEvery.
+	IgnoreLogEvery time.Duration
+	// Now is the clock for log rate limiting; nil means time.Now.
+	Now func() time.Time
 	// Metrics receives the mirror's series; nil keeps them private.
 	Metrics *metrics.Set
 }
@@ -58,12 +65,16 @@ func (c MirrorConfig) Validate() error {
 type MirrorStats struct {
 	// TokenKeyed is true in token-keyed mode.
 	TokenKeyed bool
-	// Blocks is the number of distinct scorable keys.
+	// Blocks is the number of distinct scorable keys in GPU memory.
 	Blocks int
-	// EngineBlocks is the number of distinct engine keys held (equal to
-	// Blocks in exact mode).
+	// EngineBlocks is the number of distinct engine keys held in GPU memory
+	// (equal to Blocks in exact mode).
 	EngineBlocks int
-	// MaxBlocks is the cap on EngineBlocks.
+	// OffloadBlocks is the number of distinct engine keys held in the CPU
+	// offload tier.
+	OffloadBlocks int
+	// MaxBlocks is the cap on EngineBlocks (and, separately, on
+	// OffloadBlocks).
 	MaxBlocks int
 	// StoredBlocks and RemovedBlocks count applied block events.
 	StoredBlocks, RemovedBlocks uint64
@@ -76,13 +87,16 @@ type MirrorStats struct {
 	// UnknownRemovals counts removals of keys not held (normal after a
 	// resync, an eviction or a late join).
 	UnknownRemovals uint64
-	// IgnoredEvents counts events for other media, groups or spec kinds.
+	// IgnoredEvents counts events not applied, every reason together
+	// (Ignored has them by reason).
 	IgnoredEvents uint64
 	// OrphanRuns counts token-mode runs whose parent engine key is unknown
 	// (they cannot extend a cached prefix, so nothing is lost for scoring).
 	OrphanRuns uint64
 	// UnindexableRuns counts token-mode runs without usable token_ids.
 	UnindexableRuns uint64
+	// Ignored tallies what was not applied, by reason.
+	Ignored IgnoreTally
 	// MemBytes is the memory held by the mirror's tables.
 	MemBytes int
 	// Contract is the hash-contract self-check.
@@ -90,11 +104,12 @@ type MirrorStats struct {
 }
 
 // Mirror is one endpoint rank's prefix cache as its KV events describe it:
-// a multiset of block keys (vLLM does not deduplicate: a block stored twice
-// is removed twice). Only events that describe the GPU prefix cache of the
-// full-attention group count: medium "GPU" or absent, group_idx 0 or absent,
-// kv_cache_spec_kind "full_attention" or absent; others are counted and
-// ignored.
+// a multiset of block keys per tier (vLLM does not deduplicate: a block
+// stored twice is removed twice). Events of the full-attention group count
+// (group_idx 0 or absent, kv_cache_spec_kind "full_attention" or absent);
+// medium "GPU" (or absent) feeds the GPU tier, "CPU" (vLLM's KV offloading)
+// the CPU tier, in any case; everything else is counted by reason, logged
+// and ignored (see ignoreLog).
 //
 // A Mirror has a single owner (the endpoint's inventory actor) and takes no
 // locks; only the metric series it exports are read by other goroutines.
@@ -103,15 +118,23 @@ type Mirror struct {
 	exact     *Hasher      // exact mode
 	token     *TokenHasher // token-keyed mode
 	maxBlocks int
-	idx       blockTable // exact: engine keys; token: engine key -> own key
-	own       blockTable // token mode: own keys
+	tiers     [numTiers]tierTables
 	check     *contractChecker
 	stats     MirrorStats
 	runKeys   []uint64
+	ignored   *ignoreLog
+	now       func() time.Time
 
 	metrics   *metricGroup
 	blocksG   *metrics.Gauge
+	offloadG  *metrics.Gauge
 	evictions *metrics.Counter
+}
+
+// tierTables are one tier's tables.
+type tierTables struct {
+	idx blockTable // exact: engine keys; token: engine key -> own key
+	own blockTable // token mode: own keys
 }
 
 // NewMirror builds an empty Mirror.
@@ -119,25 +142,34 @@ func NewMirror(cfg MirrorConfig) (*Mirror, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m := &Mirror{id: cfg.ID, maxBlocks: cfg.MaxBlocks}
+	m := &Mirror{id: cfg.ID, maxBlocks: cfg.MaxBlocks, now: cfg.Now}
 	if m.maxBlocks == 0 {
 		m.maxBlocks = DefaultMaxBlocks
+	}
+	if m.now == nil {
+		m.now = time.Now
 	}
 	switch k := cfg.Keys.(type) {
 	case *Hasher:
 		m.exact = k
-		m.idx = newBlockTable(false)
 	case *TokenHasher:
 		m.token = k
-		m.idx = newBlockTable(true)
-		m.own = newBlockTable(false)
+	}
+	for t := range m.tiers {
+		m.tiers[t].idx = newBlockTable(m.token != nil)
+		if m.token != nil {
+			m.tiers[t].own = newBlockTable(false)
+		}
 	}
 	m.metrics = newMetricGroup(cfg.Metrics, cfg.ID)
 	m.blocksG = m.metrics.gauge(MetricBlocks)
+	m.offloadG = m.metrics.gauge(MetricOffloadBlocks)
 	m.evictions = m.metrics.counter(MetricCapEvictions)
 	log := cfg.Logger.With().Str(logService, cfg.ID.Service).Int(logEpIdx, cfg.ID.EpIdx).Int(logRank, cfg.ID.Rank).Logger()
 	m.check = newContractChecker(cfg.Keys.BlockSize(), m.exact, log, m.metrics)
+	m.ignored = newIgnoreLog(log, m.metrics, cfg.IgnoreLogEvery)
 	m.blocksG.Set(0)
+	m.offloadG.Set(0)
 	return m, nil
 }
 
@@ -147,30 +179,51 @@ func (m *Mirror) Close() { m.metrics.close() }
 // TokenKeyed reports whether the mirror is in token-keyed mode.
 func (m *Mirror) TokenKeyed() bool { return m.token != nil }
 
-// Len is the number of distinct scorable block keys.
-func (m *Mirror) Len() int {
+// Len is the number of distinct scorable block keys in GPU memory.
+func (m *Mirror) Len() int { return m.tierLen(TierGPU) }
+
+// OffloadLen is the number of distinct scorable block keys in CPU memory.
+func (m *Mirror) OffloadLen() int { return m.tierLen(TierCPU) }
+
+func (m *Mirror) tierLen(t CacheTier) int {
 	if m.token != nil {
-		return m.own.n
+		return m.tiers[t].own.n
 	}
-	return m.idx.n
+	return m.tiers[t].idx.n
 }
 
-// Score returns how many LEADING blocks of chain the endpoint holds: it
-// stops at the first key not present, because vLLM can only reuse a
-// contiguous cached prefix (a block whose parent is missing is never hit).
+// scoreTable is the table Score looks keys up in for tier t.
+func (m *Mirror) scoreTable(t CacheTier) *blockTable {
+	if m.token != nil {
+		return &m.tiers[t].own
+	}
+	return &m.tiers[t].idx
+}
+
+// Score returns how many LEADING blocks of chain the endpoint holds in any
+// tier: it stops at the first key held nowhere, because vLLM can only reuse
+// a contiguous cached prefix (a block whose parent is missing is never hit).
 // chain comes from the ChainHasher given in MirrorConfig.Keys. Score does
 // not consult the contract guard; the caller checks Contract first.
 func (m *Mirror) Score(chain []uint64) int {
-	t := &m.idx
-	if m.token != nil {
-		t = &m.own
-	}
+	n, _ := m.ScoreTiers(chain)
+	return n
+}
+
+// ScoreTiers is Score with how many of those leading blocks are held only
+// in the CPU offload tier (the engine loads them instead of recomputing).
+func (m *Mirror) ScoreTiers(chain []uint64) (blocks, offloaded int) {
+	gpu, cpu := m.scoreTable(TierGPU), m.scoreTable(TierCPU)
 	for i, k := range chain {
-		if t.find(k) < 0 {
-			return i
+		if gpu.find(k) >= 0 {
+			continue
 		}
+		if cpu.n == 0 || cpu.find(k) < 0 {
+			return i, offloaded
+		}
+		offloaded++
 	}
-	return len(chain)
+	return len(chain), offloaded
 }
 
 // Contract is the hash-contract guard state.
@@ -181,18 +234,23 @@ func (m *Mirror) Stats() MirrorStats {
 	s := m.stats
 	s.TokenKeyed = m.token != nil
 	s.Blocks = m.Len()
-	s.EngineBlocks = m.idx.n
+	s.EngineBlocks = m.tiers[TierGPU].idx.n
+	s.OffloadBlocks = m.tiers[TierCPU].idx.n
 	s.MaxBlocks = m.maxBlocks
-	s.MemBytes = m.idx.memBytes() + m.own.memBytes()
+	for t := range m.tiers {
+		s.MemBytes += m.tiers[t].idx.memBytes() + m.tiers[t].own.memBytes()
+	}
 	s.Contract = m.check.state
+	s.Ignored = m.ignored.tally
+	s.IgnoredEvents = s.Ignored.Total()
 	return s
 }
 
-// AppendKeys appends up to limit engine block keys (the hashes vLLM
+// AppendKeys appends up to limit GPU engine block keys (the hashes vLLM
 // published) after skipping offset, for the paged inventory view. Order is
 // the table's slot order: stable while the mirror does not change.
 func (m *Mirror) AppendKeys(dst []uint64, offset, limit int) []uint64 {
-	return m.idx.appendKeys(dst, max(offset, 0), limit)
+	return m.tiers[TierGPU].idx.appendKeys(dst, max(offset, 0), limit)
 }
 
 // Reset drops every block because the feed lost track of the stream (a big
@@ -222,42 +280,72 @@ func (m *Mirror) Apply(b *Batch) {
 			m.stats.Clears++
 			m.clear()
 		case EventBlockStored:
-			if !routable(ev) || (ev.HasSpecKind && ev.SpecKind != SpecFullAttention) {
-				m.stats.IgnoredEvents++
+			tier, ok := m.route(ev)
+			if !ok {
+				continue
+			}
+			if ev.HasSpecKind && ev.SpecKind != SpecFullAttention {
+				m.ignore(IgnoreSpecKind, ev, func() string {
+					return fmt.Sprintf("kv_cache_spec_kind %q is not full_attention (Tier 1.5 routes on the full-attention group)", ev.SpecKind)
+				})
 				continue
 			}
 			m.stats.StoredBlocks += uint64(len(ev.BlockHashes))
-			if m.token != nil {
+			switch {
+			case tier == TierCPU:
+				m.storeOffload(ev)
+			case m.token != nil:
 				m.storeToken(ev)
-			} else {
+			default:
 				m.storeExact(ev)
 			}
 		case EventBlockRemoved:
-			if !routable(ev) {
-				m.stats.IgnoredEvents++
+			tier, ok := m.route(ev)
+			if !ok {
 				continue
 			}
 			m.stats.RemovedBlocks += uint64(len(ev.BlockHashes))
-			m.remove(ev)
+			m.remove(tier, ev)
 		}
 	}
 	m.blocksG.Set(float64(m.Len()))
+	m.offloadG.Set(float64(m.OffloadLen()))
 }
 
-// routable: the GPU prefix cache of group 0 (or fields absent).
-func routable(ev *Event) bool {
-	return (!ev.HasMedium || ev.Medium == MediumGPU) && (!ev.HasGroupIdx || ev.GroupIdx == 0)
+// route picks the tier of a block event, or counts it ignored: a medium
+// llb does not mirror, or a KV-cache group other than 0.
+func (m *Mirror) route(ev *Event) (CacheTier, bool) {
+	tier, ok := TierOf(ev)
+	if !ok {
+		m.ignore(IgnoreMedium, ev, func() string {
+			return fmt.Sprintf("medium %q is not a tier llb mirrors (GPU, CPU; any case)", ev.Medium)
+		})
+		return 0, false
+	}
+	if ev.HasGroupIdx && ev.GroupIdx != 0 {
+		m.ignore(IgnoreGroup, ev, func() string {
+			return fmt.Sprintf("group_idx %d is not KV-cache group 0 (Tier 1.5 routes on the full-attention group)", ev.GroupIdx)
+		})
+		return 0, false
+	}
+	return tier, true
+}
+
+// ignore counts one event (and its blocks) not applied.
+func (m *Mirror) ignore(r IgnoreReason, ev *Event, cause func() string) {
+	m.ignored.count(m.now(), r, 1, len(ev.BlockHashes), cause)
 }
 
 func (m *Mirror) storeExact(ev *Event) {
 	// A block-size mismatch raises the guard; the keys are still the
 	// engine's truth, so they are kept for the inventory view.
 	m.check.checkBlockSize(ev)
+	t := &m.tiers[TierGPU]
 	for _, h := range ev.BlockHashes {
-		if m.idx.n >= m.maxBlocks && m.idx.find(h) < 0 {
-			m.evict()
+		if t.idx.n >= m.maxBlocks && t.idx.find(h) < 0 {
+			m.evict(TierGPU)
 		}
-		m.idx.inc(h, 0)
+		t.idx.inc(h, 0)
 	}
 	m.check.verify(ev)
 }
@@ -265,6 +353,9 @@ func (m *Mirror) storeExact(ev *Event) {
 func (m *Mirror) storeToken(ev *Event) {
 	if !m.check.checkBlockSize(ev) {
 		m.stats.UnindexableRuns++
+		m.ignore(IgnoreBlockSize, ev, func() string {
+			return fmt.Sprintf("block_size %d is not kvBlockSize %d, so token-keyed mode cannot key the run", ev.BlockSize, m.token.BlockSize())
+		})
 		return
 	}
 	n, bs := len(ev.BlockHashes), m.token.BlockSize()
@@ -273,83 +364,170 @@ func (m *Mirror) storeToken(ev *Event) {
 		m.check.fail(ContractTokenCount, fmt.Sprintf(
 			"BlockStored carries %d token ids for %d blocks of %d, so token-keyed mode cannot index it; the engine must publish token_ids",
 			len(ev.TokenIDs), n, bs), false)
+		m.ignore(IgnoreTokenCount, ev, func() string {
+			return fmt.Sprintf("a BlockStored carries %d token ids for %d blocks of %d; token-keyed mode needs the engine to publish token_ids", len(ev.TokenIDs), n, bs)
+		})
 		return
 	}
 	var extras []any
 	if ev.HasExtraKeys {
 		if len(ev.ExtraKeys) != n {
 			m.stats.UnindexableRuns++
+			m.ignore(IgnoreExtraKeys, ev, func() string {
+				return fmt.Sprintf("a BlockStored carries %d extra_keys entries for %d blocks", len(ev.ExtraKeys), n)
+			})
 			return
 		}
 		extras = ev.ExtraKeys
 	}
+	gpu := &m.tiers[TierGPU]
 	parent := m.token.TokenRoot()
 	if ev.HasParent {
-		if j := m.idx.find(ev.Parent); j >= 0 {
-			parent = m.idx.vals[j]
+		if j := gpu.idx.find(ev.Parent); j >= 0 {
+			parent = gpu.idx.vals[j]
 		} else if ev.Parent != 0 { // llm-d-inference-sim sends 0 for "no parent"
 			m.stats.OrphanRuns++
+			m.ignore(IgnoreOrphanParent, ev, func() string {
+				return fmt.Sprintf("parent block %d of a stored run is not mirrored (stored before llb joined, or evicted), so the run cannot extend a cached prefix", ev.Parent)
+			})
 			return
 		}
 	}
 	var err error
 	if m.runKeys, err = m.token.AppendRunKeys(m.runKeys[:0], parent, ev.TokenIDs, extras); err != nil {
 		m.stats.UnindexableRuns++
+		m.ignore(IgnoreExtraKeys, ev, func() string { return "the run's keys cannot be computed: " + err.Error() })
 		return
 	}
 	m.check.ok()
 	for i, h := range ev.BlockHashes {
 		ownKey := m.runKeys[i]
-		if j := m.idx.find(h); j >= 0 {
-			ownKey = m.idx.vals[j] // a re-store keeps the first mapping
-		} else if m.idx.n >= m.maxBlocks {
-			m.evict()
+		if j := gpu.idx.find(h); j >= 0 {
+			ownKey = gpu.idx.vals[j] // a re-store keeps the first mapping
+		} else if gpu.idx.n >= m.maxBlocks {
+			m.evict(TierGPU)
 		}
-		m.idx.inc(h, ownKey)
-		m.own.inc(ownKey, 0)
+		gpu.idx.inc(h, ownKey)
+		gpu.own.inc(ownKey, 0)
 	}
 }
 
-func (m *Mirror) remove(ev *Event) {
+// storeOffload mirrors blocks an offload connector stored in CPU memory.
+// vLLM's OffloadingConnector publishes them without token_ids or parent,
+// with the GPU block's hash: in token-keyed mode the own key is taken from
+// the GPU tier's mapping (the block was on the GPU when it was offloaded),
+// or computed from token_ids when a run carries them from token 0.
+func (m *Mirror) storeOffload(ev *Event) {
+	bs := m.check.blockSize
+	if ev.BlockSize != 0 && ev.BlockSize != bs {
+		// Larger offload blocks (kv_connector_extra_config block_size) are
+		// keyed by their last GPU block's hash and cannot be matched block
+		// by block; the GPU contract is not at fault.
+		m.ignore(IgnoreBlockSize, ev, func() string {
+			return fmt.Sprintf("offloaded (CPU) blocks of %d tokens are not kvBlockSize %d; set the offload block_size to the GPU block size", ev.BlockSize, bs)
+		})
+		return
+	}
+	cpu := &m.tiers[TierCPU]
+	if m.token == nil {
+		for _, h := range ev.BlockHashes {
+			if cpu.idx.n >= m.maxBlocks && cpu.idx.find(h) < 0 {
+				m.evict(TierCPU)
+			}
+			cpu.idx.inc(h, 0)
+		}
+		return
+	}
+	var computed []uint64
+	if len(ev.TokenIDs) == len(ev.BlockHashes)*bs && !ev.HasParent {
+		var extras []any
+		if ev.HasExtraKeys && len(ev.ExtraKeys) == len(ev.BlockHashes) {
+			extras = ev.ExtraKeys
+		}
+		if keys, err := m.token.AppendRunKeys(m.runKeys[:0], m.token.TokenRoot(), ev.TokenIDs, extras); err == nil {
+			m.runKeys, computed = keys, keys
+		}
+	}
+	gpu := &m.tiers[TierGPU]
+	missing := 0
+	for i, h := range ev.BlockHashes {
+		var ownKey uint64
+		switch j, g := cpu.idx.find(h), gpu.idx.find(h); {
+		case j >= 0:
+			ownKey = cpu.idx.vals[j]
+		case g >= 0:
+			ownKey = gpu.idx.vals[g]
+		case computed != nil:
+			ownKey = computed[i]
+		default:
+			missing++
+			continue
+		}
+		if cpu.idx.find(h) < 0 && cpu.idx.n >= m.maxBlocks {
+			m.evict(TierCPU)
+		}
+		cpu.idx.inc(h, ownKey)
+		cpu.own.inc(ownKey, 0)
+	}
+	if missing > 0 {
+		m.ignored.count(m.now(), IgnoreTokenCount, 1, missing, func() string {
+			return fmt.Sprintf("%d offloaded (CPU) blocks carry no token_ids and were never mirrored in GPU memory, so token-keyed mode cannot key them", missing)
+		})
+	}
+}
+
+func (m *Mirror) remove(tier CacheTier, ev *Event) {
+	t := &m.tiers[tier]
+	unknown := 0
 	for _, h := range ev.BlockHashes {
-		j := m.idx.find(h)
+		j := t.idx.find(h)
 		if j < 0 {
 			m.stats.UnknownRemovals++
+			unknown++
 			continue
 		}
 		ownKey := uint64(0)
 		if m.token != nil {
-			ownKey = m.idx.vals[j]
+			ownKey = t.idx.vals[j]
 		}
-		m.idx.dec(j, 1)
+		t.idx.dec(j, 1)
 		if m.token != nil {
-			if k := m.own.find(ownKey); k >= 0 {
-				m.own.dec(k, 1)
+			if k := t.own.find(ownKey); k >= 0 {
+				t.own.dec(k, 1)
 			}
 		}
 	}
+	if unknown > 0 {
+		m.ignored.count(m.now(), IgnoreUnknownBlock, 0, unknown, func() string {
+			return fmt.Sprintf("BlockRemoved names %d %s blocks the mirror does not hold (normal after a resync, an eviction at the cap, or a late join)", unknown, tier)
+		})
+	}
 }
 
-// evict drops one engine block chosen by the clock.
-func (m *Mirror) evict() {
-	_, c, ownKey, ok := m.idx.evict()
+// evict drops one engine block of tier t chosen by the clock.
+func (m *Mirror) evict(tier CacheTier) {
+	t := &m.tiers[tier]
+	_, c, ownKey, ok := t.idx.evict()
 	if !ok {
 		return
 	}
 	if m.token != nil {
-		if k := m.own.find(ownKey); k >= 0 {
-			m.own.dec(k, c)
+		if k := t.own.find(ownKey); k >= 0 {
+			t.own.dec(k, c)
 		}
 	}
 	m.stats.Evictions++
 	m.evictions.Inc()
 }
 
-// clear empties the tables.
+// clear empties every tier's tables.
 func (m *Mirror) clear() {
-	m.idx.reset()
-	if m.token != nil {
-		m.own.reset()
+	for t := range m.tiers {
+		m.tiers[t].idx.reset()
+		if m.token != nil {
+			m.tiers[t].own.reset()
+		}
 	}
 	m.blocksG.Set(0)
+	m.offloadG.Set(0)
 }

@@ -3,8 +3,10 @@ package inventory
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
@@ -125,9 +127,19 @@ func TestMirror_AppliesEventsInBothModes(t *testing.T) {
 		{"all blocks cleared empties the mirror", func(t *testing.T) []Event {
 			return []Event{eng.store(t, prompt, 0, ExtraKeys{}), eng.store(t, other, 0, ExtraKeys{}), {Kind: EventAllBlocksCleared}}
 		}, 0, 0},
-		{"CPU medium is ignored", func(t *testing.T) []Event {
+		{"CPU medium scores as the offload tier, not GPU", func(t *testing.T) []Event {
 			s := eng.store(t, prompt, 0, ExtraKeys{})
 			s.Medium = "CPU"
+			return []Event{s}
+		}, 4, 0},
+		{"lowercase gpu is the GPU tier (LoxiLB's CI publisher)", func(t *testing.T) []Event {
+			s := eng.store(t, prompt, 0, ExtraKeys{})
+			s.Medium = "gpu"
+			return []Event{s}
+		}, 4, 4},
+		{"STORAGE medium is ignored", func(t *testing.T) []Event {
+			s := eng.store(t, prompt, 0, ExtraKeys{})
+			s.Medium = "STORAGE"
 			return []Event{s}
 		}, 0, 0},
 		{"another KV group is ignored", func(t *testing.T) []Event {
@@ -183,13 +195,42 @@ func TestMirror_CountsWhatItIgnores(t *testing.T) {
 	eng := engine{h: h}
 	m := newTestMirror(t, h, 0)
 	s := eng.store(t, seqTokens(1, 8), 0, ExtraKeys{})
-	cpu := s
-	cpu.Medium = "CPU"
-	m.Apply(batchOf(s, cpu, removed(99), Event{Kind: EventAllBlocksCleared}))
+	disk := s
+	disk.Medium = "STORAGE"
+	group := s
+	group.GroupIdx = 1
+	swa := s
+	swa.SpecKind = "sliding_window"
+	m.Apply(batchOf(s, disk, group, swa, removed(99), Event{Kind: EventAllBlocksCleared}))
 	m.Reset()
 	st := m.Stats()
-	if st.IgnoredEvents != 1 || st.UnknownRemovals != 1 || st.Clears != 1 || st.Resyncs != 1 || st.StoredBlocks != 2 || st.RemovedBlocks != 1 {
+	if st.IgnoredEvents != 3 || st.UnknownRemovals != 1 || st.Clears != 1 || st.Resyncs != 1 || st.StoredBlocks != 2 || st.RemovedBlocks != 1 {
 		t.Fatalf("stats %+v", st)
+	}
+	want := map[IgnoreReason]IgnoreCount{
+		IgnoreMedium:       {Events: 1, Blocks: 2},
+		IgnoreGroup:        {Events: 1, Blocks: 2},
+		IgnoreSpecKind:     {Events: 1, Blocks: 2},
+		IgnoreUnknownBlock: {Blocks: 1},
+	}
+	for r := IgnoreReason(0); r < NumIgnoreReasons; r++ {
+		got := st.Ignored[r]
+		if got.Events != want[r].Events || got.Blocks != want[r].Blocks {
+			t.Errorf("%s: %d events %d blocks; want %d, %d", r, got.Events, got.Blocks, want[r].Events, want[r].Blocks)
+		}
+		if (got.Events+got.Blocks > 0) != (got.Cause != "") {
+			t.Errorf("%s: cause %q with %d events %d blocks", r, got.Cause, got.Events, got.Blocks)
+		}
+	}
+	if c := st.Ignored[IgnoreMedium].Cause; !strings.Contains(c, `"STORAGE"`) {
+		t.Errorf("medium cause %q; want it to name the medium", c)
+	}
+	var reasons []string
+	for _, v := range IgnoredViews(st.Ignored) {
+		reasons = append(reasons, fmt.Sprintf("%s=%d/%d", v.Reason, v.Events, v.Blocks))
+	}
+	if got := strings.Join(reasons, " "); got != "medium=1/2 group=1/2 spec_kind=1/2 unknown_block=0/1" {
+		t.Errorf("IgnoredViews = %q", got)
 	}
 }
 
@@ -394,5 +435,131 @@ func TestMirror_PagesEngineKeys(t *testing.T) {
 		if !seen[k] {
 			t.Fatalf("key %d missing from pages", k)
 		}
+	}
+}
+
+// TestMirror_OffloadTier covers the CPU tier: offloaded blocks extend the
+// GPU prefix, count separately, and leave with their own removals.
+func TestMirror_OffloadTier(t *testing.T) {
+	h := mustExactHasher(t, "0")
+	eng := engine{h: h}
+	prompt := seqTokens(1, 24) // 6 blocks of 4
+	for _, mode := range []struct {
+		name string
+		keys ChainHasher
+	}{{"exact", h}, {"token", mustTokenHasher(t, 4)}} {
+		t.Run(mode.name, func(t *testing.T) {
+			m := newTestMirror(t, mode.keys, 0)
+			chain := mode.keys.AppendBlockKeys(nil, prompt, ExtraKeys{})
+			all := eng.store(t, prompt, 0, ExtraKeys{})
+			// The engine caches 6 blocks on the GPU; vLLM's offloading
+			// connector copies them to CPU memory, tokenless and parentless.
+			off := Event{Kind: EventBlockStored, BlockHashes: all.BlockHashes, BlockSize: 4, Medium: "cpu", HasMedium: true}
+			m.Apply(batchOf(all, off))
+			if b, o := m.ScoreTiers(chain); b != 6 || o != 0 || m.Len() != 6 || m.OffloadLen() != 6 {
+				t.Fatalf("after store: score %d/%d, len %d/%d; want 6/0, 6/6", b, o, m.Len(), m.OffloadLen())
+			}
+			// The GPU evicts the last 4 blocks: they are still in CPU memory.
+			m.Apply(batchOf(removed(all.BlockHashes[2:]...)))
+			if b, o := m.ScoreTiers(chain); b != 6 || o != 4 {
+				t.Fatalf("after GPU eviction: score %d/%d; want 6/4", b, o)
+			}
+			// The CPU tier drops block 3: the prefix ends there.
+			cpuRem := removed(all.BlockHashes[3])
+			cpuRem.Medium = "CPU"
+			m.Apply(batchOf(cpuRem))
+			if b, o := m.ScoreTiers(chain); b != 3 || o != 1 {
+				t.Fatalf("after CPU removal: score %d/%d; want 3/1", b, o)
+			}
+			if st := m.Stats(); st.OffloadBlocks != 5 || st.EngineBlocks != 2 || st.IgnoredEvents != 0 {
+				t.Fatalf("stats %+v", st)
+			}
+			// AllBlocksCleared empties every tier.
+			m.Apply(batchOf(Event{Kind: EventAllBlocksCleared}))
+			if m.Len() != 0 || m.OffloadLen() != 0 {
+				t.Fatalf("len %d/%d after clear; want 0/0", m.Len(), m.OffloadLen())
+			}
+		})
+	}
+}
+
+func TestMirror_OffloadBlocksOfAnotherSizeAreCountedNotMirrored(t *testing.T) {
+	h := mustExactHasher(t, "0")
+	m := newTestMirror(t, h, 0)
+	m.Apply(batchOf(Event{Kind: EventBlockStored, BlockHashes: []uint64{1, 2}, BlockSize: 16, Medium: "CPU", HasMedium: true}))
+	st := m.Stats()
+	if st.OffloadBlocks != 0 || st.Ignored[IgnoreBlockSize].Events != 1 || st.Contract.Tripped {
+		t.Fatalf("stats %+v; want the run ignored for block_size, the contract untouched", st)
+	}
+}
+
+func TestMirror_TokenModeCannotKeyUnknownTokenlessOffloads(t *testing.T) {
+	m := newTestMirror(t, mustTokenHasher(t, 4), 0)
+	m.Apply(batchOf(Event{Kind: EventBlockStored, BlockHashes: []uint64{1, 2, 3}, BlockSize: 4, Medium: "CPU", HasMedium: true}))
+	st := m.Stats()
+	if st.OffloadBlocks != 0 || st.Ignored[IgnoreTokenCount].Blocks != 3 {
+		t.Fatalf("stats %+v; want 3 blocks ignored for token_count", st)
+	}
+}
+
+// TestMirror_LogsEachReasonOnceThenRateLimited checks the operator sees the
+// cause at once, then at most one line per interval with the count held
+// back.
+func TestMirror_LogsEachReasonOnceThenRateLimited(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Unix(1000, 0)
+	h := mustExactHasher(t, "0")
+	m, err := NewMirror(MirrorConfig{ID: EndpointID{Service: "svc"}, Keys: h, Logger: zerolog.New(&buf),
+		IgnoreLogEvery: time.Minute, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	ev := engine{h: h}.store(t, seqTokens(1, 8), 0, ExtraKeys{})
+	ev.Medium = "STORAGE"
+	for i := 0; i < 100; i++ {
+		m.Apply(batchOf(ev))
+		now = now.Add(time.Second)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d log lines; want 2 (the first, then one a minute later):\n%s", len(lines), buf.String())
+	}
+	if !strings.Contains(lines[0], `"reason":"medium"`) || !strings.Contains(lines[0], `\"STORAGE\"`) || !strings.Contains(lines[0], `"level":"warn"`) {
+		t.Errorf("first line %s; want a warning naming the reason and the medium", lines[0])
+	}
+	if !strings.Contains(lines[1], `"count":59`) || !strings.Contains(lines[1], `"ignored_events":61`) {
+		t.Errorf("second line %s; want 59 held back, 61 in total", lines[1])
+	}
+	if got := m.Stats().Ignored[IgnoreMedium].Events; got != 100 {
+		t.Errorf("counted %d; want 100", got)
+	}
+}
+
+func TestMirror_ExportsIgnoredByReason(t *testing.T) {
+	set := metrics.NewSet()
+	h := mustExactHasher(t, "0")
+	m, err := NewMirror(MirrorConfig{ID: EndpointID{Service: "svc", EpIdx: 2}, Keys: h, Metrics: set})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := engine{h: h}.store(t, seqTokens(1, 8), 0, ExtraKeys{})
+	ev.Medium = "disk"
+	m.Apply(batchOf(ev, ev))
+	var out bytes.Buffer
+	set.WritePrometheus(&out)
+	for _, want := range []string{
+		`llb_kv_events_ignored_total{service="svc",ep_idx="2",rank="0",reason="medium"} 2`,
+		`llb_kv_blocks_ignored_total{service="svc",ep_idx="2",rank="0",reason="medium"} 4`,
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("metrics lack %s:\n%s", want, out.String())
+		}
+	}
+	m.Close()
+	out.Reset()
+	set.WritePrometheus(&out)
+	if strings.Contains(out.String(), "ignored") {
+		t.Errorf("series left after Close:\n%s", out.String())
 	}
 }

@@ -88,7 +88,7 @@ func (f *Feed) replay(ctx context.Context, zctx *zmq.Context, from, to uint64, d
 			return next, fmt.Errorf("replay poll: %w: %w", ErrReplay, err)
 		}
 		for {
-			parts, err := dealer.RecvMessageBytes(zmq.DONTWAIT)
+			parts, err := recvMessage(dealer, zmq.DONTWAIT)
 			if err != nil {
 				if zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN) {
 					break

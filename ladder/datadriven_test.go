@@ -22,7 +22,8 @@ import (
 //	                         role=prefill|decode|none [w=N] [backup] [addr=A]
 //	view                     replaces every view; input lines
 //	                         "<ep> conns=N queued=N swap=N cap=N inv=N
-//	                         overlap=N parked=N weight=N ctrl=S down cb drain"
+//	                         overlap=N offloaded=N parked=N weight=N ctrl=S
+//	                         down cb drain distrust"
 //	set                      same line format, updates only the named fields
 //	decide [key=K] [pin=P,D] [blocks=N] [tokens=N] [guard=R] [now=N]
 //	       [prefix=H] [conv=H] [client=H] [ckey=K] [total=N] [repeat=N]
@@ -34,7 +35,7 @@ import (
 //	learn ep=N               input is the prompt; teaches the Tier-1 trie
 //	remove ep=N              Router.RemoveEndpoint
 //	law mode=M [factor=N] [lambda=N] [blocks=N]
-//	                         input lines "<ep> overlap=N load=N cap=N";
+//	                         input lines "<ep> overlap=N load=N cap=N [room=N]";
 //	                         prints the worked cap_i / cost_i and the pick
 //	adaptive loads=(L, ...)  prints ε(L) and λ(L)
 //	sessions [cap=N] [shards=N]
@@ -81,9 +82,12 @@ func (st *goldenState) run(t *testing.T, d *datadriven.TestData) string {
 			return b.String()
 		}
 		st.env = env
-		fmt.Fprintf(&b, "mode=%s factor=%d lambda=%d relief=%s seed_n=%d cold_min=%d min_match=%d inflight=%d depth=%d park=%s total=%d origin_err=%d\n",
-			env.LBMode, env.MeanLoadFactorPct, env.LoadPenalty, env.SpillRelief, env.ColdStartSeedN, env.ColdStartMinBlocks,
+		fmt.Fprintf(&b, "mode=%s factor=%d lambda=%d headroom=%d max_seqs=%d relief=%s seed_n=%d cold_min=%d min_match=%d inflight=%d depth=%d park=%s total=%d origin_err=%d\n",
+			env.LBMode, env.MeanLoadFactorPct, env.LoadPenalty, env.HeadroomPct, env.MaxNumSeqs, env.SpillRelief, env.ColdStartSeedN, env.ColdStartMinBlocks,
 			env.MinMatchTokens, env.MaxInflightPerEP, env.QueueDepthPerEP, env.MaxPark, env.MaxTotalInflight, env.OriginErrThreshold)
+		if def := DefaultEnv(); env.OffloadWeightPct != def.OffloadWeightPct || env.PredictionDemote != def.PredictionDemote {
+			fmt.Fprintf(&b, "offload_weight=%d prediction_demote=%v\n", env.OffloadWeightPct, env.PredictionDemote)
+		}
 		return b.String() + st.rebuild()
 	case "rule":
 		st.svc = ServiceSpec{Name: "golden", BalanceAbsThreshold: DefaultBalanceAbsThreshold}
@@ -243,6 +247,10 @@ func (st *goldenState) applyView(t *testing.T, d *datadriven.TestData, v *Endpoi
 			v.InventoryBlocks = uint32(atoi(t, d, val))
 		case "overlap":
 			v.Overlap = uint32(atoi(t, d, val))
+		case "offloaded":
+			v.OverlapOffloaded = uint32(atoi(t, d, val))
+		case "distrust":
+			v.KVDistrusted = val != "false"
 		case "parked":
 			v.Parked = uint32(atoi(t, d, val))
 		case "weight":
@@ -381,6 +389,8 @@ func (st *goldenState) law(t *testing.T, d *datadriven.TestData) string {
 				c.Load = uint32(atoi(t, d, v))
 			case "cap":
 				c.Capacity = uint64(atoi(t, d, v))
+			case "room":
+				c.Headroom = uint32(atoi(t, d, v))
 			default:
 				d.Fatalf(t, "unknown candidate field %q", k)
 			}
@@ -405,10 +415,14 @@ func (st *goldenState) law(t *testing.T, d *datadriven.TestData) string {
 		default:
 			capI := CapFor(res.TotalLoad, c.capacity(), res.TotalCap, res.FactorPct)
 			state := "under"
-			if uint64(c.Load) >= capI {
+			if !c.under(res.TotalLoad, res.TotalCap, res.FactorPct) {
 				state = "over"
 			}
-			fmt.Fprintf(&b, "ep%d overlap=%d load=%d cap=%d cap_i=%d %s\n", c.Endpoint, c.Overlap, c.Load, c.Capacity, capI, state)
+			room := ""
+			if c.Headroom > 0 {
+				room = fmt.Sprintf(" room=%d", c.Headroom)
+			}
+			fmt.Fprintf(&b, "ep%d overlap=%d load=%d cap=%d cap_i=%d%s %s\n", c.Endpoint, c.Overlap, c.Load, c.Capacity, capI, room, state)
 		}
 	}
 	if res.Pos < 0 {

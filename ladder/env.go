@@ -31,8 +31,8 @@ func (e *EnvError) Error() string {
 // Unwrap makes every EnvError match ErrInvalidEnv.
 func (e *EnvError) Unwrap() error { return ErrInvalidEnv }
 
-// LBMode is the Tier-1.5 selection law (LOXILB_KV_LB_MODE). The zero value is
-// the default, hard.
+// LBMode is the Tier-1.5 selection law (LOXILB_KV_LB_MODE). The zero value
+// is LoxiLB's default law, hard; llb's default (DefaultEnv) is headroom.
 type LBMode uint8
 
 // Selection laws.
@@ -47,9 +47,12 @@ const (
 	LBAdaptive
 	// LBAdaptiveSoft is soft with λ keyed to the observed load.
 	LBAdaptiveSoft
+	// LBHeadroom (an llb extension, the default) is hard with an absolute
+	// floor under the cap: an endpoint with headroom is never over it.
+	LBHeadroom
 )
 
-var lbModeNames = [...]string{"hard", "off", "soft", "adaptive", "adaptive-soft"}
+var lbModeNames = [...]string{"hard", "off", "soft", "adaptive", "adaptive-soft", "headroom"}
 
 // String returns the env spelling ("hard", "adaptive-soft", ...).
 func (m LBMode) String() string {
@@ -59,7 +62,8 @@ func (m LBMode) String() string {
 	return fmt.Sprintf("lbmode(%d)", uint8(m))
 }
 
-// ParseLBMode maps an env spelling to an LBMode (case-insensitive).
+// ParseLBMode maps an env spelling to an LBMode (case-insensitive); false
+// (and LBHard) for anything else.
 func ParseLBMode(s string) (LBMode, bool) {
 	s = strings.ToLower(strings.TrimSpace(s))
 	for i, n := range lbModeNames {
@@ -104,20 +108,26 @@ const (
 	EnvColdStartSeedN     = "LOXILB_KV_COLDSTART_SEED_N"
 	EnvColdStartSeedNth   = "LOXILB_KV_COLDSTART_SEED_Nth"
 	EnvMinMatchTokens     = "LLB_KV_MIN_MATCH_TOKENS"
+	EnvHeadroomPct        = "LLB_KV_HEADROOM_PCT"
+	EnvMaxNumSeqs         = "LLB_KV_MAX_NUM_SEQS"
 	EnvMaxInflightPerEP   = "LLB_PD_MAX_INFLIGHT_PER_EP"
 	EnvQueueDepthPerEP    = "LLB_PD_QUEUE_DEPTH_PER_EP"
 	EnvMaxParkSec         = "LLB_PD_MAX_PARK_SEC"
 	EnvMaxTotalInflight   = "LLB_PD_MAX_TOTAL_INFLIGHT"
 	EnvOriginErrThreshold = "LLB_PD_ORIGIN_ERR_THRESHOLD"
+	EnvOffloadWeightPct   = "LLB_KV_OFFLOAD_WEIGHT_PCT"
+	EnvPredictionDemote   = "LLB_KV_PREDICTION_DEMOTE"
 )
 
 // Env holds the process-wide routing knobs, parsed once at start by ParseEnv
 // and then passed by value to every Router. Every field states its unit,
 // default, accepted range and interactions.
 type Env struct {
-	// LBMode is LOXILB_KV_LB_MODE: the Tier-1.5 law. Default hard. Unset
-	// falls back to the legacy LOXILB_KV_UNIFIED_MODE (0/false/off/no → off,
-	// anything else → hard); garbage warns and means hard.
+	// LBMode is LOXILB_KV_LB_MODE: the Tier-1.5 law. Default headroom (an
+	// llb extension; LoxiLB's default, hard, stays selectable by name).
+	// Unset falls back to the legacy LOXILB_KV_UNIFIED_MODE (0/false/off/no
+	// → off, anything else → the default); garbage warns and means the
+	// default.
 	LBMode LBMode
 	// MeanLoadFactorPct is LOXILB_KV_MEAN_LOAD_FACTOR = (1+ε)·100, percent.
 	// Default 175 (ε 0.75), range 100–1000. Used by hard mode and by spill
@@ -145,6 +155,14 @@ type Env struct {
 	// blocks and capped at the prompt's own block count. Default 16, range
 	// 0–4096, 0 disables.
 	MinMatchTokens uint32
+	// HeadroomPct is LLB_KV_HEADROOM_PCT: the headroom law's floor as a
+	// percentage of an endpoint's concurrency estimate (see HeadroomFor).
+	// Default 100, range 0–100; 0 makes headroom behave as hard.
+	HeadroomPct uint32
+	// MaxNumSeqs is LLB_KV_MAX_NUM_SEQS: the engines' running-batch limit
+	// (vLLM's --max-num-seqs), the upper bound of the headroom law's
+	// concurrency estimate. Default 256 (vLLM's default), range 1–65535.
+	MaxNumSeqs uint32
 	// MaxInflightPerEP is LLB_PD_MAX_INFLIGHT_PER_EP: per-prefill-endpoint
 	// in-flight cap (requests). Default 0 = admission off. Range 0–99999.
 	MaxInflightPerEP uint32
@@ -165,20 +183,37 @@ type Env struct {
 	// 5xx responses that open an enabled breaker. Default 3, 0 disables,
 	// range 0–1000. Consumed by the breaker actor, not by Decide.
 	OriginErrThreshold uint32
+	// OffloadWeightPct is LLB_KV_OFFLOAD_WEIGHT_PCT: what a prefix block held
+	// only in an offload tier (CPU memory) is worth to Tier 1.5, in percent
+	// of a block in GPU memory (EndpointView.OverlapOffloaded). Default 80
+	// (llm-d's "cpu" backend weight 0.8), range 0–100; 100 counts offloaded
+	// blocks as GPU blocks, 0 ignores them.
+	OffloadWeightPct uint32
+	// PredictionDemote is LLB_KV_PREDICTION_DEMOTE: when on (the default), an
+	// endpoint whose cache predictions keep disagreeing with the cached
+	// tokens its engine reports is demoted from Tier 1.5
+	// (EndpointView.KVDistrusted) until they agree again. Off keeps the
+	// metrics and the warning but never demotes. Consumed by the router
+	// actor, not by Decide.
+	PredictionDemote bool
 }
 
 // DefaultEnv returns the out-of-box knob values (what an empty environment
 // parses to).
 func DefaultEnv() Env {
 	return Env{
-		LBMode:             LBHard,
+		LBMode:             LBHeadroom,
 		MeanLoadFactorPct:  175,
 		LoadPenalty:        32,
 		SpillRelief:        TriAuto,
 		ColdStartMinBlocks: 16,
 		ColdStartSeedN:     16,
 		MinMatchTokens:     16,
+		HeadroomPct:        100,
+		MaxNumSeqs:         256,
 		OriginErrThreshold: 3,
+		OffloadWeightPct:   80,
+		PredictionDemote:   true,
 	}
 }
 
@@ -189,7 +224,7 @@ func (e *Env) Validate() error {
 	bad := func(name string, v any, problem string) {
 		errs = append(errs, &EnvError{Var: name, Value: fmt.Sprint(v), Problem: problem})
 	}
-	if e.LBMode > LBAdaptiveSoft {
+	if e.LBMode > LBHeadroom {
 		bad(EnvLBMode, e.LBMode, "unknown mode")
 	}
 	if e.MeanLoadFactorPct < 100 || e.MeanLoadFactorPct > 1000 {
@@ -203,6 +238,12 @@ func (e *Env) Validate() error {
 	}
 	if e.MinMatchTokens > 4096 {
 		bad(EnvMinMatchTokens, e.MinMatchTokens, "want an integer 0–4096")
+	}
+	if e.HeadroomPct > 100 {
+		bad(EnvHeadroomPct, e.HeadroomPct, "want an integer 0–100")
+	}
+	if e.MaxNumSeqs < 1 || e.MaxNumSeqs > 65535 {
+		bad(EnvMaxNumSeqs, e.MaxNumSeqs, "want an integer 1–65535")
 	}
 	if e.MaxInflightPerEP > 99999 {
 		bad(EnvMaxInflightPerEP, e.MaxInflightPerEP, "want an integer 0–99999")
@@ -218,6 +259,9 @@ func (e *Env) Validate() error {
 	}
 	if e.OriginErrThreshold > 1000 {
 		bad(EnvOriginErrThreshold, e.OriginErrThreshold, "want an integer 0–1000")
+	}
+	if e.OffloadWeightPct > 100 {
+		bad(EnvOffloadWeightPct, e.OffloadWeightPct, "want an integer 0–100")
 	}
 	return errors.Join(errs...)
 }
@@ -236,11 +280,11 @@ func ParseEnv(getenv func(string) string) (Env, []string, error) {
 
 	// LOXILB_KV_LB_MODE, with the legacy LOXILB_KV_UNIFIED_MODE fallback.
 	if v := get(EnvLBMode); v != "" {
-		m, ok := ParseLBMode(v)
-		if !ok {
-			warns = append(warns, fmt.Sprintf("%s=%q is not one of off|hard|soft|adaptive|adaptive-soft; using hard", EnvLBMode, v))
+		if m, ok := ParseLBMode(v); ok {
+			env.LBMode = m
+		} else {
+			warns = append(warns, fmt.Sprintf("%s=%q is not one of off|hard|soft|adaptive|adaptive-soft|headroom; using the default, %s", EnvLBMode, v, env.LBMode))
 		}
-		env.LBMode = m
 	} else if v := get(EnvUnifiedModeLegacy); v != "" {
 		if on, ok := parseBool(v); ok && !on {
 			env.LBMode = LBOff
@@ -292,6 +336,8 @@ func ParseEnv(getenv func(string) string) (Env, []string, error) {
 		u32(EnvColdStartSeedNth, 0, math.MaxInt32, &env.ColdStartSeedN)
 	}
 	u32(EnvMinMatchTokens, 0, 4096, &env.MinMatchTokens)
+	u32(EnvHeadroomPct, 0, 100, &env.HeadroomPct)
+	u32(EnvMaxNumSeqs, 1, 65535, &env.MaxNumSeqs)
 	u32(EnvMaxInflightPerEP, 0, 99999, &env.MaxInflightPerEP)
 
 	if v := get(EnvQueueDepthPerEP); v != "" {
@@ -312,6 +358,15 @@ func ParseEnv(getenv func(string) string) (Env, []string, error) {
 	env.MaxPark = time.Duration(parkSec) * time.Second
 	uintVar(EnvMaxTotalInflight, 0, 1999999999, &env.MaxTotalInflight)
 	u32(EnvOriginErrThreshold, 0, 1000, &env.OriginErrThreshold)
+	u32(EnvOffloadWeightPct, 0, 100, &env.OffloadWeightPct)
+	if v := get(EnvPredictionDemote); v != "" {
+		on, ok := parseBool(v)
+		if !ok {
+			errs = append(errs, &EnvError{Var: EnvPredictionDemote, Value: v, Problem: "want 1/true/on/yes or 0/false/off/no"})
+		} else {
+			env.PredictionDemote = on
+		}
+	}
 
 	return env, warns, errors.Join(errs...)
 }

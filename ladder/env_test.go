@@ -19,8 +19,9 @@ func TestParseEnv_EmptyGivesDefaults(t *testing.T) {
 	if got != DefaultEnv() {
 		t.Fatalf("ParseEnv(empty) = %+v; want %+v", got, DefaultEnv())
 	}
-	want := Env{LBMode: LBHard, MeanLoadFactorPct: 175, LoadPenalty: 32, SpillRelief: TriAuto,
-		ColdStartMinBlocks: 16, ColdStartSeedN: 16, MinMatchTokens: 16, OriginErrThreshold: 3}
+	want := Env{LBMode: LBHeadroom, MeanLoadFactorPct: 175, LoadPenalty: 32, SpillRelief: TriAuto,
+		ColdStartMinBlocks: 16, ColdStartSeedN: 16, MinMatchTokens: 16, HeadroomPct: 100, MaxNumSeqs: 256,
+		OriginErrThreshold: 3, OffloadWeightPct: 80, PredictionDemote: true}
 	if got != want {
 		t.Fatalf("defaults = %+v; want %+v", got, want)
 	}
@@ -36,8 +37,10 @@ func TestParseEnv_EachVariable(t *testing.T) {
 		{"lb mode case and space", map[string]string{EnvLBMode: " Adaptive-Soft "}, func(e *Env) { e.LBMode = LBAdaptiveSoft }},
 		{"lb mode off", map[string]string{EnvLBMode: "off"}, func(e *Env) { e.LBMode = LBOff }},
 		{"lb mode adaptive", map[string]string{EnvLBMode: "adaptive"}, func(e *Env) { e.LBMode = LBAdaptive }},
+		{"lb mode hard, LoxiLB's default", map[string]string{EnvLBMode: "HARD"}, func(e *Env) { e.LBMode = LBHard }},
+		{"lb mode headroom", map[string]string{EnvLBMode: "headroom"}, func(e *Env) { e.LBMode = LBHeadroom }},
 		{"legacy unified off when lb mode unset", map[string]string{EnvUnifiedModeLegacy: "0"}, func(e *Env) { e.LBMode = LBOff }},
-		{"legacy unified on keeps hard", map[string]string{EnvUnifiedModeLegacy: "1"}, func(e *Env) {}},
+		{"legacy unified on keeps the default", map[string]string{EnvUnifiedModeLegacy: "1"}, func(e *Env) {}},
 		{"lb mode wins over legacy", map[string]string{EnvLBMode: "soft", EnvUnifiedModeLegacy: "off"}, func(e *Env) { e.LBMode = LBSoft }},
 		{"mean load factor low edge", map[string]string{EnvMeanLoadFactor: "100"}, func(e *Env) { e.MeanLoadFactorPct = 100 }},
 		{"mean load factor high edge", map[string]string{EnvMeanLoadFactor: "1000"}, func(e *Env) { e.MeanLoadFactorPct = 1000 }},
@@ -57,6 +60,12 @@ func TestParseEnv_EachVariable(t *testing.T) {
 		{"max park", map[string]string{EnvMaxParkSec: "30"}, func(e *Env) { e.MaxPark = 30 * time.Second }},
 		{"total inflight", map[string]string{EnvMaxTotalInflight: "1000"}, func(e *Env) { e.MaxTotalInflight = 1000 }},
 		{"origin err 0 disables", map[string]string{EnvOriginErrThreshold: "0"}, func(e *Env) { e.OriginErrThreshold = 0 }},
+		{"headroom 0", map[string]string{EnvHeadroomPct: "0"}, func(e *Env) { e.HeadroomPct = 0 }},
+		{"headroom 50", map[string]string{EnvHeadroomPct: "50"}, func(e *Env) { e.HeadroomPct = 50 }},
+		{"max num seqs 1024", map[string]string{EnvMaxNumSeqs: "1024"}, func(e *Env) { e.MaxNumSeqs = 1024 }},
+		{"offload weight 0 ignores cpu blocks", map[string]string{EnvOffloadWeightPct: "0"}, func(e *Env) { e.OffloadWeightPct = 0 }},
+		{"offload weight 100 counts them as gpu", map[string]string{EnvOffloadWeightPct: "100"}, func(e *Env) { e.OffloadWeightPct = 100 }},
+		{"prediction demote off", map[string]string{EnvPredictionDemote: "off"}, func(e *Env) { e.PredictionDemote = false }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -76,13 +85,13 @@ func TestParseEnv_EachVariable(t *testing.T) {
 	}
 }
 
-func TestParseEnv_GarbageLBModeWarnsAndMeansHard(t *testing.T) {
+func TestParseEnv_GarbageLBModeWarnsAndMeansTheDefault(t *testing.T) {
 	got, warns, err := ParseEnv(envFrom(map[string]string{EnvLBMode: "turbo"}))
 	if err != nil {
 		t.Fatalf("err %v; want nil", err)
 	}
-	if got.LBMode != LBHard {
-		t.Fatalf("LBMode = %v; want hard", got.LBMode)
+	if got.LBMode != DefaultEnv().LBMode {
+		t.Fatalf("LBMode = %v; want the default %v", got.LBMode, DefaultEnv().LBMode)
 	}
 	if len(warns) != 1 || !strings.Contains(warns[0], EnvLBMode) || !strings.Contains(warns[0], "turbo") {
 		t.Fatalf("warns = %q; want one naming %s and the value", warns, EnvLBMode)
@@ -116,6 +125,12 @@ func TestParseEnv_RejectsOutOfRangeNamingTheVariable(t *testing.T) {
 		{"total garbage", EnvMaxTotalInflight, "lots"},
 		{"total above", EnvMaxTotalInflight, "2000000000"},
 		{"origin above", EnvOriginErrThreshold, "1001"},
+		{"headroom above", EnvHeadroomPct, "101"},
+		{"headroom garbage", EnvHeadroomPct, "half"},
+		{"max num seqs zero", EnvMaxNumSeqs, "0"},
+		{"max num seqs above", EnvMaxNumSeqs, "65536"},
+		{"offload weight above", EnvOffloadWeightPct, "101"},
+		{"prediction demote garbage", EnvPredictionDemote, "sometimes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -64,7 +64,7 @@ func FuzzDecide(f *testing.F) {
 		svc.BalanceAbsThreshold = s.intn(8)
 		svc.KVBlockSize = s.intn(33)
 		env := DefaultEnv()
-		env.LBMode = LBMode(s.intn(5))
+		env.LBMode = LBMode(s.intn(int(LBHeadroom) + 1))
 		env.SpillRelief = Tristate(s.intn(3))
 		env.ColdStartSeedN = uint32(s.intn(4))
 		r, err := NewRouter(svc, eps, env, RouterConfig{Trie: TrieConfig{MaxEntries: 8, MaxBytes: 256}})

@@ -47,14 +47,13 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 		promptBlocks = req.KV.PromptTokens / r.svc.blockSize()
 	}
 	overlap := func(i int) uint32 {
-		o := views[i].Overlap
-		if promptBlocks > 0 && o > promptBlocks {
-			o = promptBlocks
-		}
-		return o
+		return effectiveOverlap(&views[i], promptBlocks, r.offloadPct)
 	}
 
 	r.effectiveCapacities(views, set)
+	if r.law.Mode == LBHeadroom {
+		r.headrooms(views, set, promptBlocks)
+	}
 	nFleet, nCands := 0, 0
 	var best uint32
 	inventory := false
@@ -62,6 +61,9 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 		v := &views[i]
 		o := overlap(i)
 		c := Candidate{Endpoint: i, Overlap: o, Load: v.ActiveConns, Capacity: r.caps[i]}
+		if r.law.Mode == LBHeadroom {
+			c.Headroom = r.room[i]
+		}
 		r.fleet[nFleet] = c
 		nFleet++
 		if o > 0 {
@@ -73,12 +75,16 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 			inventory = true
 		}
 	}
-	if !inventory {
-		d.Trace.add(Tier15, ReasonEmptyInventory)
-		return -1
-	}
-	if nCands == 0 {
-		d.Trace.add(Tier15, ReasonNoOverlap)
+	if !inventory || nCands == 0 {
+		if ep, ok := r.followPending(now, req, views, set); ok {
+			d.Flags |= FlagPending
+			return ep
+		}
+		if !inventory {
+			d.Trace.add(Tier15, ReasonEmptyInventory)
+		} else {
+			d.Trace.add(Tier15, noCandidateReason(views, set))
+		}
 		return -1
 	}
 	if r.minMatchTokens > 0 {
@@ -88,6 +94,10 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 			minBlocks = promptBlocks // a short prompt matched in full is a genuine hit
 		}
 		if best < max(minBlocks, 1) {
+			if ep, ok := r.followPending(now, req, views, set); ok {
+				d.Flags |= FlagPending
+				return ep
+			}
 			d.Trace.add(Tier15, ReasonMinMatch)
 			return -1
 		}
@@ -147,4 +157,88 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 		}
 	}
 	return pick
+}
+
+// headrooms fills r.room for every member of set: HeadroomFor each
+// endpoint's ConcurrencyEstimate. While any member is cold (fewer inventory
+// blocks than the cold-start floor) every headroom is 0: a fleet that is
+// still warming spreads new prefixes as LoxiLB's hard law does, instead of
+// piling them on the first endpoint that holds them.
+func (r *Router) headrooms(views []EndpointView, set EndpointSet, promptBlocks uint32) {
+	cold := false
+	for i := set.next(0); i >= 0; i = set.next(i + 1) {
+		cold = cold || views[i].InventoryBlocks < r.coldFloor
+	}
+	for i := set.next(0); i >= 0; i = set.next(i + 1) {
+		r.room[i] = 0
+		if !cold {
+			k := ConcurrencyEstimate(r.caps[i], promptBlocks, r.maxNumSeqs)
+			r.room[i] = HeadroomFor(k, views[i].QueuedRequests, r.headroomPct)
+		}
+	}
+}
+
+// followPending is the headroom law's answer to a Tier-1.5 miss (no
+// inventory, no overlap, below the minimum match): the endpoint the
+// request's prefix key was sent to within PendingTTL, where its blocks are
+// about to appear — when that endpoint is still in set and has headroom
+// (an endpoint that queues, or is at its headroom, is no place to pile
+// more work on a guess). r.room must be current for set.
+func (r *Router) followPending(now time.Time, req *Request, views []EndpointView, set EndpointSet) (int, bool) {
+	if r.pending == nil || !req.HasPrefixHash {
+		return -1, false
+	}
+	ep, ok := r.pending.lookup(now, req.PrefixHash)
+	if !ok || !set.Has(ep) {
+		return -1, false
+	}
+	if views[ep].ActiveConns >= r.room[ep] {
+		return -1, false
+	}
+	return ep, true
+}
+
+// effectiveOverlap is the overlap Tier 1.5 ranks an endpoint by, in blocks:
+//
+//	o    = min(Overlap, promptBlocks)          (promptBlocks 0: no clamp)
+//	off  = min(OverlapOffloaded, o)            blocks only in an offload tier
+//	eff  = (o − off) + ⌊off · w / 100⌋         w = Env.OffloadWeightPct
+//	eff  = 0 when the endpoint is KVDistrusted
+//
+// A block the engine must load from CPU memory is worth w % of one already
+// in GPU memory (llm-d's tiered scorer weighs its "cpu" backend 0.8 against
+// "gpu" 1.0 and defaults w to 80 likewise). The floor makes a prefix held
+// only in CPU memory rank strictly below an equally long GPU prefix, and a
+// single offloaded block count nothing while w < 100.
+func effectiveOverlap(v *EndpointView, promptBlocks uint32, w uint32) uint32 {
+	if v.KVDistrusted {
+		return 0
+	}
+	o := v.Overlap
+	if promptBlocks > 0 && o > promptBlocks {
+		o = promptBlocks
+	}
+	off := min(v.OverlapOffloaded, o)
+	return o - off + uint32(uint64(off)*uint64(w)/100)
+}
+
+// noCandidateReason says why no eligible endpoint had a usable overlap:
+// prediction_mismatch when a demoted (KVDistrusted) endpoint held one, or
+// when every eligible endpoint is demoted; no_overlap otherwise.
+func noCandidateReason(views []EndpointView, set EndpointSet) Reason {
+	all := true
+	for i := set.next(0); i >= 0; i = set.next(i + 1) {
+		v := &views[i]
+		if !v.KVDistrusted {
+			all = false
+			continue
+		}
+		if v.Overlap > 0 {
+			return ReasonPredictionMismatch
+		}
+	}
+	if all {
+		return ReasonPredictionMismatch
+	}
+	return ReasonNoOverlap
 }

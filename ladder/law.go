@@ -7,6 +7,18 @@ import (
 
 // The unified selection law of Tier 1.5 (spec "The unified selection law").
 // Everything here is integer math over a candidate slice; no state.
+//
+// LoxiLB's laws: off, hard (its default), soft, adaptive, adaptive-soft.
+// llb adds headroom, its default: hard with an absolute floor under each
+// cap (Candidate.Headroom, from HeadroomFor). LoxiLB's relative cap
+// ceil(1.75·L·cap_i/Σcap) is tiny while L is: with 4 in flight on 4 equal
+// endpoints it is 2, so two requests on the endpoint holding a prefix
+// "overload" it and relief spills the third to an endpoint that must
+// prefill the whole prompt and evict another prefix to hold it (issue 18:
+// 25–35 spills in 145 Tier-1.5 picks, hit rate below CHWBL's). An endpoint
+// that can run the request at once is not overloaded; the floor says so,
+// and the relative cap rules again once it is near its concurrency
+// estimate or its engine queues, where spilling wins.
 
 const (
 	// CapacityClampMax bounds an advertised num_gpu_blocks before it enters
@@ -35,6 +47,17 @@ type Candidate struct {
 	// Capacity is the effective capacity weight (clamped blocks × controller
 	// weight); values below 1 count as 1.
 	Capacity uint64
+	// Headroom is the headroom law's absolute floor under the cap: the
+	// candidate counts as under its cap while Load < Headroom, whatever
+	// the relative cap says (see HeadroomFor). LoxiLB's modes never set it;
+	// 0 adds nothing.
+	Headroom uint32
+}
+
+// under reports whether c is under its cap: below its headroom, or below
+// the relative cap CapFor(totalLoad, capacity, totalCap, factorPct).
+func (c *Candidate) under(totalLoad, totalCap uint64, factorPct uint32) bool {
+	return c.Load < c.Headroom || underCap(c.Load, c.capacity(), totalLoad, totalCap, factorPct)
 }
 
 func (c *Candidate) capacity() uint64 {
@@ -142,6 +165,34 @@ func underCap(load uint32, capI, totalLoad, totalCap uint64, factorPct uint32) b
 		return uint64(load) < CapFor(totalLoad, capI, totalCap, factorPct)
 	}
 	return dh < xh || (dh == xh && dl < xl)
+}
+
+// ConcurrencyEstimate is the headroom law's estimate of how many requests
+// of this prompt's size an endpoint runs at once before it queues:
+//
+//	K = min(maxNumSeqs, capacity / promptBlocks)
+//
+// capacity / promptBlocks is how many such prompts its KV cache holds
+// (shared prefixes make the true figure higher, output blocks lower);
+// maxNumSeqs is the engine's running-batch limit (LLB_KV_MAX_NUM_SEQS).
+func ConcurrencyEstimate(capacity uint64, promptBlocks, maxNumSeqs uint32) uint64 {
+	return min(capacity/uint64(max(promptBlocks, 1)), uint64(maxNumSeqs))
+}
+
+// HeadroomFor is the headroom law's floor under one endpoint's cap:
+//
+//	headroom = floor(pct · K / 100),   0 while the engine reports a queue
+//
+// with K its ConcurrencyEstimate and pct LLB_KV_HEADROOM_PCT. An endpoint
+// whose in-flight load is below it runs a new request at once, so the
+// request's cached prefix is worth more than any balance: the law keeps it
+// there. An engine that reports waiting requests (vllm:num_requests_waiting
+// > 0) has no headroom.
+func HeadroomFor(k uint64, queued uint32, pct uint32) uint32 {
+	if queued > 0 {
+		return 0
+	}
+	return uint32(min(mulDivFloor(k, uint64(pct), 1, 100), math.MaxUint32))
 }
 
 // MeanCapacity is Σcapacity / n (floored, at least 1): the capacity an
@@ -259,10 +310,7 @@ func hardPick(cands []Candidate, totalLoad, totalCap uint64, factor uint32) (pos
 	// Each cap is computed once; slices longer than the scratch (never the
 	// case inside Decide, which passes at most MaxEndpoints) recompute.
 	var scratch [2 * MaxEndpoints]bool
-	isUnder := func(i int) bool {
-		c := &cands[i]
-		return underCap(c.Load, c.capacity(), totalLoad, totalCap, factor)
-	}
+	isUnder := func(i int) bool { return cands[i].under(totalLoad, totalCap, factor) }
 	if len(cands) <= len(scratch) {
 		for i := range cands {
 			scratch[i] = isUnder(i)
@@ -348,13 +396,13 @@ func ReliefTarget(fleet []Candidate, sel int, factorPct uint32) (int, bool) {
 		totalLoad += uint64(fleet[i].Load)
 		totalCap = satAdd(totalCap, fleet[i].capacity())
 	}
-	if underCap(fleet[sel].Load, fleet[sel].capacity(), totalLoad, totalCap, factorPct) {
+	if fleet[sel].under(totalLoad, totalCap, factorPct) {
 		return sel, false
 	}
 	relief := -1
 	for i := range fleet {
 		c := &fleet[i]
-		if !underCap(c.Load, c.capacity(), totalLoad, totalCap, factorPct) {
+		if !c.under(totalLoad, totalCap, factorPct) {
 			continue
 		}
 		if relief < 0 || lessLoaded(c, &fleet[relief]) {

@@ -54,9 +54,21 @@ type EndpointView struct {
 	// holds (cold-start seeding).
 	InventoryBlocks uint32
 	// Overlap is how many leading blocks of this request's hash chain the
-	// endpoint holds. Ignored on decode endpoints; clamped to the prompt's
-	// block count.
+	// endpoint holds in any tier it mirrors (GPU memory, or an offload tier
+	// such as CPU memory): the prefix its engine can reuse. Ignored on
+	// decode endpoints; clamped to the prompt's block count.
 	Overlap uint32
+	// OverlapOffloaded is how many of Overlap's blocks the endpoint holds
+	// only in an offload tier (vLLM's KV offloading to CPU memory): the
+	// engine loads them instead of recomputing them, which costs more than a
+	// GPU hit. Tier 1.5 counts each Env.OffloadWeightPct percent of a block
+	// (see effectiveOverlap in kv.go). Values above Overlap count as Overlap.
+	OverlapOffloaded uint32
+	// KVDistrusted is set while the endpoint's cache predictions keep
+	// disagreeing with the cached tokens its engine reports (TruthTracker):
+	// Tier 1.5 treats its overlap as 0, and reports prediction_mismatch when
+	// that leaves it without a candidate. Tiers 0, 1 and 2 are unaffected.
+	KVDistrusted bool
 	// Parked is the length of the endpoint's parked-request queue (admission).
 	Parked uint32
 }

@@ -49,7 +49,7 @@ func genRule(t *rapid.T) ruleCase {
 	}
 	svc.KVBlockSize = rapid.SampledFrom([]int{0, 1, 16}).Draw(t, "block")
 	env := DefaultEnv()
-	env.LBMode = LBMode(rapid.IntRange(0, int(LBAdaptiveSoft)).Draw(t, "mode"))
+	env.LBMode = LBMode(rapid.IntRange(0, int(LBHeadroom)).Draw(t, "mode"))
 	env.SpillRelief = Tristate(rapid.IntRange(0, 2).Draw(t, "relief"))
 	env.ColdStartSeedN = uint32(rapid.IntRange(0, 4).Draw(t, "seedN"))
 	env.MinMatchTokens = uint32(rapid.SampledFrom([]int{0, 16}).Draw(t, "minMatch"))

@@ -41,6 +41,10 @@ const (
 	ReasonEmptyInventory // no candidate holds any block
 	ReasonNoOverlap      // every candidate's overlap is 0 (a genuine miss)
 	ReasonMinMatch       // best overlap is below LLB_KV_MIN_MATCH_TOKENS
+	// ReasonPredictionMismatch: the endpoints whose overlap would have
+	// decided are demoted (EndpointView.KVDistrusted) because their engines
+	// keep reporting other cached tokens than llb predicted.
+	ReasonPredictionMismatch
 
 	// Shared by several stages.
 	ReasonNoCandidate // the stage has no endpoint of the right role at all
@@ -82,6 +86,7 @@ var reasonNames = [reasonCount]string{
 	ReasonEmptyInventory:          "empty_inventory",
 	ReasonNoOverlap:               "no_overlap",
 	ReasonMinMatch:                "min_match",
+	ReasonPredictionMismatch:      "prediction_mismatch",
 	ReasonNoCandidate:             "no_candidate",
 	ReasonExcluded:                "excluded",
 	ReasonDecodePinInvalid:        "decode_pin_invalid",
@@ -169,9 +174,13 @@ const (
 	FlagBoundWalk
 	// FlagSaturated: hard mode found every candidate over its cap.
 	FlagSaturated
+	// FlagPending: a Tier-1.5 miss followed the endpoint its prefix key was
+	// sent to moments ago, whose blocks the inventory does not show yet
+	// (headroom law).
+	FlagPending
 )
 
-var flagNames = [...]string{"spill", "relief", "cold_seed", "rescue", "rr_tie", "decode_rr_tie", "excluded_winner", "backup", "bound_walk", "saturated"}
+var flagNames = [...]string{"spill", "relief", "cold_seed", "rescue", "rr_tie", "decode_rr_tie", "excluded_winner", "backup", "bound_walk", "saturated", "pending"}
 
 // Has reports whether every flag in f2 is set.
 func (f Flags) Has(f2 Flags) bool { return f&f2 == f2 }

@@ -48,6 +48,9 @@ type Router struct {
 	seedN          uint64
 	coldFloor      uint32
 	minMatchTokens uint32
+	headroomPct    uint32
+	maxNumSeqs     uint32
+	offloadPct     uint32
 	maxInflight    uint32
 	queueDepth     uint32
 	maxPark        time.Duration
@@ -65,11 +68,15 @@ type Router struct {
 	coldTick  uint64 // Tier-1.5 hits seen, for cold-start seeding
 	trie      *Trie
 	sel       Selector
+	// pending remembers recent placements by prefix key (headroom law
+	// with Tier 1.5 on only; nil otherwise).
+	pending *pendingTable
 
 	// Scratch, overwritten by every decision.
 	cands [MaxEndpoints]Candidate
 	fleet [MaxEndpoints]Candidate
 	caps  [MaxEndpoints]uint64
+	room  [MaxEndpoints]uint32
 	pool  Pool
 }
 
@@ -93,6 +100,8 @@ func NewRouter(svc ServiceSpec, eps []EndpointSpec, env Env, cfg RouterConfig) (
 	r.seedN = uint64(env.ColdStartSeedN)
 	r.coldFloor = max(env.ColdStartMinBlocks, 1)
 	r.minMatchTokens = env.MinMatchTokens
+	r.headroomPct, r.maxNumSeqs = env.HeadroomPct, env.MaxNumSeqs
+	r.offloadPct = env.OffloadWeightPct
 	r.maxInflight = env.MaxInflightPerEP
 	if a := svc.Admission.MaxInflightPerEP; a > 0 {
 		r.maxInflight = uint32(a)
@@ -128,6 +137,9 @@ func NewRouter(svc ServiceSpec, eps []EndpointSpec, env Env, cfg RouterConfig) (
 	}
 	if svc.CacheAware {
 		r.trie = NewTrie(cfg.Trie)
+	}
+	if env.LBMode == LBHeadroom && svc.KVExactMode != KVOff {
+		r.pending = new(pendingTable)
 	}
 	if !svc.PDDisagg {
 		pc := cfg.PersistMaxEntries
@@ -168,10 +180,16 @@ func (r *Router) Decide(now time.Time, req *Request, snap *Snapshot) (Decision, 
 		d.Unavailable = ReasonNoHealthyBackend
 		return d, err
 	}
+	var d Decision
 	if r.svc.PDDisagg {
-		return r.decidePD(now, req, snap), nil
+		d = r.decidePD(now, req, snap)
+	} else {
+		d = r.decidePool(now, req, snap)
 	}
-	return r.decidePool(now, req, snap), nil
+	if r.pending != nil && req.HasPrefixHash && d.Available() {
+		r.pending.note(now, req.PrefixHash, d.Prefill)
+	}
+	return d, nil
 }
 
 // Learn teaches the Tier-1 trie that prompt was routed to prefill endpoint

@@ -49,7 +49,7 @@ func (d *DataPlane) running() []*actors.Service {
 	d.mu.Unlock()
 	out := make([]*actors.Service, 0, len(keys))
 	for _, k := range keys {
-		if svc := d.rt.Service(k); svc != nil {
+		if svc := d.rt.service(k); svc != nil {
 			out = append(out, svc)
 		}
 	}
@@ -72,7 +72,7 @@ func (d *DataPlane) peerHealth(_ string, ts []replica.HealthTransition) {
 			continue
 		}
 		seen[t.Service] = true
-		if svc := d.rt.Service(t.Service); svc != nil {
+		if svc := d.rt.service(t.Service); svc != nil {
 			svc.PeersChanged()
 		}
 	}
@@ -87,7 +87,7 @@ func (d *DataPlane) peerLessons(_ string, ins []replica.TrieInsert) {
 		by[in.Service] = append(by[in.Service], in)
 	}
 	for key, batch := range by {
-		svc := d.rt.Service(key)
+		svc := d.rt.service(key)
 		if svc == nil {
 			continue
 		}

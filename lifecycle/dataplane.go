@@ -24,7 +24,7 @@ import (
 // service — and reports the live state back in the REST shapes. It is where
 // rule changes become running services, whichever source they come from.
 type DataPlane struct {
-	rt       *gateway.Runtime
+	rt       *ruleSet
 	sys      *actors.System
 	log      zerolog.Logger
 	defaults ruleDefaults
@@ -81,13 +81,16 @@ type Config struct {
 	// links every service to its peers (sessions, load, health, Tier-1).
 	// nil: a single node; nothing of the cluster starts.
 	Cluster *replica.Config
+	// Feeds starts KV-event subscriptions; nil means ZMQ (tests pass
+	// their own).
+	Feeds actors.FeedStarter
 }
 
 // New starts the actor runtime and an empty data plane.
 func New(cfg Config) (*DataPlane, error) {
 	sys := actors.NewSystem(cfg.Log.With().Str(logfield.Component, "actors").Logger(), cfg.Metrics)
-	rt, err := gateway.NewRuntime(gateway.RuntimeConfig{System: sys, Log: cfg.Log, Metrics: cfg.Metrics, KVMaxMsgSize: cfg.KVMaxMsgSize,
-		AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs})
+	rt, err := newRuleSet(ruleSetConfig{System: sys, Log: cfg.Log, Metrics: cfg.Metrics, KVMaxMsgSize: cfg.KVMaxMsgSize,
+		Feeds: cfg.Feeds, Options: gateway.Options{AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs}})
 	if err != nil {
 		sys.Shutdown()
 		return nil, err
@@ -104,7 +107,7 @@ func New(cfg Config) (*DataPlane, error) {
 	}
 	if cfg.Cluster != nil {
 		if err := d.startMember(*cfg.Cluster); err != nil {
-			_ = rt.Close(context.Background())
+			_ = rt.close(context.Background())
 			sys.Shutdown()
 			return nil, err
 		}
@@ -116,7 +119,7 @@ func New(cfg Config) (*DataPlane, error) {
 // Close drains and stops every rule (until ctx ends), then the actor
 // runtime.
 func (d *DataPlane) Close(ctx context.Context) {
-	if err := d.rt.Close(ctx); err != nil {
+	if err := d.rt.close(ctx); err != nil {
 		d.log.Warn().Err(err).Msg("data plane stopped with errors")
 	}
 	if d.member != nil {
@@ -127,7 +130,7 @@ func (d *DataPlane) Close(ctx context.Context) {
 
 // Service returns rule key's running actors service, or nil (debug
 // listener, tests).
-func (d *DataPlane) Service(key string) *actors.Service { return d.rt.Service(key) }
+func (d *DataPlane) Service(key string) *actors.Service { return d.rt.service(key) }
 
 // DataPlaneName implements restapi.DataPlaneNamer.
 func (d *DataPlane) DataPlaneName() string { return "actors+gateway" }
@@ -148,13 +151,16 @@ func (d *DataPlane) Apply(ctx context.Context, r rule.Rule) error {
 	delete(d.unserved, r.Key)
 	d.served[c.Key] = struct{}{}
 	d.mu.Unlock()
-	gr := gatewayRule(c, d.defaults.Env)
+	rc := c
 	if d.dataBind.IsValid() {
-		gr.Gateway.VIP = d.dataBind
+		bound := *c
+		bound.VIP = d.dataBind
+		rc = &bound
 	}
+	sc := actors.ServiceConfig{Rule: rc, Env: d.defaults.Env}
 	if d.member != nil {
-		port := newClusterPort(d.member, c)
-		gr.Service.Peers = port
+		port := newClusterPort(d.member, rc)
+		sc.Peers = port
 		d.mu.Lock()
 		if old, ok := d.tables[c.Key]; ok && old != port.spec.Service {
 			d.member.Sessions.Forget(old)
@@ -162,7 +168,7 @@ func (d *DataPlane) Apply(ctx context.Context, r rule.Rule) error {
 		d.tables[c.Key] = port.spec.Service
 		d.mu.Unlock()
 	}
-	return d.rt.Apply(ctx, gr)
+	return d.rt.apply(ctx, runSpec{rule: rc, service: sc})
 }
 
 // Remove implements restapi.Runtime.
@@ -179,7 +185,7 @@ func (d *DataPlane) remove(ctx context.Context, key string) error {
 	d.mu.Lock()
 	delete(d.served, key)
 	d.mu.Unlock()
-	err := d.rt.Remove(ctx, key)
+	err := d.rt.remove(ctx, key)
 	if d.member != nil {
 		d.member.Load.Remove(key)
 		d.mu.Lock()
@@ -200,7 +206,7 @@ func (d *DataPlane) Status(k rule.RuleKey) (restapi.RuleStatus, bool) {
 	if un {
 		return restapi.RuleStatus{Operating: restapi.OperatingOffline, Detail: why}, true
 	}
-	st, ok := d.rt.Status(k.String())
+	st, ok := d.rt.status(k.String())
 	if !ok {
 		return restapi.RuleStatus{}, false
 	}
@@ -219,7 +225,7 @@ func (d *DataPlane) Status(k rule.RuleKey) (restapi.RuleStatus, bool) {
 		out.Detail = "router did not answer in time"
 		return out, true
 	}
-	svc := d.rt.Service(k.String())
+	svc := d.rt.service(k.String())
 	if svc == nil {
 		return out, true
 	}
@@ -239,7 +245,12 @@ func (d *DataPlane) Status(k rule.RuleKey) (restapi.RuleStatus, bool) {
 			// score; the inventory actor knows the current one.
 			if p, err := svc.Inventory(i, 0, 0, statusInventoryTimeout); err == nil {
 				es.InventoryBlocks = p.Total
+				es.KVIgnored = kvIgnored(p.Ranks, p.Feeds)
+				for _, m := range p.Ranks {
+					es.OffloadBlocks += m.OffloadBlocks
+				}
 			}
+			es.KVPrediction = kvPrediction(e.Prediction)
 		}
 		out.Endpoints = append(out.Endpoints, es)
 	}
@@ -286,50 +297,4 @@ func endpointStatus(cfg actors.ServiceConfig, i int, e actors.EndpointStatus) re
 		es.Detail = "excluded by another replica (breaker open or probe down there)"
 	}
 	return es
-}
-
-// gatewayRule hands a compiled rule to the runtime.
-func gatewayRule(c *rule.Compiled, env ladder.Env) gateway.Rule {
-	gw := gateway.RuleConfig{
-		Name:              c.Key,
-		VIP:               c.VIP,
-		Port:              c.Port,
-		PDDisagg:          c.Spec.PDDisagg,
-		KVExactMode:       c.Spec.KVExactMode,
-		Hasher:            gateway.HasherConfig{Algo: c.KV.Algo, BlockSize: c.KV.BlockSize, Seed: c.KV.Seed, TokenKeyed: c.KV.TokenKeyed},
-		PrefixHashLevel:   c.PrefixHash.Level,
-		PrefixHashFlags:   c.PrefixHash.Flags,
-		SessionHeaderName: c.SessionHeaderName,
-		ConnectTimeout:    c.Timeouts.Connect,
-		DataTimeout:       c.Timeouts.Data,
-		PrefillTimeout:    c.Timeouts.Prefill,
-		DecodeTimeout:     offIfZero(c.Timeouts.Decode),
-		StreamIdleTimeout: offIfZero(c.Timeouts.StreamIdle),
-		MaxStreamDuration: c.Timeouts.MaxStream,
-		Paused:            c.Paused,
-		Probe: gateway.ProbeConfig{
-			Type: c.Probe.Type, Port: c.Probe.Port, Request: c.Probe.Request, Response: c.Probe.Response,
-			Period: c.Probe.Period, Retries: c.Probe.Retries, AttemptTimeout: c.Probe.AttemptTimeout,
-		},
-	}
-	sc := actors.ServiceConfig{Rule: c, Env: env}
-	for _, ep := range c.Endpoints {
-		p := ep.Probe
-		gw.Endpoints = append(gw.Endpoints, gateway.EndpointConfig{
-			Addr: ep.Addr, NixlPort: ep.NixlPort, Role: ep.Role(),
-			Probe: gateway.EndpointProbe{
-				MonitorAddress: p.MonitorAddress, HTTPMethod: p.HTTPMethod, URLPath: p.URLPath,
-				ExpectedCodes: p.ExpectedCodes, HTTPVersion: p.HTTPVersion, DomainName: p.DomainName,
-			},
-		})
-	}
-	return gateway.Rule{Key: c.Key, Gateway: gw, Service: sc}
-}
-
-// offIfZero maps a compiled "no bound" (0) to the gateway's "off" (-1).
-func offIfZero(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
 }

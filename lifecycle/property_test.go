@@ -14,9 +14,9 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/llbproject/llb/actors"
-	"github.com/llbproject/llb/gateway"
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/restapi"
 	"github.com/llbproject/llb/rule"
 )
 
@@ -221,14 +221,7 @@ func TestProperty_EveryAcceptedRuleCompilesAndStarts_EveryRejectionNamesItsField
 	saKeys, epKeys := map[string]bool{}, map[string]bool{}
 	jsonKeys(reflect.TypeOf(rule.ServiceArguments{}), saKeys)
 	jsonKeys(reflect.TypeOf(rule.Endpoint{}), epKeys)
-	sys := actors.NewSystem(zerolog.Nop(), nil)
-	defer sys.Shutdown()
-	rt, err := gateway.NewRuntime(gateway.RuntimeConfig{System: sys, Feeds: nopFeeds, BindRetry: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close(context.Background())
-	env := ladder.DefaultEnv()
+	dp := newTestDataPlane(t)
 	var accepted, served int
 	rapid.Check(t, func(t *rapid.T) {
 		e := genEntry(t)
@@ -250,7 +243,7 @@ func TestProperty_EveryAcceptedRuleCompilesAndStarts_EveryRejectionNamesItsField
 		if err != nil {
 			t.Fatalf("accepted rule does not normalize: %v", err)
 		}
-		c, err := rule.Compile(&r, rule.Defaults{})
+		_, err = rule.Compile(&r, rule.Defaults{})
 		if errors.Is(err, rule.ErrNotServed) {
 			return
 		}
@@ -260,13 +253,13 @@ func TestProperty_EveryAcceptedRuleCompilesAndStarts_EveryRejectionNamesItsField
 		served++
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := rt.Apply(ctx, gatewayRule(c, env)); err != nil {
+		if err := dp.Apply(ctx, r); err != nil {
 			t.Fatalf("accepted rule %s does not start: %v", r.Key, err)
 		}
-		if _, ok := rt.Status(c.Key); !ok {
-			t.Fatalf("started rule %s has no status", r.Key)
+		if st, ok := dp.Status(r.Key); !ok || st.Operating == restapi.OperatingOffline {
+			t.Fatalf("started rule %s has no live status: %+v", r.Key, st)
 		}
-		if err := rt.Remove(ctx, c.Key); err != nil {
+		if err := dp.Remove(ctx, r.Key); err != nil {
 			t.Fatalf("remove %s: %v", r.Key, err)
 		}
 	})
@@ -305,17 +298,27 @@ func TestExample_AnAdmissionCapOf100000Runs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sys := actors.NewSystem(zerolog.Nop(), nil)
-	defer sys.Shutdown()
-	rt, err := gateway.NewRuntime(gateway.RuntimeConfig{System: sys, Feeds: nopFeeds, BindRetry: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close(context.Background())
-	if err := rt.Apply(context.Background(), gatewayRule(c, ladder.DefaultEnv())); err != nil {
+	dp := newTestDataPlane(t)
+	if err := dp.Apply(context.Background(), r); err != nil {
 		t.Fatalf("the rule does not start: %v", err)
 	}
 	if got := c.Spec.Admission.MaxInflightPerEP; got != 100000 {
 		t.Fatalf("admission cap %d; want 100000", got)
 	}
+}
+
+// newTestDataPlane is a daemon's data plane with the KV feeds stubbed out,
+// closed at the end of the test.
+func newTestDataPlane(t *testing.T) *DataPlane {
+	t.Helper()
+	dp, err := New(Config{Log: zerolog.Nop(), Env: ladder.DefaultEnv(), Feeds: nopFeeds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		dp.Close(ctx)
+	})
+	return dp
 }

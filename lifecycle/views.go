@@ -29,7 +29,7 @@ var (
 // service returns rule k's running service, or an error wrapping
 // restapi.ErrNotRunning that says why it is not running.
 func (d *DataPlane) service(k rule.RuleKey) (*actors.Service, error) {
-	if svc := d.rt.Service(k.String()); svc != nil {
+	if svc := d.rt.service(k.String()); svc != nil {
 		return svc, nil
 	}
 	d.mu.Lock()
@@ -67,8 +67,43 @@ func (d *DataPlane) Inventory(k rule.RuleKey, ep, offset, limit int) (restapi.In
 	}
 	if st, ok := svc.Status(viewTimeout); ok && ep < len(st.Endpoints) {
 		out.CapacityBlocks = int64(st.Endpoints[ep].KVCapacityBlocks)
+		out.Prediction = kvPrediction(st.Endpoints[ep].Prediction)
 	}
 	return out, nil
+}
+
+// kvIgnored merges every rank's feed and mirror tallies into restapi's
+// shape.
+func kvIgnored(ranks []inventory.MirrorStats, feeds []inventory.FeedStats) []restapi.KVIgnored {
+	tallies := make([]inventory.IgnoreTally, 0, len(ranks)+len(feeds))
+	for _, f := range feeds {
+		tallies = append(tallies, f.Ignored)
+	}
+	for _, m := range ranks {
+		tallies = append(tallies, m.Ignored)
+	}
+	return ignoredViews(tallies...)
+}
+
+// ignoredViews renders tallies in restapi's shape (nil when empty).
+func ignoredViews(tallies ...inventory.IgnoreTally) []restapi.KVIgnored {
+	var out []restapi.KVIgnored
+	for _, v := range inventory.IgnoredViews(tallies...) {
+		out = append(out, restapi.KVIgnored{Reason: v.Reason, Events: v.Events, Blocks: v.Blocks, Cause: v.Cause})
+	}
+	return out
+}
+
+// kvPrediction is an endpoint's cache-truth record in restapi's shape.
+func kvPrediction(p actors.PredictionStatus) *restapi.KVPrediction {
+	out := &restapi.KVPrediction{Match: p.Match, Over: p.Over, Under: p.Under, Late: p.Late, State: restapi.PredictionOK}
+	if p.HaveLast {
+		out.LastPredicted, out.LastActual = new(p.LastPredicted), new(p.LastActual)
+	}
+	if p.Distrusted {
+		out.State, out.Demoted, out.Cause, out.Detail = restapi.PredictionMismatch, p.Demoted, p.Cause, p.Detail
+	}
+	return out
 }
 
 // SetController implements restapi.ControllerRuntime.
@@ -176,6 +211,7 @@ func mirrorStats(m inventory.MirrorStats) restapi.MirrorStats {
 		Blocks: m.Blocks, EngineBlocks: m.EngineBlocks, MaxBlocks: m.MaxBlocks, TokenKeyed: m.TokenKeyed,
 		StoredBlocks: m.StoredBlocks, RemovedBlocks: m.RemovedBlocks, Clears: m.Clears, Resyncs: m.Resyncs,
 		Evictions: m.Evictions, MemBytes: m.MemBytes, Contract: c,
+		OffloadBlocks: m.OffloadBlocks, Ignored: ignoredViews(m.Ignored),
 	}
 }
 
@@ -185,7 +221,7 @@ func feedStats(f inventory.FeedStats) restapi.FeedStats {
 		Connected: f.Connected, Reconnects: f.Reconnects, RecvErrors: f.RecvErrors, Batches: f.Batches,
 		Events: f.Events, EventsPerSec: f.EventsPerSec, Gaps: f.Gaps, LostBatches: f.LostBatches,
 		Duplicates: f.Duplicates, Restarts: f.Restarts, Resyncs: f.Resyncs, Replays: f.Replays,
-		ReplayFailures: f.ReplayFailures,
+		ReplayFailures: f.ReplayFailures, Ignored: ignoredViews(f.Ignored),
 	}
 	if f.HaveSeq {
 		seq := f.LastSeq

@@ -208,7 +208,16 @@ func (inc *incarnation) teardownPartial() {
 		select {
 		case <-done:
 		case <-time.After(3 * time.Second):
-			inc.m.log.Warn().Str(logfield.Member, inc.id).Msg("remote shutdown slow; leaving it to finish in the background")
+			// The graceful path can take far longer on a loaded machine
+			// (endpoint writers, then gRPC's GracefulStop with a 10 s
+			// bound), and the listener stays bound meanwhile: the next
+			// incarnation could not listen on the advertised port. Stop
+			// the gRPC server now; the graceful path ends on its own.
+			inc.m.log.Warn().Str(logfield.Member, inc.id).Msg("remote shutdown slow; stopping its server now")
+			func() {
+				defer func() { _ = recover() }()
+				r.Shutdown(false)
+			}()
 		}
 	}
 	inc.system.Shutdown()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 
 	"github.com/labstack/echo/v4"
@@ -53,6 +54,9 @@ type InventoryPage struct {
 	CapacityBlocks int64
 	// Ranks are the per-DP-rank mirror and feed statistics, rank order.
 	Ranks []InventoryRank
+	// Prediction is the endpoint's cache-truth record (nil when the router
+	// did not answer).
+	Prediction *KVPrediction
 }
 
 // InventoryRank is one DP rank's mirror and feed.
@@ -87,6 +91,12 @@ type MirrorStats struct {
 	Evictions uint64 `json:"evictions"`
 	// MemBytes is the memory the mirror's tables hold.
 	MemBytes int `json:"mem_bytes"`
+	// OffloadBlocks is the number of engine keys held in the CPU offload
+	// tier (vLLM's KV offloading, medium "CPU").
+	OffloadBlocks int `json:"offload_blocks"`
+	// Ignored lists, by reason, the events and blocks the mirror did not
+	// apply ([] when none).
+	Ignored []KVIgnored `json:"ignored"`
 	// Contract is the hash-contract self-check.
 	Contract ContractStatus `json:"contract"`
 }
@@ -140,6 +150,9 @@ type FeedStats struct {
 	// Replays and ReplayFailures count gap fills by replay.
 	Replays        uint64 `json:"replays"`
 	ReplayFailures uint64 `json:"replay_failures"`
+	// Ignored lists, by reason, the events the feed dropped before the
+	// mirror (invalid, unknown_tag; [] when none).
+	Ignored []KVIgnored `json:"ignored"`
 }
 
 // InventoryBlock is one entry of InventoryView.Blocks.
@@ -184,6 +197,9 @@ type InventoryExtras struct {
 	Capacity CapacityView `json:"capacity"`
 	// Ranks are the per-DP-rank mirror and feed statistics.
 	Ranks []InventoryRank `json:"ranks"`
+	// Prediction compares llb's cached-token predictions for the endpoint
+	// with what its engine reports (null when the router did not answer).
+	Prediction *KVPrediction `json:"prediction"`
 }
 
 // CapacityView is an endpoint's KV-block capacity.
@@ -298,13 +314,14 @@ func inventoryView(r *rule.Rule, q inventoryQuery, p InventoryPage) InventoryVie
 		Blocks:    make([]InventoryBlock, len(keys)),
 		Total:     p.Total,
 		LLB: InventoryExtras{
-			RuleID:   r.ID(),
-			Endpoint: r.Effective.Endpoints[q.ep].Addr.String(),
-			Role:     r.Effective.Endpoints[q.ep].Role.String(),
-			Offset:   q.offset,
-			Limit:    q.limit,
-			Capacity: CapacityView{Blocks: p.CapacityBlocks, Known: p.CapacityBlocks > 0},
-			Ranks:    p.Ranks,
+			RuleID:     r.ID(),
+			Endpoint:   r.Effective.Endpoints[q.ep].Addr.String(),
+			Role:       r.Effective.Endpoints[q.ep].Role.String(),
+			Offset:     q.offset,
+			Limit:      q.limit,
+			Capacity:   CapacityView{Blocks: p.CapacityBlocks, Known: p.CapacityBlocks > 0},
+			Ranks:      slices.Clone(p.Ranks),
+			Prediction: p.Prediction,
 		},
 	}
 	for i, k := range keys {
@@ -315,6 +332,17 @@ func inventoryView(r *rule.Rule, q inventoryQuery, p InventoryPage) InventoryVie
 	}
 	if v.LLB.Ranks == nil {
 		v.LLB.Ranks = []InventoryRank{}
+	}
+	for i := range v.LLB.Ranks {
+		rk := &v.LLB.Ranks[i]
+		if rk.Mirror.Ignored == nil {
+			rk.Mirror.Ignored = []KVIgnored{}
+		}
+		if rk.Feed != nil && rk.Feed.Ignored == nil {
+			f := *rk.Feed // the runtime's page stays untouched
+			f.Ignored = []KVIgnored{}
+			rk.Feed = &f
+		}
 	}
 	return v
 }

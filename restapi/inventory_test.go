@@ -39,6 +39,7 @@ func samplePage() InventoryPage {
 				Evictions: 1, Resyncs: 2, MemBytes: 512, Contract: ContractStatus{State: ContractOK, Verified: 3}},
 			Feed: &FeedStats{Connected: true, Reconnects: 1, Batches: 5, Events: 9, LastSeq: &seq, EventsPerSec: 2.5, Gaps: 1, LostBatches: 2},
 		}},
+		Prediction: &KVPrediction{Match: 3, Under: 1, LastPredicted: new(uint32(64)), LastActual: new(uint32(96)), State: PredictionOK},
 	}
 }
 
@@ -54,9 +55,10 @@ func TestInventory_AnswersLoxiLBsShapeWithLLBExtrasApart(t *testing.T) {
 		`"llb":{"rule_id":"id-1","endpoint":"127.0.0.1:8100","role":"prefill","offset":10,"limit":2,"next_offset":null,` +
 		`"capacity":{"blocks":4096,"known":true},"ranks":[{"rank":0,` +
 		`"mirror":{"blocks":12,"engine_blocks":12,"max_blocks":1000000,"token_keyed":false,"stored_blocks":20,"removed_blocks":8,` +
-		`"clears":0,"resyncs":2,"evictions":1,"mem_bytes":512,"contract":{"state":"ok","verified":3,"mismatched":0,"unverifiable":0}},` +
+		`"clears":0,"resyncs":2,"evictions":1,"mem_bytes":512,"offload_blocks":0,"ignored":[],"contract":{"state":"ok","verified":3,"mismatched":0,"unverifiable":0}},` +
 		`"feed":{"connected":true,"reconnects":1,"recv_errors":0,"batches":5,"events":9,"last_seq":41,"events_per_sec":2.5,` +
-		`"gaps":1,"lost_batches":2,"duplicates":0,"restarts":0,"resyncs":0,"replays":0,"replay_failures":0}}]}}` + "\n"
+		`"gaps":1,"lost_batches":2,"duplicates":0,"restarts":0,"resyncs":0,"replays":0,"replay_failures":0,"ignored":[]}}],` +
+		`"prediction":{"match":3,"over":0,"under":1,"lastPredicted":64,"lastActual":96,"state":"ok"}}}` + "\n"
 	if r.body != want {
 		t.Errorf("body:\n got %s\nwant %s", r.body, want)
 	}

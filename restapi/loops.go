@@ -38,10 +38,24 @@ func (l *listenerSet) add(a netip.AddrPort, owner string) {
 	}
 }
 
-// owner returns who listens where a connection to ep lands, if anyone.
+// owner returns who listens where a connection to ep lands, if anyone. A
+// connection to the unspecified address lands on this host's loopback:
+// 0.0.0.0 on 127.0.0.1, and :: on ::1 or 127.0.0.1 (Go dials it as either).
 func (l *listenerSet) owner(ep netip.AddrPort) (string, bool) {
+	ep = netip.AddrPortFrom(ep.Addr().Unmap(), ep.Port())
 	if o, ok := l.exact[ep]; ok {
 		return o, true
+	}
+	if ep.Addr().IsUnspecified() {
+		los := []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1})}
+		if ep.Addr().Is6() {
+			los = append(los, netip.IPv6Loopback())
+		}
+		for _, lo := range los {
+			if o, ok := l.exact[netip.AddrPortFrom(lo, ep.Port())]; ok {
+				return o, true
+			}
+		}
 	}
 	if o, ok := l.any[ep.Port()]; ok && (ep.Addr().IsUnspecified() || ep.Addr().IsLoopback() || l.local(ep.Addr())) {
 		return o, true

@@ -9,12 +9,17 @@ import (
 )
 
 func ruleWith(vip string, port int, epIP string, epPort int) string {
+	other := "10.9.9.9"
+	if strings.Contains(vip, ":") {
+		other = "fd00::9"
+	}
 	return fmt.Sprintf(`{"serviceArguments":{"externalIP":%q,"port":%d,"protocol":"tcp","mode":4},`+
-		`"endpoints":[{"endpointIP":"10.9.9.9","targetPort":8000,"weight":1},{"endpointIP":%q,"targetPort":%d,"weight":1}]}`, vip, port, epIP, epPort)
+		`"endpoints":[{"endpointIP":%q,"targetPort":8000,"weight":1},{"endpointIP":%q,"targetPort":%d,"weight":1}]}`, vip, port, other, epIP, epPort)
 }
 
 func TestLoops_AnEndpointWhereLLBListensIsRefused(t *testing.T) {
 	self := netip.MustParseAddrPort("[::]:11111")
+	rest := netip.MustParseAddrPort("127.0.0.1:11112")
 	local := func(a netip.Addr) bool { return a == netip.MustParseAddr("10.0.0.5") }
 	tests := []struct {
 		name      string
@@ -31,6 +36,13 @@ func TestLoops_AnEndpointWhereLLBListensIsRefused(t *testing.T) {
 		{name: "the rest api on the unspecified address, by a host address", give: ruleWith("10.1.1.1", 80, "10.0.0.5", 11111),
 			wantField: "endpoints.1.endpointIP", wantMsg: "llbd's own listener"},
 		{name: "the rest api port on another host", give: ruleWith("10.1.1.1", 80, "10.0.0.6", 11111)},
+		{name: "the rest api on loopback, by the unspecified address", give: ruleWith("10.1.1.1", 80, "0.0.0.0", 11112),
+			wantField: "endpoints.1.endpointIP", wantMsg: "llbd's own listener 127.0.0.1:11112"},
+		{name: "the rest api on loopback, by the unspecified IPv6 address", give: ruleWith("fd00::1", 80, "::", 11112),
+			wantField: "endpoints.1.endpointIP", wantMsg: "llbd's own listener 127.0.0.1:11112"},
+		{name: "a rule on ::1, by the unspecified address", stored: ruleWith("::1", 9000, "fd00::2", 8000), give: ruleWith("fd00::1", 80, "::", 9000),
+			wantField: "endpoints.1.endpointIP", wantMsg: "reaches the listener of rule tcp:[::1]:9000"},
+		{name: "the unspecified address, where nothing listens on loopback", give: ruleWith("10.1.1.1", 80, "0.0.0.0", 11113)},
 		{name: "another rule's vip", stored: ruleWith("10.2.2.2", 9000, "10.9.9.8", 8000), give: ruleWith("10.1.1.1", 80, "10.2.2.2", 9000),
 			wantField: "endpoints.1.endpointIP", wantMsg: "reaches the listener of rule tcp:10.2.2.2:9000"},
 		{name: "a new vip that a stored rule sends to", stored: ruleWith("10.2.2.2", 9000, "10.1.1.1", 80), give: ruleWith("10.1.1.1", 80, "10.9.9.8", 8000),
@@ -38,7 +50,7 @@ func TestLoops_AnEndpointWhereLLBListensIsRefused(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ts := started(t, func(c *Config) { c.SelfAddrs = []netip.AddrPort{self}; c.LocalAddr = local })
+			ts := started(t, func(c *Config) { c.SelfAddrs = []netip.AddrPort{self, rest}; c.LocalAddr = local })
 			if tt.stored != "" {
 				ts.mustPost(tt.stored)
 			}

@@ -107,6 +107,14 @@ type EndpointStatus struct {
 	Inventory bool
 	// InventoryBlocks is the size of the endpoint's mirrored KV inventory.
 	InventoryBlocks int
+	// OffloadBlocks is how many blocks the mirror holds in the engine's
+	// CPU offload tier.
+	OffloadBlocks int
+	// KVIgnored lists the KV events and blocks not applied, by reason.
+	KVIgnored []KVIgnored
+	// KVPrediction is the cache-truth record; nil when the endpoint is not
+	// mirrored.
+	KVPrediction *KVPrediction
 	// Controller is the external controller's instruction for the
 	// endpoint; nil when the data plane has no controller (or did not
 	// answer).

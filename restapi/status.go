@@ -57,6 +57,15 @@ type EndpointStatusView struct {
 	// InventoryBlocks is the mirrored KV inventory size; present for every
 	// endpoint whose KV events are mirrored (even at 0), absent otherwise.
 	InventoryBlocks *int `json:"inventoryBlocks,omitempty"`
+	// OffloadBlocks is how many blocks the mirror holds in the engine's
+	// CPU offload tier; absent when none.
+	OffloadBlocks int `json:"offloadBlocks,omitempty"`
+	// KVIgnored lists, by reason, the KV events and blocks the endpoint's
+	// feed and mirror did not apply; absent when everything was applied.
+	KVIgnored []KVIgnored `json:"kvIgnored,omitempty"`
+	// KVPrediction compares llb's cached-token predictions with what the
+	// engine reports; absent when the endpoint is not mirrored.
+	KVPrediction *KVPrediction `json:"kvPrediction,omitempty"`
 	// Controller is the external controller's instruction; absent without
 	// a controller-capable data plane.
 	Controller *ControllerStatus `json:"controller,omitempty"`
@@ -175,6 +184,9 @@ func statusView(r *rule.Rule, updated time.Time, st RuleStatus, applyErr string)
 			InFlight:         e.InFlight,
 			Parked:           e.Parked,
 			KVCapacityBlocks: e.KVCapacityBlocks,
+			OffloadBlocks:    e.OffloadBlocks,
+			KVIgnored:        e.KVIgnored,
+			KVPrediction:     e.KVPrediction,
 			Controller:       e.Controller,
 		}
 		if e.Inventory || e.InventoryBlocks > 0 {

@@ -1,6 +1,7 @@
 package rule
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -65,6 +66,10 @@ type Defaults struct {
 	// OriginErrThreshold is LLB_PD_ORIGIN_ERR_THRESHOLD; nil takes
 	// DefaultOriginErrThreshold, 0 disables origin demotion.
 	OriginErrThreshold *int
+	// TokenizerDir is --tokenizer-dir / LLB_TOKENIZER_DIR: the tokenizer
+	// directory of rules without kvTokenizerDir ("" = the engines'
+	// /tokenize).
+	TokenizerDir string
 }
 
 // ErrNotServed classifies a rule that is valid and stored but that llb's
@@ -104,10 +109,11 @@ func Compile(r *Rule, d Defaults) (*Compiled, error) {
 			Admission:           admissionSpec(&eff.Admission),
 		},
 		KV: KVContract{
-			Algo:       eff.KV.HashAlgo,
-			BlockSize:  eff.KV.BlockSize,
-			Seed:       seedOf(eff, d),
-			TokenKeyed: eff.KV.BlockKey == BlockKeyTokens,
+			Algo:         eff.KV.HashAlgo,
+			BlockSize:    eff.KV.BlockSize,
+			Seed:         seedOf(eff, d),
+			TokenKeyed:   eff.KV.BlockKey == BlockKeyTokens,
+			TokenizerDir: cmp.Or(eff.KV.TokenizerDir, d.TokenizerDir),
 		},
 		Timeouts: Timeouts{
 			Connect:    eff.ConnectTimeout,

@@ -103,6 +103,11 @@ type KVContract struct {
 	// TokenKeyed keys blocks by llb's own hash of their token ids
 	// (kvBlockKey "tokens") instead of recomputing vLLM's digests.
 	TokenKeyed bool
+	// TokenizerDir is the Hugging Face tokenizer directory (or a root of
+	// them named by served model) prompts are tokenized with in process
+	// (kvTokenizerDir, else --tokenizer-dir); "" calls the engines'
+	// /tokenize.
+	TokenizerDir string
 }
 
 // PrefixHash configures the prefix hash of the single-pool selectors.

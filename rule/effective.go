@@ -114,6 +114,8 @@ type EffectiveKV struct {
 	NoneHashSeed *string
 	// BlockKey is BlockKeyHash (default) or BlockKeyTokens.
 	BlockKey string
+	// TokenizerDir is kvTokenizerDir; "" = the daemon default.
+	TokenizerDir string
 }
 
 // EffectiveAdmission is the flow-control configuration. A zero limit or
@@ -224,15 +226,16 @@ func effectiveOf(e *LoadbalanceEntry) (Effective, error) {
 		hashAlgo = algos[0]
 	}
 	eff.KV = EffectiveKV{
-		Mode:       ladder.KVExactMode(sa.KVExactMode),
-		Engine:     engine,
-		HashAlgo:   hashAlgo,
-		BlockSize:  int(orDefault(sa.KVBlockSize, DefaultKVBlockSize)),
-		ZmqPort:    uint16(orDefault(sa.KVZmqPort, DefaultKVZmqPort)),
-		ReplayPort: uint16(sa.KVReplayPort),
-		DPRanks:    int(orDefault(sa.KVDpRankCount, DefaultKVDpRankCount)),
-		Warmup:     seconds(orDefault(sa.KVWarmupSec, DefaultKVWarmupSec)),
-		BlockKey:   BlockKeyHash,
+		Mode:         ladder.KVExactMode(sa.KVExactMode),
+		Engine:       engine,
+		HashAlgo:     hashAlgo,
+		BlockSize:    int(orDefault(sa.KVBlockSize, DefaultKVBlockSize)),
+		ZmqPort:      uint16(orDefault(sa.KVZmqPort, DefaultKVZmqPort)),
+		ReplayPort:   uint16(sa.KVReplayPort),
+		DPRanks:      int(orDefault(sa.KVDpRankCount, DefaultKVDpRankCount)),
+		Warmup:       seconds(orDefault(sa.KVWarmupSec, DefaultKVWarmupSec)),
+		BlockKey:     BlockKeyHash,
+		TokenizerDir: sa.KVTokenizerDir,
 	}
 	if sa.KVNoneHashSeed != nil {
 		eff.KV.NoneHashSeed = ptr(*sa.KVNoneHashSeed)

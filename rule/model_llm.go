@@ -85,8 +85,12 @@ type LLMArguments struct {
 //     vLLM's block hashes and needs seed and algorithm parity; "tokens" keys
 //     blocks by llb's own hash of the token ids carried in BlockStored events
 //     (the llm-d design), which works without that parity.
+//   - kvTokenizerDir: the Hugging Face tokenizer directory of the rule's
+//     model, so Tier 1.5 tokenizes in process instead of calling the
+//     engine's /tokenize (LoxiLB always calls /tokenize); overrides the
+//     daemon's --tokenizer-dir / LLB_TOKENIZER_DIR.
 //
-// All three need kvExactMode 1 or 3.
+// All four need kvExactMode 1 or 3.
 type LLBArguments struct {
 	// KVNoneHashSeed is the PYTHONHASHSEED value the rule's vLLM workers run
 	// with. A pointer because "" is a valid seed distinct from "not set";
@@ -97,4 +101,9 @@ type LLBArguments struct {
 	KVReplayPort int64 `json:"kvReplayPort,omitempty"`
 	// KVBlockKey is "hash" (default) or "tokens"; see the type comment.
 	KVBlockKey string `json:"kvBlockKey,omitempty"`
+	// KVTokenizerDir is an absolute path on the llbd host: a directory
+	// holding the model's tokenizer.json (+ tokenizer_config.json), or a
+	// root of such directories named by served model name. Absent → the
+	// daemon default; neither → the engine's /tokenize.
+	KVTokenizerDir string `json:"kvTokenizerDir,omitempty"`
 }

@@ -266,19 +266,35 @@ func checkEndpoints(c *Checker, e *LoadbalanceEntry) {
 
 // checkExpectedCodes accepts "200", "200,202" and "200-204", codes 100–599.
 func checkExpectedCodes(s string) error {
+	_, err := ParseExpectedCodes(s)
+	return err
+}
+
+// CodeRange is an inclusive range of HTTP statuses a probe accepts.
+type CodeRange struct{ Lo, Hi int }
+
+// ParseExpectedCodes parses an endpoint's expectedCodes: "200", "200,202",
+// "200-204" and combinations, codes 100–599; "" means any 2xx. Validate
+// has checked it for every stored rule; the probe builds its matcher here.
+func ParseExpectedCodes(s string) ([]CodeRange, error) {
+	if strings.TrimSpace(s) == "" {
+		return []CodeRange{{200, 299}}, nil
+	}
+	var out []CodeRange
 	for part := range strings.SplitSeq(s, ",") {
 		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
-		a, errA := strconv.Atoi(lo)
+		a, errA := strconv.Atoi(strings.TrimSpace(lo))
 		b := a
 		var errB error
 		if isRange {
-			b, errB = strconv.Atoi(hi)
+			b, errB = strconv.Atoi(strings.TrimSpace(hi))
 		}
 		if errA != nil || errB != nil || a < 100 || b > 599 || a > b {
-			return fmt.Errorf("expectedCodes %q: %q is not a status code or range within 100..599 (\"200\", \"200,202\", \"200-204\")", s, part)
+			return nil, fmt.Errorf("expectedCodes %q: %q is not a status code or range within 100..599 (\"200\", \"200,202\", \"200-204\")", s, part)
 		}
+		out = append(out, CodeRange{a, b})
 	}
-	return nil
+	return out, nil
 }
 
 // checkProbePath refuses an HTTP probe path that cannot go on a request line:

@@ -2,6 +2,7 @@ package rule
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -34,6 +35,9 @@ func checkLLMSchema(c *Checker, sa *ServiceArguments) {
 	c.BetweenOrZero(SAField("kvDpRankCount"), sa.KVDpRankCount, 1, 8)
 	c.Between(SAField("kvReplayPort"), sa.KVReplayPort, 0, MaxUint16)
 	c.OneOfString(SAField("kvBlockKey"), sa.KVBlockKey, BlockKeyHash, BlockKeyTokens)
+	if d := sa.KVTokenizerDir; d != "" && (!filepath.IsAbs(d) || len(d) > 4096 || strings.ContainsAny(d, "\x00\r\n")) {
+		c.Semantic(SAField("kvTokenizerDir"), "kvTokenizerDir %q: want an absolute directory path on the llbd host", d)
+	}
 }
 
 func checkAdmissionSchema(c *Checker, sa *ServiceArguments) {
@@ -103,6 +107,7 @@ func llmFieldsSet(sa *ServiceArguments) []string {
 	add("kvNoneHashSeed", x.KVNoneHashSeed != nil)
 	add("kvReplayPort", x.KVReplayPort != 0)
 	add("kvBlockKey", x.KVBlockKey != "")
+	add("kvTokenizerDir", x.KVTokenizerDir != "")
 	add("fc_mode", a.FCMode != nil)
 	add("fc_max_outstanding", a.FCMaxOutstanding != nil)
 	add("fc_ep_max_inflight", a.FCEpMaxInflight != nil)

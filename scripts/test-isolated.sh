@@ -11,7 +11,8 @@ set -eu
 go=$1
 shift
 src=$(cd "$(dirname "$0")/.." && pwd)
-root=${LLB_ISOLATED_DIR:-${TMPDIR:-/tmp}/llb-isolated-test}
+# One copy per checkout (two checkouts testing at once must not share it).
+root=${LLB_ISOLATED_DIR:-${TMPDIR:-/tmp}/llb-isolated-$(printf %s "$src" | cksum | cut -d' ' -f1)}
 dst=$root/llb
 rm -rf "$root"
 mkdir -p "$dst"

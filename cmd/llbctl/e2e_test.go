@@ -226,6 +226,10 @@ func (s *statusRuntime) Status(k rule.RuleKey) (restapi.RuleStatus, bool) {
 		if i == 0 {
 			es.Breaker, es.InFlight, es.Parked, es.Inventory, es.InventoryBlocks, es.KVCapacityBlocks = "closed", 3, 2, true, 1234, 8192
 			es.Controller = &restapi.ControllerStatus{State: restapi.CtrlDraining, Weight: 40, EffectiveWeight: 70, Epoch: 7, Stale: true}
+			es.OffloadBlocks = 40
+			es.KVIgnored = []restapi.KVIgnored{{Reason: "medium", Events: 32, Blocks: 32, Cause: `medium "STORAGE" is not a tier llb mirrors`}}
+			es.KVPrediction = &restapi.KVPrediction{Match: 12, Over: 1, State: restapi.PredictionMismatch, Demoted: true,
+				Cause: "stale_mirror", Detail: "the engine reported no cached tokens"}
 		} else {
 			es.Breaker, es.Detail = "open", "breaker open"
 			es.Controller = &restapi.ControllerStatus{State: restapi.CtrlNone, Weight: 100, EffectiveWeight: 100}
@@ -241,8 +245,10 @@ func TestE2E_EndpointsShowHealthBreakerLoadAndInventory(t *testing.T) {
 
 	table := mustRun(t, hs.URL, "get", "endpoints", "127.0.0.1", "2020", "tcp")
 	for _, want := range []string{
-		"| 0   | 127.0.0.1:8100 | prefill | 1      | 5600 | active   | up    | closed  | 3         | 2      | 1234      | 8192        | DRAINING w=40 (eff 70) e=7 stale | 17:4096 | -            |",
-		"| 1   | 127.0.0.1:8200 | decode  | 1      | 5600 | inactive | up    | open    | 0         | 0      | -         | -           | -                                | 17:4096 | breaker open |",
+		"| 0   | 127.0.0.1:8100 | prefill | 1      | 5600 | active   | up    | closed  | 3         | 2      | 1234+40cpu | 8192        | medium=32  | 12/1/0 mismatch:stale_mirror demoted | DRAINING w=40 (eff 70) e=7 stale | 17:4096 | -            |",
+		"| 1   | 127.0.0.1:8200 | decode  | 1      | 5600 | inactive | up    | open    | 0         | 0      | -          | -           | -          | -                                    | -                                | 17:4096 | breaker open |",
+		`endpoint 0 kv ignored medium: medium "STORAGE" is not a tier llb mirrors` + "\n",
+		"endpoint 0 kv predictions disagree with the engine (stale_mirror): the engine reported no cached tokens\n",
 	} {
 		if !strings.Contains(table, want) {
 			t.Errorf("get endpoints:\n%s\nwant the row\n%s", table, want)
@@ -256,6 +262,9 @@ func TestE2E_EndpointsShowHealthBreakerLoadAndInventory(t *testing.T) {
 	blocks := 1234
 	want := endpointView{Idx: 0, EndpointIP: "127.0.0.1", TargetPort: 8100, Role: "prefill", Weight: 1, NixlPort: 5600,
 		State: "active", Probe: "up", Breaker: "closed", InFlight: 3, Parked: 2, KVCapacityBlocks: 8192, InventoryBlocks: &blocks,
+		OffloadBlocks: 40, KVIgnored: []restapi.KVIgnored{{Reason: "medium", Events: 32, Blocks: 32, Cause: `medium "STORAGE" is not a tier llb mirrors`}},
+		KVPrediction: &restapi.KVPrediction{Match: 12, Over: 1, State: restapi.PredictionMismatch, Demoted: true,
+			Cause: "stale_mirror", Detail: "the engine reported no cached tokens"},
 		Controller: &restapi.ControllerStatus{State: restapi.CtrlDraining, Weight: 40, EffectiveWeight: 70, Epoch: 7, Stale: true},
 		Counter:    "17:4096"}
 	if len(views) != 2 || !reflect.DeepEqual(views[0], want) {

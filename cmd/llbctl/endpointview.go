@@ -44,6 +44,14 @@ type endpointView struct {
 	// InventoryBlocks is the mirrored KV inventory size; nil when the
 	// endpoint's KV events are not mirrored.
 	InventoryBlocks *int `json:"inventoryBlocks,omitempty"`
+	// OffloadBlocks is how many blocks the mirror holds in the engine's CPU
+	// offload tier.
+	OffloadBlocks int `json:"offloadBlocks,omitempty"`
+	// KVIgnored lists the KV events and blocks llbd did not apply, by reason.
+	KVIgnored []restapi.KVIgnored `json:"kvIgnored,omitempty"`
+	// KVPrediction compares llbd's cached-token predictions with what the
+	// engine reports.
+	KVPrediction *restapi.KVPrediction `json:"kvPrediction,omitempty"`
 	// Controller is the external controller's instruction; nil when llbd
 	// reports none.
 	Controller *restapi.ControllerStatus `json:"controller,omitempty"`
@@ -94,7 +102,8 @@ func (a *app) showEndpoints(ref ruleRef) error {
 		return writeValue(a.stdout, views)
 	}
 	t := newTable("IDX", "ENDPOINT", "ROLE", "WEIGHT", "NIXL", "STATE", "PROBE", "BREAKER", "IN-FLIGHT", "PARKED",
-		"KV BLOCKS", "KV CAPACITY", "CONTROLLER", "COUNTER", "DETAIL")
+		"KV BLOCKS", "KV CAPACITY", "KV IGNORED", "KV PREDICTED M/O/U", "CONTROLLER", "COUNTER", "DETAIL")
+	var notes []string
 	for _, v := range views {
 		nixl := "-"
 		if v.NixlPort != 0 {
@@ -106,10 +115,44 @@ func (a *app) showEndpoints(ref ruleRef) error {
 		}
 		t.add(strconv.Itoa(v.Idx), net.JoinHostPort(v.EndpointIP, strconv.FormatInt(v.TargetPort, 10)), v.Role,
 			strconv.FormatInt(v.Weight, 10), nixl, v.State, orDash(v.Probe), orDash(v.Breaker), strconv.Itoa(v.InFlight),
-			strconv.Itoa(v.Parked), blocksCell(v.InventoryBlocks), capacity, controllerCell(v.Controller),
-			orDash(v.Counter), orDash(v.Detail))
+			strconv.Itoa(v.Parked), kvBlocksCell(v.InventoryBlocks, v.OffloadBlocks), capacity, restapi.FormatKVIgnored(v.KVIgnored),
+			restapi.FormatKVPrediction(v.KVPrediction), controllerCell(v.Controller), orDash(v.Counter), orDash(v.Detail))
+		notes = append(notes, kvNotes(v.Idx, v.KVIgnored, v.KVPrediction)...)
 	}
-	return t.render(a.stdout)
+	if err := t.render(a.stdout); err != nil {
+		return err
+	}
+	for _, n := range notes {
+		fmt.Fprintln(a.stdout, sanitize(n))
+	}
+	return nil
+}
+
+// kvBlocksCell shows an inventory size with its CPU-offloaded share:
+// "120", "120+40cpu"; "-" when the endpoint has none.
+func kvBlocksCell(n *int, offload int) string {
+	if n == nil {
+		return "-"
+	}
+	if offload > 0 {
+		return strconv.Itoa(*n) + "+" + strconv.Itoa(offload) + "cpu"
+	}
+	return strconv.Itoa(*n)
+}
+
+// kvNotes are the causes behind an endpoint's KV cells, one line each:
+// what was not applied and why, and a prediction mismatch's likely cause.
+func kvNotes(idx int, ign []restapi.KVIgnored, p *restapi.KVPrediction) []string {
+	var out []string
+	for _, g := range ign {
+		if g.Cause != "" {
+			out = append(out, fmt.Sprintf("endpoint %d kv ignored %s: %s", idx, g.Reason, g.Cause))
+		}
+	}
+	if p != nil && p.State == restapi.PredictionMismatch {
+		out = append(out, fmt.Sprintf("endpoint %d kv predictions disagree with the engine (%s): %s", idx, p.Cause, p.Detail))
+	}
+	return out
 }
 
 // blocksCell shows an inventory size, "-" when the endpoint has none.
@@ -160,6 +203,7 @@ func joinEndpoints(eps []rule.Endpoint, sts []restapi.EndpointStatusView) []endp
 				used[j] = true
 				v.State, v.Probe, v.Breaker, v.InFlight, v.Parked = s.State, s.Probe, s.Breaker, s.InFlight, s.Parked
 				v.KVCapacityBlocks, v.InventoryBlocks, v.Controller, v.Detail = s.KVCapacityBlocks, s.InventoryBlocks, s.Controller, s.Detail
+				v.OffloadBlocks, v.KVIgnored, v.KVPrediction = s.OffloadBlocks, s.KVIgnored, s.KVPrediction
 				break
 			}
 		}

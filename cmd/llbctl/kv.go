@@ -127,6 +127,16 @@ func (a *app) showInventory(service string, ep int64, q url.Values) error {
 			capacity = strconv.FormatInt(x.Capacity.Blocks, 10) + " blocks"
 		}
 		fmt.Fprintf(a.stdout, "endpoint=%s role=%s rule_id=%s kv_capacity=%s\n", sanitize(x.Endpoint), sanitize(x.Role), sanitize(x.RuleID), capacity)
+		if p := x.Prediction; p != nil {
+			fmt.Fprintf(a.stdout, "predictions=%s (match/over/under)", restapi.FormatKVPrediction(p))
+			if p.LastPredicted != nil && p.LastActual != nil {
+				fmt.Fprintf(a.stdout, " last predicted=%d cached=%d", *p.LastPredicted, *p.LastActual)
+			}
+			fmt.Fprintln(a.stdout)
+			if p.State == restapi.PredictionMismatch {
+				fmt.Fprintln(a.stdout, "predictions disagree with the engine: "+sanitize(p.Detail))
+			}
+		}
 		if err := showRanks(a, x.Ranks); err != nil {
 			return err
 		}
@@ -146,7 +156,7 @@ func (a *app) showInventory(service string, ep int64, q url.Values) error {
 
 // showRanks prints the per-DP-rank mirror and feed statistics.
 func showRanks(a *app, ranks []restapi.InventoryRank) error {
-	t := newTable("RANK", "CONNECTED", "BLOCKS", "EVICTIONS", "RESYNCS", "CONTRACT", "LAST SEQ", "EVENTS/S", "GAPS", "RECONNECTS")
+	t := newTable("RANK", "CONNECTED", "BLOCKS", "CPU BLOCKS", "EVICTIONS", "RESYNCS", "CONTRACT", "IGNORED", "LAST SEQ", "EVENTS/S", "GAPS", "RECONNECTS")
 	var details []string
 	for _, r := range ranks {
 		m := r.Mirror
@@ -164,7 +174,17 @@ func showRanks(a *app, ranks []restapi.InventoryRank) error {
 		} else {
 			row = append(row, yesNo(f.Connected))
 		}
-		row = append(row, strconv.Itoa(m.Blocks), strconv.FormatUint(m.Evictions, 10), strconv.FormatUint(m.Resyncs, 10), orDash(contract))
+		ign := m.Ignored
+		if f != nil {
+			ign = append(append([]restapi.KVIgnored(nil), f.Ignored...), ign...)
+		}
+		for _, g := range ign {
+			if g.Cause != "" {
+				details = append(details, fmt.Sprintf("rank %d ignored %s: %s", r.Rank, g.Reason, g.Cause))
+			}
+		}
+		row = append(row, strconv.Itoa(m.Blocks), strconv.Itoa(m.OffloadBlocks), strconv.FormatUint(m.Evictions, 10), strconv.FormatUint(m.Resyncs, 10),
+			orDash(contract), restapi.FormatKVIgnored(ign))
 		if f == nil {
 			row = append(row, "-", "-", "-", "-")
 		} else {

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/llbproject/llb/inventory"
+	"github.com/llbproject/llb/restapi"
 )
 
 // These tests stand a stub server in for llbd: they check byte for byte what
@@ -66,8 +66,8 @@ func (s *stub) requests() []recorded {
 }
 
 func TestKVInventory_SendsTheQueryAndShowsTheBlocks(t *testing.T) {
-	view := inventory.NewInventoryView("tcp:127.0.0.1:2020@127.0.0.1", 1, "sha256_cbor", 10,
-		[]uint64{0xfedcba9876543210, 42}, 1234)
+	view := restapi.InventoryView{ServiceID: "tcp:127.0.0.1:2020@127.0.0.1", EpIdx: 1, HashAlgo: "sha256_cbor", Total: 1234,
+		Blocks: []restapi.InventoryBlock{{BlockIdx: 10, HashUint64: 0xfedcba9876543210}, {BlockIdx: 11, HashUint64: 42}}}
 	body, err := json.Marshal(view)
 	if err != nil {
 		t.Fatal(err)

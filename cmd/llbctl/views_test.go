@@ -102,11 +102,14 @@ func TestE2E_KVInventoryShowsBlocksRanksAndCapacity(t *testing.T) {
 	rt.page = restapi.InventoryPage{
 		HashAlgo: "sha256_cbor", Keys: []uint64{0xfedcba9876543210, 42}, Total: 5, CapacityBlocks: 31250,
 		Ranks: []restapi.InventoryRank{
-			{Rank: 0, Mirror: restapi.MirrorStats{Blocks: 3, Evictions: 1, Resyncs: 2, Contract: restapi.ContractStatus{State: restapi.ContractOK}},
+			{Rank: 0, Mirror: restapi.MirrorStats{Blocks: 3, OffloadBlocks: 4, Evictions: 1, Resyncs: 2, Contract: restapi.ContractStatus{State: restapi.ContractOK},
+				Ignored: []restapi.KVIgnored{{Reason: "medium", Events: 32, Blocks: 32, Cause: `medium "STORAGE" is not a tier llb mirrors`}}},
 				Feed: &restapi.FeedStats{Connected: true, LastSeq: &seq, EventsPerSec: 12.5, Gaps: 1, Reconnects: 3}},
 			{Rank: 1, Mirror: restapi.MirrorStats{Blocks: 2, Contract: restapi.ContractStatus{State: restapi.ContractTripped, Reason: "block_size",
 				Detail: "engine block_size 32 differs from kvBlockSize 16"}}},
 		},
+		Prediction: &restapi.KVPrediction{Match: 3, Over: 0, Under: 6, LastPredicted: new(uint32(0)), LastActual: new(uint32(96)),
+			State: restapi.PredictionMismatch, Demoted: true, Cause: "hash_seed", Detail: "llb and the engine hash blocks differently"},
 	}
 	hs, _ := startServer(t, func(c *restapi.Config) { c.Runtime = rt })
 	mustRun(t, hs.URL, localPDFlags...)
@@ -116,9 +119,12 @@ func TestE2E_KVInventoryShowsBlocksRanksAndCapacity(t *testing.T) {
 		"service_id=" + pdRuleKey + " ep_idx=0 hash_algo=sha256_cbor total=5 shown=2\n",
 		"endpoint=127.0.0.1:8100 role=prefill rule_id=",
 		"kv_capacity=31250 blocks\n",
-		"| 0    | yes       | 3      | 1         | 2       | ok                   | 77       | 12.5     | 1    | 3          |",
-		"| 1    | no feed   | 2      | 0         | 0       | tripped (block_size) | -        | -        | -    | -          |",
+		"predictions=3/0/6 mismatch:hash_seed demoted (match/over/under) last predicted=0 cached=96\n",
+		"predictions disagree with the engine: llb and the engine hash blocks differently\n",
+		"| 0    | yes       | 3      | 4          | 1         | 2       | ok                   | medium=32 | 77       | 12.5     | 1    | 3          |",
+		"| 1    | no feed   | 2      | 0          | 0         | 0       | tripped (block_size) | -         | -        | -        | -    | -          |",
 		"rank 1 contract: engine block_size 32 differs from kvBlockSize 16",
+		`rank 0 ignored medium: medium "STORAGE" is not a tier llb mirrors`,
 		"| 0         | 18364758544493064720 | fedcba9876543210 |",
 		"more: --offset 2\n",
 	} {

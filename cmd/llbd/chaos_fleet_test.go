@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llbproject/llb/restapi"
 )
 
 // The chaos fleet: worker processes for a P/D rule, the llbd in front of
@@ -38,8 +40,10 @@ type fleetSpec struct {
 	env []string
 	// drain is --drain-timeout ("" keeps the default).
 	drain string
-	// rule adds serviceArguments.
+	// rule adds serviceArguments (a nil value removes one).
 	rule map[string]any
+	// prefillSpec, when set, adjusts every prefill worker's spec.
+	prefillSpec func(*procSpec)
 }
 
 // startPDFleet starts the workers, the daemon and the rule, and waits until
@@ -49,10 +53,14 @@ func startPDFleet(t *testing.T, fs fleetSpec) *pdFleet {
 	f := &pdFleet{t: t, net: newChaosNet()}
 	host := 10
 	for i := 0; i < fs.prefill; i++ {
-		f.prefill = append(f.prefill, startProcWorker(t, procSpec{
+		spec := procSpec{
 			Name: fmt.Sprintf("prefill-%d", i), IP: f.net.ip(host), Role: "prefill", KVEvents: true,
 			TimeScale: fs.timeScale, LatencyMS: fs.prefillLatencyMS,
-		}))
+		}
+		if fs.prefillSpec != nil {
+			fs.prefillSpec(&spec)
+		}
+		f.prefill = append(f.prefill, startProcWorker(t, spec))
 		host++
 	}
 	for i := 0; i < fs.decode; i++ {
@@ -90,6 +98,10 @@ func (f *pdFleet) startDaemon(fs fleetSpec) {
 		"max_stream_duration_sec": 20,
 	}
 	for k, v := range fs.rule {
+		if v == nil {
+			delete(sa, k)
+			continue
+		}
 		sa[k] = v
 	}
 	var eps []map[string]any
@@ -152,6 +164,11 @@ type endpointState struct {
 	Breaker  string `json:"breaker"`
 	InFlight int    `json:"inFlight"`
 	Parked   int    `json:"parked"`
+	// The cache-truth extras (issue 14).
+	InventoryBlocks *int                  `json:"inventoryBlocks"`
+	OffloadBlocks   int                   `json:"offloadBlocks"`
+	KVIgnored       []restapi.KVIgnored   `json:"kvIgnored"`
+	KVPrediction    *restapi.KVPrediction `json:"kvPrediction"`
 }
 
 // status reads the rule's endpoint states (the router's live view).

@@ -99,6 +99,17 @@ type procSpec struct {
 	TimeScale float64 `json:"time_scale"`
 	// LatencyMS is a fault latency added to every generation request.
 	LatencyMS float64 `json:"latency_ms"`
+	// Seed is the engine's PYTHONHASHSEED (nil: the default "0").
+	Seed *string `json:"seed,omitempty"`
+	// BlockSize is the engine's --block-size (0: 16).
+	BlockSize int `json:"block_size,omitempty"`
+	// NumBlocks is the GPU cache size in blocks (0: the default).
+	NumBlocks int `json:"num_blocks,omitempty"`
+	// OffloadBlocks turns CPU KV offloading on with that many blocks.
+	OffloadBlocks int `json:"offload_blocks,omitempty"`
+	// LeanEvents publishes BlockStored without extra_keys, group_idx and
+	// spec kind (LoxiLB's CI publisher, vLLM before mid-2025).
+	LeanEvents bool `json:"lean_events,omitempty"`
 }
 
 // chaosWorkerMain runs one simulated worker until SIGTERM/SIGINT (graceful)
@@ -117,6 +128,17 @@ func chaosWorkerMain(raw string) int {
 		c.Engine.Role = engine.RolePrefill
 	}
 	c.Engine.Latency.TimeScale = s.TimeScale
+	if s.Seed != nil {
+		c.Engine.Hash.Seed = *s.Seed
+	}
+	if s.BlockSize > 0 {
+		c.Engine.BlockSize = s.BlockSize
+	}
+	if s.NumBlocks > 0 {
+		c.Engine.NumBlocks = s.NumBlocks
+	}
+	c.Engine.OffloadBlocks = s.OffloadBlocks
+	c.LeanEvents = s.LeanEvents
 	c.Faults.Latency = time.Duration(s.LatencyMS * float64(time.Millisecond))
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)

@@ -67,6 +67,11 @@ type config struct {
 	// tests, debug.go); "" (the default) turns it off. A host that is not
 	// a loopback address is refused.
 	DebugListen string
+	// TokenizerDir is the default Hugging Face tokenizer directory of rules
+	// with Tier 1.5 (kvTokenizerDir overrides it per rule): one model's
+	// directory, or a root of directories named by served model name. ""
+	// (the default) keeps the engines' /tokenize.
+	TokenizerDir string
 	// Cluster is cluster mode (docs/scale-out.md): empty Name is a single
 	// node.
 	Cluster clusterConfig
@@ -152,6 +157,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		{"etcd-username", "LLB_ETCD_USERNAME", "etcd user (etcd auth; needs --etcd-password-file)"},
 		{"etcd-password-file", "LLB_ETCD_PASSWORD_FILE", "file holding the etcd user's password"},
 		{"data-bind", "LLB_DATA_BIND", "bind every rule's listener on this IP address instead of the rule's externalIP (replicas behind one VIP)"},
+		{"tokenizer-dir", "LLB_TOKENIZER_DIR", "Hugging Face tokenizer directory (or a root of them named by served model) for Tier 1.5 to tokenize in process; empty: the engines' /tokenize"},
 	}
 	usage := func(name string) string {
 		for _, s := range specs {
@@ -188,6 +194,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&cfg.Cluster.Etcd.Username, "etcd-username", "", usage("etcd-username"))
 	fs.StringVar(&cfg.Cluster.passwordFile, "etcd-password-file", "", usage("etcd-password-file"))
 	fs.StringVar(&dataBind, "data-bind", "", usage("data-bind"))
+	fs.StringVar(&cfg.TokenizerDir, "tokenizer-dir", "", usage("tokenizer-dir"))
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stderr, "Usage: llbd [flags]\n\nllbd is an LLM-aware L7 load balancer with LoxiLB's REST API.\n\nFlags:\n")
@@ -266,6 +273,13 @@ func (c *config) validate() []error {
 	if c.DebugListen != "" {
 		if err := checkLoopback(c.DebugListen); err != nil {
 			errs = append(errs, fmt.Errorf("--debug-listen %q: %v", c.DebugListen, err))
+		}
+	}
+	if c.TokenizerDir != "" {
+		if !filepath.IsAbs(c.TokenizerDir) {
+			errs = append(errs, fmt.Errorf("--tokenizer-dir %q: want an absolute path", c.TokenizerDir))
+		} else if st, err := os.Stat(c.TokenizerDir); err != nil || !st.IsDir() {
+			errs = append(errs, fmt.Errorf("--tokenizer-dir %q: not a directory", c.TokenizerDir))
 		}
 	}
 	errs = append(errs, c.validateCluster()...)

@@ -134,9 +134,15 @@ func routeOf(t *testing.T, h http.Header) (tier string, prefill, decode int) {
 
 func complete(t *testing.T, url, body string) (*http.Response, string) {
 	t.Helper()
-	res, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(body))
+	return post(t, url+"/v1/completions", body)
+}
+
+// post sends a JSON body and returns the response with its body read.
+func post(t *testing.T, url, body string) (*http.Response, string) {
+	t.Helper()
+	res, err := http.Post(url, "application/json", strings.NewReader(body))
 	if err != nil {
-		t.Fatalf("POST completions: %v", err)
+		t.Fatalf("POST %s: %v", url, err)
 	}
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
@@ -328,14 +334,21 @@ func TestE2E_TierOneFiveMatchesLoRABlocks(t *testing.T) {
 // returns the owner's endpoint index.
 func routesToOwnerByTierOneFive(t *testing.T, vip string, body func(int) string) int {
 	t.Helper()
-	res, b := complete(t, vip, body(0))
+	return routesToOwnerByTierOneFiveAt(t, vip, "/v1/completions", body)
+}
+
+// routesToOwnerByTierOneFiveAt is routesToOwnerByTierOneFive for any
+// OpenAI path (/v1/completions, /v1/chat/completions).
+func routesToOwnerByTierOneFiveAt(t *testing.T, vip, path string, body func(int) string) int {
+	t.Helper()
+	res, b := post(t, vip+path, body(0))
 	if res.StatusCode != 200 {
 		t.Fatalf("first: %d %s", res.StatusCode, b)
 	}
 	_, owner, _ := routeOf(t, res.Header)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		res, b := complete(t, vip, body(1))
+		res, b := post(t, vip+path, body(1))
 		if res.StatusCode != 200 {
 			t.Fatalf("follow-up: %d %s", res.StatusCode, b)
 		}

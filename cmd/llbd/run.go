@@ -202,6 +202,7 @@ func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) strin
 	if err != nil {
 		return nil, nil, usagef("%v", err)
 	}
+	defaults.TokenizerDir = cfg.TokenizerDir
 	lc := lifecycle.Config{Log: base, Metrics: set, Env: env, Defaults: defaults, KVMaxMsgSize: maxMsg,
 		AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs, DataBind: cfg.DataBind}
 	if cl := cfg.Cluster; cl.Name != "" {

@@ -124,6 +124,16 @@ func TestE2E_ViewsShowTheLiveInventoryControllerAndEndpointState(t *testing.T) {
 	vip := fmt.Sprintf("http://127.0.0.1:%d", port)
 	workers := f.Workers()
 
+	// The prefill engines' events are mirrored only once llb's feeds are
+	// connected (a PUB drops what it sends before that).
+	for ep := 0; ep < 2; ep++ {
+		eventually(t, fmt.Sprintf("endpoint %d's KV feed connected", ep), func() (bool, string) {
+			var v restapi.InventoryView
+			d.getJSON(inventoryPath(key, ep), &v)
+			return len(v.LLB.Ranks) > 0 && v.LLB.Ranks[0].Feed != nil && v.LLB.Ranks[0].Feed.Connected, fmt.Sprintf("%+v", v.LLB.Ranks)
+		})
+	}
+
 	// One long prompt lands on a prefill endpoint, whose engine caches its
 	// blocks and publishes them over ZMQ.
 	long := strings.Repeat("a shared preamble about inventories and controllers ", 30)

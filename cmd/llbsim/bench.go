@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/llbproject/llb/simulate/des"
 	"github.com/llbproject/llb/simulate/engine"
 	"github.com/llbproject/llb/simulate/harness"
 	"github.com/llbproject/llb/simulate/strategy"
@@ -52,6 +53,7 @@ type benchFlags struct {
 	// load
 	rates       []float64
 	loads       []float64
+	concurrency []int
 	saturation  float64
 	reference   string
 	satRequests int
@@ -157,7 +159,8 @@ Results are JSON lines in the report schema of "llbsim report" (source
 	fl.IntVar(&f.workerPort, "worker-port", 8000, "every worker's API port (each has its own address); fixed so the CHWBL ring is the same in every run; 0 picks free ports")
 
 	fl.Float64SliceVar(&f.rates, "rates", nil, "absolute offered loads, requests per model second (instead of --loads)")
-	fl.Float64SliceVar(&f.loads, "loads", nil, "offered loads as fractions of saturation (default 0.7 unless --rates)")
+	fl.Float64SliceVar(&f.loads, "loads", nil, "offered loads as fractions of saturation (default 0.7 unless --rates or --concurrency)")
+	fl.IntSliceVar(&f.concurrency, "concurrency", nil, "closed-loop client counts (requests in flight) instead of --loads or --rates; the light-load presets default to 1,2,4,8,12,16,24,32,48")
 	fl.Float64Var(&f.saturation, "saturation", 0, "known saturation rate (req/s, model time); 0 searches it")
 	fl.StringVar(&f.reference, "reference", strategy.NameHard, "strategy whose saturation rate is load 1.0")
 	fl.IntVar(&f.satRequests, "sat-requests", 0, "requests per saturation probe (default min(--requests, 600))")
@@ -251,12 +254,17 @@ type scenarioPreset struct {
 	blocks      int
 	seqs        int
 	timeFactor  float64
+	// shape presets a shared-prefix workload's sizes (zero fields keep the
+	// generator's defaults); closed makes it a closed-loop preset run at
+	// des.LightLoadConcurrency unless --concurrency, --loads or --rates.
+	shape  workload.SharedPrefix
+	closed bool
 }
 
 // benchPresets mirror simulate/des's standard scenarios, so a bench run
 // and a sweep of the same seed measure the same thing.
 func benchPresets() map[string]scenarioPreset {
-	return map[string]scenarioPreset{
+	presets := map[string]scenarioPreset{
 		"shared-prefix": {
 			description: "SGLang generated-shared-prefix defaults under cache pressure: the working set is 1.5× the fleet's KV cache.",
 			workload:    "shared-prefix", workers: 8, pressure: 1.5,
@@ -282,6 +290,12 @@ func benchPresets() map[string]scenarioPreset {
 			workload:    "mix", workers: 8, pressure: 1.5,
 		},
 	}
+	for _, sc := range des.LightLoadScenarios(0, 0) {
+		sp := sc.Trace.Spec.(workload.SharedPrefix)
+		presets[sc.Name] = scenarioPreset{description: sc.Description, workload: "shared-prefix",
+			workers: sc.Workers, blocks: sc.Engine.NumBlocks, shape: sp, closed: true}
+	}
+	return presets
 }
 
 func scenarioNames() []string {
@@ -305,6 +319,19 @@ func (f *benchFlags) bench(fs *pflag.FlagSet) (*harness.Bench, error) {
 	}
 	if p.timeFactor > 0 && !fs.Changed("time-factor-under-load") {
 		f.timeFactor = p.timeFactor
+	}
+	for _, d := range []struct {
+		flag  string
+		dst   *int
+		value int
+	}{
+		{"groups", &f.groups, p.shape.Groups}, {"prompts-per-group", &f.promptsPerGroup, p.shape.PromptsPerGroup},
+		{"system-tokens", &f.systemTokens, p.shape.SystemTokens}, {"question-tokens", &f.questionTokens, p.shape.QuestionTokens},
+		{"output-tokens", &f.outputTokens, p.shape.OutputTokens},
+	} {
+		if d.value > 0 && !fs.Changed(d.flag) {
+			*d.dst = d.value
+		}
 	}
 	spec, err := f.spec(p.workload)
 	if err != nil {
@@ -349,14 +376,18 @@ func (f *benchFlags) bench(fs *pflag.FlagSet) (*harness.Bench, error) {
 			Requests: f.requests, Seed: f.seed, Warmup: f.warmup, CachePressure: pressure,
 			Fleet: harness.FleetConfig{Workers: workers, DecodeWorkers: f.decodeWorkers, PDSameWorkers: f.pdSame, BaseIP: f.baseIP, HTTPPort: f.workerPort, Engine: eng},
 		},
-		Strategies: strategies, Rates: f.rates, Loads: f.loads, SaturationRate: f.saturation,
+		Strategies: strategies, Rates: f.rates, Loads: f.loads, Concurrency: f.concurrency, SaturationRate: f.saturation,
 		Reference: f.reference, Duration: f.duration, TTFTSLO: f.slo, KeepRecords: f.records != "", Pooled: f.pooled,
 		Saturation: harness.SaturationConfig{
 			MaxQueueWait: f.satMaxWait, Precision: f.satPrec, MaxProbes: f.satProbes, Requests: f.satRequests,
 		},
 	}
-	if len(b.Rates) == 0 && len(b.Loads) == 0 {
-		b.Loads = []float64{0.7}
+	if len(b.Rates) == 0 && len(b.Loads) == 0 && len(b.Concurrency) == 0 {
+		if p.closed {
+			b.Concurrency = des.LightLoadConcurrency
+		} else {
+			b.Loads = []float64{0.7}
+		}
 	}
 	if b.Saturation.Requests == 0 {
 		b.Saturation.Requests = min(f.requests, 600)

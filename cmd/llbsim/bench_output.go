@@ -113,13 +113,17 @@ func scenarioLine(b *harness.Bench, out *harness.Outcome) httpScenario {
 		CacheBlocksPerWorker: sc.Fleet.Engine.NumBlocks, BlockSize: sc.Fleet.Engine.BlockSize,
 		Requests: sc.Requests, Warmup: in.Warmup, WorkingSetBlocks: in.DistinctBlocks, Pressure: in.Pressure,
 		OracleHitRate: in.OracleHitRate, SaturationRate: in.SaturationRate, SaturationStrategy: b.Reference,
+		Concurrency: b.Concurrency,
 	}}
 	s.Harness = scenarioExtras{TimeScale: sc.Fleet.TimeScale(), DecodeWorkers: sc.Fleet.DecodeWorkers, PDSameWorkers: sc.Fleet.PDSameWorkers, Seed: sc.Seed}
 	if !sc.Fleet.PDSameWorkers && s.Harness.DecodeWorkers == 0 {
 		s.Harness.DecodeWorkers = sc.Fleet.Workers
 	}
-	if s.SaturationStrategy == "" {
+	if s.SaturationStrategy == "" && len(b.Concurrency) == 0 {
 		s.SaturationStrategy = strategy.NameHard
+	}
+	if len(b.Concurrency) > 0 {
+		s.SaturationStrategy = ""
 	}
 	if sat := in.Saturation; sat != nil {
 		// The schema's probes carry a queue-wait p90; the harness measures
@@ -148,7 +152,7 @@ func runLine(scenario string, ro harness.RunOutcome, s *strategy.Strategy) httpR
 	}
 	out := httpRun{Run: report.Run{
 		Scenario: scenario, Group: report.GroupStrategies, Strategy: r.Strategy, Mode: r.Mode,
-		FactorPct: r.FactorPct, Lambda: r.Lambda, Load: ro.Load, Rate: r.Rate, Requests: r.Requests,
+		FactorPct: r.FactorPct, Lambda: r.Lambda, Load: ro.Load, Rate: r.Rate, Concurrency: ro.Concurrency, Requests: r.Requests,
 		TTFT: lat(r.TTFT), E2E: lat(r.E2E),
 		Throughput: r.Throughput, TokensPerSec: r.TokensPerSec, Goodput: r.Goodput, TTFTSLO: r.TTFTSLO,
 		HitRate: r.HitRate, OracleHitRate: r.OracleHitRate, TierMix: r.TierMix,
@@ -314,10 +318,11 @@ func encodeRecords(w io.Writer, out *harness.Outcome) error {
 		for i := range r.Records {
 			rec := &r.Records[i]
 			line := struct {
-				Strategy string  `json:"strategy"`
-				Rate     float64 `json:"rate_rps"`
+				Strategy    string  `json:"strategy"`
+				Rate        float64 `json:"rate_rps"`
+				Concurrency int     `json:"concurrency,omitempty"`
 				*harness.Record
-			}{r.Strategy, r.Rate, rec}
+			}{r.Strategy, r.Rate, r.Concurrency, rec}
 			if err := enc.Encode(line); err != nil {
 				return fmt.Errorf("records: %w", err)
 			}
@@ -349,7 +354,10 @@ func printBenchTable(w io.Writer, b *harness.Bench, out *harness.Outcome, result
 	for _, ro := range out.Runs {
 		r := ro.Result
 		load := "-"
-		if ro.Load > 0 {
+		switch {
+		case ro.Concurrency > 0:
+			load = fmt.Sprintf("c=%d", ro.Concurrency)
+		case ro.Load > 0:
 			load = fmt.Sprintf("%.0f%%", 100*ro.Load)
 		}
 		errs := r.Requests - r.Completed
@@ -377,7 +385,7 @@ func printBenchTable(w io.Writer, b *harness.Bench, out *harness.Outcome, result
 	if err != nil {
 		return
 	}
-	fmt.Fprintf(w, "\ntargets (issue 7), read from %s:\n", resultsFile)
+	fmt.Fprintf(w, "\ntargets (issues 7 and 18), read from %s:\n", resultsFile)
 	for _, r := range report.DefaultTargets().Evaluate(ds) {
 		v := "pass"
 		switch {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -224,9 +225,9 @@ func TestBenchCommand_DrivesTheRealDaemonAndWritesAReportableFile(t *testing.T) 
 		"--requests", "30", "--loads", "0.7", "--saturation", "14", "--output-tokens", "8", "--worker-port", "0", "--base-ip", "127.0.8.2", "--out", results, "--progress", "off", "--work-dir", filepath.Join(dir, "work")}
 	runs := [][]string{
 		append([]string{"bench", "--scenario", "shared-prefix", "--groups", "3", "--prompts-per-group", "3", "--system-tokens", "200",
-			"--question-tokens", "20", "--strategies", "rr,chwbl,hard", "--records", records}, common...),
+			"--question-tokens", "20", "--strategies", "rr,chwbl,headroom", "--records", records}, common...),
 		append([]string{"bench", "--scenario", "hot-prefix", "--clients", "4", "--prefix-tokens", "200", "--suffix-tokens", "10",
-			"--strategies", "off,hard", "--pooled=false", "--append"}, common...),
+			"--strategies", "off,headroom", "--pooled=false", "--append"}, common...),
 	}
 	for _, args := range runs {
 		var out, errOut bytes.Buffer
@@ -235,7 +236,7 @@ func TestBenchCommand_DrivesTheRealDaemonAndWritesAReportableFile(t *testing.T) 
 		if err := root.Execute(); err != nil {
 			t.Fatalf("%q: %v\n%s", args, err, errOut.String())
 		}
-		for _, want := range []string{"strategy", "targets (issue 7)", "wrote " + results} {
+		for _, want := range []string{"strategy", "targets (issues 7 and 18)", "wrote " + results} {
 			if !strings.Contains(out.String(), want) {
 				t.Fatalf("output lacks %q:\n%s", want, out.String())
 			}
@@ -286,6 +287,59 @@ func TestBenchCommand_DrivesTheRealDaemonAndWritesAReportableFile(t *testing.T) 
 	}
 	if found != 4 {
 		t.Fatalf("%d of the targets found their runs; want all 4", found)
+	}
+}
+
+// A light-load preset runs a closed loop: every strategy at each client
+// count, the runs labelled with it, and issue 18's targets read off them.
+func TestBenchCommand_ClosedLoopPreset(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs llbd")
+	}
+	dir := t.TempDir()
+	results := filepath.Join(dir, "results.jsonl")
+	var out, errOut bytes.Buffer
+	root := newRootCmd(&out, &errOut)
+	root.SetArgs([]string{"bench", "--scenario", "light-load", "--concurrency", "1,3", "--strategies", "chwbl,headroom",
+		"--requests", "20", "--output-tokens", "4", "--time-scale", "0.05", "--worker-port", "0", "--base-ip", "127.0.8.20",
+		"--out", results, "--progress", "off", "--work-dir", filepath.Join(dir, "work")})
+	if err := root.Execute(); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	if !strings.Contains(out.String(), "c=3") {
+		t.Fatalf("table lacks the client counts:\n%s", out.String())
+	}
+	fh, err := os.Open(results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := report.ReadJSONL(fh)
+	fh.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, ok := ds.Scenario("light-load")
+	if !ok || !slices.Equal(sc.Concurrency, []int{1, 3}) || sc.Workers != 4 || sc.CacheBlocksPerWorker != 170 {
+		t.Fatalf("scenario %+v; want light-load's 4 workers of 170 blocks at c=1,3", sc)
+	}
+	var got []string
+	for _, r := range ds.Runs {
+		if r.Requests != 16 || r.Rate != 0 || r.Load != 0 || r.TTFT.P90 <= 0 || r.Throughput <= 0 {
+			t.Fatalf("run %s c=%d: %d requests, rate %v, load %v, ttft p90 %v, throughput %v", r.Strategy, r.Concurrency, r.Requests, r.Rate, r.Load, r.TTFT.P90, r.Throughput)
+		}
+		got = append(got, fmt.Sprintf("%s@%d", r.Strategy, r.Concurrency))
+	}
+	if want := []string{"chwbl@1", "headroom@1", "chwbl@3", "headroom@3"}; !slices.Equal(got, want) {
+		t.Fatalf("runs %q; want %q", got, want)
+	}
+	found := 0
+	for _, r := range report.DefaultTargets().Evaluate(ds) {
+		if !r.Missing && r.Scenario == "light-load" {
+			found++
+		}
+	}
+	if found != 2 {
+		t.Fatalf("%d light-load targets found their runs; want 2", found)
 	}
 }
 

@@ -18,9 +18,12 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/llbproject/llb/simulate/attack"
 )
 
 func main() {
+	attack.ServeWorkerIfAsked() // a worker process of "llbsim attack" (faults family)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	go func() {
 		<-ctx.Done()
@@ -65,6 +68,6 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
-	root.AddCommand(newDemoCmd(stdout, stderr), newFleetCmd(stdout, stderr), newWorkloadCmd(stdout), newSweepCmd(stdout, stderr), newReportCmd(stdout), newBenchCmd(stdout, stderr))
+	root.AddCommand(newDemoCmd(stdout, stderr), newFleetCmd(stdout, stderr), newWorkloadCmd(stdout), newSweepCmd(stdout, stderr), newReportCmd(stdout), newBenchCmd(stdout, stderr), newAttackCmd(stdout, stderr), newProxyBenchCmd(stdout, stderr))
 	return root
 }

@@ -62,7 +62,7 @@ flags give the same numbers, whatever --parallel is.`,
 	fl.IntVar(&f.parallel, "parallel", runtime.NumCPU(), "runs simulated at once (each run is single-threaded)")
 	fl.BoolVar(&f.quick, "quick", false, "a small smoke sweep: 600 requests, 3 loads, 3 factors, 2 lambdas")
 	fl.StringVar(&f.commit, "commit", "", "source revision to record (default: the build's VCS revision, if any)")
-	fl.StringSliceVar(&f.scenarios, "scenarios", nil, "scenarios to run (default all: shared-prefix, shared-prefix-zipf, hot-prefix)")
+	fl.StringSliceVar(&f.scenarios, "scenarios", nil, "scenarios to run (default all: shared-prefix, shared-prefix-zipf, shared-prefix-contended, hot-prefix and the light-load ones)")
 	fl.StringSliceVar(&f.strategies, "strategies", nil, "strategies to compare (default the standard set; must include hard)")
 	fl.Float64SliceVar(&f.loads, "loads", nil, "load ladder as fractions of saturation (default 0.3,0.5,0.7,0.9,1,1.1)")
 	fl.UintSliceVar(&f.factors, "factors", nil, "ε sweep: LOXILB_KV_MEAN_LOAD_FACTOR values (default 100,125,150,175,200,250,300)")
@@ -247,6 +247,10 @@ func dataset(outs []des.ScenarioOutcome, seed uint64, commit string) *report.Dat
 			PooledHitRate: so.PooledHitRate, PooledLoad: so.PooledLoad,
 			SaturationRate: sat.Rate, SaturationUnstable: sat.Unstable, SaturationStrategy: sat.Strategy,
 			SaturationCriterion: fmt.Sprintf("stable = engine queue-wait p90 ≤ %g s", sat.Criterion),
+			Concurrency:         so.Scenario.Concurrency,
+		}
+		if len(so.Scenario.Concurrency) > 0 {
+			sc.SaturationCriterion = ""
 		}
 		if sat.Rate > 0 {
 			sc.ArrivalSpan = so.UnitDuration / sat.Rate
@@ -270,7 +274,7 @@ func runRecord(scenario string, ro des.RunOutcome) report.Run {
 	}
 	out := report.Run{
 		Scenario: scenario, Group: ro.Group, Strategy: r.Strategy, Mode: r.Mode,
-		FactorPct: r.FactorPct, Lambda: r.Lambda, Load: ro.Load, Rate: r.Rate, Requests: r.Requests,
+		FactorPct: r.FactorPct, Lambda: r.Lambda, Load: ro.Load, Rate: r.Rate, Concurrency: ro.Concurrency, Requests: r.Requests,
 		TTFT: lat(r.TTFT), E2E: lat(r.E2E), QueueWait: lat(r.QueueWait),
 		Throughput: r.Throughput, TokensPerSec: r.TokensPerSec, Goodput: r.Goodput, TTFTSLO: r.TTFTSLO,
 		HitRate: r.HitRate, OracleHitRate: r.OracleHitRate, TierMix: r.TierMix,

@@ -27,7 +27,7 @@ func TestSweepCommand_WritesTheSameReportWhateverItsParallelism(t *testing.T) {
 		if err := root.Execute(); err != nil {
 			t.Fatalf("sweep --parallel %s: %v\n%s", par, err, errOut.String())
 		}
-		for _, want := range []string{"shared-prefix at 70% load", "hot-prefix at 70% load", "targets (issue 7):", "simulated requests/s"} {
+		for _, want := range []string{"shared-prefix at 70% load", "hot-prefix at 70% load", "targets (issues 7 and 18):", "simulated requests/s"} {
 			if !strings.Contains(out.String(), want) {
 				t.Fatalf("summary lacks %q:\n%s", want, out.String())
 			}

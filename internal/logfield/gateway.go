@@ -33,6 +33,11 @@ const (
 	KVParams = "kv_params"
 	// KVGuard is the Tier-1.5 guard the gateway set (tokenize, hash_contract, ...).
 	KVGuard = "kv_guard"
+	// KVPredicted is the cached tokens llb predicted for the answering
+	// endpoint; KVCached the cached tokens its engine reported
+	// (usage.prompt_tokens_details.cached_tokens).
+	KVPredicted = "kv_predicted"
+	KVCached    = "kv_cached"
 	// Failure is a leg's failure class (connect, reset, timeout, client_gone).
 	Failure = "failure"
 	// Aborted is true when a response was cut after bytes went out.
@@ -43,4 +48,8 @@ const (
 	RequestID = "request_id"
 	// Ticket is the router's ticket id.
 	Ticket = "ticket"
+	// Panic is the value a recovered panic carried; Stack its goroutine's
+	// stack.
+	Panic = "panic"
+	Stack = "stack"
 )

@@ -31,12 +31,25 @@ type RunConfig struct {
 	Fleet Fleet
 	// Strategy is the routing policy.
 	Strategy strategy.Strategy
-	// Rate is the offered load in requests per second (> 0).
+	// Rate is the offered load in requests per second (> 0) of the
+	// open-loop arrival process; ignored when Concurrency is set.
 	Rate float64
+	// Concurrency, when > 0, replaces the open-loop arrivals by a closed
+	// loop of that many clients: the first Concurrency requests arrive at
+	// time zero and each completion releases the next request of the
+	// trace at once, so exactly Concurrency requests are in flight until
+	// the trace runs out (the shape of benchmark tools' --concurrency).
+	Concurrency int
 	// Warmup is how many leading requests are routed and served but left
 	// out of every metric (they warm the caches). Must leave at least one
 	// request measured.
 	Warmup int
+	// ScrapeEvery is how often llb reads the engines' queue depth
+	// (vllm:num_requests_waiting) from their /metrics, as llbd's endpoint
+	// actors do (every 10 s by default): the views' QueuedRequests is the
+	// value of the last scrape. 0 means every decision sees the exact
+	// current queue.
+	ScrapeEvery time.Duration
 	// TTFTSLO is the time-to-first-token objective goodput counts against;
 	// 0 means DefaultTTFTSLO.
 	TTFTSLO time.Duration
@@ -73,8 +86,14 @@ func (c *RunConfig) validate(t *Trace) error {
 			errs = append(errs, fmt.Errorf("warmup %d of %d requests (want 0..%d)", c.Warmup, len(t.Requests), len(t.Requests)-1))
 		}
 	}
-	if !(c.Rate > 0) || math.IsInf(c.Rate, 0) {
+	switch {
+	case c.Concurrency < 0:
+		errs = append(errs, fmt.Errorf("concurrency %d (want >= 0)", c.Concurrency))
+	case c.Concurrency == 0 && (!(c.Rate > 0) || math.IsInf(c.Rate, 0)):
 		errs = append(errs, fmt.Errorf("rate %v requests/s (want > 0)", c.Rate))
+	}
+	if c.ScrapeEvery < 0 {
+		errs = append(errs, fmt.Errorf("scrape interval %v (want >= 0)", c.ScrapeEvery))
 	}
 	if c.TTFTSLO < 0 {
 		errs = append(errs, fmt.Errorf("ttft slo %v (want >= 0)", c.TTFTSLO))

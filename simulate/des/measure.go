@@ -16,13 +16,16 @@ func (s *sim) result() *Result {
 	}
 	res := &Result{
 		Trace: s.tr.Config.Name, Strategy: cfg.Strategy.Name, Mode: cfg.Strategy.Mode(),
-		Seed: s.tr.Config.Seed, Workers: n, Rate: cfg.Rate,
+		Seed: s.tr.Config.Seed, Workers: n, Rate: cfg.Rate, Concurrency: cfg.Concurrency,
 		Requests: len(s.reqs) - cfg.Warmup, Warmup: cfg.Warmup,
 		TTFTSLO:       slo.Seconds(),
 		OracleHitRate: s.tr.OracleHitRate(cfg.Warmup),
 		TierMix:       map[string]int{},
 		PerWorker:     make([]WorkerResult, n),
 		Events:        s.events,
+	}
+	if cfg.Concurrency > 0 {
+		res.Rate = 0
 	}
 	if cfg.Strategy.KVExact {
 		env := cfg.Strategy.Env()

@@ -44,6 +44,11 @@ type Scenario struct {
 	Engine *EngineOverrides
 	// Sweeps runs the ε and λ sweeps on this scenario too.
 	Sweeps bool
+	// Concurrency, when set, makes the scenario a closed-loop ladder: every
+	// strategy runs at each of these client counts (RunConfig.Concurrency)
+	// instead of the plan's load ladder, and there is no saturation search,
+	// no pooled-cache bound and no sweep.
+	Concurrency []int
 }
 
 // EngineOverrides are the worker settings a scenario may change; zero
@@ -102,6 +107,11 @@ func (p *Plan) Validate() error {
 		}
 		if sc.CachePressure < 0 || math.IsInf(sc.CachePressure, 0) || math.IsNaN(sc.CachePressure) {
 			errs = append(errs, fmt.Errorf("scenario %q: cache pressure %v (want >= 0)", sc.Name, sc.CachePressure))
+		}
+		for _, c := range sc.Concurrency {
+			if c < 1 {
+				errs = append(errs, fmt.Errorf("scenario %q: concurrency %d (want >= 1)", sc.Name, c))
+			}
 		}
 	}
 	ref := false
@@ -173,8 +183,11 @@ type ScenarioOutcome struct {
 type RunOutcome struct {
 	// Group is GroupStrategies, GroupEpsilon or GroupLambda.
 	Group string
-	// Load is the fraction of saturation.
+	// Load is the fraction of saturation (0 in a closed-loop scenario).
 	Load float64
+	// Concurrency is the closed loop's client count (0 for open-loop
+	// runs).
+	Concurrency int
 	// Result is the run's measurement.
 	Result *Result
 }
@@ -221,6 +234,13 @@ func (p *Plan) Execute(exec Executor, progress func(string)) ([]ScenarioOutcome,
 			UnitDuration:  tr.UnitDuration(),
 		}
 		base := RunConfig{Fleet: fleet, Strategy: ref, Warmup: warm, TTFTSLO: p.TTFTSLO}
+		if len(sc.Concurrency) > 0 {
+			if err := p.closedLoop(exec, tr, base, &so, say); err != nil {
+				return out, err
+			}
+			out = append(out, so)
+			continue
+		}
 		say("%s: searching the saturation rate of %s", sc.Name, ref.Name)
 		so.Saturation, err = FindSaturation(tr, base, p.Saturation, exec)
 		if err != nil {
@@ -280,6 +300,30 @@ func (p *Plan) Execute(exec Executor, progress func(string)) ([]ScenarioOutcome,
 		out = append(out, so)
 	}
 	return out, nil
+}
+
+// closedLoop runs every strategy of the plan at each of the scenario's
+// client counts.
+func (p *Plan) closedLoop(exec Executor, tr *Trace, base RunConfig, so *ScenarioOutcome, say func(string, ...any)) error {
+	var specs []RunSpec
+	var levels []int
+	for _, s := range p.Strategies {
+		for _, c := range so.Scenario.Concurrency {
+			rc := base
+			rc.Strategy, rc.Concurrency = s, c
+			specs = append(specs, RunSpec{Trace: tr, Config: rc, Scenario: so.Scenario.Name, Group: GroupStrategies})
+			levels = append(levels, c)
+		}
+	}
+	say("%s: %d closed-loop runs", so.Scenario.Name, len(specs))
+	res, err := exec(specs)
+	if err != nil {
+		return err
+	}
+	for i, r := range res {
+		so.Runs = append(so.Runs, RunOutcome{Group: specs[i].Group, Concurrency: levels[i], Result: r})
+	}
+	return nil
 }
 
 // pooledLoad is the load the pooled-cache bound runs at: 0.7 when the

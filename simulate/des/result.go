@@ -65,8 +65,11 @@ type Result struct {
 	Seed uint64
 	// Workers is the fleet size.
 	Workers int
-	// Rate is the offered load (requests/s).
+	// Rate is the offered load (requests/s); 0 in a closed loop.
 	Rate float64
+	// Concurrency is the closed loop's client count; 0 for open-loop
+	// arrivals.
+	Concurrency int
 	// Requests and Warmup: measured requests and the warm-up left out.
 	Requests, Warmup int
 	// TTFT, E2E and QueueWait (admission − arrival) over measured requests.

@@ -39,6 +39,11 @@ type worker struct {
 	lastChange time.Duration
 	maxRunning int
 	maxWaiting int
+	// scraped is the queue depth of the last scrape, taken at scrapedAt
+	// (RunConfig.ScrapeEvery).
+	scraped   uint32
+	scrapedAt time.Duration
+	hasScrape bool
 }
 
 // reqState is one request's life in a run. Times are offsets from epoch;
@@ -68,8 +73,10 @@ type sim struct {
 	prog    []engine.Progress
 	evs     []inventory.Event
 	nextArr int
-	events  int64
-	kvScore bool // Tier 1.5 on: score the mirrors per request
+	// released is how many requests a closed loop has let arrive.
+	released int
+	events   int64
+	kvScore  bool // Tier 1.5 on: score the mirrors per request
 }
 
 // Run simulates one run of trace t under cfg and returns its measurements.
@@ -134,12 +141,46 @@ func newSim(t *Trace, cfg RunConfig) (*sim, error) {
 	for i := range s.reqs {
 		s.reqs[i] = reqState{worker: -1, arrive: s.arrival(i), admit: notYet, first: notYet, end: notYet}
 	}
+	if c := cfg.Concurrency; c > 0 {
+		s.released = min(c, len(s.reqs))
+	}
 	return s, nil
 }
 
-// arrival is request i's arrival offset at the run's rate.
+// arrival is request i's arrival offset at the run's rate; in a closed
+// loop the first Concurrency requests arrive at zero and the rest when a
+// completion releases them (notYet until then).
 func (s *sim) arrival(i int) time.Duration {
+	if c := s.cfg.Concurrency; c > 0 {
+		if i < c {
+			return 0
+		}
+		return notYet
+	}
 	return time.Duration(s.tr.Requests[i].UnitAt / s.cfg.Rate * float64(time.Second))
+}
+
+// queued is the queue depth llb sees for w at now: the engine's exact
+// waiting count, or with RunConfig.ScrapeEvery the count of the last
+// scrape. Scrapes happen on the ScrapeEvery grid; the engine's count at the
+// first decision after a grid point stands in for the count at that point.
+func (s *sim) queued(w *worker, now time.Duration, waiting int) uint32 {
+	every := s.cfg.ScrapeEvery
+	if every <= 0 {
+		return uint32(waiting)
+	}
+	if grid := now / every * every; !w.hasScrape || grid > w.scrapedAt {
+		w.scraped, w.scrapedAt, w.hasScrape = uint32(waiting), grid, true
+	}
+	return w.scraped
+}
+
+// release lets the next request of a closed loop arrive at now.
+func (s *sim) release(now time.Duration) {
+	if s.cfg.Concurrency > 0 && s.released < len(s.reqs) {
+		s.reqs[s.released].arrive = now
+		s.released++
+	}
 }
 
 // run is the event loop: the earliest of the next arrival and every
@@ -156,7 +197,7 @@ func (s *sim) run() error {
 				wi, wt = i, w.next
 			}
 		}
-		if s.nextArr < len(s.reqs) {
+		if s.nextArr < len(s.reqs) && s.reqs[s.nextArr].arrive != notYet {
 			at := s.reqs[s.nextArr].arrive
 			if wi < 0 || at < wt {
 				if err := s.arrive(s.nextArr, epoch.Add(at)); err != nil {
@@ -249,6 +290,7 @@ func (s *sim) progress(wi int, now time.Duration, p *engine.Progress) error {
 	}
 	r.end = p.DoneAt.Sub(epoch)
 	s.setActive(w, now, w.active-1)
+	s.release(r.end)
 	return nil
 }
 
@@ -284,7 +326,7 @@ func (s *sim) arrive(i int, at time.Time) error {
 		st := w.eng.Stats()
 		*v = ladder.EndpointView{
 			ActiveConns:      w.active,
-			QueuedRequests:   uint32(st.Waiting),
+			QueuedRequests:   s.queued(w, at.Sub(epoch), st.Waiting),
 			KVCapacityBlocks: uint32(s.cfg.Fleet.Engine.NumBlocks),
 			InventoryBlocks:  uint32(w.mirror.Len()),
 		}

@@ -17,7 +17,45 @@ const (
 	ScenarioZipf         = "shared-prefix-zipf"
 	ScenarioContended    = "shared-prefix-contended"
 	ScenarioHotPrefix    = "hot-prefix"
+	// ScenarioLightLoad is issue 18's shape; the other light-load
+	// scenarios vary it.
+	ScenarioLightLoad = "light-load"
 )
+
+// LightLoadConcurrency is the client ladder of the light-load scenarios:
+// from one request in flight to past the fleets' saturation (a worker of
+// 170 blocks holds about six of their requests at once).
+var LightLoadConcurrency = []int{1, 2, 4, 8, 12, 16, 24, 32, 48}
+
+// LightLoadScenarios are issue 18's closed-loop scenarios: small fleets
+// whose caches hold a fraction of the working set, driven by a fixed
+// number of clients from 1 to past saturation. The first is the issue's
+// measurement (4 workers of 170 blocks, 24 groups of a ~400-token system
+// prompt × 8 questions, working set ≈ 1.4× the fleet's cache); the others
+// change one dimension each — more groups, longer prefixes, roomier caches,
+// a larger fleet — so a law is not tuned to one shape.
+func LightLoadScenarios(requests int, seed uint64) []Scenario {
+	base := workload.SharedPrefix{Groups: 24, PromptsPerGroup: 8, SystemTokens: 400, QuestionTokens: 40, OutputTokens: 64}
+	many := base
+	many.Groups = 48
+	long := base
+	long.SystemTokens = 1000
+	sc := func(name, desc string, spec workload.SharedPrefix, workers, blocks int) Scenario {
+		return Scenario{
+			Name: name, Description: desc,
+			Trace:   TraceConfig{Spec: spec, Requests: requests, Seed: seed},
+			Workers: workers, Engine: &EngineOverrides{NumBlocks: blocks},
+			Concurrency: LightLoadConcurrency,
+		}
+	}
+	return []Scenario{
+		sc(ScenarioLightLoad, "Issue 18's measurement: a few requests in flight on workers whose small caches hold two thirds of the working set.", base, 4, 170),
+		sc("light-load-many-groups", "As light-load with twice the groups: the working set is 2.8× the fleet's cache.", many, 4, 170),
+		sc("light-load-long-prefix", "As light-load with 1000-token system prompts on 400-block caches.", long, 4, 400),
+		sc("light-load-roomy", "As light-load on 300-block caches: the whole working set fits.", base, 4, 300),
+		sc("light-load-8-workers", "As light-load-many-groups on 8 workers: the working set is 1.4× the fleet's cache.", many, 8, 170),
+	}
+}
 
 // StandardPlan is the sweep `make sim` runs: requests per trace, one seed.
 //
@@ -37,13 +75,14 @@ const (
 //     (so the fleet saturates within a few thousand requests) and 4096
 //     cache blocks each. Issue 7's hot-prefix target is read here.
 //
-// Loads run from 30 % to 110 % of the saturation rate of `hard` (llb's
-// default law); 20 % of each trace is warm-up.
+// Loads run from 30 % to 110 % of the saturation rate of `hard` (LoxiLB's
+// default law, the reference since the first report); 20 % of each trace
+// is warm-up. The light-load scenarios (LightLoadScenarios) follow.
 func StandardPlan(requests int, seed uint64) Plan {
 	sp := workload.SharedPrefix{Groups: 64, PromptsPerGroup: 16, SystemTokens: 2048, QuestionTokens: 128, OutputTokens: 256}
 	zipf := sp
 	zipf.ZipfAlpha = 1.2
-	return Plan{
+	p := Plan{
 		Scenarios: []Scenario{
 			{
 				Name:          ScenarioSharedPrefix,
@@ -85,6 +124,8 @@ func StandardPlan(requests int, seed uint64) Plan {
 		Lambdas:    []uint32{32, 10000, 50000, 100000},
 		Warmup:     0.2,
 	}
+	p.Scenarios = append(p.Scenarios, LightLoadScenarios(requests, seed)...)
+	return p
 }
 
 // DescribeWorkload renders a workload spec in one line for the report.

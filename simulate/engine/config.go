@@ -132,6 +132,11 @@ type Config struct {
 	// NumBlocks is the KV cache capacity in blocks (num_gpu_blocks).
 	// Default 31250 (about 500k tokens, an 8B model on an H100).
 	NumBlocks int
+	// OffloadBlocks is the CPU offload tier's capacity in blocks (vLLM's
+	// OffloadingConnector with cpu_bytes_to_use); 0 turns offloading off.
+	// Blocks in it are published with medium "CPU" and loaded instead of
+	// recomputed. Default 0.
+	OffloadBlocks int
 	// MaxNumSeqs is the running-batch limit (--max-num-seqs). Default 256.
 	MaxNumSeqs int
 	// MaxWaiting bounds the FIFO waiting queue; 0 means unbounded (vLLM).
@@ -178,6 +183,9 @@ func (c Config) Validate() error {
 	}
 	if c.NumBlocks < 1 {
 		errs = append(errs, fmt.Errorf("num blocks %d (want >= 1)", c.NumBlocks))
+	}
+	if c.OffloadBlocks < 0 {
+		errs = append(errs, fmt.Errorf("offload blocks %d (want >= 0)", c.OffloadBlocks))
 	}
 	if c.MaxNumSeqs < 1 {
 		errs = append(errs, fmt.Errorf("max num seqs %d (want >= 1)", c.MaxNumSeqs))

@@ -65,6 +65,10 @@ type Stats struct {
 	// NumBlocks is the cache capacity; BlocksInUse are held by running
 	// requests or leases; CachedBlocks are findable by hash.
 	NumBlocks, BlocksInUse, CachedBlocks int
+	// OffloadedBlocks is the number of blocks the CPU offload tier holds;
+	// LoadedBlocks counts prompt blocks loaded from it instead of computed.
+	OffloadedBlocks int
+	LoadedBlocks    uint64
 	// PrefixQueries and PrefixHits count prompt tokens looked up and found
 	// (vllm:prefix_cache_queries/hits).
 	PrefixQueries, PrefixHits uint64
@@ -109,7 +113,8 @@ type Engine struct {
 	leaseBy map[string]*lease
 
 	dirty   []*seqState
-	scratch []int32 // allocatePrompt's per-block lookup results
+	scratch []int32      // allocatePrompt's per-block lookup results
+	offload *offloadTier // nil without CPU offloading
 	// blockedHead is the queue head whose admission last failed for want
 	// of free blocks, and blockedFree the free count then: until blocks are
 	// freed (the count changes) the same attempt would fail the same way,
@@ -132,6 +137,7 @@ func New(cfg Config) (*Engine, error) {
 		cfg:     cfg,
 		hasher:  h,
 		pool:    newPool(cfg.NumBlocks),
+		offload: newOffloadTier(cfg.OffloadBlocks),
 		reqs:    make(map[Ticket]*seqState),
 		leaseBy: make(map[string]*lease),
 	}, nil
@@ -278,6 +284,7 @@ func (e *Engine) Reset(now time.Time) error {
 			e.pool.inUse, e.running.Len(), len(e.leaseBy), ErrBlocksInUse)
 	}
 	e.pool.reset()
+	e.offload.reset()
 	return nil
 }
 
@@ -336,6 +343,7 @@ func (e *Engine) Stats() Stats {
 	s.NumBlocks = e.cfg.NumBlocks
 	s.BlocksInUse = e.pool.inUse
 	s.CachedBlocks = e.pool.cachedBlocks()
+	s.OffloadedBlocks = e.offload.len()
 	s.BlocksStored, s.BlocksRemoved = e.pool.stored, e.pool.removed
 	s.PendingEvents = len(e.pool.events)
 	return s

@@ -125,16 +125,19 @@ func (e *Engine) admit(s *seqState, t time.Time) bool {
 		s.prog.PulledRemote = true
 		e.st.RemotePrefillLegs++
 	} else {
-		hit, ok := e.allocatePrompt(s, total)
+		hit, loaded, ok := e.allocatePrompt(s, total)
 		if !ok {
 			return false
 		}
 		s.prog.CachedTokens = hit * bs
 		e.st.PrefixQueries += uint64(len(s.req.Tokens))
 		e.st.PrefixHits += uint64(hit * bs)
+		e.st.LoadedBlocks += uint64(loaded)
 		lat := e.cfg.Latency
 		uncached := len(s.req.Tokens) - hit*bs
-		dur = e.scaled(lat.PrefillOverhead+time.Duration(uncached)*lat.PrefillPerToken, e.loadFactor(e.running.Len()+1))
+		// Blocks loaded from CPU memory cost a transfer each, not a prefill.
+		dur = e.scaled(lat.PrefillOverhead+time.Duration(uncached)*lat.PrefillPerToken+time.Duration(loaded)*lat.KVTransferPerBlock,
+			e.loadFactor(e.running.Len()+1))
 	}
 	s.phase = phaseRunning
 	s.prog.Admitted, s.prog.AdmittedAt = true, t
@@ -146,9 +149,10 @@ func (e *Engine) admit(s *seqState, t time.Time) bool {
 
 // allocatePrompt finds the cached prefix, pins it, allocates and caches the
 // new full blocks (recording BlockStored runs) and the private blocks. It
-// returns the number of hit blocks, or false (and changes nothing) when the
-// free queue is too short.
-func (e *Engine) allocatePrompt(s *seqState, total int) (int, bool) {
+// returns the number of hit blocks — GPU hits, continued by blocks loaded
+// from the CPU offload tier — and how many of them were loaded, or false
+// (and changes nothing) when the free queue is too short.
+func (e *Engine) allocatePrompt(s *seqState, total int) (int, int, bool) {
 	bs := e.cfg.BlockSize
 	nb := len(s.digests)
 	// vLLM always recomputes at least the last prompt token. Blocks past
@@ -178,7 +182,21 @@ func (e *Engine) allocatePrompt(s *seqState, total int) (int, bool) {
 		}
 	}
 	if e.pool.free-pinnedFree < need {
-		return 0, false
+		return 0, 0, false
+	}
+	// The prefix continues past the GPU hit through blocks held in the CPU
+	// tier (loaded, then cached on the GPU again) or on the GPU out of order.
+	loaded := 0
+	for e.offload != nil && hit < maxHit {
+		switch {
+		case existing[hit] != 0:
+		case e.offload.has(s.digests[hit].Key()):
+			loaded++
+		default:
+			maxHit = hit
+			continue
+		}
+		hit++
 	}
 	// Pin what is cached, then allocate every new block (evictions first,
 	// as vLLM's get_new_blocks), then cache the new full blocks.
@@ -211,7 +229,8 @@ func (e *Engine) allocatePrompt(s *seqState, total int) (int, bool) {
 	if runStart >= 0 {
 		e.recordStored(s, runStart, nb)
 	}
-	return hit, true
+	e.offload.store(&e.pool, s.digests[:nb], bs)
+	return hit, loaded, true
 }
 
 // recordStored records one BlockStored event for s's new full blocks

@@ -78,6 +78,10 @@ type Bench struct {
 	// Loads are fractions of the saturation rate: SaturationRate when
 	// given, else found by FindSaturation with Reference.
 	Loads []float64
+	// Concurrency are closed-loop client counts (RunConfig.Concurrency):
+	// the whole trace at each, no saturation search. Set exactly one of
+	// Rates, Loads and Concurrency.
+	Concurrency []int
 	// Duration, when > 0, bounds each run to the requests arriving within
 	// this much model time at its rate (a prefix of the trace, warm-up the
 	// same fraction of it); Scenario.Requests caps it. 0 sends the whole
@@ -170,8 +174,11 @@ func PooledLoad(loads []float64) float64 {
 
 // RunOutcome is one run with its load.
 type RunOutcome struct {
-	// Load is the fraction of saturation (0 with absolute rates).
+	// Load is the fraction of saturation (0 with absolute rates and in a
+	// closed loop).
 	Load float64
+	// Concurrency is the closed loop's client count (0 open-loop).
+	Concurrency int
 	// Result is the run's measurement.
 	Result *Result
 }
@@ -193,8 +200,13 @@ func (b *Bench) Validate() error {
 	if len(b.Strategies) == 0 {
 		errs = append(errs, errors.New("no strategies"))
 	}
-	if (len(b.Rates) == 0) == (len(b.Loads) == 0) {
-		errs = append(errs, errors.New("give absolute rates or loads (fractions of saturation), not both"))
+	if n := min(len(b.Rates), 1) + min(len(b.Loads), 1) + min(len(b.Concurrency), 1); n != 1 {
+		errs = append(errs, errors.New("give one of absolute rates, loads (fractions of saturation) or closed-loop concurrency levels"))
+	}
+	for _, c := range b.Concurrency {
+		if c < 1 {
+			errs = append(errs, fmt.Errorf("concurrency %d (want >= 1)", c))
+		}
 	}
 	for _, r := range append(append([]float64{}, b.Rates...), b.Loads...) {
 		if !(r > 0) || math.IsInf(r, 0) {
@@ -273,13 +285,21 @@ func (b *Bench) Execute(ctx context.Context) (*Outcome, error) {
 		Trace: tr, Warmup: info.Warmup, Fleet: info.Scenario.Fleet, Daemon: b.Daemon, Replicas: b.Replicas, WorkDir: b.WorkDir,
 		TTFTSLO: b.TTFTSLO, KeepRecords: b.KeepRecords,
 	}
-	type step struct{ load, rate float64 }
+	type step struct {
+		load, rate float64
+		conc       int
+	}
 	var steps []step
-	if len(b.Rates) > 0 {
+	switch {
+	case len(b.Concurrency) > 0:
+		for _, c := range b.Concurrency {
+			steps = append(steps, step{conc: c})
+		}
+	case len(b.Rates) > 0:
 		for _, r := range b.Rates {
 			steps = append(steps, step{rate: r})
 		}
-	} else {
+	default:
 		satRate := b.SaturationRate
 		if satRate == 0 {
 			ref := b.Reference
@@ -338,15 +358,18 @@ func (b *Bench) Execute(ctx context.Context) (*Outcome, error) {
 	for _, st := range steps {
 		for _, s := range b.Strategies {
 			rc := base
-			rc.Strategy, rc.Rate = s, st.rate
+			rc.Strategy, rc.Rate, rc.Concurrency = s, st.rate, st.conc
 			rc.Progress = ev.Request
-			if b.Duration > 0 {
+			if b.Duration > 0 && st.conc == 0 {
 				n := max(2, min(len(tr.Requests), int(math.Ceil(st.rate*b.Duration.Seconds()))))
 				rc.Trace = tr.Prefix(n)
 				rc.Warmup = int(b.Scenario.Warmup * float64(n))
 			}
 			label := fmt.Sprintf("%s %s at %.3g req/s", b.Scenario.Name, s.Name, st.rate)
-			if st.load > 0 {
+			switch {
+			case st.conc > 0:
+				label = fmt.Sprintf("%s %s with %d in flight", b.Scenario.Name, s.Name, st.conc)
+			case st.load > 0:
 				label = fmt.Sprintf("%s %s at %.0f%% (%.3g req/s)", b.Scenario.Name, s.Name, 100*st.load, st.rate)
 			}
 			if ev.RunStart != nil {
@@ -359,7 +382,7 @@ func (b *Bench) Execute(ctx context.Context) (*Outcome, error) {
 			if ev.RunEnd != nil {
 				ev.RunEnd(label, res)
 			}
-			out.Runs = append(out.Runs, RunOutcome{Load: st.load, Result: res})
+			out.Runs = append(out.Runs, RunOutcome{Load: st.load, Concurrency: st.conc, Result: res})
 		}
 	}
 	return out, nil

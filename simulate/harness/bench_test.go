@@ -35,12 +35,12 @@ func TestScenarioPrepare_SizesTheCachesFromTheWorkingSet(t *testing.T) {
 }
 
 func TestBench_ValidateReportsEveryProblem(t *testing.T) {
-	b := Bench{Rates: []float64{1}, Loads: []float64{0.5, -1}, Duration: -time.Second}
+	b := Bench{Rates: []float64{1}, Loads: []float64{0.5, -1}, Concurrency: []int{2, 0}, Duration: -time.Second}
 	err := b.Validate()
 	if !errors.Is(err, ErrConfig) {
 		t.Fatalf("err %v; want ErrConfig", err)
 	}
-	for _, want := range []string{"no strategies", "not both", "rate or load -1", "duration", "work dir", "no llbd", "scenario without a name"} {
+	for _, want := range []string{"no strategies", "give one of", "rate or load -1", "concurrency 0", "duration", "work dir", "no llbd", "scenario without a name"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q: %v", want, err)
 		}

@@ -12,6 +12,10 @@ import (
 // times (100 on every Linux architecture Go supports).
 const clockTick = 10 * time.Millisecond
 
+// ProcCPU returns user+system CPU time of process pid from /proc (0 when
+// unreadable).
+func ProcCPU(pid int) time.Duration { return procCPU(pid) }
+
 // procCPU returns user+system CPU time of process pid from
 // /proc/<pid>/stat (0 when unreadable, e.g. not on Linux).
 func procCPU(pid int) time.Duration {

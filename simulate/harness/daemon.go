@@ -49,8 +49,6 @@ type DaemonConfig struct {
 	LogPath string
 	// Stderr receives llbd's stderr when LogPath is ""; nil discards it.
 	Stderr io.Writer
-	// Listen is the REST API's host:port; "" picks a free loopback port.
-	Listen string
 	// LogFormat is --log-format; default "json".
 	LogFormat string
 	// LogLevel is --log-level. Default "warn": llbd's per-request access
@@ -59,8 +57,12 @@ type DaemonConfig struct {
 	LogLevel string
 	// StartTimeout bounds waiting for the REST API. Default 15s.
 	StartTimeout time.Duration
-	// Args are further llbd flags (cluster mode, --data-bind).
+	// Args are further llbd flags, after the harness's own (a flag given
+	// twice takes the last value).
 	Args []string
+	// Listen is the REST API's host:port; "" picks a free port on
+	// 127.0.0.1. A restart on the same state dir reuses the address.
+	Listen string
 }
 
 // Daemon is a running (or attached) llbd.
@@ -102,7 +104,9 @@ func StartDaemon(ctx context.Context, cfg DaemonConfig) (*Daemon, error) {
 	if format == "" {
 		format = "json"
 	}
-	d.cmd = exec.Command(cfg.Bin, append([]string{"--listen", d.Addr, "--state-dir", cfg.StateDir, "--log-format", format, "--log-level", level}, cfg.Args...)...)
+	args := append([]string{"--listen", d.Addr, "--state-dir", cfg.StateDir, "--log-format", format, "--log-level", level}, cfg.Args...)
+	d.cmd = exec.Command(cfg.Bin, args...)
+	DieWithParent(d.cmd) // llbd never outlives the harness, even when the harness is killed
 	d.cmd.Env = append(scrubbedEnv(os.Environ()), cfg.Env...)
 	if cfg.LogPath != "" {
 		var err error
@@ -343,5 +347,19 @@ func (d *Daemon) closeLog() {
 	if d.logf != nil {
 		_ = d.logf.Close()
 		d.logf = nil
+	}
+}
+
+// Exited reports whether a started llbd has exited, and its wait error
+// (nil for exit status 0). An attached daemon never reports exited.
+func (d *Daemon) Exited() (bool, error) {
+	if d.done == nil {
+		return false, nil
+	}
+	select {
+	case <-d.done:
+		return true, d.waited
+	default:
+		return false, nil
 	}
 }

@@ -91,9 +91,11 @@ type Result struct {
 	// Tier 1.5 is off; FactorPct and Lambda 0 when left at llbd's default).
 	Strategy, Mode    string
 	FactorPct, Lambda uint32
-	// Rate is the offered load (requests per model second); TimeScale the
-	// workers' time scale.
+	// Rate is the offered load (requests per model second; 0 in a closed
+	// loop); TimeScale the workers' time scale.
 	Rate, TimeScale float64
+	// Concurrency is the closed loop's client count (0 open-loop).
+	Concurrency int
 	// Requests is the number of measured requests, Warmup the leading
 	// requests left out, Completed the measured requests that finished
 	// with a full stream.
@@ -165,10 +167,13 @@ func measure(c *RunConfig, r *raw) *Result {
 	n := c.Fleet.Workers
 	res := &Result{
 		Strategy: c.Strategy.Name, Mode: c.Strategy.Mode(), FactorPct: c.Strategy.FactorPct, Lambda: c.Strategy.Lambda,
-		Rate: c.Rate, TimeScale: scale, Warmup: c.Warmup, Requests: len(r.records) - c.Warmup,
+		Rate: c.Rate, Concurrency: c.Concurrency, TimeScale: scale, Warmup: c.Warmup, Requests: len(r.records) - c.Warmup,
 		TTFTSLO: c.TTFTSLO.Seconds(), OracleHitRate: tr.OracleHitRate(c.Warmup),
 		Errors: map[string]int{}, TierMix: map[string]int{}, Workers: make([]WorkerResult, n),
 		UsageHitRate: -1,
+	}
+	if c.Concurrency > 0 {
+		res.Rate = 0
 	}
 	ttft, e2e := newLatencyHist(), newLatencyHist()
 	perTTFT := make([]*latencyHist, n)

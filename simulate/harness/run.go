@@ -41,8 +41,14 @@ type RunConfig struct {
 	Trace *workload.Trace
 	// Strategy is the routing policy.
 	Strategy strategy.Strategy
-	// Rate is the offered load in requests per model second (> 0).
+	// Rate is the offered load in requests per model second (> 0) of the
+	// open-loop arrivals; ignored when Concurrency is set.
 	Rate float64
+	// Concurrency, when > 0, sends the trace in a closed loop of that many
+	// clients instead: each sends its next request (the next of the trace)
+	// as soon as its previous one completed, so Concurrency requests are in
+	// flight until the trace runs out.
+	Concurrency int
 	// Warmup is how many leading requests are sent and served but left out
 	// of every metric (they warm the caches); at least one request must be
 	// measured.
@@ -105,7 +111,10 @@ func (c *RunConfig) Validate() error {
 	if c.Trace != nil && c.Trace.BlockSize != c.Fleet.Engine.BlockSize {
 		errs = append(errs, fmt.Errorf("trace block size %d differs from the engines' %d", c.Trace.BlockSize, c.Fleet.Engine.BlockSize))
 	}
-	if !(c.Rate > 0) || math.IsInf(c.Rate, 0) {
+	switch {
+	case c.Concurrency < 0:
+		errs = append(errs, fmt.Errorf("concurrency %d (want >= 0)", c.Concurrency))
+	case c.Concurrency == 0 && (!(c.Rate > 0) || math.IsInf(c.Rate, 0)):
 		errs = append(errs, fmt.Errorf("rate %v requests/s (want > 0)", c.Rate))
 	}
 	if c.Strategy.Name == "" {
@@ -250,6 +259,9 @@ func readCounters(ws []*worker.Worker) counters {
 
 // raw is what drive collects for measure.
 type raw struct {
+	// warmOnce guards atWarm: in a closed loop the warm-up boundary's
+	// request may be sent from any client goroutine.
+	warmOnce     sync.Once
 	records      []Record
 	samples      []sample
 	atWarm, end  counters
@@ -263,10 +275,11 @@ type raw struct {
 	workerTTFTOK bool
 }
 
-// drive sends the trace open-loop and collects the records.
+// drive sends the trace (open-loop at the rate, or in a closed loop of
+// c.Concurrency clients), request i to urls[i mod len(urls)], and collects
+// the records.
 func drive(ctx context.Context, c *RunConfig, fl *fleet.Fleet, daemonCPU func() time.Duration, urls []string) (*raw, error) {
 	tr := c.Trace
-	scale := c.Fleet.TimeScale()
 	serving := servingWorkers(fl, c.Fleet.Workers)
 	transport := newTransport()
 	defer transport.CloseIdleConnections()
@@ -302,38 +315,39 @@ func drive(ctx context.Context, c *RunConfig, fl *fleet.Fleet, daemonCPU func() 
 
 	var wg sync.WaitGroup
 	var completed atomic.Int64
-	timer := time.NewTimer(0)
-	<-timer.C
-	base := tr.Requests[0].UnitAt
-	for i := range tr.Requests {
-		req := &tr.Requests[i]
-		at := time.Duration((req.UnitAt - base) / c.Rate * scale * float64(time.Second))
-		if wait := at - time.Since(start); wait > 0 {
-			timer.Reset(wait)
-			select {
-			case <-timer.C:
-			case <-ctx.Done():
-				cancel()
-				wg.Wait()
-				return nil, ctx.Err()
-			}
-		}
+	send := func(i int, at time.Duration) {
 		if i == c.Warmup {
-			r.atWarm = readCounters(serving)
+			r.warmOnce.Do(func() { r.atWarm = readCounters(serving) })
 		}
 		rec := &r.records[i]
 		rec.Seq, rec.Arrival = i, max(at, 1)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			qctx, qcancel := context.WithTimeout(rctx, c.RequestTimeout)
-			exchange(qctx, client, urls[i%len(urls)], req, rec, now)
-			qcancel()
-			n := completed.Add(1)
-			if c.Progress != nil {
-				c.Progress(int(n))
-			}
-		}()
+		qctx, qcancel := context.WithTimeout(rctx, c.RequestTimeout)
+		exchange(qctx, client, urls[i%len(urls)], &tr.Requests[i], rec, now)
+		qcancel()
+		n := completed.Add(1)
+		if c.Progress != nil {
+			c.Progress(int(n))
+		}
+	}
+	if c.Concurrency > 0 {
+		// Closed loop: each client takes the next request of the trace as
+		// soon as its previous one completed.
+		var next atomic.Int64
+		for range min(c.Concurrency, len(tr.Requests)) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					i := int(next.Add(1) - 1)
+					if i >= len(tr.Requests) || rctx.Err() != nil {
+						return
+					}
+					send(i, now())
+				}
+			}()
+		}
+	} else if err := r.openLoop(ctx, c, cancel, &wg, start, send); err != nil {
+		return nil, err
 	}
 	allDone := make(chan struct{})
 	go func() {
@@ -362,4 +376,35 @@ func drive(ctx context.Context, c *RunConfig, fl *fleet.Fleet, daemonCPU func() 
 		r.workerTTFTOK = err == nil
 	}
 	return r, nil
+}
+
+// openLoop sends the trace's requests at their arrival times (scaled to
+// c.Rate and the time scale), each from its own goroutine registered in wg,
+// and returns when the last one is sent. A cancelled ctx cancels every
+// request (cancel), waits for them and returns ctx's error.
+func (r *raw) openLoop(ctx context.Context, c *RunConfig, cancel context.CancelFunc, wg *sync.WaitGroup, start time.Time, send func(int, time.Duration)) error {
+	tr := c.Trace
+	scale := c.Fleet.TimeScale()
+	timer := time.NewTimer(0)
+	<-timer.C
+	base := tr.Requests[0].UnitAt
+	for i := range tr.Requests {
+		at := time.Duration((tr.Requests[i].UnitAt - base) / c.Rate * scale * float64(time.Second))
+		if wait := at - time.Since(start); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				cancel()
+				wg.Wait()
+				return ctx.Err()
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			send(i, at)
+		}()
+	}
+	return nil
 }

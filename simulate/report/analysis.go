@@ -11,17 +11,22 @@ import (
 // loadEq reports whether two load fractions are the same ladder step.
 func loadEq(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 
-// Grid is a group's runs arranged strategy × load.
+// Grid is a group's runs arranged strategy × load (or, for a closed-loop
+// scenario, strategy × concurrency).
 type Grid struct {
 	// Strategies in order of first appearance.
 	Strategies []string
-	// Loads ascending.
+	// Loads ascending: the load fractions, or the client counts when
+	// Closed.
 	Loads []float64
-	runs  map[string]map[float64]*Run
+	// Closed is true when the runs are closed-loop (Run.Concurrency).
+	Closed bool
+	runs   map[string]map[float64]*Run
 }
 
-// NewGrid arranges runs (one scenario, one group) by strategy and load. A
-// later run for the same cell replaces an earlier one.
+// NewGrid arranges runs (one scenario, one group) by strategy and load —
+// by concurrency for closed-loop runs. A later run for the same cell
+// replaces an earlier one.
 func NewGrid(runs []Run) *Grid {
 	g := &Grid{runs: map[string]map[float64]*Run{}}
 	for i := range runs {
@@ -32,13 +37,33 @@ func NewGrid(runs []Run) *Grid {
 			g.runs[r.Strategy] = row
 			g.Strategies = append(g.Strategies, r.Strategy)
 		}
-		row[r.Load] = r
-		if !slices.ContainsFunc(g.Loads, func(l float64) bool { return loadEq(l, r.Load) }) {
-			g.Loads = append(g.Loads, r.Load)
+		x := r.Load
+		if r.Concurrency > 0 {
+			x, g.Closed = float64(r.Concurrency), true
+		}
+		row[x] = r
+		if !slices.ContainsFunc(g.Loads, func(l float64) bool { return loadEq(l, x) }) {
+			g.Loads = append(g.Loads, x)
 		}
 	}
 	slices.Sort(g.Loads)
 	return g
+}
+
+// Label names a column: "70%" for a load, "c=8" for a client count.
+func (g *Grid) Label(x float64) string {
+	if g.Closed {
+		return "c=" + strconv.FormatFloat(x, 'f', -1, 64)
+	}
+	return pct(x)
+}
+
+// Axis names the columns' dimension: "load" or "concurrency".
+func (g *Grid) Axis() string {
+	if g.Closed {
+		return "concurrency"
+	}
+	return "load"
 }
 
 // At returns the run of strategy at load, or nil.

@@ -121,7 +121,7 @@ func WriteMarkdown(w io.Writer, d *Dataset, figs []Figure, t Targets) error {
 		m.printf("\n")
 	}
 
-	m.printf("## Targets (issue 7)\n\n")
+	m.printf("## Targets (issues 7 and 18)\n\n")
 	var rows [][]string
 	for _, r := range t.Evaluate(d) {
 		verdict := "**pass**"
@@ -146,11 +146,15 @@ func WriteMarkdown(w io.Writer, d *Dataset, figs []Figure, t Targets) error {
 	m.printf("## Scenarios\n\n")
 	rows = rows[:0]
 	for _, s := range d.Scenarios {
+		sat := fmt.Sprintf("%.3g req/s", s.SaturationRate)
+		if len(s.Concurrency) > 0 {
+			sat = fmt.Sprintf("closed loop, %d–%d in flight", s.Concurrency[0], s.Concurrency[len(s.Concurrency)-1])
+		}
 		rows = append(rows, []string{s.Name, s.Workload, fmt.Sprint(s.Workers), fmt.Sprint(s.CacheBlocksPerWorker),
 			fmt.Sprintf("%d blocks (%.2f× fleet cache)", s.WorkingSetBlocks, s.Pressure),
-			fmt.Sprintf("%.3g req/s", s.SaturationRate), fmt.Sprintf("%.3f", s.OracleHitRate)})
+			sat, fmt.Sprintf("%.3f", s.OracleHitRate)})
 	}
-	m.table([]string{"scenario", "workload", "workers", "cache blocks / worker", "working set", "saturation", "oracle hit rate"}, rows)
+	m.table([]string{"scenario", "workload", "workers", "cache blocks / worker", "working set", "saturation (load 100%)", "oracle hit rate"}, rows)
 
 	for _, s := range d.Scenarios {
 		writeScenario(m, d, s, figs, t.Load)
@@ -160,6 +164,10 @@ func WriteMarkdown(w io.Writer, d *Dataset, figs []Figure, t Targets) error {
 
 // writeScenario writes one scenario's section.
 func writeScenario(m *mdWriter, d *Dataset, s Scenario, figs []Figure, load float64) {
+	if len(s.Concurrency) > 0 {
+		writeClosedScenario(m, d, s, figs)
+		return
+	}
 	m.printf("## %s\n\n", s.Name)
 	if s.Description != "" {
 		m.printf("%s\n\n", s.Description)
@@ -229,12 +237,45 @@ func writeScenario(m *mdWriter, d *Dataset, s Scenario, figs []Figure, load floa
 		func(r *Run) float64 { return float64(r.Lambda) })
 }
 
-// byLoad writes a strategy × load table of one metric.
+// writeClosedScenario writes a closed-loop scenario's section: the
+// strategies at every client count.
+func writeClosedScenario(m *mdWriter, d *Dataset, s Scenario, figs []Figure) {
+	m.printf("## %s\n\n", s.Name)
+	if s.Description != "" {
+		m.printf("%s\n\n", s.Description)
+	}
+	m.printf("- Workload: %s; %d requests, the first %d are warm-up.\n", s.Workload, s.Requests, s.Warmup)
+	m.printf("- Fleet: %d workers; %s.\n", s.Workers, s.Worker)
+	m.printf("- Working set: %d distinct blocks = %.2f× the fleet's %d cache blocks; oracle hit rate %.3f.\n",
+		s.WorkingSetBlocks, s.Pressure, s.Workers*s.CacheBlocksPerWorker, s.OracleHitRate)
+	levels := make([]string, len(s.Concurrency))
+	for i, c := range s.Concurrency {
+		levels[i] = fmt.Sprint(c)
+	}
+	m.printf("- Closed loop: %s clients, each sending its next request when the previous one completes; saturation is where throughput stops growing.\n\n", strings.Join(levels, ", "))
+	runs := d.Select(s.Name, GroupStrategies)
+	if len(runs) == 0 {
+		return
+	}
+	g := NewGrid(runs)
+	byLoad(m, g, "TTFT p90 (s) by concurrency", func(r *Run) string { return secs(r.TTFT.P90) })
+	byLoad(m, g, "TTFT p50 (s) by concurrency", func(r *Run) string { return secs(r.TTFT.P50) })
+	byLoad(m, g, "Hit rate by concurrency", func(r *Run) string { return fmt.Sprintf("%.3f", r.HitRate) })
+	byLoad(m, g, "Throughput (req/s) by concurrency", func(r *Run) string { return fmt.Sprintf("%.1f", r.Throughput) })
+	byLoad(m, g, "Spills by concurrency", func(r *Run) string { return fmt.Sprint(r.Spills) })
+	for _, f := range figs {
+		if f.Scenario == s.Name {
+			m.printf("![%s](%s)\n\n", f.Title, f.File)
+		}
+	}
+}
+
+// byLoad writes a strategy × load (or × concurrency) table of one metric.
 func byLoad(m *mdWriter, g *Grid, title string, cell func(*Run) string) {
 	m.printf("### %s\n\n", title)
 	head := []string{"strategy"}
 	for _, l := range g.Loads {
-		head = append(head, pct(l))
+		head = append(head, g.Label(l))
 	}
 	var rows [][]string
 	for _, st := range g.Strategies {
@@ -358,6 +399,25 @@ func WriteSummary(w io.Writer, d *Dataset, t Targets) error {
 			continue
 		}
 		g := NewGrid(runs)
+		if g.Closed {
+			m.printf("\n%s (closed loop): TTFT p90 s / hit rate by requests in flight\n  %-14s", s.Name, "strategy")
+			for _, c := range g.Loads {
+				m.printf(" %13s", g.Label(c))
+			}
+			m.printf("\n")
+			for _, st := range g.Strategies {
+				m.printf("  %-14s", st)
+				for _, c := range g.Loads {
+					if r := g.At(st, c); r != nil {
+						m.printf(" %7s/%.3f", secs(r.TTFT.P90), r.HitRate)
+					} else {
+						m.printf(" %13s", "–")
+					}
+				}
+				m.printf("\n")
+			}
+			continue
+		}
 		m.printf("\n%s at %s load (%.3g req/s of %.3g saturation; oracle hit rate %.3f, pooled-cache bound %.3f)\n",
 			s.Name, pct(t.Load), t.Load*s.SaturationRate, s.SaturationRate, s.OracleHitRate, s.PooledHitRate)
 		m.printf("  %-14s %9s %9s %9s %7s %8s %8s %6s %9s\n", "strategy", "ttft p50", "ttft p90", "ttft p99", "hit", "of orac", "req/s", "skew", "hot p90")
@@ -388,7 +448,7 @@ func WriteSummary(w io.Writer, d *Dataset, t Targets) error {
 			m.printf("  best %s by load: %s; the best %s %s\n", sw.name, strings.Join(parts, ", "), sw.name, BestTrend(bests))
 		}
 	}
-	m.printf("\ntargets (issue 7):\n")
+	m.printf("\ntargets (issues 7 and 18):\n")
 	for _, r := range t.Evaluate(d) {
 		v := "pass"
 		switch {

@@ -59,9 +59,9 @@ func Figures(d *Dataset) ([]Figure, error) {
 				log                   bool
 				value                 func(*Run) float64
 			}{
-				{"ttft", "TTFT p90 vs load", "TTFT p90 (s, log)", true, func(r *Run) float64 { return r.TTFT.P90 }},
-				{"hit", "Prefix-cache hit rate vs load", "hit rate (tokens)", false, func(r *Run) float64 { return r.HitRate }},
-				{"throughput", "Throughput vs load", "completed requests/s", false, func(r *Run) float64 { return r.Throughput }},
+				{"ttft", "TTFT p90 vs " + g.Axis(), "TTFT p90 (s, log)", true, func(r *Run) float64 { return r.TTFT.P90 }},
+				{"hit", "Prefix-cache hit rate vs " + g.Axis(), "hit rate (tokens)", false, func(r *Run) float64 { return r.HitRate }},
+				{"throughput", "Throughput vs " + g.Axis(), "completed requests/s", false, func(r *Run) float64 { return r.Throughput }},
 			} {
 				p, err := linePlot(g, sc, m.title, m.ylabel, m.log, m.value)
 				if err != nil {
@@ -96,11 +96,16 @@ func Figures(d *Dataset) ([]Figure, error) {
 	return out, nil
 }
 
-// loadTicks labels load fractions as percentages.
-func loadTicks(loads []float64) plot.ConstantTicks {
-	t := make(plot.ConstantTicks, len(loads))
-	for i, l := range loads {
-		t[i] = plot.Tick{Value: l, Label: pct(l)}
+// loadTicks labels the grid's columns (load fractions as percentages,
+// client counts as numbers).
+func loadTicks(g *Grid) plot.ConstantTicks {
+	t := make(plot.ConstantTicks, len(g.Loads))
+	for i, l := range g.Loads {
+		label := g.Label(l)
+		if g.Closed {
+			label = strconv.FormatFloat(l, 'f', -1, 64)
+		}
+		t[i] = plot.Tick{Value: l, Label: label}
 	}
 	return t
 }
@@ -110,8 +115,13 @@ func linePlot(g *Grid, sc Scenario, title, ylabel string, logY bool, value func(
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("%s — %s", sc.Name, title)
 	p.X.Label.Text = fmt.Sprintf("offered load (fraction of saturation = %.3g req/s)", sc.SaturationRate)
+	if g.Closed {
+		// Client counts double along the ladder: a log axis spaces them.
+		p.X.Label.Text = "requests in flight (closed-loop clients, log)"
+		p.X.Scale = plot.LogScale{}
+	}
 	p.Y.Label.Text = ylabel
-	p.X.Tick.Marker = loadTicks(g.Loads)
+	p.X.Tick.Marker = loadTicks(g)
 	if logY {
 		p.Y.Scale = plot.LogScale{}
 		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}

@@ -41,9 +41,9 @@ func sample() *Dataset {
 		d.Runs = append(d.Runs,
 			run("shared-prefix", GroupStrategies, "rr", l, 2.0, 1.0, 0.1),
 			run("shared-prefix", GroupStrategies, "chwbl", l, 0.5, 0.3, 0.6),
-			run("shared-prefix", GroupStrategies, "hard", l, 0.2, 0.1, 0.85),
+			run("shared-prefix", GroupStrategies, "headroom", l, 0.2, 0.1, 0.85),
 			run("hot-prefix", GroupStrategies, "off", l, 20, 10, 0.9),
-			run("hot-prefix", GroupStrategies, "hard", l, 0.1, 0.05, 0.9),
+			run("hot-prefix", GroupStrategies, "headroom", l, 0.1, 0.05, 0.9),
 		)
 	}
 	for _, f := range []struct {
@@ -138,7 +138,7 @@ func TestWrite_ProducesParseableSVGAndMarkdown(t *testing.T) {
 	}
 	checkMarkdown(t, dir, string(md))
 	for _, want := range []string{
-		"## Targets (issue 7)", "## shared-prefix", "### Strategies at 70% load", "pooled cache (bound)",
+		"## Targets (issues 7 and 18)", "## shared-prefix", "### Strategies at 70% load", "pooled cache (bound)",
 		"### ε sweep", "### λ sweep", "hit 0.850 / oracle 0.900 = 94.4%", "30.0 s → 0.150 s (−100%)",
 	} {
 		if !strings.Contains(string(md), want) {
@@ -222,7 +222,7 @@ func TestTargets_Evaluate(t *testing.T) {
 	}
 	// Worse numbers miss; absent runs are reported missing, never passed.
 	for i := range d.Runs {
-		if d.Runs[i].Strategy == "hard" && d.Runs[i].Group == GroupStrategies {
+		if d.Runs[i].Strategy == "headroom" && d.Runs[i].Group == GroupStrategies {
 			d.Runs[i].HitRate, d.Runs[i].TTFT.P90, d.Runs[i].HottestTTFTP90 = 0.5, 1.9, 25
 		}
 	}
@@ -326,8 +326,8 @@ func TestWriteSummary_PrintsTablesTargetsAndTrends(t *testing.T) {
 	}
 	out := buf.String()
 	for _, want := range []string{
-		"shared-prefix at 70% load", "hard ", "best factor by load: 50%→175, 70%→125; the best factor shrinks with load",
-		"[pass] hard hit rate", "targets (issue 7):",
+		"shared-prefix at 70% load", "headroom ", "best factor by load: 50%→175, 70%→125; the best factor shrinks with load",
+		"[pass] headroom hit rate", "targets (issues 7 and 18):",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("summary lacks %q:\n%s", want, out)
@@ -339,7 +339,7 @@ func TestWrite_SingleStrategyAtOneLoadRendersItsLogAxes(t *testing.T) {
 	d := &Dataset{
 		Meta:      Meta{Schema: SchemaVersion, Source: SourceHTTP, Generator: "test", Seed: 1},
 		Scenarios: []Scenario{{Name: "shared-prefix", Workers: 2, SaturationRate: 10}},
-		Runs:      []Run{run("shared-prefix", GroupStrategies, "hard", 0.7, 0.5, 0.3, 0.8)},
+		Runs:      []Run{run("shared-prefix", GroupStrategies, "headroom", 0.7, 0.5, 0.3, 0.8)},
 	}
 	files, err := Write(t.TempDir(), d, DefaultTargets())
 	if err != nil {
@@ -347,5 +347,86 @@ func TestWrite_SingleStrategyAtOneLoadRendersItsLogAxes(t *testing.T) {
 	}
 	if len(files) == 0 {
 		t.Fatal("no files written")
+	}
+}
+
+// closedSample is a closed-loop light-load scenario: chwbl and headroom at
+// three client counts.
+func closedSample() *Dataset {
+	d := &Dataset{
+		Meta: Meta{Schema: SchemaVersion, Source: SourceDES, Generator: "test", Seed: 1},
+		Scenarios: []Scenario{{Name: "light-load", Workload: "w", Workers: 4, Worker: "x", CacheBlocksPerWorker: 170,
+			WorkingSetBlocks: 900, Pressure: 1.3, OracleHitRate: 0.9, Concurrency: []int{1, 4, 16, 32}}},
+	}
+	for i, c := range []int{1, 4, 16, 32} {
+		chwbl := run("light-load", GroupStrategies, "chwbl", 0, 0.12, 0.05, 0.6)
+		mine := run("light-load", GroupStrategies, "headroom", 0, 0.12-0.01*float64(i), 0.04, 0.7)
+		for _, r := range []*Run{&chwbl, &mine} {
+			r.Load, r.Rate, r.Concurrency, r.Throughput = 0, 0, c, float64(min(c, 16))
+		}
+		d.Runs = append(d.Runs, chwbl, mine)
+	}
+	return d
+}
+
+func TestTargets_LightLoadHoldsAtEveryConcurrencyOrNamesTheMisses(t *testing.T) {
+	tg := DefaultTargets()
+	tg.LightLoad = []string{"light-load"}
+	d := closedSample()
+	if got := SaturationLevel(NewGrid(d.Select("light-load", GroupStrategies)), "headroom"); got != 16 {
+		t.Fatalf("saturation level %v; want 16 (throughput peaks there)", got)
+	}
+	got := tg.Evaluate(d)
+	ll := got[len(got)-2:]
+	if !ll[0].Pass || !strings.Contains(ll[0].Measured, "all 3 levels to saturation at c=16") {
+		t.Errorf("%s: %+v; want a pass over c=1..16", ll[0].Target, ll[0])
+	}
+	if !ll[1].Pass || !strings.Contains(ll[1].Measured, "all 4 levels") {
+		t.Errorf("%s: %+v; want a pass over all 4 levels", ll[1].Target, ll[1])
+	}
+	// Worse at c=4: both targets miss and name that level. Worse hit rate
+	// past saturation (c=32) is listed but not judged.
+	for i := range d.Runs {
+		r := &d.Runs[i]
+		if r.Strategy != "headroom" {
+			continue
+		}
+		switch r.Concurrency {
+		case 4:
+			r.HitRate, r.TTFT.P90 = 0.5, 0.2
+		case 32:
+			r.HitRate = 0.4
+		}
+	}
+	got = tg.Evaluate(d)
+	for _, r := range got[len(got)-2:] {
+		if r.Pass || !strings.Contains(r.Measured, "levels miss: c=4") {
+			t.Errorf("%s: %+v; want a miss naming c=4", r.Target, r)
+		}
+	}
+	if m := got[len(got)-2].Measured; !strings.Contains(m, "past saturation, not judged: c=32: 0.400 vs 0.600") {
+		t.Errorf("hit-rate target %q does not list c=32 past saturation", m)
+	}
+}
+
+func TestWrite_ClosedLoopScenarioTablesByConcurrency(t *testing.T) {
+	dir := t.TempDir()
+	tg := DefaultTargets()
+	tg.LightLoad = []string{"light-load"}
+	if _, err := Write(dir, closedSample(), tg); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, ReadmeFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"### TTFT p90 (s) by concurrency", "| strategy | c=1 | c=4 | c=16 | c=32 |", "closed loop, 1–32 in flight",
+		"headroom hit rate ≥ chwbl's up to saturation", "light-load-ttft.svg"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("README lacks %q", want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "light-load-hit.svg")); err != nil {
+		t.Fatal(err)
 	}
 }

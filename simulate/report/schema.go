@@ -105,6 +105,10 @@ type Scenario struct {
 	ArrivalSpan float64 `json:"arrival_span_s"`
 	// Probes are the saturation search's probes, by rate.
 	Probes []Probe `json:"probes,omitempty"`
+	// Concurrency, when set, marks a closed-loop scenario: its runs hold a
+	// fixed number of requests in flight (Run.Concurrency) instead of an
+	// offered rate, at these levels; it has no saturation rate.
+	Concurrency []int `json:"concurrency,omitempty"`
 }
 
 // Latency is a latency summary in seconds.
@@ -142,9 +146,12 @@ type Run struct {
 	FactorPct uint32 `json:"factor_pct,omitempty"`
 	Lambda    uint32 `json:"lambda,omitempty"`
 	// Load is the fraction of the scenario's saturation rate; Rate the
-	// offered load (requests/s).
+	// offered load (requests/s). Both are 0 in a closed loop.
 	Load float64 `json:"load"`
 	Rate float64 `json:"rate_rps"`
+	// Concurrency is the closed loop's client count (requests in flight);
+	// 0 for open-loop runs.
+	Concurrency int `json:"concurrency,omitempty"`
 	// Requests measured.
 	Requests int `json:"requests"`
 	// TTFT, E2E and QueueWait summaries.

@@ -20,6 +20,7 @@ const (
 	NameAdaptiveSoft = "adaptive-soft"
 	NameHardCHWBL    = "hard+chwbl"
 	NamePDHard       = "pd-hard"
+	NameHeadroom     = "headroom"
 )
 
 // kvPool is a kvExactMode-3 strategy with round robin behind a Tier-1.5
@@ -30,8 +31,9 @@ func kvPool(name string, law ladder.LBMode) Strategy {
 
 // All returns every named strategy, in report order: RR (sel 0), CHWBL
 // (sel 8), Tier 1 only (P/D with pd_cache_aware_mode, no KV), KV-exact
-// mode 3 with the off, hard, soft, adaptive and adaptive-soft laws (RR
-// behind a miss, default ε 175 and λ 32), hard with CHWBL behind a miss
+// mode 3 with the off, hard, soft, adaptive and adaptive-soft laws and
+// llb's default, headroom (RR behind a miss, default ε 175 and λ 32,
+// headroom 100 %), hard with CHWBL behind a miss
 // ("hard+chwbl": the same law, only the rule's sel differs), and P/D
 // kvExactMode 1 with hard (no trie; Tier 2 behind a miss; spill relief
 // off, its P/D default).
@@ -47,6 +49,7 @@ func All() []Strategy {
 		kvPool(NameSoft, ladder.LBSoft),
 		kvPool(NameAdaptive, ladder.LBAdaptive),
 		kvPool(NameAdaptiveSoft, ladder.LBAdaptiveSoft),
+		kvPool(NameHeadroom, ladder.LBHeadroom),
 		hardCHWBL,
 		{Name: NamePDHard, Shape: ShapePD, Selector: ladder.SelRR, KVExact: true, Law: ladder.LBHard},
 	}
@@ -70,7 +73,17 @@ func SoftWithLambda(lambda uint32) Strategy {
 	return s
 }
 
-// ByName returns a named strategy (see All), "hard@<pct>" or "soft@<λ>".
+// HeadroomWithPct is the mode-3 headroom law with a static
+// LLB_KV_HEADROOM_PCT of pct, named "headroom@<pct>". Validate reports a
+// pct above 100.
+func HeadroomWithPct(pct uint32) Strategy {
+	s := kvPool(NameHeadroom+"@"+strconv.FormatUint(uint64(pct), 10), ladder.LBHeadroom)
+	s.HeadroomPct = pct
+	return s
+}
+
+// ByName returns a named strategy (see All), "hard@<pct>", "soft@<λ>" or
+// "headroom@<pct>".
 func ByName(name string) (Strategy, error) {
 	for _, s := range All() {
 		if s.Name == name {
@@ -86,12 +99,14 @@ func ByName(name string) (Strategy, error) {
 			s = HardWithFactor(uint32(n))
 		case NameSoft:
 			s = SoftWithLambda(uint32(n))
+		case NameHeadroom:
+			s = HeadroomWithPct(uint32(n))
 		}
 		if s.Name != "" && s.Validate() == nil {
 			return s, nil
 		}
 	}
-	return Strategy{}, fmt.Errorf("strategy %q (want rr, chwbl, tier1, off, hard, soft, adaptive, adaptive-soft, hard+chwbl, pd-hard, hard@<100..1000>, soft@<1..100000>): %w", name, ErrConfig)
+	return Strategy{}, fmt.Errorf("strategy %q (want rr, chwbl, tier1, off, hard, soft, adaptive, adaptive-soft, headroom, hard+chwbl, pd-hard, hard@<100..1000>, soft@<1..100000>, headroom@<1..100>): %w", name, ErrConfig)
 }
 
 // ByNames resolves a list of names, reporting every unknown or repeated

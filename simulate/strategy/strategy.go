@@ -66,6 +66,9 @@ type Strategy struct {
 	// Lambda is a static LOXILB_KV_LOAD_PENALTY (λ, soft law); 0 leaves
 	// llbd's default.
 	Lambda uint32
+	// HeadroomPct is a static LLB_KV_HEADROOM_PCT (headroom law); 0
+	// leaves llbd's default (100).
+	HeadroomPct uint32
 }
 
 // Mode returns the Tier-1.5 law the strategy runs, or "" when Tier 1.5 is
@@ -100,6 +103,9 @@ func (s *Strategy) Env() ladder.Env {
 	if s.Lambda != 0 {
 		env.LoadPenalty = s.Lambda
 	}
+	if s.HeadroomPct != 0 {
+		env.HeadroomPct = s.HeadroomPct
+	}
 	return env
 }
 
@@ -117,6 +123,9 @@ func (s *Strategy) EnvList() []string {
 	}
 	if s.Lambda != 0 {
 		out = append(out, ladder.EnvLoadPenalty+"="+strconv.FormatUint(uint64(s.Lambda), 10))
+	}
+	if s.HeadroomPct != 0 {
+		out = append(out, ladder.EnvHeadroomPct+"="+strconv.FormatUint(uint64(s.HeadroomPct), 10))
 	}
 	slices.Sort(out)
 	return out

@@ -34,6 +34,10 @@ func TestByName_KnowsTheCatalogueAndKnobVariants(t *testing.T) {
 			wantEnv: []string{"LOXILB_KV_LB_MODE=adaptive"}},
 		{give: "adaptive-soft", wantShape: ShapePool, wantKV: ladder.KVSinglePool, wantMode: "adaptive-soft", wantFactor: 175, wantLambda: 32,
 			wantEnv: []string{"LOXILB_KV_LB_MODE=adaptive-soft"}},
+		{give: "headroom", wantShape: ShapePool, wantKV: ladder.KVSinglePool, wantMode: "headroom", wantFactor: 175, wantLambda: 32,
+			wantEnv: []string{"LOXILB_KV_LB_MODE=headroom"}},
+		{give: "headroom@50", wantShape: ShapePool, wantKV: ladder.KVSinglePool, wantMode: "headroom", wantFactor: 175, wantLambda: 32,
+			wantEnv: []string{"LLB_KV_HEADROOM_PCT=50", "LOXILB_KV_LB_MODE=headroom"}},
 		{give: "hard+chwbl", wantShape: ShapePool, wantSel: ladder.SelCHWBL, wantKV: ladder.KVSinglePool, wantMode: "hard", wantFactor: 175, wantLambda: 32,
 			wantEnv: []string{"LOXILB_KV_LB_MODE=hard"}},
 		{give: "pd-hard", wantShape: ShapePD, wantKV: ladder.KVPrefill, wantMode: "hard", wantFactor: 175, wantLambda: 32,
@@ -72,14 +76,14 @@ func TestAll_IsEveryNameOnceInReportOrder(t *testing.T) {
 	for _, s := range All() {
 		got = append(got, s.Name)
 	}
-	want := []string{NameRR, NameCHWBL, NameTier1, NameOff, NameHard, NameSoft, NameAdaptive, NameAdaptiveSoft, NameHardCHWBL, NamePDHard}
+	want := []string{NameRR, NameCHWBL, NameTier1, NameOff, NameHard, NameSoft, NameAdaptive, NameAdaptiveSoft, NameHeadroom, NameHardCHWBL, NamePDHard}
 	if !slices.Equal(got, want) {
 		t.Fatalf("got %q; want %q", got, want)
 	}
 }
 
 func TestByName_RefusesUnknownNamesAndOutOfRangeKnobs(t *testing.T) {
-	for _, give := range []string{"", "random", "hard@", "hard@x", "hard@0", "hard@50", "hard@99", "hard@1001", "soft@0", "soft@100001", "rr@3", "off@150", "hard@-1"} {
+	for _, give := range []string{"", "random", "hard@", "hard@x", "hard@0", "hard@50", "hard@99", "hard@1001", "soft@0", "soft@100001", "rr@3", "off@150", "hard@-1", "headroom@0", "headroom@101"} {
 		if _, err := ByName(give); !errors.Is(err, ErrConfig) {
 			t.Errorf("ByName(%q) err %v; want ErrConfig", give, err)
 		}

@@ -54,6 +54,15 @@ type Config struct {
 	// SeedUnset simulates PYTHONHASHSEED unset: NONE_HASH is random bytes,
 	// so nobody can recompute this worker's block hashes.
 	SeedUnset bool
+	// LeanEvents publishes BlockStored without extra_keys, group_idx and
+	// kv_cache_spec_kind, as vLLM before mid-2025 and LoxiLB's CI publisher
+	// do: llb's contract check cannot re-hash such runs, so only the
+	// cache-truth check can tell a wrong seed.
+	LeanEvents bool
+	// NoPromptTokensDetails answers "prompt_tokens_details": null, as vLLM
+	// started without --enable-prompt-tokens-details (vLLM's default); the
+	// worker reports cached_tokens otherwise.
+	NoPromptTokensDetails bool
 	// Engine is the engine model (cache, batch, latency, hash, role).
 	Engine engine.Config
 	// DefaultMaxTokens is used when a request gives no max_tokens (vLLM's
@@ -72,6 +81,22 @@ type Config struct {
 	// Logger receives transitions at Info and per-request detail at Debug.
 	// Default: disabled.
 	Logger *zerolog.Logger
+	// Tokenizer, when set, replaces the toy tokenizer for text prompts and
+	// chat renders (/v1/completions, /v1/chat/completions, /tokenize): a
+	// real Hugging Face tokenizer, so tests can check llb's in-process
+	// tokenization against an engine that tokenizes the same way. Output
+	// tokens stay the toy's; return_token_strs is refused.
+	Tokenizer RealTokenizer
+}
+
+// RealTokenizer is what a worker needs of a real tokenizer (llb's
+// *tokenizer.Tokenizer has it).
+type RealTokenizer interface {
+	// Encode appends the ids of text.
+	Encode(text string, addSpecialTokens bool, dst []uint32) []uint32
+	// RenderChat renders a chat request with the model's template ("")
+	// as vLLM's /tokenize does.
+	RenderChat(template string, req inventory.TokenizeRequest, now time.Time) (string, error)
 }
 
 // DefaultConfig is a single-pool worker on 127.0.0.1 with KV events on, an

@@ -91,6 +91,7 @@ type driver struct {
 	pub      *kvpub.Publisher // nil: events are discarded
 	interval time.Duration
 	log      *zerolog.Logger
+	lean     bool // strip the fields Config.LeanEvents omits
 
 	cmds chan any
 	stop chan struct{}
@@ -104,9 +105,9 @@ type driver struct {
 	trackers map[engine.Ticket]*tracker
 }
 
-func newDriver(eng *engine.Engine, pub *kvpub.Publisher, interval time.Duration, log *zerolog.Logger) *driver {
+func newDriver(eng *engine.Engine, pub *kvpub.Publisher, interval time.Duration, lean bool, log *zerolog.Logger) *driver {
 	d := &driver{
-		eng: eng, pub: pub, interval: interval, log: log,
+		eng: eng, pub: pub, interval: interval, log: log, lean: lean,
 		cmds:     make(chan any, 1024),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
@@ -234,6 +235,12 @@ func (d *driver) run() {
 				// One batch per step; Publish encodes before the engine
 				// reuses the events' storage.
 				events = d.eng.TakeEvents(events[:0])
+				if d.lean {
+					for i := range events {
+						ev := &events[i]
+						ev.ExtraKeys, ev.HasExtraKeys, ev.HasGroupIdx, ev.HasSpecKind = nil, false, false, false
+					}
+				}
 				if err := d.pub.Publish(now, events); err != nil {
 					d.publishErrors.Add(1)
 					d.log.Debug().Err(err).Int(logEvents, len(events)).Msg("kv event batch not published")

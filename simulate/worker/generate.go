@@ -292,7 +292,7 @@ func (c *genCtx) serveWhole() {
 		}
 	}
 	resp := c.base(false)
-	u := &usage{}
+	u := c.w.newUsage()
 	for i, run := range c.runs {
 		p, _ := run.tr.get()
 		text := c.text(run, 0, p.Generated)
@@ -341,5 +341,7 @@ func (c *genCtx) addUsage(u *usage, run *seqRun, p engine.Progress) {
 	u.PromptTokens += len(run.p.tokens)
 	u.CompletionTokens += p.Generated
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
-	u.PromptTokensDetails.CachedTokens += p.CachedTokens
+	if u.PromptTokensDetails != nil {
+		u.PromptTokensDetails.CachedTokens += p.CachedTokens
+	}
 }

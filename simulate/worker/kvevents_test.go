@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 
@@ -250,5 +251,50 @@ func TestKVEvents_MismatchedHashModes(t *testing.T) {
 				t.Fatalf("contract %+v; want the mismatch detected", ct)
 			}
 		})
+	}
+}
+
+// TestKVEvents_OffloadTierReachesTheMirrorAndServesCachedTokens: a worker
+// with CPU offloading publishes its CPU tier with medium "CPU"; llb's mirror
+// keeps scoring a prompt whose GPU blocks were evicted, and the engine
+// reports those blocks as cached (loaded from CPU memory).
+func TestKVEvents_OffloadTierReachesTheMirrorAndServesCachedTokens(t *testing.T) {
+	w := startWorker(t, func(c *Config) { c.Engine.NumBlocks = 24; c.Engine.OffloadBlocks = 200 })
+	hasher, _ := inventory.NewHasher(inventory.AlgoSHA256CBOR, 16, "0")
+	c := client(t)
+	v := watch(t, w, hasher)
+	joinFeed(t, c, w, v)
+
+	a := words("tenant A", 150) // ~10 blocks
+	atok := tokenize(t, c, w, map[string]any{"prompt": a}).Tokens
+	achain := hasher.AppendBlockKeys(nil, atok, inventory.ExtraKeys{})
+	post(t, c, w.URL()+"/v1/completions", map[string]any{"prompt": a, "max_tokens": 1}, nil)
+	for _, p := range []string{words("tenant B", 150), words("tenant C", 150)} {
+		post(t, c, w.URL()+"/v1/completions", map[string]any{"prompt": p, "max_tokens": 1}, nil)
+	}
+	mirror := func() (int, int) {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		return v.mirror.ScoreTiers(achain)
+	}
+	eventually(t, "A's evicted GPU blocks to score from the CPU tier", func() bool {
+		n, off := mirror()
+		return n == len(achain) && off > 0 && v.stats().OffloadBlocks == w.Stats().OffloadedBlocks
+	})
+	_, _, raw := post(t, c, w.URL()+"/v1/completions", map[string]any{"prompt": a, "max_tokens": 1}, nil)
+	r := decode[response](t, raw)
+	if want := (len(atok) - 1) / 16 * 16; r.Usage.PromptTokensDetails.CachedTokens != want {
+		t.Fatalf("cached %d; want %d (every block, some loaded from CPU memory)", r.Usage.PromptTokensDetails.CachedTokens, want)
+	}
+	if st := v.stats(); st.IgnoredEvents != 0 {
+		t.Fatalf("mirror ignored events: %+v", st.Ignored)
+	}
+}
+
+func TestUsage_PromptTokensDetailsCanBeOff(t *testing.T) {
+	w := startWorker(t, func(c *Config) { c.NoPromptTokensDetails = true })
+	_, _, raw := post(t, client(t), w.URL()+"/v1/completions", map[string]any{"prompt": words("x", 40), "max_tokens": 1}, nil)
+	if !strings.Contains(string(raw), `"prompt_tokens_details":null`) {
+		t.Fatalf("body %s; want prompt_tokens_details null (vLLM without --enable-prompt-tokens-details)", raw)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/zeebo/xxh3"
 
@@ -186,7 +187,7 @@ func (w *Worker) parseCompletion(body []byte) (*genRequest, *reqError) {
 		extra.CacheSalt = *wire.CacheSalt
 	}
 	for _, t := range texts {
-		toks := tokenizer.Encode(nil, t, addSpecial)
+		toks := w.encodeText(t, addSpecial)
 		if len(toks) == 0 {
 			return nil, badRequest("prompt cannot be empty")
 		}
@@ -316,7 +317,7 @@ func (w *Worker) parseChat(body []byte) (*genRequest, *reqError) {
 		return nil, rerr
 	}
 	g.model, g.loraID = model, loraID
-	p, rerr := chatPrompt(wire.Messages, chatFlags{
+	p, rerr := w.chatPrompt(wire.Messages, chatFlags{
 		addGenerationPrompt:  wire.AddGenerationPrompt,
 		continueFinalMessage: wire.ContinueFinalMessage,
 		addSpecialTokens:     wire.AddSpecialTokens,
@@ -352,7 +353,16 @@ type chatFlags struct {
 // endpoint and the messages form of /tokenize do: defaults
 // add_generation_prompt true, add_special_tokens false. Multimodal parts
 // become one pad token each, hashed with an (identifier, offset) extra key.
-func chatPrompt(rawMessages json.RawMessage, f chatFlags) (prompt, *reqError) {
+func (w *Worker) chatPrompt(rawMessages json.RawMessage, f chatFlags) (prompt, *reqError) {
+	if real := w.cfg.Tokenizer; real != nil {
+		req := inventory.TokenizeRequest{Messages: rawMessages, AddGenerationPrompt: f.addGenerationPrompt, Tools: f.tools}
+		req.ContinueFinalMessage = f.continueFinalMessage != nil && *f.continueFinalMessage
+		text, err := real.RenderChat("", req, time.Now())
+		if err != nil {
+			return prompt{}, badRequest("%v", err)
+		}
+		return prompt{tokens: real.Encode(text, f.addSpecialTokens != nil && *f.addSpecialTokens, nil), text: text}, nil
+	}
 	msgs, err := tokenizer.ParseMessages(rawMessages)
 	if err != nil {
 		return prompt{}, badRequest("%v", strings.TrimSuffix(err.Error(), ": "+tokenizer.ErrInvalidChat.Error()))
@@ -380,6 +390,14 @@ func chatPrompt(rawMessages json.RawMessage, f chatFlags) (prompt, *reqError) {
 		}
 	}
 	return p, nil
+}
+
+// encodeText tokenizes a text prompt with the configured tokenizer.
+func (w *Worker) encodeText(text string, addSpecial bool) []uint32 {
+	if w.cfg.Tokenizer != nil {
+		return w.cfg.Tokenizer.Encode(text, addSpecial, nil)
+	}
+	return tokenizer.Encode(nil, text, addSpecial)
 }
 
 // outputSeed derives the deterministic "sampling" seed of a prompt: the

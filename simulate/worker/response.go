@@ -8,10 +8,22 @@ import (
 
 // usage is the OpenAI usage object with vLLM's cached-token detail.
 type usage struct {
-	PromptTokens        int           `json:"prompt_tokens"`
-	TotalTokens         int           `json:"total_tokens"`
-	CompletionTokens    int           `json:"completion_tokens"`
-	PromptTokensDetails promptDetails `json:"prompt_tokens_details"`
+	PromptTokens     int `json:"prompt_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	// PromptTokensDetails is null unless the worker reports details, as
+	// vLLM without --enable-prompt-tokens-details.
+	PromptTokensDetails *promptDetails `json:"prompt_tokens_details"`
+}
+
+// newUsage starts a usage object: with cached-token details unless the
+// worker is configured like a vLLM without --enable-prompt-tokens-details.
+func (w *Worker) newUsage() *usage {
+	u := &usage{}
+	if !w.cfg.NoPromptTokensDetails {
+		u.PromptTokensDetails = &promptDetails{}
+	}
+	return u
 }
 
 type promptDetails struct {

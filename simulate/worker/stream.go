@@ -74,7 +74,7 @@ func (c *genCtx) serveStream() {
 		}
 	}
 	if c.g.includeUsage {
-		u := &usage{}
+		u := c.w.newUsage()
 		for _, run := range c.runs {
 			p, _ := run.tr.get()
 			c.addUsage(u, run, p)

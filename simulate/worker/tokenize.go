@@ -55,13 +55,17 @@ func (w *Worker) handleTokenize(rw http.ResponseWriter, r *http.Request) {
 	}
 	hasMessages := len(bytes.TrimSpace(wire.Messages)) > 0 && !bytes.Equal(bytes.TrimSpace(wire.Messages), []byte("null"))
 	strs := wire.ReturnTokenStrs != nil && *wire.ReturnTokenStrs
+	if strs && w.cfg.Tokenizer != nil {
+		writeError(rw, http.StatusBadRequest, "return_token_strs is not supported with a real tokenizer")
+		return
+	}
 	var resp tokenizeResponse
 	switch {
 	case hasMessages && wire.Prompt != nil:
 		writeError(rw, http.StatusBadRequest, "give either prompt or messages, not both")
 		return
 	case hasMessages:
-		p, rerr := chatPrompt(wire.Messages, chatFlags{
+		p, rerr := w.chatPrompt(wire.Messages, chatFlags{
 			addGenerationPrompt:  wire.AddGenerationPrompt,
 			continueFinalMessage: wire.ContinueFinalMessage,
 			addSpecialTokens:     wire.AddSpecialTokens,
@@ -80,7 +84,7 @@ func (w *Worker) handleTokenize(rw http.ResponseWriter, r *http.Request) {
 		if strs {
 			resp.Tokens, resp.TokenStrs = tokenizer.EncodePieces(*wire.Prompt, add)
 		} else {
-			resp.Tokens = tokenizer.Encode(nil, *wire.Prompt, add)
+			resp.Tokens = w.encodeText(*wire.Prompt, add)
 		}
 	default:
 		writeError(rw, http.StatusBadRequest, "prompt (a string) or messages is required")

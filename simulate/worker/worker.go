@@ -111,7 +111,7 @@ func Start(cfg Config) (*Worker, error) {
 			return nil, fmt.Errorf("worker %s: kv events: %w: %w", cfg.Name, ErrListen, err)
 		}
 	}
-	w.drv = newDriver(eng, w.pub, cfg.EventInterval, w.log)
+	w.drv = newDriver(eng, w.pub, cfg.EventInterval, cfg.LeanEvents, w.log)
 	w.met = newMetrics(w)
 	w.srv = &http.Server{Handler: w.track(w.routes()), ReadHeaderTimeout: 10 * time.Second}
 	w.serve(w.srv, w.ln)

@@ -1,0 +1,225 @@
+package actors
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/llbproject/llb/ladder"
+)
+
+// Cache truth in the router: every admitted request of a KV-exact rule
+// carries llb's prediction of the cached tokens its prefill (or single-pool)
+// endpoint will report; when that leg reports the engine's usage, the
+// endpoint's ladder.TruthTracker compares the two, the metrics count the
+// outcome, and a verdict that turns sets or clears the endpoint's
+// KVDistrusted view (LLB_KV_PREDICTION_DEMOTE) and is logged once.
+
+// ticketPrediction is a ticket's prediction, completed by the report.
+type ticketPrediction struct {
+	ok bool
+	s  ladder.TruthSample
+	// chain is the prompt's block chain (shared, read-only), to confirm an
+	// under-prediction against the mirror once the engine answered.
+	chain []uint64
+}
+
+// truthCheck is an under-prediction waiting for the mirror's confirmation.
+type truthCheck struct {
+	ep   int
+	s    ladder.TruthSample
+	stop func() bool
+}
+
+// Confirmation tuning.
+const (
+	// truthCheckWait bounds the wait for a confirming score; past it the
+	// sample counts unconfirmed.
+	truthCheckWait = 250 * time.Millisecond
+	// maxTruthChecks bounds the confirmations in flight; past it a sample
+	// counts unconfirmed at once.
+	maxTruthChecks = 4096
+	// truthCheckIDBit marks confirmation ids (decision ids never set it).
+	truthCheckIDBit = 1 << 63
+)
+
+// predict returns the prediction for endpoint ep when the decision scored
+// it (the chain was hashed and ep mirrors KV events).
+func (c *routerCore) predict(m *routeMsg, ep int) ticketPrediction {
+	if ep < 0 || !m.scored.Has(ep) {
+		return ticketPrediction{}
+	}
+	kv := &m.rr.Req.KV
+	return ticketPrediction{ok: true, chain: m.rr.Chain, s: ladder.TruthSample{
+		Predicted:    ladder.PredictedCachedTokens(m.overlaps[ep], kv.PromptTokens, c.blockSize()),
+		PromptTokens: kv.PromptTokens,
+		Chat:         m.rr.Chat,
+		ExtraKeys:    m.rr.ExtraKeys,
+	}}
+}
+
+// blockSize is the rule's tokens per KV block.
+func (c *routerCore) blockSize() int {
+	if bs := c.cfg.Rule.Spec.KVBlockSize; bs > 0 {
+		return bs
+	}
+	return ladder.DefaultKVBlockSize
+}
+
+// checkPrediction compares a successful leg's reported cached tokens with
+// its ticket's prediction, once.
+func (c *routerCore) checkPrediction(now time.Time, ep int, p *ticketPrediction, o Outcome) {
+	if !p.ok || !o.Usage.Reported || o.Status/100 != 2 || ep >= len(c.truth) {
+		return
+	}
+	p.ok = false
+	s := p.s
+	s.Actual, s.EnginePromptTokens = o.Usage.CachedTokens, o.Usage.PromptTokens
+	bs := c.blockSize()
+	if out, _ := ladder.ClassifyPrediction(s.Predicted, s.Actual, bs); out == ladder.PredictionUnder && len(c.checks) < maxTruthChecks {
+		// Ask the mirror again now that the engine answered: if it holds
+		// the blocks the engine reused, the prediction was late, not wrong.
+		if n := min(int(s.Actual)/bs, len(p.chain)); n > 0 {
+			c.checkSeq++
+			id := truthCheckIDBit | c.checkSeq
+			c.checks[id] = &truthCheck{ep: ep, s: s, stop: c.ports.deadline(id, truthCheckWait)}
+			c.ports.score(ep, id, p.chain[:n])
+			return
+		}
+	}
+	c.observeTruth(now, ep, s)
+}
+
+// truthConfirmed ends a confirmation: overlap is what the mirror holds of
+// the blocks the engine reused (-1: no answer in time).
+func (c *routerCore) truthConfirmed(now time.Time, id uint64, overlap int) bool {
+	tc := c.checks[id]
+	if tc == nil {
+		return false
+	}
+	delete(c.checks, id)
+	if overlap >= 0 {
+		tc.stop()
+		bs := c.blockSize()
+		tc.s.Confirmed = uint64(overlap+1)*uint64(bs) >= uint64(tc.s.Actual)
+	}
+	c.observeTruth(now, tc.ep, tc.s)
+	return true
+}
+
+// observeTruth records a completed sample of endpoint ep.
+func (c *routerCore) observeTruth(now time.Time, ep int, s ladder.TruthSample) {
+	step := c.truth[ep].Observe(now, s, c.blockSize())
+	c.m.prediction(ep, step.Outcome, step.Diff)
+	if !step.Changed {
+		return
+	}
+	demote := c.cfg.Env.PredictionDemote
+	if demote || !step.Verdict.Distrusted {
+		c.views[ep].KVDistrusted = demote && step.Verdict.Distrusted
+	}
+	c.ports.truthChanged(ep, step.Verdict, demote)
+}
+
+// PredictionStatus is one endpoint's cache-truth record.
+type PredictionStatus struct {
+	// Match, Over and Under count the requests compared, by outcome; Late
+	// counts the unders the mirror confirmed once the engine had answered
+	// (its events were still on the way; included in Under).
+	Match, Over, Under, Late uint64
+	// LastPredicted and LastActual are the latest comparison's cached
+	// tokens; HaveLast is false before the first.
+	LastPredicted, LastActual uint32
+	HaveLast                  bool
+	// Distrusted is true while predictions stay wrong; Demoted when Tier
+	// 1.5 ignores the endpoint's overlap meanwhile
+	// (LLB_KV_PREDICTION_DEMOTE).
+	Distrusted, Demoted bool
+	// Cause and Detail name the likely cause while distrusted.
+	Cause  string
+	Detail string
+}
+
+// predictionStatus snapshots endpoint i's record.
+func (c *routerCore) predictionStatus(i int) PredictionStatus {
+	t, v := c.truth[i].Totals(), c.truth[i].Verdict()
+	st := PredictionStatus{
+		Match: t.Match, Over: t.Over, Under: t.Under, Late: t.Late,
+		LastPredicted: t.Last.Predicted, LastActual: t.Last.Actual, HaveLast: t.HaveLast,
+		Distrusted: v.Distrusted, Demoted: c.views[i].KVDistrusted,
+	}
+	if v.Distrusted {
+		st.Cause, st.Detail = v.Cause.String(), v.Detail
+	}
+	return st
+}
+
+// Cache-truth metric names.
+const (
+	// mPrediction counts compared requests by outcome (match, over, under).
+	mPrediction = "llb_kv_prediction_total"
+	// mPredictionError is the histogram of actual − predicted cached tokens.
+	mPredictionError = "llb_kv_prediction_error_tokens"
+)
+
+// predictionErrorBuckets are the upper bounds of mPredictionError, in
+// tokens: ±16·2^k up to ±8192 around 0.
+var predictionErrorBuckets = []int64{-8192, -4096, -2048, -1024, -512, -256, -128, -64, -32, -16, 0, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192}
+
+// signedHistogram is a Prometheus histogram that accepts negative values
+// (VictoriaMetrics' PrometheusHistogram drops them): cumulative _bucket
+// counters, a _sum and a _count, with the owner's labels.
+type signedHistogram struct {
+	buckets []*metrics.Counter // one per bound, then +Inf
+	sum     *metrics.FloatCounter
+	count   *metrics.Counter
+}
+
+func (m *svcMetrics) signedHistogram(base, labels string) *signedHistogram {
+	h := &signedHistogram{buckets: make([]*metrics.Counter, 0, len(predictionErrorBuckets)+1)}
+	for _, ub := range predictionErrorBuckets {
+		h.buckets = append(h.buckets, m.counter(base+"_bucket", labels+`,le="`+strconv.FormatInt(ub, 10)+`"`))
+	}
+	h.buckets = append(h.buckets, m.counter(base+"_bucket", labels+`,le="+Inf"`))
+	n := m.name(base+"_sum", labels)
+	h.sum = m.set.GetOrCreateFloatCounter(n)
+	h.count = m.counter(base+"_count", labels)
+	return h
+}
+
+func (h *signedHistogram) update(v int64) {
+	for i, ub := range predictionErrorBuckets {
+		if v <= ub {
+			h.buckets[i].Inc()
+		}
+	}
+	h.buckets[len(predictionErrorBuckets)].Inc()
+	h.sum.Add(float64(v))
+	h.count.Inc()
+}
+
+// truthMetrics are one endpoint's cache-truth series.
+type truthMetrics struct {
+	outcomes [3]*metrics.Counter // by ladder.PredictionOutcome
+	errs     *signedHistogram
+}
+
+func (m *svcMetrics) newTruthMetrics(i int, addr string) truthMetrics {
+	labels := `ep_idx="` + strconv.Itoa(i) + `",endpoint="` + addr + `"`
+	var t truthMetrics
+	for o := ladder.PredictionMatch; o <= ladder.PredictionUnder; o++ {
+		t.outcomes[o] = m.counter(mPrediction, labels+`,outcome="`+o.String()+`"`)
+	}
+	t.errs = m.signedHistogram(mPredictionError, labels)
+	return t
+}
+
+// prediction counts one compared request of endpoint ep.
+func (m *svcMetrics) prediction(ep int, o ladder.PredictionOutcome, diff int64) {
+	if m == nil || ep >= len(m.truth) || m.truth[ep].errs == nil || int(o) >= len(m.truth[ep].outcomes) {
+		return
+	}
+	m.truth[ep].outcomes[o].Inc()
+	m.truth[ep].errs.update(diff)
+}

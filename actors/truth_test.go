@@ -1,0 +1,159 @@
+package actors
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llbproject/llb/ladder"
+)
+
+// routeScored routes one request of a 2-prefill P/D core whose prompt has
+// blocks blocks (tokens = blocks·16 + 1), with the given overlaps, and
+// returns its admitted route.
+func routeScored(t *testing.T, c *routerCore, id uint64, blocks uint32, overlaps ...uint32) Route {
+	t.Helper()
+	chain := make([]uint64, blocks)
+	for i := range chain {
+		chain[i] = uint64(i + 1)
+	}
+	rr := &RouteRequest{Chain: chain}
+	rr.Req.KV.PromptBlocks, rr.Req.KV.PromptTokens = blocks, blocks*16+1
+	m := newMsg(id, rr)
+	c.route(t0, m)
+	for ep, o := range overlaps {
+		c.scoreReply(t0, scoreReply{id: id, ep: ep, overlap: o, blocks: 100})
+	}
+	r := final(t, m)
+	if r.err != nil || !r.route.Decision.Available() {
+		t.Fatalf("request %d: %+v; want admitted", id, r)
+	}
+	return r.route
+}
+
+// serve reports the route's legs with the engine's cached tokens on the
+// prefill leg and finishes the ticket; an under-prediction's confirmation
+// is answered with what the mirror holds then (mirrorNow blocks).
+// Requests are served one second apart (serveClock), so errors that
+// persist outlast ladder.TruthMinBad.
+func serve(c *routerCore, r Route, cached uint32, mirrorNow ...uint32) {
+	serveClock = serveClock.Add(time.Second)
+	now := serveClock
+	c.report(now, Outcome{Ticket: r.Ticket, Leg: LegPrefill, Status: 200, Usage: Usage{Reported: true, CachedTokens: cached}})
+	c.report(now, Outcome{Ticket: r.Ticket, Leg: LegDecode, Status: 200, Usage: Usage{Reported: true, CachedTokens: 9999}})
+	c.finish(r.Ticket, Result{OK: true})
+	for id, tc := range c.checks {
+		if len(mirrorNow) == 0 {
+			c.deadlineFired(now, id) // no answer in time: unconfirmed
+			continue
+		}
+		c.scoreReply(now, scoreReply{id: id, ep: tc.ep, overlap: mirrorNow[0]})
+	}
+}
+
+var serveClock = t0
+
+func TestRouterCore_RouteCarriesThePredictionOfThePickedEndpoint(t *testing.T) {
+	c, _ := newTestCore(t, pdConfig(2, 1, ladder.DefaultEnv()))
+	r := routeScored(t, c, 1, 8, 2, 5)
+	if r.Decision.Prefill != 1 || !r.Prediction.OK || r.Prediction.CachedTokens != 5*16 {
+		t.Fatalf("route %s prediction %+v; want prefill 1 predicted 80 tokens", r.Decision.String(), r.Prediction)
+	}
+	serve(c, r, 80)
+	st := c.predictionStatus(1)
+	if st.Match != 1 || st.Over+st.Under != 0 || st.LastPredicted != 80 || st.LastActual != 80 || !st.HaveLast {
+		t.Fatalf("status %+v; want one match 80/80 (the decode leg's usage is not compared)", st)
+	}
+	// Without a chain there is nothing to predict or compare.
+	m := newMsg(2, &RouteRequest{})
+	c.route(t0, m)
+	r2 := final(t, m).route
+	if r2.Prediction.OK {
+		t.Fatalf("prediction %+v without a chain; want none", r2.Prediction)
+	}
+	serve(c, r2, 64)
+	if st := c.predictionStatus(r2.Ticket.Prefill); st.Match+st.Over+st.Under != boolToU64(r2.Ticket.Prefill == 1) {
+		t.Fatalf("status %+v; the unpredicted request must not count", st)
+	}
+}
+
+func boolToU64(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TestRouterCore_WrongPredictionsDemoteTheEndpointUntilTheyAgree plays a
+// wrong hash seed on endpoint 0: llb's mirror never matches (overlap 0),
+// the engine keeps reusing its cache. Every request counts, whichever tier
+// picked the endpoint.
+func TestRouterCore_WrongPredictionsDemoteTheEndpointUntilTheyAgree(t *testing.T) {
+	for _, demote := range []bool{true, false} {
+		t.Run(fmt.Sprintf("demote=%v", demote), func(t *testing.T) {
+			env := ladder.DefaultEnv()
+			env.PredictionDemote = demote
+			c, rec := newTestCore(t, pdConfig(1, 1, env))
+			id := uint64(0)
+			for i := 0; i < ladder.TruthDemoteWrong+2; i++ {
+				id++
+				r := routeScored(t, c, id, 8, 0)
+				if r.Decision.Tier == ladder.Tier15 {
+					t.Fatalf("request %d decided by Tier 1.5 with no overlap", id)
+				}
+				serve(c, r, 96)
+			}
+			if want := fmt.Sprintf("[0:true/hash_seed %v]", demote); fmt.Sprint(rec.truth) != want {
+				t.Fatalf("transitions %v; want %s", rec.truth, want)
+			}
+			st := c.predictionStatus(0)
+			if !st.Distrusted || st.Demoted != demote || st.Cause != "hash_seed" || !strings.Contains(st.Detail, "PYTHONHASHSEED") || st.Under != 8 {
+				t.Fatalf("status %+v", st)
+			}
+			// A demoted endpoint holding the prefix no longer wins Tier 1.5.
+			id++
+			r := routeScored(t, c, id, 8, 6)
+			if demote != (r.Decision.Tier != ladder.Tier15) || demote != strings.Contains(r.Decision.String(), "prediction_mismatch") {
+				t.Fatalf("decision %s with demote=%v", r.Decision.String(), demote)
+			}
+			serve(c, r, 96)
+			// The seed is fixed: predictions agree, the endpoint is trusted again.
+			for i := 0; i < ladder.TruthWindow; i++ {
+				id++
+				serve(c, routeScored(t, c, id, 8, 6), 96)
+			}
+			if got := rec.truth[len(rec.truth)-1]; got != fmt.Sprintf("0:false/none %v", demote) {
+				t.Fatalf("last transition %s; want trusted again", got)
+			}
+			if c.views[0].KVDistrusted || c.predictionStatus(0).Distrusted {
+				t.Fatal("still distrusted after a window of matches")
+			}
+		})
+	}
+}
+
+// TestRouterCore_UnderPredictionsTheMirrorConfirmsLaterNeverDemote plays a
+// busy fleet: each request follows another of its prefix before the first
+// one's events arrived (llb predicts 0, the engine reuses 6 blocks), and
+// the mirror holds those blocks once the engine answered.
+func TestRouterCore_UnderPredictionsTheMirrorConfirmsLaterNeverDemote(t *testing.T) {
+	c, rec := newTestCore(t, pdConfig(1, 1, ladder.DefaultEnv()))
+	for id := uint64(1); id <= 20; id++ {
+		serve(c, routeScored(t, c, id, 8, 0), 96, 6)
+	}
+	if st := c.predictionStatus(0); st.Distrusted || st.Under != 20 || len(rec.truth) != 0 || len(c.checks) != 0 {
+		t.Fatalf("status %+v transitions %v checks %d; want 20 unders counted, no verdict", st, rec.truth, len(c.checks))
+	}
+	// The confirmation asked for the blocks the engine reported: 96 / 16.
+	if got := rec.scores[len(rec.scores)-1]; !strings.HasPrefix(got, "0/") {
+		t.Fatalf("last score %s; want a confirmation on endpoint 0", got)
+	}
+	// The same unders unconfirmed (the mirror never gets the blocks) demote.
+	for id := uint64(21); id <= 28; id++ {
+		serve(c, routeScored(t, c, id, 8, 0), 96, 0)
+	}
+	if st := c.predictionStatus(0); !st.Distrusted || st.Cause != "hash_seed" {
+		t.Fatalf("status %+v; want distrusted for hash_seed", st)
+	}
+}

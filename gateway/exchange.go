@@ -1,0 +1,253 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/llbproject/llb/actors"
+	"github.com/llbproject/llb/ladder"
+)
+
+// exchange is one client request from its first byte in the handler to the
+// end of its response: the inbound request, the client response being
+// built, the cancellation state its legs watch, the relay of a streamed
+// body, and the bookkeeping the access log and metrics read. Exchanges are
+// pooled per Handler; every field is reset by reset.
+//
+// Concurrency: one goroutine at a time runs the exchange (the connection's
+// serving goroutine; for a streamed body the same goroutine inside the
+// server's body writer). abort may be called from any goroutine (the
+// departure watch, a listener cut, a context); mu guards up and cause.
+type exchange struct {
+	h   *Handler
+	in  *fasthttp.Request  // the client's request; valid until done
+	out *fasthttp.Response // the client's response being built
+	cc  *clientConn        // nil when served by the net/http front end
+	// ctx ends when the client leaves or the listener cuts (and at the
+	// request's deadline when max_stream_duration is short): Route, the
+	// tokenizer and dials wait under it.
+	ctx       context.Context
+	cancelCtx context.CancelFunc // releases a per-request ctx; nil if none
+	remote    string             // client ip:port
+	ip        string             // client ip
+	tls       bool
+	start     time.Time
+	deadline  time.Time // start + max stream duration
+
+	mu    sync.Mutex
+	up    *upConn   // the upstream connection a leg is using
+	cause failCause // causeClient or causeCut once aborted; causeNone otherwise
+	// legCause is why the current leg alone was cut (causeDown: its
+	// endpoint was taken out before it answered); cleared between legs.
+	legCause failCause
+
+	// watched is the exchange's entry in the endpoint watch.
+	watched watchedLeg
+
+	// stream is the relay of a body streamed to the client, handed to the
+	// server as the response body stream (nil while the response is
+	// buffered).
+	stream *relayStream
+
+	accessRecord
+
+	// Kept across requests (buffers).
+	req     Request                 // the parsed request (parse resets it)
+	relay   relayStream             // stream's storage
+	scratch []byte                  // request heads
+	iov     net.Buffers             // head and body of an upstream request
+	iovArr  [2][]byte               // iov's storage
+	preHead fasthttp.ResponseHeader // the P/D prefill leg's response head
+	preBody []byte                  // the P/D prefill leg's response body
+}
+
+// accessRecord is what the client saw, for the access log and metrics.
+type accessRecord struct {
+	api        string
+	model      string
+	wantStream bool
+	kvGuard    ladder.Reason
+	decided    bool
+	decision   ladder.Decision
+	parked     time.Duration
+	prefillEP  int
+	decodeEP   int
+	retries    int
+	requestID  string
+	ticket     actors.Ticket // admitted and not yet finished (ID 0: none)
+	status     int           // sent to the client (StatusClientGone when it left)
+	code       string        // llb's error code when llb answered
+	bytes      int64         // body bytes written
+	ttfb       time.Duration
+	ttft       time.Duration
+	prefill    time.Duration
+	pd         bool
+	kvOut      KVParamsOutcome
+	failure    actors.Failure
+	aborted    bool
+	// detail is the upstream error behind a failed leg (for the log; the
+	// client sees it only when addresses are not hidden).
+	detail string
+	// noPool keeps the exchange out of the pool when it ends (the net/http
+	// front end, whose context callback may still reach it).
+	noPool bool
+
+	// Cache truth: pred is the router's prediction of the cached tokens of
+	// the endpoint that answers the prompt; observe asks the answering leg
+	// (single, or the P/D prefill) to scan its body for the engine's usage
+	// with usage; cached is the usage it found.
+	pred    actors.Prediction
+	observe bool
+	usage   usageScanner
+	cached  actors.Usage
+}
+
+// resetTruth starts an attempt's cache-truth bookkeeping.
+func (x *exchange) resetTruth(p actors.Prediction, observe bool) {
+	x.pred, x.observe, x.usage, x.cached = p, observe && p.OK, usageScanner{}, actors.Usage{}
+}
+
+// reset clears x for a new request, keeping its buffers.
+func (x *exchange) reset() {
+	x.in, x.out, x.cc = nil, nil, nil
+	x.ctx, x.cancelCtx = nil, nil
+	x.remote, x.ip, x.tls = "", "", false
+	x.start, x.deadline = time.Time{}, time.Time{}
+	x.up, x.cause, x.legCause = nil, causeNone, causeNone
+	x.stream = nil
+	x.accessRecord = accessRecord{prefillEP: -1, decodeEP: -1}
+	x.scratch = x.scratch[:0]
+	x.iov = x.iov[:0]
+	x.preHead.Reset()
+	x.relay.reset()
+}
+
+// Errors that cancel an exchange's context.
+var (
+	errClientGone = errors.New("gateway: client left")
+	errDeadline   = errors.New("gateway: max stream duration passed")
+)
+
+// abort cuts the exchange from outside its goroutine: the client left
+// (causeClient) or the listener is cutting (causeCut). The upstream leg in
+// progress wakes at once with a timeout error; later legs see the cause and
+// do not start.
+func (x *exchange) abort(c failCause, err error) {
+	x.mu.Lock()
+	if x.cause == causeNone {
+		x.cause = c
+	}
+	x.killUp()
+	cancel, cc := x.cancelCtx, x.cc
+	x.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	if cc != nil {
+		cc.cancel(err)
+	}
+}
+
+// setDeadlineCtx gives the exchange a context of its own ending at its
+// deadline (under mu: abort reads cancelCtx).
+func (x *exchange) setDeadlineCtx() {
+	ctx, cancel := context.WithDeadline(x.ctx, x.deadline)
+	x.mu.Lock()
+	x.ctx, x.cancelCtx = ctx, cancel
+	x.mu.Unlock()
+}
+
+// abortLeg cuts the current leg only (the endpoint watch): its connection
+// wakes at once, and the exchange may go on with another leg.
+func (x *exchange) abortLeg(c failCause) {
+	x.mu.Lock()
+	if x.legCause == causeNone {
+		x.legCause = c
+	}
+	x.killUp()
+	x.mu.Unlock()
+}
+
+// killUp wakes the upstream connection in use at once (a deadline in the
+// past) and marks it never to be pooled. Called with mu held.
+func (x *exchange) killUp() {
+	if x.up != nil {
+		x.up.killed = true
+		_ = x.up.nc.SetDeadline(aLongTimeAgo)
+	}
+}
+
+// attach registers c as the connection a leg is using, so abort reaches
+// it. It reports false (and the cause) when the exchange or the leg was
+// already aborted.
+func (x *exchange) attach(c *upConn) (failCause, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	switch {
+	case x.cause != causeNone:
+		return x.cause, false
+	case x.legCause != causeNone:
+		return x.legCause, false
+	}
+	x.up = c
+	return causeNone, true
+}
+
+// legAbortCause returns why the current leg alone was cut, and clears it
+// when clear is set (the leg is over).
+func (x *exchange) legAbortCause(clear bool) failCause {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	c := x.legCause
+	if clear {
+		x.legCause = causeNone
+	}
+	return c
+}
+
+// detach ends the registration made by attach. It reports whether an
+// abort reached the connection meanwhile (it must then be closed).
+func (x *exchange) detach() (killed bool) {
+	x.mu.Lock()
+	if x.up != nil {
+		killed = x.up.killed
+	}
+	x.up = nil
+	x.mu.Unlock()
+	return killed
+}
+
+// abortCause returns why the exchange was aborted (causeNone: it was not).
+func (x *exchange) abortCause() failCause {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.cause
+}
+
+// clientGone records that the client left before an answer.
+func (x *exchange) clientGone() {
+	x.status = StatusClientGone
+	x.failure = actors.FailClientGone
+}
+
+// exchangePool recycles exchanges (with their buffers) across requests.
+type exchangePool struct{ p sync.Pool }
+
+func (p *exchangePool) get(h *Handler) *exchange {
+	if x, ok := p.p.Get().(*exchange); ok {
+		return x
+	}
+	x := &exchange{h: h}
+	x.reset()
+	return x
+}
+
+func (p *exchangePool) put(x *exchange) {
+	x.reset()
+	p.p.Put(x)
+}

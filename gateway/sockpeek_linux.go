@@ -1,0 +1,63 @@
+//go:build linux
+
+package gateway
+
+import (
+	"net"
+	"syscall"
+	"unsafe"
+)
+
+// Socket peeks (MSG_PEEK) that never consume a byte: the server or the
+// upstream client reads the connection afterwards as if nothing happened.
+
+// peek1 peeks at one byte without waiting. It reports EAGAIN as wait.
+func peek1(fd uintptr) (n uintptr, errno syscall.Errno) {
+	var b [1]byte
+	n, _, errno = syscall.Syscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
+		syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+	return n, errno
+}
+
+// connAlive reports whether an idle upstream connection is still open: no
+// close, reset or stray bytes from the backend are waiting on it.
+func connAlive(nc net.Conn) bool {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	alive := true
+	_ = rc.Read(func(fd uintptr) bool {
+		_, errno := peek1(fd)
+		alive = errno == syscall.EAGAIN
+		return true
+	})
+	return alive
+}
+
+// waitPeerGone blocks until the peer of rc closes or resets the connection
+// (true), sends bytes (false: a pipelined request, not a departure), or the
+// read deadline passes (false).
+func waitPeerGone(rc syscall.RawConn) bool {
+	gone := false
+	err := rc.Read(func(fd uintptr) bool {
+		n, errno := peek1(fd)
+		switch errno {
+		case syscall.EAGAIN, syscall.EINTR:
+			return false // wait for readability
+		case 0:
+			gone = n == 0 // EOF: the client closed
+		default:
+			gone = true // reset or broken
+		}
+		return true
+	})
+	return err == nil && gone
+}
+
+// peerWatchSupported reports whether clientConn can watch for departures.
+const peerWatchSupported = true

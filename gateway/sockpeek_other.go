@@ -1,0 +1,18 @@
+//go:build !linux
+
+package gateway
+
+import (
+	"net"
+	"syscall"
+)
+
+// Without MSG_PEEK support wired up, idle upstream connections are assumed
+// open (a stale one is retried once) and a departed client is noticed when
+// a write to it fails.
+
+func connAlive(net.Conn) bool { return true }
+
+func waitPeerGone(syscall.RawConn) bool { return false }
+
+const peerWatchSupported = false

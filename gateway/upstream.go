@@ -1,0 +1,391 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// llb's HTTP/1.1 client to a rule's endpoints: one pool of keep-alive
+// connections per endpoint, no goroutine per connection or per request.
+//
+// net/http's Transport runs two goroutines per connection and allocates
+// ~40 objects per round trip; fasthttp's HostClient has neither cost but
+// cannot be cancelled mid-request (no context), which the data plane needs
+// when a client leaves or a listener is cut. So llb keeps its own pool and
+// uses fasthttp only for the wire format: the request head is written by
+// outbound.go in one writev with the body, the response head is parsed by
+// fasthttp.ResponseHeader, and bodies are framed by bodyReader. A request
+// in flight is cancelled by setting a deadline in the past on its
+// connection (exchange.abort), which wakes the blocked read at once; the
+// connection is then closed, so the backend sees the client go.
+
+// Upstream pool defaults.
+const (
+	// DefaultMaxIdleConnsPerHost keeps enough warm connections per endpoint
+	// for a busy worker.
+	DefaultMaxIdleConnsPerHost = 256
+	// DefaultIdleConnTimeout closes upstream connections idle this long.
+	DefaultIdleConnTimeout = 90 * time.Second
+	// staleCheckAfter: a connection idle longer than this is checked for a
+	// close by the backend (one non-blocking peek) before it is reused;
+	// uvicorn, which serves vLLM, closes idle keep-alive connections after
+	// 5 s.
+	staleCheckAfter = time.Second
+	// upReadBufSize is the read buffer of an upstream connection; it bounds
+	// the response head (ErrSmallBuffer beyond it).
+	upReadBufSize = 16 << 10
+)
+
+// dialError marks a failure to connect: the request never reached the
+// backend, so it may be retried elsewhere (FailConnect).
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return "dial: " + e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+// upstreamPool holds the idle keep-alive connections to one endpoint.
+// Safe for concurrent use.
+type upstreamPool struct {
+	addr    string
+	dialer  net.Dialer
+	maxIdle int
+	idleTTL time.Duration
+
+	mu     sync.Mutex // guards idle, closed, sweeping
+	idle   []*upConn  // LIFO: the most recently used last
+	closed bool
+	sweep  *time.Timer // closes expired idle connections; nil until needed
+	armed  bool
+}
+
+func newUpstreamPool(addr string, connectTimeout time.Duration) *upstreamPool {
+	return &upstreamPool{
+		addr:    addr,
+		dialer:  net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second},
+		maxIdle: DefaultMaxIdleConnsPerHost,
+		idleTTL: DefaultIdleConnTimeout,
+	}
+}
+
+// upConn is one connection to an endpoint, owned by one leg at a time.
+type upConn struct {
+	nc     net.Conn
+	br     *bufio.Reader
+	pool   *upstreamPool
+	idleAt time.Time
+	// reused is true when the connection served an earlier request: a
+	// failure before the first response byte may then be the backend's
+	// keep-alive close racing our write, and is retried once on a new
+	// connection.
+	reused bool
+	// deadline is the read and write deadline armed on nc (see arm).
+	deadline time.Time
+	// killed is set (under the exchange's mu) when an abort put nc's
+	// deadline in the past: the connection is closed, never pooled.
+	killed bool
+}
+
+// arm bounds the connection's reads and writes by d, firing at most slack
+// after it: a deadline already armed in [d, d+slack] is kept, otherwise
+// d+slack is armed. Re-arming costs two runtime timer updates, and the
+// requests of a busy connection come well within the slack of each other.
+func (c *upConn) arm(d time.Time, slack time.Duration) {
+	if !c.deadline.Before(d) && c.deadline.Sub(d) <= slack {
+		return
+	}
+	c.deadline = d.Add(slack)
+	_ = c.nc.SetDeadline(c.deadline)
+}
+
+// get returns an idle connection (checking one that idled long for a close
+// by the backend) or dials a new one under ctx. A dial failure wraps
+// *dialError.
+func (p *upstreamPool) get(ctx context.Context, now time.Time) (*upConn, error) {
+	for {
+		p.mu.Lock()
+		n := len(p.idle)
+		if n == 0 {
+			p.mu.Unlock()
+			break
+		}
+		c := p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		idle := now.Sub(c.idleAt)
+		if idle >= p.idleTTL || (idle >= staleCheckAfter && !connAlive(c.nc)) {
+			_ = c.nc.Close()
+			continue
+		}
+		c.reused = true
+		return c, nil
+	}
+	return p.dial(ctx)
+}
+
+func (p *upstreamPool) dial(ctx context.Context) (*upConn, error) {
+	nc, err := p.dialer.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return nil, &dialError{err: err}
+	}
+	return &upConn{nc: nc, br: bufio.NewReaderSize(nc, upReadBufSize), pool: p}, nil
+}
+
+// put returns a connection whose last response was read to its end.
+func (p *upstreamPool) put(c *upConn, now time.Time) {
+	c.idleAt = now
+	p.mu.Lock()
+	if p.closed || len(p.idle) >= p.maxIdle {
+		p.mu.Unlock()
+		_ = c.nc.Close()
+		return
+	}
+	p.idle = append(p.idle, c)
+	if !p.armed {
+		p.armed = true
+		if p.sweep == nil {
+			p.sweep = time.AfterFunc(p.idleTTL, p.expire)
+		} else {
+			p.sweep.Reset(p.idleTTL)
+		}
+	}
+	p.mu.Unlock()
+}
+
+// expire closes the connections idle longer than idleTTL and re-arms
+// itself while any remain.
+func (p *upstreamPool) expire() {
+	now := time.Now()
+	var old []*upConn
+	p.mu.Lock()
+	keep := p.idle[:0]
+	for _, c := range p.idle {
+		if now.Sub(c.idleAt) >= p.idleTTL {
+			old = append(old, c)
+		} else {
+			keep = append(keep, c)
+		}
+	}
+	clear(p.idle[len(keep):])
+	p.idle = keep
+	p.armed = len(keep) > 0 && !p.closed
+	if p.armed {
+		p.sweep.Reset(p.idleTTL - now.Sub(keep[0].idleAt))
+	}
+	p.mu.Unlock()
+	for _, c := range old {
+		_ = c.nc.Close()
+	}
+}
+
+// close closes the idle connections; connections in use are closed when
+// their leg ends.
+func (p *upstreamPool) close() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle, p.closed = nil, true
+	if p.sweep != nil {
+		p.sweep.Stop()
+	}
+	p.mu.Unlock()
+	for _, c := range idle {
+		_ = c.nc.Close()
+	}
+}
+
+// release ends the connection's use by a leg: back to the pool when the
+// response was read to its end on a reusable connection, closed otherwise.
+func (c *upConn) release(reusable bool) {
+	if reusable && c.br.Buffered() == 0 {
+		c.pool.put(c, time.Now())
+		return
+	}
+	_ = c.nc.Close()
+}
+
+// readHead reads the response head into h, skipping interim (1xx)
+// responses other than 101.
+func (c *upConn) readHead(h *fasthttp.ResponseHeader) error {
+	for range 100 {
+		if err := h.Read(c.br); err != nil {
+			return err
+		}
+		if sc := h.StatusCode(); sc >= 200 || sc == fasthttp.StatusSwitchingProtocols {
+			return nil
+		}
+	}
+	return errors.New("gateway: too many interim responses")
+}
+
+// Body framing of an upstream response.
+const (
+	framingLength  = iota // Content-Length bytes
+	framingChunked        // Transfer-Encoding: chunked
+	framingClose          // until the backend closes (no length, no chunks)
+	framingNone           // no body (HEAD, 1xx, 204, 304)
+)
+
+// errBadChunk is a malformed chunked body.
+var errBadChunk = errors.New("gateway: malformed chunked response body")
+
+// bodyReader reads one upstream response body. A Read returns what one
+// read of the connection produced, at most one chunk: an SSE event is
+// handed on as soon as it arrives. Chunk extensions and trailer fields are
+// read and dropped.
+type bodyReader struct {
+	br      *bufio.Reader
+	framing int
+	left    int64 // framingLength: bytes left; framingChunked: left in the chunk
+	inChunk bool
+	eof     bool
+}
+
+// reset prepares r for the body that follows head h on br. head tells
+// whether the request was a HEAD request.
+func (r *bodyReader) reset(br *bufio.Reader, h *fasthttp.ResponseHeader, head bool) {
+	*r = bodyReader{br: br}
+	sc := h.StatusCode()
+	switch cl := h.ContentLength(); {
+	case head || sc < 200 || sc == 204 || sc == 304:
+		r.framing, r.eof = framingNone, true
+	case cl >= 0:
+		r.framing, r.left, r.eof = framingLength, int64(cl), cl == 0
+	case cl == -1:
+		r.framing = framingChunked
+	default:
+		r.framing = framingClose
+	}
+}
+
+// reusable reports whether the connection can carry another request once
+// the body was read to its end.
+func (r *bodyReader) reusable() bool { return r.eof && r.framing != framingClose }
+
+// Read implements io.Reader.
+func (r *bodyReader) Read(p []byte) (int, error) {
+	if r.eof {
+		return 0, io.EOF
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	switch r.framing {
+	case framingLength:
+		n, err := r.br.Read(p[:min(int64(len(p)), r.left)])
+		r.left -= int64(n)
+		if r.left == 0 {
+			r.eof = true
+			return n, nil
+		}
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return n, err
+	case framingClose:
+		n, err := r.br.Read(p)
+		if err == io.EOF {
+			r.eof = true
+		}
+		return n, err
+	}
+	if !r.inChunk {
+		size, err := r.chunkSize()
+		if err != nil {
+			return 0, err
+		}
+		if size == 0 {
+			if err := r.trailer(); err != nil {
+				return 0, err
+			}
+			r.eof = true
+			return 0, io.EOF
+		}
+		r.left, r.inChunk = size, true
+	}
+	n, err := r.br.Read(p[:min(int64(len(p)), r.left)])
+	r.left -= int64(n)
+	if r.left == 0 {
+		r.inChunk = false
+		if err == nil {
+			err = r.crlf()
+		}
+	}
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+// chunkSize reads a chunk-size line: hex digits, optional extensions, CRLF.
+func (r *bodyReader) chunkSize() (int64, error) {
+	line, err := r.br.ReadSlice('\n')
+	if err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, err
+	}
+	var size int64
+	digits := 0
+	for _, b := range line {
+		var d byte
+		switch {
+		case b >= '0' && b <= '9':
+			d = b - '0'
+		case b >= 'a' && b <= 'f':
+			d = b - 'a' + 10
+		case b >= 'A' && b <= 'F':
+			d = b - 'A' + 10
+		default:
+			if digits == 0 || (b != ';' && b != '\r' && b != '\n' && b != ' ' && b != '\t') {
+				return 0, fmt.Errorf("%w: chunk size line %q", errBadChunk, line)
+			}
+			return size, nil
+		}
+		if digits++; digits > 15 {
+			return 0, fmt.Errorf("%w: chunk size too large", errBadChunk)
+		}
+		size = size<<4 | int64(d)
+	}
+	return 0, fmt.Errorf("%w: chunk size line %q", errBadChunk, line)
+}
+
+// crlf reads the CRLF that ends a chunk's data.
+func (r *bodyReader) crlf() error {
+	line, err := r.br.ReadSlice('\n')
+	if err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	if len(line) > 2 || (len(line) == 2 && line[0] != '\r') {
+		return fmt.Errorf("%w: data longer than its chunk size", errBadChunk)
+	}
+	return nil
+}
+
+// trailer reads (and drops) trailer fields up to the empty line.
+func (r *bodyReader) trailer() error {
+	for range 100 {
+		line, err := r.br.ReadSlice('\n')
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		if len(line) <= 2 {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: too many trailer fields", errBadChunk)
+}

@@ -1,0 +1,229 @@
+package gateway
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/llbproject/llb/actors"
+	"github.com/llbproject/llb/ladder"
+)
+
+// readResponse parses raw as a response to a request (head: a HEAD
+// request) and reads its body with bodyReader, one Read at a time.
+func readResponse(t *testing.T, raw string, head bool) (reads []string, err error, reusable bool) {
+	t.Helper()
+	br := bufio.NewReader(strings.NewReader(raw))
+	var h fasthttp.ResponseHeader
+	if err := h.Read(br); err != nil {
+		t.Fatalf("head of %q: %v", raw, err)
+	}
+	var r bodyReader
+	r.reset(br, &h, head)
+	buf := make([]byte, 64)
+	for range 100 {
+		n, err := r.Read(buf)
+		if n > 0 {
+			reads = append(reads, string(buf[:n]))
+		}
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return reads, err, r.reusable()
+		}
+	}
+	t.Fatal("no end after 100 reads")
+	return nil, nil, false
+}
+
+func TestBodyReader_Framing(t *testing.T) {
+	tests := []struct {
+		name         string
+		give         string
+		head         bool
+		want         []string
+		wantErr      bool
+		wantReusable bool
+	}{
+		{"content length", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", false, []string{"hello"}, false, true},
+		{"empty", "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", false, nil, false, true},
+		{"head request", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true, nil, false, true},
+		{"no content", "HTTP/1.1 204 No Content\r\n\r\n", false, nil, false, true},
+		{"chunked, one read per chunk", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+			false, []string{"abc", "de"}, false, true},
+		{"chunk extensions and trailers", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n0\r\nX-T: 1\r\n\r\n",
+			false, []string{"abc"}, false, true},
+		{"until close", "HTTP/1.1 200 OK\r\n\r\nall of it", false, []string{"all of it"}, false, false},
+		{"truncated length", "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nhell", false, []string{"hell"}, true, false},
+		{"truncated chunk", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n9\r\nabc", false, []string{"abc"}, true, false},
+		{"bad chunk size", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n", false, nil, true, false},
+		{"chunk longer than its size", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n0\r\n\r\n", false, []string{"ab"}, true, false},
+		{"huge chunk size", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\n", false, nil, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err, reusable := readResponse(t, tt.give, tt.head)
+			if strings.Join(got, "|") != strings.Join(tt.want, "|") {
+				t.Errorf("reads %q; want %q", got, tt.want)
+			}
+			if (err != nil) != tt.wantErr {
+				t.Errorf("err %v; want error %v", err, tt.wantErr)
+			}
+			if reusable != tt.wantReusable {
+				t.Errorf("reusable %v; want %v", reusable, tt.wantReusable)
+			}
+		})
+	}
+}
+
+// oneShot answers one request with a keep-alive response and then closes
+// the connection without saying so: the next request on a pooled
+// connection meets a backend that is gone, as after uvicorn's keep-alive
+// timeout.
+func oneShot(c net.Conn) {
+	req, err := http.ReadRequest(bufio.NewReader(c))
+	if err != nil {
+		return
+	}
+	_, _ = io.Copy(io.Discard, req.Body)
+	_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}")
+}
+
+func TestUpstream_AKeepAliveConnectionTheBackendClosedIsRetriedOnANewOne(t *testing.T) {
+	cfg := singlePool(serveTCP(t, oneShot))
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, cfg, Deps{Router: fr})
+	c := testClient(t)
+	for i := range 3 {
+		resp, body := post(t, c, url+PathCompletions, `{"model":"m","prompt":"p"}`)
+		if resp.StatusCode != 200 || string(body) != `{"ok":true}` {
+			t.Fatalf("request %d: %d %s; want 200 (a stale pooled connection is retried, not a 502)", i, resp.StatusCode, body)
+		}
+	}
+	fr.checkTicketsClosed(t, 3)
+	_, outcomes, _ := fr.snapshot()
+	for _, o := range outcomes {
+		if o.Failure != actors.FailNone {
+			t.Errorf("outcome %+v; want no failure", o)
+		}
+	}
+}
+
+func TestListener_UnreadableRequestsGetJSONErrorsAndTheConnectionCloses(t *testing.T) {
+	be := newFakeVLLM(t)
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+	tests := []struct {
+		name       string
+		raw        string
+		wantStatus int
+		wantCode   string
+	}{
+		{"head over the read buffer", "GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", readBufferSize) + "\r\n\r\n",
+			http.StatusRequestHeaderFieldsTooLarge, CodeHeadersTooLarge},
+		{"malformed request line", "GET\r\n\r\n", http.StatusBadRequest, CodeBadRequest},
+		{"body over the limit", "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + strconv.Itoa(DefaultBodyLimit+1) + "\r\n\r\n{",
+			http.StatusRequestEntityTooLarge, CodeBodyTooLarge},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := rawConn(t, url)
+			if _, err := io.WriteString(c, tt.raw); err != nil {
+				t.Fatal(err)
+			}
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if e := decodeError(t, body); resp.StatusCode != tt.wantStatus || e.Error.Code != tt.wantCode {
+				t.Errorf("got %d %s; want %d %s", resp.StatusCode, e.Error.Code, tt.wantStatus, tt.wantCode)
+			}
+			if !resp.Close {
+				t.Error("the connection stays open after a request that could not be read")
+			}
+		})
+	}
+	if n := len(be.requests()); n != 0 {
+		t.Errorf("backend saw %d requests; want 0", n)
+	}
+}
+
+// An HTTP/1.0 client cannot read chunks: a streamed answer reaches it
+// whole, with a Content-Length.
+func TestSinglePool_AnHTTP10ClientGetsAStreamWhole(t *testing.T) {
+	be := newFakeVLLM(t)
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+	c := rawConn(t, url)
+	body := `{"model":"m","prompt":"p","stream":true}`
+	if _, err := io.WriteString(c, "POST /v1/completions HTTP/1.0\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodPost})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 || len(resp.TransferEncoding) != 0 || resp.ContentLength != int64(len(got)) {
+		t.Fatalf("status %d, transfer encoding %v, length %d, %d bytes read (%v); want 200 with a Content-Length",
+			resp.StatusCode, resp.TransferEncoding, resp.ContentLength, len(got), err)
+	}
+	if events, _ := sseEvents(t, strings.NewReader(string(got))); len(events) != 4 || events[3] != "[DONE]" {
+		t.Errorf("events %q; want 3 and [DONE]", events)
+	}
+	fr.checkTicketsClosed(t, 1)
+}
+
+// Requests fasthttp would serve but net/http refuses, refused the same way:
+// a request line naming another HTTP version (505, closed), and paths the
+// API does not have in their raw form (fasthttp's Path() cleans "//" and
+// "..", and the backend would get the raw one).
+func TestListener_RefusesOtherVersionsAndUncleanPaths(t *testing.T) {
+	be := newFakeVLLM(t)
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+	tests := []struct {
+		name       string
+		raw        string
+		wantStatus int
+		wantCode   string
+	}{
+		{"HTTP/2.0 request line", "GET /v1/models HTTP/2.0\r\nHost: x\r\n\r\n", http.StatusHTTPVersionNotSupported, CodeBadRequest},
+		{"HTTP/9.9 request line", "GET /v1/models HTTP/9.9\r\nHost: x\r\n\r\n", http.StatusHTTPVersionNotSupported, CodeBadRequest},
+		{"doubled slash", "GET //v1/models HTTP/1.1\r\nHost: x\r\n\r\n", http.StatusNotFound, CodeUnknownURL},
+		{"dot segments", "POST /v1/../v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", http.StatusNotFound, CodeUnknownURL},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := rawConn(t, url)
+			if _, err := io.WriteString(c, tt.raw); err != nil {
+				t.Fatal(err)
+			}
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if e := decodeError(t, body); resp.StatusCode != tt.wantStatus || e.Error.Code != tt.wantCode {
+				t.Errorf("got %d %s; want %d %s", resp.StatusCode, e.Error.Code, tt.wantStatus, tt.wantCode)
+			}
+		})
+	}
+	if n := len(be.requests()); n != 0 {
+		t.Errorf("backend saw %d requests; want 0", n)
+	}
+}

@@ -1,0 +1,489 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/rs/zerolog"
+
+	"github.com/llbproject/llb/actors"
+	"github.com/llbproject/llb/gateway"
+	"github.com/llbproject/llb/internal/logfield"
+	"github.com/llbproject/llb/inventory"
+	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/rule"
+	"github.com/llbproject/llb/tokenizer"
+)
+
+// The rule set: a compiled rule's two running halves — its actors.Service
+// (routing state) and its gateway.Listener (the data plane) — created,
+// replaced with a warm hand-over, and removed.
+
+// ruleSetConfig configures a ruleSet.
+type ruleSetConfig struct {
+	// System hosts the services' actors. Required.
+	System *actors.System
+	// Log is the base logger (without a component field): the set logs
+	// lifecycle transitions as component "lifecycle", each rule's access
+	// log as "gateway", the KV feeds as "kvfeed".
+	Log zerolog.Logger
+	// Metrics receives every rule's series; nil keeps them private.
+	Metrics *metrics.Set
+	// Feeds starts KV-event subscriptions; nil means actors.ZMQFeeds.
+	Feeds actors.FeedStarter
+	// Options are the data plane's daemon-wide settings; the set mints
+	// Options.HopID when it is empty, shared by every rule and probe.
+	Options gateway.Options
+	// KVMaxMsgSize bounds one KV-event message in bytes for the default
+	// Feeds (LLB_KV_MAX_MSG_BYTES); 0 means inventory.DefaultMaxMsgSize.
+	KVMaxMsgSize int
+	// BindRetry is how often a rule whose VIP:port could not be bound tries
+	// again; 0 means 5 s.
+	BindRetry time.Duration
+	// ReplaceTimeout bounds the hand-over of a replaced rule's service; 0
+	// means 10 s.
+	ReplaceTimeout time.Duration
+}
+
+// ruleSet runs compiled rules. Safe for concurrent use; calls for one rule
+// are serialized.
+type ruleSet struct {
+	cfg    ruleSetConfig
+	log    zerolog.Logger
+	scrape *http.Client
+
+	mu     sync.Mutex
+	rules  map[string]*liveRule
+	closed bool
+
+	// tokenizers shares loaded tokenizer directories across rules.
+	tokenizers *tokenizer.Registry
+}
+
+// runSpec is one rule as the set runs it.
+type runSpec struct {
+	// rule is the compiled rule; its VIP:port is where the listener binds
+	// (the daemon's --data-bind may have replaced the rule's externalIP).
+	rule *rule.Compiled
+	// service is the routing configuration; service.Rule is rule. The set
+	// fills in what it builds itself: each endpoint's Probe and Scrape, the
+	// KV hasher and feed starter, and the endpoint watch's hook.
+	service actors.ServiceConfig
+}
+
+// liveRule is one running rule.
+type liveRule struct {
+	spec    runSpec
+	hasher  inventory.ChainHasher
+	watch   *gateway.EndpointWatch
+	router  *swapRouter
+	svc     *actors.Service
+	ln      *gateway.Listener // nil while the address cannot be bound
+	bindErr error
+	started time.Time
+	met     *gateway.Metrics
+	stop    chan struct{} // closed on removal (ends the bind retry loop)
+	// lora is the rule's adapter catalog; loraStop ends its refresh.
+	lora     *loraCatalog
+	loraStop context.CancelFunc
+}
+
+func (l *liveRule) key() string { return l.spec.rule.Key }
+
+// startLoRA gives the rule a LoRA catalog refreshed from its engines'
+// /v1/models, running until the rule is replaced or removed.
+func (rs *ruleSet) startLoRA(live *liveRule) {
+	live.lora = newLoRACatalog(live.spec.rule.Endpoints, rs.scrape)
+	ctx, cancel := context.WithCancel(context.Background())
+	live.loraStop = cancel
+	go live.lora.run(ctx, DefaultLoRARefresh)
+}
+
+func (l *liveRule) stopLoRA() {
+	if l.loraStop != nil {
+		l.loraStop()
+	}
+}
+
+// newRuleSet builds an empty rule set.
+func newRuleSet(cfg ruleSetConfig) (*ruleSet, error) {
+	if cfg.System == nil {
+		return nil, errors.New("lifecycle: the rule set needs an actor system")
+	}
+	if cfg.Feeds == nil {
+		cfg.Feeds = actors.ZMQFeeds(cfg.Log.With().Str(logfield.Component, "kvfeed").Logger(), cfg.Metrics, cfg.KVMaxMsgSize)
+	}
+	if cfg.BindRetry <= 0 {
+		cfg.BindRetry = 5 * time.Second
+	}
+	if cfg.Options.HopID == "" {
+		cfg.Options.HopID = gateway.NewHopID()
+	}
+	if cfg.ReplaceTimeout <= 0 {
+		cfg.ReplaceTimeout = 10 * time.Second
+	}
+	return &ruleSet{
+		cfg:    cfg,
+		log:    cfg.Log.With().Str(logfield.Component, "lifecycle").Logger(),
+		scrape: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: time.Minute}},
+		rules:  make(map[string]*liveRule),
+
+		tokenizers: tokenizer.NewRegistry(),
+	}, nil
+}
+
+// errClosed is returned by apply after close.
+var errClosed = errors.New("lifecycle: data plane closed")
+
+// apply creates the rule, or replaces the running rule with the same key. A
+// replace keeps the listener (same VIP:port) and hands the service's warm
+// state — mirrors and sessions of the endpoints that stay — to its
+// successor. A VIP:port that cannot be bound is not an error: the rule is
+// kept, reported by status, and retried every BindRetry.
+func (rs *ruleSet) apply(ctx context.Context, s runSpec) error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.closed {
+		return errClosed
+	}
+	old := rs.rules[s.rule.Key]
+	live, err := rs.complete(s, old)
+	if err != nil {
+		return err
+	}
+	if err := live.spec.service.Validate(); err != nil {
+		return err
+	}
+	if old != nil {
+		return rs.replace(ctx, old, live)
+	}
+	return rs.create(live)
+}
+
+// complete builds what the set owns around a rule: the hasher (the live
+// rule's own when the hash contract is unchanged, so mirrors stay warm),
+// the endpoint watch, probes, scrapes and the feed starter.
+func (rs *ruleSet) complete(s runSpec, old *liveRule) (*liveRule, error) {
+	c := s.rule
+	if c == nil || s.service.Rule == nil {
+		return nil, fmt.Errorf("lifecycle: a rule without its compiled form: %w", gateway.ErrInvalidConfig)
+	}
+	live := &liveRule{spec: s, watch: gateway.NewEndpointWatch(), stop: make(chan struct{})}
+	sc := &live.spec.service
+	sc.OnEndpointDown = live.watch.EndpointDown
+	if c.Spec.KVExactMode != ladder.KVOff {
+		if old != nil && old.hasher != nil && sameKeys(old.spec.rule.KV, c.KV) {
+			live.hasher = old.hasher
+		} else {
+			h, err := inventory.NewChainHasher(c.KV.Algo, c.KV.BlockSize, c.KV.Seed, c.KV.TokenKeyed)
+			if err != nil {
+				return nil, fmt.Errorf("lifecycle: rule %s hasher: %w: %w", c.Key, gateway.ErrInvalidConfig, err)
+			}
+			live.hasher = h
+		}
+		sc.KV.Keys = live.hasher
+		sc.KV.StartFeed = rs.cfg.Feeds
+	}
+	sc.Probes = make([]actors.ProbeFunc, len(c.Endpoints))
+	sc.Scrapes = make([]actors.ScrapeFunc, len(c.Endpoints))
+	for i := range c.Endpoints {
+		ep := &c.Endpoints[i]
+		p, err := gateway.NewProbe(c.Probe, ep, rs.cfg.Options.HopID)
+		switch {
+		case errors.Is(err, gateway.ErrProbeOff):
+		case err != nil:
+			return nil, fmt.Errorf("lifecycle: rule %s endpoint %d probe: %w", c.Key, i, err)
+		default:
+			sc.Probes[i] = actors.ProbeFunc(p)
+		}
+		sc.Scrapes[i] = rs.scraper(ep.Addr.String())
+	}
+	return live, nil
+}
+
+// sameKeys reports whether two KV contracts compute the same block keys.
+func sameKeys(a, b rule.KVContract) bool {
+	return a.Algo == b.Algo && a.BlockSize == b.BlockSize && a.Seed == b.Seed && a.TokenKeyed == b.TokenKeyed
+}
+
+func (rs *ruleSet) create(live *liveRule) error {
+	svc, err := rs.cfg.System.Start(live.spec.service, nil)
+	if err != nil {
+		return err
+	}
+	key := live.key()
+	live.svc, live.started = svc, time.Now()
+	live.router = &swapRouter{svc: svc}
+	live.met = gateway.NewMetrics(rs.cfg.Metrics, key)
+	rs.startLoRA(live)
+	h, err := rs.handler(live)
+	if err != nil {
+		live.stopLoRA()
+		_ = svc.Stop(context.Background())
+		live.met.Unregister()
+		return err
+	}
+	rs.rules[key] = live
+	rs.listen(live, h)
+	rs.log.Info().Str(logfield.Rule, key).Int(logfield.Endpoints, len(live.spec.rule.Endpoints)).Msg("rule running")
+	return nil
+}
+
+// handler builds the rule's request handler over live's router.
+func (rs *ruleSet) handler(live *liveRule) (*gateway.Handler, error) {
+	c := live.spec.rule
+	deps := gateway.Deps{
+		Router:  live.router,
+		Hasher:  live.hasher,
+		Watch:   live.watch,
+		Metrics: live.met,
+		Log:     rs.cfg.Log.With().Str(logfield.Component, "gateway").Str(logfield.Rule, c.Key).Logger(),
+		LoRAOf:  live.lora.loraOf,
+	}
+	if c.Spec.KVExactMode != ladder.KVOff {
+		tok, err := rs.ruleTokenizer(c, live.met)
+		if err != nil {
+			return nil, err
+		}
+		deps.Tokenizer = tok
+	}
+	return gateway.NewHandler(c, rs.cfg.Options, deps)
+}
+
+// listen binds the rule's address, or records the error and retries in the
+// background until it binds or the rule goes away.
+func (rs *ruleSet) listen(live *liveRule, h *gateway.Handler) {
+	ln, err := startListener(h)
+	if err == nil {
+		live.ln, live.bindErr = ln, nil
+		return
+	}
+	live.bindErr = err
+	rs.log.Error().Err(err).Str(logfield.Rule, live.key()).Msg("rule address cannot be bound; retrying")
+	go func() {
+		t := time.NewTicker(rs.cfg.BindRetry)
+		defer t.Stop()
+		for {
+			select {
+			case <-live.stop:
+				return
+			case <-t.C:
+			}
+			rs.mu.Lock()
+			if rs.rules[live.key()] != live || live.ln != nil {
+				rs.mu.Unlock()
+				return
+			}
+			// Its previous listener never existed: build a fresh handler.
+			cur, err := rs.handler(live)
+			if err == nil {
+				var ln *gateway.Listener
+				if ln, err = startListener(cur); err == nil {
+					live.ln, live.bindErr = ln, nil
+					rs.log.Info().Str(logfield.Rule, live.key()).Msg("rule address bound")
+				}
+			}
+			if err != nil {
+				live.bindErr = err
+			}
+			rs.mu.Unlock()
+			if err == nil {
+				return
+			}
+		}
+	}()
+}
+
+// startListener binds and serves h on its rule's VIP:port.
+func startListener(h *gateway.Handler) (*gateway.Listener, error) {
+	l := gateway.NewListener(h)
+	if err := l.Start(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// replace hands the rule over to its new configuration next on the same
+// listener. Requests that arrive meanwhile wait (briefly) for the new
+// service; requests already admitted by the old service finish on their
+// backends, their late reports being stale for the successor.
+func (rs *ruleSet) replace(ctx context.Context, live, next *liveRule) error {
+	ctx, cancel := context.WithTimeout(ctx, rs.cfg.ReplaceTimeout)
+	defer cancel()
+	key := next.key()
+	router := &swapRouter{held: make(chan struct{})}
+	next.router, next.started, next.met, next.stop = router, live.started, live.met, live.stop
+	rs.startLoRA(next)
+	h, err := rs.handler(next)
+	if err != nil {
+		next.stopLoRA()
+		return err
+	}
+	compatible := sameEndpoints(live.spec.rule.Endpoints, next.spec.rule.Endpoints)
+	live.router.retire(router, compatible)
+	warm, err := live.svc.Handover(ctx)
+	if err != nil {
+		rs.log.Warn().Err(err).Str(logfield.Rule, key).Msg("replace: old service did not hand over cleanly; starting cold")
+		warm = nil
+	}
+	svc, err := rs.cfg.System.Start(next.spec.service, warm)
+	if err != nil {
+		// The new configuration passed validation, so this is a runtime
+		// fault; keep serving the old configuration, cold.
+		rs.log.Error().Err(err).Str(logfield.Rule, key).Msg("replace failed; restarting the previous configuration")
+		next.stopLoRA()
+		old, err2 := rs.cfg.System.Start(live.spec.service, nil)
+		if err2 != nil {
+			router.set(nil)
+			return errors.Join(err, err2)
+		}
+		router.set(old)
+		live.svc = old
+		live.router = router
+		if live.ln != nil {
+			if oh, herr := rs.handler(live); herr == nil {
+				live.ln.Swap(oh)
+			}
+		}
+		return err
+	}
+	router.set(svc)
+	live.stopLoRA()
+	next.svc = svc
+	next.ln, next.bindErr = live.ln, live.bindErr
+	rs.rules[key] = next
+	if next.ln != nil {
+		next.ln.Swap(h)
+	} else {
+		// Still unbound: the predecessor's retry loop ends (the rule map no
+		// longer holds it); retry with the new handler.
+		rs.listen(next, h)
+	}
+	rs.log.Info().Str(logfield.Rule, key).Bool("warm", warm != nil).Msg("rule replaced")
+	return nil
+}
+
+// sameEndpoints reports whether two endpoint lists are index-compatible
+// (same address and role at every index), so a decision made by one
+// service is valid for the other's handler.
+func sameEndpoints(a, b []rule.CompiledEndpoint) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Addr != b[i].Addr || a[i].Role() != b[i].Role() {
+			return false
+		}
+	}
+	return true
+}
+
+// remove stops rule key: the listener drains in-flight requests until ctx
+// ends (then cuts them), then the service stops. Removing an unknown key is
+// not an error.
+func (rs *ruleSet) remove(ctx context.Context, key string) error {
+	rs.mu.Lock()
+	live := rs.rules[key]
+	delete(rs.rules, key)
+	rs.mu.Unlock()
+	if live == nil {
+		return nil
+	}
+	return rs.stopRule(ctx, live)
+}
+
+func (rs *ruleSet) stopRule(ctx context.Context, live *liveRule) error {
+	close(live.stop)
+	live.stopLoRA()
+	var errs []error
+	if live.ln != nil {
+		if err := live.ln.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("drain: %w", err))
+		}
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), rs.cfg.ReplaceTimeout)
+	defer cancel()
+	if err := live.svc.Stop(stopCtx); err != nil {
+		errs = append(errs, err)
+	}
+	live.met.Unregister()
+	rs.log.Info().Str(logfield.Rule, live.key()).Msg("rule removed")
+	return errors.Join(errs...)
+}
+
+// close removes every rule (draining each until ctx ends) and refuses
+// later applies.
+func (rs *ruleSet) close(ctx context.Context) error {
+	rs.mu.Lock()
+	rs.closed = true
+	lives := make([]*liveRule, 0, len(rs.rules))
+	for k, l := range rs.rules {
+		lives = append(lives, l)
+		delete(rs.rules, k)
+	}
+	rs.mu.Unlock()
+	var wg sync.WaitGroup
+	errs := make([]error, len(lives))
+	for i, l := range lives {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = rs.stopRule(ctx, l) }()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// liveStatus is a running rule's live state.
+type liveStatus struct {
+	// Addr is the bound VIP:port ("" while unbound).
+	Addr string
+	// BindError is why the rule's address is not bound (nil when bound).
+	BindError error
+	// Service is the router's view; ServiceOK is false when it did not
+	// answer in time.
+	Service   actors.ServiceStatus
+	ServiceOK bool
+	// Requests are the data plane's counters.
+	Requests gateway.HandlerStats
+	// Started is when the rule first started.
+	Started time.Time
+}
+
+// status reports rule key's live state without blocking on the data path
+// (the router is asked with a short deadline).
+func (rs *ruleSet) status(key string) (liveStatus, bool) {
+	// The bind retry loop updates ln and bindErr under rs.mu: copy them
+	// under it, then ask the (immutable) service without holding it.
+	rs.mu.Lock()
+	live := rs.rules[key]
+	if live == nil {
+		rs.mu.Unlock()
+		return liveStatus{}, false
+	}
+	st := liveStatus{BindError: live.bindErr, Started: live.started}
+	ln, svc := live.ln, live.svc
+	rs.mu.Unlock()
+	if ln != nil {
+		if a := ln.Addr(); a != nil {
+			st.Addr = a.String()
+		}
+		st.Requests = ln.Handler().Stats()
+	}
+	st.Service, st.ServiceOK = svc.Status(250 * time.Millisecond)
+	return st, true
+}
+
+// service returns rule key's running service (for controller updates and
+// inventory views), or nil.
+func (rs *ruleSet) service(key string) *actors.Service {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if live := rs.rules[key]; live != nil {
+		return live.svc
+	}
+	return nil
+}

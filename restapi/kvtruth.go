@@ -1,0 +1,99 @@
+package restapi
+
+import (
+	"strconv"
+	"strings"
+)
+
+// The cache-truth extras of the status and inventory views: what the KV
+// feeds and mirrors of an endpoint did not apply (by reason), and how llb's
+// cached-token predictions for it compare with what its engine reports.
+
+// KVIgnored is one reason's tally of KV events or blocks an endpoint's feed
+// and mirror did not apply (every DP rank together).
+type KVIgnored struct {
+	// Reason is "medium", "group", "spec_kind", "block_size",
+	// "token_count", "extra_keys", "orphan_parent", "unknown_block",
+	// "invalid" or "unknown_tag" (docs/metrics.md,
+	// llb_kv_events_ignored_total).
+	Reason string `json:"reason"`
+	// Events and Blocks count what was not applied.
+	Events uint64 `json:"events"`
+	Blocks uint64 `json:"blocks"`
+	// Cause is the latest occurrence's cause, one sentence.
+	Cause string `json:"cause,omitempty"`
+}
+
+// KVPrediction is an endpoint's cache-truth record: llb's predicted cached
+// tokens against the engine's usage.prompt_tokens_details.cached_tokens.
+type KVPrediction struct {
+	// Match, Over and Under count the compared requests by outcome
+	// (within one block is a match).
+	Match uint64 `json:"match"`
+	Over  uint64 `json:"over"`
+	Under uint64 `json:"under"`
+	// Late counts the unders the mirror confirmed once the engine had
+	// answered: their KV events were still on the way when llb decided (a
+	// concurrent or just-placed request of the same prefix). Included in
+	// Under; they never count against the endpoint.
+	Late uint64 `json:"late,omitempty"`
+	// LastPredicted and LastActual are the latest comparison (absent
+	// before the first).
+	LastPredicted *uint32 `json:"lastPredicted,omitempty"`
+	LastActual    *uint32 `json:"lastActual,omitempty"`
+	// State is "ok" or "mismatch" (predictions keep disagreeing).
+	State string `json:"state"`
+	// Demoted is true while Tier 1.5 ignores the endpoint's overlap.
+	Demoted bool `json:"demoted,omitempty"`
+	// Cause ("hash_seed", "block_size", "extra_keys", "tokenizer",
+	// "stale_mirror", "mirror_behind", "unknown") and Detail say what the
+	// samples show and what to check, while State is "mismatch".
+	Cause  string `json:"cause,omitempty"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// Prediction states (KVPrediction.State).
+const (
+	PredictionOK       = "ok"
+	PredictionMismatch = "mismatch"
+)
+
+// FormatKVIgnored renders tallies compactly for a table cell:
+// "medium=32 unknown_block=4b" (events, or blocks with a "b" suffix when
+// only blocks were refused); "-" when empty.
+func FormatKVIgnored(vs []KVIgnored) string {
+	if len(vs) == 0 {
+		return "-"
+	}
+	var b strings.Builder
+	for i, v := range vs {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(v.Reason)
+		b.WriteByte('=')
+		if v.Events == 0 {
+			b.WriteString(strconv.FormatUint(v.Blocks, 10))
+			b.WriteByte('b')
+		} else {
+			b.WriteString(strconv.FormatUint(v.Events, 10))
+		}
+	}
+	return b.String()
+}
+
+// FormatKVPrediction renders a record compactly: "12/1/0" (match, over,
+// under), then "mismatch:hash_seed" and "demoted" when so; "-" for none.
+func FormatKVPrediction(p *KVPrediction) string {
+	if p == nil || p.Match+p.Over+p.Under == 0 && p.State != PredictionMismatch {
+		return "-"
+	}
+	s := strconv.FormatUint(p.Match, 10) + "/" + strconv.FormatUint(p.Over, 10) + "/" + strconv.FormatUint(p.Under, 10)
+	if p.State == PredictionMismatch {
+		s += " mismatch:" + p.Cause
+		if p.Demoted {
+			s += " demoted"
+		}
+	}
+	return s
+}

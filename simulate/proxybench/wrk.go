@@ -1,0 +1,254 @@
+package proxybench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// WrkRun is one wrk run's figures.
+type WrkRun struct {
+	ReqPerSec float64
+	// P50 and P99 are wrk's latency percentiles (--latency).
+	P50, P99 time.Duration
+	// Requests completed; Errors counts socket errors and non-2xx answers.
+	Requests, Errors int64
+	// CPU is the proxy's CPU time during the run (0 when not measured).
+	CPU time.Duration
+}
+
+// PathResult is one path's throughput result: the median of its rounds.
+type PathResult struct {
+	// Name is "direct", "haproxy", "llbd", "dataplane" or "llbd+log".
+	Name string
+	// Median of the rounds (each figure's own median).
+	ReqPerSec float64
+	P50, P99  time.Duration
+	// CPUPerReq is the proxy's CPU time per request (median; 0 direct).
+	CPUPerReq time.Duration
+	Errors    int64
+	Rounds    []WrkRun
+}
+
+// target is a path under test.
+type target struct {
+	name string
+	url  string
+	cpu  func() time.Duration // nil: not measured
+}
+
+func (e *env) targets() []target {
+	ts := []target{
+		{name: "direct", url: "http://" + e.a.nginx + "/v1/completions"},
+		{name: "haproxy", url: "http://" + e.a.haproxy + "/v1/completions", cpu: func() time.Duration { return pidCPU(e.haproxy) }},
+		{name: "llbd", url: "http://" + e.a.llbd + "/v1/completions", cpu: e.llbd.CPU},
+		{name: "dataplane", url: "http://" + e.a.dataPlane + "/v1/completions", cpu: selfCPU},
+	}
+	if e.llbdLog != nil {
+		ts = append(ts, target{name: "llbd+log", url: "http://" + e.a.llbdLog + "/v1/completions", cpu: e.llbdLog.CPU})
+	}
+	return ts
+}
+
+// throughput runs the interleaved wrk rounds.
+func (e *env) throughput(ctx context.Context) ([]PathResult, error) {
+	script := filepath.Join(e.dir, "post.lua")
+	lua := fmt.Sprintf("wrk.method = \"POST\"\nwrk.body = %q\nwrk.headers[\"Content-Type\"] = \"application/json\"\n", requestBody)
+	if err := os.WriteFile(script, []byte(lua), 0o644); err != nil {
+		return nil, err
+	}
+	ts := e.targets()
+	res := make([]PathResult, len(ts))
+	for i, t := range ts {
+		res[i].Name = t.name
+		e.cfg.progress("warming %s for %v", t.name, e.cfg.Warmup)
+		if _, err := e.wrk(ctx, script, t.url, e.cfg.Warmup); err != nil {
+			return nil, err
+		}
+	}
+	for r := range e.cfg.Rounds {
+		for i, t := range ts {
+			var before time.Duration
+			if t.cpu != nil {
+				before = t.cpu()
+			}
+			var prof chan error
+			if r == 0 && t.name == "llbd" && e.debug != "" {
+				prof = e.profile(ctx, e.cfg.Duration)
+			}
+			run, err := e.wrk(ctx, script, t.url, e.cfg.Duration)
+			if err != nil {
+				return nil, err
+			}
+			if t.cpu != nil {
+				run.CPU = t.cpu() - before
+			}
+			if prof != nil {
+				if err := <-prof; err != nil {
+					e.cfg.progress("profile: %v", err)
+				}
+			}
+			e.cfg.progress("round %d %-8s %8.0f req/s  p50 %-8v p99 %-8v errors %d", r+1, t.name, run.ReqPerSec, run.P50, run.P99, run.Errors)
+			res[i].Rounds = append(res[i].Rounds, run)
+		}
+	}
+	for i := range res {
+		res[i].summarize()
+	}
+	return res, nil
+}
+
+// summarize sets the medians from the rounds.
+func (p *PathResult) summarize() {
+	var rps []float64
+	var p50, p99, cpu []time.Duration
+	p.Errors = 0
+	for _, r := range p.Rounds {
+		rps = append(rps, r.ReqPerSec)
+		p50 = append(p50, r.P50)
+		p99 = append(p99, r.P99)
+		if r.CPU > 0 && r.Requests > 0 {
+			cpu = append(cpu, r.CPU/time.Duration(r.Requests))
+		}
+		p.Errors += r.Errors
+	}
+	p.ReqPerSec = median(rps)
+	p.P50, p.P99, p.CPUPerReq = median(p50), median(p99), median(cpu)
+}
+
+// profile fetches a CPU profile of llbd covering most of a run of d.
+func (e *env) profile(ctx context.Context, d time.Duration) chan error {
+	done := make(chan error, 1)
+	secs := max(int((d-time.Second)/time.Second), 1)
+	go func() {
+		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", e.debug, secs)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer resp.Body.Close()
+		if err := os.MkdirAll(e.cfg.ProfileDir, 0o755); err != nil {
+			done <- err
+			return
+		}
+		f, err := os.Create(filepath.Join(e.cfg.ProfileDir, "llbd.pprof"))
+		if err != nil {
+			done <- err
+			return
+		}
+		_, err = io.Copy(f, resp.Body)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		done <- err
+	}()
+	return done
+}
+
+// wrk runs wrk once and parses its report.
+func (e *env) wrk(ctx context.Context, script, url string, d time.Duration) (WrkRun, error) {
+	bin, err := lookTool("wrk")
+	if err != nil {
+		return WrkRun{}, err
+	}
+	secs := max(int(d/time.Second), 1)
+	cmd := exec.CommandContext(ctx, bin, "-t"+strconv.Itoa(e.cfg.Threads), "-c"+strconv.Itoa(e.cfg.Connections),
+		"-d"+strconv.Itoa(secs)+"s", "--latency", "-s", script, url)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return WrkRun{}, fmt.Errorf("wrk %s: %w: %w\n%s", url, ErrTool, err, out)
+	}
+	run, err := parseWrk(string(out))
+	if err != nil {
+		return WrkRun{}, fmt.Errorf("wrk %s: %w\n%s", url, err, out)
+	}
+	return run, nil
+}
+
+// parseWrk reads wrk's report: "Requests/sec:", the --latency
+// distribution, "N requests in", socket errors and non-2xx counts.
+func parseWrk(out string) (WrkRun, error) {
+	var r WrkRun
+	var haveRate, have50, have99 bool
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		switch {
+		case len(f) == 2 && f[0] == "Requests/sec:":
+			v, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
+				return r, fmt.Errorf("requests/sec %q: %w", f[1], ErrTool)
+			}
+			r.ReqPerSec, haveRate = v, true
+		case len(f) == 2 && (f[0] == "50%" || f[0] == "99%"):
+			d, err := parseWrkDuration(f[1])
+			if err != nil {
+				return r, err
+			}
+			if f[0] == "50%" {
+				r.P50, have50 = d, true
+			} else {
+				r.P99, have99 = d, true
+			}
+		case len(f) >= 3 && f[1] == "requests" && f[2] == "in":
+			r.Requests, _ = strconv.ParseInt(f[0], 10, 64)
+		case len(f) >= 2 && f[0] == "Socket" && f[1] == "errors:":
+			// Socket errors: connect 0, read 0, write 0, timeout 0
+			for i := 2; i+1 < len(f); i += 2 {
+				n, _ := strconv.ParseInt(strings.TrimSuffix(f[i+1], ","), 10, 64)
+				r.Errors += n
+			}
+		case len(f) == 5 && f[0] == "Non-2xx":
+			n, _ := strconv.ParseInt(f[4], 10, 64)
+			r.Errors += n
+		}
+	}
+	if !haveRate || !have50 || !have99 {
+		return r, fmt.Errorf("no Requests/sec or latency distribution in wrk's output: %w", ErrTool)
+	}
+	return r, nil
+}
+
+// parseWrkDuration reads wrk's durations: 113.00us, 1.31ms, 2.05s, 1.00m.
+func parseWrkDuration(s string) (time.Duration, error) {
+	units := []struct {
+		suffix string
+		unit   time.Duration
+	}{{"us", time.Microsecond}, {"ms", time.Millisecond}, {"m", time.Minute}, {"s", time.Second}}
+	for _, u := range units {
+		if v, ok := strings.CutSuffix(s, u.suffix); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				break
+			}
+			return time.Duration(math.Round(f * float64(u.unit))), nil
+		}
+	}
+	return 0, fmt.Errorf("wrk duration %q: %w", s, ErrTool)
+}
+
+// median returns the median (the mean of the middle two for even counts);
+// 0 for none.
+func median[T ~int64 | ~float64](v []T) T {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
+}
