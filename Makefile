@@ -150,15 +150,24 @@ client-test: build
 	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { echo "llb: client-test needs node and npm (Node 20 or newer)"; exit 1; }
 	cd clients/openai-node && npm ci --no-audit --no-fund && BIN="$(abspath $(BIN))" node run.mjs
 
-# cluster-test runs the long fault soaks of the cluster runtime (replica
-# soak_test.go with LLB_CLUSTER_LONG=1): three member processes and a
-# three-member etcd on loopback addresses; SIGKILL of an owner, SIGSTOP 6 s
-# and 12 s, etcd outages of 20 s and 45 s, kill -9 of one etcd member, a
-# restart on the same address. It prints the time until every identity is
-# answered again and the double activations. Short versions run in make test.
-CLUSTERFLAGS ?= -timeout 30m
+# cluster-test runs the long cluster soaks (LLB_CLUSTER_LONG=1), each
+# printing FIGURE lines (docs/scale-out.md quotes them):
+#   - the cluster runtime (replica): three member processes and a
+#     three-member etcd; SIGKILL of an owner, SIGSTOP 6 s and 12 s, etcd
+#     outages of 20 s and 45 s, kill -9 of one etcd member, a restart on the
+#     same address; time until every identity is answered again, double
+#     activations;
+#   - the daemon (cmd/llbd cluster_soak_test.go): three llbd replicas, a
+#     three-member etcd and eight simulated workers; multi-turn sessions
+#     round-robin over the replicas (cluster vs independent), a shared-prefix
+#     load at 70 % of one replica's saturation over three replicas (cluster
+#     and independent vs one), rules through etcd with the etcd leader and
+#     then every member killed, SIGKILL and SIGSTOP of a replica under load.
+# About 25 minutes on 2 cores. Short versions run in make test.
+CLUSTERFLAGS ?= -timeout 90m
 cluster-test: deps
 	LLB_CLUSTER_LONG=1 $(GO) test -count=1 -v -run '^TestSoak_' $(CLUSTERFLAGS) ./replica/
+	LLB_CLUSTER_LONG=1 $(GO) test -count=1 -v -run '^TestClusterSoak_' $(CLUSTERFLAGS) ./cmd/llbd/
 
 # proto regenerates the committed protobuf code (replica/replicapb) with
 # Debian's protobuf-compiler and protoc-gen-go v1.28.1, the generator whose

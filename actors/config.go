@@ -117,6 +117,13 @@ type ServiceConfig struct {
 	// RouteTimeout bounds a Route call outside parking; 0 means
 	// DefaultRouteTimeout.
 	RouteTimeout time.Duration
+	// Peers links the service to the same rule on the other replicas of a
+	// router that runs as several llbd processes (cluster mode; see
+	// peers.go). nil on a single node.
+	Peers Peers
+	// PeerInterval is how often the router publishes its load to its peers
+	// and re-reads theirs; 0 means DefaultPeerInterval.
+	PeerInterval time.Duration
 	// OnEndpointDown, when set, is called from the router actor each time
 	// an endpoint is excluded by a failing probe or an opening breaker (the
 	// gateway cancels legs still waiting for that endpoint's first byte).
@@ -151,6 +158,9 @@ func (c ServiceConfig) withDefaults() ServiceConfig {
 	}
 	if c.ScrapeInterval <= 0 {
 		c.ScrapeInterval = DefaultScrapeInterval
+	}
+	if c.PeerInterval <= 0 {
+		c.PeerInterval = DefaultPeerInterval
 	}
 	r := *c.Rule
 	p := &r.Probe

@@ -80,6 +80,14 @@ func (a *routerActor) Receive(ctx actor.Context) {
 	case sweepTick:
 		c.decayCtrl(now)
 		a.svc.metrics.trieNodes(c.lad.Trie())
+	case peerTick:
+		c.publishPeers()
+		c.refreshPeers()
+	case peersChanged:
+		a.svc.peersDirty.Store(false)
+		c.refreshPeers()
+	case peerLessons:
+		c.learnFromPeers(m.lessons)
 	case *actor.Started:
 		// A restarted router has a fresh core: children push their state.
 		if a.svc.routerRuns.Load() > 1 {
@@ -127,23 +135,60 @@ func (a *routerActor) score(ep int, id uint64, chain []uint64) {
 	a.ctx.Request(a.svc.inventories[ep], scoreReq{id: id, chain: chain})
 }
 
+// Sessions live in the local shard actors on a single node, and in the
+// cluster's session grains in cluster mode.
+
 func (a *routerActor) lookupSession(id uint64, key string) {
+	if p := a.svc.cfg.Peers; p != nil {
+		self, root := a.ctx.Self(), a.svc.root
+		p.LookupSession(key, time.Now().Add(a.svc.cfg.DecisionTimeout), func(l ladder.SessionLookup, err error) {
+			if err != nil {
+				l = ladder.SessionLookup{}
+			}
+			root.Send(self, sessionReply{id: id, lookup: l})
+		})
+		return
+	}
 	a.ctx.Request(a.svc.sessionPID(key), sessionLookup{id: id, key: key})
 }
 
 func (a *routerActor) pinSession(key string, pin ladder.Pin) {
+	if p := a.svc.cfg.Peers; p != nil {
+		p.PinSession(key, pin)
+		return
+	}
 	a.ctx.Send(a.svc.sessionPID(key), sessionPin{key: key, pin: pin})
 }
 
 func (a *routerActor) evictSession(key string) {
+	if p := a.svc.cfg.Peers; p != nil {
+		p.EvictSession(key)
+		return
+	}
 	a.ctx.Send(a.svc.sessionPID(key), sessionEvict{key: key})
 }
 
 func (a *routerActor) evictEndpointSessions(ep int) {
+	if p := a.svc.cfg.Peers; p != nil {
+		p.EvictEndpointSessions(ep)
+		return
+	}
 	for _, pid := range a.svc.shards {
 		a.ctx.Send(pid, sessionEvictEndpoint{ep: ep})
 	}
 }
+
+func (a *routerActor) publishPeers(inFlight uint64, eps []PeerEndpoint) {
+	a.svc.cfg.Peers.Publish(inFlight, eps)
+}
+
+func (a *routerActor) healthTransition(ep int, e PeerEndpoint) { a.svc.cfg.Peers.Transition(ep, e) }
+
+func (a *routerActor) peerLoad(load []uint32, excluded *ladder.EndpointSet) uint64 {
+	return a.svc.cfg.Peers.PeerLoad(load, excluded)
+}
+
+func (a *routerActor) teach(prompt []byte, ep int) { a.svc.cfg.Peers.Teach(prompt, ep) }
 
 func (a *routerActor) park(ep int, m *routeMsg) { a.ctx.Send(a.svc.endpoints[ep], parkMsg{req: m}) }
 

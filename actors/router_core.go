@@ -33,6 +33,14 @@ type routerPorts interface {
 	// deadline arms the fan-out deadline of decision id; the returned func
 	// disarms it.
 	deadline(id uint64, d time.Duration) (stop func() bool)
+
+	// Cluster mode only (see peers.go): publish own load and health, send
+	// an own health transition, read the peers' load, teach the peers'
+	// tries.
+	publishPeers(inFlight uint64, eps []PeerEndpoint)
+	healthTransition(ep int, e PeerEndpoint)
+	peerLoad(load []uint32, excluded *ladder.EndpointSet) uint64
+	teach(prompt []byte, ep int)
 	// truthChanged says endpoint ep's cache predictions turned wrong (or
 	// right again): the shell logs it once.
 	truthChanged(ep int, v ladder.TruthVerdict, demoted bool)
@@ -115,6 +123,9 @@ type routerCore struct {
 	checks   map[uint64]*truthCheck
 	checkSeq uint64
 
+	// peer is the peers' load and health (cluster mode; see peers.go).
+	peer peerState
+
 	stats coreStats
 }
 
@@ -149,6 +160,7 @@ func newRouterCore(cfg *ServiceConfig, lad *ladder.Router, ports routerPorts, m 
 		checks:   make(map[uint64]*truthCheck),
 	}
 	c.snap.Endpoints = c.views
+	c.peer.on = cfg.Peers != nil
 	for ep := range c.ctrl {
 		if cs := &c.ctrl[ep]; !cs.updated.IsZero() {
 			c.views[ep].Ctrl = cs.set.State
@@ -207,7 +219,7 @@ func (c *routerCore) passthrough(now time.Time, m *routeMsg) {
 		if c.unusable(i, m.rr.Avoid) || v.Draining || v.Ctrl == ladder.CtrlDraining {
 			continue
 		}
-		if best < 0 || v.ActiveConns < c.views[best].ActiveConns {
+		if best < 0 || v.ActiveConns+c.peer.load[i] < c.views[best].ActiveConns+c.peer.load[best] {
 			best = i
 		}
 	}
@@ -231,7 +243,7 @@ func (c *routerCore) passthrough(now time.Time, m *routeMsg) {
 // scoring it would be wasted work.
 func (c *routerCore) unusable(i int, avoid uint32) bool {
 	v := &c.views[i]
-	return v.Down || v.BreakerOpen || v.Ctrl == ladder.CtrlDisabled || avoid&(1<<uint(i)) != 0
+	return v.Down || v.BreakerOpen || v.Ctrl == ladder.CtrlDisabled || avoid&(1<<uint(i)) != 0 || c.peer.excl.Has(i)
 }
 
 func (c *routerCore) scoreReply(now time.Time, r scoreReply) {
@@ -305,11 +317,12 @@ func (c *routerCore) finalize(now time.Time, p *pending) {
 	c.act(now, m, d)
 }
 
-// decide runs fn with the request's overlaps, its avoid set and the
-// half-open trial exclusions folded into the views, and restores them.
+// decide runs fn with the request's overlaps, its avoid set, the half-open
+// trial exclusions and, in cluster mode, the peers' load and exclusions
+// folded into the views, and restores them.
 func (c *routerCore) decide(now time.Time, m *routeMsg, fn func(*ladder.Request) (ladder.Decision, error)) ladder.Decision {
-	var wasDown uint32
-	touched := m.rr.Avoid
+	var wasDown uint64
+	touched := uint64(m.rr.Avoid) | uint64(c.peer.excl)
 	for i := range c.views {
 		c.views[i].Overlap, c.views[i].OverlapOffloaded = 0, 0
 		if m.scored.Has(i) {
@@ -327,8 +340,18 @@ func (c *routerCore) decide(now time.Time, m *routeMsg, fn func(*ladder.Request)
 			c.views[i].Down = true
 		}
 	}
-	c.snap.TotalInflight = uint64(len(c.tickets) + len(c.parked))
+	c.snap.TotalInflight = uint64(len(c.tickets)+len(c.parked)) + c.peer.total
+	if c.peer.on {
+		for i := range c.views {
+			c.views[i].ActiveConns += c.peer.load[i]
+		}
+	}
 	d, err := fn(&m.rr.Req)
+	if c.peer.on {
+		for i := range c.views {
+			c.views[i].ActiveConns -= c.peer.load[i]
+		}
+	}
 	for i := range c.views {
 		if touched&(1<<uint(i)) != 0 {
 			c.views[i].Down = wasDown&(1<<uint(i)) != 0
@@ -385,8 +408,10 @@ func (c *routerCore) admit(now time.Time, m *routeMsg, d ladder.Decision) {
 	}
 	tk.pred = c.predict(m, d.Prefill)
 	c.tickets[m.id] = tk
-	// Tier 1 learns what llb routed (the trie copies what it keeps).
+	// Tier 1 learns what llb routed (the trie copies what it keeps), and
+	// so do the peers' tries.
 	c.lad.Learn(m.rr.Req.Prompt, d.Prefill)
+	c.teach(m.rr.Req.Prompt, d.Prefill)
 	var parked time.Duration
 	if !m.parkedAt.IsZero() {
 		parked = now.Sub(m.parkedAt)
@@ -565,6 +590,7 @@ func (c *routerCore) probe(s probeState) {
 		return
 	}
 	v.Down = down
+	c.healthChanged(s.ep)
 	if down {
 		c.ports.endpointLost(s.ep)
 		c.ports.evictEndpointSessions(s.ep)
@@ -580,6 +606,12 @@ func (c *routerCore) probe(s probeState) {
 func (c *routerCore) breakerState(s breakerState) {
 	v := &c.views[s.ep]
 	c.trial[s.ep] = 0
+	before := c.ownEndpoint(s.ep).Breaker
+	defer func() {
+		if c.ownEndpoint(s.ep).Breaker != before {
+			c.healthChanged(s.ep)
+		}
+	}()
 	switch s.state {
 	case BreakerOpen:
 		if !v.BreakerOpen {

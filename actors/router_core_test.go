@@ -24,7 +24,16 @@ type recorder struct {
 	lost     []int
 	feed     []string // breaker feed, "ep/class"
 	armed    map[uint64]bool
-	truth    []string // "ep:distrusted/cause demoted"
+
+	// Cluster mode: what the core published and taught, and the peers'
+	// load it reads.
+	published   []string // "inFlight:[ep inflight...]"
+	transitions []string // "ep:breaker/down"
+	taught      []string // "ep:prompt"
+	peerLoads   []uint32
+	peerExcl    ladder.EndpointSet
+	peerTotal   uint64
+	truth       []string // "ep:distrusted/cause demoted"
 }
 
 func newRecorder() *recorder { return &recorder{armed: map[uint64]bool{}} }
@@ -55,6 +64,25 @@ func (r *recorder) breaker(ep int, c outcomeClass) {
 func (r *recorder) deadline(id uint64, _ time.Duration) func() bool {
 	r.armed[id] = true
 	return func() bool { delete(r.armed, id); return true }
+}
+
+func (r *recorder) publishPeers(inFlight uint64, eps []PeerEndpoint) {
+	loads := make([]uint32, len(eps))
+	for i, e := range eps {
+		loads[i] = e.InFlight
+	}
+	r.published = append(r.published, fmt.Sprintf("%d:%v", inFlight, loads))
+}
+func (r *recorder) healthTransition(ep int, e PeerEndpoint) {
+	r.transitions = append(r.transitions, fmt.Sprintf("%d:%s/%t", ep, e.Breaker, e.Down))
+}
+func (r *recorder) peerLoad(load []uint32, excluded *ladder.EndpointSet) uint64 {
+	copy(load, r.peerLoads)
+	*excluded = r.peerExcl
+	return r.peerTotal
+}
+func (r *recorder) teach(prompt []byte, ep int) {
+	r.taught = append(r.taught, fmt.Sprintf("%d:%s", ep, prompt))
 }
 
 func (r *recorder) truthChanged(ep int, v ladder.TruthVerdict, demoted bool) {

@@ -93,6 +93,8 @@ type Service struct {
 	feedMarks [][]feedMark
 
 	gen atomic.Uint64
+	// peersDirty coalesces PeersChanged notifications (cluster mode).
+	peersDirty atomic.Bool
 	// routerRuns counts router actor incarnations: every one after the
 	// first is a restart, which resyncs the children.
 	routerRuns atomic.Uint64
@@ -195,12 +197,21 @@ func (s *System) Start(cfg ServiceConfig, warm *Warm) (*Service, error) {
 	return svc, nil
 }
 
-// housekeeping sends the periodic sweep ticks (session TTL, gauges).
+// housekeeping sends the periodic sweep ticks (session TTL, gauges) and,
+// in cluster mode, the peer ticks (publish own load, re-read the peers').
 func (svc *Service) housekeeping() {
+	var peerC <-chan time.Time
+	if svc.cfg.Peers != nil {
+		t := time.NewTicker(svc.cfg.PeerInterval)
+		defer t.Stop()
+		peerC = t.C
+	}
 	for {
 		select {
 		case <-svc.done:
 			return
+		case <-peerC:
+			svc.root.Send(svc.router, peerTick{})
 		case <-svc.sweep.C:
 			for _, p := range svc.shards {
 				svc.root.Send(p, sweepTick{})

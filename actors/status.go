@@ -30,6 +30,12 @@ type EndpointStatus struct {
 	// Controller is the external controller's instruction and its
 	// staleness (zero Updated: no controller has spoken).
 	Controller CtrlStatus
+	// PeerInFlight is the other replicas' in-flight count on the endpoint
+	// as last published (cluster mode; 0 on a single node).
+	PeerInFlight uint32
+	// PeerExcluded is true while another replica excludes the endpoint
+	// (its breaker open or half-open, or its probe down there).
+	PeerExcluded bool
 	// Prediction is the endpoint's cache-truth record (zero when its KV
 	// events are not mirrored).
 	Prediction PredictionStatus
@@ -37,7 +43,7 @@ type EndpointStatus struct {
 
 // Available reports whether the endpoint can take new work.
 func (e EndpointStatus) Available() bool {
-	return e.Up && e.Breaker != BreakerOpen && e.Ctrl != ladder.CtrlDisabled
+	return e.Up && e.Breaker != BreakerOpen && e.Ctrl != ladder.CtrlDisabled && !e.PeerExcluded
 }
 
 // ServiceStatus is a point-in-time view of a service.
@@ -87,6 +93,7 @@ func (c *routerCore) status() ServiceStatus {
 			ActiveConns: v.ActiveConns - uint32(min(c.reserved[i], v.ActiveConns)), Parked: v.Parked,
 			Queued: v.QueuedRequests, KVCapacityBlocks: v.KVCapacityBlocks, InventoryBlocks: v.InventoryBlocks,
 			Controller: ctrl[i], Prediction: c.predictionStatus(i),
+			PeerInFlight: c.peer.load[i], PeerExcluded: c.peer.excl.Has(i),
 		}
 	}
 	if t := c.lad.Trie(); t != nil {

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/llbproject/llb/gateway"
 	"github.com/llbproject/llb/internal/logfield"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/replica"
 	"github.com/llbproject/llb/restapi"
 	"github.com/llbproject/llb/rule"
 )
@@ -26,11 +28,21 @@ type DataPlane struct {
 	sys      *actors.System
 	log      zerolog.Logger
 	defaults ruleDefaults
+	// dataBind, when valid, replaces every rule's externalIP as the
+	// listener's address (--data-bind).
+	dataBind netip.Addr
+	// member is the cluster membership (nil on a single node).
+	member *replica.Member
 
 	mu sync.Mutex
 	// unserved holds rules the data plane keeps but cannot serve (an L4
 	// mode), with the reason.
 	unserved map[rule.RuleKey]string
+	// served holds the keys of the rules handed to the gateway runtime.
+	served map[string]struct{}
+	// tables names each rule's session table in the cluster (its owners
+	// are prefetched while the rule runs).
+	tables map[string]string
 }
 
 // ruleDefaults are the daemon-wide values a rule inherits.
@@ -59,6 +71,16 @@ type Config struct {
 	AccessLog bool
 	// HideBackendAddrs keeps endpoint addresses out of client answers.
 	HideBackendAddrs bool
+	// DataBind, when valid, is the address every rule's listener binds
+	// instead of the rule's externalIP (--data-bind): replicas behind one
+	// VIP on different hosts, or several replicas on one machine. The rule
+	// keeps its externalIP as its identity.
+	DataBind netip.Addr
+	// Cluster, when set, makes this data plane one replica of a router
+	// that runs as several llbd processes: it starts the cluster member and
+	// links every service to its peers (sessions, load, health, Tier-1).
+	// nil: a single node; nothing of the cluster starts.
+	Cluster *replica.Config
 	// Feeds starts KV-event subscriptions; nil means ZMQ (tests pass
 	// their own).
 	Feeds actors.FeedStarter
@@ -73,13 +95,25 @@ func New(cfg Config) (*DataPlane, error) {
 		sys.Shutdown()
 		return nil, err
 	}
-	return &DataPlane{
+	d := &DataPlane{
 		rt:       rt,
 		sys:      sys,
 		log:      cfg.Log.With().Str(logfield.Component, "lifecycle").Logger(),
 		defaults: ruleDefaults{Env: cfg.Env, Rule: cfg.Defaults},
+		dataBind: cfg.DataBind,
 		unserved: make(map[rule.RuleKey]string),
-	}, nil
+		served:   make(map[string]struct{}),
+		tables:   make(map[string]string),
+	}
+	if cfg.Cluster != nil {
+		if err := d.startMember(*cfg.Cluster); err != nil {
+			_ = rt.close(context.Background())
+			sys.Shutdown()
+			return nil, err
+		}
+		d.clusterMetrics(cfg.Metrics)
+	}
+	return d, nil
 }
 
 // Close drains and stops every rule (until ctx ends), then the actor
@@ -87,6 +121,9 @@ func New(cfg Config) (*DataPlane, error) {
 func (d *DataPlane) Close(ctx context.Context) {
 	if err := d.rt.close(ctx); err != nil {
 		d.log.Warn().Err(err).Msg("data plane stopped with errors")
+	}
+	if d.member != nil {
+		d.member.Stop()
 	}
 	d.sys.Shutdown()
 }
@@ -105,15 +142,33 @@ func (d *DataPlane) Apply(ctx context.Context, r rule.Rule) error {
 		d.mu.Lock()
 		d.unserved[r.Key] = err.Error()
 		d.mu.Unlock()
-		return d.rt.remove(ctx, r.Key.String())
+		return d.remove(ctx, r.Key.String())
 	}
 	if err != nil {
 		return err
 	}
 	d.mu.Lock()
 	delete(d.unserved, r.Key)
+	d.served[c.Key] = struct{}{}
 	d.mu.Unlock()
-	return d.rt.apply(ctx, runSpec{rule: c, service: actors.ServiceConfig{Rule: c, Env: d.defaults.Env}})
+	rc := c
+	if d.dataBind.IsValid() {
+		bound := *c
+		bound.VIP = d.dataBind
+		rc = &bound
+	}
+	sc := actors.ServiceConfig{Rule: rc, Env: d.defaults.Env}
+	if d.member != nil {
+		port := newClusterPort(d.member, rc)
+		sc.Peers = port
+		d.mu.Lock()
+		if old, ok := d.tables[c.Key]; ok && old != port.spec.Service {
+			d.member.Sessions.Forget(old)
+		}
+		d.tables[c.Key] = port.spec.Service
+		d.mu.Unlock()
+	}
+	return d.rt.apply(ctx, runSpec{rule: rc, service: sc})
 }
 
 // Remove implements restapi.Runtime.
@@ -121,7 +176,26 @@ func (d *DataPlane) Remove(ctx context.Context, k rule.RuleKey) error {
 	d.mu.Lock()
 	delete(d.unserved, k)
 	d.mu.Unlock()
-	return d.rt.remove(ctx, k.String())
+	return d.remove(ctx, k.String())
+}
+
+// remove stops the rule's service and listener and withdraws its load
+// from the peers' view.
+func (d *DataPlane) remove(ctx context.Context, key string) error {
+	d.mu.Lock()
+	delete(d.served, key)
+	d.mu.Unlock()
+	err := d.rt.remove(ctx, key)
+	if d.member != nil {
+		d.member.Load.Remove(key)
+		d.mu.Lock()
+		if t, ok := d.tables[key]; ok {
+			d.member.Sessions.Forget(t)
+			delete(d.tables, key)
+		}
+		d.mu.Unlock()
+	}
+	return err
 }
 
 // Status implements restapi.Runtime.
@@ -219,6 +293,8 @@ func endpointStatus(cfg actors.ServiceConfig, i int, e actors.EndpointStatus) re
 		es.Detail = "disabled by controller"
 	case e.Ctrl == ladder.CtrlDraining:
 		es.Detail = "draining"
+	case e.PeerExcluded:
+		es.Detail = "excluded by another replica (breaker open or probe down there)"
 	}
 	return es
 }

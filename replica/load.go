@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -42,9 +43,12 @@ type EndpointLoad struct {
 	HealthChanged time.Time
 }
 
-// Excluded reports whether this replica's view excludes the endpoint
-// (breaker open or probe down).
-func (e EndpointLoad) Excluded() bool { return e.Breaker == BreakerOpen || e.Probe == ProbeDown }
+// Excluded reports whether this replica's view excludes the endpoint for
+// every replica: its breaker is open or half-open (the half-open trial is
+// the publisher's alone), or its probe is down.
+func (e EndpointLoad) Excluded() bool {
+	return e.Breaker == BreakerOpen || e.Breaker == BreakerHalfOpen || e.Probe == ProbeDown
+}
 
 // HealthTransition is one breaker or probe transition of an endpoint.
 type HealthTransition struct {
@@ -67,6 +71,9 @@ type PeerLoad struct {
 	Received  time.Time
 	// Services are the peer's services by rule key.
 	Services map[string][]EndpointLoad
+	// InFlight is, by rule key, the requests the peer has admitted or
+	// parked (what the global valve counts).
+	InFlight map[string]int64
 }
 
 // Age is how long ago this replica received the values.
@@ -85,6 +92,7 @@ type Load struct {
 	// Guarded by mu: own services, the publication counter, and whether
 	// own values changed since the last publication.
 	own     map[string][]EndpointLoad
+	ownIn   map[string]int64
 	seq     uint64
 	dirty   bool
 	lastPub time.Time
@@ -98,16 +106,18 @@ type Load struct {
 }
 
 func newLoad(m *Member) *Load {
-	l := &Load{m: m, own: map[string][]EndpointLoad{}}
+	l := &Load{m: m, own: map[string][]EndpointLoad{}, ownIn: map[string]int64{}}
 	empty := map[string]*PeerLoad{}
 	l.peers.Store(&empty)
 	return l
 }
 
-// Update replaces this replica's view of service's endpoints.
-func (l *Load) Update(service string, eps []EndpointLoad) {
+// Update replaces this replica's view of service: its requests admitted
+// or parked (inFlight) and its endpoints.
+func (l *Load) Update(service string, inFlight int64, eps []EndpointLoad) {
 	l.mu.Lock()
 	l.own[service] = slices.Clone(eps)
+	l.ownIn[service] = inFlight
 	l.dirty = true
 	l.mu.Unlock()
 }
@@ -116,6 +126,7 @@ func (l *Load) Update(service string, eps []EndpointLoad) {
 func (l *Load) Remove(service string) {
 	l.mu.Lock()
 	delete(l.own, service)
+	delete(l.ownIn, service)
 	l.dirty = true
 	l.mu.Unlock()
 }
@@ -191,14 +202,21 @@ func (l *Load) Own() map[string][]EndpointLoad {
 // len(addrs)), and sets excluded[i] when any such peer has the endpoint's
 // breaker open or probe down. It returns the oldest age used.
 func (l *Load) PeerInFlight(service string, addrs []string, maxAge time.Duration, out []int64, excluded []bool) time.Duration {
+	_, oldest := l.PeerService(service, addrs, maxAge, out, excluded)
+	return oldest
+}
+
+// PeerService is PeerInFlight that also returns the sum of the peers'
+// service-wide in-flight counts (Update's inFlight).
+func (l *Load) PeerService(service string, addrs []string, maxAge time.Duration, out []int64, excluded []bool) (total int64, oldest time.Duration) {
 	now := time.Now()
-	var oldest time.Duration
 	for _, p := range l.Peers() {
 		age := p.Age(now)
 		if age > maxAge {
 			continue
 		}
 		oldest = max(oldest, age)
+		total += p.InFlight[service]
 		for _, e := range p.Services[service] {
 			i := slices.Index(addrs, e.Addr)
 			if i < 0 {
@@ -210,7 +228,7 @@ func (l *Load) PeerInFlight(service string, addrs []string, maxAge time.Duration
 			}
 		}
 	}
-	return oldest
+	return total, oldest
 }
 
 // Subscribe registers f to run after peers' values change (from a protoactor
@@ -240,8 +258,9 @@ func (l *Load) received(member string, st *replicapb.LoadState) {
 		return
 	}
 	p := &PeerLoad{Member: member, Seq: st.Seq, Published: time.UnixMilli(st.PublishedUnixMs), Received: time.Now(),
-		Services: make(map[string][]EndpointLoad, len(st.Services))}
+		Services: make(map[string][]EndpointLoad, len(st.Services)), InFlight: make(map[string]int64, len(st.Services))}
 	for _, s := range st.Services {
+		p.InFlight[s.Service] = s.InFlight
 		eps := make([]EndpointLoad, len(s.Endpoints))
 		for i, e := range s.Endpoints {
 			eps[i] = EndpointLoad{Index: int(e.Index), Addr: e.Addr, InFlight: e.InFlight, Breaker: e.Breaker, Probe: e.Probe,
@@ -257,10 +276,11 @@ func (l *Load) received(member string, st *replicapb.LoadState) {
 // receivedHealth applies a peer's direct transitions to its last values.
 func (l *Load) receivedHealth(member string, b *replicapb.HealthBatch) {
 	old := *l.peers.Load()
-	p := &PeerLoad{Member: member, Received: time.Now(), Services: map[string][]EndpointLoad{}}
+	p := &PeerLoad{Member: member, Received: time.Now(), Services: map[string][]EndpointLoad{}, InFlight: map[string]int64{}}
 	if prev, ok := old[member]; ok {
 		*p = *prev
 		p.Services = make(map[string][]EndpointLoad, len(prev.Services))
+		p.InFlight = maps.Clone(prev.InFlight)
 		for k, v := range prev.Services {
 			p.Services[k] = slices.Clone(v)
 		}
@@ -332,7 +352,7 @@ func (l *Load) publish(now time.Time) {
 	l.seq++
 	st := &replicapb.LoadState{Member: inc.id, Seq: l.seq, PublishedUnixMs: now.UnixMilli()}
 	for svc, eps := range l.own {
-		sl := &replicapb.ServiceLoad{Service: svc, Endpoints: make([]*replicapb.EndpointLoad, len(eps))}
+		sl := &replicapb.ServiceLoad{Service: svc, InFlight: l.ownIn[svc], Endpoints: make([]*replicapb.EndpointLoad, len(eps))}
 		for i, e := range eps {
 			sl.Endpoints[i] = &replicapb.EndpointLoad{Index: int32(e.Index), Addr: e.Addr, InFlight: e.InFlight,
 				Breaker: e.Breaker, Probe: e.Probe, HealthChangedUnixMs: unixMs(e.HealthChanged)}

@@ -187,6 +187,7 @@ func (m *Member) run() {
 		backoff = m.cfg.RejoinBackoff
 		m.inc.Store(inc)
 		m.setState(StateMember, "")
+		m.Sessions.prefetchAll()
 		m.log.Info().Str(logfield.Member, inc.id).Int64(logfield.Incarnation, n).Dur(logfield.Duration, time.Since(start)).
 			Int(logfield.Members, len(inc.memberList())).Msg("joined the cluster")
 		var reason string

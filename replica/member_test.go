@@ -133,7 +133,7 @@ func TestMembers_LoadHealthAndTrieReachPeers(t *testing.T) {
 	})
 	svc := "10.0.0.1:2020/tcp"
 	addrs := []string{"10.0.1.1:8000", "10.0.1.2:8000"}
-	a.Load.Update(svc, []EndpointLoad{{Index: 0, Addr: addrs[0], InFlight: 3}, {Index: 1, Addr: addrs[1], InFlight: 5}})
+	a.Load.Update(svc, 8, []EndpointLoad{{Index: 0, Addr: addrs[0], InFlight: 3}, {Index: 1, Addr: addrs[1], InFlight: 5}})
 	start := time.Now()
 	waitUntil(t, "a's load at b", 3*time.Second, func() bool {
 		out := make([]int64, 2)

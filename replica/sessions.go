@@ -71,6 +71,8 @@ type Sessions struct {
 	// and topology generation; in-flight resolutions.
 	pids      map[string]pidEntry
 	resolving map[string]chan struct{}
+	// prefetch are the tables whose owners are kept resolved, by service.
+	prefetch map[string]SessionSpec
 
 	// Counters (read by Stats).
 	lookups, hits, misses, timeouts, remote, local, resolves, dropped atomic.Int64
@@ -84,17 +86,88 @@ type pidEntry struct {
 }
 
 func newSessions(m *Member) *Sessions {
-	return &Sessions{m: m, pids: map[string]pidEntry{}, resolving: map[string]chan struct{}{}}
+	return &Sessions{m: m, pids: map[string]pidEntry{}, resolving: map[string]chan struct{}{}, prefetch: map[string]SessionSpec{}}
 }
 
 // topologyChanged drops every cached PID (owners may have moved) and
 // forgets resolutions in flight: one that asks a dead owner waits out
-// protoactor's fixed 5 s, and callers must not queue behind it.
+// protoactor's fixed 5 s, and callers must not queue behind it. The shards
+// of the prefetched tables are resolved again in the background.
 func (s *Sessions) topologyChanged() {
 	s.mu.Lock()
 	clear(s.pids)
 	clear(s.resolving)
 	s.mu.Unlock()
+	s.prefetchAll()
+}
+
+// prefetchAll resolves the shards of every prefetched table (after a join
+// and after every topology change).
+func (s *Sessions) prefetchAll() {
+	s.mu.Lock()
+	specs := make([]SessionSpec, 0, len(s.prefetch))
+	for _, sp := range s.prefetch {
+		specs = append(specs, sp)
+	}
+	s.mu.Unlock()
+	for _, sp := range specs {
+		s.resolveAll(sp)
+	}
+}
+
+// Prefetch resolves (and so activates) every shard owner of spec's table
+// in the background, now and after every topology change, so that lookups
+// find the owner's PID cached instead of missing their deadline while it
+// is resolved. Forget ends it.
+func (s *Sessions) Prefetch(spec SessionSpec) {
+	s.mu.Lock()
+	s.prefetch[spec.Service] = spec
+	s.mu.Unlock()
+	s.resolveAll(spec)
+}
+
+// Forget stops prefetching spec's table (its rule is gone).
+func (s *Sessions) Forget(service string) {
+	s.mu.Lock()
+	delete(s.prefetch, service)
+	s.mu.Unlock()
+}
+
+// knownShards is active plus every shard identity of the prefetched
+// tables, without duplicates.
+func (s *Sessions) knownShards(active []string) []string {
+	seen := make(map[string]bool, len(active))
+	out := make([]string, 0, len(active))
+	add := func(id string) {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	for _, id := range active {
+		add(id)
+	}
+	s.mu.Lock()
+	for _, sp := range s.prefetch {
+		for i := 0; i < sp.shards(); i++ {
+			add(sp.Service + "/" + strconv.Itoa(i))
+		}
+	}
+	s.mu.Unlock()
+	return out
+}
+
+// resolveAll resolves every shard of spec in the background.
+func (s *Sessions) resolveAll(spec SessionSpec) {
+	inc := s.m.current()
+	if inc == nil {
+		return
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; i < spec.shards(); i++ {
+		identity := spec.Service + "/" + strconv.Itoa(i)
+		go func() { _, _ = s.resolve(inc, identity, deadline) }()
+	}
 }
 
 // cached returns a valid cached PID for identity.
@@ -164,8 +237,29 @@ func (s *Sessions) resolveNow(inc *incarnation, identity string, done chan struc
 // deadline, or LookupTimeout when ctx has none, whichever is first; any
 // error means a session miss (the answer is then the zero SessionAnswer).
 func (s *Sessions) Lookup(ctx context.Context, spec SessionSpec, key string) (SessionAnswer, error) {
+	return s.count(s.lookup(ctx, spec, key))
+}
+
+// LookupAsync is Lookup for a caller that must not block (an actor): it
+// returns at once and calls done exactly once, from another goroutine,
+// when the owner answered or at deadline (a miss) at the latest.
+func (s *Sessions) LookupAsync(spec SessionSpec, key string, deadline time.Time, done func(SessionAnswer, error)) {
+	go func() {
+		limit := time.Until(deadline)
+		if limit <= 0 {
+			s.lookups.Add(1)
+			s.misses.Add(1)
+			s.timeouts.Add(1)
+			done(SessionAnswer{}, ErrLookupTimeout)
+			return
+		}
+		done(s.count(s.lookupWithin(context.Background(), spec, key, limit)))
+	}()
+}
+
+// count records one lookup's outcome in the counters.
+func (s *Sessions) count(ans SessionAnswer, err error) (SessionAnswer, error) {
 	s.lookups.Add(1)
-	ans, err := s.lookup(ctx, spec, key)
 	switch {
 	case err != nil:
 		s.misses.Add(1)

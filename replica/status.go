@@ -52,9 +52,9 @@ type MemberStatus struct {
 	GossipAge time.Duration `json:"gossipAgeNs"`
 	// LoadAge is the age of the member's last load values (-1: none).
 	LoadAge time.Duration `json:"loadAgeNs"`
-	// OwnedShards counts the session shards the member owns among those
-	// active here or known to the caller (rendezvous over the current
-	// members; see Member.Owner).
+	// OwnedShards counts the session shards the member owns among the
+	// shards of the tables in use here and those active here (rendezvous
+	// over the current members; see Member.Owner).
 	OwnedShards int `json:"ownedShards"`
 }
 
@@ -101,8 +101,10 @@ func (m *Member) Status() Status {
 	if t != nil {
 		st.TopologyAge = now.Sub(t.at)
 	}
+	// Shards by owner: those active here and every shard of the tables in
+	// use (prefetched), placed by rendezvous over the current members.
 	owned := map[string]int{}
-	for _, id := range st.OwnedShards {
+	for _, id := range m.Sessions.knownShards(st.OwnedShards) {
 		owned[t.ownerAddress(id)]++
 	}
 	for _, mb := range inc.memberList() {

@@ -149,7 +149,12 @@ func (s *Server) postController(c echo.Context) error {
 	if err != nil {
 		return fmt.Errorf("rule %s endpoint %d: %w", r.Key, req.ep, err)
 	}
-	if err = ctl.SetController(r.Key, req.ep, u); err != nil {
+	if s.shared != nil && s.shared.cfg.Controller != nil {
+		err = s.setControllerShared(c.Request().Context(), r, req.ep, u)
+	} else {
+		err = ctl.SetController(r.Key, req.ep, u)
+	}
+	if err != nil {
 		return fmt.Errorf("rule %s endpoint %d: %w", r.Key, req.ep, err)
 	}
 	s.log.Info().Str(logfield.Rule, r.Key.String()).Int(logfield.EndpointIndex, req.ep).Str(logfield.State, u.State).

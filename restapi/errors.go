@@ -107,6 +107,8 @@ func errorResponse(err error) (int, ErrorBody) {
 		return http.StatusUnauthorized, ErrorBody{Code: http.StatusUnauthorized, Message: msgUnauthorized, Result: err.Error()}
 	case errors.Is(err, ErrBodyTooLarge):
 		return http.StatusRequestEntityTooLarge, ErrorBody{Code: http.StatusRequestEntityTooLarge, Message: msgTooLarge, Result: err.Error()}
+	case errors.Is(err, ErrStoreUnavailable):
+		return http.StatusServiceUnavailable, ErrorBody{Code: http.StatusServiceUnavailable, Message: msgUnavailable, Result: err.Error()}
 	case errors.Is(err, ErrDataPlaneBusy):
 		return http.StatusServiceUnavailable, ErrorBody{Code: http.StatusServiceUnavailable, Message: msgUnavailable, Result: err.Error()}
 	case errors.Is(err, ErrMaintenance):

@@ -20,7 +20,7 @@ type VersionView struct {
 }
 
 func (s *Server) getVersion(c echo.Context) error {
-	v := VersionView{Version: s.cfg.Version, DataPlane: "unnamed", WritesAccepted: s.ready.Load(), State: s.report.Load()}
+	v := VersionView{Version: s.cfg.Version, DataPlane: "unnamed", WritesAccepted: s.WritesAccepted(), State: s.report.Load()}
 	if n, ok := s.cfg.Runtime.(DataPlaneNamer); ok {
 		v.DataPlane = n.DataPlaneName()
 	}

@@ -56,6 +56,30 @@ func newServerMetrics(set *metrics.Set, rules func() int) (*serverMetrics, error
 	}, nil
 }
 
+// Cluster-mode metric names.
+const (
+	metricStoreRevision = "llb_rulestore_revision"
+	metricStoreSynced   = "llb_rulestore_synced"
+	metricStoreUp       = "llb_rulestore_up"
+	metricStoreEvents   = "llb_rulestore_watch_events_total"
+	metricStoreRejected = "llb_rulestore_rejected_total"
+)
+
+// shared registers the shared store's series.
+func (m *serverMetrics) shared(set *metrics.Set, sh *sharedState) {
+	b := func(v bool) float64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	set.NewGauge(metricStoreRevision, func() float64 { return float64(sh.view().Revision) })
+	set.NewGauge(metricStoreSynced, func() float64 { return b(sh.view().Synced) })
+	set.NewGauge(metricStoreUp, func() float64 { return b(sh.view().OK) })
+	set.NewGauge(metricStoreEvents, func() float64 { return float64(sh.view().Events) })
+	set.NewGauge(metricStoreRejected, func() float64 { return float64(sh.view().Rejected) })
+}
+
 // request records one answered request.
 func (m *serverMetrics) request(method, route string, status int, d time.Duration) {
 	m.set.GetOrCreateCounter(metricRequests + `{method="` + method + `",route="` + route + `",code="` + strconv.Itoa(status) + `"}`).Inc()

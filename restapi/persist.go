@@ -42,25 +42,35 @@ type storedRule struct {
 // the directory is fsynced. A crash at any point leaves rules.json holding
 // either the previous or the new content, never a mix or nothing.
 type Store struct {
-	fs  FS
-	dir string
-	now func() time.Time
+	fs   FS
+	dir  string
+	name string
+	now  func() time.Time
 }
 
-// NewStore returns a store for dir on fsys; now stamps saves and names
-// moved-aside files.
+// NewStore returns a store for <dir>/rules.json on fsys; now stamps saves
+// and names moved-aside files.
 func NewStore(fsys FS, dir string, now func() time.Time) *Store {
-	return &Store{fs: fsys, dir: dir, now: now}
+	return NewStoreFile(fsys, dir, StateFileName, now)
+}
+
+// NewStoreFile is NewStore for another file name in dir (a cluster
+// replica's cache of the shared rules).
+func NewStoreFile(fsys FS, dir, name string, now func() time.Time) *Store {
+	return &Store{fs: fsys, dir: dir, name: name, now: now}
 }
 
 // Path is the rules file's path.
-func (s *Store) Path() string { return filepath.Join(s.dir, StateFileName) }
+func (s *Store) Path() string { return filepath.Join(s.dir, s.name) }
+
+// tempPrefix names the temporary files of a save.
+func (s *Store) tempPrefix() string { return s.name + ".tmp-" }
 
 // save writes recs durably; see Store.
 func (s *Store) save(recs []*record) (err error) {
 	data := encodeState(s.now(), recs)
 
-	f, err := s.fs.CreateTemp(s.dir, tempPrefix+"*")
+	f, err := s.fs.CreateTemp(s.dir, s.tempPrefix()+"*")
 	if err != nil {
 		return fmt.Errorf("restapi: create temp state file in %s: %w", s.dir, err)
 	}
@@ -141,7 +151,7 @@ func (s *Store) load() (loaded, error) {
 		return res, fmt.Errorf("restapi: list state dir %s: %w", s.dir, err)
 	}
 	for _, n := range names {
-		if strings.HasPrefix(n, tempPrefix) {
+		if strings.HasPrefix(n, s.tempPrefix()) {
 			if err := s.fs.Remove(filepath.Join(s.dir, n)); err == nil {
 				res.staleTemps++
 			}
@@ -203,7 +213,7 @@ func (s *Store) saveRejected(rules []storedRule) (string, error) {
 		return "", fmt.Errorf("restapi: encode rejected rules: %w", err)
 	}
 	dst := s.asideName("rejected")
-	f, err := s.fs.CreateTemp(s.dir, tempPrefix+"*")
+	f, err := s.fs.CreateTemp(s.dir, s.tempPrefix()+"*")
 	if err != nil {
 		return "", fmt.Errorf("restapi: create %s: %w", dst, err)
 	}

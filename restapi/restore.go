@@ -111,6 +111,15 @@ func (s *Server) Restore(ctx context.Context) (RestoreReport, error) {
 	s.metrics.restored.Set(uint64(rep.RestoredRules))
 	s.report.Store(&rep)
 	s.ready.Store(true)
+	if s.shared != nil {
+		// Cluster mode: what was just applied is the local cache; the
+		// shared store's content replaces it (diffed) as soon as it is
+		// read, and every later change arrives by the watch.
+		go s.runShared(ctx)
+		s.log.Info().Int(logfield.Count, rep.RestoredRules).Str(logfield.File, rep.File).Str("store", s.shared.cfg.Where).
+			Msg("cached rules restored; reading the shared rule store")
+		return rep, nil
+	}
 	s.log.Info().Int(logfield.Count, rep.RestoredRules).Str(logfield.File, rep.File).Msg("state restored; configuration writes accepted")
 	return rep, nil
 }

@@ -54,6 +54,7 @@ func (s *Server) routeTable() []route {
 		{http.MethodGet, basePath + "/version", s.getVersion},
 		{http.MethodGet, basePath + "/metrics", s.getMetrics},
 		{http.MethodGet, "/metrics", s.getMetrics},
+		{http.MethodGet, clusterPath, s.getCluster},
 	}
 	if _, ok := s.cfg.Runtime.(InventoryViewer); ok {
 		rs = append(rs, route{http.MethodGet, kvInventoryPath, s.getInventory})

@@ -49,6 +49,13 @@ type Config struct {
 	Runtime Runtime
 	// StateDir holds rules.json. Required; created (0700) if missing.
 	StateDir string
+	// StateFile is the rules file's name in StateDir ("" → rules.json). In
+	// cluster mode it is the local cache of the shared rules.
+	StateFile string
+	// Shared, when set, keeps the configuration in a store the replicas of
+	// a cluster share (etcd) instead of the rules file, which then only
+	// caches it (see shared.go). nil: a single node.
+	Shared *SharedConfig
 	// FS is the file system of StateDir; nil means OSFS.
 	FS FS
 	// Token, when non-empty, is the bearer token every request must carry.
@@ -95,6 +102,9 @@ func (c *Config) validate() error {
 	if c.BodyLimit < 0 {
 		errs = append(errs, fmt.Errorf("BodyLimit %d is negative", c.BodyLimit))
 	}
+	if c.Shared != nil && c.Shared.Rules == nil {
+		errs = append(errs, errors.New("Shared needs a Rules store"))
+	}
 	if c.MaxRules < 0 || c.MaxRuleBytes < 0 {
 		errs = append(errs, fmt.Errorf("MaxRules %d and MaxRuleBytes %d must not be negative", c.MaxRules, c.MaxRuleBytes))
 	}
@@ -110,6 +120,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.BodyLimit == 0 {
 		c.BodyLimit = DefaultBodyLimit
+	}
+	if c.StateFile == "" {
+		c.StateFile = StateFileName
 	}
 	if c.LocalAddr == nil {
 		c.LocalAddr = HostAddrs()
@@ -166,6 +179,9 @@ type Server struct {
 	// from the endpoint's current instruction and applying it is atomic
 	// against other updates.
 	ctrlMu sync.Mutex
+
+	// shared is the cluster-mode state (nil on a single node).
+	shared *sharedState
 }
 
 // New builds a Server from cfg.
@@ -177,7 +193,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:       cfg,
 		log:       cfg.Logger.With().Str(logfield.Component, "restapi").Logger(),
-		store:     NewStore(cfg.FS, cfg.StateDir, cfg.Now),
+		store:     NewStoreFile(cfg.FS, cfg.StateDir, cfg.StateFile, cfg.Now),
 		applyErrs: make(map[rule.RuleKey]string),
 	}
 	if cfg.Token != "" {
@@ -189,6 +205,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	if cfg.Shared != nil {
+		s.shared = newSharedState(*cfg.Shared)
+		s.metrics.shared(cfg.Metrics, s.shared)
+	}
 	s.echo = s.buildEcho()
 	return s, nil
 }
@@ -221,8 +241,11 @@ func (w debugWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// WritesAccepted reports whether Restore has finished and writes are open.
-func (s *Server) WritesAccepted() bool { return s.ready.Load() }
+// WritesAccepted reports whether Restore has finished and writes are open
+// (in cluster mode: and the rules were read from the shared store).
+func (s *Server) WritesAccepted() bool {
+	return s.ready.Load() && (s.shared == nil || s.shared.writable() == nil)
+}
 
 // newUUID mints a random (version 4) UUID.
 func newUUID() string {
@@ -240,6 +263,9 @@ func newUUID() string {
 func (s *Server) write(ctx context.Context, decide func(*table) (*table, []Change, error)) ([]Change, error) {
 	if !s.ready.Load() {
 		return nil, ErrMaintenance
+	}
+	if s.shared != nil {
+		return s.writeShared(ctx, decide)
 	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()

@@ -17,6 +17,10 @@ type record struct {
 	updated time.Time
 	// encoded is rule.Entry as compact JSON, computed once for every save.
 	encoded json.RawMessage
+	// rev and created are the shared store's ModRevision and
+	// CreateRevision of the rule (cluster mode; 0 otherwise, and for rules
+	// read from the local cache before the first sync).
+	rev, created int64
 }
 
 func newRecord(r rule.Rule, updated time.Time) (*record, error) {

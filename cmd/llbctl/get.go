@@ -20,11 +20,11 @@ import (
 func (a *app) getCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "get",
-		Short: "Show rules, endpoints, KV inventories and controller state",
-		Args:  usageArgs(cobra.NoArgs, "llbctl get lb|endpoints|kv|controller ..."),
+		Short: "Show rules, endpoints, KV inventories, controller state and the cluster",
+		Args:  usageArgs(cobra.NoArgs, "llbctl get lb|endpoints|kv|controller|cluster ..."),
 		RunE:  func(cmd *cobra.Command, _ []string) error { return needSubcommand(cmd) },
 	}
-	c.AddCommand(a.getLBCmd(), a.getEndpointsCmd(), a.getKVCmd(), a.getControllerCmd())
+	c.AddCommand(a.getLBCmd(), a.getEndpointsCmd(), a.getKVCmd(), a.getControllerCmd(), a.getClusterCmd())
 	return c
 }
 

@@ -6,15 +6,20 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/llbproject/llb/internal/etcdconn"
+	"github.com/llbproject/llb/replica"
 	"github.com/llbproject/llb/restapi"
+	"github.com/llbproject/llb/rulestore"
 )
 
 // config is llbd's configuration: flags, each with an LLB_* environment
@@ -67,6 +72,27 @@ type config struct {
 	// directory, or a root of directories named by served model name. ""
 	// (the default) keeps the engines' /tokenize.
 	TokenizerDir string
+	// Cluster is cluster mode (docs/scale-out.md): empty Name is a single
+	// node.
+	Cluster clusterConfig
+	// DataBind, when valid, is the address every rule's listener binds
+	// instead of the rule's externalIP (--data-bind).
+	DataBind netip.Addr
+}
+
+// clusterConfig is the cluster-mode part of config.
+type clusterConfig struct {
+	// Name turns cluster mode on: replicas with the same name and etcd act
+	// as one router (--cluster-name).
+	Name string
+	// Advertise is this replica's cluster address HOST:PORT
+	// (--cluster-advertise); required with Name.
+	Advertise string
+	// Etcd is how to reach etcd (--etcd-endpoints and the --etcd-* TLS and
+	// credential flags); required with Name.
+	Etcd etcdconn.Config
+	// passwordFile is --etcd-password-file, read into Etcd.Password.
+	passwordFile string
 }
 
 // flagSpec ties a flag to its environment variable.
@@ -121,6 +147,16 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		{"hide-backend-addrs", "LLB_HIDE_BACKEND_ADDRS", "keep endpoint addresses out of X-Llb-Route and error bodies sent to clients"},
 		{"access-log", "LLB_ACCESS_LOG", "log every data-plane request at info (off: only with --log-level debug)"},
 		{"debug-listen", "LLB_DEBUG_LISTEN", "loopback host:port of the debug listener (POST /debug/chaos/crash makes an actor panic; empty: off)"},
+		{"cluster-name", "LLB_CLUSTER_NAME", "cluster mode: replicas with this name and the same etcd act as one router (empty: a single node)"},
+		{"cluster-advertise", "LLB_CLUSTER_ADVERTISE", "this replica's cluster address HOST:PORT, which peers dial (cluster mode)"},
+		{"etcd-endpoints", "LLB_ETCD_ENDPOINTS", "etcd client URLs, comma-separated: http://host:2379,... (cluster mode)"},
+		{"etcd-cacert", "LLB_ETCD_CACERT", "PEM CA that verifies etcd's server certificates (https endpoints)"},
+		{"etcd-cert", "LLB_ETCD_CERT", "PEM client certificate for etcd (needs --etcd-key)"},
+		{"etcd-key", "LLB_ETCD_KEY", "PEM private key for --etcd-cert"},
+		{"etcd-server-name", "LLB_ETCD_SERVER_NAME", "name to check in etcd's server certificates instead of the endpoint's host"},
+		{"etcd-username", "LLB_ETCD_USERNAME", "etcd user (etcd auth; needs --etcd-password-file)"},
+		{"etcd-password-file", "LLB_ETCD_PASSWORD_FILE", "file holding the etcd user's password"},
+		{"data-bind", "LLB_DATA_BIND", "bind every rule's listener on this IP address instead of the rule's externalIP (replicas behind one VIP)"},
 		{"tokenizer-dir", "LLB_TOKENIZER_DIR", "Hugging Face tokenizer directory (or a root of them named by served model) for Tier 1.5 to tokenize in process; empty: the engines' /tokenize"},
 	}
 	usage := func(name string) string {
@@ -147,6 +183,17 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&cfg.DebugListen, "debug-listen", "", usage("debug-listen"))
 	fs.BoolVar(&cfg.AccessLog, "access-log", false, usage("access-log"))
 	fs.BoolVar(&cfg.HideBackendAddrs, "hide-backend-addrs", false, usage("hide-backend-addrs"))
+	var etcdEndpoints, dataBind string
+	fs.StringVar(&cfg.Cluster.Name, "cluster-name", "", usage("cluster-name"))
+	fs.StringVar(&cfg.Cluster.Advertise, "cluster-advertise", "", usage("cluster-advertise"))
+	fs.StringVar(&etcdEndpoints, "etcd-endpoints", "", usage("etcd-endpoints"))
+	fs.StringVar(&cfg.Cluster.Etcd.CAFile, "etcd-cacert", "", usage("etcd-cacert"))
+	fs.StringVar(&cfg.Cluster.Etcd.CertFile, "etcd-cert", "", usage("etcd-cert"))
+	fs.StringVar(&cfg.Cluster.Etcd.KeyFile, "etcd-key", "", usage("etcd-key"))
+	fs.StringVar(&cfg.Cluster.Etcd.ServerName, "etcd-server-name", "", usage("etcd-server-name"))
+	fs.StringVar(&cfg.Cluster.Etcd.Username, "etcd-username", "", usage("etcd-username"))
+	fs.StringVar(&cfg.Cluster.passwordFile, "etcd-password-file", "", usage("etcd-password-file"))
+	fs.StringVar(&dataBind, "data-bind", "", usage("data-bind"))
 	fs.StringVar(&cfg.TokenizerDir, "tokenizer-dir", "", usage("tokenizer-dir"))
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -182,6 +229,14 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		problems = append(problems, fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel))
 	}
 	cfg.LogLevel = lvl
+	cfg.Cluster.Etcd.Endpoints = etcdconn.ParseEndpoints(etcdEndpoints)
+	if dataBind != "" {
+		a, err := netip.ParseAddr(dataBind)
+		if err != nil {
+			problems = append(problems, fmt.Errorf("--data-bind %q: want an IP address (0.0.0.0 or :: binds every address)", dataBind))
+		}
+		cfg.DataBind = a.Unmap()
+	}
 	problems = append(problems, cfg.validate()...)
 	if err := errors.Join(problems...); err != nil {
 		return cfg, usageError{err}
@@ -227,7 +282,14 @@ func (c *config) validate() []error {
 			errs = append(errs, fmt.Errorf("--tokenizer-dir %q: not a directory", c.TokenizerDir))
 		}
 	}
-	for flagName, path := range map[string]string{"--token-file": c.TokenFile, "--tls-cert": c.TLSCert, "--tls-key": c.TLSKey} {
+	errs = append(errs, c.validateCluster()...)
+	return append(errs, unreadable(map[string]string{"--token-file": c.TokenFile, "--tls-cert": c.TLSCert, "--tls-key": c.TLSKey})...)
+}
+
+// unreadable reports, by flag, the files given that cannot be opened.
+func unreadable(files map[string]string) []error {
+	var errs []error
+	for flagName, path := range files {
 		if path == "" {
 			continue
 		}
@@ -237,6 +299,7 @@ func (c *config) validate() []error {
 			f.Close()
 		}
 	}
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
 	return errs
 }
 
@@ -288,4 +351,69 @@ func ensureWritable(dir string) error {
 	name := f.Name()
 	f.Close()
 	return os.Remove(name)
+}
+
+// validateCluster checks the cluster flags: all of them need
+// --cluster-name, which needs an advertise address and etcd; the TLS and
+// password files must be readable. The password is read here.
+func (c *config) validateCluster() []error {
+	cl := &c.Cluster
+	if cl.Name == "" {
+		var stray []string
+		for name, v := range map[string]bool{
+			"--cluster-advertise": cl.Advertise != "", "--etcd-endpoints": len(cl.Etcd.Endpoints) > 0,
+			"--etcd-cacert": cl.Etcd.CAFile != "", "--etcd-cert": cl.Etcd.CertFile != "", "--etcd-key": cl.Etcd.KeyFile != "",
+			"--etcd-server-name": cl.Etcd.ServerName != "", "--etcd-username": cl.Etcd.Username != "",
+			"--etcd-password-file": cl.passwordFile != "",
+		} {
+			if v {
+				stray = append(stray, name)
+			}
+		}
+		if len(stray) == 0 {
+			return nil
+		}
+		slices.Sort(stray)
+		return []error{fmt.Errorf("%s: cluster settings without --cluster-name (LLB_CLUSTER_NAME), which turns cluster mode on", strings.Join(stray, ", "))}
+	}
+	var errs []error
+	if c.NoDataPlane {
+		errs = append(errs, errors.New("--cluster-name needs the data plane (a replica routes): drop --no-data-plane"))
+	}
+	if cl.Advertise == "" {
+		errs = append(errs, errors.New("--cluster-name needs --cluster-advertise HOST:PORT (LLB_CLUSTER_ADVERTISE), the address peers reach this replica on"))
+	}
+	if len(cl.Etcd.Endpoints) == 0 {
+		errs = append(errs, errors.New("--cluster-name needs --etcd-endpoints URL,URL (LLB_ETCD_ENDPOINTS)"))
+	}
+	if cl.passwordFile != "" {
+		b, err := os.ReadFile(cl.passwordFile)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--etcd-password-file: %v", err))
+		}
+		cl.Etcd.Password = strings.TrimRight(string(b), "\r\n")
+	}
+	if (cl.Etcd.Username == "") != (cl.passwordFile == "") {
+		errs = append(errs, errors.New("--etcd-username and --etcd-password-file go together"))
+	}
+	errs = append(errs, unreadable(map[string]string{"--etcd-cacert": cl.Etcd.CAFile, "--etcd-cert": cl.Etcd.CertFile, "--etcd-key": cl.Etcd.KeyFile})...)
+	if cl.Advertise != "" && len(cl.Etcd.Endpoints) > 0 {
+		rc := replica.Config{ClusterName: cl.Name, Advertise: cl.Advertise, Etcd: cl.Etcd}
+		if err := rc.Validate(); err != nil {
+			for _, e := range unjoin(err) {
+				errs = append(errs, e)
+			}
+		}
+	} else if err := rulestore.ValidClusterName(cl.Name); err != nil {
+		errs = append(errs, fmt.Errorf("--cluster-name: %v", err))
+	}
+	return errs
+}
+
+// unjoin splits an errors.Join into its parts.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }

@@ -38,6 +38,13 @@ func TestParseConfig_FlagsWinOverEnvWhichWinsOverDefaults(t *testing.T) {
 		{"flag wins", []string{"--listen", "127.0.0.1:8", "--log-format", "json"}, []string{"LLB_LISTEN", "127.0.0.1:9", "LLB_LOG_FORMAT", "console"},
 			func(c config) bool { return c.Listen == "127.0.0.1:8" && c.LogFormat == "json" }},
 		{"level is case-insensitive", []string{"--log-level", "WARN"}, nil, func(c config) bool { return c.LogLevel == zerolog.WarnLevel }},
+		{"single node by default", nil, nil, func(c config) bool { return c.Cluster.Name == "" && !c.DataBind.IsValid() }},
+		{"cluster from the environment", []string{"--data-bind", "127.0.0.5"},
+			[]string{"LLB_CLUSTER_NAME", "prod", "LLB_CLUSTER_ADVERTISE", "127.0.0.5:7946", "LLB_ETCD_ENDPOINTS", "http://127.0.0.9:2379, http://127.0.0.10:2379", "LLB_DATA_BIND", "127.0.0.6"},
+			func(c config) bool {
+				return c.Cluster.Name == "prod" && c.Cluster.Advertise == "127.0.0.5:7946" &&
+					strings.Join(c.Cluster.Etcd.Endpoints, " ") == "http://127.0.0.9:2379 http://127.0.0.10:2379" && c.DataBind.String() == "127.0.0.5"
+			}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -78,6 +85,16 @@ func TestRun_BadConfigurationExits2NamingEveryProblem(t *testing.T) {
 		{"empty token file", []string{"--token-file", empty, "--state-dir", dir}, nil, []string{"--token-file: restapi: token file " + empty + " is empty"}},
 		{"garbage tls pair", []string{"--tls-cert", notDir, "--tls-key", notDir, "--state-dir", dir}, nil, []string{"--tls-cert/--tls-key"}},
 		{"unwritable state dir", []string{"--state-dir", filepath.Join(notDir, "sub")}, nil, []string{"--state-dir " + filepath.Join(notDir, "sub")}},
+		{"cluster settings without a cluster", []string{"--etcd-endpoints", "http://127.0.0.1:2379"}, []string{"LLB_CLUSTER_ADVERTISE", "127.0.0.1:7946"},
+			[]string{"--cluster-advertise, --etcd-endpoints: cluster settings without --cluster-name (LLB_CLUSTER_NAME)"}},
+		{"a cluster without its addresses", []string{"--cluster-name", "prod"}, nil,
+			[]string{"--cluster-name needs --cluster-advertise HOST:PORT", "--cluster-name needs --etcd-endpoints URL,URL"}},
+		{"bad cluster values", []string{"--cluster-name", "no spaces", "--cluster-advertise", "0.0.0.0:7946", "--etcd-endpoints", "127.0.0.1:2379", "--data-bind", "host.example"}, nil,
+			[]string{"cluster name \"no spaces\"", "want an address peers can reach", `endpoint "127.0.0.1:2379" is not an http:// or https:// URL`, `--data-bind "host.example": want an IP address`}},
+		{"a cluster without a data plane", []string{"--cluster-name", "prod", "--cluster-advertise", "127.0.0.1:7946", "--etcd-endpoints", "http://127.0.0.1:2379", "--no-data-plane"}, nil,
+			[]string{"--cluster-name needs the data plane"}},
+		{"etcd credentials in halves", []string{"--cluster-name", "prod", "--cluster-advertise", "127.0.0.1:7946", "--etcd-endpoints", "http://127.0.0.1:2379", "--etcd-username", "llb", "--etcd-cacert", filepath.Join(dir, "nope")}, nil,
+			[]string{"--etcd-username and --etcd-password-file go together", "--etcd-cacert: open"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

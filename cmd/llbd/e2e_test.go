@@ -98,6 +98,8 @@ func startDaemonEnv(t *testing.T, bin string, env []string, args ...string) *dae
 	d := &daemon{t: t, log: newLogWatch(), done: make(chan error, 1)}
 	d.cmd = exec.Command(bin, args...)
 	d.cmd.Env = append(os.Environ(), env...)
+	// llbd never outlives the test binary, even when the test dies.
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := d.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -21,8 +21,10 @@ import (
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/lifecycle"
+	"github.com/llbproject/llb/replica"
 	"github.com/llbproject/llb/restapi"
 	"github.com/llbproject/llb/rule"
+	"github.com/llbproject/llb/rulestore"
 )
 
 // exitCode maps run's error to the process exit status, printing it.
@@ -82,6 +84,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	set := metrics.NewSet()
+	shared, stateFile, closeStore, err := openSharedStore(cfg, base)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
 	rt, closeRuntime, err := newRuntime(base, set, getenv, cfg)
 	if err != nil {
 		return err
@@ -115,6 +122,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		ProcessMetrics: true,
 		Runtime:        rt,
 		StateDir:       stateDir,
+		StateFile:      stateFile,
+		Shared:         shared,
 		Token:          token,
 		BodyLimit:      cfg.BodyLimit,
 		SelfAddrs:      selfAddrs,
@@ -194,12 +203,23 @@ func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) strin
 		return nil, nil, usagef("%v", err)
 	}
 	defaults.TokenizerDir = cfg.TokenizerDir
-	dp, err := lifecycle.New(lifecycle.Config{Log: base, Metrics: set, Env: env, Defaults: defaults, KVMaxMsgSize: maxMsg,
-		AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs})
+	lc := lifecycle.Config{Log: base, Metrics: set, Env: env, Defaults: defaults, KVMaxMsgSize: maxMsg,
+		AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs, DataBind: cfg.DataBind}
+	if cl := cfg.Cluster; cl.Name != "" {
+		lc.Cluster = &replica.Config{ClusterName: cl.Name, Advertise: cl.Advertise, Etcd: cl.Etcd, Log: base}
+	}
+	dp, err := lifecycle.New(lc)
 	if err != nil {
 		return nil, nil, err
 	}
-	log.Info().Str("kv_lb_mode", env.LBMode.String()).Msg("data plane ready")
+	ev := log.Info().Str("kv_lb_mode", env.LBMode.String())
+	if cfg.DataBind.IsValid() {
+		ev = ev.Str("data_bind", cfg.DataBind.String())
+	}
+	if cfg.Cluster.Name != "" {
+		ev = ev.Str(logfield.Cluster, cfg.Cluster.Name).Str("advertise", cfg.Cluster.Advertise).Strs("etcd", cfg.Cluster.Etcd.Endpoints)
+	}
+	ev.Msg("data plane ready")
 	return dp, dp.Close, nil
 }
 
@@ -241,4 +261,34 @@ func buildVersion() string {
 		}
 	}
 	return v
+}
+
+// openSharedStore opens the rule and controller stores of cluster mode in
+// etcd; on a single node it returns nothing (rules.json in the state dir).
+// stateFile is the local cache's name in cluster mode.
+func openSharedStore(cfg config, base zerolog.Logger) (shared *restapi.SharedConfig, stateFile string, closeFn func(), err error) {
+	cl := cfg.Cluster
+	if cl.Name == "" {
+		return nil, "", func() {}, nil
+	}
+	cli, err := cl.Etcd.New()
+	if err != nil {
+		return nil, "", nil, usagef("%v", err)
+	}
+	where := "etcd at " + strings.Join(cl.Etcd.Endpoints, ",")
+	opt := rulestore.EtcdOptions{Cluster: cl.Name, Endpoints: cl.Etcd.Endpoints, Log: base}
+	opt.Namespace = rulestore.NamespaceRules
+	rules, err := rulestore.NewEtcd(cli, opt)
+	if err != nil {
+		_ = cli.Close()
+		return nil, "", nil, err
+	}
+	opt.Namespace = rulestore.NamespaceController
+	ctrl, err := rulestore.NewEtcd(cli, opt)
+	if err != nil {
+		_ = cli.Close()
+		return nil, "", nil, err
+	}
+	return &restapi.SharedConfig{Rules: rules, Controller: ctrl, Where: where},
+		"cluster-" + cl.Name + ".rules.json", func() { _ = cli.Close() }, nil
 }

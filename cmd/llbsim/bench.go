@@ -69,16 +69,18 @@ type benchFlags struct {
 	strategies  []string
 
 	// daemon and output
-	llbd     string
-	attach   string
-	logLevel string
-	workDir  string
-	out      string
-	appendTo bool
-	records  string
-	progress string
-	commit   string
-	pooled   bool
+	llbd        string
+	attach      string
+	replicas    int
+	clusterEtcd []string
+	logLevel    string
+	workDir     string
+	out         string
+	appendTo    bool
+	records     string
+	progress    string
+	commit      string
+	pooled      bool
 }
 
 func newBenchCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -177,6 +179,8 @@ Results are JSON lines in the report schema of "llbsim report" (source
 	fl.StringVar(&f.llbd, "llbd", "", "llbd binary (default: go build ./cmd/llbd into the work dir)")
 	fl.StringVar(&f.attach, "attach", "", "REST address of a running llbd to use instead (its environment is its own: only strategies it was started for are meaningful)")
 	fl.StringVar(&f.logLevel, "llbd-log-level", "warn", "llbd --log-level (info logs every request, which costs CPU)")
+	fl.IntVar(&f.replicas, "replicas", 1, "llbd processes per run, the requests spread round-robin over them (each on its own 127.0.77.x address with --data-bind)")
+	fl.StringSliceVar(&f.clusterEtcd, "cluster-etcd", nil, "with --replicas > 1: etcd client URLs; the replicas then run as one router (cluster mode), else independently")
 	fl.StringVar(&f.workDir, "work-dir", "", "directory for llbd state dirs and logs (default a temp dir, removed unless a run fails)")
 	fl.StringVarP(&f.out, "out", "o", "bench/results.jsonl", "results file (JSON lines, report schema)")
 	fl.BoolVar(&f.appendTo, "append", false, "add this scenario to --out (replacing its earlier runs) instead of overwriting it")
@@ -403,6 +407,13 @@ func (f *benchFlags) bench(fs *pflag.FlagSet) (*harness.Bench, error) {
 	}
 	if f.llbd != "" && f.attach != "" {
 		return nil, &usageError{errors.New("--llbd and --attach exclude each other")}
+	}
+	if f.replicas < 1 || (f.replicas > 1 && f.attach != "") || (len(f.clusterEtcd) > 0 && f.replicas < 2) {
+		return nil, &usageError{errors.New("--replicas: at least 1; more than 1 needs llbd started by llbsim (no --attach); --cluster-etcd needs --replicas 2 or more")}
+	}
+	b.Replicas.N = f.replicas
+	if len(f.clusterEtcd) > 0 {
+		b.Replicas.Cluster = &harness.ClusterConfig{Etcd: f.clusterEtcd}
 	}
 	b.WorkDir, b.Daemon.Bin = "validate", "validate" // filled in by runBench
 	if err := b.Validate(); err != nil {

@@ -67,8 +67,12 @@ func (p *benchProgress) events() harness.Events {
 				p.bar = nil
 			}
 			p.mu.Unlock()
-			p.line(fmt.Sprintf("  %s: ttft p90 %.3fs, hit %.3f (oracle %.3f), %d/%d completed, dispatch lag p99 %.1fms, overhead %.1fms, cpu harness %.0fs llbd %.0fs over %.0fs wall",
-				label, r.TTFT.P90, r.HitRate, r.OracleHitRate, r.Completed, r.Requests,
+			sessions := ""
+			if r.Sessions > 0 {
+				sessions = fmt.Sprintf(", sessions on one prefill %d/%d", r.SessionsKept, r.Sessions)
+			}
+			p.line(fmt.Sprintf("  %s: ttft p90 %.3fs, hit %.3f (oracle %.3f), %d/%d completed%s, dispatch lag p99 %.1fms, overhead %.1fms, cpu harness %.0fs llbd %.0fs over %.0fs wall",
+				label, r.TTFT.P90, r.HitRate, r.OracleHitRate, r.Completed, r.Requests, sessions,
 				r.Health.DispatchLagP99, r.Health.Overhead, r.Health.HarnessCPU, r.Health.DaemonCPU, r.Health.Wall))
 		},
 	}

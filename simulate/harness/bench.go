@@ -99,6 +99,8 @@ type Bench struct {
 	Saturation SaturationConfig
 	// Daemon is where llbd comes from.
 	Daemon DaemonSource
+	// Replicas runs every run on several llbd processes (see Replicas).
+	Replicas Replicas
 	// WorkDir receives llbd state dirs and logs.
 	WorkDir string
 	// TTFTSLO is the goodput objective (default 2s model time).
@@ -282,7 +284,7 @@ func (b *Bench) Execute(ctx context.Context) (*Outcome, error) {
 		b.Scenario.Name, len(tr.Requests), info.Warmup, info.DistinctBlocks, info.Pressure,
 		info.Scenario.Fleet.Workers, info.Scenario.Fleet.Engine.NumBlocks, info.OracleHitRate)
 	base := RunConfig{
-		Trace: tr, Warmup: info.Warmup, Fleet: info.Scenario.Fleet, Daemon: b.Daemon, WorkDir: b.WorkDir,
+		Trace: tr, Warmup: info.Warmup, Fleet: info.Scenario.Fleet, Daemon: b.Daemon, Replicas: b.Replicas, WorkDir: b.WorkDir,
 		TTFTSLO: b.TTFTSLO, KeepRecords: b.KeepRecords,
 	}
 	if slices.ContainsFunc(b.Strategies, func(s strategy.Strategy) bool { return s.IsPeer() }) {

@@ -8,6 +8,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/llbproject/llb/simulate/strategy"
+	"github.com/llbproject/llb/simulate/workload"
 )
 
 // Latency summarises a latency sample in model seconds: the exact mean and
@@ -144,6 +145,12 @@ type Result struct {
 	// TTFT p90 (model seconds).
 	Hottest        int
 	HottestTTFTP90 float64
+	// Sessions counts the run's multi-turn conversations with at least two
+	// completed turns (warm-up included: a conversation spans it);
+	// SessionsKept those whose completed turns all went to one prefill
+	// endpoint (Tier 0's promise; with replicas, whichever replica each
+	// turn reached).
+	Sessions, SessionsKept int
 	// Workers are the serving workers' own results, by endpoint index.
 	Workers []WorkerResult
 	// Health is the harness's own health.
@@ -181,6 +188,7 @@ func measure(c *RunConfig, r *raw) *Result {
 	first, last := r.records[c.Warmup].Arrival, time.Duration(0)
 	activeArea := make([]time.Duration, n)
 	var runEnd time.Duration
+	res.Sessions, res.SessionsKept = sessionAffinity(tr.Requests, r.records)
 	for i := range r.records {
 		rec := &r.records[i]
 		if rec.Sent > 0 {
@@ -377,4 +385,34 @@ func countIf(n *int, b bool) {
 func nearestRank(sorted []float64, q float64) float64 {
 	i := int(q*float64(len(sorted))+0.999999999) - 1
 	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// sessionAffinity counts the multi-turn conversations with two or more
+// completed turns, and those whose completed turns share one prefill.
+func sessionAffinity(reqs []workload.TraceRequest, recs []Record) (sessions, kept int) {
+	first := map[int]int{}
+	turns := map[int]int{}
+	split := map[int]bool{}
+	for i := range recs {
+		if i >= len(reqs) || reqs[i].Workload != "multi_turn" || !recs[i].OK() || recs[i].Route.Prefill < 0 {
+			continue
+		}
+		g, p := reqs[i].Group, recs[i].Route.Prefill
+		if turns[g] == 0 {
+			first[g] = p
+		} else if p != first[g] {
+			split[g] = true
+		}
+		turns[g]++
+	}
+	for g, n := range turns {
+		if n < 2 {
+			continue
+		}
+		sessions++
+		if !split[g] {
+			kept++
+		}
+	}
+	return sessions, kept
 }

@@ -159,3 +159,23 @@ vllm:e2e_request_latency_seconds_sum{model_name="m",engine="0"} 99
 		t.Fatal("a bad value parsed")
 	}
 }
+
+func TestSessionAffinity_CountsConversationsWhoseTurnsShareOnePrefill(t *testing.T) {
+	reqs := []workload.TraceRequest{
+		{Workload: "multi_turn", Group: 1}, {Workload: "multi_turn", Group: 2}, {Workload: "multi_turn", Group: 1},
+		{Workload: "multi_turn", Group: 2}, {Workload: "multi_turn", Group: 3}, {Workload: "shared_prefix", Group: 1},
+		{Workload: "multi_turn", Group: 4}, {Workload: "multi_turn", Group: 4},
+	}
+	rec := func(p int, fail string) Record { return Record{Route: Route{Prefill: p}, Failure: fail} }
+	recs := []Record{
+		rec(0, ""), rec(1, ""), rec(0, ""), // conversation 1 kept on 0
+		rec(2, ""),                      // conversation 2 split (1, then 2)
+		rec(3, ""),                      // conversation 3: one turn, not counted
+		rec(5, ""),                      // not a conversation
+		rec(1, ""), rec(2, FailTimeout), // conversation 4: the failed turn does not count
+	}
+	sessions, kept := sessionAffinity(reqs, recs)
+	if sessions != 2 || kept != 1 {
+		t.Fatalf("got %d sessions, %d kept; want 2 and 1 (conversation 4 has one completed turn)", sessions, kept)
+	}
+}

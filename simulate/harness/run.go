@@ -58,6 +58,10 @@ type RunConfig struct {
 	Fleet FleetConfig
 	// Daemon is where llbd comes from.
 	Daemon DaemonSource
+	// Replicas runs the rule on several llbd processes (independent, or
+	// one router in cluster mode) with the trace spread round-robin over
+	// them; zero is one llbd.
+	Replicas Replicas
 	// WorkDir receives each run's llbd state dir and log (required).
 	WorkDir string
 	// TTFTSLO is the goodput objective in model time. Default 2s.
@@ -138,6 +142,9 @@ func (c *RunConfig) Validate() error {
 	if err := c.Fleet.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.Replicas.validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) == 0 {
 		return nil
 	}
@@ -164,6 +171,9 @@ func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 		return runPeer(ctx, &c, fl)
 	}
 
+	if c.Replicas.N > 1 {
+		return runReplicas(ctx, &c, fl)
+	}
 	d, err := c.daemon(ctx)
 	if err != nil {
 		return nil, err
@@ -191,6 +201,13 @@ func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	return measured(ctx, &c, fl, d.CPU, "http://"+net.JoinHostPort(vip, strconv.Itoa(port)))
+}
+
+// measured waits out the KV warm-up guard when the strategy needs it, sends
+// the trace (spread round-robin over urls) and measures.
+func measured(ctx context.Context, c *RunConfig, fl *fleet.Fleet, daemonCPU func() time.Duration, urls ...string) (*Result, error) {
+	s := &c.Strategy
 	if s.KVExact {
 		// llbd's Tier-1.5 warm-up guard is wall-clock time from the rule's
 		// start; there is no state to poll, so wait it out.
@@ -200,11 +217,11 @@ func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 			return nil, ctx.Err()
 		}
 	}
-	m, err := drive(ctx, &c, fl, d.CPU, "http://"+net.JoinHostPort(vip, strconv.Itoa(port)))
+	m, err := drive(ctx, c, fl, daemonCPU, urls)
 	if err != nil {
 		return nil, err
 	}
-	return measure(&c, m), nil
+	return measure(c, m), nil
 }
 
 // runPeer measures a peer strategy: its router (peerRouter) on the VIP in
@@ -228,7 +245,7 @@ func runPeer(ctx context.Context, c *RunConfig, fl *fleet.Fleet) (*Result, error
 			return nil, ctx.Err()
 		}
 	}
-	m, err := drive(ctx, c, fl, func() time.Duration { return 0 }, "http://"+net.JoinHostPort(vip, strconv.Itoa(port)))
+	m, err := drive(ctx, c, fl, func() time.Duration { return 0 }, []string{"http://" + net.JoinHostPort(vip, strconv.Itoa(port))})
 	if err != nil {
 		return nil, err
 	}
@@ -300,8 +317,9 @@ type raw struct {
 }
 
 // drive sends the trace (open-loop at the rate, or in a closed loop of
-// c.Concurrency clients) and collects the records.
-func drive(ctx context.Context, c *RunConfig, fl *fleet.Fleet, daemonCPU func() time.Duration, url string) (*raw, error) {
+// c.Concurrency clients), request i to urls[i mod len(urls)], and collects
+// the records.
+func drive(ctx context.Context, c *RunConfig, fl *fleet.Fleet, daemonCPU func() time.Duration, urls []string) (*raw, error) {
 	tr := c.Trace
 	serving := servingWorkers(fl, c.Fleet.Workers)
 	transport := newTransport()
@@ -345,7 +363,7 @@ func drive(ctx context.Context, c *RunConfig, fl *fleet.Fleet, daemonCPU func() 
 		rec := &r.records[i]
 		rec.Seq, rec.Arrival = i, max(at, 1)
 		qctx, qcancel := context.WithTimeout(rctx, c.RequestTimeout)
-		exchange(qctx, client, url, &tr.Requests[i], rec, now)
+		exchange(qctx, client, urls[i%len(urls)], &tr.Requests[i], rec, now)
 		qcancel()
 		n := completed.Add(1)
 		if c.Progress != nil {
