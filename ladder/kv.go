@@ -1,6 +1,9 @@
 package ladder
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // tier15 runs Tier 1.5 (KV-exact) over the eligible endpoints in set — the
 // eligible prefill endpoints of a P/D rule, or the available endpoints of a
@@ -76,14 +79,19 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 		}
 	}
 	if !inventory || nCands == 0 {
-		if ep, ok := r.missTarget(now, req, views, set, r.fleet[:nFleet], inventory, d); ok {
-			return ep
+		why := ReasonEmptyInventory
+		if inventory {
+			why = noCandidateReason(views, set)
 		}
-		if !inventory {
-			d.Trace.add(Tier15, ReasonEmptyInventory)
-		} else {
-			d.Trace.add(Tier15, noCandidateReason(views, set))
+		// A demoted endpoint's mirror is wrong: when it may hold the prompt
+		// (or every endpoint is demoted) Tier 1.5 cannot tell a miss from a
+		// hit, so it places nothing and says why.
+		if why != ReasonPredictionMismatch {
+			if ep, ok := r.missTarget(now, req, views, set, r.fleet[:nFleet], inventory, d); ok {
+				return ep
+			}
 		}
+		d.Trace.add(Tier15, why)
 		return -1
 	}
 	if r.minMatchTokens > 0 {
@@ -208,18 +216,26 @@ func (r *Router) missTarget(now time.Time, req *Request, views []EndpointView, s
 	if !inventory || len(fleet) == 0 {
 		return -1, false
 	}
+	// A demoted endpoint's KV state is not trusted: misses go elsewhere.
+	least, trusted := uint32(math.MaxUint32), false
 	for i := range fleet {
-		if !views[fleet[i].Endpoint].KVUsageKnown {
+		v := &views[fleet[i].Endpoint]
+		if !v.KVUsageKnown {
 			return -1, false
 		}
+		if !v.KVDistrusted {
+			least, trusted = min(least, v.KVUsedBlocks), true
+		}
 	}
-	least := views[fleet[0].Endpoint].KVUsedBlocks
-	for i := range fleet {
-		least = min(least, views[fleet[i].Endpoint].KVUsedBlocks)
+	if !trusted {
+		return -1, false
 	}
 	r.missTick++
 	for j := range fleet {
 		c := &fleet[(j+int(r.missTick%uint64(len(fleet))))%len(fleet)]
+		if views[c.Endpoint].KVDistrusted {
+			continue
+		}
 		if uint64(views[c.Endpoint].KVUsedBlocks) <= uint64(least)+r.caps[c.Endpoint]*MissSlackPct/100 {
 			d.Flags |= FlagLeastKV
 			return c.Endpoint, true
