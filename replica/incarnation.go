@@ -208,17 +208,18 @@ func (inc *incarnation) teardownPartial() {
 		select {
 		case <-done:
 		case <-time.After(3 * time.Second):
-			// The graceful path can take far longer on a loaded machine
-			// (endpoint writers, then gRPC's GracefulStop with a 10 s
-			// bound), and the listener stays bound meanwhile: the next
-			// incarnation could not listen on the advertised port. Stop
-			// the gRPC server now; the graceful path ends on its own.
 			inc.m.log.Warn().Str(logfield.Member, inc.id).Msg("remote shutdown slow; stopping its server now")
-			func() {
-				defer func() { _ = recover() }()
-				r.Shutdown(false)
-			}()
 		}
+		// Whatever the graceful path did — finished, still waiting (it can
+		// take far longer on a loaded machine: endpoint writers, then gRPC's
+		// GracefulStop with a 10 s bound), or panicked part way and was
+		// recovered — stop the gRPC server now: its listener must be closed
+		// before the next incarnation listens on the advertised port. On a
+		// stopped server this is a no-op.
+		func() {
+			defer func() { _ = recover() }()
+			r.Shutdown(false)
+		}()
 	}
 	inc.system.Shutdown()
 }
