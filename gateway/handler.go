@@ -44,6 +44,12 @@ type Deps struct {
 	// the runtime wires it to the service's OnEndpointDown. nil builds an
 	// unconnected one.
 	Watch *EndpointWatch
+	// Budget is the process-wide request-body budget every listener
+	// shares; nil bounds bodies per request only.
+	Budget *BodyBudget
+	// Conns is the process-wide client connection limit every listener
+	// shares; nil sets none.
+	Conns *ConnLimit
 }
 
 // Handler is one rule's data plane: parsing, routing input, single-pool
@@ -74,6 +80,10 @@ type Handler struct {
 	bodyLimit       int64
 	bodyReadTimeout time.Duration
 	maxRetries      int
+
+	// Process-wide bounds (shared by every handler; nil: none).
+	budget *BodyBudget
+	conns  *ConnLimit
 
 	bufs  sync.Pool // *[]byte, copyBufSize
 	xpool exchangePool
@@ -149,6 +159,8 @@ func NewHandler(cfg RuleConfig, deps Deps) (*Handler, error) {
 		watch:           deps.Watch,
 		decodeFirstByte: cfg.decodeTimeout(),
 		streamIdle:      cfg.streamIdleTimeout(),
+		budget:          deps.Budget,
+		conns:           deps.Conns,
 	}
 	if h.watch == nil {
 		h.watch = NewEndpointWatch()
@@ -227,6 +239,22 @@ func (h *Handler) serveFast(rc *fasthttp.RequestCtx, cc *clientConn, stopping bo
 	x := h.begin()
 	x.in, x.out, x.cc, x.ctx = &rc.Request, &rc.Response, cc, cc.ctx
 	x.remote, x.ip = cc.remote, cc.ip
+	// A large body goes with the exchange, not back to the connection's
+	// pooled request (which would keep its buffer for good).
+	defer rc.Request.ReleaseBody(maxKeptBodyBuffer)
+	if cc.refused {
+		// The body budget refused the request at its head, and its body was
+		// short enough (a byte) to be read before the refusal showed.
+		x.api = apiOfPath(x.in.URI().PathOriginal())
+		cc.linger = true
+		rc.SetConnectionClose()
+		h.fail(x, errBodyBufferFull())
+		h.done(x)
+		return
+	}
+	if cc.reserved > 0 {
+		cc.trimReservation(int64(len(rc.Request.Body())))
+	}
 	cc.begin(x)
 	defer func() {
 		if p := recover(); p != nil {
@@ -393,7 +421,10 @@ func clearResponse(x *exchange) {
 func (h *Handler) serveGenerate(x *exchange, kind APIKind) {
 	h.met.aiRequests.Inc()
 	req := &x.req
-	if err := req.parse(kind, x.in.Body()); err != nil {
+	// A body over maxKeptBodyBuffer is not reused (serveFast releases it;
+	// the h2c front end reads every body into a fresh buffer).
+	body := x.in.Body()
+	if err := req.parse(kind, body, cap(body) > maxKeptBodyBuffer); err != nil {
 		var ce *ClientError
 		if !errors.As(err, &ce) {
 			ce = requestError(http.StatusBadRequest, CodeInvalidJSON, "", err.Error())

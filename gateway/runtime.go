@@ -61,6 +61,10 @@ type RuntimeConfig struct {
 	// HopID identifies this llb instance in X-Llb-Hop (loop detection); ""
 	// mints a random one. Every rule and probe of the runtime shares it.
 	HopID string
+	// BodyBudget and ConnLimit are the process-wide bounds every rule's
+	// listener shares (NewBodyBudget, NewConnLimit); nil sets none.
+	BodyBudget *BodyBudget
+	ConnLimit  *ConnLimit
 	// KVMaxMsgSize bounds one KV-event message in bytes for the default
 	// Feeds (LLB_KV_MAX_MSG_BYTES); 0 means inventory.DefaultMaxMsgSize.
 	KVMaxMsgSize int
@@ -272,6 +276,8 @@ func (rt *Runtime) handler(live *liveRule, r Rule) (*Handler, error) {
 		Watch:   r.watch,
 		Metrics: live.met,
 		Log:     rt.cfg.Log.With().Str(logfield.Component, "gateway").Str(logfield.Rule, r.Key).Logger(),
+		Budget:  rt.cfg.BodyBudget,
+		Conns:   rt.cfg.ConnLimit,
 	}
 	if r.Gateway.KVExactMode != ladder.KVOff {
 		tok, err := rt.ruleTokenizer(live, r)

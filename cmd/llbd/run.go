@@ -195,11 +195,17 @@ func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) strin
 	}
 	defaults.TokenizerDir = cfg.TokenizerDir
 	dp, err := lifecycle.New(lifecycle.Config{Log: base, Metrics: set, Env: env, Defaults: defaults, KVMaxMsgSize: maxMsg,
-		AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs})
+		AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs, BodyBufferBytes: cfg.BodyBufferBytes, MaxConns: cfg.MaxConns})
 	if err != nil {
 		return nil, nil, err
 	}
-	log.Info().Str("kv_lb_mode", env.LBMode.String()).Msg("data plane ready")
+	if cfg.BodyBufferBytes == 0 {
+		log.Warn().Msg("--body-buffer-bytes 0: request bodies are bounded per request only; many large bodies at once can take any amount of memory")
+	}
+	if cfg.MaxConns == 0 {
+		log.Warn().Msg("--max-conns 0: data-plane client connections are not bounded; a flood of connections can use every file descriptor")
+	}
+	log.Info().Str("kv_lb_mode", env.LBMode.String()).Int64("body_buffer_bytes", cfg.BodyBufferBytes).Int("max_conns", cfg.MaxConns).Msg("data plane ready")
 	return dp, dp.Close, nil
 }
 
