@@ -180,7 +180,7 @@ func (c *ConnLimit) answer(nc net.Conn) {
 		}
 	}
 	ans := c.h1
-	if n == len(buf) {
+	if string(buf[:n]) == h2Preface {
 		ans = c.h2
 	}
 	_, _ = nc.Write(ans)

@@ -237,14 +237,14 @@ func (h *Handler) done(x *exchange) {
 // returns; a streamed body ends the exchange when the server has written it.
 func (h *Handler) serveFast(rc *fasthttp.RequestCtx, cc *clientConn, stopping bool) {
 	x := h.begin()
-	x.in, x.out, x.cc, x.ctx = &rc.Request, &rc.Response, cc, cc.ctx
+	x.in, x.out, x.ctx = &rc.Request, &rc.Response, cc.ctx
 	x.remote, x.ip = cc.remote, cc.ip
 	// A large body goes with the exchange, not back to the connection's
 	// pooled request (which would keep its buffer for good).
 	defer rc.Request.ReleaseBody(maxKeptBodyBuffer)
 	if cc.refused {
-		// The body budget refused the request at its head, and its body was
-		// short enough (a byte) to be read before the refusal showed.
+		// The body budget refused the request at its head (headerReceived):
+		// its body is unread, the connection closes after the answer.
 		x.api = apiOfPath(x.in.URI().PathOriginal())
 		cc.linger = true
 		rc.SetConnectionClose()
@@ -255,6 +255,7 @@ func (h *Handler) serveFast(rc *fasthttp.RequestCtx, cc *clientConn, stopping bo
 	if cc.reserved > 0 {
 		cc.trimReservation(int64(len(rc.Request.Body())))
 	}
+	x.cc = cc
 	cc.begin(x)
 	defer func() {
 		if p := recover(); p != nil {

@@ -265,10 +265,10 @@ func (l *Listener) connState(c net.Conn, st fasthttp.ConnState) {
 // headerReceived is the HTTP/1.1 server's hook between a request's head
 // and its body: it sets the rule's body limit and read bound, and reserves
 // the body in the process's body budget. A body that does not fit is not
-// read: the request gets a body limit of one byte, so the server stops at
-// the head with ErrBodyTooLarge, and requestError (or, for a body of a
-// byte, serveFast) answers 503 body_buffer_full. An Expect: 100-continue
-// is dropped first, so the client is not invited to send the body.
+// read: the refused request's head is made to declare no body (and no
+// Expect: 100-continue, which would invite the client to send it), so the
+// server hands it straight to serveFast, which answers 503
+// body_buffer_full and closes the connection.
 func (l *Listener) headerReceived(hdr *fasthttp.RequestHeader) fasthttp.RequestConfig {
 	h := l.h.Load()
 	conf := fasthttp.RequestConfig{ReadTimeout: h.bodyReadTimeout, MaxRequestBodySize: int(min(h.bodyLimit, 1<<40))}
@@ -281,7 +281,7 @@ func (l *Listener) headerReceived(hdr *fasthttp.RequestHeader) fasthttp.RequestC
 		return conf
 	}
 	hdr.Del(fasthttp.HeaderExpect)
-	conf.MaxRequestBodySize = 1
+	hdr.SetContentLength(0)
 	return conf
 }
 

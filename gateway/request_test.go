@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 func TestParseRequest_CompletionPromptForms(t *testing.T) {
@@ -204,4 +205,66 @@ func FuzzParseRequest(f *testing.F) {
 		}
 		renderPrompt(r)
 	})
+}
+
+// A body the request owns for good is not copied into its prompt strings;
+// one the server may reuse is.
+func TestParse_AnOwnedBodySharesItsBytesWithThePrompts(t *testing.T) {
+	tests := []struct {
+		name  string
+		kind  APIKind
+		body  string
+		owned bool
+		want  bool // the prompt text shares the body's bytes
+	}{
+		{"owned completion", KindCompletion, `{"model":"m","prompt":"a long prompt"}`, true, true},
+		{"reused completion", KindCompletion, `{"model":"m","prompt":"a long prompt"}`, false, false},
+		{"owned completion with escapes", KindCompletion, `{"model":"m","prompt":"a\nlong prompt"}`, true, false},
+		{"owned prompt array", KindCompletion, `{"model":"m","prompt":["a long prompt","b"]}`, true, true},
+		{"owned chat string", KindChat, `{"model":"m","messages":[{"role":"user","content":"a long prompt"}]}`, true, true},
+		{"reused chat string", KindChat, `{"model":"m","messages":[{"role":"user","content":"a long prompt"}]}`, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := []byte(tt.body)
+			var r Request
+			if err := r.parse(tt.kind, body, tt.owned); err != nil {
+				t.Fatal(err)
+			}
+			text := ""
+			if tt.kind == KindChat {
+				text = r.Messages[0].Text
+			} else {
+				text = r.Texts[0]
+			}
+			p := uintptr(unsafe.Pointer(unsafe.StringData(text)))
+			start := uintptr(unsafe.Pointer(&body[0]))
+			if got := p >= start && p < start+uintptr(len(body)); got != tt.want {
+				t.Errorf("prompt %q shares the body: %v; want %v", text, got, tt.want)
+			}
+			if text != "a long prompt" && text != "a\nlong prompt" {
+				t.Errorf("prompt %q", text)
+			}
+		})
+	}
+}
+
+// A pooled exchange keeps no reference to its last request's body or
+// prompts, and only small buffers.
+func TestExchange_ResetForgetsTheBodyAndLargeBuffers(t *testing.T) {
+	body := []byte(`{"model":"m","prompt":"` + strings.Repeat("p", 1<<20) + `"}`)
+	x := &exchange{}
+	if err := x.req.parse(KindCompletion, body, true); err != nil {
+		t.Fatal(err)
+	}
+	x.iovArr = [2][]byte{[]byte("head"), body}
+	x.iov = x.iovArr[:]
+	x.preBody = make([]byte, 0, 1<<20)
+	x.scratch = make([]byte, 0, 1<<20)
+	texts := x.req.Texts[:1]
+	x.reset()
+	if x.req.Body != nil || len(x.req.Texts) != 0 || texts[0] != "" || x.iovArr[1] != nil || x.preBody != nil || x.scratch != nil {
+		t.Errorf("after reset: body %d bytes, texts %q (storage %d bytes), iov %d bytes, preBody cap %d, scratch cap %d",
+			len(x.req.Body), x.req.Texts, len(texts[0]), len(x.iovArr[1]), cap(x.preBody), cap(x.scratch))
+	}
 }
