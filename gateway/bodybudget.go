@@ -12,15 +12,25 @@ import (
 // once. A rule's body limit bounds one request; without this, N clients
 // each sending a body at the limit make llbd hold N times it.
 //
-// A request reserves its body's size when its head has arrived, before a
-// byte of the body is read: the Content-Length (a body declared over the
-// rule's limit is refused 413 without a reservation), or the rule's limit
-// for a chunked body, whose size is not known yet (trimmed to the size
-// read once the body is in). The reservation lasts until the answer is
-// written, streams included: the body stays in memory while the request
-// may still be sent to another endpoint. A request that does not fit is
+// HTTP/1.1: a request reserves its body's size when its head has arrived,
+// before a byte of the body is read — the Content-Length (a body declared
+// over the rule's limit is refused 413 without a reservation), or the
+// rule's limit for a chunked body, whose size is not known yet (trimmed to
+// the size read once the body is in). That is also when the server
+// allocates a declared body's buffer. A request that does not fit is
 // answered 503 body_buffer_full (Retry-After) at once, its body unread,
-// and its connection closed (HTTP/1.1) or its stream ended (h2c).
+// and its connection closed (listener.go, headerReceived).
+//
+// h2c: one connection carries many streams, so a reservation at the head
+// would let one connection of idle streams hold the whole budget. A
+// stream's body takes the budget as it arrives instead (body.go,
+// readBody): at most 64 KiB before its first bytes, then its declared
+// length, or for an unknown length by doubling; one that outgrows the
+// budget is answered 503 body_buffer_full and its stream reset.
+//
+// Either way the reservation lasts until the answer is written, streams
+// included: the body stays in memory while the request may still be sent
+// to another endpoint.
 
 // DefaultBodyBufferBytes is the process's request-body budget unless
 // configured otherwise (llbd --body-buffer-bytes): 1 GiB, 64 bodies at the

@@ -311,8 +311,12 @@ func (l *Listener) requestError(rc *fasthttp.RequestCtx, err error) {
 		x.remote, x.ip = cc.remote, cc.ip
 	}
 	// A body read in part is dropped with the request, not kept in the
-	// connection's pooled one.
+	// connection's pooled one, and its reservation ends now (not after the
+	// lingering close).
 	defer rc.Request.ReleaseBody(maxKeptBodyBuffer)
+	if cc != nil {
+		defer cc.endRequest()
+	}
 	x.out.Header.SetNoDefaultContentType(true)
 	var small *fasthttp.ErrSmallBuffer
 	x.api = apiOfPath(x.in.URI().PathOriginal())

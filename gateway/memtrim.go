@@ -21,8 +21,9 @@ import (
 // if the data plane is still quiet then — and at most once per trimEvery.
 // Small bodies never arm it: the common path pays for no collection.
 const (
-	// trimAfter is the large-body volume that arms a trim.
-	trimAfter = 64 << 20
+	// trimAfter is the large-body volume that arms a trim: a body at the
+	// default limit's worth.
+	trimAfter = DefaultBodyLimit
 	// trimDelay is how long the reserved bytes must stay quiet.
 	trimDelay = time.Second
 	// trimEvery is the least time between two trims.

@@ -51,8 +51,8 @@ func TestMemTrim_OnlyLargeBodiesArmIt(t *testing.T) {
 		wantFrees int
 	}{
 		{"small bodies never arm it", repeat(maxKeptBodyBuffer, 10_000), 0, 0},
-		{"large bodies under the volume", repeat(16<<20, 3), 0, 0},
-		{"large bodies over the volume, then quiet", repeat(16<<20, 4), 0, 1},
+		{"large bodies under the volume", repeat(8<<20, 1), 0, 0},
+		{"large bodies over the volume, then quiet", repeat(8<<20, 2), 0, 1},
 		{"still busy at the check", repeat(16<<20, 8), 16 << 20, 0},
 	}
 	for _, tt := range tests {

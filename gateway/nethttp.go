@@ -61,22 +61,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if r.Body != nil && r.Body != http.NoBody {
-		// The body budget first: a body that does not fit is not read (the
-		// stream is answered and its upload reset; the connection stays).
-		reserved := bodyReservation(r.ContentLength, h.bodyLimit)
-		if !h.budget.Reserve(reserved) {
-			x.api = "body"
-			h.fail(x, errBodyBufferFull())
-			h.writeNetHTTP(w, x)
-			return
-		}
-		defer func() { h.budget.Release(reserved) }()
 		guardBody(w, r, x.start.Add(h.bodyReadTimeout))
-		body, cerr := readBody(w, r, h.bodyLimit)
-		if n := int64(len(body)); cerr == nil && n < reserved {
-			h.budget.Release(reserved - n) // a body of unknown length reserved the whole limit
-			reserved = n
-		}
+		// The body takes the process's body budget as it arrives: one that
+		// outgrows it is answered 503 (its stream reset, the connection
+		// kept); the reservation ends with the exchange.
+		body, reserved, cerr := readBody(w, r, h.bodyLimit, h.budget)
+		defer h.budget.Release(reserved)
 		switch {
 		case cerr != nil && cerr.Code != CodeBodyTimeout && r.Context().Err() != nil:
 			x.clientGone()

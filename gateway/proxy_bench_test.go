@@ -166,7 +166,7 @@ func fastBackendFast(b *testing.B) netip.AddrPort {
 // backend (neither allocates), with a router that answers at once.
 func BenchmarkHandler(b *testing.B) {
 	be := fastBackendFast(b)
-	for _, size := range []int{64, 4 << 10, 64 << 10} {
+	for _, size := range []int{64, 4 << 10, 64 << 10, 1 << 20} {
 		b.Run("single/prompt="+strconv.Itoa(size), func(b *testing.B) {
 			_, l := startBenchGateway(b, singlePool(be), &instantRouter{d: decision(ladder.TierSelector, 0, -1)})
 			benchHandler(b, l, `{"model":"m","prompt":"`+strings.Repeat("a", size)+`","max_tokens":1,"user_id":"u"}`)
@@ -180,7 +180,8 @@ func BenchmarkHandler(b *testing.B) {
 
 func startBenchGateway(b *testing.B, cfg RuleConfig, r actors.Router) (string, *Listener) {
 	b.Helper()
-	l, err := NewListener(cfg, Deps{Router: r})
+	// The daemon's process-wide bounds, at their defaults.
+	l, err := NewListener(cfg, Deps{Router: r, Budget: NewBodyBudget(DefaultBodyBufferBytes, nil), Conns: NewConnLimit(DefaultMaxConns(), nil)})
 	if err != nil {
 		b.Fatal(err)
 	}

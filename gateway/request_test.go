@@ -169,7 +169,7 @@ func TestReadBody_EnforcesTheLimit(t *testing.T) {
 			if tt.chunked {
 				r.ContentLength = -1
 			}
-			b, ce := readBody(httptest.NewRecorder(), r, 16)
+			b, _, ce := readBody(httptest.NewRecorder(), r, 16, nil)
 			switch {
 			case tt.wantStatus == 0 && ce != nil:
 				t.Fatalf("readBody: %v", ce)
@@ -177,6 +177,48 @@ func TestReadBody_EnforcesTheLimit(t *testing.T) {
 				t.Errorf("body = %q; want %q", b, tt.body)
 			case tt.wantStatus != 0 && (ce == nil || ce.Status != tt.wantStatus || ce.Code != CodeBodyTooLarge):
 				t.Errorf("err = %v; want %d %s", ce, tt.wantStatus, CodeBodyTooLarge)
+			}
+		})
+	}
+}
+
+// The h2c body reader takes the budget as the body arrives: a declared
+// length at most h2cFirstReservation before the first bytes, then the
+// rest; an unknown length by doubling; a body that outgrows the budget is
+// refused 503 with what it had reserved still to release.
+func TestReadBody_ReservesAsTheBodyArrives(t *testing.T) {
+	tests := []struct {
+		name         string
+		size         int
+		chunked      bool
+		budget       int64
+		wantReserved int64
+		wantCode     string
+	}{
+		{"small declared", 100, false, 1 << 20, 101, ""},
+		{"large declared", 300 << 10, false, 1 << 20, 300<<10 + 1, ""},
+		{"unknown length doubles", 3000, true, 1 << 20, 4096, ""},
+		{"declared over the room left", 300 << 10, false, 200 << 10, h2cFirstReservation, CodeBodyBufferFull},
+		{"unknown length over the room left", 300 << 10, true, 200 << 10, 128 << 10, CodeBodyBufferFull},
+		{"no room even to start", 100, false, 50, 0, CodeBodyBufferFull},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := strings.Repeat("b", tt.size)
+			r := httptest.NewRequest(http.MethodPost, "/v1/completions", strings.NewReader(body))
+			if tt.chunked {
+				r.ContentLength = -1
+			}
+			bud := NewBodyBudget(tt.budget, nil)
+			got, reserved, ce := readBody(httptest.NewRecorder(), r, 1<<20, bud)
+			if reserved != tt.wantReserved || bud.Reserved() != reserved {
+				t.Errorf("reserved %d (budget %d); want %d", reserved, bud.Reserved(), tt.wantReserved)
+			}
+			switch {
+			case tt.wantCode == "" && (ce != nil || string(got) != body):
+				t.Errorf("err %v, %d bytes; want the %d-byte body", ce, len(got), len(body))
+			case tt.wantCode != "" && (ce == nil || ce.Code != tt.wantCode || ce.Status != http.StatusServiceUnavailable):
+				t.Errorf("err %v; want 503 %s", ce, tt.wantCode)
 			}
 		})
 	}
