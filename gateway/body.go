@@ -6,13 +6,19 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
-// guardBody bounds how long the client may take to send the request body:
-// reads fail after deadline (readBody answers 408), and so does the drain
-// net/http does after the handler returns for a body nobody read (the
-// connection is then closed instead of waiting on a trickling client). A
+// guardBody bounds how long an HTTP/1 client may take to send the request
+// body: reads fail after deadline (readBody answers 408), and so does the
+// drain net/http does after the handler returns for a body nobody read
+// (the connection is then closed instead of waiting on a trickling
+// client). An HTTP/2 stream is bounded by readBody itself: net/http arms a
+// stream's read deadline on its connection's serve loop, and one that
+// arrives after the stream was reset (a rapid-reset client) arms a timer
+// nothing stops, which keeps the stream's state for the whole deadline
+// (make attack: 45 MB of reset streams held 60 s). A
 // request with a chunked body is answered with Connection: close: net/http
 // removes a Content-Length sent beside Transfer-Encoding before the handler
 // sees it, so a request-smuggling attempt cannot be told from a plain
@@ -24,7 +30,7 @@ func guardBody(w http.ResponseWriter, r *http.Request, deadline time.Time) {
 	if r.ProtoMajor == 1 && (r.ProtoMinor == 0 || len(r.TransferEncoding) > 0) {
 		w.Header().Set("Connection", "close")
 	}
-	if r.ContentLength == 0 {
+	if r.ContentLength == 0 || r.ProtoMajor != 1 {
 		return
 	}
 	_ = http.NewResponseController(w).SetReadDeadline(deadline) // unsupported writers just skip it
@@ -38,14 +44,20 @@ func guardBody(w http.ResponseWriter, r *http.Request, deadline time.Time) {
 // stream that sends nothing holds next to nothing, however much it
 // declared, and one HTTP/2 connection cannot pin the budget with many
 // idle streams; a body that outgrows the budget is refused mid-read.
-// Too large → 413; too slow (the deadline guardBody set) → 408; no room
-// in the budget → 503 body_buffer_full; another read failure → 400 (or
-// the client is gone, which the caller notices from the request context).
-// reserved is what the buffer holds of the budget, errors included; the
-// caller releases it when the request is done.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64, budget *BodyBudget) (body []byte, reserved int64, cerr *ClientError) {
+// Too large → 413; too slow (past deadline: the one guardBody set on an
+// HTTP/1 connection, or for HTTP/2 a timer of readBody's own that closes
+// the body) → 408; no room in the budget → 503 body_buffer_full; another
+// read failure → 400 (or the client is gone, which the caller notices from
+// the request context). reserved is what the buffer holds of the budget,
+// errors included; the caller releases it when the request is done.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64, budget *BodyBudget, deadline time.Time) (body []byte, reserved int64, cerr *ClientError) {
 	if r.ContentLength > limit {
 		return nil, 0, bodyTooLarge(limit)
+	}
+	var late atomic.Bool
+	if r.ProtoMajor >= 2 && !deadline.IsZero() {
+		t := time.AfterFunc(time.Until(deadline), func() { late.Store(true); _ = r.Body.Close() })
+		defer t.Stop()
 	}
 	size := int64(512)
 	if r.ContentLength >= 0 {
@@ -68,7 +80,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, budget *BodyB
 			switch {
 			case errors.As(err, &mbe):
 				return nil, reserved, bodyTooLarge(limit)
-			case errors.Is(err, os.ErrDeadlineExceeded):
+			case errors.Is(err, os.ErrDeadlineExceeded) || late.Load():
 				return nil, reserved, requestError(http.StatusRequestTimeout, CodeBodyTimeout, "",
 					"the request body did not arrive in time ("+strconv.Itoa(len(b))+" bytes read); send it faster or split the request")
 			}

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -169,7 +170,7 @@ func TestReadBody_EnforcesTheLimit(t *testing.T) {
 			if tt.chunked {
 				r.ContentLength = -1
 			}
-			b, _, ce := readBody(httptest.NewRecorder(), r, 16, nil)
+			b, _, ce := readBody(httptest.NewRecorder(), r, 16, nil, time.Time{})
 			switch {
 			case tt.wantStatus == 0 && ce != nil:
 				t.Fatalf("readBody: %v", ce)
@@ -210,7 +211,7 @@ func TestReadBody_ReservesAsTheBodyArrives(t *testing.T) {
 				r.ContentLength = -1
 			}
 			bud := NewBodyBudget(tt.budget, nil)
-			got, reserved, ce := readBody(httptest.NewRecorder(), r, 1<<20, bud)
+			got, reserved, ce := readBody(httptest.NewRecorder(), r, 1<<20, bud, time.Time{})
 			if reserved != tt.wantReserved || bud.Reserved() != reserved {
 				t.Errorf("reserved %d (budget %d); want %d", reserved, bud.Reserved(), tt.wantReserved)
 			}
