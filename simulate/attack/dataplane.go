@@ -94,7 +94,7 @@ func runDataPlane(ctx context.Context, cfg *Config, n loopNet, budget time.Durat
 		defer cancel()
 		_ = fl.Stop(sctx)
 	}()
-	d, err := startDaemon(ctx, cfg.LLBD, cfg.WorkDir, FamilyDataPlane, nil, dpLLBDArgs())
+	d, err := startDaemon(ctx, cfg.LLBD, cfg.WorkDir, FamilyDataPlane, dpLLBDEnv(), nil)
 	if err != nil {
 		return t, err
 	}

@@ -12,10 +12,10 @@ import (
 
 // The data plane's process-wide bounds under attack. llbd runs the family
 // with a small body budget (--body-buffer-bytes dpBodyBudget) and
-// connection limit (--max-conns dpMaxConns), both roomy enough for the
-// generated cases (four at a time, bodies up to the 16 MiB limit; 200 idle
-// connections and the slow clients). Two cases then exceed them on
-// purpose, each alone:
+// connection limit (--max-conns dpMaxConns), see dpLLBDEnv, both roomy
+// enough for the generated cases (four at a time, bodies up to the 16 MiB
+// limit; 200 idle connections and the slow clients). Two cases then
+// exceed them on purpose, each alone:
 //
 //   - body_budget: dpBudgetClients clients send a body near the limit at
 //     once — the head and a first part, the rest dpBudgetHold later. The
@@ -61,9 +61,11 @@ const (
 	dpLimitsSpan = 25 * time.Second
 )
 
-// dpLLBDArgs are the flags the data-plane family's llbd runs with.
-func dpLLBDArgs() []string {
-	return []string{"--body-buffer-bytes", strconv.Itoa(dpBodyBudget), "--max-conns", strconv.Itoa(dpMaxConns)}
+// dpLLBDEnv is the environment the data-plane family's llbd runs with
+// (--body-buffer-bytes and --max-conns, as variables: an llbd built before
+// them ignores them and runs, so the family measures it side by side).
+func dpLLBDEnv() []string {
+	return []string{"LLB_BODY_BUFFER_BYTES=" + strconv.Itoa(dpBodyBudget), "LLB_MAX_CONNS=" + strconv.Itoa(dpMaxConns)}
 }
 
 // budgetBody is a valid completion of n bytes whose bulk is a field the
