@@ -139,27 +139,46 @@ func (f *dpFamily) bodyBudgetCase(ctx context.Context, base usage) {
 
 // judgeBudget is body_budget's oracle for one client: a whole 200, or a
 // 503 body_buffer_full with Retry-After, sent before the rest of the body
-// was, and a close.
+// was; then a close.
 func judgeBudget(res rawResult) Outcome {
-	r, ok := res.first()
+	r, o, ok := closedAnswer(res)
 	switch {
-	case res.dialErr != nil:
-		return defect("cannot connect: %v", res.dialErr)
 	case !ok:
-		return defect("no answer: connection %s after %v", res.end(), res.ended.Round(time.Millisecond))
-	case !res.closed && !res.reset:
-		return defect("answered %d, then the connection was %s instead of closed", r.status, res.end())
+		return o
 	case r.status == http.StatusOK:
 		if why := incomplete(r); why != "" {
 			return defect("200 with %s", why)
 		}
 		return accepted()
-	case r.status != http.StatusServiceUnavailable || !bytes.Contains(r.body, []byte(`"code":"body_buffer_full"`)):
-		return defect("%d %s; want 200 or 503 body_buffer_full", r.status, short(r.body))
-	case r.header.Get("Retry-After") == "":
-		return defect("503 body_buffer_full without Retry-After")
 	case r.at > dpBudgetHold:
-		return defect("503 body_buffer_full after %v: the body was sent (it is refused from its head)", r.at.Round(time.Millisecond))
+		return defect("%d after %v: the body was sent (a refusal comes from its head)", r.status, r.at.Round(time.Millisecond))
+	}
+	return boundRefusal(r, "body_buffer_full", "200")
+}
+
+// closedAnswer is the first answer of an exchange that then closed, or the
+// defect when there is none.
+func closedAnswer(res rawResult) (rawResponse, Outcome, bool) {
+	r, ok := res.first()
+	switch {
+	case res.dialErr != nil:
+		return r, defect("cannot connect: %v", res.dialErr), false
+	case !ok:
+		return r, defect("no answer: connection %s after %v", res.end(), res.ended.Round(time.Millisecond)), false
+	case !res.closed && !res.reset:
+		return r, defect("answered %d, then the connection was %s instead of closed", r.status, res.end()), false
+	}
+	return r, Outcome{}, true
+}
+
+// boundRefusal is a refusal by a process bound: 503 with code and
+// Retry-After (served names what else would have been right).
+func boundRefusal(r rawResponse, code, served string) Outcome {
+	switch {
+	case r.status != http.StatusServiceUnavailable || !bytes.Contains(r.body, []byte(`"code":"`+code+`"`)):
+		return defect("%d %s; want %s or 503 %s", r.status, short(r.body), served, code)
+	case r.header.Get("Retry-After") == "":
+		return defect("503 %s without Retry-After", code)
 	}
 	return refused()
 }
@@ -208,22 +227,14 @@ func (f *dpFamily) connFloodCase(ctx context.Context) {
 // own 404 unknown_url for the path), or a 503 too_many_connections with
 // Retry-After; then a close.
 func judgeFlood(res rawResult) Outcome {
-	r, ok := res.first()
+	r, o, ok := closedAnswer(res)
 	switch {
-	case res.dialErr != nil:
-		return defect("cannot connect: %v", res.dialErr)
 	case !ok:
-		return defect("no answer: connection %s after %v", res.end(), res.ended.Round(time.Millisecond))
-	case !res.closed && !res.reset:
-		return defect("answered %d, then the connection was %s instead of closed", r.status, res.end())
+		return o
 	case r.status == http.StatusNotFound && bytes.Contains(r.body, []byte(`"code":"unknown_url"`)):
 		return accepted()
-	case r.status != http.StatusServiceUnavailable || !bytes.Contains(r.body, []byte(`"code":"too_many_connections"`)):
-		return defect("%d %s; want 404 unknown_url or 503 too_many_connections", r.status, short(r.body))
-	case r.header.Get("Retry-After") == "":
-		return defect("503 too_many_connections without Retry-After")
 	}
-	return refused()
+	return boundRefusal(r, "too_many_connections", "404 unknown_url")
 }
 
 // counter reads one of llbd's counters (0 when it cannot).
