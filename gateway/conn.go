@@ -30,6 +30,21 @@ type clientConn struct {
 	cancel context.CancelCauseFunc
 	idle   atomic.Bool // between requests (fasthttp's StateIdle)
 
+	// Body budget and connection limit (serving goroutine only, but for
+	// closed and the limit's slot, released once by Close).
+	//
+	// budget and reserved are the body bytes the request being read or
+	// served holds (released when the connection goes idle or closes);
+	// refused marks a request the budget refused at its head; linger makes
+	// Close wait for the client's unread input (an answer sent before the
+	// body was read).
+	budget   *BodyBudget
+	reserved int64
+	refused  bool
+	linger   bool
+	limit    *ConnLimit // nil: no connection limit
+	closed   atomic.Bool
+
 	mu        sync.Mutex
 	x         *exchange // the exchange in progress, nil between requests
 	watching  bool      // the watch callback is blocked in waitPeerGone
@@ -63,6 +78,54 @@ func newClientConn(c net.Conn, base context.Context) *clientConn {
 	}
 	cc.ctx, cc.cancel = context.WithCancelCause(base)
 	return cc
+}
+
+// Close implements net.Conn: it closes the connection once (lingering
+// first when an answer went out before the request was read whole) and
+// gives back the connection's slot in the connection limit. Both servers
+// close the connections they serve through it; cuts close cc.Conn directly
+// and leave the slot to this.
+func (cc *clientConn) Close() error {
+	if !cc.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	defer cc.limit.release()
+	if cc.linger {
+		lingerClose(cc.Conn, lingerTimeout, lingerMaxBytes)
+		return nil
+	}
+	return cc.Conn.Close()
+}
+
+// reserve takes n bytes of the body budget b for the request whose head
+// just arrived, and reports whether they fit. A refused request is marked
+// (refused) for the error handler and the handler, which answer it 503.
+func (cc *clientConn) reserve(b *BodyBudget, n int64) bool {
+	cc.endRequest() // a previous request's reservation, should one be left
+	if !b.Reserve(n) {
+		cc.refused = true
+		return false
+	}
+	cc.budget, cc.reserved = b, n
+	return true
+}
+
+// trimReservation shrinks the request's reservation to the body actually
+// read (a chunked body reserved the rule's whole limit).
+func (cc *clientConn) trimReservation(n int64) {
+	if n < cc.reserved {
+		cc.budget.Release(cc.reserved - n)
+		cc.reserved = n
+	}
+}
+
+// endRequest releases the request's body reservation: its answer is
+// written (the connection went idle) or the connection is closing.
+func (cc *clientConn) endRequest() {
+	if cc.reserved > 0 {
+		cc.budget.Release(cc.reserved)
+	}
+	cc.budget, cc.reserved, cc.refused = nil, 0, false
 }
 
 // Read implements net.Conn, returning the sniffed bytes first.

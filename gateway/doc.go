@@ -70,8 +70,16 @@
 //     in a goroutine that ends with the exchange. After a body byte went
 //     out a failed write also tells.
 //   - Exchanges, parsed requests, buffers and relay state are pooled; per
-//     proxied request three allocations remain, all handed to the router
-//     (the RouteRequest and the prompt rendering it keeps).
+//     proxied request two allocations remain, both handed to the router
+//     (the RouteRequest and the prompt string, whose bytes the rendering
+//     shares). Pools keep small things only: a connection keeps a request
+//     body buffer up to 64 KiB, a pooled exchange no reference to its last
+//     body or prompt, so a burst of large bodies leaves nothing behind
+//     (bodybudget.go, memtrim.go).
+//   - Process-wide bounds shared by every listener: the request-body budget
+//     (bodybudget.go; HTTP/1.1 reserves at the head, found from fasthttp's
+//     HeaderReceived hook through headerctx.go; h2c as the body arrives)
+//     and the client connection limit (connlimit.go, at accept).
 //
 // # Choices worth knowing
 //

@@ -65,6 +65,15 @@ const (
 	// CodeServiceUnavailable: the service is stopping, its router did not
 	// answer in time, or the global in-flight valve is closed (503).
 	CodeServiceUnavailable = "service_unavailable"
+	// CodeBodyBufferFull: the request bodies in flight fill the process's
+	// body buffer budget (llbd --body-buffer-bytes); answered 503 with
+	// Retry-After before the body is read, the connection closed (HTTP/1.1)
+	// or the stream ended (h2c).
+	CodeBodyBufferFull = "body_buffer_full"
+	// CodeTooManyConnections: the process serves its maximum of client
+	// connections (llbd --max-conns); the new connection is answered 503
+	// with Retry-After (h2c: GOAWAY) and closed.
+	CodeTooManyConnections = "too_many_connections"
 	// CodeOverloaded: every eligible endpoint is at its admission cap and
 	// the request was shed (429, Retry-After).
 	CodeOverloaded = "pd_overloaded"

@@ -122,9 +122,18 @@ func (x *exchange) reset() {
 	x.stream = nil
 	x.accessRecord = accessRecord{prefillEP: -1, decodeEP: -1}
 	x.scratch = x.scratch[:0]
-	x.iov = x.iov[:0]
+	x.iov, x.iovArr = x.iov[:0], [2][]byte{}
 	x.preHead.Reset()
 	x.relay.reset()
+	// A pooled exchange keeps small buffers only, and nothing of its last
+	// request's body or prompts.
+	x.req.forget()
+	if cap(x.scratch) > maxKeptBodyBuffer {
+		x.scratch = nil
+	}
+	if cap(x.preBody) > maxKeptBodyBuffer {
+		x.preBody = nil
+	}
 }
 
 // Errors that cancel an exchange's context.

@@ -50,6 +50,12 @@ type Deps struct {
 	// for a base model; nil means no LoRA adapters. The name is folded into
 	// the Tier-1.5 extra keys and the prefix hash.
 	LoRAOf func(model string) string
+	// Budget is the process-wide request-body budget every listener
+	// shares; nil bounds bodies per request only.
+	Budget *BodyBudget
+	// Conns is the process-wide client connection limit every listener
+	// shares; nil sets none.
+	Conns *ConnLimit
 }
 
 // Handler is one rule's data plane: parsing, routing input, single-pool
@@ -81,6 +87,10 @@ type Handler struct {
 	bodyLimit       int64
 	bodyReadTimeout time.Duration
 	maxRetries      int
+
+	// Process-wide bounds (shared by every handler; nil: none).
+	budget *BodyBudget
+	conns  *ConnLimit
 
 	bufs  sync.Pool // *[]byte, copyBufSize
 	xpool exchangePool
@@ -160,6 +170,8 @@ func NewHandler(c *rule.Compiled, opts Options, deps Deps) (*Handler, error) {
 		maxRetries:      opts.MaxConnectRetries,
 		hopID:           opts.HopID,
 		watch:           deps.Watch,
+		budget:          deps.Budget,
+		conns:           deps.Conns,
 	}
 	if h.watch == nil {
 		h.watch = NewEndpointWatch()
@@ -235,8 +247,25 @@ func (h *Handler) done(x *exchange) {
 // returns; a streamed body ends the exchange when the server has written it.
 func (h *Handler) serveFast(rc *fasthttp.RequestCtx, cc *clientConn, stopping bool) {
 	x := h.begin()
-	x.in, x.out, x.cc, x.ctx = &rc.Request, &rc.Response, cc, cc.ctx
+	x.in, x.out, x.ctx = &rc.Request, &rc.Response, cc.ctx
 	x.remote, x.ip = cc.remote, cc.ip
+	// A large body goes with the exchange, not back to the connection's
+	// pooled request (which would keep its buffer for good).
+	defer rc.Request.ReleaseBody(maxKeptBodyBuffer)
+	if cc.refused {
+		// The body budget refused the request at its head (headerReceived):
+		// its body is unread, the connection closes after the answer.
+		x.api = apiOfPath(x.in.URI().PathOriginal())
+		cc.linger = true
+		rc.SetConnectionClose()
+		h.fail(x, errBodyBufferFull())
+		h.done(x)
+		return
+	}
+	if cc.reserved > 0 {
+		cc.trimReservation(int64(len(rc.Request.Body())))
+	}
+	x.cc = cc
 	cc.begin(x)
 	defer func() {
 		if p := recover(); p != nil {
@@ -403,7 +432,10 @@ func clearResponse(x *exchange) {
 func (h *Handler) serveGenerate(x *exchange, kind APIKind) {
 	h.met.aiRequests.Inc()
 	req := &x.req
-	if err := req.parse(kind, x.in.Body()); err != nil {
+	// A body over maxKeptBodyBuffer is not reused (serveFast releases it;
+	// the h2c front end reads every body into a fresh buffer).
+	body := x.in.Body()
+	if err := req.parse(kind, body, cap(body) > maxKeptBodyBuffer); err != nil {
 		var ce *ClientError
 		if !errors.As(err, &ce) {
 			ce = requestError(http.StatusBadRequest, CodeInvalidJSON, "", err.Error())

@@ -238,3 +238,37 @@ func TestHandler_AHalfClosedClientOfASlowRequestNeverGetsAnEmpty200(t *testing.T
 		t.Errorf("outcomes %+v; want the leg reported client-gone", outcomes)
 	}
 }
+
+// An h2c stream that trickles its body gets 408 at the body-read bound,
+// from readBody's own timer (net/http's per-stream read deadline is not
+// used: armed after a reset, it would hold the stream for the bound).
+func TestHandler_ASlowH2CBodyGets408AtTheBound(t *testing.T) {
+	be := newFakeVLLM(t)
+	cfg := singlePool(be.addr())
+	url, _ := startGatewayWith(t, cfg, Options{BodyReadTimeout: 300 * time.Millisecond}, Deps{Router: newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))})
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: &protos}
+	t.Cleanup(tr.CloseIdleConnections)
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, err := http.NewRequest(http.MethodPost, url+PathCompletions, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = 1000
+	go func() { _, _ = pw.Write([]byte("{")) }()
+	start := time.Now()
+	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if took := time.Since(start); resp.ProtoMajor != 2 || resp.StatusCode != http.StatusRequestTimeout || took > 3*time.Second {
+		t.Fatalf("proto %d, %d %s after %v; want HTTP/2 408 at the 300 ms bound", resp.ProtoMajor, resp.StatusCode, body, took)
+	}
+	if e := decodeError(t, body); e.Error.Code != CodeBodyTimeout {
+		t.Errorf("code %s; want %s", e.Error.Code, CodeBodyTimeout)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // A fast JSON validator and string/integer decoders for request bodies.
@@ -269,6 +270,17 @@ func scanNumber(b []byte, i int) (int, bool) {
 		}
 	}
 	return i, true
+}
+
+// unquoteBody is unquote for a literal of a request body; when owned
+// (nothing writes to the body again, see Request.parse), a literal with
+// nothing to unescape is returned as a string sharing the body's bytes.
+func unquoteBody(lit []byte, owned bool) string {
+	s := lit[1 : len(lit)-1]
+	if owned && len(s) > 0 && plainString(s) {
+		return unsafe.String(&s[0], len(s))
+	}
+	return unquote(lit)
 }
 
 // unquote decodes a valid JSON string literal (quotes included) the way

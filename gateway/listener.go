@@ -36,6 +36,11 @@ const (
 	// readBufferSize is the per-connection request read buffer; it bounds
 	// a request's head (431 beyond it), like HAProxy's 16 KiB tune.bufsize.
 	readBufferSize = 16 << 10
+	// maxKeptBodyBuffer is the largest request body buffer a connection
+	// keeps for its next request; a larger one is left to the garbage
+	// collector once its request is done, so a burst of large bodies does
+	// not stay in the server's pools.
+	maxKeptBodyBuffer = 64 << 10
 )
 
 // ErrBind classifies a listener that could not bind its address; the
@@ -49,6 +54,7 @@ var ErrBind = errors.New("gateway: cannot listen")
 // calls return the first result). Safe for concurrent use.
 type Listener struct {
 	h      atomic.Pointer[Handler] // the handler new requests get
+	limit  *ConnLimit              // the process's connection limit (nil: none)
 	addr   netip.AddrPort
 	fast   *fasthttp.Server
 	h2     *http.Server
@@ -78,7 +84,7 @@ type Listener struct {
 // NewListener builds an unbound listener serving h on its rule's VIP:port.
 func NewListener(h *Handler) *Listener {
 	base, cancel := context.WithCancelCause(context.Background())
-	l := &Listener{addr: netip.AddrPortFrom(h.rule.VIP, h.rule.Port), base: base, cancel: cancel, log: h.log,
+	l := &Listener{addr: netip.AddrPortFrom(h.rule.VIP, h.rule.Port), limit: h.conns, base: base, cancel: cancel, log: h.log,
 		done: make(chan struct{}), conns: map[*clientConn]struct{}{}}
 	l.h.Store(h)
 	l.acceptLog = &serverErrorLog{log: l.log}
@@ -86,11 +92,8 @@ func NewListener(h *Handler) *Listener {
 		Handler: func(rc *fasthttp.RequestCtx) {
 			l.h.Load().serveFast(rc, rc.Conn().(*clientConn), l.stopping.Load())
 		},
-		ErrorHandler: l.requestError,
-		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
-			h := l.h.Load()
-			return fasthttp.RequestConfig{ReadTimeout: h.bodyReadTimeout, MaxRequestBodySize: int(min(h.bodyLimit, 1<<40))}
-		},
+		ErrorHandler:                 l.requestError,
+		HeaderReceived:               l.headerReceived,
 		ConnState:                    l.connState,
 		ReadTimeout:                  DefaultReadHeaderTimeout,
 		IdleTimeout:                  DefaultIdleTimeout,
@@ -175,11 +178,16 @@ func (l *Listener) accept(ln net.Listener) {
 			return
 		}
 		backoff = 0
+		if !l.limit.acquire() {
+			l.limit.refuse(c)
+			continue
+		}
 		cc := newClientConn(c, l.base)
+		cc.limit = l.limit
 		l.mu.Lock()
 		if l.stopping.Load() {
 			l.mu.Unlock()
-			_ = c.Close()
+			_ = cc.Close()
 			continue
 		}
 		l.conns[cc] = struct{}{}
@@ -207,6 +215,10 @@ func (l *Listener) serveConn(cc *clientConn) {
 		cc.cancel(nil)
 		l.connWG.Done()
 	}()
+	// The HTTP/1.1 server closed the connection (or it went to the h2c
+	// server, which reserves its bodies itself): what the last request
+	// reserved is free.
+	defer cc.endRequest()
 	h2, err := cc.sniffH2(DefaultReadHeaderTimeout)
 	if err != nil && len(cc.prefix) == 0 {
 		_ = cc.Close()
@@ -230,6 +242,8 @@ func (l *Listener) connState(c net.Conn, st fasthttp.ConnState) {
 	}
 	switch st {
 	case fasthttp.StateIdle:
+		// The answer is written: the request's body reservation ends.
+		cc.endRequest()
 		cc.idle.Store(true)
 		if l.stopping.Load() {
 			_ = cc.Conn.Close()
@@ -239,28 +253,72 @@ func (l *Listener) connState(c net.Conn, st fasthttp.ConnState) {
 	}
 }
 
-// requestError answers a request the server could not read: too large a
-// body (413), too slow a client (408), too large a head (431), or a
-// malformed one (400). The server closes the connection after it.
+// headerReceived is the HTTP/1.1 server's hook between a request's head
+// and its body: it sets the rule's body limit and read bound, and reserves
+// the body in the process's body budget. A body that does not fit is not
+// read: the refused request's head is made to declare no body (and no
+// Expect: 100-continue, which would invite the client to send it), so the
+// server hands it straight to serveFast, which answers 503
+// body_buffer_full and closes the connection.
+func (l *Listener) headerReceived(hdr *fasthttp.RequestHeader) fasthttp.RequestConfig {
+	h := l.h.Load()
+	conf := fasthttp.RequestConfig{ReadTimeout: h.bodyReadTimeout, MaxRequestBodySize: int(min(h.bodyLimit, 1<<40))}
+	n := bodyReservation(int64(hdr.ContentLength()), h.bodyLimit)
+	if h.budget == nil || n == 0 {
+		return conf
+	}
+	cc, ok := ctxOfHeader(hdr).Conn().(*clientConn)
+	if !ok || cc.reserve(h.budget, n) {
+		return conf
+	}
+	hdr.Del(fasthttp.HeaderExpect)
+	hdr.SetContentLength(0)
+	return conf
+}
+
+// apiOfPath is the access log's api for a request refused before it was
+// parsed.
+func apiOfPath(path []byte) string {
+	switch string(path) {
+	case PathCompletions:
+		return KindCompletion.String()
+	case PathChatCompletions:
+		return KindChat.String()
+	}
+	return "unknown"
+}
+
+// requestError answers a request the server could not read: a body the
+// body budget refused (503), too large a body (413), too slow a client
+// (408), too large a head (431), or a malformed one (400). The server
+// closes the connection after it; after a 503 or 413, whose body was left
+// unread, the close lingers until the client stopped sending.
 func (l *Listener) requestError(rc *fasthttp.RequestCtx, err error) {
 	h := l.h.Load()
 	x := h.begin()
 	x.in, x.out = &rc.Request, &rc.Response
-	if cc, ok := rc.Conn().(*clientConn); ok {
+	cc, _ := rc.Conn().(*clientConn)
+	if cc != nil {
 		x.remote, x.ip = cc.remote, cc.ip
+	}
+	// A body read in part is dropped with the request, not kept in the
+	// connection's pooled one, and its reservation ends now (not after the
+	// lingering close).
+	defer rc.Request.ReleaseBody(maxKeptBodyBuffer)
+	if cc != nil {
+		defer cc.endRequest()
 	}
 	x.out.Header.SetNoDefaultContentType(true)
 	var small *fasthttp.ErrSmallBuffer
-	switch path := string(x.in.URI().PathOriginal()); path {
-	case PathCompletions:
-		x.api = KindCompletion.String()
-	case PathChatCompletions:
-		x.api = KindChat.String()
-	default:
-		x.api = "unknown"
-	}
+	x.api = apiOfPath(x.in.URI().PathOriginal())
 	switch {
+	case cc != nil && cc.refused:
+		cc.linger = true
+		h.fail(x, errBodyBufferFull())
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		if cc != nil {
+			cc.linger = true
+		}
 		h.fail(x, bodyTooLarge(h.bodyLimit))
 	case isTimeout(err):
 		h.fail(x, requestError(http.StatusRequestTimeout, CodeBodyTimeout, "",

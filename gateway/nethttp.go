@@ -62,7 +62,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Body != nil && r.Body != http.NoBody {
 		guardBody(w, r, x.start.Add(h.bodyReadTimeout))
-		body, cerr := readBody(w, r, h.bodyLimit)
+		// The body takes the process's body budget as it arrives: one that
+		// outgrows it is answered 503 (its stream reset, the connection
+		// kept); the reservation ends with the exchange.
+		body, reserved, cerr := readBody(w, r, h.bodyLimit, h.budget, x.start.Add(h.bodyReadTimeout))
+		defer h.budget.Release(reserved)
 		switch {
 		case cerr != nil && cerr.Code != CodeBodyTimeout && r.Context().Err() != nil:
 			x.clientGone()
@@ -78,7 +82,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		// The body is in: the rest of the exchange may take as long as the
 		// stream does.
-		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+		if r.ProtoMajor == 1 {
+			_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+		}
 	}
 	h.serve(x)
 	h.writeNetHTTP(w, x)

@@ -15,7 +15,7 @@ func (r *Request) parsePrompt(v []byte) error {
 	const param = "prompt"
 	switch v[0] {
 	case '"':
-		r.Form, r.Texts = PromptText, append(r.Texts, unquote(v))
+		r.Form, r.Texts = PromptText, append(r.Texts, unquoteBody(v, r.bodyOwned))
 		return nil
 	case '[':
 	default:
@@ -31,7 +31,7 @@ func (r *Request) parsePrompt(v []byte) error {
 			if e[0] != '"' {
 				return fieldError(param, "a prompt array that starts with a string must hold only strings")
 			}
-			r.Texts = append(r.Texts, unquote(e))
+			r.Texts = append(r.Texts, unquoteBody(e, r.bodyOwned))
 			return nil
 		})
 		if err != nil {
@@ -92,7 +92,7 @@ func (r *Request) parseMessages(v []byte) error {
 			return fieldError("messages["+strconv.Itoa(i)+"].role", "every message needs a non-empty string role")
 		}
 		var err error
-		if msg.Text, msg.Media, err = renderContent(content); err != nil {
+		if msg.Text, msg.Media, err = renderContent(content, r.bodyOwned); err != nil {
 			return fieldError("messages["+strconv.Itoa(i)+"].content", err.Error())
 		}
 		r.Messages = append(r.Messages, msg)
@@ -110,14 +110,15 @@ func (r *Request) parseMessages(v []byte) error {
 
 var errContentShape = errors.New("content must be a string, an array of content parts, or null")
 
-// renderContent renders a message's content for routing.
-func renderContent(c []byte) (string, bool, error) {
+// renderContent renders a message's content for routing; a string
+// content shares the body's bytes when owned (see Request.parse).
+func renderContent(c []byte, owned bool) (string, bool, error) {
 	if len(c) == 0 || isNull(c) {
 		return "", false, nil
 	}
 	switch c[0] {
 	case '"':
-		return unquote(c), false, nil
+		return unquoteBody(c, owned), false, nil
 	case '[':
 	default:
 		return "", false, errContentShape

@@ -161,7 +161,7 @@ func fastBackendFast(b *testing.B) netip.AddrPort {
 // backend (neither allocates), with a router that answers at once.
 func BenchmarkHandler(b *testing.B) {
 	be := fastBackendFast(b)
-	for _, size := range []int{64, 4 << 10, 64 << 10} {
+	for _, size := range []int{64, 4 << 10, 64 << 10, 1 << 20} {
 		b.Run("single/prompt="+strconv.Itoa(size), func(b *testing.B) {
 			_, l := startBenchGateway(b, singlePool(be), &instantRouter{d: decision(ladder.TierSelector, 0, -1)})
 			benchHandler(b, l, `{"model":"m","prompt":"`+strings.Repeat("a", size)+`","max_tokens":1,"user_id":"u"}`)
@@ -176,7 +176,8 @@ func BenchmarkHandler(b *testing.B) {
 // benchListener builds an unbound listener for cfg over router r.
 func benchListener(b *testing.B, cfg *rule.Compiled, r actors.Router) *Listener {
 	b.Helper()
-	h, err := NewHandler(cfg, Options{}, Deps{Router: r})
+	// The daemon's process-wide bounds, at their defaults.
+	h, err := NewHandler(cfg, Options{}, Deps{Router: r, Budget: NewBodyBudget(DefaultBodyBufferBytes, nil), Conns: NewConnLimit(DefaultMaxConns(), nil)})
 	if err != nil {
 		b.Fatal(err)
 	}

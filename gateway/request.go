@@ -128,6 +128,11 @@ type Request struct {
 	HasMaxCompletionTokens bool
 	// ConversationID is the X-Conversation-Id header.
 	ConversationID string
+
+	// bodyOwned: Body is this request's alone for good (nothing writes to
+	// it again), so the prompt strings share its bytes instead of copying
+	// them (see parse).
+	bodyOwned bool
 }
 
 // PromptCount returns how many prompts a completion carries (1 for chat).
@@ -154,7 +159,7 @@ func (r *Request) SessionUser() string {
 // *ClientError (400) naming the field; use errors.As.
 func ParseRequest(kind APIKind, body []byte) (*Request, error) {
 	r := new(Request)
-	if err := r.parse(kind, body); err != nil {
+	if err := r.parse(kind, body, false); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -162,8 +167,13 @@ func ParseRequest(kind APIKind, body []byte) (*Request, error) {
 
 // parse is ParseRequest into r, which it resets first, keeping the
 // capacity of its slices (the data plane reuses one Request per exchange).
-func (r *Request) parse(kind APIKind, body []byte) error {
-	*r = Request{Kind: kind, Body: body, Texts: r.Texts[:0], Tokens: r.Tokens[:0], Messages: r.Messages[:0]}
+// owned says that body is the request's alone for good: nothing will write
+// to it again (the server does not pool a buffer over maxKeptBodyBuffer,
+// and the h2c front end reads each body into a buffer of its own). The
+// prompt texts then share the body's bytes where they need no unescaping,
+// so a prompt as large as the body is not held twice.
+func (r *Request) parse(kind APIKind, body []byte, owned bool) error {
+	*r = Request{Kind: kind, Body: body, Texts: r.Texts[:0], Tokens: r.Tokens[:0], Messages: r.Messages[:0], bodyOwned: owned}
 	if !validJSON(body) {
 		return requestError(http.StatusBadRequest, CodeInvalidJSON, "", "the request body is not valid JSON")
 	}
@@ -241,6 +251,28 @@ func (r *Request) parse(kind APIKind, body []byte) error {
 		return r.parseMessages(messages)
 	}
 	return nil
+}
+
+// forget drops what r references of its request — the body, the prompt
+// strings and token arrays, the raw chat inputs — so that a pooled
+// exchange does not keep a large body alive. Small slices keep their
+// storage for the next parse; large ones (a request with many prompts or
+// messages) are dropped.
+func (r *Request) forget() {
+	*r = Request{Texts: emptied(r.Texts), Tokens: emptied(r.Tokens), Messages: emptied(r.Messages)}
+}
+
+// maxKeptElems is the largest slice capacity forget keeps.
+const maxKeptElems = 64
+
+// emptied returns s cleared to length 0 with its storage zeroed, or nil
+// when its storage is over maxKeptElems.
+func emptied[T any](s []T) []T {
+	if cap(s) > maxKeptElems {
+		return nil
+	}
+	clear(s[:cap(s)])
+	return s[:0]
 }
 
 // keep returns a raw value, or nil for JSON null.

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+	"unsafe"
 )
 
 func TestParseRequest_CompletionPromptForms(t *testing.T) {
@@ -168,7 +170,7 @@ func TestReadBody_EnforcesTheLimit(t *testing.T) {
 			if tt.chunked {
 				r.ContentLength = -1
 			}
-			b, ce := readBody(httptest.NewRecorder(), r, 16)
+			b, _, ce := readBody(httptest.NewRecorder(), r, 16, nil, time.Time{})
 			switch {
 			case tt.wantStatus == 0 && ce != nil:
 				t.Fatalf("readBody: %v", ce)
@@ -176,6 +178,48 @@ func TestReadBody_EnforcesTheLimit(t *testing.T) {
 				t.Errorf("body = %q; want %q", b, tt.body)
 			case tt.wantStatus != 0 && (ce == nil || ce.Status != tt.wantStatus || ce.Code != CodeBodyTooLarge):
 				t.Errorf("err = %v; want %d %s", ce, tt.wantStatus, CodeBodyTooLarge)
+			}
+		})
+	}
+}
+
+// The h2c body reader takes the budget as the body arrives: a declared
+// length at most h2cFirstReservation before the first bytes, then the
+// rest; an unknown length by doubling; a body that outgrows the budget is
+// refused 503 with what it had reserved still to release.
+func TestReadBody_ReservesAsTheBodyArrives(t *testing.T) {
+	tests := []struct {
+		name         string
+		size         int
+		chunked      bool
+		budget       int64
+		wantReserved int64
+		wantCode     string
+	}{
+		{"small declared", 100, false, 1 << 20, 101, ""},
+		{"large declared", 300 << 10, false, 1 << 20, 300<<10 + 1, ""},
+		{"unknown length doubles", 3000, true, 1 << 20, 4096, ""},
+		{"declared over the room left", 300 << 10, false, 200 << 10, h2cFirstReservation, CodeBodyBufferFull},
+		{"unknown length over the room left", 300 << 10, true, 200 << 10, 128 << 10, CodeBodyBufferFull},
+		{"no room even to start", 100, false, 50, 0, CodeBodyBufferFull},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := strings.Repeat("b", tt.size)
+			r := httptest.NewRequest(http.MethodPost, "/v1/completions", strings.NewReader(body))
+			if tt.chunked {
+				r.ContentLength = -1
+			}
+			bud := NewBodyBudget(tt.budget, nil)
+			got, reserved, ce := readBody(httptest.NewRecorder(), r, 1<<20, bud, time.Time{})
+			if reserved != tt.wantReserved || bud.Reserved() != reserved {
+				t.Errorf("reserved %d (budget %d); want %d", reserved, bud.Reserved(), tt.wantReserved)
+			}
+			switch {
+			case tt.wantCode == "" && (ce != nil || string(got) != body):
+				t.Errorf("err %v, %d bytes; want the %d-byte body", ce, len(got), len(body))
+			case tt.wantCode != "" && (ce == nil || ce.Code != tt.wantCode || ce.Status != http.StatusServiceUnavailable):
+				t.Errorf("err %v; want 503 %s", ce, tt.wantCode)
 			}
 		})
 	}
@@ -204,4 +248,66 @@ func FuzzParseRequest(f *testing.F) {
 		}
 		renderPrompt(r)
 	})
+}
+
+// A body the request owns for good is not copied into its prompt strings;
+// one the server may reuse is.
+func TestParse_AnOwnedBodySharesItsBytesWithThePrompts(t *testing.T) {
+	tests := []struct {
+		name  string
+		kind  APIKind
+		body  string
+		owned bool
+		want  bool // the prompt text shares the body's bytes
+	}{
+		{"owned completion", KindCompletion, `{"model":"m","prompt":"a long prompt"}`, true, true},
+		{"reused completion", KindCompletion, `{"model":"m","prompt":"a long prompt"}`, false, false},
+		{"owned completion with escapes", KindCompletion, `{"model":"m","prompt":"a\nlong prompt"}`, true, false},
+		{"owned prompt array", KindCompletion, `{"model":"m","prompt":["a long prompt","b"]}`, true, true},
+		{"owned chat string", KindChat, `{"model":"m","messages":[{"role":"user","content":"a long prompt"}]}`, true, true},
+		{"reused chat string", KindChat, `{"model":"m","messages":[{"role":"user","content":"a long prompt"}]}`, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := []byte(tt.body)
+			var r Request
+			if err := r.parse(tt.kind, body, tt.owned); err != nil {
+				t.Fatal(err)
+			}
+			text := ""
+			if tt.kind == KindChat {
+				text = r.Messages[0].Text
+			} else {
+				text = r.Texts[0]
+			}
+			p := uintptr(unsafe.Pointer(unsafe.StringData(text)))
+			start := uintptr(unsafe.Pointer(&body[0]))
+			if got := p >= start && p < start+uintptr(len(body)); got != tt.want {
+				t.Errorf("prompt %q shares the body: %v; want %v", text, got, tt.want)
+			}
+			if text != "a long prompt" && text != "a\nlong prompt" {
+				t.Errorf("prompt %q", text)
+			}
+		})
+	}
+}
+
+// A pooled exchange keeps no reference to its last request's body or
+// prompts, and only small buffers.
+func TestExchange_ResetForgetsTheBodyAndLargeBuffers(t *testing.T) {
+	body := []byte(`{"model":"m","prompt":"` + strings.Repeat("p", 1<<20) + `"}`)
+	x := &exchange{}
+	if err := x.req.parse(KindCompletion, body, true); err != nil {
+		t.Fatal(err)
+	}
+	x.iovArr = [2][]byte{[]byte("head"), body}
+	x.iov = x.iovArr[:]
+	x.preBody = make([]byte, 0, 1<<20)
+	x.scratch = make([]byte, 0, 1<<20)
+	texts := x.req.Texts[:1]
+	x.reset()
+	if x.req.Body != nil || len(x.req.Texts) != 0 || texts[0] != "" || x.iovArr[1] != nil || x.preBody != nil || x.scratch != nil {
+		t.Errorf("after reset: body %d bytes, texts %q (storage %d bytes), iov %d bytes, preBody cap %d, scratch cap %d",
+			len(x.req.Body), x.req.Texts, len(texts[0]), len(x.iovArr[1]), cap(x.preBody), cap(x.scratch))
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"unsafe"
 
 	"github.com/valyala/fasthttp"
 
@@ -141,7 +142,11 @@ type rendering struct {
 }
 
 // renderPrompt renders the request for the trie and the prefix hash. The
-// bytes are freshly allocated: the router may keep them after Route returns.
+// router may keep the bytes after Route returns, so they never alias the
+// request body (which the server reuses): a chat rendering is freshly
+// allocated, and a completion's text prompt is its decoded string's own
+// bytes — immutable, and not copied again, as a prompt may be as large as
+// the body (the ladder only reads Prompt; the trie copies what it keeps).
 func renderPrompt(req *Request) rendering {
 	switch req.Kind {
 	case KindChat:
@@ -169,7 +174,7 @@ func renderPrompt(req *Request) rendering {
 		var b []byte
 		switch req.Form {
 		case PromptText, PromptTexts:
-			b = []byte(req.Texts[0])
+			b = unsafe.Slice(unsafe.StringData(req.Texts[0]), len(req.Texts[0]))
 		case PromptTokens, PromptTokenLists:
 			toks := req.Tokens[0]
 			b = make([]byte, 4*len(toks))

@@ -84,13 +84,29 @@ type Config struct {
 	// Feeds starts KV-event subscriptions; nil means ZMQ (tests pass
 	// their own).
 	Feeds actors.FeedStarter
+	// BodyBufferBytes bounds the request bodies every listener holds at
+	// once, in bytes (--body-buffer-bytes; 0: no bound beyond each rule's
+	// body limit). See gateway.BodyBudget.
+	BodyBufferBytes int64
+	// MaxConns bounds the client connections every listener serves at once
+	// (--max-conns; 0: no bound). See gateway.ConnLimit.
+	MaxConns int
 }
 
 // New starts the actor runtime and an empty data plane.
 func New(cfg Config) (*DataPlane, error) {
 	sys := actors.NewSystem(cfg.Log.With().Str(logfield.Component, "actors").Logger(), cfg.Metrics)
+	var budget *gateway.BodyBudget
+	if cfg.BodyBufferBytes > 0 {
+		budget = gateway.NewBodyBudget(cfg.BodyBufferBytes, cfg.Metrics)
+	}
+	var conns *gateway.ConnLimit
+	if cfg.MaxConns > 0 {
+		conns = gateway.NewConnLimit(cfg.MaxConns, cfg.Metrics)
+	}
 	rt, err := newRuleSet(ruleSetConfig{System: sys, Log: cfg.Log, Metrics: cfg.Metrics, KVMaxMsgSize: cfg.KVMaxMsgSize,
-		Feeds: cfg.Feeds, Options: gateway.Options{AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs}})
+		Feeds: cfg.Feeds, BodyBudget: budget, ConnLimit: conns,
+		Options: gateway.Options{AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs}})
 	if err != nil {
 		sys.Shutdown()
 		return nil, err

@@ -42,6 +42,11 @@ type ruleSetConfig struct {
 	// KVMaxMsgSize bounds one KV-event message in bytes for the default
 	// Feeds (LLB_KV_MAX_MSG_BYTES); 0 means inventory.DefaultMaxMsgSize.
 	KVMaxMsgSize int
+	// BodyBudget and ConnLimit are the process-wide bounds every rule's
+	// handler and listener share (gateway.NewBodyBudget,
+	// gateway.NewConnLimit); nil sets none.
+	BodyBudget *gateway.BodyBudget
+	ConnLimit  *gateway.ConnLimit
 	// BindRetry is how often a rule whose VIP:port could not be bound tries
 	// again; 0 means 5 s.
 	BindRetry time.Duration
@@ -244,6 +249,8 @@ func (rs *ruleSet) handler(live *liveRule) (*gateway.Handler, error) {
 		Metrics: live.met,
 		Log:     rs.cfg.Log.With().Str(logfield.Component, "gateway").Str(logfield.Rule, c.Key).Logger(),
 		LoRAOf:  live.lora.loraOf,
+		Budget:  rs.cfg.BodyBudget,
+		Conns:   rs.cfg.ConnLimit,
 	}
 	if c.Spec.KVExactMode != ladder.KVOff {
 		tok, err := rs.ruleTokenizer(c, live.met)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/llbproject/llb/gateway"
 	"github.com/llbproject/llb/internal/etcdconn"
 	"github.com/llbproject/llb/replica"
 	"github.com/llbproject/llb/restapi"
@@ -67,6 +68,16 @@ type config struct {
 	// tests, debug.go); "" (the default) turns it off. A host that is not
 	// a loopback address is refused.
 	DebugListen string
+	// BodyBufferBytes bounds the request bodies the data plane holds at once,
+	// across every rule (default 1 GiB; 0 turns the bound off, else at
+	// least the largest rule body limit, 16 MiB). A request whose body does
+	// not fit is answered 503 body_buffer_full before its body is read.
+	BodyBufferBytes int64
+	// MaxConns bounds the data plane's client connections, across every
+	// rule (default derived from the open-file limit,
+	// gateway.DefaultMaxConns; 0 turns the bound off). A connection over it
+	// is answered 503 too_many_connections (h2c: GOAWAY) and closed.
+	MaxConns int
 	// TokenizerDir is the default Hugging Face tokenizer directory of rules
 	// with Tier 1.5 (kvTokenizerDir overrides it per rule): one model's
 	// directory, or a root of directories named by served model name. ""
@@ -157,6 +168,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		{"etcd-username", "LLB_ETCD_USERNAME", "etcd user (etcd auth; needs --etcd-password-file)"},
 		{"etcd-password-file", "LLB_ETCD_PASSWORD_FILE", "file holding the etcd user's password"},
 		{"data-bind", "LLB_DATA_BIND", "bind every rule's listener on this IP address instead of the rule's externalIP (replicas behind one VIP)"},
+		{"body-buffer-bytes", "LLB_BODY_BUFFER_BYTES", "most request-body bytes the data plane holds at once, across every rule; a request over it gets 503 body_buffer_full (0: no bound but each rule's body limit)"},
+		{"max-conns", "LLB_MAX_CONNS", "most data-plane client connections open at once, across every rule; one over it gets 503 too_many_connections and is closed (0: no bound; default derived from the open-file limit)"},
 		{"tokenizer-dir", "LLB_TOKENIZER_DIR", "Hugging Face tokenizer directory (or a root of them named by served model) for Tier 1.5 to tokenize in process; empty: the engines' /tokenize"},
 	}
 	usage := func(name string) string {
@@ -183,6 +196,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&cfg.DebugListen, "debug-listen", "", usage("debug-listen"))
 	fs.BoolVar(&cfg.AccessLog, "access-log", false, usage("access-log"))
 	fs.BoolVar(&cfg.HideBackendAddrs, "hide-backend-addrs", false, usage("hide-backend-addrs"))
+	fs.Int64Var(&cfg.BodyBufferBytes, "body-buffer-bytes", gateway.DefaultBodyBufferBytes, usage("body-buffer-bytes"))
+	fs.IntVar(&cfg.MaxConns, "max-conns", gateway.DefaultMaxConns(), usage("max-conns"))
 	var etcdEndpoints, dataBind string
 	fs.StringVar(&cfg.Cluster.Name, "cluster-name", "", usage("cluster-name"))
 	fs.StringVar(&cfg.Cluster.Advertise, "cluster-advertise", "", usage("cluster-advertise"))
@@ -266,6 +281,13 @@ func (c *config) validate() []error {
 	}
 	if c.MaxRuleBytes < 1<<10 || c.MaxRuleBytes > 16<<20 {
 		errs = append(errs, fmt.Errorf("--max-rule-bytes %d: want 1024 to 16777216 bytes", c.MaxRuleBytes))
+	}
+	if c.BodyBufferBytes < 0 || c.BodyBufferBytes > 0 && c.BodyBufferBytes < gateway.DefaultBodyLimit {
+		errs = append(errs, fmt.Errorf("--body-buffer-bytes %d: below the largest rule body limit (%d bytes), a body at that limit could never be buffered; want 0 (no bound) or at least %d",
+			c.BodyBufferBytes, gateway.DefaultBodyLimit, gateway.DefaultBodyLimit))
+	}
+	if c.MaxConns < 0 {
+		errs = append(errs, fmt.Errorf("--max-conns %d: want 0 (no bound) or a positive number of connections", c.MaxConns))
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, errors.New("--tls-cert and --tls-key go together: give both or neither"))

@@ -204,7 +204,8 @@ func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) strin
 	}
 	defaults.TokenizerDir = cfg.TokenizerDir
 	lc := lifecycle.Config{Log: base, Metrics: set, Env: env, Defaults: defaults, KVMaxMsgSize: maxMsg,
-		AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs, DataBind: cfg.DataBind}
+		AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs, DataBind: cfg.DataBind,
+		BodyBufferBytes: cfg.BodyBufferBytes, MaxConns: cfg.MaxConns}
 	if cl := cfg.Cluster; cl.Name != "" {
 		lc.Cluster = &replica.Config{ClusterName: cl.Name, Advertise: cl.Advertise, Etcd: cl.Etcd, Log: base}
 	}
@@ -212,7 +213,13 @@ func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) strin
 	if err != nil {
 		return nil, nil, err
 	}
-	ev := log.Info().Str("kv_lb_mode", env.LBMode.String())
+	if cfg.BodyBufferBytes == 0 {
+		log.Warn().Msg("--body-buffer-bytes 0: request bodies are bounded per request only; many large bodies at once can take any amount of memory")
+	}
+	if cfg.MaxConns == 0 {
+		log.Warn().Msg("--max-conns 0: data-plane client connections are not bounded; a flood of connections can use every file descriptor")
+	}
+	ev := log.Info().Str("kv_lb_mode", env.LBMode.String()).Int64("body_buffer_bytes", cfg.BodyBufferBytes).Int("max_conns", cfg.MaxConns)
 	if cfg.DataBind.IsValid() {
 		ev = ev.Str("data_bind", cfg.DataBind.String())
 	}

@@ -94,7 +94,7 @@ func runDataPlane(ctx context.Context, cfg *Config, n loopNet, budget time.Durat
 		defer cancel()
 		_ = fl.Stop(sctx)
 	}()
-	d, err := startDaemon(ctx, cfg.LLBD, cfg.WorkDir, FamilyDataPlane, nil, nil)
+	d, err := startDaemon(ctx, cfg.LLBD, cfg.WorkDir, FamilyDataPlane, dpLLBDEnv(), nil)
 	if err != nil {
 		return t, err
 	}
@@ -116,10 +116,17 @@ func runDataPlane(ctx context.Context, cfg *Config, n loopNet, budget time.Durat
 	}
 	t.note("baseline after warm-up: %v", base)
 	t.note("bounds: headers %v, body %v, body limit %d MiB (+%v slack)", dpHeaderTimeout, dpBodyTimeout, dpBodyLimit>>20, dpSlack)
+
+	t.note("process bounds: --body-buffer-bytes %d MiB, --max-conns %d", dpBodyBudget>>20, dpMaxConns)
 	peak := watchRSS(ctx, d)
 
+	limits := !shortRun(budget) && !cfg.Replay
 	slow := f.slowCases(ctx, budget)
-	f.fastCases(ctx, budget)
+	f.fastCases(ctx, budget, limits)
+	if limits {
+		f.bodyBudgetCase(ctx, base)
+		f.connFloodCase(ctx)
+	}
 	for _, r := range slow() {
 		t.add(r.i, r.c.kind, r.o, func() string { return reproRaw(r.c) })
 	}
@@ -141,9 +148,14 @@ func (f *dpFamily) baseline(ctx context.Context) (usage, error) {
 }
 
 // fastCases runs the generated cases, four at a time, until the budget
-// (less what the closing checks need) is spent.
-func (f *dpFamily) fastCases(ctx context.Context, budget time.Duration) {
-	deadline := time.Now().Add(attackSpan(budget, 15*time.Second))
+// (less what the closing checks need, and the bound cases when limits)
+// is spent.
+func (f *dpFamily) fastCases(ctx context.Context, budget time.Duration, limits bool) {
+	tail := 15 * time.Second
+	if limits {
+		tail += dpLimitsSpan
+	}
+	deadline := time.Now().Add(attackSpan(budget, tail))
 	var next atomic.Int64
 	var mu sync.Mutex
 	var wg sync.WaitGroup
