@@ -183,7 +183,7 @@ func (c *genCtx) submit() *reqError {
 	if g.kv != nil {
 		rec := newReceipt(c.rid, g.kv)
 		switch {
-		case g.kv.DoRemotePrefill && w.cfg.Engine.Role.AcceptsRemotePrefill():
+		case g.kv.DoRemotePrefill && w.cfg.Engine.KVRole.AcceptsRemotePrefill():
 			remote = w.pull(c.r.Context(), g.kv, &rec)
 		case g.kv.DoRemotePrefill:
 			remote = &engine.RemotePrefill{} // not honoured: the engine counts it
@@ -204,7 +204,7 @@ func (c *genCtx) submit() *reqError {
 			RemoteDecode:  remoteDecode,
 			RemotePrefill: remote,
 		}
-		if remote == nil || !w.cfg.Engine.Role.AcceptsRemotePrefill() {
+		if remote == nil || !w.cfg.Engine.KVRole.AcceptsRemotePrefill() {
 			d, err := hasher.AppendDigests(nil, p.tokens, p.extra)
 			if err != nil {
 				return badRequest("cannot hash prompt %d: %v", i, err)
