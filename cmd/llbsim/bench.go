@@ -17,6 +17,7 @@ import (
 	"github.com/llbproject/llb/simulate/des"
 	"github.com/llbproject/llb/simulate/engine"
 	"github.com/llbproject/llb/simulate/harness"
+	"github.com/llbproject/llb/simulate/saturation"
 	"github.com/llbproject/llb/simulate/strategy"
 	"github.com/llbproject/llb/simulate/workload"
 )
@@ -101,8 +102,9 @@ model second and latencies in model seconds: the workers run at
 
 With --loads the rates are fractions of the saturation rate of --reference,
 found by a quick search (fresh runs at geometric steps, then bisection;
-stable = the engines' mean queue wait by Little's law within --sat-max-wait
-and every request completed) unless --saturation gives it.
+stable = the p90 of the engine queue wait the workers report per request
+within --sat-max-wait and every request completed, the criterion "llbsim
+sweep" judges by too) unless --saturation gives it.
 
 Results are JSON lines in the report schema of "llbsim report" (source
 "http"; each run line also carries a "harness" object), and a table.`,
@@ -144,7 +146,7 @@ Results are JSON lines in the report schema of "llbsim report" (source
 	fl.Float64Var(&f.saturation, "saturation", 0, "known saturation rate (req/s, model time); 0 searches it")
 	fl.StringVar(&f.reference, "reference", strategy.NameHard, "strategy whose saturation rate is load 1.0")
 	fl.IntVar(&f.satRequests, "sat-requests", 0, "requests per saturation probe (default min(--requests, 600))")
-	fl.DurationVar(&f.satMaxWait, "sat-max-wait", 500*time.Millisecond, "stability criterion: mean engine queue wait (model time)")
+	fl.DurationVar(&f.satMaxWait, "sat-max-wait", saturation.DefaultMaxWaitP90, "stability criterion: p90 of the engine queue wait per request (model time)")
 	fl.Float64Var(&f.satPrec, "sat-precision", 0.1, "stop the search when unstable/stable - 1 is below this")
 	fl.IntVar(&f.satProbes, "sat-probes", 8, "most saturation probes")
 	fl.IntVarP(&f.requests, "requests", "n", 1200, "requests per run (the trace length; with --duration, the cap)")
@@ -364,7 +366,7 @@ func (f *benchFlags) bench(fs *pflag.FlagSet) (*harness.Bench, error) {
 		Strategies: strategies, Rates: f.rates, Loads: f.loads, Concurrency: f.concurrency, SaturationRate: f.saturation,
 		Reference: f.reference, Duration: f.duration, TTFTSLO: f.slo, KeepRecords: f.records != "", Pooled: f.pooled,
 		Saturation: harness.SaturationConfig{
-			MaxQueueWait: f.satMaxWait, Precision: f.satPrec, MaxProbes: f.satProbes, Requests: f.satRequests,
+			Criterion: saturation.Criterion{MaxWaitP90: f.satMaxWait}, Precision: f.satPrec, MaxProbes: f.satProbes, Requests: f.satRequests,
 		},
 	}
 	if len(b.Rates) == 0 && len(b.Loads) == 0 && len(b.Concurrency) == 0 {

@@ -17,6 +17,7 @@ import (
 	"github.com/llbproject/llb/simulate/des"
 	"github.com/llbproject/llb/simulate/harness"
 	"github.com/llbproject/llb/simulate/report"
+	"github.com/llbproject/llb/simulate/saturation"
 	"github.com/llbproject/llb/simulate/strategy"
 )
 
@@ -33,10 +34,12 @@ type scenarioExtras struct {
 	TimeScale float64 `json:"time_scale"`
 	// DecodeWorkers is the decode workers P/D strategies add (0 with
 	// PDSameWorkers); PDSameWorkers runs P/D on the serving workers.
-	DecodeWorkers int             `json:"decode_workers"`
-	PDSameWorkers bool            `json:"pd_same_workers,omitempty"`
-	Seed          uint64          `json:"seed"`
-	Probes        []harness.Probe `json:"probes,omitempty"`
+	DecodeWorkers int    `json:"decode_workers"`
+	PDSameWorkers bool   `json:"pd_same_workers,omitempty"`
+	Seed          uint64 `json:"seed"`
+	// Probes are the saturation probes with what only the harness has
+	// (failed requests, a drain timeout); the schema's probes carry the rest.
+	Probes []saturation.Probe `json:"probes,omitempty"`
 	// PooledRun is the pooled-cache bound run, if measured.
 	PooledRun *runExtras `json:"pooled_run,omitempty"`
 }
@@ -51,19 +54,22 @@ type httpRun struct {
 
 // runExtras are a run's harness-only figures.
 type runExtras struct {
-	Completed      int                    `json:"completed"`
-	Errors         map[string]int         `json:"errors"`
-	E2EMax         float64                `json:"e2e_max_s"`
-	TTFTMax        float64                `json:"ttft_max_s"`
-	HitRateSource  string                 `json:"hit_rate_source"`
-	UsageHitRate   float64                `json:"usage_hit_rate"`
-	CounterHitRate float64                `json:"counter_hit_rate"`
-	QueueWaitMean  float64                `json:"queue_wait_mean_s"`
-	MeanWaiting    float64                `json:"mean_waiting"`
-	Retries        int                    `json:"retries"`
-	Workers        []harness.WorkerResult `json:"workers"`
-	Health         harness.Health         `json:"health"`
-	Env            []string               `json:"env,omitempty"`
+	Completed      int            `json:"completed"`
+	Errors         map[string]int `json:"errors"`
+	E2EMax         float64        `json:"e2e_max_s"`
+	TTFTMax        float64        `json:"ttft_max_s"`
+	HitRateSource  string         `json:"hit_rate_source"`
+	UsageHitRate   float64        `json:"usage_hit_rate"`
+	CounterHitRate float64        `json:"counter_hit_rate"`
+	// QueueWaitMean is the Little's-law estimate of the mean queue wait
+	// (harness.Result.LittleQueueWait), MeanWaiting the mean sampled waiting
+	// requests; the run's queue_wait_s holds the per-request figures.
+	QueueWaitMean float64                `json:"queue_wait_mean_s"`
+	MeanWaiting   float64                `json:"mean_waiting"`
+	Retries       int                    `json:"retries"`
+	Workers       []harness.WorkerResult `json:"workers"`
+	Health        harness.Health         `json:"health"`
+	Env           []string               `json:"env,omitempty"`
 }
 
 // envelope is one JSON line (report schema's line layout).
@@ -84,7 +90,7 @@ func benchMeta(seed uint64, commit string) report.Meta {
 			"All strategies of a scenario replay the same trace (the same requests at the same model times as `llbsim sweep` simulates for the seed).",
 			"TTFT is the first SSE event carrying a token − the scheduled arrival; E2E is the end of the stream − the arrival. The hit rate is vLLM's prefix_cache_hits / queries over the measured requests: from each response's usage.prompt_tokens_details.cached_tokens on single-pool rules, from the workers' counter deltas on P/D rules. Tier mix, spills and cold seeds come from X-Llb-Route.",
 			"Rates are requests per model second and latencies model seconds: the workers' latency model runs at time_scale × real time and wall figures are divided by it.",
-			"Load 100% is the highest rate of a quick search (fresh runs at geometric steps of the reference strategy, then bisection) at which the engines' mean queue wait, by Little's law over their sampled waiting queues, stays within the criterion and every request completes.",
+			"Load 100% is the highest rate of a quick search (fresh runs at geometric steps of the reference strategy, then bisection) that is stable by the simulator's criterion (simulate/saturation.Criterion): the p90 of the engine queue wait the workers report for each measured request (admission − arrival at the engine, both legs of a P/D request) stays within the bound, and every request completes.",
 		}, " "),
 		Notes: []string{
 			"llbd's and the harness's own overheads are real wall time, so they are divided by the time scale too (at time scale 1 they count in full).",
@@ -126,9 +132,8 @@ func scenarioLine(b *harness.Bench, out *harness.Outcome) httpScenario {
 		s.SaturationStrategy = ""
 	}
 	if sat := in.Saturation; sat != nil {
-		// The schema's probes carry a queue-wait p90; the harness measures
-		// the mean wait, so its probes go into harness.probes only.
-		s.SaturationUnstable, s.SaturationCriterion = sat.Unstable, sat.Criterion
+		s.SetSaturation(sat)
+		s.SaturationRate = in.SaturationRate
 		s.Harness.Probes = sat.Probes
 	} else if in.SaturationRate > 0 {
 		s.SaturationCriterion = "given (--saturation)"
@@ -153,7 +158,7 @@ func runLine(scenario string, ro harness.RunOutcome, s *strategy.Strategy) httpR
 	out := httpRun{Run: report.Run{
 		Scenario: scenario, Group: report.GroupStrategies, Strategy: r.Strategy, Mode: r.Mode,
 		FactorPct: r.FactorPct, Lambda: r.Lambda, Load: ro.Load, Rate: r.Rate, Concurrency: ro.Concurrency, Requests: r.Requests,
-		TTFT: lat(r.TTFT), E2E: lat(r.E2E),
+		TTFT: lat(r.TTFT), E2E: lat(r.E2E), QueueWait: lat(r.QueueWait),
 		Throughput: r.Throughput, TokensPerSec: r.TokensPerSec, Goodput: r.Goodput, TTFTSLO: r.TTFTSLO,
 		HitRate: r.HitRate, OracleHitRate: r.OracleHitRate, TierMix: r.TierMix,
 		Spills: r.Spills, Reliefs: r.Reliefs, ColdSeeds: r.ColdSeeds, Saturated: r.Saturated, BoundWalks: r.BoundWalks,
@@ -174,7 +179,7 @@ func extrasOf(r *harness.Result, env []string) runExtras {
 	return runExtras{
 		Completed: r.Completed, Errors: r.Errors, E2EMax: r.E2E.Max, TTFTMax: r.TTFT.Max,
 		HitRateSource: r.HitRateSource, UsageHitRate: r.UsageHitRate, CounterHitRate: r.CounterHitRate,
-		QueueWaitMean: r.QueueWait, MeanWaiting: r.MeanWaiting, Retries: r.Retries,
+		QueueWaitMean: r.LittleQueueWait, MeanWaiting: r.MeanWaiting, Retries: r.Retries,
 		Workers: r.Workers, Health: r.Health, Env: env,
 	}
 }

@@ -94,6 +94,7 @@ func startFleet(c *FleetConfig, shape strategy.Shape) (*fleet.Fleet, error) {
 	tmpl.Engine = c.Engine
 	tmpl.Engine.KVRole = engine.KVNone
 	tmpl.KVEvents = true
+	tmpl.ReportQueueWait = true // each request's queue wait, for saturation.Criterion
 	fc := fleet.Config{BaseIP: c.BaseIP, HTTPPort: c.HTTPPort, Template: &tmpl}
 	if fc.BaseIP == "" {
 		fc.BaseIP = DefaultBaseIP
