@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -230,19 +229,8 @@ func (p *runPool) execute(specs []des.RunSpec) ([]*des.Result, error) {
 
 // dataset converts a plan's outcome into the report schema.
 func dataset(outs []des.ScenarioOutcome, seed uint64, commit string) *report.Dataset {
-	meta := report.Meta{
-		Schema: report.SchemaVersion, Source: report.SourceDES, Generator: "llbsim sweep", Seed: seed,
-		GoVersion: runtime.Version(), Commit: commit,
-		Method: des.Method(), Notes: des.Caveats(),
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		meta.Module = bi.Main.Path
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && meta.Commit == "" {
-				meta.Commit = s.Value
-			}
-		}
-	}
+	meta := report.NewMeta(report.SourceDES, "llbsim sweep", seed, commit)
+	meta.Method, meta.Notes = des.Method(), des.Caveats()
 	ds := &report.Dataset{Meta: meta}
 	for _, so := range outs {
 		sc := report.Scenario{
