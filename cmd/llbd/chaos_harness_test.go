@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/simulate/engine"
 	"github.com/llbproject/llb/simulate/worker"
 )
@@ -123,9 +124,9 @@ func chaosWorkerMain(raw string) int {
 	c := worker.DefaultConfig()
 	c.Name, c.IP, c.HTTPPort, c.NIXLPort = s.Name, s.IP, chaosHTTPPort, chaosNIXLPort
 	c.KVEvents, c.KVPort = s.KVEvents, chaosKVPort
-	c.Engine.Role = engine.RoleDecode
-	if s.Role == "prefill" {
-		c.Engine.Role = engine.RolePrefill
+	c.Engine.KVRole = engine.KVRoleFor(ladder.RoleDecode)
+	if s.Role == ladder.RolePrefill.String() {
+		c.Engine.KVRole = engine.KVRoleFor(ladder.RolePrefill)
 	}
 	c.Engine.Latency.TimeScale = s.TimeScale
 	if s.Seed != nil {

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/llbproject/llb/internal/etcdtest"
+	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/restapi"
-	"github.com/llbproject/llb/simulate/engine"
 	"github.com/llbproject/llb/simulate/fleet"
 	"github.com/llbproject/llb/simulate/worker"
 )
@@ -78,7 +78,7 @@ func startRig(t *testing.T, rc rigConfig) *clusterRig {
 	r.etcd = etcdtest.Start(t, etcdtest.Options{Members: rc.etcdMembers})
 	fl, err := fleet.Start(fleet.Config{
 		Prefill: rc.prefill, Decode: rc.decode, BaseIP: r.net.ip(10), HTTPPort: chaosHTTPPort,
-		Customize: func(_ int, _ engine.Role, c *worker.Config) { c.Engine.Latency.TimeScale = rc.scale },
+		Customize: func(_ int, _ ladder.Role, c *worker.Config) { c.Engine.Latency.TimeScale = rc.scale },
 	})
 	if err != nil {
 		t.Fatalf("fleet: %v", err)

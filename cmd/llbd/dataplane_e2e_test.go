@@ -24,11 +24,11 @@ import (
 
 // workerCfg is a simulated worker on 127.0.0.1:port whose latency model
 // runs at scale × an H100's; kvPort 0 turns KV events off.
-func workerCfg(name string, port int, role engine.Role, kvPort int, scale float64) worker.Config {
+func workerCfg(name string, port int, role engine.KVRole, kvPort int, scale float64) worker.Config {
 	c := worker.DefaultConfig()
 	c.Name, c.HTTPPort = name, port
 	c.KVEvents, c.KVPort = kvPort != 0, kvPort
-	c.Engine.Role = role
+	c.Engine.KVRole = role
 	c.Engine.Latency.TimeScale = scale
 	return c
 }
@@ -150,8 +150,8 @@ func post(t *testing.T, url, body string) (*http.Response, string) {
 }
 
 func TestE2E_PDExampleRoutesThroughPrefillAndDecode(t *testing.T) {
-	prefill := startWorker(t, workerCfg("prefill", 8100, engine.RolePrefill, 5557, 0.01))
-	decode := startWorker(t, workerCfg("decode", 8200, engine.RoleDecode, 0, 0.01))
+	prefill := startWorker(t, workerCfg("prefill", 8100, engine.KVProducer, 5557, 0.01))
+	decode := startWorker(t, workerCfg("decode", 8200, engine.KVConsumer, 0, 0.01))
 	d := startDataPlane(t)
 	d.post(curlPD)
 	d.waitActive(2020)
@@ -192,7 +192,7 @@ func TestE2E_PDExampleRoutesThroughPrefillAndDecode(t *testing.T) {
 
 func TestE2E_CHWBLExampleKeepsAPrefixOnOneEndpointUntilItsBound(t *testing.T) {
 	// Slow enough (5% of real time) for concurrent requests to overlap.
-	startWorker(t, workerCfg("pool", 8000, engine.RoleNone, 0, 0.05))
+	startWorker(t, workerCfg("pool", 8000, engine.KVNone, 0, 0.05))
 	d := startDataPlane(t)
 	d.post(curlCHWBL)
 	d.waitActive(2021)
@@ -260,7 +260,7 @@ func TestE2E_TierOneFiveFollowsTheKVEventsAndSpills(t *testing.T) {
 }
 
 func burstOnTheOwner(t *testing.T, mode string, port int, wantFlag string, wantSpills bool) {
-	tmpl := workerCfg("", 0, engine.RoleNone, 0, 0.05)
+	tmpl := workerCfg("", 0, engine.KVNone, 0, 0.05)
 	tmpl.KVEvents = true // the fleet gives every publisher the shared kv port
 	f, err := fleet.Start(fleet.Config{Prefill: 2, Decode: 1, BaseIP: "127.0.0.22", Template: &tmpl})
 	if err != nil {
@@ -322,7 +322,7 @@ func burstOnTheOwner(t *testing.T, mode string, port int, wantFlag string, wantS
 }
 
 func TestE2E_TierOneFiveMatchesLoRABlocks(t *testing.T) {
-	tmpl := workerCfg("", 0, engine.RoleNone, 0, 0.02)
+	tmpl := workerCfg("", 0, engine.KVNone, 0, 0.02)
 	tmpl.KVEvents = true
 	tmpl.LoRAs = []string{"sql-lora"}
 	f, err := fleet.Start(fleet.Config{Single: 2, BaseIP: "127.0.0.32", Template: &tmpl})

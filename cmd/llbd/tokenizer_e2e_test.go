@@ -36,7 +36,7 @@ func (d *daemon) metricValue(name, labels string) float64 {
 // events from baseIP on; tok, when set, is their tokenizer.
 func startSinglePool(t *testing.T, baseIP string, tok *tokenizer.Tokenizer) *fleet.Fleet {
 	t.Helper()
-	tmpl := workerCfg("", 0, engine.RoleNone, 0, 0.02)
+	tmpl := workerCfg("", 0, engine.KVNone, 0, 0.02)
 	tmpl.KVEvents = true
 	if tok != nil {
 		tmpl.Tokenizer = tok

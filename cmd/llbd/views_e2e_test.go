@@ -104,7 +104,7 @@ func (d *daemon) ctl(bin string, args ...string) (int, string, string) {
 
 func TestE2E_ViewsShowTheLiveInventoryControllerAndEndpointState(t *testing.T) {
 	ctlBin := buildCtl(t)
-	tmpl := workerCfg("", 0, engine.RoleNone, 0, 0.01)
+	tmpl := workerCfg("", 0, engine.KVNone, 0, 0.01)
 	tmpl.KVEvents = true
 	f, err := fleet.Start(fleet.Config{Prefill: 2, Decode: 1, BaseIP: "127.0.0.41", Template: &tmpl})
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/llbproject/llb/simulate/des"
 	"github.com/llbproject/llb/simulate/engine"
 	"github.com/llbproject/llb/simulate/harness"
+	"github.com/llbproject/llb/simulate/saturation"
 	"github.com/llbproject/llb/simulate/strategy"
 	"github.com/llbproject/llb/simulate/workload"
 )
@@ -28,14 +28,7 @@ type benchFlags struct {
 	name     string
 
 	// workload shape; 0 keeps the scenario's (or the generator's) default
-	groups, promptsPerGroup, systemTokens, questionTokens, outputTokens int
-	zipf                                                                float64
-	chat                                                                bool
-	clients, prefixTokens, suffixTokens                                 int
-	sessions                                                            bool
-	conversations, turns, historyTokens                                 int
-	headerSession                                                       bool
-	mix                                                                 string
+	shape shapeFlags
 
 	// fleet
 	workers, decodeWorkers    int
@@ -109,8 +102,9 @@ model second and latencies in model seconds: the workers run at
 
 With --loads the rates are fractions of the saturation rate of --reference,
 found by a quick search (fresh runs at geometric steps, then bisection;
-stable = the engines' mean queue wait by Little's law within --sat-max-wait
-and every request completed) unless --saturation gives it.
+stable = the p90 of the engine queue wait the workers report per request
+within --sat-max-wait and every request completed, the criterion "llbsim
+sweep" judges by too) unless --saturation gives it.
 
 Results are JSON lines in the report schema of "llbsim report" (source
 "http"; each run line also carries a "harness" object), and a table.`,
@@ -119,6 +113,7 @@ Results are JSON lines in the report schema of "llbsim report" (source
   llbsim bench --scenario shared-prefix --rates 5,10,15 --strategies rr,chwbl,hard`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.shape.warnDeprecated(cmd.Flags(), stderr)
 			return runBench(cmd.Context(), f, cmd.Flags(), stdout, stderr)
 		},
 	}
@@ -126,22 +121,7 @@ Results are JSON lines in the report schema of "llbsim report" (source
 	fl.StringVar(&f.scenario, "scenario", "shared-prefix", "preset: "+strings.Join(scenarioNames(), ", "))
 	fl.StringVar(&f.name, "name", "", "scenario name in the results (default the preset's)")
 
-	fl.IntVar(&f.groups, "groups", 0, "shared-prefix: system prompts (default 64)")
-	fl.IntVar(&f.promptsPerGroup, "prompts-per-group", 0, "shared-prefix: questions per group (default 16)")
-	fl.IntVar(&f.systemTokens, "system-tokens", 0, "shared-prefix / multi-turn: system prompt tokens (default 2048 / 1000)")
-	fl.IntVar(&f.questionTokens, "question-tokens", 0, "shared-prefix / multi-turn: question tokens (default 128 / 100)")
-	fl.IntVar(&f.outputTokens, "output-tokens", 0, "max_tokens (default 256 shared-prefix, 128 hot-prefix, 100 multi-turn)")
-	fl.Float64Var(&f.zipf, "zipf", 0, "shared-prefix: Zipf alpha of group popularity (0 uniform)")
-	fl.BoolVar(&f.chat, "chat", false, "shared-prefix / hot-prefix: send chat requests instead of completions")
-	fl.IntVar(&f.clients, "clients", 0, "hot-prefix: clients sharing the preamble (default 50)")
-	fl.IntVar(&f.prefixTokens, "prefix-tokens", 0, "hot-prefix: shared preamble tokens (default 2048)")
-	fl.IntVar(&f.suffixTokens, "suffix-tokens", 0, "hot-prefix: per-request suffix tokens (default 64)")
-	fl.BoolVar(&f.sessions, "sessions", false, "hot-prefix: each client sends a user_id")
-	fl.IntVar(&f.conversations, "conversations", 0, "multi-turn: active conversations (default 10)")
-	fl.IntVar(&f.turns, "turns", 0, "multi-turn: turns per conversation (default 5)")
-	fl.IntVar(&f.historyTokens, "history-tokens", 0, "multi-turn: per-user document tokens (default 2000)")
-	fl.BoolVar(&f.headerSession, "header-session", false, "multi-turn: session key as X-Conversation-Id instead of user_id")
-	fl.StringVar(&f.mix, "mix", "", "mix: weighted parts, e.g. shared-prefix:2,hot-prefix:1,multi-turn:1 (each part takes the shape flags)")
+	f.shape.register(fl)
 
 	def := engine.DefaultConfig()
 	fl.IntVar(&f.workers, "workers", 0, "serving workers (default 8)")
@@ -166,7 +146,7 @@ Results are JSON lines in the report schema of "llbsim report" (source
 	fl.Float64Var(&f.saturation, "saturation", 0, "known saturation rate (req/s, model time); 0 searches it")
 	fl.StringVar(&f.reference, "reference", strategy.NameHard, "strategy whose saturation rate is load 1.0")
 	fl.IntVar(&f.satRequests, "sat-requests", 0, "requests per saturation probe (default min(--requests, 600))")
-	fl.DurationVar(&f.satMaxWait, "sat-max-wait", 500*time.Millisecond, "stability criterion: mean engine queue wait (model time)")
+	fl.DurationVar(&f.satMaxWait, "sat-max-wait", saturation.DefaultMaxWaitP90, "stability criterion: p90 of the engine queue wait per request (model time)")
 	fl.Float64Var(&f.satPrec, "sat-precision", 0.1, "stop the search when unstable/stable - 1 is below this")
 	fl.IntVar(&f.satProbes, "sat-probes", 8, "most saturation probes")
 	fl.IntVarP(&f.requests, "requests", "n", 1200, "requests per run (the trace length; with --duration, the cap)")
@@ -316,8 +296,8 @@ func (f *benchFlags) bench(fs *pflag.FlagSet) (*harness.Bench, error) {
 	if !ok {
 		return nil, &usageError{fmt.Errorf("--scenario %q (want one of %s)", f.scenario, strings.Join(scenarioNames(), ", "))}
 	}
-	if p.zipf > 0 && !fs.Changed("zipf") {
-		f.zipf = p.zipf
+	if p.zipf > 0 && !f.shape.zipfChanged(fs) {
+		f.shape.zipfAlpha = p.zipf
 	}
 	if p.timeFactor > 0 && !fs.Changed("time-factor-under-load") {
 		f.timeFactor = p.timeFactor
@@ -327,15 +307,15 @@ func (f *benchFlags) bench(fs *pflag.FlagSet) (*harness.Bench, error) {
 		dst   *int
 		value int
 	}{
-		{"groups", &f.groups, p.shape.Groups}, {"prompts-per-group", &f.promptsPerGroup, p.shape.PromptsPerGroup},
-		{"system-tokens", &f.systemTokens, p.shape.SystemTokens}, {"question-tokens", &f.questionTokens, p.shape.QuestionTokens},
-		{"output-tokens", &f.outputTokens, p.shape.OutputTokens},
+		{"groups", &f.shape.groups, p.shape.Groups}, {"prompts-per-group", &f.shape.promptsPerGroup, p.shape.PromptsPerGroup},
+		{"system-tokens", &f.shape.systemTokens, p.shape.SystemTokens}, {"question-tokens", &f.shape.questionTokens, p.shape.QuestionTokens},
+		{"output-tokens", &f.shape.outputTokens, p.shape.OutputTokens},
 	} {
 		if d.value > 0 && !fs.Changed(d.flag) {
 			*d.dst = d.value
 		}
 	}
-	spec, err := f.spec(p.workload)
+	spec, err := f.shape.spec(p.workload, workload.Options{Stream: true})
 	if err != nil {
 		return nil, &usageError{err}
 	}
@@ -386,7 +366,7 @@ func (f *benchFlags) bench(fs *pflag.FlagSet) (*harness.Bench, error) {
 		Strategies: strategies, Rates: f.rates, Loads: f.loads, Concurrency: f.concurrency, SaturationRate: f.saturation,
 		Reference: f.reference, Duration: f.duration, TTFTSLO: f.slo, KeepRecords: f.records != "", Pooled: f.pooled,
 		Saturation: harness.SaturationConfig{
-			MaxQueueWait: f.satMaxWait, Precision: f.satPrec, MaxProbes: f.satProbes, Requests: f.satRequests,
+			Criterion: saturation.Criterion{MaxWaitP90: f.satMaxWait}, Precision: f.satPrec, MaxProbes: f.satProbes, Requests: f.satRequests,
 		},
 	}
 	if len(b.Rates) == 0 && len(b.Loads) == 0 && len(b.Concurrency) == 0 {
@@ -421,62 +401,6 @@ func (f *benchFlags) bench(fs *pflag.FlagSet) (*harness.Bench, error) {
 	}
 	b.WorkDir, b.Daemon.Bin = "", ""
 	return b, nil
-}
-
-// spec builds a workload generator of kind from the shape flags. A zero
-// flag takes the generator's documented default, written out so the
-// results describe the workload as run (TestBenchSpec_DefaultsAreTheGenerators
-// holds them equal to the generators' own).
-func (f *benchFlags) spec(kind string) (workload.Spec, error) {
-	opts := workload.Options{Stream: true}
-	or := func(v, d int) int {
-		if v == 0 {
-			return d
-		}
-		return v
-	}
-	switch kind {
-	case "shared-prefix":
-		return workload.SharedPrefix{Options: opts, Groups: or(f.groups, 64), PromptsPerGroup: or(f.promptsPerGroup, 16),
-			SystemTokens: or(f.systemTokens, 2048), QuestionTokens: or(f.questionTokens, 128), OutputTokens: or(f.outputTokens, 256),
-			ZipfAlpha: f.zipf, Chat: f.chat}, nil
-	case "hot-prefix":
-		return workload.HotPrefix{Options: opts, Clients: or(f.clients, 50), PrefixTokens: or(f.prefixTokens, 2048),
-			SuffixTokens: or(f.suffixTokens, 64), OutputTokens: or(f.outputTokens, 128), Sessions: f.sessions, Chat: f.chat}, nil
-	case "multi-turn":
-		return workload.MultiTurn{Options: opts, Conversations: or(f.conversations, 10), Turns: or(f.turns, 5),
-			SystemTokens: or(f.systemTokens, 1000), HistoryTokens: or(f.historyTokens, 2000), QuestionTokens: or(f.questionTokens, 100),
-			AnswerTokens: or(f.outputTokens, 100), HeaderSession: f.headerSession}, nil
-	case "mix":
-		mix := f.mix
-		if mix == "" {
-			mix = "shared-prefix:1,hot-prefix:1,multi-turn:1"
-		}
-		var m workload.Mix
-		for _, part := range strings.Split(mix, ",") {
-			kindW, weight, _ := strings.Cut(strings.TrimSpace(part), ":")
-			w := 1.0
-			if weight != "" {
-				var err error
-				if w, err = strconv.ParseFloat(weight, 64); err != nil {
-					return nil, fmt.Errorf("--mix part %q: weight %q is not a number", part, weight)
-				}
-			}
-			if kindW == "mix" {
-				return nil, fmt.Errorf("--mix part %q: a mix cannot contain a mix", part)
-			}
-			s, err := f.spec(kindW)
-			if err != nil {
-				return nil, fmt.Errorf("--mix part %q: %w", part, err)
-			}
-			m.Parts = append(m.Parts, workload.Part{Weight: w, Spec: s})
-		}
-		if err := m.Validate(); err != nil {
-			return nil, err
-		}
-		return m, nil
-	}
-	return nil, fmt.Errorf("workload %q (want shared-prefix, hot-prefix, multi-turn or mix)", kind)
 }
 
 // writeRecords writes every run's per-request records as JSON lines.

@@ -9,14 +9,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
-	"runtime/debug"
 	"slices"
 	"strings"
 
 	"github.com/llbproject/llb/simulate/des"
 	"github.com/llbproject/llb/simulate/harness"
 	"github.com/llbproject/llb/simulate/report"
+	"github.com/llbproject/llb/simulate/saturation"
 	"github.com/llbproject/llb/simulate/strategy"
 )
 
@@ -33,10 +32,12 @@ type scenarioExtras struct {
 	TimeScale float64 `json:"time_scale"`
 	// DecodeWorkers is the decode workers P/D strategies add (0 with
 	// PDSameWorkers); PDSameWorkers runs P/D on the serving workers.
-	DecodeWorkers int             `json:"decode_workers"`
-	PDSameWorkers bool            `json:"pd_same_workers,omitempty"`
-	Seed          uint64          `json:"seed"`
-	Probes        []harness.Probe `json:"probes,omitempty"`
+	DecodeWorkers int    `json:"decode_workers"`
+	PDSameWorkers bool   `json:"pd_same_workers,omitempty"`
+	Seed          uint64 `json:"seed"`
+	// Probes are the saturation probes with what only the harness has
+	// (failed requests, a drain timeout); the schema's probes carry the rest.
+	Probes []saturation.Probe `json:"probes,omitempty"`
 	// PooledRun is the pooled-cache bound run, if measured.
 	PooledRun *runExtras `json:"pooled_run,omitempty"`
 }
@@ -51,19 +52,22 @@ type httpRun struct {
 
 // runExtras are a run's harness-only figures.
 type runExtras struct {
-	Completed      int                    `json:"completed"`
-	Errors         map[string]int         `json:"errors"`
-	E2EMax         float64                `json:"e2e_max_s"`
-	TTFTMax        float64                `json:"ttft_max_s"`
-	HitRateSource  string                 `json:"hit_rate_source"`
-	UsageHitRate   float64                `json:"usage_hit_rate"`
-	CounterHitRate float64                `json:"counter_hit_rate"`
-	QueueWaitMean  float64                `json:"queue_wait_mean_s"`
-	MeanWaiting    float64                `json:"mean_waiting"`
-	Retries        int                    `json:"retries"`
-	Workers        []harness.WorkerResult `json:"workers"`
-	Health         harness.Health         `json:"health"`
-	Env            []string               `json:"env,omitempty"`
+	Completed      int            `json:"completed"`
+	Errors         map[string]int `json:"errors"`
+	E2EMax         float64        `json:"e2e_max_s"`
+	TTFTMax        float64        `json:"ttft_max_s"`
+	HitRateSource  string         `json:"hit_rate_source"`
+	UsageHitRate   float64        `json:"usage_hit_rate"`
+	CounterHitRate float64        `json:"counter_hit_rate"`
+	// QueueWaitMean is the Little's-law estimate of the mean queue wait
+	// (harness.Result.LittleQueueWait), MeanWaiting the mean sampled waiting
+	// requests; the run's queue_wait_s holds the per-request figures.
+	QueueWaitMean float64                `json:"queue_wait_mean_s"`
+	MeanWaiting   float64                `json:"mean_waiting"`
+	Retries       int                    `json:"retries"`
+	Workers       []harness.WorkerResult `json:"workers"`
+	Health        harness.Health         `json:"health"`
+	Env           []string               `json:"env,omitempty"`
 }
 
 // envelope is one JSON line (report schema's line layout).
@@ -76,29 +80,18 @@ type envelope struct {
 
 // benchMeta is the dataset header of a bench results file.
 func benchMeta(seed uint64, commit string) report.Meta {
-	m := report.Meta{
-		Schema: report.SchemaVersion, Source: report.SourceHTTP, Generator: "llbsim bench", Seed: seed,
-		GoVersion: runtime.Version(), Commit: commit,
-		Method: strings.Join([]string{
-			"Every number here was measured through the real llbd binary (built from ./cmd/llbd) over HTTP: `simulate/harness` starts, for every strategy, a fresh in-process simulated vLLM fleet (`simulate/fleet`, one loopback address per worker, real ZMQ KV events) and a fresh llbd process with the strategy's environment (LOXILB_KV_LB_MODE is a process setting), posts the strategy's rule through the REST API, and sends the scenario's trace to the rule's VIP open-loop at Poisson arrival times.",
-			"All strategies of a scenario replay the same trace (the same requests at the same model times as `llbsim sweep` simulates for the seed).",
-			"TTFT is the first SSE event carrying a token − the scheduled arrival; E2E is the end of the stream − the arrival. The hit rate is vLLM's prefix_cache_hits / queries over the measured requests: from each response's usage.prompt_tokens_details.cached_tokens on single-pool rules, from the workers' counter deltas on P/D rules. Tier mix, spills and cold seeds come from X-Llb-Route.",
-			"Rates are requests per model second and latencies model seconds: the workers' latency model runs at time_scale × real time and wall figures are divided by it.",
-			"Load 100% is the highest rate of a quick search (fresh runs at geometric steps of the reference strategy, then bisection) at which the engines' mean queue wait, by Little's law over their sampled waiting queues, stays within the criterion and every request completes.",
-		}, " "),
-		Notes: []string{
-			"llbd's and the harness's own overheads are real wall time, so they are divided by the time scale too (at time scale 1 they count in full).",
-			"P/D strategies (tier1, pd-hard) run the two-leg NIXL protocol through llbd: by default on the serving workers as prefill endpoints plus decode_workers separate decode workers sized never to queue (more hardware in all, and prefill caches free of decode legs), or with pd_same_workers on the serving workers themselves (kv_both engines listed as prefill and decode, whose decode legs hold unshared copies of the prompt's blocks in the same caches). Their TTFT includes the prefill leg, the KV pull and the decode leg's first token.",
-			"The harness, the fleet and llbd share the machine's CPUs; each run records the harness's dispatch lag and the CPU seconds of the harness process (fleet included) and of llbd.",
-		},
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		m.Module = bi.Main.Path
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && m.Commit == "" {
-				m.Commit = s.Value
-			}
-		}
+	m := report.NewMeta(report.SourceHTTP, "llbsim bench", seed, commit)
+	m.Method = strings.Join([]string{
+		"Every number here was measured through the real llbd binary (built from ./cmd/llbd) over HTTP: `simulate/harness` starts, for every strategy, a fresh in-process simulated vLLM fleet (`simulate/fleet`, one loopback address per worker, real ZMQ KV events) and a fresh llbd process with the strategy's environment (LOXILB_KV_LB_MODE is a process setting), posts the strategy's rule through the REST API, and sends the scenario's trace to the rule's VIP open-loop at Poisson arrival times.",
+		"All strategies of a scenario replay the same trace (the same requests at the same model times as `llbsim sweep` simulates for the seed).",
+		"TTFT is the first SSE event carrying a token − the scheduled arrival; E2E is the end of the stream − the arrival. The hit rate is vLLM's prefix_cache_hits / queries over the measured requests: from each response's usage.prompt_tokens_details.cached_tokens on single-pool rules, from the workers' counter deltas on P/D rules. Tier mix, spills and cold seeds come from X-Llb-Route.",
+		"Rates are requests per model second and latencies model seconds: the workers' latency model runs at time_scale × real time and wall figures are divided by it.",
+		"Load 100% is the highest rate of a quick search (fresh runs at geometric steps of the reference strategy, then bisection) that is stable by the simulator's criterion (simulate/saturation.Criterion): the p90 of the engine queue wait the workers report for each measured request (admission − arrival at the engine, both legs of a P/D request) stays within the bound, and every request completes.",
+	}, " ")
+	m.Notes = []string{
+		"llbd's and the harness's own overheads are real wall time, so they are divided by the time scale too (at time scale 1 they count in full).",
+		"P/D strategies (tier1, pd-hard) run the two-leg NIXL protocol through llbd: by default on the serving workers as prefill endpoints plus decode_workers separate decode workers sized never to queue (more hardware in all, and prefill caches free of decode legs), or with pd_same_workers on the serving workers themselves (kv_both engines listed as prefill and decode, whose decode legs hold unshared copies of the prompt's blocks in the same caches). Their TTFT includes the prefill leg, the KV pull and the decode leg's first token.",
+		"The harness, the fleet and llbd share the machine's CPUs; each run records the harness's dispatch lag and the CPU seconds of the harness process (fleet included) and of llbd.",
 	}
 	return m
 }
@@ -126,9 +119,8 @@ func scenarioLine(b *harness.Bench, out *harness.Outcome) httpScenario {
 		s.SaturationStrategy = ""
 	}
 	if sat := in.Saturation; sat != nil {
-		// The schema's probes carry a queue-wait p90; the harness measures
-		// the mean wait, so its probes go into harness.probes only.
-		s.SaturationUnstable, s.SaturationCriterion = sat.Unstable, sat.Criterion
+		s.SetSaturation(sat)
+		s.SaturationRate = in.SaturationRate
 		s.Harness.Probes = sat.Probes
 	} else if in.SaturationRate > 0 {
 		s.SaturationCriterion = "given (--saturation)"
@@ -153,7 +145,7 @@ func runLine(scenario string, ro harness.RunOutcome, s *strategy.Strategy) httpR
 	out := httpRun{Run: report.Run{
 		Scenario: scenario, Group: report.GroupStrategies, Strategy: r.Strategy, Mode: r.Mode,
 		FactorPct: r.FactorPct, Lambda: r.Lambda, Load: ro.Load, Rate: r.Rate, Concurrency: ro.Concurrency, Requests: r.Requests,
-		TTFT: lat(r.TTFT), E2E: lat(r.E2E),
+		TTFT: lat(r.TTFT), E2E: lat(r.E2E), QueueWait: lat(r.QueueWait),
 		Throughput: r.Throughput, TokensPerSec: r.TokensPerSec, Goodput: r.Goodput, TTFTSLO: r.TTFTSLO,
 		HitRate: r.HitRate, OracleHitRate: r.OracleHitRate, TierMix: r.TierMix,
 		Spills: r.Spills, Reliefs: r.Reliefs, ColdSeeds: r.ColdSeeds, Saturated: r.Saturated, BoundWalks: r.BoundWalks,
@@ -174,7 +166,7 @@ func extrasOf(r *harness.Result, env []string) runExtras {
 	return runExtras{
 		Completed: r.Completed, Errors: r.Errors, E2EMax: r.E2E.Max, TTFTMax: r.TTFT.Max,
 		HitRateSource: r.HitRateSource, UsageHitRate: r.UsageHitRate, CounterHitRate: r.CounterHitRate,
-		QueueWaitMean: r.QueueWait, MeanWaiting: r.MeanWaiting, Retries: r.Retries,
+		QueueWaitMean: r.LittleQueueWait, MeanWaiting: r.MeanWaiting, Retries: r.Retries,
 		Workers: r.Workers, Health: r.Health, Env: env,
 	}
 }
@@ -365,9 +357,9 @@ func printBenchTable(w io.Writer, b *harness.Bench, out *harness.Outcome, result
 		if r.Health.Overhead >= 0 {
 			ovh = fmt.Sprintf("%.1fms", r.Health.Overhead)
 		}
-		fmt.Fprintf(w, "  %-14s %5s %6.3g %8.3f %8.3f %8.3f %8.3f %6.3f %6.1f%% %6.3g %6d %5d %5d %8.3f %5.2f %-22s %5.1fms %7s %4.1f/%.1f\n",
-			r.Strategy, load, r.Rate, r.TTFT.P50, r.TTFT.P90, r.TTFT.P99, r.E2E.P90, r.HitRate, pctOf(r.HitRate, r.OracleHitRate),
-			r.Throughput, errs, r.Spills, r.ColdSeeds, r.HottestTTFTP90, r.LoadSkew, tierList(r.TierMix, r.Requests),
+		fmt.Fprintf(w, "  %-14s %5s %6.3g %8.3f %8.3f %8.3f %8.3f %6.3f %7s %6.3g %6d %5d %5d %8.3f %5.2f %-22s %5.1fms %7s %4.1f/%.1f\n",
+			r.Strategy, load, r.Rate, r.TTFT.P50, r.TTFT.P90, r.TTFT.P99, r.E2E.P90, r.HitRate, report.RatioPct(r.HitRate, r.OracleHitRate),
+			r.Throughput, errs, r.Spills, r.ColdSeeds, r.HottestTTFTP90, r.LoadSkew, tierList(r.TierMix),
 			r.Health.DispatchLagP99, ovh, r.Health.HarnessCPU, r.Health.DaemonCPU)
 		if len(r.Errors) > 0 {
 			fmt.Fprintf(w, "  %-14s errors by status/kind: %v\n", "", r.Errors)
@@ -387,42 +379,20 @@ func printBenchTable(w io.Writer, b *harness.Bench, out *harness.Outcome, result
 	}
 	fmt.Fprintf(w, "\ntargets (issues 7, 16 and 18), read from %s:\n", resultsFile)
 	for _, r := range report.DefaultTargets().Evaluate(ds) {
-		v := "pass"
-		switch {
-		case r.Missing:
-			v = "not measured"
-		case !r.Pass:
-			v = "MISS"
-		}
-		fmt.Fprintf(w, "  [%s] %s (%s): %s\n", v, r.Target, r.Scenario, r.Measured)
+		fmt.Fprintf(w, "  %s\n", r)
 	}
 }
 
-func pctOf(a, b float64) float64 {
-	if b <= 0 {
-		return 0
-	}
-	return 100 * a / b
-}
-
-// tierList renders a tier mix as shares, largest first ("1.5:92 sel:rr:8").
-func tierList(m map[string]int, n int) string {
-	if n == 0 || len(m) == 0 {
+// tierList renders a tier mix compactly for the table, largest first
+// ("1.5:92 sel:rr:8").
+func tierList(m map[string]int) string {
+	shares := report.TierShares(m)
+	if len(shares) == 0 {
 		return "-"
 	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b string) int {
-		if m[a] != m[b] {
-			return m[b] - m[a]
-		}
-		return strings.Compare(a, b)
-	})
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s:%.0f", k, 100*float64(m[k])/float64(n))
+	parts := make([]string, len(shares))
+	for i, s := range shares {
+		parts[i] = fmt.Sprintf("%s:%.0f", s.Tier, s.Pct)
 	}
 	return strings.Join(parts, " ")
 }

@@ -342,35 +342,3 @@ func TestBenchCommand_ClosedLoopPreset(t *testing.T) {
 		t.Fatalf("%d light-load targets found their runs; want 2", found)
 	}
 }
-
-func TestBenchSpec_DefaultsAreTheGenerators(t *testing.T) {
-	f := &benchFlags{}
-	for _, tt := range []struct {
-		kind string
-		zero workload.Spec
-	}{
-		{"shared-prefix", workload.SharedPrefix{Options: workload.Options{Stream: true}}},
-		{"hot-prefix", workload.HotPrefix{Options: workload.Options{Stream: true}}},
-		{"multi-turn", workload.MultiTurn{Options: workload.Options{Stream: true}}},
-	} {
-		t.Run(tt.kind, func(t *testing.T) {
-			spec, err := f.spec(tt.kind)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := workload.NewTrace(workload.TraceConfig{Spec: spec, Requests: 40, Seed: 3, BlockSize: 16})
-			if err != nil {
-				t.Fatal(err)
-			}
-			want, err := workload.NewTrace(workload.TraceConfig{Spec: tt.zero, Requests: 40, Seed: 3, BlockSize: 16})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range want.Requests {
-				if !bytes.Equal(got.Requests[i].Body, want.Requests[i].Body) {
-					t.Fatalf("request %d differs from the generator's defaults:\n%.200s\n%.200s", i, got.Requests[i].Body, want.Requests[i].Body)
-				}
-			}
-		})
-	}
-}

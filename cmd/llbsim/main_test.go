@@ -115,7 +115,7 @@ func TestCommands_BadFlagsAreUsageErrors(t *testing.T) {
 		{"bad time scale", []string{"fleet", "--single", "1", "--time-scale", "0"}},
 		{"bad output", []string{"fleet", "--single", "1", "--output", "yaml"}},
 		{"unknown workload", []string{"workload", "--kind", "chaos"}},
-		{"bad mix", []string{"workload", "--kind", "mix", "--mix", "hot-prefix"}},
+		{"bad mix", []string{"workload", "--kind", "mix", "--mix", "hot-prefix=x"}},
 		{"bad arrivals", []string{"workload", "--arrivals", "bursty"}},
 		{"bad rate", []string{"workload", "--rate", "0"}},
 		{"bad zipf", []string{"workload", "--zipf-alpha", "-1"}},

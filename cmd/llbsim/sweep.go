@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -230,22 +229,10 @@ func (p *runPool) execute(specs []des.RunSpec) ([]*des.Result, error) {
 
 // dataset converts a plan's outcome into the report schema.
 func dataset(outs []des.ScenarioOutcome, seed uint64, commit string) *report.Dataset {
-	meta := report.Meta{
-		Schema: report.SchemaVersion, Source: report.SourceDES, Generator: "llbsim sweep", Seed: seed,
-		GoVersion: runtime.Version(), Commit: commit,
-		Method: des.Method(), Notes: des.Caveats(),
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		meta.Module = bi.Main.Path
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && meta.Commit == "" {
-				meta.Commit = s.Value
-			}
-		}
-	}
+	meta := report.NewMeta(report.SourceDES, "llbsim sweep", seed, commit)
+	meta.Method, meta.Notes = des.Method(), des.Caveats()
 	ds := &report.Dataset{Meta: meta}
 	for _, so := range outs {
-		sat := so.Saturation
 		sc := report.Scenario{
 			Name: so.Scenario.Name, Description: so.Scenario.Description,
 			Workload: des.DescribeWorkload(so.Scenario.Trace.Spec),
@@ -254,18 +241,13 @@ func dataset(outs []des.ScenarioOutcome, seed uint64, commit string) *report.Dat
 			Requests: so.Requests, Warmup: so.Warmup,
 			WorkingSetBlocks: so.DistinctBlocks, Pressure: so.Pressure, OracleHitRate: so.OracleHitRate,
 			PooledHitRate: so.PooledHitRate, PooledLoad: so.PooledLoad,
-			SaturationRate: sat.Rate, SaturationUnstable: sat.Unstable, SaturationStrategy: sat.Strategy,
-			SaturationCriterion: fmt.Sprintf("stable = engine queue-wait p90 ≤ %g s", sat.Criterion),
-			Concurrency:         so.Scenario.Concurrency,
+			Concurrency: so.Scenario.Concurrency,
 		}
-		if len(so.Scenario.Concurrency) > 0 {
-			sc.SaturationCriterion = ""
+		if len(so.Scenario.Concurrency) == 0 {
+			sc.SetSaturation(&so.Saturation)
 		}
-		if sat.Rate > 0 {
-			sc.ArrivalSpan = so.UnitDuration / sat.Rate
-		}
-		for _, p := range sat.Probes {
-			sc.Probes = append(sc.Probes, report.Probe{Rate: p.Rate, Stable: p.Stable, QueueWaitP90: p.QueueWaitP90, Throughput: p.Throughput})
+		if sc.SaturationRate > 0 {
+			sc.ArrivalSpan = so.UnitDuration / sc.SaturationRate
 		}
 		ds.Scenarios = append(ds.Scenarios, sc)
 		for _, ro := range so.Runs {

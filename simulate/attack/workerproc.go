@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/simulate/engine"
 	"github.com/llbproject/llb/simulate/harness"
 	"github.com/llbproject/llb/simulate/worker"
@@ -65,9 +66,9 @@ func workerMain(raw string) int {
 	c := worker.DefaultConfig()
 	c.Name, c.IP, c.HTTPPort, c.NIXLPort = s.Name, s.IP, procHTTPPort, procNIXLPort
 	c.KVEvents, c.KVPort = s.KVEvents, procKVPort
-	c.Engine.Role = engine.RoleDecode
-	if s.Role == "prefill" {
-		c.Engine.Role = engine.RolePrefill
+	c.Engine.KVRole = engine.KVRoleFor(ladder.RoleDecode)
+	if s.Role == ladder.RolePrefill.String() {
+		c.Engine.KVRole = engine.KVRoleFor(ladder.RolePrefill)
 	}
 	c.Engine.Latency.TimeScale = s.TimeScale
 	sig := make(chan os.Signal, 1)

@@ -17,7 +17,7 @@ type Fleet struct {
 	// strategy adds one virtual decode endpoint).
 	Workers int
 	// Engine configures every worker. Its BlockSize and Hash must equal
-	// the trace's (llb's contract with the engines). Role must be none.
+	// the trace's (llb's contract with the engines). KVRole must be KVNone.
 	Engine engine.Config
 }
 
@@ -99,8 +99,8 @@ func (c *RunConfig) validate(t *Trace) error {
 	if err := c.Fleet.Engine.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if c.Fleet.Engine.Role != engine.RoleNone {
-		errs = append(errs, fmt.Errorf("engine role %s (the simulator runs whole requests on one worker; want none)", c.Fleet.Engine.Role))
+	if c.Fleet.Engine.KVRole != engine.KVNone {
+		errs = append(errs, fmt.Errorf("engine kv role %s (the simulator runs whole requests on one worker; want none)", c.Fleet.Engine.KVRole))
 	}
 	if t != nil {
 		tc := t.Config

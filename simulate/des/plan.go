@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/llbproject/llb/simulate/engine"
+	"github.com/llbproject/llb/simulate/saturation"
 	"github.com/llbproject/llb/simulate/strategy"
 )
 
@@ -185,7 +186,7 @@ type ScenarioOutcome struct {
 	// divide by a rate for the span at that rate.
 	UnitDuration float64
 	// Saturation is the reference strategy's saturation search.
-	Saturation Saturation
+	Saturation saturation.Outcome
 	// PooledHitRate is the pooled-cache bound: the hit rate of ONE worker
 	// holding the whole fleet's cache (and batch), serving the trace at
 	// PooledLoad — what LRU caching can keep of the working set when no

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llbproject/llb/simulate/saturation"
 	"github.com/llbproject/llb/simulate/strategy"
 	"github.com/llbproject/llb/simulate/workload"
 )
@@ -29,7 +30,7 @@ func tinyPlan(t testing.TB) Plan {
 		Factors:    []uint32{125, 200},
 		Lambdas:    []uint32{32},
 		Warmup:     0.2,
-		Saturation: SaturationConfig{Precision: 0.25, MaxWaitP90: 500 * time.Millisecond},
+		Saturation: SaturationConfig{Precision: 0.25, Criterion: saturation.Criterion{MaxWaitP90: 500 * time.Millisecond}},
 	}
 }
 

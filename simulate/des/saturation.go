@@ -1,12 +1,9 @@
 package des
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"math"
-	"slices"
-	"time"
 
 	"github.com/llbproject/llb/simulate/saturation"
 )
@@ -49,12 +46,12 @@ type SaturationConfig struct {
 	// Start is the first rate probed (requests/s); 0 estimates it from the
 	// fleet (saturation.CapacityEstimate, in the engines' clock).
 	Start float64
-	// MaxWaitP90 is the stability criterion: a rate is sustainable when
-	// the p90 of the engines' queue wait (admission − arrival) over the
-	// measured requests is at most this. In an unstable run the queue
-	// grows for the whole run, so the wait reaches many service times.
-	// Default 1 s.
-	MaxWaitP90 time.Duration
+	// Criterion decides a probe's stability: the p90 of the measured
+	// requests' engine queue wait (admission − arrival) within
+	// Criterion.MaxWaitP90 (default saturation.DefaultMaxWaitP90, 1 s). In
+	// an unstable run the queue grows for the whole run, so the wait
+	// reaches many service times. A simulated run never fails a request.
+	Criterion saturation.Criterion
 	// Precision is the relative bracket width the search stops at
 	// (unstable/stable − 1). Default 0.03.
 	Precision float64
@@ -66,9 +63,7 @@ type SaturationConfig struct {
 }
 
 func (c SaturationConfig) withDefaults() SaturationConfig {
-	if c.MaxWaitP90 == 0 {
-		c.MaxWaitP90 = time.Second
-	}
+	c.Criterion = c.Criterion.WithDefaults()
 	if c.Precision == 0 {
 		c.Precision = 0.03
 	}
@@ -81,41 +76,17 @@ func (c SaturationConfig) withDefaults() SaturationConfig {
 	return c
 }
 
-// Probe is one rate a saturation search tried.
-type Probe struct {
-	// Rate is the offered load (requests/s).
-	Rate float64
-	// Stable is the verdict: QueueWaitP90 within the criterion.
-	Stable bool
-	// QueueWaitP90 (s) and Throughput (requests/s) as measured.
-	QueueWaitP90, Throughput float64
-}
-
-// Saturation is a saturation search's outcome.
-type Saturation struct {
-	// Strategy is the strategy searched with.
-	Strategy string
-	// Rate is the highest sustainable rate found: load 1.0 of the ladder.
-	Rate float64
-	// Unstable is the lowest unsustainable rate found (Rate < Unstable).
-	Unstable float64
-	// Criterion is the MaxWaitP90 used (seconds).
-	Criterion float64
-	// Probes lists every rate tried, in ascending rate order.
-	Probes []Probe
-}
-
 // FindSaturation searches for the highest rate at which base's strategy
 // keeps the fleet stable on trace t: a geometric bracket (×2 steps from
 // the start, Points+1 rates a round), then rounds of Points evenly spaced
 // probes inside the bracket until it is narrower than Precision
 // (simulate/saturation). Every probe is a full run at that rate (base.Rate
-// is ignored). Deterministic for a trace and config, whatever the
-// executor's parallelism.
-func FindSaturation(t *Trace, base RunConfig, cfg SaturationConfig, exec Executor) (Saturation, error) {
+// is ignored), judged by cfg.Criterion. Deterministic for a trace and
+// config, whatever the executor's parallelism.
+func FindSaturation(t *Trace, base RunConfig, cfg SaturationConfig, exec Executor) (saturation.Outcome, error) {
 	c := cfg.withDefaults()
-	if c.Points < 1 || c.MaxWaitP90 < 0 {
-		return Saturation{}, fmt.Errorf("saturation config %+v: %w", cfg, ErrConfig)
+	if c.Points < 1 || c.Criterion.Validate() != nil {
+		return saturation.Outcome{}, fmt.Errorf("saturation config %+v: %w", cfg, ErrConfig)
 	}
 	start := c.Start
 	if start == 0 {
@@ -125,7 +96,7 @@ func FindSaturation(t *Trace, base RunConfig, cfg SaturationConfig, exec Executo
 		Start: start, Step: 2, Width: c.Points + 1, Refine: saturation.Evenly(c.Points),
 		Precision: c.Precision, MaxRounds: c.MaxRounds,
 	}
-	sat := Saturation{Strategy: base.Strategy.Name, Criterion: c.MaxWaitP90.Seconds()}
+	sat := saturation.Outcome{Strategy: base.Strategy.Name, Criterion: c.Criterion}
 	b, err := search.Run(func(rates []float64) ([]bool, error) {
 		specs := make([]RunSpec, len(rates))
 		for i, r := range rates {
@@ -139,14 +110,15 @@ func FindSaturation(t *Trace, base RunConfig, cfg SaturationConfig, exec Executo
 		}
 		stable := make([]bool, len(res))
 		for i, r := range res {
-			stable[i] = r.QueueWait.P90 <= c.MaxWaitP90.Seconds()
-			sat.Probes = append(sat.Probes, Probe{Rate: rates[i], Stable: stable[i], QueueWaitP90: r.QueueWait.P90, Throughput: r.Throughput})
+			p := c.Criterion.Judge(rates[i], saturation.Measured{QueueWaitP90: r.QueueWait.P90}, r.Throughput)
+			sat.Probes = append(sat.Probes, p)
+			stable[i] = p.Stable
 		}
 		return stable, nil
 	})
 	switch {
 	case errors.Is(err, saturation.ErrConfig):
-		return Saturation{}, fmt.Errorf("saturation config %+v: %w: %w", cfg, ErrConfig, err)
+		return saturation.Outcome{}, fmt.Errorf("saturation config %+v: %w: %w", cfg, ErrConfig, err)
 	case errors.Is(err, saturation.ErrNoBracket) && math.IsInf(b.Unstable, 1):
 		return sat, fmt.Errorf("saturation search for %s on %s: still stable at %.3g req/s after %d rounds; %d requests may be too few to fill the fleet: %w",
 			base.Strategy.Name, t.Config.Name, b.Stable, c.MaxRounds, len(t.Requests), ErrConfig)
@@ -156,7 +128,6 @@ func FindSaturation(t *Trace, base RunConfig, cfg SaturationConfig, exec Executo
 	case err != nil:
 		return sat, err
 	}
-	sat.Rate, sat.Unstable = b.Stable, b.Unstable
-	slices.SortFunc(sat.Probes, func(a, b Probe) int { return cmp.Compare(a.Rate, b.Rate) })
+	sat.Settle(b)
 	return sat, nil
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llbproject/llb/simulate/saturation"
 	"github.com/llbproject/llb/simulate/strategy"
 )
 
@@ -56,7 +57,7 @@ func TestFindSaturation_BracketsTheThresholdWithinPrecision(t *testing.T) {
 			if !(sat.Rate <= tc.limit && tc.limit < sat.Unstable) || sat.Unstable/sat.Rate-1 > prec {
 				t.Fatalf("bracket [%g, %g) for a limit of %g; want it to hold the limit within %g", sat.Rate, sat.Unstable, tc.limit, prec)
 			}
-			if len(sat.Probes) != len(e.rates) || !slices.IsSortedFunc(sat.Probes, func(a, b Probe) int { return cmp.Compare(a.Rate, b.Rate) }) {
+			if len(sat.Probes) != len(e.rates) || !slices.IsSortedFunc(sat.Probes, func(a, b saturation.Probe) int { return cmp.Compare(a.Rate, b.Rate) }) {
 				t.Fatalf("probes %v are not every rate tried in order", sat.Probes)
 			}
 			for _, p := range sat.Probes {
@@ -88,7 +89,7 @@ func TestFindSaturation_ReportsAFailedSearchAndBadConfig(t *testing.T) {
 func TestFindSaturation_OnTheSimulatorIsDeterministic(t *testing.T) {
 	tr := sharedTrace(t, 200, 2)
 	base := RunConfig{Fleet: FleetFor(tr, 2, 64), Strategy: mustStrategy(t, strategy.NameHard), Warmup: 40}
-	cfg := SaturationConfig{Precision: 0.2, MaxWaitP90: 500 * time.Millisecond}
+	cfg := SaturationConfig{Precision: 0.2, Criterion: saturation.Criterion{MaxWaitP90: 500 * time.Millisecond}}
 	a, err := FindSaturation(tr, base, cfg, SerialExecutor)
 	if err != nil {
 		t.Fatal(err)

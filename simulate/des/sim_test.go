@@ -221,7 +221,7 @@ func TestRun_RejectsBadConfigs(t *testing.T) {
 		{"warm-up eats the trace", func(c *RunConfig) { c.Warmup = 4 }},
 		{"block size differs", func(c *RunConfig) { c.Fleet.Engine.BlockSize = 32 }},
 		{"hash differs", func(c *RunConfig) { c.Fleet.Engine.Hash.Seed = "1" }},
-		{"P/D engine role", func(c *RunConfig) { c.Fleet.Engine.Role = engine.RolePrefill; c.Fleet.Engine.EngineID = "p" }},
+		{"P/D engine role", func(c *RunConfig) { c.Fleet.Engine.KVRole = engine.KVProducer; c.Fleet.Engine.EngineID = "p" }},
 		{"bad env", func(c *RunConfig) { c.Strategy.FactorPct = 50 }},
 		{"cache smaller than a request", func(c *RunConfig) { c.Fleet.Engine.NumBlocks = 2 }},
 	} {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/llbproject/llb/simulate/engine"
+	"github.com/llbproject/llb/simulate/saturation"
 	"github.com/llbproject/llb/simulate/strategy"
 	"github.com/llbproject/llb/simulate/workload"
 )
@@ -255,7 +256,7 @@ func Method() string {
 		"Each llb strategy is llb's real `ladder.Router`, fed per request the views llbd would build: active_conns = requests llb sent and not yet finished; queued_requests and KV usage as llbd's 250 ms scrape last read them (the usage plus the uncached blocks llb sent since); the uncached prompt blocks of llb's requests without a first token; KV capacity = the engine's block count; and Tier-1.5 overlap = the leading blocks of the prompt's hash chain present in an `inventory.Mirror` kept from the engine's own KV events (the ZMQ path, delivered without delay).",
 		"Each peer (`simulate/peers`: Dynamo's KV router, llm-d's precise-prefix-cache profile, SGLang's cache_aware, AIBrix's prefix-cache, KubeAI's CHWBL) is that project's placement policy written from its public docs and code with its shipped defaults, fed what that router sees: the KV-event routers the same mirrors, llm-d the engines' exact queue and KV usage (its picker scrapes every 50 ms), every router its own in-flight counts.",
 		"Routing keys (prefix hash, session key, trie bytes) are derived from the request body as `gateway/route_input.go` derives them.",
-		fmt.Sprintf("All strategies of a scenario replay the same trace (same prompts, same arrival pattern scaled to the rate). Load 100%% is the highest Poisson rate at which `hard` keeps the engines' queue-wait p90 within %v, found by a bracketing search; the ladder runs 30%%–110%% of it.", time.Second),
+		fmt.Sprintf("All strategies of a scenario replay the same trace (same prompts, same arrival pattern scaled to the rate). Load 100%% is the highest Poisson rate at which `hard` keeps the engines' queue-wait p90 within %v (simulate/saturation.Criterion, which the load harness judges by too), found by a bracketing search; the ladder runs 30%%–110%% of it.", saturation.DefaultMaxWaitP90),
 		"TTFT is first token − arrival; hit rate is the engines' cached prompt tokens / prompt tokens (vllm:prefix_cache_hits / queries); the oracle hit rate counts every reusable prefix as hit (an unbounded cache and perfect routing). Warm-up requests are routed and served but not measured.",
 	}, " ")
 }

@@ -5,57 +5,63 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/llbproject/llb/ladder"
 )
 
-// Role is a worker's part in P/D disaggregation, as vLLM's kv_role of the
-// NixlConnector: it decides which kv_transfer_params the worker honours.
-type Role uint8
+// KVRole is a worker's kv_role, vLLM's KV connector setting
+// (--kv-transfer-config): which kv_transfer_params the engine honours. It is
+// not a rule's endpoint role (ladder.Role, REST ep_role): a kv_both engine
+// can stand in a rule as a prefill and as a decode endpoint at once, and
+// vLLM's NIXL guide starts both sides as kv_both. KVRoleFor gives the
+// kv_role a rule position needs.
+type KVRole uint8
 
-// Roles.
+// KV roles.
 const (
-	// RoleNone has no KV connector: kv_transfer_params are ignored (and
+	// KVNone has no KV connector: kv_transfer_params are ignored (and
 	// counted), as a vLLM started without --kv-transfer-config does.
-	RoleNone Role = iota
-	// RolePrefill (kv_producer) honours do_remote_decode: it prefills,
+	KVNone KVRole = iota
+	// KVProducer (kv_producer) honours do_remote_decode: it prefills,
 	// returns kv_transfer_params and holds the blocks for the decode side.
-	RolePrefill
-	// RoleDecode (kv_consumer) honours do_remote_prefill: it pulls the
+	KVProducer
+	// KVConsumer (kv_consumer) honours do_remote_prefill: it pulls the
 	// blocks, skips prefill and decodes.
-	RoleDecode
-	// RoleBoth (kv_both) honours both.
-	RoleBoth
+	KVConsumer
+	// KVBoth (kv_both) honours both.
+	KVBoth
 )
 
-// String is the role's flag spelling.
-func (r Role) String() string {
-	switch r {
-	case RoleNone:
-		return "none"
-	case RolePrefill:
-		return "prefill"
-	case RoleDecode:
-		return "decode"
-	case RoleBoth:
-		return "both"
+// kvRoleNames are the spellings the worker's admin JSON and logs show.
+var kvRoleNames = [...]string{KVNone: "none", KVProducer: "prefill", KVConsumer: "decode", KVBoth: "both"}
+
+// String is the role's admin and log spelling: "none", "prefill" (kv_producer),
+// "decode" (kv_consumer) or "both".
+func (r KVRole) String() string {
+	if int(r) < len(kvRoleNames) {
+		return kvRoleNames[r]
 	}
-	return fmt.Sprintf("role(%d)", uint8(r))
+	return fmt.Sprintf("kv_role(%d)", uint8(r))
 }
 
-// ParseRole reads a role's flag spelling.
-func ParseRole(s string) (Role, error) {
-	for r := RoleNone; r <= RoleBoth; r++ {
-		if r.String() == s {
-			return r, nil
-		}
+// KVRoleFor is the kv_role an engine needs to serve a rule's endpoint of
+// role r: a prefill endpoint produces KV, a decode endpoint consumes it, a
+// role-less (single-pool) endpoint has no connector.
+func KVRoleFor(r ladder.Role) KVRole {
+	switch r {
+	case ladder.RolePrefill:
+		return KVProducer
+	case ladder.RoleDecode:
+		return KVConsumer
 	}
-	return RoleNone, fmt.Errorf("role %q (want none, prefill, decode or both): %w", s, ErrConfig)
+	return KVNone
 }
 
 // ServesRemoteDecode reports whether the role answers do_remote_decode.
-func (r Role) ServesRemoteDecode() bool { return r == RolePrefill || r == RoleBoth }
+func (r KVRole) ServesRemoteDecode() bool { return r == KVProducer || r == KVBoth }
 
 // AcceptsRemotePrefill reports whether the role honours do_remote_prefill.
-func (r Role) AcceptsRemotePrefill() bool { return r == RoleDecode || r == RoleBoth }
+func (r KVRole) AcceptsRemotePrefill() bool { return r == KVConsumer || r == KVBoth }
 
 // Latency is the latency model, llm-d-inference-sim's:
 //
@@ -259,10 +265,10 @@ type Config struct {
 	MaxModelLen int
 	// Hash is the prefix-cache hash contract. Default sha256_cbor, seed "0".
 	Hash HashConfig
-	// Role is the P/D role. Default RoleNone.
-	Role Role
+	// KVRole is the KV connector's role (vLLM's kv_role). Default KVNone.
+	KVRole KVRole
 	// EngineID is this engine's id, returned as remote_engine_id by a
-	// prefill and checked when a decode side pulls. Required when Role
+	// prefill and checked when a decode side pulls. Required when KVRole
 	// serves remote decode.
 	EngineID string
 	// KVLease is how long a finished prefill leg's blocks stay pinned for
@@ -320,10 +326,10 @@ func (c Config) Validate() error {
 	if c.MaxModelLen < 1 {
 		errs = append(errs, fmt.Errorf("max model len %d (want >= 1)", c.MaxModelLen))
 	}
-	if c.Role > RoleBoth {
-		errs = append(errs, fmt.Errorf("role %d unknown", c.Role))
+	if c.KVRole > KVBoth {
+		errs = append(errs, fmt.Errorf("kv role %d unknown", c.KVRole))
 	}
-	if c.Role.ServesRemoteDecode() && c.EngineID == "" {
+	if c.KVRole.ServesRemoteDecode() && c.EngineID == "" {
 		errs = append(errs, errors.New("engine id is required for a role that serves remote decode"))
 	}
 	if c.KVLease <= 0 {

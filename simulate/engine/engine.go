@@ -211,14 +211,14 @@ func (e *Engine) prepare(req Request) (*seqState, error) {
 	}
 	s := &seqState{req: req, heapIdx: -1}
 	if req.RemoteDecode {
-		if e.cfg.Role.ServesRemoteDecode() {
+		if e.cfg.KVRole.ServesRemoteDecode() {
 			s.remote = true
 		} else {
 			e.st.RemoteParamsIgnored++
 		}
 	}
 	if req.RemotePrefill != nil {
-		if e.cfg.Role.AcceptsRemotePrefill() {
+		if e.cfg.KVRole.AcceptsRemotePrefill() {
 			s.pulled = true
 		} else {
 			e.st.RemoteParamsIgnored++

@@ -378,7 +378,7 @@ func TestEngine_AdvanceInOneJumpEqualsSmallSteps(t *testing.T) {
 
 func TestEngine_PrefillLegLeasesBlocksUntilPulled(t *testing.T) {
 	c := testConfig()
-	c.Role = RolePrefill
+	c.KVRole = KVProducer
 	c.EngineID = "engine-p"
 	e := newEngine(t, c)
 	tk := submit(t, e, t0, Request{ID: "cmpl-x-0", Tokens: seq(1, 10), MaxTokens: 1, RemoteDecode: true})
@@ -409,7 +409,7 @@ func TestEngine_PrefillLegLeasesBlocksUntilPulled(t *testing.T) {
 
 func TestEngine_LeaseExpiresAfterKVLease(t *testing.T) {
 	c := testConfig()
-	c.Role = RoleBoth
+	c.KVRole = KVBoth
 	c.EngineID = "e"
 	c.KVLease = time.Second
 	e := newEngine(t, c)
@@ -425,7 +425,7 @@ func TestEngine_LeaseExpiresAfterKVLease(t *testing.T) {
 
 func TestEngine_DecodeLegSkipsPrefillAndCache(t *testing.T) {
 	c := testConfig()
-	c.Role = RoleDecode
+	c.KVRole = KVConsumer
 	e := newEngine(t, c)
 	tk := submit(t, e, t0, Request{ID: "d", Tokens: seq(1, 10), MaxTokens: 2, RemotePrefill: &RemotePrefill{Blocks: 2}})
 	p := runToEnd(t, e)[tk]
@@ -444,17 +444,17 @@ func TestEngine_DecodeLegSkipsPrefillAndCache(t *testing.T) {
 func TestEngine_IgnoresRemoteParamsTheRoleDoesNotServe(t *testing.T) {
 	tests := []struct {
 		name string
-		role Role
+		role KVRole
 		give Request
 	}{
-		{"decode role asked to remote-decode", RoleDecode, Request{ID: "a", Tokens: seq(1, 8), MaxTokens: 1, RemoteDecode: true}},
-		{"prefill role given pulled blocks", RolePrefill, Request{ID: "b", Tokens: seq(1, 8), MaxTokens: 1, RemotePrefill: &RemotePrefill{Blocks: 2}}},
-		{"no role", RoleNone, Request{ID: "c", Tokens: seq(1, 8), MaxTokens: 1, RemoteDecode: true}},
+		{"decode role asked to remote-decode", KVConsumer, Request{ID: "a", Tokens: seq(1, 8), MaxTokens: 1, RemoteDecode: true}},
+		{"prefill role given pulled blocks", KVProducer, Request{ID: "b", Tokens: seq(1, 8), MaxTokens: 1, RemotePrefill: &RemotePrefill{Blocks: 2}}},
+		{"no role", KVNone, Request{ID: "c", Tokens: seq(1, 8), MaxTokens: 1, RemoteDecode: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := testConfig()
-			c.Role = tt.role
+			c.KVRole = tt.role
 			c.EngineID = "e"
 			e := newEngine(t, c)
 			tk := submit(t, e, t0, tt.give)

@@ -56,7 +56,7 @@ func TestEngine_EventsMirrorTheCache(t *testing.T) {
 		c := testConfig()
 		c.NumBlocks = rapid.IntRange(4, 24).Draw(t, "blocks")
 		c.MaxNumSeqs = rapid.IntRange(1, 4).Draw(t, "seqs")
-		c.Role = RoleBoth
+		c.KVRole = KVBoth
 		c.EngineID = "e"
 		c.KVLease = 50 * time.Millisecond
 		if rapid.Bool().Draw(t, "stepModel") {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/simulate/engine"
 	"github.com/llbproject/llb/simulate/worker"
 )
@@ -62,7 +63,7 @@ type Config struct {
 	Template *worker.Config
 	// Customize, when set, adjusts one worker's configuration after the
 	// fleet filled it in (index in layout order, and its role).
-	Customize func(index int, role engine.Role, c *worker.Config)
+	Customize func(index int, role ladder.Role, c *worker.Config)
 }
 
 // Validate reports every problem at once.
@@ -145,8 +146,10 @@ func sameAddrs(base string, n int) ([]netip.Addr, error) {
 type Member struct {
 	// Index is the position in layout order.
 	Index int
-	// Role is the P/D role (RoleNone for single-pool workers).
-	Role engine.Role
+	// Role is the member's endpoint role in the fleet's rule (RoleNone for
+	// single-pool workers); its engine runs the matching kv_role
+	// (engine.KVRoleFor) unless Config.Customize changed it.
+	Role ladder.Role
 
 	mu  sync.Mutex
 	w   *worker.Worker
@@ -205,8 +208,8 @@ func Start(cfg Config) (*Fleet, error) {
 				c.NIXLPort = cfg.NIXLPort + i
 			}
 		}
-		c.Engine.Role = role
-		c.KVEvents = tmpl.KVEvents && (role != engine.RoleDecode || cfg.DecodeKVEvents)
+		c.Engine.KVRole = engine.KVRoleFor(role)
+		c.KVEvents = tmpl.KVEvents && (role != ladder.RoleDecode || cfg.DecodeKVEvents)
 		c.Replay = tmpl.Replay && c.KVEvents
 		c.KVPort = f.kvPort
 		c.ReplayPort = replayPort
@@ -240,14 +243,14 @@ func Start(cfg Config) (*Fleet, error) {
 }
 
 // roleAt is the role and name of the i-th worker in layout order.
-func roleAt(cfg Config, i int) (engine.Role, string) {
+func roleAt(cfg Config, i int) (ladder.Role, string) {
 	switch {
 	case i < cfg.Prefill:
-		return engine.RolePrefill, "prefill-" + strconv.Itoa(i)
+		return ladder.RolePrefill, "prefill-" + strconv.Itoa(i)
 	case i < cfg.Prefill+cfg.Decode:
-		return engine.RoleDecode, "decode-" + strconv.Itoa(i-cfg.Prefill)
+		return ladder.RoleDecode, "decode-" + strconv.Itoa(i-cfg.Prefill)
 	}
-	return engine.RoleNone, "worker-" + strconv.Itoa(i-cfg.Prefill-cfg.Decode)
+	return ladder.RoleNone, "worker-" + strconv.Itoa(i-cfg.Prefill-cfg.Decode)
 }
 
 // endpointPort is the port of "tcp://ip:port" or "ip:port" (0 when empty).

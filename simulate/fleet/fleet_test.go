@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/llbproject/llb/simulate/engine"
+	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/simulate/worker"
 )
 
@@ -58,7 +58,7 @@ func TestFleet_StartsPDWorkersOnConsecutiveLoopbackAddresses(t *testing.T) {
 	f := startFleet(t, Config{Prefill: 2, Decode: 2, BaseIP: "127.0.0.2"})
 	eps := f.Endpoints()
 	wantIPs := []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"}
-	wantRoles := []int{EpRolePrefill, EpRolePrefill, EpRoleDecode, EpRoleDecode}
+	wantRoles := []int{int(ladder.RolePrefill), int(ladder.RolePrefill), int(ladder.RoleDecode), int(ladder.RoleDecode)}
 	if len(eps) != 4 {
 		t.Fatalf("%d endpoints; want 4", len(eps))
 	}
@@ -191,7 +191,7 @@ func TestStart_RejectsBadFleetsAndLeavesNothingRunning(t *testing.T) {
 		{"base ip without room", Config{Single: 2, BaseIP: "255.255.255.255"}, ErrConfig},
 		{"port out of range", Config{Single: 1, KVPort: 70000}, ErrConfig},
 		{"second worker cannot start", Config{Single: 2, BaseIP: "127.0.4.2", Template: fastTemplate(),
-			Customize: func(i int, _ engine.Role, c *worker.Config) {
+			Customize: func(i int, _ ladder.Role, c *worker.Config) {
 				if i == 1 {
 					c.Engine.NumBlocks = -1
 				}

@@ -3,15 +3,7 @@ package fleet
 import (
 	"net"
 
-	"github.com/llbproject/llb/simulate/engine"
-)
-
-// LoxiLB endpoint roles (ep_role).
-const (
-	// EpRolePrefill is ep_role 1.
-	EpRolePrefill = 1
-	// EpRoleDecode is ep_role 2.
-	EpRoleDecode = 2
+	"github.com/llbproject/llb/ladder"
 )
 
 // Endpoint is one element of an llb rule's "endpoints" array.
@@ -22,7 +14,8 @@ type Endpoint struct {
 	TargetPort int `json:"targetPort"`
 	// Weight is always 1.
 	Weight int `json:"weight"`
-	// EpRole is 1 (prefill) or 2 (decode); omitted for single-pool workers.
+	// EpRole is the wire's ep_role, int(ladder.Role): 1 prefill, 2 decode;
+	// omitted (0, none) for single-pool workers.
 	EpRole int `json:"ep_role,omitempty"`
 	// NIXLPort is the P/D side-channel port; omitted for single-pool
 	// workers.
@@ -36,14 +29,8 @@ func (f *Fleet) Endpoints() []Endpoint {
 	for _, m := range f.members {
 		w := m.Worker()
 		host, _, _ := net.SplitHostPort(w.Addr()) // Addr is always host:port
-		ep := Endpoint{EndpointIP: host, TargetPort: w.HTTPPort(), Weight: 1, NIXLPort: endpointPort(w.NIXLAddr())}
-		switch m.Role {
-		case engine.RolePrefill:
-			ep.EpRole = EpRolePrefill
-		case engine.RoleDecode:
-			ep.EpRole = EpRoleDecode
-		}
-		out = append(out, ep)
+		out = append(out, Endpoint{EndpointIP: host, TargetPort: w.HTTPPort(), Weight: 1, EpRole: int(m.Role),
+			NIXLPort: endpointPort(w.NIXLAddr())})
 	}
 	return out
 }
@@ -82,7 +69,7 @@ func (f *Fleet) Rule() RuleFragment {
 		r.KVNoneHashSeed = &seed
 	}
 	for _, m := range f.members {
-		if m.Role == engine.RolePrefill || m.Role == engine.RoleDecode {
+		if m.Role != ladder.RoleNone {
 			r.PDDisaggMode = true
 		}
 	}

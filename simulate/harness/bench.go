@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/llbproject/llb/simulate/des"
+	"github.com/llbproject/llb/simulate/saturation"
 	"github.com/llbproject/llb/simulate/strategy"
 	"github.com/llbproject/llb/simulate/workload"
 )
@@ -127,7 +128,7 @@ type Events struct {
 	Request  func(done int)
 	RunEnd   func(label string, r *Result)
 	// Probe reports each saturation probe.
-	Probe func(p Probe)
+	Probe func(p saturation.Probe)
 }
 
 // ScenarioInfo describes a scenario as run.
@@ -148,7 +149,7 @@ type ScenarioInfo struct {
 	// Saturation is the search's outcome (nil when the rate was given or
 	// absolute rates were used); SaturationRate is load 1.0 (0 with
 	// absolute rates).
-	Saturation     *Saturation
+	Saturation     *saturation.Outcome
 	SaturationRate float64
 	// Pooled is the pooled-cache bound run (nil unless Bench.Pooled),
 	// at PooledLoad.
@@ -326,8 +327,8 @@ func (b *Bench) Execute(ctx context.Context) (*Outcome, error) {
 			rc.Strategy = s
 			rc.KeepRecords = false
 			phase("%s: searching the saturation rate of %s", b.Scenario.Name, ref)
-			sat, err := FindSaturation(ctx, rc, b.Saturation, func(p Probe) {
-				phase("  probe %.3g req/s: stable=%v queue wait %.3fs throughput %.3g req/s failed %d", p.Rate, p.Stable, p.QueueWait, p.Throughput, p.Failed)
+			sat, err := FindSaturation(ctx, rc, b.Saturation, func(p saturation.Probe) {
+				phase("  probe %.3g req/s: stable=%v queue wait p90 %.3fs throughput %.3g req/s failed %d", p.Rate, p.Stable, p.QueueWaitP90, p.Throughput, p.Failed)
 				if ev.Probe != nil {
 					ev.Probe(p)
 				}

@@ -55,6 +55,11 @@ type Record struct {
 	// prompt tokens, cached prompt tokens (vLLM's
 	// prompt_tokens_details.cached_tokens) and completion tokens.
 	PromptTokens, CachedTokens, CompletionTokens int
+	// QueueWait is the engine queue wait the workers reported in the final
+	// usage (worker.Config.ReportQueueWait: admission minus arrival at the
+	// engine, both legs of a P/D request), on the workers' clock; -1 when
+	// absent.
+	QueueWait time.Duration
 }
 
 // OK reports whether the request completed with a full stream.
@@ -91,6 +96,7 @@ type sseChunk struct {
 		PromptTokensDetails *struct {
 			CachedTokens int `json:"cached_tokens"`
 		} `json:"prompt_tokens_details"`
+		QueueWait *float64 `json:"llbsim_queue_wait_s"`
 	} `json:"usage"`
 }
 
@@ -111,7 +117,7 @@ func (c *sseChunk) hasToken() bool {
 // exchange sends one trace request to url and fills rec. now returns the
 // wall offset from the run's start.
 func exchange(ctx context.Context, client *http.Client, url string, tr *workload.TraceRequest, rec *Record, now func() time.Duration) {
-	rec.PromptTokens, rec.CachedTokens, rec.CompletionTokens = -1, -1, -1
+	rec.PromptTokens, rec.CachedTokens, rec.CompletionTokens, rec.QueueWait = -1, -1, -1, -1
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+tr.Path, bytes.NewReader(tr.Body))
 	if err != nil {
 		rec.Failure, rec.Done = FailTransport, now()
@@ -197,6 +203,9 @@ func parseUsage(payload []byte, rec *Record) {
 	rec.PromptTokens, rec.CompletionTokens = c.Usage.PromptTokens, c.Usage.CompletionTokens
 	if c.Usage.PromptTokensDetails != nil {
 		rec.CachedTokens = c.Usage.PromptTokensDetails.CachedTokens
+	}
+	if q := c.Usage.QueueWait; q != nil && *q >= 0 {
+		rec.QueueWait = time.Duration(*q * float64(time.Second))
 	}
 }
 

@@ -73,6 +73,27 @@ func TestReadStream_StampsTheFirstTokenNotTheChatRoleEvent(t *testing.T) {
 	}
 }
 
+func TestParseUsage_ReadsTheWorkersQueueWait(t *testing.T) {
+	tests := []struct {
+		name string
+		give string
+		want time.Duration
+	}{
+		{"vLLM's usage: none", `{"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":2}}`, -1},
+		{"the simulator's field", `{"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":2,"llbsim_queue_wait_s":0.25}}`, 250 * time.Millisecond},
+		{"a negative wait is not one", `{"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":2,"llbsim_queue_wait_s":-1}}`, -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := Record{QueueWait: -1}
+			parseUsage([]byte(tt.give), &rec)
+			if rec.QueueWait != tt.want {
+				t.Fatalf("got queue wait %v; want %v", rec.QueueWait, tt.want)
+			}
+		})
+	}
+}
+
 func TestReadStream_ReportsAStreamThatEndsBeforeDone(t *testing.T) {
 	for _, tt := range []struct {
 		name string

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/simulate/engine"
 	"github.com/llbproject/llb/simulate/fleet"
 	"github.com/llbproject/llb/simulate/strategy"
@@ -41,7 +42,7 @@ type FleetConfig struct {
 	HTTPPort int
 	// Engine configures every serving worker: cache size, batch limit,
 	// latency model (Latency.TimeScale is the run's time scale), block size
-	// and hash contract. Role is set by the harness.
+	// and hash contract. KVRole is set by the harness.
 	Engine engine.Config
 }
 
@@ -64,7 +65,7 @@ func (c *FleetConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("%d workers listed as prefill and decode exceed a rule's 32 endpoints", c.Workers))
 	}
 	e := c.Engine
-	e.Role = engine.RoleNone
+	e.KVRole = engine.KVNone
 	if err := e.Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -91,8 +92,9 @@ func (c *FleetConfig) decodeWorkers() int {
 func startFleet(c *FleetConfig, shape strategy.Shape) (*fleet.Fleet, error) {
 	tmpl := worker.DefaultConfig()
 	tmpl.Engine = c.Engine
-	tmpl.Engine.Role = engine.RoleNone
+	tmpl.Engine.KVRole = engine.KVNone
 	tmpl.KVEvents = true
+	tmpl.ReportQueueWait = true // each request's queue wait, for saturation.Criterion
 	fc := fleet.Config{BaseIP: c.BaseIP, HTTPPort: c.HTTPPort, Template: &tmpl}
 	if fc.BaseIP == "" {
 		fc.BaseIP = DefaultBaseIP
@@ -100,11 +102,11 @@ func startFleet(c *FleetConfig, shape strategy.Shape) (*fleet.Fleet, error) {
 	switch {
 	case shape == strategy.ShapePD && c.PDSameWorkers:
 		fc.Single = c.Workers
-		fc.Customize = func(_ int, _ engine.Role, wc *worker.Config) { wc.Engine.Role = engine.RoleBoth }
+		fc.Customize = func(_ int, _ ladder.Role, wc *worker.Config) { wc.Engine.KVRole = engine.KVBoth }
 	case shape == strategy.ShapePD:
 		fc.Prefill, fc.Decode = c.Workers, c.decodeWorkers()
-		fc.Customize = func(_ int, role engine.Role, wc *worker.Config) {
-			if role == engine.RoleDecode {
+		fc.Customize = func(_ int, role ladder.Role, wc *worker.Config) {
+			if role == ladder.RoleDecode {
 				def := engine.DefaultConfig()
 				wc.Engine.NumBlocks = max(def.NumBlocks, wc.Engine.NumBlocks)
 				wc.Engine.MaxNumSeqs = max(def.MaxNumSeqs, wc.Engine.MaxNumSeqs)

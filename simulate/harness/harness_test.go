@@ -87,6 +87,12 @@ func checkRun(t *testing.T, res *Result) {
 		if !rec.Route.OK || rec.Status != 200 || rec.FirstToken < rec.Sent || rec.Done < rec.FirstToken || rec.Sent < rec.Arrival {
 			t.Fatalf("record %+v: want a route, 200, arrival <= sent <= first token <= done", rec)
 		}
+		if rec.QueueWait < 0 || rec.QueueWait > rec.Done-rec.Sent {
+			t.Fatalf("record %+v: want the workers' queue wait, within the request's time", rec)
+		}
+	}
+	if res.QueueWaitMissing != 0 || res.QueueWait.P90 < 0 {
+		t.Fatalf("queue wait %+v, %d requests without one: want every completed request's (what saturation judges)", res.QueueWait, res.QueueWaitMissing)
 	}
 	if !(res.TTFT.P50 > 0 && res.TTFT.P50 <= res.TTFT.P90 && res.TTFT.P90 <= res.TTFT.P99 && res.TTFT.P99 <= res.E2E.Max) {
 		t.Fatalf("ttft %+v e2e %+v: want 0 < p50 <= p90 <= p99 <= e2e max", res.TTFT, res.E2E)

@@ -132,12 +132,20 @@ type Result struct {
 	// Spills, Reliefs, ColdSeeds, Saturated and BoundWalks count measured
 	// requests whose route carries the flag; Retries sums llbd's retries.
 	Spills, Reliefs, ColdSeeds, Saturated, BoundWalks, Retries int
-	// QueueWait is the engines' mean queue wait of the measured requests
-	// by Little's law: the sampled waiting queues' area over the measured
-	// window (first measured arrival to last measured completion) divided
-	// by the measured requests, in model seconds; MeanWaiting is the mean
-	// sampled waiting requests over that window.
-	QueueWait, MeanWaiting float64
+	// QueueWait summarises the engine queue wait (model seconds) the
+	// workers reported for each completed measured request (Record.QueueWait:
+	// admission minus arrival at the engine, both legs of a P/D request);
+	// QueueWaitMissing counts completed measured requests that reported
+	// none. Its P90 is what saturation.Criterion judges.
+	QueueWait        Latency
+	QueueWaitMissing int
+	// LittleQueueWait is an estimate of the mean queue wait by Little's
+	// law: the sampled waiting queues' area over the measured window (first
+	// measured arrival to last measured completion) divided by the measured
+	// requests, in model seconds; MeanWaiting is the mean sampled waiting
+	// requests over that window. A cross-check on QueueWait.Mean that also
+	// counts the tail of warm-up requests queued in the window.
+	LittleQueueWait, MeanWaiting float64
 	// LoadSkew and ServedSkew are max/mean of the workers' MeanActive and
 	// of their measured request counts.
 	LoadSkew, ServedSkew float64
@@ -175,7 +183,7 @@ func measure(c *RunConfig, r *raw) *Result {
 	if c.Concurrency > 0 {
 		res.Rate = 0
 	}
-	ttft, e2e := newLatencyHist(), newLatencyHist()
+	ttft, e2e, wait := newLatencyHist(), newLatencyHist(), newLatencyHist()
 	perTTFT := make([]*latencyHist, n)
 	for i := range perTTFT {
 		perTTFT[i] = newLatencyHist()
@@ -223,6 +231,11 @@ func measure(c *RunConfig, r *raw) *Result {
 		if f <= res.TTFTSLO {
 			good++
 		}
+		if rec.QueueWait >= 0 {
+			wait.record(model(rec.QueueWait))
+		} else {
+			res.QueueWaitMissing++
+		}
 		last = max(last, rec.Done)
 		req := &tr.Requests[i]
 		outTokens += int64(req.OutputTokens)
@@ -240,7 +253,7 @@ func measure(c *RunConfig, r *raw) *Result {
 			perPrompt[w] += int64(rec.PromptTokens)
 		}
 	}
-	res.TTFT, res.E2E = ttft.summary(), e2e.summary()
+	res.TTFT, res.E2E, res.QueueWait = ttft.summary(), e2e.summary(), wait.summary()
 	if window := model(last - first); window > 0 && res.Completed > 0 {
 		res.Throughput = float64(res.Completed) / window
 		res.TokensPerSec = float64(outTokens) / window
@@ -302,7 +315,7 @@ func measure(c *RunConfig, r *raw) *Result {
 		// measured ones, plus a tail of warm-up ones), so the mean wait is
 		// mean(q)·T / N.
 		res.MeanWaiting = waitSum / float64(nSamples)
-		res.QueueWait = res.MeanWaiting * model(last-first) / float64(res.Requests)
+		res.LittleQueueWait = res.MeanWaiting * model(last-first) / float64(res.Requests)
 	}
 
 	// Load: time-averaged in-flight per worker over the whole run.

@@ -59,6 +59,11 @@ func syntheticRun(t *testing.T, name string) (*RunConfig, *raw) {
 		end:    counters{queries: []uint64{200, 300}, hits: []uint64{40, 100}},
 		wall:   sec(5.5),
 	}
+	// The workers' queue waits (wall s): the warm-up's is left out, the
+	// 503's never came.
+	for i, w := range []float64{9, 0.1, 0.2, -1, 0.05} {
+		r.records[i].QueueWait = sec(w)
+	}
 	return cfg, r
 }
 
@@ -95,11 +100,16 @@ func TestMeasure_SummarisesASyntheticRunInModelTime(t *testing.T) {
 	if res.TierMix["1.5"] != 2 || res.TierMix["sel:rr"] != 1 || res.TierMix["none"] != 1 || res.Spills != 1 || res.Reliefs != 1 || res.ColdSeeds != 1 {
 		t.Fatalf("tiers %v spills %d reliefs %d cold seeds %d; want 1.5:2 sel:rr:1 none:1, 1, 1, 1", res.TierMix, res.Spills, res.Reliefs, res.ColdSeeds)
 	}
+	// Per-request queue waits of the three completed measured requests, in
+	// model time: 0.2, 0.4, 0.1 s.
+	if !near(res.QueueWait.P90, 0.4, 1e-3) || !near(res.QueueWait.Mean, 0.7/3, 1e-9) || res.QueueWaitMissing != 0 {
+		t.Fatalf("queue wait %+v (%d missing); want p90 0.4, mean 0.233, none missing", res.QueueWait, res.QueueWaitMissing)
+	}
 	// Little's law: samples in [2s, 6.5s] hold 1 and 2 waiting (mean 1.5)
 	// over 4.5 wall s = 9 model s: 13.5 request-seconds of waiting shared by
 	// the 4 measured requests, W = 3.375 s.
-	if !near(res.MeanWaiting, 1.5, 1e-9) || !near(res.QueueWait, 3.375, 1e-9) {
-		t.Fatalf("mean waiting %v queue wait %v; want 1.5 and 3.375", res.MeanWaiting, res.QueueWait)
+	if !near(res.MeanWaiting, 1.5, 1e-9) || !near(res.LittleQueueWait, 3.375, 1e-9) {
+		t.Fatalf("mean waiting %v Little queue wait %v; want 1.5 and 3.375", res.MeanWaiting, res.LittleQueueWait)
 	}
 	if res.Workers[0].MaxWaiting != 9 || res.Workers[1].MaxWaiting != 9 {
 		t.Fatalf("max waiting %d %d; want 9 9 (over the whole run)", res.Workers[0].MaxWaiting, res.Workers[1].MaxWaiting)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/simulate/fleet"
 	"github.com/llbproject/llb/simulate/strategy"
 )
@@ -31,13 +32,13 @@ func RuleJSON(s *strategy.Strategy, f *fleet.Fleet, vip string, port int) ([]byt
 	case strategy.ShapePD:
 		if !frag.PDDisaggMode {
 			eps = make([]fleet.Endpoint, 0, 2*len(frag.Endpoints))
-			for _, role := range []int{fleet.EpRolePrefill, fleet.EpRoleDecode} {
+			for _, role := range []ladder.Role{ladder.RolePrefill, ladder.RoleDecode} {
 				for _, ep := range frag.Endpoints {
 					if ep.NIXLPort == 0 {
 						return nil, fmt.Errorf("strategy %s: worker %s:%d has no NIXL side channel (a P/D strategy on the serving workers needs kv_both workers): %w",
 							s.Name, ep.EndpointIP, ep.TargetPort, ErrConfig)
 					}
-					ep.EpRole = role
+					ep.EpRole = int(role)
 					eps = append(eps, ep)
 				}
 			}

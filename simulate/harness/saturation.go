@@ -1,12 +1,9 @@
 package harness
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"time"
 
 	"github.com/llbproject/llb/simulate/saturation"
 )
@@ -17,12 +14,12 @@ type SaturationConfig struct {
 	// estimates it from the fleet (saturation.CapacityEstimate, in model
 	// time).
 	Start float64
-	// MaxQueueWait is the stability criterion: a rate is sustainable when
-	// the engines' mean queue wait over the measured window (Little's law
-	// on the sampled waiting queues, model time) is at most this, no
-	// request failed and none was cut by the drain timeout. In an unstable
-	// run the waiting queue grows for the whole run. Default 500ms.
-	MaxQueueWait time.Duration
+	// Criterion decides a probe's stability (simulate/saturation, the
+	// simulator's too): the p90 of the queue wait the workers report for
+	// each completed measured request (Result.QueueWait, model time) within
+	// Criterion.MaxWaitP90 (default 1 s), no measured request failed and
+	// none was cut by the drain timeout.
+	Criterion saturation.Criterion
 	// Step is the bracketing factor (> 1). Default 1.4.
 	Step float64
 	// Precision is the relative bracket width the search stops at
@@ -36,9 +33,7 @@ type SaturationConfig struct {
 }
 
 func (c SaturationConfig) withDefaults() SaturationConfig {
-	if c.MaxQueueWait == 0 {
-		c.MaxQueueWait = 500 * time.Millisecond
-	}
+	c.Criterion = c.Criterion.WithDefaults()
 	if c.Step == 0 {
 		c.Step = 1.4
 	}
@@ -51,51 +46,24 @@ func (c SaturationConfig) withDefaults() SaturationConfig {
 	return c
 }
 
-// Probe is one rate a saturation search tried.
-type Probe struct {
-	// Rate is the offered load (requests per model second).
-	Rate float64
-	// Stable is the verdict.
-	Stable bool
-	// QueueWait is the measured mean queue wait (model seconds),
-	// Throughput the completed requests per model second, Failed the
-	// measured requests that did not complete.
-	QueueWait, Throughput float64
-	Failed                int
-}
-
-// Saturation is a saturation search's outcome.
-type Saturation struct {
-	// Strategy is the strategy searched with.
-	Strategy string
-	// Rate is the highest stable rate probed: load 1.0.
-	Rate float64
-	// Unstable is the lowest unstable rate probed (Rate < Unstable).
-	Unstable float64
-	// Criterion says what "stable" meant.
-	Criterion string
-	// Probes lists every probe in ascending rate order.
-	Probes []Probe
-}
-
 // FindSaturation searches for the highest rate at which base's strategy
 // keeps the fleet stable: geometric steps of Step from Start until a probe
 // on each side of the boundary, then geometric bisection until the
 // bracket is narrower than Precision or MaxProbes ran out
 // (simulate/saturation). Every probe is a full Run (fresh fleet, fresh
-// llbd) at that rate; base.Rate is ignored. onProbe, when set, sees each
-// probe as it finishes.
-func FindSaturation(ctx context.Context, base RunConfig, cfg SaturationConfig, onProbe func(Probe)) (Saturation, error) {
+// llbd) at that rate, judged by cfg.Criterion; base.Rate is ignored.
+// onProbe, when set, sees each probe as it finishes.
+func FindSaturation(ctx context.Context, base RunConfig, cfg SaturationConfig, onProbe func(saturation.Probe)) (saturation.Outcome, error) {
 	return findSaturation(ctx, base, cfg, onProbe, Run)
 }
 
 // runFunc is Run's signature; tests search over a synthetic fleet.
 type runFunc func(ctx context.Context, cfg RunConfig) (*Result, error)
 
-func findSaturation(ctx context.Context, base RunConfig, cfg SaturationConfig, onProbe func(Probe), run runFunc) (Saturation, error) {
+func findSaturation(ctx context.Context, base RunConfig, cfg SaturationConfig, onProbe func(saturation.Probe), run runFunc) (saturation.Outcome, error) {
 	c := cfg.withDefaults()
-	if c.MaxProbes < 2 || c.MaxQueueWait < 0 || c.Requests < 0 {
-		return Saturation{}, fmt.Errorf("saturation config %+v: %w", cfg, ErrConfig)
+	if c.MaxProbes < 2 || c.Criterion.Validate() != nil || c.Requests < 0 {
+		return saturation.Outcome{}, fmt.Errorf("saturation config %+v: %w", cfg, ErrConfig)
 	}
 	if c.Requests > 0 && c.Requests < len(base.Trace.Requests) {
 		base.Trace = base.Trace.Prefix(c.Requests)
@@ -109,10 +77,7 @@ func findSaturation(ctx context.Context, base RunConfig, cfg SaturationConfig, o
 		Start: start, Step: c.Step, Width: 1, Refine: saturation.Midpoint,
 		Precision: c.Precision, MaxProbes: c.MaxProbes,
 	}
-	sat := Saturation{
-		Strategy:  base.Strategy.Name,
-		Criterion: fmt.Sprintf("stable = engines' mean queue wait (Little's law over %v samples) ≤ %v model time, every request completed", base.withDefaults().SampleEvery, c.MaxQueueWait),
-	}
+	sat := saturation.Outcome{Strategy: base.Strategy.Name, Criterion: c.Criterion}
 	b, err := search.Run(func(rates []float64) ([]bool, error) {
 		stable := make([]bool, len(rates))
 		for i, rate := range rates {
@@ -122,9 +87,13 @@ func findSaturation(ctx context.Context, base RunConfig, cfg SaturationConfig, o
 			if err != nil {
 				return nil, fmt.Errorf("saturation probe at %.3g req/s: %w", rate, err)
 			}
-			failed := res.Requests - res.Completed
-			p := Probe{Rate: rate, QueueWait: res.QueueWait, Throughput: res.Throughput, Failed: failed}
-			p.Stable = failed == 0 && !res.Health.DrainTimeout && res.QueueWait <= c.MaxQueueWait.Seconds()
+			if res.QueueWaitMissing > 0 {
+				return nil, fmt.Errorf("saturation probe at %.3g req/s: %d completed requests reported no queue wait (workers without ReportQueueWait?): %w",
+					rate, res.QueueWaitMissing, ErrRun)
+			}
+			p := c.Criterion.Judge(rate, saturation.Measured{
+				QueueWaitP90: res.QueueWait.P90, Failed: res.Requests - res.Completed, Cut: res.Health.DrainTimeout,
+			}, res.Throughput)
 			sat.Probes = append(sat.Probes, p)
 			if onProbe != nil {
 				onProbe(p)
@@ -135,14 +104,13 @@ func findSaturation(ctx context.Context, base RunConfig, cfg SaturationConfig, o
 	})
 	switch {
 	case errors.Is(err, saturation.ErrConfig):
-		return Saturation{}, fmt.Errorf("saturation config %+v: %w: %w", cfg, ErrConfig, err)
+		return saturation.Outcome{}, fmt.Errorf("saturation config %+v: %w: %w", cfg, ErrConfig, err)
 	case errors.Is(err, saturation.ErrNoBracket):
 		return sat, fmt.Errorf("saturation search for %s: no bracket in %d probes (stable up to %.3g, unstable from %.3g req/s): %w",
 			base.Strategy.Name, len(sat.Probes), b.Stable, b.Unstable, ErrRun)
 	case err != nil:
 		return sat, err
 	}
-	sat.Rate, sat.Unstable = b.Stable, b.Unstable
-	slices.SortFunc(sat.Probes, func(a, b Probe) int { return cmp.Compare(a.Rate, b.Rate) })
+	sat.Settle(b)
 	return sat, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/llbproject/llb/simulate/engine"
+	"github.com/llbproject/llb/simulate/saturation"
 	"github.com/llbproject/llb/simulate/strategy"
 	"github.com/llbproject/llb/simulate/workload"
 )
@@ -19,9 +20,9 @@ func fakeFleet(capacity float64, rates *[]float64) runFunc {
 		*rates = append(*rates, c.Rate)
 		res := &Result{Rate: c.Rate, Requests: 100, Completed: 100, Throughput: math.Min(c.Rate, capacity)}
 		if c.Rate > capacity {
-			res.QueueWait = 5 * (c.Rate/capacity - 1) * 100
+			res.QueueWait.P90 = 5 * (c.Rate/capacity - 1) * 100
 		} else {
-			res.QueueWait = 0.01
+			res.QueueWait.P90 = 0.01
 		}
 		return res, nil
 	}
@@ -45,9 +46,9 @@ func TestFindSaturation_BracketsThenBisectsToThePrecision(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var rates []float64
-			var seen []Probe
+			var seen []saturation.Probe
 			sat, err := findSaturation(context.Background(), satBase(), SaturationConfig{Start: tt.start, Precision: 0.05, MaxProbes: 20},
-				func(p Probe) { seen = append(seen, p) }, fakeFleet(tt.capacity, &rates))
+				func(p saturation.Probe) { seen = append(seen, p) }, fakeFleet(tt.capacity, &rates))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,20 +72,40 @@ func TestFindSaturation_BracketsThenBisectsToThePrecision(t *testing.T) {
 	}
 }
 
-func TestFindSaturation_FailedRequestsMakeAProbeUnstable(t *testing.T) {
+func TestFindSaturation_FailuresAndDrainTimeoutsMakeAProbeUnstable(t *testing.T) {
+	tests := []struct {
+		name  string
+		above func(res *Result) // what goes wrong above 12 req/s, the queue looking fine
+	}{
+		{"a failed request", func(res *Result) { res.Completed = 99 }},
+		{"a drain timeout", func(res *Result) { res.Health.DrainTimeout = true }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			run := func(_ context.Context, c RunConfig) (*Result, error) {
+				res := &Result{Rate: c.Rate, Requests: 100, Completed: 100, QueueWait: Latency{P90: 0.01}}
+				if c.Rate > 12 {
+					tt.above(res)
+				}
+				return res, nil
+			}
+			sat, err := findSaturation(context.Background(), satBase(), SaturationConfig{Start: 10, Criterion: saturation.Criterion{MaxWaitP90: time.Second}}, nil, run)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sat.Rate > 12 || sat.Unstable <= 12 {
+				t.Fatalf("bracket [%v, %v]; want it around 12", sat.Rate, sat.Unstable)
+			}
+		})
+	}
+}
+
+func TestFindSaturation_AProbeWithoutQueueWaitsIsAnError(t *testing.T) {
 	run := func(_ context.Context, c RunConfig) (*Result, error) {
-		res := &Result{Rate: c.Rate, Requests: 100, Completed: 100, QueueWait: 0.01}
-		if c.Rate > 12 {
-			res.Completed = 99 // a 503 above 12 req/s, the queue looking fine
-		}
-		return res, nil
+		return &Result{Rate: c.Rate, Requests: 100, Completed: 100, QueueWaitMissing: 100}, nil
 	}
-	sat, err := findSaturation(context.Background(), satBase(), SaturationConfig{Start: 10, MaxQueueWait: time.Second}, nil, run)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sat.Rate > 12 || sat.Unstable <= 12 {
-		t.Fatalf("bracket [%v, %v]; want it around 12", sat.Rate, sat.Unstable)
+	if _, err := findSaturation(context.Background(), satBase(), SaturationConfig{Start: 10}, nil, run); !errors.Is(err, ErrRun) {
+		t.Fatalf("got %v; want ErrRun (no verdict without the workers' queue waits)", err)
 	}
 }
 
@@ -103,7 +124,7 @@ func TestFindSaturation_ProbesUseAPrefixOfTheTrace(t *testing.T) {
 	var lens, warms []int
 	run := func(_ context.Context, c RunConfig) (*Result, error) {
 		lens, warms = append(lens, len(c.Trace.Requests)), append(warms, c.Warmup)
-		return &Result{Requests: 1, Completed: 1, QueueWait: map[bool]float64{true: 0, false: 9}[c.Rate <= 5]}, nil
+		return &Result{Requests: 1, Completed: 1, QueueWait: Latency{P90: map[bool]float64{true: 0, false: 9}[c.Rate <= 5]}}, nil
 	}
 	if _, err := findSaturation(context.Background(), base, SaturationConfig{Start: 4, Requests: 300}, nil, run); err != nil {
 		t.Fatal(err)

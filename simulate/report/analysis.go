@@ -226,8 +226,17 @@ func secs(s float64) string {
 	return fmt.Sprintf("%.0f", s)
 }
 
-// tierMix renders a tier mix as shares, largest first ("1.5 92%, sel:rr 8%").
-func tierMix(m map[string]int) string {
+// TierShare is one deciding stage's share of a run's measured requests.
+type TierShare struct {
+	// Tier is the stage ("1.5", "sel:rr", "none").
+	Tier string
+	// Pct is its share of the requests, in percent.
+	Pct float64
+}
+
+// TierShares turns a tier mix (requests by deciding stage) into shares,
+// largest first, ties by name; nil for an empty mix.
+func TierShares(m map[string]int) []TierShare {
 	total := 0
 	keys := make([]string, 0, len(m))
 	for k, v := range m {
@@ -235,7 +244,7 @@ func tierMix(m map[string]int) string {
 		keys = append(keys, k)
 	}
 	if total == 0 {
-		return "–"
+		return nil
 	}
 	slices.SortFunc(keys, func(a, b string) int {
 		if m[a] != m[b] {
@@ -243,9 +252,22 @@ func tierMix(m map[string]int) string {
 		}
 		return strings.Compare(a, b)
 	})
-	parts := make([]string, len(keys))
+	out := make([]TierShare, len(keys))
 	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s %.0f%%", k, 100*float64(m[k])/float64(total))
+		out[i] = TierShare{Tier: k, Pct: 100 * float64(m[k]) / float64(total)}
+	}
+	return out
+}
+
+// tierMix renders a tier mix as shares, largest first ("1.5 92%, sel:rr 8%").
+func tierMix(m map[string]int) string {
+	shares := TierShares(m)
+	if len(shares) == 0 {
+		return "–"
+	}
+	parts := make([]string, len(shares))
+	for i, s := range shares {
+		parts[i] = fmt.Sprintf("%s %.0f%%", s.Tier, s.Pct)
 	}
 	return strings.Join(parts, ", ")
 }

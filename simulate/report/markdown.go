@@ -180,7 +180,7 @@ func writeScenario(m *mdWriter, d *Dataset, s Scenario, figs []Figure, load floa
 		s.WorkingSetBlocks, s.Pressure, s.Workers*s.CacheBlocksPerWorker, s.OracleHitRate)
 	if s.PooledHitRate > 0 {
 		m.printf("- Pooled-cache bound: one worker holding the whole fleet's cache and batch, serving the same trace at %s load, hits **%.3f** (%s of the oracle): what LRU caching keeps of this working set when no routing decision can lose locality.\n",
-			pct(s.PooledLoad), s.PooledHitRate, ratioPct(s.PooledHitRate, s.OracleHitRate))
+			pct(s.PooledLoad), s.PooledHitRate, RatioPct(s.PooledHitRate, s.OracleHitRate))
 	}
 	m.printf("- Saturation (load 100%%): **%.3g req/s** with `%s` (%s); the lowest unstable rate probed was %.3g req/s. At that rate the trace's arrivals last %.0f s.\n",
 		s.SaturationRate, s.SaturationStrategy, s.SaturationCriterion, s.SaturationUnstable, s.ArrivalSpan)
@@ -211,13 +211,13 @@ func writeScenario(m *mdWriter, d *Dataset, s Scenario, figs []Figure, load floa
 			oracle = r.OracleHitRate
 			rows = append(rows, []string{st, secs(r.TTFT.P50), secs(r.TTFT.P90), secs(r.TTFT.P99), secs(r.E2E.P90),
 				fmt.Sprintf("%.1f", r.Throughput), fmt.Sprintf("%.1f", r.Goodput),
-				fmt.Sprintf("%.3f", r.HitRate), ratioPct(r.HitRate, r.OracleHitRate), tierMix(r.TierMix),
+				fmt.Sprintf("%.3f", r.HitRate), RatioPct(r.HitRate, r.OracleHitRate), tierMix(r.TierMix),
 				fmt.Sprint(r.Spills), fmt.Sprint(r.Reliefs), fmt.Sprint(r.ColdSeeds),
 				fmt.Sprintf("%.2f", r.LoadSkew), secs(r.HottestTTFTP90)})
 		}
 		if len(rows) > 0 {
 			if s.PooledHitRate > 0 {
-				rows = append(rows, []string{"pooled cache (bound)", "", "", "", "", "", "", fmt.Sprintf("%.3f", s.PooledHitRate), ratioPct(s.PooledHitRate, oracle), "", "", "", "", "", ""})
+				rows = append(rows, []string{"pooled cache (bound)", "", "", "", "", "", "", fmt.Sprintf("%.3f", s.PooledHitRate), RatioPct(s.PooledHitRate, oracle), "", "", "", "", "", ""})
 			}
 			rows = append(rows, []string{"oracle (bound)", "", "", "", "", "", "", fmt.Sprintf("%.3f", oracle), "100%", "", "", "", "", "", ""})
 			m.table([]string{"strategy", "TTFT p50 s", "TTFT p90 s", "TTFT p99 s", "E2E p90 s", "req/s", "goodput req/s",
@@ -348,8 +348,8 @@ func Findings(d *Dataset, t Targets) []string {
 	for _, s := range d.Scenarios {
 		if r := t.find(d, s.Name, t.Strategy); r != nil && s.PooledHitRate > 0 && r.OracleHitRate > 0 {
 			out = append(out, fmt.Sprintf("%s: at %s load %s hits %.3f, %s of the pooled-cache bound (%.3f) and %s of the oracle (%.3f).",
-				s.Name, pct(t.Load), t.Strategy, r.HitRate, ratioPct(r.HitRate, s.PooledHitRate), s.PooledHitRate,
-				ratioPct(r.HitRate, r.OracleHitRate), r.OracleHitRate))
+				s.Name, pct(t.Load), t.Strategy, r.HitRate, RatioPct(r.HitRate, s.PooledHitRate), s.PooledHitRate,
+				RatioPct(r.HitRate, r.OracleHitRate), r.OracleHitRate))
 		}
 		for _, sw := range []struct {
 			group, adaptive, name string
@@ -384,8 +384,9 @@ func Findings(d *Dataset, t Targets) []string {
 	return out
 }
 
-// ratioPct renders a/b as a percentage, or "–".
-func ratioPct(a, b float64) string {
+// RatioPct renders a/b as a percentage with one decimal ("88.8%"), or "–"
+// when b is not positive.
+func RatioPct(a, b float64) string {
 	if b <= 0 {
 		return "–"
 	}
@@ -431,7 +432,7 @@ func WriteSummary(w io.Writer, d *Dataset, t Targets) error {
 				continue
 			}
 			m.printf("  %-14s %9s %9s %9s %7.3f %8s %8.1f %6.2f %9s\n", st, secs(r.TTFT.P50), secs(r.TTFT.P90), secs(r.TTFT.P99),
-				r.HitRate, ratioPct(r.HitRate, r.OracleHitRate), r.Throughput, r.LoadSkew, secs(r.HottestTTFTP90))
+				r.HitRate, RatioPct(r.HitRate, r.OracleHitRate), r.Throughput, r.LoadSkew, secs(r.HottestTTFTP90))
 		}
 		for _, sw := range []struct {
 			group, adaptive, name string
@@ -454,14 +455,7 @@ func WriteSummary(w io.Writer, d *Dataset, t Targets) error {
 	}
 	m.printf("\ntargets (issues 7, 16 and 18):\n")
 	for _, r := range t.Evaluate(d) {
-		v := "pass"
-		switch {
-		case r.Missing:
-			v = "not measured"
-		case !r.Pass:
-			v = "MISS"
-		}
-		m.printf("  [%s] %s (%s): %s\n", v, r.Target, r.Scenario, r.Measured)
+		m.printf("  %s\n", r)
 	}
 	return m.err
 }

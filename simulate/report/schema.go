@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
+	"runtime/debug"
 )
 
 // SchemaVersion is the results schema version this package writes and
@@ -60,6 +62,22 @@ type Probe struct {
 	// QueueWaitP90 (s) and Throughput (requests/s) as measured.
 	QueueWaitP90 float64 `json:"queue_wait_p90_s"`
 	Throughput   float64 `json:"throughput_rps"`
+}
+
+// NewMeta is a dataset header for source, written by generator with seed:
+// the schema version, the Go version, and the module and commit of the
+// running build (commit, when given, wins over the build's VCS revision).
+func NewMeta(source, generator string, seed uint64, commit string) Meta {
+	m := Meta{Schema: SchemaVersion, Source: source, Generator: generator, Seed: seed, GoVersion: runtime.Version(), Commit: commit}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		m.Module = bi.Main.Path
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && m.Commit == "" {
+				m.Commit = s.Value
+			}
+		}
+	}
+	return m
 }
 
 // Scenario is one workload on one fleet.

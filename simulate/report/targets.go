@@ -77,6 +77,22 @@ type TargetResult struct {
 	Missing bool
 }
 
+// Verdict is "pass", "MISS" or "not measured".
+func (r TargetResult) Verdict() string {
+	switch {
+	case r.Missing:
+		return "not measured"
+	case !r.Pass:
+		return "MISS"
+	}
+	return "pass"
+}
+
+// String is the summary line: "[pass] target (scenario): measured".
+func (r TargetResult) String() string {
+	return fmt.Sprintf("[%s] %s (%s): %s", r.Verdict(), r.Target, r.Scenario, r.Measured)
+}
+
 // Evaluate reads the targets off the dataset's strategy runs: the
 // shared-prefix targets on SharedPrefix and then on each Also scenario the
 // dataset holds, the hot-prefix target last.

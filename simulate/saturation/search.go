@@ -23,10 +23,10 @@ var (
 	ErrNoBracket = errors.New("saturation: no bracket")
 )
 
-// Probe runs the system at each of rates and reports, in the same order,
+// ProbeFunc runs the system at each of rates and reports, in the same order,
 // whether it was stable there. An error stops the search and is returned
 // unchanged.
-type Probe func(rates []float64) ([]bool, error)
+type ProbeFunc func(rates []float64) ([]bool, error)
 
 // Search is one search's configuration.
 type Search struct {
@@ -100,7 +100,7 @@ func (s *Search) validate() error {
 // when the bracketing budget runs out, ErrConfig for a bad Search, and a
 // probe's error unchanged. The search is deterministic for the probe's
 // answers.
-func (s *Search) Run(probe Probe) (Bracket, error) {
+func (s *Search) Run(probe ProbeFunc) (Bracket, error) {
 	if err := s.validate(); err != nil {
 		return Bracket{}, err
 	}

@@ -65,7 +65,8 @@ func (w *Worker) handleReset(rw http.ResponseWriter, r *http.Request) {
 type Debug struct {
 	// Name is Config.Name.
 	Name string `json:"name"`
-	// Role is the P/D role ("none", "prefill", "decode", "both").
+	// Role is the engine's kv_role: "none", "prefill" (kv_producer),
+	// "decode" (kv_consumer) or "both" (kv_both).
 	Role string `json:"role"`
 	// EngineID is the remote_engine_id this worker hands out.
 	EngineID string `json:"engine_id"`
@@ -99,7 +100,7 @@ func (w *Worker) Debug() Debug {
 	f, inj := w.faults.snapshot()
 	return Debug{
 		Name:             w.cfg.Name,
-		Role:             w.cfg.Engine.Role.String(),
+		Role:             w.cfg.Engine.KVRole.String(),
 		EngineID:         w.engineID,
 		Model:            w.cfg.Model,
 		HTTPAddr:         w.Addr(),

@@ -63,6 +63,16 @@ type Config struct {
 	// started without --enable-prompt-tokens-details (vLLM's default); the
 	// worker reports cached_tokens otherwise.
 	NoPromptTokensDetails bool
+	// ReportQueueWait adds a simulator-only field to every usage object,
+	// "llbsim_queue_wait_s": the request's engine queue wait (admission into
+	// a batch minus arrival at the engine, the longest of its prompts', in
+	// seconds of the worker's clock; for a decode leg, plus the prefill
+	// leg's, which the prefill carries inside its kv_transfer_params under
+	// the same key). Off by default: the bytes are vLLM's. The load harness
+	// turns it on to judge saturation by the per-request wait
+	// (simulate/saturation.Criterion); OpenAI clients ignore unknown usage
+	// fields.
+	ReportQueueWait bool
 	// Engine is the engine model (cache, batch, latency, hash, role).
 	Engine engine.Config
 	// DefaultMaxTokens is used when a request gives no max_tokens (vLLM's

@@ -183,7 +183,7 @@ func (c *genCtx) submit() *reqError {
 	if g.kv != nil {
 		rec := newReceipt(c.rid, g.kv)
 		switch {
-		case g.kv.DoRemotePrefill && w.cfg.Engine.Role.AcceptsRemotePrefill():
+		case g.kv.DoRemotePrefill && w.cfg.Engine.KVRole.AcceptsRemotePrefill():
 			remote = w.pull(c.r.Context(), g.kv, &rec)
 		case g.kv.DoRemotePrefill:
 			remote = &engine.RemotePrefill{} // not honoured: the engine counts it
@@ -204,7 +204,7 @@ func (c *genCtx) submit() *reqError {
 			RemoteDecode:  remoteDecode,
 			RemotePrefill: remote,
 		}
-		if remote == nil || !w.cfg.Engine.Role.AcceptsRemotePrefill() {
+		if remote == nil || !w.cfg.Engine.KVRole.AcceptsRemotePrefill() {
 			d, err := hasher.AppendDigests(nil, p.tokens, p.extra)
 			if err != nil {
 				return badRequest("cannot hash prompt %d: %v", i, err)
@@ -309,7 +309,7 @@ func (c *genCtx) serveWhole() {
 		resp.Choices = append(resp.Choices, ch)
 		c.addUsage(u, run, p)
 		if p.Remote != nil {
-			resp.KVTransferParams = c.w.transferParams(p.Remote)
+			resp.KVTransferParams = c.w.transferParams(p.Remote, c.queueWait(run, p))
 		}
 	}
 	resp.Usage = u
@@ -336,8 +336,31 @@ func (c *genCtx) text(run *seqRun, from, to int) string {
 	return sb.String()
 }
 
-// addUsage accumulates one run into u.
+// queueWaitKey is the simulator-only queue-wait field of usage and of a
+// prefill's kv_transfer_params (Config.ReportQueueWait).
+const queueWaitKey = "llbsim_queue_wait_s"
+
+// queueWait is a run's engine queue wait in seconds: admission minus
+// submission (0 while waiting), plus the prefill leg's carried wait on a
+// decode leg.
+func (c *genCtx) queueWait(run *seqRun, p engine.Progress) float64 {
+	var s float64
+	if p.Admitted {
+		s = p.AdmittedAt.Sub(run.started).Seconds()
+	}
+	if kv := c.g.kv; kv != nil && kv.DoRemotePrefill && kv.QueueWait != nil {
+		s += *kv.QueueWait
+	}
+	return s
+}
+
+// addUsage accumulates one run into u (the queue wait as the longest run's).
 func (c *genCtx) addUsage(u *usage, run *seqRun, p engine.Progress) {
+	if c.w.cfg.ReportQueueWait {
+		if q := c.queueWait(run, p); u.QueueWait == nil || q > *u.QueueWait {
+			u.QueueWait = &q
+		}
+	}
 	u.PromptTokens += len(run.p.tokens)
 	u.CompletionTokens += p.Generated
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens

@@ -76,6 +76,9 @@ type kvParams struct {
 	RemoteHost      *string         `json:"remote_host"`
 	RemotePort      *int            `json:"remote_port"`
 	RemoteNumTokens *int            `json:"remote_num_tokens"`
+	// QueueWait is the prefill leg's queue wait (seconds) a simulated
+	// prefill with Config.ReportQueueWait adds; nil from anyone else.
+	QueueWait *float64 `json:"llbsim_queue_wait_s"`
 }
 
 // blockIDs reads remote_block_ids, flat ([1,2]) or per KV group ([[1,2]]);

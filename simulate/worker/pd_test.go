@@ -13,8 +13,8 @@ import (
 // pdPair starts a prefill and a decode worker.
 func pdPair(t *testing.T) (p, d *Worker) {
 	t.Helper()
-	p = startWorker(t, func(c *Config) { c.Name = "prefill"; c.Engine.Role = engine.RolePrefill })
-	d = startWorker(t, func(c *Config) { c.Name = "decode"; c.Engine.Role = engine.RoleDecode; c.KVEvents = false })
+	p = startWorker(t, func(c *Config) { c.Name = "prefill"; c.Engine.KVRole = engine.KVProducer })
+	d = startWorker(t, func(c *Config) { c.Name = "decode"; c.Engine.KVRole = engine.KVConsumer; c.KVEvents = false })
 	return p, d
 }
 

@@ -14,6 +14,9 @@ type usage struct {
 	// PromptTokensDetails is null unless the worker reports details, as
 	// vLLM without --enable-prompt-tokens-details.
 	PromptTokensDetails *promptDetails `json:"prompt_tokens_details"`
+	// QueueWait is the simulator-only engine queue wait in seconds
+	// (Config.ReportQueueWait); absent otherwise.
+	QueueWait *float64 `json:"llbsim_queue_wait_s,omitempty"`
 }
 
 // newUsage starts a usage object: with cached-token details unless the
@@ -59,8 +62,9 @@ type response struct {
 }
 
 // transferParams renders a prefill leg's kv_transfer_params the way the
-// current NIXL pull connector does.
-func (w *Worker) transferParams(r *engine.RemoteParams) json.RawMessage {
+// current NIXL pull connector does; with Config.ReportQueueWait they also
+// carry the leg's queue wait (seconds) to the decode side.
+func (w *Worker) transferParams(r *engine.RemoteParams, queueWait float64) json.RawMessage {
 	ids := r.BlockIDs
 	if ids == nil {
 		ids = []int{}
@@ -79,6 +83,9 @@ func (w *Worker) transferParams(r *engine.RemoteParams) json.RawMessage {
 		"remote_num_tokens":         r.NumTokens,
 		"remote_blocks_expiry_time": nil,
 		"transfer_mode":             "pull",
+	}
+	if w.cfg.ReportQueueWait {
+		v[queueWaitKey] = queueWait
 	}
 	b, _ := json.Marshal(v) // plain values: cannot fail
 	return b

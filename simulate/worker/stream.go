@@ -50,7 +50,7 @@ func (c *genCtx) serveStream() {
 					fr := p.Finish.String()
 					ch.FinishReason = &fr
 					if p.Remote != nil {
-						kv = c.w.transferParams(p.Remote)
+						kv = c.w.transferParams(p.Remote, c.queueWait(run, p))
 					}
 				}
 				c.event(ch, kv)

@@ -43,7 +43,7 @@ type Worker struct {
 	started    time.Time
 	pullClient *http.Client
 
-	srv, nixlSrv *http.Server // nixlSrv nil for RoleNone
+	srv, nixlSrv *http.Server // nixlSrv nil for KVNone
 	ln, nixlLn   net.Listener
 	serving      sync.WaitGroup // Serve goroutines
 
@@ -99,7 +99,7 @@ func Start(cfg Config) (*Worker, error) {
 	if w.ln, err = net.Listen("tcp", net.JoinHostPort(cfg.IP, strconv.Itoa(cfg.HTTPPort))); err != nil {
 		return nil, fmt.Errorf("worker %s: http: %w: %w", cfg.Name, ErrListen, err)
 	}
-	if ec.Role != engine.RoleNone {
+	if ec.KVRole != engine.KVNone {
 		if w.nixlLn, err = net.Listen("tcp", net.JoinHostPort(cfg.IP, strconv.Itoa(cfg.NIXLPort))); err != nil {
 			_ = w.ln.Close()
 			return nil, fmt.Errorf("worker %s: nixl side channel: %w: %w", cfg.Name, ErrListen, err)
@@ -121,7 +121,7 @@ func Start(cfg Config) (*Worker, error) {
 		w.nixlSrv = &http.Server{Handler: w.track(mux), ReadHeaderTimeout: 10 * time.Second}
 		w.serve(w.nixlSrv, w.nixlLn)
 	}
-	w.log.Info().Str(logfield.Addr, w.Addr()).Str(logRole, ec.Role.String()).Str(logKVEndpoint, w.KVEndpoint()).
+	w.log.Info().Str(logfield.Addr, w.Addr()).Str(logRole, ec.KVRole.String()).Str(logKVEndpoint, w.KVEndpoint()).
 		Str(logNIXLAddr, w.NIXLAddr()).Msg("simulated worker started")
 	return w, nil
 }
@@ -233,7 +233,7 @@ func (w *Worker) ReplayEndpoint() string {
 	return w.pub.ReplayEndpoint()
 }
 
-// NIXLAddr is the side-channel address ("" for RoleNone).
+// NIXLAddr is the side-channel address ("" for KVNone).
 func (w *Worker) NIXLAddr() string {
 	if w.nixlLn == nil {
 		return ""
@@ -241,7 +241,7 @@ func (w *Worker) NIXLAddr() string {
 	return w.nixlLn.Addr().String()
 }
 
-// nixlPort is the side-channel port (0 for RoleNone).
+// nixlPort is the side-channel port (0 for KVNone).
 func (w *Worker) nixlPort() int {
 	if w.nixlLn == nil {
 		return 0
