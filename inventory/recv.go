@@ -14,9 +14,11 @@ const maxFrames = 4
 // frame; once it is there libzmq holds the rest), keeping at most maxFrames
 // frames. LLB_KV_MAX_MSG_BYTES bounds a frame, not a message, so a publisher
 // may send any number of frames: pebbe/zmq4's RecvMessageBytes would copy
-// them all into the Go heap at once. Here each frame beyond maxFrames is
-// garbage as soon as it is read, and the message comes back as an error
-// naming its frame count.
+// them all into the Go heap at once. Here the frames kept are dropped as
+// soon as the message has more than maxFrames (it is refused anyway), each
+// later frame is garbage as soon as it is read, and the message comes back
+// as an error naming its frame count. libzmq frees each frame as it is
+// read, so a message of many frames costs little more than its size once.
 func recvMessage(s *zmq.Socket, flags zmq.Flag) ([][]byte, error) {
 	var parts [][]byte
 	frames := 0
@@ -29,8 +31,11 @@ func recvMessage(s *zmq.Socket, flags zmq.Flag) ([][]byte, error) {
 			return nil, fmt.Errorf("kv event message cut after %d frames: %w", frames, err)
 		}
 		frames++
-		if len(parts) < maxFrames {
+		switch {
+		case frames <= maxFrames:
 			parts = append(parts, b)
+		case parts != nil:
+			parts = nil // refused: free the kept frames now
 		}
 		more, err := s.GetRcvmore()
 		if err != nil {
