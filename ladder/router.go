@@ -74,12 +74,16 @@ type Router struct {
 	// pending remembers recent placements by prefix key (headroom law
 	// with Tier 1.5 on only; nil otherwise).
 	pending *pendingTable
+	// foot remembers which prefix keys each endpoint served lately and
+	// their sizes (headroom law with Tier 1.5 on only; nil otherwise).
+	foot *footprintTable
 
 	// Scratch, overwritten by every decision.
 	cands [MaxEndpoints]Candidate
 	fleet [MaxEndpoints]Candidate
 	caps  [MaxEndpoints]uint64
 	room  [MaxEndpoints]uint32
+	fp    [MaxEndpoints]uint64
 	pool  Pool
 }
 
@@ -145,6 +149,7 @@ func NewRouter(svc ServiceSpec, eps []EndpointSpec, env Env, cfg RouterConfig) (
 	}
 	if env.LBMode.HeadroomLaw() && svc.KVExactMode != KVOff {
 		r.pending = new(pendingTable)
+		r.foot = new(footprintTable)
 	}
 	if !svc.PDDisagg {
 		pc := cfg.PersistMaxEntries
@@ -193,6 +198,7 @@ func (r *Router) Decide(now time.Time, req *Request, snap *Snapshot) (Decision, 
 	}
 	if r.pending != nil && req.HasPrefixHash && d.Available() {
 		r.pending.note(now, req.PrefixHash, d.Prefill)
+		r.foot.note(now, req.PrefixHash, d.Prefill, r.promptBlocks(req))
 	}
 	return d, nil
 }

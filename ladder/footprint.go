@@ -1,0 +1,87 @@
+package ladder
+
+import "time"
+
+// Footprints: the headroom law's memory of which prefixes each endpoint
+// serves and how many blocks they take. An endpoint's footprint is the sum
+// of the prompt blocks of the prefix keys last sent to it within
+// FootprintTTL — the cache its recent traffic needs to stay hits. The KV
+// inventory cannot tell this: after warm-up every cache is full, of hot
+// prefixes and of dead ones alike. With it a new prefix lands where its
+// blocks fit beside the others (missTarget), and a request whose holder
+// keeps evicting part of it moves to an endpoint with room (refit): when
+// the prefixes sent to one endpoint need more blocks than it has, LRU
+// evicts each one's tail in turn and every request pays its tail again, a
+// cost no per-request comparison of prefill work sees (issue 16's
+// long-document Q&A: three documents on one worker whose cache holds two).
+
+const (
+	// FootprintTTL is how long a placement counts towards its endpoint's
+	// footprint: a prefix not asked for within it is the first one LRU
+	// evicts. It covers many requests of a popular prefix (a long document
+	// is asked every ~10 s at 70 % load in issue 16's scenario, a system
+	// prompt every few seconds).
+	FootprintTTL = 60 * time.Second
+	// footprintSlots is the table size; a key takes slot key mod
+	// footprintSlots and a colliding key simply replaces it (the table is
+	// an estimate).
+	footprintSlots = 1024
+)
+
+type footprintEntry struct {
+	key    uint64
+	at     int64 // unix nanoseconds of the last placement
+	blocks uint32
+	ep     int8
+	set    bool
+}
+
+// footprintTable is a direct-mapped, fixed-size table of the latest
+// placement of each prefix key: endpoint, prompt blocks, time. It never
+// allocates. Owned by its Router.
+type footprintTable struct {
+	slots [footprintSlots]footprintEntry
+}
+
+// note records that key, a prompt of blocks blocks, was sent to ep at now;
+// it leaves the footprint of the endpoint the key was sent to before.
+func (t *footprintTable) note(now time.Time, key uint64, ep int, blocks uint32) {
+	if ep < 0 || ep >= MaxEndpoints {
+		return
+	}
+	t.slots[key%footprintSlots] = footprintEntry{key: key, at: now.UnixNano(), blocks: blocks, ep: int8(ep), set: true}
+}
+
+// sums sets out[e] to endpoint e's footprint at now: the blocks of the
+// keys last sent to e within FootprintTTL, except skip (the key being
+// placed, which counts wherever it goes).
+func (t *footprintTable) sums(now time.Time, skip uint64, out *[MaxEndpoints]uint64) {
+	*out = [MaxEndpoints]uint64{}
+	n := now.UnixNano()
+	for i := range t.slots {
+		e := &t.slots[i]
+		if !e.set || e.key == skip || e.at > n || n-e.at > int64(FootprintTTL) {
+			continue
+		}
+		out[e.ep] += uint64(e.blocks)
+	}
+}
+
+// Overflows is the headroom law's test of the pick, an endpoint of
+// capacity blocks with the given footprint (without this prompt's key):
+// true when the request must compute at least SpillMarginBlocks of its
+// promptBlocks there (overlap short of the prompt by that much) and the
+// endpoint's footprint with the prompt exceeds its capacity, so the
+// missing blocks are the tail LRU evicted and will evict again.
+func Overflows(footprint, capacity uint64, promptBlocks, overlap uint32) bool {
+	if promptBlocks-min(overlap, promptBlocks) < SpillMarginBlocks {
+		return false
+	}
+	return !Fits(footprint, capacity, promptBlocks)
+}
+
+// Fits reports whether a prompt of promptBlocks fits an endpoint of
+// capacity blocks beside its footprint.
+func Fits(footprint, capacity uint64, promptBlocks uint32) bool {
+	return footprint <= capacity && uint64(promptBlocks) <= capacity-footprint
+}
