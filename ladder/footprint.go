@@ -14,6 +14,11 @@ import "time"
 // evicts each one's tail in turn and every request pays its tail again, a
 // cost no per-request comparison of prefill work sees (issue 16's
 // long-document Q&A: three documents on one worker whose cache holds two).
+//
+// A key counts on the endpoint it was last sent to only. Counting it on
+// every endpoint that got it within the TTL (a popular prefix's copies)
+// was measured on issue 16's sweep and did worse: the spilled copies of a
+// document inflate footprints that the law then packs around.
 
 const (
 	// FootprintTTL is how long a placement counts towards its endpoint's

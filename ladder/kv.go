@@ -197,9 +197,10 @@ func (r *Router) promptBlocks(req *Request) uint32 {
 // least SpillMarginBlocks of its prompt there again, and the prefixes sent
 // to it within FootprintTTL take more blocks than it has), the request
 // moves to the member of set where the whole prompt Fits beside that
-// member's footprint, whose engine reports no waiting request and whose
-// KV usage is known and trusted — the smallest footprint per capacity,
-// then the lowest index. The move pays one prefill of the prompt; the
+// member's footprint, that has headroom (it runs the request at once: in
+// flight below r.room, which is 0 while its engine reports waiting
+// requests) and whose KV usage is known and trusted — the smallest
+// footprint per capacity, then the lowest index. The move pays one prefill of the prompt; the
 // requests after it find the prefix whole instead of its tail evicted
 // again. false leaves the pick.
 func (r *Router) refit(now time.Time, req *Request, views []EndpointView, set EndpointSet, pick int, promptBlocks, pickOverlap uint32) (int, bool) {
@@ -213,7 +214,7 @@ func (r *Router) refit(now time.Time, req *Request, views []EndpointView, set En
 	t := -1
 	for i := set.next(0); i >= 0; i = set.next(i + 1) {
 		v := &views[i]
-		if i == pick || v.QueuedRequests > 0 || !v.KVUsageKnown || v.KVDistrusted || !Fits(r.fp[i], r.caps[i], promptBlocks) {
+		if i == pick || v.QueuedRequests > 0 || v.ActiveConns >= r.room[i] || !v.KVUsageKnown || v.KVDistrusted || !Fits(r.fp[i], r.caps[i], promptBlocks) {
 			continue
 		}
 		if t < 0 || lessFootprint(r.fp[i], r.caps[i], r.fp[t], r.caps[t]) {
@@ -259,10 +260,12 @@ func (r *Router) headrooms(views []EndpointView, set EndpointSet, promptBlocks u
 // once the fleet has inventory and every endpoint's KV usage is known —
 // among the endpoints whose KV blocks in use are within MissSlackPct of
 // its capacity of the least used one's, the one with the smallest
-// footprint per capacity (the first in turn among equals; flag least_kv),
-// so a new or evicted prefix lands where there is room for it and beside
-// the fewest other recent prefixes, rather than in round robin's turn.
-// false leaves the miss to the rule's selector, as under LoxiLB's modes.
+// footprint per capacity when that footprint is below its capacity (the
+// first in turn among equals), else the next in turn (flag least_kv): a
+// new or evicted prefix lands where there is room for it and beside the
+// fewest other recent prefixes; when every cache is already filled by its
+// recent prefixes the misses go round, as round robin spreads them. false
+// leaves the miss to the rule's selector, as under LoxiLB's modes.
 func (r *Router) missTarget(now time.Time, req *Request, views []EndpointView, set EndpointSet, fleet []Candidate, inventory bool, d *Decision) (int, bool) {
 	if !r.law.Mode.HeadroomLaw() {
 		return -1, false
@@ -294,20 +297,26 @@ func (r *Router) missTarget(now time.Time, req *Request, views []EndpointView, s
 		r.fp = [MaxEndpoints]uint64{}
 	}
 	r.missTick++
-	pick := -1
+	turn, small := -1, -1
 	for j := range fleet {
 		c := &fleet[(j+int(r.missTick%uint64(len(fleet))))%len(fleet)]
 		e := c.Endpoint
 		if views[e].KVDistrusted || uint64(views[e].KVUsedBlocks) > uint64(least)+r.caps[e]*MissSlackPct/100 {
 			continue
 		}
-		if pick < 0 || lessFootprint(r.fp[e], r.caps[e], r.fp[pick], r.caps[pick]) {
-			pick = e
+		if turn < 0 {
+			turn = e
+		}
+		if small < 0 || lessFootprint(r.fp[e], r.caps[e], r.fp[small], r.caps[small]) {
+			small = e
 		}
 	}
-	if pick >= 0 {
+	if small >= 0 && r.fp[small] < r.caps[small] {
+		turn = small
+	}
+	if turn >= 0 {
 		d.Flags |= FlagLeastKV
-		return pick, true
+		return turn, true
 	}
 	return -1, false
 }
