@@ -200,9 +200,9 @@ func (r *Router) promptBlocks(req *Request) uint32 {
 // member's footprint, that has headroom (it runs the request at once: in
 // flight below r.room, which is 0 while its engine reports waiting
 // requests) and whose KV usage is known and trusted — the smallest
-// footprint per capacity, then the lowest index. The move pays one prefill of the prompt; the
-// requests after it find the prefix whole instead of its tail evicted
-// again. false leaves the pick.
+// footprint per capacity, then the lowest index. The move pays one prefill
+// of the prompt; the requests after it find the prefix whole instead of
+// its tail evicted again. false leaves the pick.
 func (r *Router) refit(now time.Time, req *Request, views []EndpointView, set EndpointSet, pick int, promptBlocks, pickOverlap uint32) (int, bool) {
 	if r.foot == nil || !req.HasPrefixHash || promptBlocks-min(pickOverlap, promptBlocks) < SpillMarginBlocks {
 		return -1, false
