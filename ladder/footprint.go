@@ -76,6 +76,16 @@ func (t *footprintTable) sums(now time.Time, skip uint64, out *[MaxEndpoints]uin
 	}
 }
 
+// removeEndpoint forgets the keys last sent to ep: its cache is not to be
+// counted on (its breaker tripped; the engine may come back empty).
+func (t *footprintTable) removeEndpoint(ep int) {
+	for i := range t.slots {
+		if e := &t.slots[i]; e.set && int(e.ep) == ep {
+			*e = footprintEntry{}
+		}
+	}
+}
+
 // Overflows is the headroom law's test of the pick, an endpoint of
 // capacity blocks with the given footprint (without this prompt's key):
 // true when the request must compute at least SpillMarginBlocks of its

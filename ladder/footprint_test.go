@@ -122,3 +122,18 @@ func TestFootprintTable_SumsRecentPlacementsPerEndpoint(t *testing.T) {
 		t.Fatalf("after a colliding key: %v; want ep2 35, ep3 0", out[:4])
 	}
 }
+
+func TestFootprintTable_RemoveEndpointForgetsItsKeys(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var f footprintTable
+	f.note(t0, 1, 0, 100)
+	f.note(t0, 2, 1, 50)
+	f.note(t0, 3, 1, 20)
+	f.removeEndpoint(1)
+	f.removeEndpoint(MaxEndpoints) // out of range: nothing
+	var out [MaxEndpoints]uint64
+	f.sums(t0, 0, &out)
+	if out[0] != 100 || out[1] != 0 {
+		t.Fatalf("after removing ep1: %v; want ep0 100, ep1 0", out[:2])
+	}
+}

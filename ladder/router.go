@@ -217,11 +217,15 @@ func (r *Router) Learn(prompt []byte, ep int) {
 }
 
 // RemoveEndpoint forgets everything the router learned about endpoint ep
-// (trie entries, persist pins) — call it when ep's breaker trips. Session
-// pins live in the session shards: evict them there (EvictEndpoint).
+// (trie entries, persist pins, its footprint) — call it when ep's breaker
+// trips. Session pins live in the session shards: evict them there
+// (EvictEndpoint).
 func (r *Router) RemoveEndpoint(ep int) {
 	if r.trie != nil {
 		r.trie.RemoveEndpoint(ep)
+	}
+	if r.foot != nil {
+		r.foot.removeEndpoint(ep)
 	}
 	if ps, ok := r.sel.(*persistSelector); ok {
 		ps.removeEndpoint(ep)
