@@ -84,12 +84,64 @@ func BenchmarkDecide(b *testing.B) {
 	}
 }
 
+// BenchmarkDecide_Refit is the headroom law's costliest Tier-1.5 path: the
+// pick must compute most of the prompt again, so every decision sums the
+// footprint table (every slot holding a live key) to test a refit.
+func BenchmarkDecide_Refit(b *testing.B) {
+	now := time.Unix(1_000_000, 0)
+	for _, n := range []int{8, 32} {
+		b.Run(fmt.Sprintf("endpoints=%d", n), func(b *testing.B) {
+			r, req, snap := refitBench(b, now, n)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				r.Decide(now, req, snap)
+			}
+		})
+	}
+}
+
+// refitBench builds a mode-3 headroom rule of n endpoints of 2000 blocks
+// whose footprint table is full (footprintSlots keys of 16 blocks, so
+// every endpoint's footprint overflows), and a 128-block request that
+// endpoint 0 holds 10 blocks of.
+func refitBench(tb testing.TB, now time.Time, n int) (*Router, *Request, *Snapshot) {
+	eps := make([]EndpointSpec, n)
+	for i := range eps {
+		eps[i].Addr = fmt.Sprintf("10.3.0.%d:8000", i)
+	}
+	r, err := NewRouter(ServiceSpec{KVExactMode: KVSinglePool}, eps, DefaultEnv(), RouterConfig{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	views := make([]EndpointView, n)
+	for i := range views {
+		views[i] = EndpointView{KVCapacityBlocks: 2000, InventoryBlocks: 2000, KVUsageKnown: true, KVUsedBlocks: 100}
+	}
+	snap := &Snapshot{Endpoints: views}
+	for k := uint64(1); k <= footprintSlots; k++ {
+		r.Decide(now, &Request{HasPrefixHash: true, PrefixHash: k, KV: KVInput{PromptBlocks: 16}}, snap)
+	}
+	views[0].Overlap = 10
+	req := &Request{HasPrefixHash: true, PrefixHash: footprintSlots + 1, KV: KVInput{PromptBlocks: 128}}
+	if d, _ := r.Decide(now, req, snap); d.Tier != Tier15 || d.Prefill != 0 {
+		tb.Fatalf("decided %s at tier %s; the benchmark wants a Tier-1.5 pick of endpoint 0", d.AppendText(nil), d.Tier)
+	}
+	return r, req, snap
+}
+
 func TestDecide_SteadyStateDoesNotAllocate(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	for _, n := range []int{8, 32} {
 		r, req, snap := benchPD(t, n)
 		if allocs := testing.AllocsPerRun(200, func() { r.Decide(now, req, snap) }); allocs != 0 {
 			t.Errorf("P/D Decide at %d endpoints allocates %v times per call; want 0", n, allocs)
+		}
+	}
+	for _, n := range []int{8, 32} {
+		r, req, snap := refitBench(t, now, n)
+		if allocs := testing.AllocsPerRun(200, func() { r.Decide(now, req, snap) }); allocs != 0 {
+			t.Errorf("headroom Decide with a refit test at %d endpoints allocates %v times per call; want 0", n, allocs)
 		}
 	}
 	for _, sel := range []SelectorKind{SelRR, SelHash, SelPriority, SelPersist, SelLeastConn, SelCHWBL, SelGPUAware, SelWeightedCHWBL} {

@@ -45,10 +45,7 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 		return -1
 	}
 
-	promptBlocks := req.KV.PromptBlocks
-	if promptBlocks == 0 && req.KV.PromptTokens > 0 {
-		promptBlocks = req.KV.PromptTokens / r.svc.blockSize()
-	}
+	promptBlocks := r.promptBlocks(req)
 	overlap := func(i int) uint32 {
 		return effectiveOverlap(&views[i], promptBlocks, r.offloadPct)
 	}
@@ -162,6 +159,15 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 			d.Flags = d.Flags&^(FlagSpill|FlagRelief) | FlagHeld
 		}
 	}
+	if r.law.Mode.HeadroomLaw() {
+		if t, ok := r.refit(now, req, views, set, pick, promptBlocks, overlap(pick)); ok {
+			pick = t
+			d.Flags = d.Flags&^(FlagHeld|FlagRelief|FlagSpill) | FlagRefit
+			if overlap(t) < best {
+				d.Flags |= FlagSpill
+			}
+		}
+	}
 	if r.seedN > 0 {
 		r.coldTick++
 		if r.coldTick%r.seedN == 0 {
@@ -175,6 +181,58 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 		}
 	}
 	return pick
+}
+
+// promptBlocks is the request's prompt length in blocks: KVInput's count,
+// else its tokens over the rule's block size.
+func (r *Router) promptBlocks(req *Request) uint32 {
+	if req.KV.PromptBlocks == 0 && req.KV.PromptTokens > 0 {
+		return req.KV.PromptTokens / r.svc.blockSize()
+	}
+	return req.KV.PromptBlocks
+}
+
+// refit is the headroom law's answer to a pick whose cache cannot keep
+// what is sent to it: when the pick Overflows (the request must compute at
+// least SpillMarginBlocks of its prompt there again, and the prefixes sent
+// to it within FootprintTTL take more blocks than it has), the request
+// moves to the member of set where the whole prompt Fits beside that
+// member's footprint, that has headroom (it runs the request at once: in
+// flight below r.room, which is 0 while its engine reports waiting
+// requests) and whose KV usage is known and trusted — the smallest
+// footprint per capacity, then the lowest index. The move pays one prefill
+// of the prompt; the requests after it find the prefix whole instead of
+// its tail evicted again. false leaves the pick.
+func (r *Router) refit(now time.Time, req *Request, views []EndpointView, set EndpointSet, pick int, promptBlocks, pickOverlap uint32) (int, bool) {
+	if r.foot == nil || !req.HasPrefixHash || promptBlocks-min(pickOverlap, promptBlocks) < SpillMarginBlocks {
+		return -1, false
+	}
+	r.foot.sums(now, req.PrefixHash, &r.fp)
+	if !Overflows(r.fp[pick], r.caps[pick], promptBlocks, pickOverlap) {
+		return -1, false
+	}
+	t := -1
+	for i := set.next(0); i >= 0; i = set.next(i + 1) {
+		v := &views[i]
+		if i == pick || v.QueuedRequests > 0 || v.ActiveConns >= r.room[i] || !v.KVUsageKnown || v.KVDistrusted || !Fits(r.fp[i], r.caps[i], promptBlocks) {
+			continue
+		}
+		if t < 0 || lessFootprint(r.fp[i], r.caps[i], r.fp[t], r.caps[t]) {
+			t = i
+		}
+	}
+	return t, t >= 0
+}
+
+// lessFootprint reports whether footprint a of capacity ca is a smaller
+// share of its cache than b of cb (capacities are at least 1).
+func lessFootprint(a, ca, b, cb uint64) bool {
+	xh, xl, ok1 := mul3(a, cb, 1)
+	yh, yl, ok2 := mul3(b, ca, 1)
+	if !ok1 || !ok2 {
+		return a/ca < b/cb
+	}
+	return xh < yh || (xh == yh && xl < yl)
 }
 
 // headrooms fills r.room for every member of set: HeadroomFor each
@@ -200,11 +258,14 @@ func (r *Router) headrooms(views []EndpointView, set EndpointSet, promptBlocks u
 // inventory, no overlap, below the minimum match): the endpoint the
 // request's prefix key was sent to moments ago (followPending), else —
 // once the fleet has inventory and every endpoint's KV usage is known —
-// the next endpoint in turn whose KV blocks in use are within
-// MissSlackPct of its capacity of the least used one's (flag least_kv), so
-// a new or evicted prefix lands where there is room for it rather than in
-// round robin's turn. false leaves the miss to the rule's selector, as
-// under LoxiLB's modes.
+// among the endpoints whose KV blocks in use are within MissSlackPct of
+// its capacity of the least used one's, the one with the smallest
+// footprint per capacity when that footprint is below its capacity (the
+// first in turn among equals), else the next in turn (flag least_kv): a
+// new or evicted prefix lands where there is room for it and beside the
+// fewest other recent prefixes; when every cache is already filled by its
+// recent prefixes the misses go round, as round robin spreads them. false
+// leaves the miss to the rule's selector, as under LoxiLB's modes.
 func (r *Router) missTarget(now time.Time, req *Request, views []EndpointView, set EndpointSet, fleet []Candidate, inventory bool, d *Decision) (int, bool) {
 	if !r.law.Mode.HeadroomLaw() {
 		return -1, false
@@ -230,16 +291,32 @@ func (r *Router) missTarget(now time.Time, req *Request, views []EndpointView, s
 	if !trusted {
 		return -1, false
 	}
+	if r.foot != nil && req.HasPrefixHash {
+		r.foot.sums(now, req.PrefixHash, &r.fp)
+	} else {
+		r.fp = [MaxEndpoints]uint64{}
+	}
 	r.missTick++
+	turn, small := -1, -1
 	for j := range fleet {
 		c := &fleet[(j+int(r.missTick%uint64(len(fleet))))%len(fleet)]
-		if views[c.Endpoint].KVDistrusted {
+		e := c.Endpoint
+		if views[e].KVDistrusted || uint64(views[e].KVUsedBlocks) > uint64(least)+r.caps[e]*MissSlackPct/100 {
 			continue
 		}
-		if uint64(views[c.Endpoint].KVUsedBlocks) <= uint64(least)+r.caps[c.Endpoint]*MissSlackPct/100 {
-			d.Flags |= FlagLeastKV
-			return c.Endpoint, true
+		if turn < 0 {
+			turn = e
 		}
+		if small < 0 || lessFootprint(r.fp[e], r.caps[e], r.fp[small], r.caps[small]) {
+			small = e
+		}
+	}
+	if small >= 0 && r.fp[small] < r.caps[small] {
+		turn = small
+	}
+	if turn >= 0 {
+		d.Flags |= FlagLeastKV
+		return turn, true
 	}
 	return -1, false
 }

@@ -185,9 +185,13 @@ const (
 	// said spill: it had room, and spilling would not have saved enough
 	// prefill work (HoldWinner).
 	FlagHeld
+	// FlagRefit: the headroom law moved the pick off an endpoint whose
+	// recent prefixes need more blocks than its cache holds (it had evicted
+	// part of this prompt) to one where the prompt fits (refit).
+	FlagRefit
 )
 
-var flagNames = [...]string{"spill", "relief", "cold_seed", "rescue", "rr_tie", "decode_rr_tie", "excluded_winner", "backup", "bound_walk", "saturated", "pending", "least_kv", "held"}
+var flagNames = [...]string{"spill", "relief", "cold_seed", "rescue", "rr_tie", "decode_rr_tie", "excluded_winner", "backup", "bound_walk", "saturated", "pending", "least_kv", "held", "refit"}
 
 // Has reports whether every flag in f2 is set.
 func (f Flags) Has(f2 Flags) bool { return f&f2 == f2 }

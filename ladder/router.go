@@ -74,12 +74,16 @@ type Router struct {
 	// pending remembers recent placements by prefix key (headroom law
 	// with Tier 1.5 on only; nil otherwise).
 	pending *pendingTable
+	// foot remembers which prefix keys each endpoint served lately and
+	// their sizes (headroom law with Tier 1.5 on only; nil otherwise).
+	foot *footprintTable
 
 	// Scratch, overwritten by every decision.
 	cands [MaxEndpoints]Candidate
 	fleet [MaxEndpoints]Candidate
 	caps  [MaxEndpoints]uint64
 	room  [MaxEndpoints]uint32
+	fp    [MaxEndpoints]uint64
 	pool  Pool
 }
 
@@ -145,6 +149,7 @@ func NewRouter(svc ServiceSpec, eps []EndpointSpec, env Env, cfg RouterConfig) (
 	}
 	if env.LBMode.HeadroomLaw() && svc.KVExactMode != KVOff {
 		r.pending = new(pendingTable)
+		r.foot = new(footprintTable)
 	}
 	if !svc.PDDisagg {
 		pc := cfg.PersistMaxEntries
@@ -193,6 +198,7 @@ func (r *Router) Decide(now time.Time, req *Request, snap *Snapshot) (Decision, 
 	}
 	if r.pending != nil && req.HasPrefixHash && d.Available() {
 		r.pending.note(now, req.PrefixHash, d.Prefill)
+		r.foot.note(now, req.PrefixHash, d.Prefill, r.promptBlocks(req))
 	}
 	return d, nil
 }
@@ -211,11 +217,15 @@ func (r *Router) Learn(prompt []byte, ep int) {
 }
 
 // RemoveEndpoint forgets everything the router learned about endpoint ep
-// (trie entries, persist pins) — call it when ep's breaker trips. Session
-// pins live in the session shards: evict them there (EvictEndpoint).
+// (trie entries, persist pins, its footprint) — call it when ep's breaker
+// trips. Session pins live in the session shards: evict them there
+// (EvictEndpoint).
 func (r *Router) RemoveEndpoint(ep int) {
 	if r.trie != nil {
 		r.trie.RemoveEndpoint(ep)
+	}
+	if r.foot != nil {
+		r.foot.removeEndpoint(ep)
 	}
 	if ps, ok := r.sel.(*persistSelector); ok {
 		ps.removeEndpoint(ep)
