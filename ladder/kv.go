@@ -224,6 +224,13 @@ func (r *Router) refit(now time.Time, req *Request, views []EndpointView, set En
 	return t, t >= 0
 }
 
+// missEligible reports whether a miss may go to v: its KV state is
+// trusted and, while some trusted endpoint queues nothing (calm), its
+// engine reported no waiting request at its last scrape.
+func missEligible(v *EndpointView, calm bool) bool {
+	return !v.KVDistrusted && !(calm && v.QueuedRequests > 0)
+}
+
 // lessFootprint reports whether footprint a of capacity ca is a smaller
 // share of its cache than b of cb (capacities are at least 1).
 func lessFootprint(a, ca, b, cb uint64) bool {
@@ -278,13 +285,19 @@ func (r *Router) missTarget(now time.Time, req *Request, views []EndpointView, s
 		return -1, false
 	}
 	// A demoted endpoint's KV state is not trusted: misses go elsewhere.
-	least, trusted := uint32(math.MaxUint32), false
+	// While some trusted endpoint's engine queues nothing, neither does a
+	// miss go to one that queues: its whole prompt would wait there.
+	calm := false
 	for i := range fleet {
 		v := &views[fleet[i].Endpoint]
 		if !v.KVUsageKnown {
 			return -1, false
 		}
-		if !v.KVDistrusted {
+		calm = calm || !v.KVDistrusted && v.QueuedRequests == 0
+	}
+	least, trusted := uint32(math.MaxUint32), false
+	for i := range fleet {
+		if v := &views[fleet[i].Endpoint]; missEligible(v, calm) {
 			least, trusted = min(least, v.KVUsedBlocks), true
 		}
 	}
@@ -301,7 +314,7 @@ func (r *Router) missTarget(now time.Time, req *Request, views []EndpointView, s
 	for j := range fleet {
 		c := &fleet[(j+int(r.missTick%uint64(len(fleet))))%len(fleet)]
 		e := c.Endpoint
-		if views[e].KVDistrusted || uint64(views[e].KVUsedBlocks) > uint64(least)+r.caps[e]*MissSlackPct/100 {
+		if !missEligible(&views[e], calm) || uint64(views[e].KVUsedBlocks) > uint64(least)+r.caps[e]*MissSlackPct/100 {
 			continue
 		}
 		if turn < 0 {

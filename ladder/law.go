@@ -241,10 +241,12 @@ func HoldWinner(w, t EndpointView, capW uint64, promptBlocks, overlapW, overlapT
 
 // MissSlackPct is how close to the least-used endpoint's KV usage, in
 // percent of an endpoint's capacity, a miss target must be (missTarget):
-// the misses go in turn among those, so at light load, when every cache is
-// about as busy, new prefixes spread evenly over the endpoints as round
-// robin spreads them, and under load they avoid the busy ones.
-const MissSlackPct = 25
+// the misses go among those, so at light load, when every cache is about
+// as busy, new prefixes spread evenly over the endpoints as round robin
+// spreads them, and under load they avoid the busy ones. A quarter of a
+// cache (the first value) let misses herd onto busy engines near
+// saturation (docs/routing.md, misses).
+const MissSlackPct = 5
 
 // The auto law's ε range, as (1+ε)·100.
 const (
