@@ -271,7 +271,7 @@ func (rs *ruleSet) listen(live *liveRule, h *gateway.Handler) {
 		return
 	}
 	live.bindErr = err
-	rs.log.Error().Err(err).Str(logfield.Rule, live.key()).Msg("rule address cannot be bound; retrying")
+	rs.log.Warn().Err(err).Str(logfield.Rule, live.key()).Msg("rule address cannot be bound; retrying")
 	go func() {
 		t := time.NewTicker(rs.cfg.BindRetry)
 		defer t.Stop()
