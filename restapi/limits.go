@@ -1,6 +1,7 @@
 package restapi
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -77,17 +78,7 @@ func largestPart(e *rule.LoadbalanceEntry) (string, int) {
 		if a.size != b.size {
 			return a.size - b.size
 		}
-		return -cmpString(a.name, b.name) // ties: the alphabetically first name
+		return -cmp.Compare(a.name, b.name) // ties: the alphabetically first name
 	})
 	return best.name, best.size
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

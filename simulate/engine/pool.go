@@ -97,6 +97,19 @@ func (p *pool) allocate() int32 {
 	return id
 }
 
+// allocateN allocates n blocks (allocate) and returns them; false, taking
+// none, when fewer than n are free.
+func (p *pool) allocateN(n int) ([]int32, bool) {
+	if p.free < n {
+		return nil, false
+	}
+	ids := make([]int32, 0, n)
+	for range n {
+		ids = append(ids, p.allocate())
+	}
+	return ids, true
+}
+
 // evict forgets a cached block and records the BlockRemoved event.
 func (p *pool) evict(id int32) {
 	b := &p.blocks[id]

@@ -143,13 +143,11 @@ func (e *Engine) admit(s *seqState, t time.Time) bool {
 	total := ceilDiv(len(s.req.Tokens)+s.req.MaxTokens, bs)
 	var dur time.Duration
 	if s.pulled {
-		if e.pool.free < total {
+		blocks, ok := e.pool.allocateN(total)
+		if !ok {
 			return false
 		}
-		s.blocks = make([]int32, 0, total)
-		for range total {
-			s.blocks = append(s.blocks, e.pool.allocate())
-		}
+		s.blocks = blocks
 		lat := e.cfg.Latency
 		dur = e.scaled(lat.KVTransferOverhead+time.Duration(s.req.RemotePrefill.Blocks)*lat.KVTransferPerBlock, 1)
 		s.prog.PulledRemote = true

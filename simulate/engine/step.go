@@ -106,13 +106,11 @@ func (e *Engine) admitStep(s *seqState, t time.Time) bool {
 	if s.pulled {
 		// A decode leg's prompt KV was pulled: it decodes from its first
 		// step. The pull itself (KVTransfer*) is not modelled here.
-		if e.pool.free < total {
+		blocks, ok := e.pool.allocateN(total)
+		if !ok {
 			return false
 		}
-		s.blocks = make([]int32, 0, total)
-		for range total {
-			s.blocks = append(s.blocks, e.pool.allocate())
-		}
+		s.blocks = blocks
 		s.computed = len(s.req.Tokens)
 		s.prog.PulledRemote = true
 		e.st.RemotePrefillLegs++

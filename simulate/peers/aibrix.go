@@ -1,6 +1,7 @@
 package peers
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -128,7 +129,7 @@ func (a *aibrix) evict() {
 		if c := x.at.Compare(y.at); c != 0 {
 			return c
 		}
-		return cmpU64(x.k, y.k)
+		return cmp.Compare(x.k, y.k)
 	})
 	for _, e := range all[:len(all)/10+1] {
 		delete(a.table, e.k)

@@ -1,6 +1,7 @@
 package peers
 
 import (
+	"cmp"
 	"slices"
 	"time"
 
@@ -143,7 +144,7 @@ func (s *sglang) evict() {
 			if c := a.at.Compare(b.at); c != 0 {
 				return c
 			}
-			return cmpU64(a.k, b.k)
+			return cmp.Compare(a.k, b.k)
 		})
 		for _, a := range all {
 			if t.chars <= sglangMaxTreeSize {
@@ -153,16 +154,6 @@ func (s *sglang) evict() {
 			t.chars -= sglangChunk
 		}
 	}
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // FirstToken implements Policy.
