@@ -3,14 +3,12 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
@@ -141,23 +139,7 @@ func chaosWorkerMain(raw string) int {
 	c.Engine.OffloadBlocks = s.OffloadBlocks
 	c.LeanEvents = s.LeanEvents
 	c.Faults.Latency = time.Duration(s.LatencyMS * float64(time.Millisecond))
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	w, err := worker.Start(c)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "chaos worker:", err)
-		return 1
-	}
-	fmt.Println("ready", w.Addr())
-	select {
-	case <-sig:
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = w.Stop(ctx)
-		return 0
-	case <-w.Done():
-		return 1
-	}
+	return worker.ServeProcess(c, "chaos worker")
 }
 
 // procWorker is a worker process the test can kill and start again on the

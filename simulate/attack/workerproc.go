@@ -2,12 +2,10 @@ package attack
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"strings"
 	"sync"
 	"syscall"
@@ -71,23 +69,7 @@ func workerMain(raw string) int {
 		c.Engine.KVRole = engine.KVRoleFor(ladder.RolePrefill)
 	}
 	c.Engine.Latency.TimeScale = s.TimeScale
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	w, err := worker.Start(c)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "attack worker:", err)
-		return 1
-	}
-	fmt.Println("ready", w.Addr())
-	select {
-	case <-sig:
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = w.Stop(ctx)
-		return 0
-	case <-w.Done():
-		return 1
-	}
+	return worker.ServeProcess(c, "attack worker")
 }
 
 // workerProc is a worker process that can be killed, frozen and started
