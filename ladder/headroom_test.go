@@ -62,6 +62,31 @@ func TestHoldWinner_WorkedValues(t *testing.T) {
 	}
 }
 
+func TestRebalance_WorkedValues(t *testing.T) {
+	q := func(prefill uint32) EndpointView { return EndpointView{PrefillBlocks: prefill} }
+	tests := []struct {
+		name           string
+		p, t           EndpointView
+		blocks, oP, oT uint32
+		want           bool
+	}{
+		// P=200, o_p=190, o_t=62: the pick's cost is 10 + its queue, the target's 138 + its queue.
+		{"a short queue stays", q(300), q(0), 200, 190, 62, false},      // 310 <= 138+256
+		{"exactly the margin stays", q(384), q(0), 200, 190, 62, false}, // 394 == 394
+		{"one block past the margin moves", q(385), q(0), 200, 190, 62, true},
+		{"the target's queue counts", q(500), q(200), 200, 190, 62, false}, // 510 <= 338+256
+		{"a target holding it too", q(300), q(0), 200, 190, 190, true},     // 310 > 10+256
+		{"overlaps above the prompt count as the prompt", q(257), q(0), 200, 500, 500, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Rebalance(tt.p, tt.t, tt.blocks, tt.oP, tt.oT); got != tt.want {
+				t.Fatalf("Rebalance = %v; want %v", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestHeadroomFor_WorkedValues(t *testing.T) {
 	tests := []struct {
 		name        string

@@ -168,6 +168,15 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 			}
 		}
 	}
+	if r.law.Mode.HeadroomLaw() {
+		if t, ok := r.rebalance(now, req, views, set, pick, promptBlocks, overlap); ok {
+			pick = t
+			d.Flags = d.Flags&^(FlagHeld|FlagRelief|FlagSpill) | FlagBalance
+			if overlap(t) < best {
+				d.Flags |= FlagSpill
+			}
+		}
+	}
 	if r.seedN > 0 {
 		r.coldTick++
 		if r.coldTick%r.seedN == 0 {
@@ -222,6 +231,53 @@ func (r *Router) refit(now time.Time, req *Request, views []EndpointView, set En
 		}
 	}
 	return t, t >= 0
+}
+
+// rebalance is the headroom law's last look at the pick: the member of
+// set where the request joins the least prefill work (PrefillCost, the
+// lowest index among equals), when that is more than BalanceMarginBlocks
+// less than at the pick (Rebalance), it runs the request at once (no
+// engine queue, in flight below r.room), its KV usage is known and
+// trusted, and — when the request would compute SpillMarginBlocks or more
+// of its prompt there, a copy — the prompt Fits beside its footprint, so
+// the copy evicts nothing recent. false leaves the pick. Most decisions
+// end at the first test: a pick with less prefill queued than the margin
+// cannot be beaten by it.
+func (r *Router) rebalance(now time.Time, req *Request, views []EndpointView, set EndpointSet, pick int, promptBlocks uint32, overlap func(int) uint32) (int, bool) {
+	pc := PrefillCost(views[pick].PrefillBlocks, promptBlocks, overlap(pick))
+	if pc <= BalanceMarginBlocks {
+		return -1, false
+	}
+	summed := false
+	t, tc := -1, uint64(0)
+	for i := set.next(0); i >= 0; i = set.next(i + 1) {
+		v := &views[i]
+		if i == pick || v.QueuedRequests > 0 || v.ActiveConns >= r.room[i] || !v.KVUsageKnown || v.KVDistrusted {
+			continue
+		}
+		o := overlap(i)
+		c := PrefillCost(v.PrefillBlocks, promptBlocks, o)
+		if c+BalanceMarginBlocks >= pc || (t >= 0 && c >= tc) {
+			continue
+		}
+		if promptBlocks-min(o, promptBlocks) >= SpillMarginBlocks {
+			if r.foot == nil || !req.HasPrefixHash {
+				continue
+			}
+			if !summed {
+				r.foot.sums(now, req.PrefixHash, &r.fp)
+				summed = true
+			}
+			if !Fits(r.fp[i], r.caps[i], promptBlocks) {
+				continue
+			}
+		}
+		t, tc = i, c
+	}
+	if t < 0 || !Rebalance(views[pick], views[t], promptBlocks, overlap(pick), overlap(t)) {
+		return -1, false
+	}
+	return t, true
 }
 
 // missEligible reports whether a miss may go to v: its KV state is

@@ -239,6 +239,32 @@ func HoldWinner(w, t EndpointView, capW uint64, promptBlocks, overlapW, overlapT
 	return PrefillCost(w.PrefillBlocks, promptBlocks, overlapW) <= PrefillCost(t.PrefillBlocks, promptBlocks, overlapT)+SpillMarginBlocks
 }
 
+// BalanceMarginBlocks is how much less prefill work, in blocks (4096
+// tokens at vLLM's default block size), another endpoint must offer
+// before the headroom law moves a request off its pick (Rebalance). The
+// law's other tests move a request only when its pick is over a cap or
+// cannot keep the prompt; on vLLM's step scheduler a request also waits
+// for every prefill chunk queued ahead of it, and a pick that is under
+// its cap can still hold a long queue of misses. Measured on issue 16's
+// DES sweep (14 scenarios × 50/70/90 % load × six seeds against the
+// peers): 64 and 128 move too often (each move copies a prompt; shared-
+// prefix and its Zipf variant lose 20–80 % of TTFT p90), 256 turns chat
+// sessions on the step engine from llb's steadiest loss into a win.
+const BalanceMarginBlocks = 256
+
+// Rebalance is the headroom law's test of a move from the pick p to t:
+// true when the request joins more than BalanceMarginBlocks more prefill
+// work at p than at t,
+//
+//	PrefillCost(p) > PrefillCost(t) + BalanceMarginBlocks
+//
+// (each side's queued prefill blocks plus the request's own uncached
+// blocks there). The caller checks that t runs the request at once and,
+// when the move copies the prompt, that the copy fits t's cache.
+func Rebalance(p, t EndpointView, promptBlocks, overlapP, overlapT uint32) bool {
+	return PrefillCost(p.PrefillBlocks, promptBlocks, overlapP) > PrefillCost(t.PrefillBlocks, promptBlocks, overlapT)+BalanceMarginBlocks
+}
+
 // MissSlackPct is how close to the least-used endpoint's KV usage, in
 // percent of an endpoint's capacity, a miss target must be (missTarget):
 // the misses go among those, so at light load, when every cache is about

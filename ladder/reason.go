@@ -189,9 +189,12 @@ const (
 	// recent prefixes need more blocks than its cache holds (it had evicted
 	// part of this prompt) to one where the prompt fits (refit).
 	FlagRefit
+	// FlagBalance: the headroom law moved the pick to an endpoint where
+	// the request joins BalanceMarginBlocks less prefill work (rebalance).
+	FlagBalance
 )
 
-var flagNames = [...]string{"spill", "relief", "cold_seed", "rescue", "rr_tie", "decode_rr_tie", "excluded_winner", "backup", "bound_walk", "saturated", "pending", "least_kv", "held", "refit"}
+var flagNames = [...]string{"spill", "relief", "cold_seed", "rescue", "rr_tie", "decode_rr_tie", "excluded_winner", "backup", "bound_walk", "saturated", "pending", "least_kv", "held", "refit", "balance"}
 
 // Has reports whether every flag in f2 is set.
 func (f Flags) Has(f2 Flags) bool { return f&f2 == f2 }

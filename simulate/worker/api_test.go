@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/llbproject/llb/simulate/tokenizer"
 )
@@ -387,5 +389,49 @@ func TestCompletions_MultiPromptStreamInterleavesChoices(t *testing.T) {
 	}
 	if perChoice[0] != 3 || perChoice[1] != 3 || !finished[0] || !finished[1] || evs[len(evs)-1] != "[DONE]" {
 		t.Fatalf("events per choice %v finished %v", perChoice, finished)
+	}
+}
+
+// vLLM writes a stream's first chunk (the chat role chunk) on the first
+// engine output, its first token, not on admission: a proxy that reads the
+// first body byte as the end of the prefill (llb's queued-prefill count)
+// must see the same here. With a 3 s prefill the head arrives at once and
+// the body only with the first token.
+func TestChat_StreamBodyStartsWithTheFirstToken(t *testing.T) {
+	w := startWorker(t, func(c *Config) {
+		c.Engine.Latency.TimeScale = 1
+		c.Engine.Latency.PrefillOverhead = 3 * time.Second
+	})
+	body, _ := json.Marshal(map[string]any{
+		"messages": []map[string]any{{"role": "user", "content": "Hello?"}}, "max_tokens": 2, "stream": true,
+	})
+	req, err := http.NewRequest(http.MethodPost, w.URL()+"/v1/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	resp, err := client(t).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if head := time.Since(start); resp.StatusCode != http.StatusOK || head > 2*time.Second {
+		t.Fatalf("status %d after %v; want the head at once", resp.StatusCode, head)
+	}
+	first := make([]byte, 1)
+	if _, err := io.ReadFull(resp.Body, first); err != nil {
+		t.Fatal(err)
+	}
+	if got := time.Since(start); got < 2*time.Second {
+		t.Fatalf("first body byte after %v; want it with the first token, after the 3 s prefill", got)
+	}
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := sseEvents(t, append(first, rest...))
+	if len(evs) != 1+2+1 || decode[response](t, []byte(evs[0])).Choices[0].Delta.Role != "assistant" {
+		t.Fatalf("events %q; want role, 2 tokens, [DONE]", evs)
 	}
 }

@@ -19,21 +19,35 @@ func (c *genCtx) serveStream() {
 			flusher.Flush()
 		}
 	}
-	if c.g.chat {
-		for i := range c.runs {
-			empty := ""
-			ch := choice{Index: i, Delta: &chatDelta{Role: "assistant", Content: &empty}}
-			c.event(ch, nil)
-		}
-	} else if c.g.echo {
-		for i, run := range c.runs {
-			text := run.p.text
-			c.event(choice{Index: i, Text: &text}, nil)
+	// The head goes out at once (Starlette's StreamingResponse sends it
+	// before the body); the body starts with the engine's first output,
+	// its first token: vLLM's stream generators write the chat role chunk
+	// (and an echo of the prompt) on their first iteration over the
+	// engine's results, not on admission. A proxy that reads the first
+	// body byte as "the prefill is over" (llb's queued-prefill count) sees
+	// what it would see in front of vLLM.
+	flush()
+	opened := false
+	open := func() {
+		opened = true
+		if c.g.chat {
+			for i := range c.runs {
+				empty := ""
+				ch := choice{Index: i, Delta: &chatDelta{Role: "assistant", Content: &empty}}
+				c.event(ch, nil)
+			}
+		} else if c.g.echo {
+			for i, run := range c.runs {
+				text := run.p.text
+				c.event(choice{Index: i, Text: &text}, nil)
+			}
 		}
 	}
-	flush()
 	for {
 		all, err := c.observe()
+		if !opened && (all || c.generated()) {
+			open()
+		}
 		for i, run := range c.runs {
 			p, _ := run.tr.get()
 			for run.sent < p.Generated {
@@ -86,6 +100,16 @@ func (c *genCtx) serveStream() {
 	}
 	_, _ = io.WriteString(rw, "data: [DONE]\n\n")
 	flush()
+}
+
+// generated reports whether some run has produced a token.
+func (c *genCtx) generated() bool {
+	for _, run := range c.runs {
+		if p, _ := run.tr.get(); p.Generated > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // base is the response envelope.
