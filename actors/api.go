@@ -48,6 +48,14 @@ type RouteRequest struct {
 	// the endpoints an earlier attempt of this same client request failed
 	// to connect to (retry before the first byte).
 	Avoid uint32
+	// Streamed is true when the client asked for a stream: its first body
+	// byte is its first token, and the gateway's FirstByte ends its
+	// prefill charge (EndpointView.PrefillBlocks) there. A single-pool
+	// request that does not stream answers in one piece at the end; its
+	// charge ends at the first engine scrape, begun after it was sent,
+	// that reports no waiting request (its prefill has been scheduled),
+	// or with its answer, whichever comes first.
+	Streamed bool
 	// Chat and ExtraKeys describe the prompt for the cache-truth check's
 	// diagnosis: a chat completion (llb applied a chat template), blocks
 	// carrying extra keys (a LoRA adapter or a cache_salt).

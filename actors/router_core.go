@@ -75,6 +75,12 @@ type ticket struct {
 	// prefill is the uncached prompt blocks charged to the prefill
 	// endpoint's PrefillBlocks until the first byte (0 once discharged).
 	prefill uint32
+	// unstreamed marks a single-pool charge whose request does not stream
+	// (no first byte before the whole answer); scrape is the number of
+	// engine scrapes of its endpoint the router had seen when it was
+	// charged (engineStats ends it at a later one that reports no queue).
+	unstreamed bool
+	scrape     uint32
 }
 
 // parkRef tracks a request sitting in an endpoint's admission queue.
@@ -104,12 +110,17 @@ type routerCore struct {
 	maxInflight uint32             // per-endpoint admission cap (0 = off)
 	breakers    bool
 
-	pending  map[uint64]*pending
-	tickets  map[uint64]*ticket
-	parked   map[uint64]parkRef
-	reserved [ladder.MaxEndpoints]uint32 // slots held for requests being woken
-	halfOpen ladder.EndpointSet
-	trial    [ladder.MaxEndpoints]uint64 // ticket in flight on a half-open endpoint
+	pending map[uint64]*pending
+	tickets map[uint64]*ticket
+	// scrapes counts each endpoint's engine scrapes the router has seen;
+	// unstreamed counts the tickets charged to it with ticket.unstreamed
+	// (scheduledPrefills).
+	scrapes    [ladder.MaxEndpoints]uint32
+	unstreamed [ladder.MaxEndpoints]uint32
+	parked     map[uint64]parkRef
+	reserved   [ladder.MaxEndpoints]uint32 // slots held for requests being woken
+	halfOpen   ladder.EndpointSet
+	trial      [ladder.MaxEndpoints]uint64 // ticket in flight on a half-open endpoint
 	// ctrl is the external controller's instructions, per endpoint. The
 	// slice belongs to the Service and outlives router incarnations (and is
 	// handed to a replacing service): an instruction is not soft state.
@@ -641,6 +652,7 @@ func (c *routerCore) engineStats(s engineStats) {
 	// The scrape's usage replaces llb's estimate: the blocks sent since
 	// the previous scrape are in it now (or finished).
 	v.KVUsedBlocks, v.KVUsageKnown = s.stats.KVUsedBlocks, s.stats.KVUsageKnown
+	c.scheduledPrefills(s.ep, s.stats.Waiting)
 }
 
 // chargePrefill counts a new request's uncached prompt blocks against
@@ -653,6 +665,10 @@ func (c *routerCore) chargePrefill(m *routeMsg, ep int, tk *ticket) {
 		o = m.overlaps[ep]
 	}
 	tk.prefill = pb - min(o, pb)
+	if tk.prefill > 0 && !m.rr.Streamed && tk.t.Decode < 0 {
+		tk.unstreamed, tk.scrape = true, c.scrapes[ep]
+		c.unstreamed[ep]++
+	}
 	v := &c.views[ep]
 	v.PrefillBlocks = satAdd32(v.PrefillBlocks, tk.prefill)
 	v.KVUsedBlocks = satAdd32(v.KVUsedBlocks, tk.prefill)
@@ -668,6 +684,32 @@ func (c *routerCore) firstByte(t Ticket) {
 	v := &c.views[tk.t.Prefill]
 	v.PrefillBlocks -= min(tk.prefill, v.PrefillBlocks)
 	tk.prefill = 0
+	if tk.unstreamed {
+		tk.unstreamed = false
+		c.unstreamed[tk.t.Prefill]--
+	}
+}
+
+// scheduledPrefills ends the prefill charges of the single-pool requests
+// on ep that do not stream and were charged before the previous scrape of
+// ep reached the router — so before this one began (a periodic scrape
+// starts an interval after the previous one's result) — once this scrape
+// reports that ep's engine has nothing waiting: those requests have been
+// scheduled, so their prefill is under way or done. Such a request has no
+// first byte until its whole answer; without this its prefill would count
+// as queued through its whole generation. Runs per scrape only while such
+// charges exist on ep.
+func (c *routerCore) scheduledPrefills(ep int, waiting uint32) {
+	seen := c.scrapes[ep]
+	c.scrapes[ep]++
+	if waiting > 0 || c.unstreamed[ep] == 0 {
+		return
+	}
+	for _, tk := range c.tickets {
+		if tk.unstreamed && tk.t.Prefill == ep && tk.scrape < seen {
+			c.firstByte(tk.t)
+		}
+	}
 }
 
 func satAdd32(a, b uint32) uint32 {

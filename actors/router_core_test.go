@@ -516,6 +516,56 @@ func TestRouterCore_PassthroughBypassesAdmissionAndPicksLeastLoaded(t *testing.T
 	}
 }
 
+// A request that does not stream has no first byte before its whole
+// answer, so its prefill charge ends instead at the first engine scrape
+// that began after it was sent and reports nothing waiting; a streamed
+// one's waits for its first byte whatever the scrapes say.
+func TestRouterCore_AnUnstreamedChargeEndsAtAScrapeWithNoQueue(t *testing.T) {
+	c, _ := newTestCore(t, poolConfig(1, ladder.SelRR))
+	send := func(id uint64, streamed bool) Ticket {
+		rr := &RouteRequest{Streamed: streamed}
+		rr.Req.KV.PromptBlocks = 10
+		m := newMsg(id, rr)
+		c.route(t0, m)
+		r := final(t, m)
+		if r.route.Decision.Prefill != 0 {
+			t.Fatalf("decision %s; want endpoint 0", r.route.Decision.String())
+		}
+		return r.route.Ticket
+	}
+	scrape := func(waiting uint32) {
+		c.engineStats(engineStats{ep: 0, stats: EngineStats{KVCapacityBlocks: 1000, Waiting: waiting, KVUsageKnown: true}})
+	}
+	v := &c.views[0]
+	whole, stream := send(1, false), send(2, true)
+	if v.PrefillBlocks != 20 || c.unstreamed[0] != 1 {
+		t.Fatalf("after admit: prefill %d unstreamed %d; want 20, 1", v.PrefillBlocks, c.unstreamed[0])
+	}
+	scrape(0) // may have begun before the requests were sent
+	if v.PrefillBlocks != 20 {
+		t.Fatalf("after the first scrape: prefill %d; want 20", v.PrefillBlocks)
+	}
+	scrape(2) // the engine queues: not scheduled yet
+	if v.PrefillBlocks != 20 {
+		t.Fatalf("after a scrape with a queue: prefill %d; want 20", v.PrefillBlocks)
+	}
+	scrape(0)
+	if v.PrefillBlocks != 10 || c.unstreamed[0] != 0 {
+		t.Fatalf("after a later scrape with no queue: prefill %d unstreamed %d; want 10 (the stream's), 0", v.PrefillBlocks, c.unstreamed[0])
+	}
+	c.firstByte(stream)
+	c.finish(whole, Result{OK: true}) // its charge is already gone: no double discharge
+	c.finish(stream, Result{OK: true})
+	if v.PrefillBlocks != 0 || c.unstreamed[0] != 0 {
+		t.Fatalf("after both: prefill %d unstreamed %d; want 0, 0", v.PrefillBlocks, c.unstreamed[0])
+	}
+	// Its answer ends an unstreamed charge the scrapes have not.
+	c.finish(send(3, false), Result{OK: true})
+	if v.PrefillBlocks != 0 || c.unstreamed[0] != 0 {
+		t.Fatalf("after the answer: prefill %d unstreamed %d; want 0, 0", v.PrefillBlocks, c.unstreamed[0])
+	}
+}
+
 // The headroom law's load inputs: an admitted request's uncached prompt
 // blocks count against its prefill endpoint's PrefillBlocks until its first
 // byte (or its leg's report, or its finish), and against its KV-usage

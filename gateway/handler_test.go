@@ -391,8 +391,21 @@ func TestHandler_TellsTheRouterOfTheFirstByte(t *testing.T) {
 	}
 	fr.waitFinished(t, 1)
 	fr.mu.Lock()
+	firsts := append([]uint64(nil), fr.firsts...)
+	fr.mu.Unlock()
+	if len(firsts) != 1 || firsts[0] != 1 {
+		t.Fatalf("FirstByte calls %v; want [1]", firsts)
+	}
+	// The router learns whether the client streams (a request that does
+	// not has no first byte before its whole answer).
+	resp, _ = post(t, testClient(t), url+PathCompletions, `{"model":"m","prompt":"p"}`)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	fr.waitFinished(t, 2)
+	fr.mu.Lock()
 	defer fr.mu.Unlock()
-	if len(fr.firsts) != 1 || fr.firsts[0] != 1 {
-		t.Fatalf("FirstByte calls %v; want [1]", fr.firsts)
+	if len(fr.routes) != 2 || !fr.routes[0].Streamed || fr.routes[1].Streamed {
+		t.Fatalf("%d routes, Streamed %v; want 2: true, false", len(fr.routes), []bool{fr.routes[0].Streamed, len(fr.routes) > 1 && fr.routes[1].Streamed})
 	}
 }

@@ -244,6 +244,7 @@ func (ri *routeInput) build(ctx context.Context, in *fasthttp.Request, remote, i
 		rr.Chain, lr.KV = ri.kv.compute(ctx, req, lora, ri.pd)
 		rr.Chat, rr.ExtraKeys = req.Kind == KindChat, lora != "" || req.CacheSalt != ""
 	}
+	rr.Streamed = req.Stream
 }
 
 // buildBasic fills the client keys, the only input of pass-through routes.
