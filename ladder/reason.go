@@ -190,7 +190,8 @@ const (
 	// part of this prompt) to one where the prompt fits (refit).
 	FlagRefit
 	// FlagBalance: the headroom law moved the pick to an endpoint where
-	// the request joins BalanceMarginBlocks less prefill work (rebalance).
+	// the request joins more than BalanceMarginBlocks less prefill work
+	// (rebalance).
 	FlagBalance
 )
 
