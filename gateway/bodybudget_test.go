@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llbproject/llb/internal/testwait"
+
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/llbproject/llb/ladder"
@@ -166,7 +168,7 @@ func holdBody(t *testing.T, url string, n int, b *BodyBudget, wantReserved int64
 	if _, err := io.WriteString(c, head+body[:1]); err != nil {
 		t.Fatal(err)
 	}
-	eventuallyT(t, "the held body is reserved", func() bool { return b.Reserved() == wantReserved })
+	testwait.Eventually(t, "the held body is reserved", func() bool { return b.Reserved() == wantReserved })
 	return func() int {
 		if _, err := io.WriteString(c, body[1:]); err != nil {
 			t.Fatal(err)
@@ -213,16 +215,7 @@ func TestListener_ABodyOverTheBudgetIsRefusedBeforeItIsRead(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := rawConn(t, url)
-			if _, err := io.WriteString(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+tt.head+"\r\n\r\n"); err != nil {
-				t.Fatal(err)
-			}
-			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-			br := bufio.NewReader(c)
-			resp, err := http.ReadResponse(br, nil)
-			if err != nil {
-				t.Fatalf("no answer before the body was sent: %v", err)
-			}
-			body, _ := io.ReadAll(resp.Body)
+			resp, body, br := rawExchange(t, c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+tt.head+"\r\n\r\n")
 			checkBudgetRefusal(t, resp, body)
 			if _, err := br.ReadByte(); err != io.EOF {
 				t.Errorf("after the answer: %v; want the connection closed (EOF)", err)
@@ -232,7 +225,7 @@ func TestListener_ABodyOverTheBudgetIsRefusedBeforeItIsRead(t *testing.T) {
 	if got := finish(); got != http.StatusOK {
 		t.Fatalf("the held request: %d; want 200", got)
 	}
-	eventuallyT(t, "the budget is free", func() bool { return b.Reserved() == 0 })
+	testwait.Eventually(t, "the budget is free", func() bool { return b.Reserved() == 0 })
 	resp, body := post(t, testClient(t), url+PathCompletions, `{"model":"m","prompt":"`+strings.Repeat("y", 900<<10)+`"}`)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("a body that fits after the release: %d %s", resp.StatusCode, body)
@@ -298,11 +291,11 @@ func TestListener_ReservationsFollowTheBodyAndEndWithTheConnection(t *testing.T)
 		if _, err := fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", len(body), body); err != nil {
 			t.Fatal(err)
 		}
-		eventuallyT(t, "the chunked body reserves the limit", func() bool { return b2.Reserved() == 1<<20 })
+		testwait.Eventually(t, "the chunked body reserves the limit", func() bool { return b2.Reserved() == 1<<20 })
 		if _, err := io.WriteString(c, "0\r\n\r\n"); err != nil {
 			t.Fatal(err)
 		}
-		eventuallyT(t, "the reservation shrinks to the body", func() bool { return b2.Reserved() == int64(len(body)) })
+		testwait.Eventually(t, "the reservation shrinks to the body", func() bool { return b2.Reserved() == int64(len(body)) })
 		close(release)
 		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -310,7 +303,7 @@ func TestListener_ReservationsFollowTheBodyAndEndWithTheConnection(t *testing.T)
 			t.Fatalf("stream: %v %v", resp, err)
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
-		eventuallyT(t, "the reservation ends with the answer", func() bool { return b2.Reserved() == 0 })
+		testwait.Eventually(t, "the reservation ends with the answer", func() bool { return b2.Reserved() == 0 })
 	})
 	for _, tt := range []struct{ name, send string }{
 		{"leaves mid-body", "Content-Length: 500000\r\n\r\n{\"model\""},
@@ -322,10 +315,10 @@ func TestListener_ReservationsFollowTheBodyAndEndWithTheConnection(t *testing.T)
 			if _, err := io.WriteString(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n"+tt.send); err != nil {
 				t.Fatal(err)
 			}
-			eventuallyT(t, "the body is reserved or refused", func() bool { return b.Reserved() > 0 || readClosed(c) })
+			testwait.Eventually(t, "the body is reserved or refused", func() bool { return b.Reserved() > 0 || readClosed(c) })
 			_ = c.(*net.TCPConn).CloseWrite()
 			_, _ = io.Copy(io.Discard, c)
-			eventuallyT(t, "the reservation is released", func() bool { return b.Reserved() == 0 })
+			testwait.Eventually(t, "the reservation is released", func() bool { return b.Reserved() == 0 })
 		})
 	}
 }
@@ -359,7 +352,7 @@ func TestListener_H2CBodiesShareTheBudget(t *testing.T) {
 	if finish() != http.StatusOK {
 		t.Fatal("the held request was not served")
 	}
-	eventuallyT(t, "the budget is free", func() bool { return b.Reserved() == 0 })
+	testwait.Eventually(t, "the budget is free", func() bool { return b.Reserved() == 0 })
 	resp, body = post(t, c, url+PathCompletions, `{"model":"m","prompt":"p"}`)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("h2c after the release: %d %s", resp.StatusCode, body)

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bufio"
 	"encoding/binary"
 	"io"
 	"net/http"
@@ -9,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/llbproject/llb/internal/testwait"
 
 	"github.com/VictoriaMetrics/metrics"
 
@@ -98,19 +99,10 @@ func TestListener_AConnectionOverTheLimitIsAnswered503AndClosed(t *testing.T) {
 	urls, lim := limitGateway(t, 2, 2, set)
 	first := rawConn(t, urls[0])
 	_ = rawConn(t, urls[1])
-	eventuallyT(t, "two connections counted", func() bool { return lim.Open() == 2 })
+	testwait.Eventually(t, "two connections counted", func() bool { return lim.Open() == 2 })
 
 	c := rawConn(t, urls[0])
-	if _, err := io.WriteString(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 26\r\n\r\n{\"model\":\"m\",\"prompt\":\"p\"}"); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatalf("no answer over the limit: %v", err)
-	}
-	body, _ := io.ReadAll(resp.Body)
+	resp, body, br := rawExchange(t, c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 26\r\n\r\n{\"model\":\"m\",\"prompt\":\"p\"}")
 	if e := decodeError(t, body); resp.StatusCode != http.StatusServiceUnavailable || e.Error.Code != CodeTooManyConnections ||
 		resp.Header.Get("Retry-After") != "1" || !resp.Close {
 		t.Fatalf("over the limit: %d %s (Retry-After %q, close %v); want 503 %s, Retry-After 1, close",
@@ -121,7 +113,7 @@ func TestListener_AConnectionOverTheLimitIsAnswered503AndClosed(t *testing.T) {
 	}
 
 	first.Close()
-	eventuallyT(t, "the closed connection's slot is free", func() bool { return lim.Open() == 1 })
+	testwait.Eventually(t, "the closed connection's slot is free", func() bool { return lim.Open() == 1 })
 	if resp, body := post(t, testClient(t), urls[1]+PathCompletions, `{"model":"m","prompt":"p"}`); resp.StatusCode != http.StatusOK {
 		t.Fatalf("with a free slot: %d %s", resp.StatusCode, body)
 	}
@@ -139,7 +131,7 @@ func TestListener_AConnectionOverTheLimitIsAnswered503AndClosed(t *testing.T) {
 func TestListener_AnH2CConnectionOverTheLimitGetsGoAway(t *testing.T) {
 	urls, lim := limitGateway(t, 1, 1, nil)
 	_ = rawConn(t, urls[0])
-	eventuallyT(t, "one connection counted", func() bool { return lim.Open() == 1 })
+	testwait.Eventually(t, "one connection counted", func() bool { return lim.Open() == 1 })
 	c := rawConn(t, urls[0])
 	if _, err := io.WriteString(c, h2Preface+"\r\n\r\nSM\r\n\r\n"+"\x00\x00\x00\x04\x00\x00\x00\x00\x00"); err != nil {
 		t.Fatal(err)

@@ -408,15 +408,3 @@ func sseEvents(t *testing.T, r io.Reader) ([]string, error) {
 
 // The real runtime satisfies the contract the gateway is written against.
 var _ actors.Router = (*actors.Service)(nil)
-
-// eventuallyT fails t unless cond holds within 5 s.
-func eventuallyT(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 5s: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}

@@ -28,6 +28,23 @@ func rawConn(t *testing.T, url string) net.Conn {
 	return c
 }
 
+// rawExchange writes raw to c and reads one answer within 5 s, its body
+// whole; the reader keeps whatever the connection sends after it.
+func rawExchange(t *testing.T, c net.Conn, raw string) (*http.Response, []byte, *bufio.Reader) {
+	t.Helper()
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	return resp, body, br
+}
+
 // A client that announces a body and trickles it gets 408 at the body-read
 // bound, the connection closed — never a 200, never a wait beyond the
 // bound (net/http used to drain the rest of the body with no deadline, and
@@ -96,16 +113,7 @@ func TestHandler_TransferEncodingWithContentLengthClosesAfterTheAnswer(t *testin
 		"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n" +
 		strconv.FormatInt(int64(len(body)), 16) + "\r\n" + body + "\r\n0\r\n\r\n" +
 		"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
-	if _, err := io.WriteString(c, req); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
+	resp, _, br := rawExchange(t, c, req)
 	if resp.StatusCode != http.StatusOK || !resp.Close {
 		t.Fatalf("first answer %d, close %v; want 200 and Connection: close", resp.StatusCode, resp.Close)
 	}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llbproject/llb/internal/testwait"
+
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
 
@@ -57,17 +59,6 @@ func newTestRuleSet(t *testing.T) *ruleSet {
 	return rs
 }
 
-func eventuallyT(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 5s: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func completion(t *testing.T, port uint16) (int, string) {
 	t.Helper()
 	res, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/v1/completions", port),
@@ -106,7 +97,7 @@ func TestRuleSet_BusyAddressIsReportedAndBoundOnceFree(t *testing.T) {
 		t.Fatalf("status %+v; want a bind error and no address", st)
 	}
 	squat.Close()
-	eventuallyT(t, "rule bound after the address freed", func() bool {
+	testwait.Eventually(t, "rule bound after the address freed", func() bool {
 		st, _ := rs.status(s.rule.Key)
 		return st.BindError == nil && st.Addr != ""
 	})
