@@ -257,7 +257,7 @@ func (r *Router) rebalance(now time.Time, req *Request, views []EndpointView, se
 		}
 		o := overlap(i)
 		c := PrefillCost(v.PrefillBlocks, promptBlocks, o)
-		if c+BalanceMarginBlocks >= pc || (t >= 0 && c >= tc) {
+		if (t >= 0 && c >= tc) || !Rebalance(views[pick], *v, promptBlocks, overlap(pick), o) {
 			continue
 		}
 		if promptBlocks-min(o, promptBlocks) >= SpillMarginBlocks {
@@ -274,10 +274,7 @@ func (r *Router) rebalance(now time.Time, req *Request, views []EndpointView, se
 		}
 		t, tc = i, c
 	}
-	if t < 0 || !Rebalance(views[pick], views[t], promptBlocks, overlap(pick), overlap(t)) {
-		return -1, false
-	}
-	return t, true
+	return t, t >= 0
 }
 
 // missEligible reports whether a miss may go to v: its KV state is
