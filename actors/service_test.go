@@ -234,7 +234,7 @@ func TestService_ProbeDownExcludesAtOnceAndRecovers(t *testing.T) {
 		}
 		return nil
 	}
-	cfg.Rule.Probe = rule.Probe{Period: 10 * time.Millisecond, AttemptTimeout: 50 * time.Millisecond, Retries: 2}
+	cfg.Rule.Probe = rule.Probe{Period: 10 * time.Millisecond, AttemptTimeout: 50 * time.Millisecond, Retries: 2, MaxBackoff: 60 * time.Millisecond}
 	svc := startService(t, sys, cfg)
 	eventually(t, time.Second, "endpoint 0 marked down", func() bool {
 		st, ok := svc.Status(time.Second)
@@ -366,7 +366,7 @@ func TestService_CrashedActorsRestartAndServiceKeepsAnswering(t *testing.T) {
 	sys := newTestSystem(t)
 	hub := newFeedHub()
 	cfg, th := kvPD(t, hub, 2, 2)
-	cfg.Rule.Probe = rule.Probe{Period: 10 * time.Millisecond}
+	cfg.Rule.Probe = rule.Probe{Period: 10 * time.Millisecond, AttemptTimeout: 10 * time.Millisecond, Retries: 2, MaxBackoff: 60 * time.Millisecond}
 	for range cfg.Rule.Endpoints {
 		cfg.Probes = append(cfg.Probes, func(context.Context) error { return nil })
 	}
@@ -826,7 +826,7 @@ func TestService_StartsWithoutARouterCrashWhenEveryProbeFailsAtOnce(t *testing.T
 	for i := range cfg.Probes {
 		cfg.Probes[i] = func(context.Context) error { return errors.New("connection refused") }
 	}
-	cfg.Rule.Probe = rule.Probe{Period: time.Hour, AttemptTimeout: time.Second, Retries: 1}
+	cfg.Rule.Probe = rule.Probe{Period: time.Hour, AttemptTimeout: time.Second, Retries: 1, MaxBackoff: 6 * time.Hour}
 	for i := range 400 {
 		cfg.Rule.Key = fmt.Sprintf("svc-%d", i)
 		svc, err := sys.Start(cfg, nil)

@@ -59,13 +59,9 @@ func (c *routerCore) predict(m *routeMsg, ep int) ticketPrediction {
 	}}
 }
 
-// blockSize is the rule's tokens per KV block.
-func (c *routerCore) blockSize() int {
-	if bs := c.cfg.Rule.Spec.KVBlockSize; bs > 0 {
-		return bs
-	}
-	return ladder.DefaultKVBlockSize
-}
+// blockSize is the rule's tokens per KV block (predictions exist only for
+// rules with Tier 1.5, whose block size is at least 1).
+func (c *routerCore) blockSize() int { return c.cfg.Rule.Spec.KVBlockSize }
 
 // checkPrediction compares a successful leg's reported cached tokens with
 // its ticket's prediction, once.
