@@ -352,6 +352,9 @@ func (h *Handler) serve(x *exchange) {
 			"this listener speaks HTTP/1.0, HTTP/1.1 and h2c with prior knowledge; not "+string(proto)))
 		return
 	}
+	if h.refuseBadTarget(x) {
+		return
+	}
 	method := x.in.Header.Method()
 	// Routed on the path as sent: "//v1/models" or "/v1/../v1/completions"
 	// are not the API's paths (fasthttp's Path() would clean them, and the
