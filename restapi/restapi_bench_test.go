@@ -21,7 +21,7 @@ func benchEntry(b *testing.B, eps int) string {
 		role := 1 + i%2
 		list = append(list, map[string]any{"endpointIP": fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), "targetPort": 8000, "weight": 1, "ep_role": role, "nixl_port": 5600})
 	}
-	return e.set("endpoints", list).json(b)
+	return e.Set("endpoints", list).JSON(b)
 }
 
 // BenchmarkDecodeValidateNormalize is the CPU cost of turning a POST body
@@ -57,7 +57,7 @@ func benchServer(b *testing.B, fsys FS, dir string, rules int) *Server {
 		b.Fatal(err)
 	}
 	for i := range rules {
-		body := single(b).set("serviceArguments.port", 1000+i).json(b)
+		body := single(b).Set("serviceArguments.port", 1000+i).JSON(b)
 		rec := httptest.NewRecorder()
 		srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, lbPath, strings.NewReader(body)))
 		if rec.Code != 200 {
@@ -81,8 +81,8 @@ func BenchmarkPOSTReplace(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) {
 				srv := benchServer(b, fsys, dir, rules)
-				bodies := []string{single(b).set("serviceArguments.port", 1000).set("endpoints.0.weight", 2).json(b),
-					single(b).set("serviceArguments.port", 1000).set("endpoints.0.weight", 3).json(b)}
+				bodies := []string{single(b).Set("serviceArguments.port", 1000).Set("endpoints.0.weight", 2).JSON(b),
+					single(b).Set("serviceArguments.port", 1000).Set("endpoints.0.weight", 3).JSON(b)}
 				b.ReportAllocs()
 				i := 0
 				for b.Loop() {
