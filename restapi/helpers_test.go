@@ -16,6 +16,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
 
+	"github.com/llbproject/llb/catalog"
 	"github.com/llbproject/llb/rule"
 )
 
@@ -80,7 +81,7 @@ func newTestServer(t *testing.T, mods ...func(*Config)) *testServer {
 	return ts
 }
 
-func (ts *testServer) restore() RestoreReport {
+func (ts *testServer) restore() catalog.RestoreReport {
 	ts.t.Helper()
 	rep, err := ts.srv.Restore(context.Background())
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
 
+	"github.com/llbproject/llb/catalog/statefs"
+	"github.com/llbproject/llb/catalog/statefs/memfs"
 	"github.com/llbproject/llb/rule"
 )
 
@@ -48,7 +50,7 @@ func BenchmarkDecodeValidateNormalize(b *testing.B) {
 	}
 }
 
-func benchServer(b *testing.B, fsys FS, dir string, rules int) *Server {
+func benchServer(b *testing.B, fsys statefs.FS, dir string, rules int) *Server {
 	srv, err := New(Config{Logger: zerolog.Nop(), Metrics: metrics.NewSet(), Runtime: NewNoDataPlane(), StateDir: dir, FS: fsys})
 	if err != nil {
 		b.Fatal(err)
@@ -74,10 +76,10 @@ func BenchmarkPOSTReplace(b *testing.B) {
 	for _, rules := range []int{1, 32, 256} {
 		for _, disk := range []bool{false, true} {
 			name := fmt.Sprintf("rules=%d/fs=mem", rules)
-			var fsys FS = newMemFS()
+			var fsys statefs.FS = memfs.New()
 			dir := memDir
 			if disk {
-				name, fsys, dir = fmt.Sprintf("rules=%d/fs=disk", rules), OSFS{}, b.TempDir()
+				name, fsys, dir = fmt.Sprintf("rules=%d/fs=disk", rules), statefs.OSFS{}, b.TempDir()
 			}
 			b.Run(name, func(b *testing.B) {
 				srv := benchServer(b, fsys, dir, rules)
@@ -102,7 +104,7 @@ func BenchmarkPOSTReplace(b *testing.B) {
 func BenchmarkGETAll(b *testing.B) {
 	for _, rules := range []int{1, 32, 256} {
 		b.Run(fmt.Sprintf("rules=%d", rules), func(b *testing.B) {
-			srv := benchServer(b, newMemFS(), memDir, rules)
+			srv := benchServer(b, memfs.New(), memDir, rules)
 			b.ReportAllocs()
 			for b.Loop() {
 				rec := httptest.NewRecorder()

@@ -17,6 +17,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
 
+	"github.com/llbproject/llb/catalog"
 	"github.com/llbproject/llb/internal/logfield"
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
@@ -273,7 +274,7 @@ func buildVersion() string {
 // openSharedStore opens the rule and controller stores of cluster mode in
 // etcd; on a single node it returns nothing (rules.json in the state dir).
 // stateFile is the local cache's name in cluster mode.
-func openSharedStore(cfg config, base zerolog.Logger) (shared *restapi.SharedConfig, stateFile string, closeFn func(), err error) {
+func openSharedStore(cfg config, base zerolog.Logger) (shared *catalog.SharedConfig, stateFile string, closeFn func(), err error) {
 	cl := cfg.Cluster
 	if cl.Name == "" {
 		return nil, "", func() {}, nil
@@ -296,6 +297,6 @@ func openSharedStore(cfg config, base zerolog.Logger) (shared *restapi.SharedCon
 		_ = cli.Close()
 		return nil, "", nil, err
 	}
-	return &restapi.SharedConfig{Rules: rules, Controller: ctrl, Where: where},
+	return &catalog.SharedConfig{Rules: rules, Controller: ctrl, Where: where},
 		"cluster-" + cl.Name + ".rules.json", func() { _ = cli.Close() }, nil
 }

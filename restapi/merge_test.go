@@ -243,35 +243,3 @@ func TestDetach_LeavingPDWithoutDecodeIs400(t *testing.T) {
 		t.Errorf("got %d %+v; want 400: the merged rule is validated", r.status, b)
 	}
 }
-
-func TestTable_DecisionsAreValuesWithTraces(t *testing.T) {
-	req := func(body string) rule.Rule {
-		t.Helper()
-		e, err := DecodeEntry([]byte(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := rule.NormalizeEntry(e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	ids := seqIDs()
-	t0 := newTable(nil)
-	t1, ch, err := t0.upsert(req(single(t).JSON(t)), 0, testEpoch, ids)
-	if err != nil || ch.Kind != ChangeCreated || ch.Old != nil || ch.New.ID() != "id-1" {
-		t.Fatalf("create: got %+v, %v; want created with a minted id", ch, err)
-	}
-	if len(t0.order) != 0 {
-		t.Fatalf("the old table changed: tables are immutable")
-	}
-	_, ch, err = t1.upsert(req(single(t).Set("endpoints.0.weight", 3).JSON(t)), 0, testEpoch, ids)
-	if err != nil || ch.Kind != ChangeReplaced || ch.Old == nil {
-		t.Fatalf("replace: got %+v, %v", ch, err)
-	}
-	trace := strings.Join(ch.Trace, "; ")
-	if !strings.Contains(trace, "endpoint order kept: 2 kept in place, 0 appended, 0 dropped") || !strings.Contains(trace, "kept id from the stored rule") {
-		t.Errorf("trace: got %q", trace)
-	}
-}
