@@ -29,9 +29,10 @@
 //     cancellation its legs obey, the attempt in progress, the record the
 //     access log reads.
 //   - handler.go is the front door: a request that looped back through
-//     X-Llb-Hop (headers.go), a paused rule or an HTTP version llb does not
-//     speak is answered at once; the rest is dispatched by method and path
-//     through the API table. A generation API parses the body (request.go)
+//     X-Llb-Hop (headers.go), to a paused rule, in an HTTP version llb does
+//     not speak or with a target it cannot forward (target.go) is answered
+//     at once; the rest is dispatched by method and path through the API
+//     table. A generation API parses the body (request.go)
 //     and builds the routing input (route_input.go; Tier 1.5 tokenizes and
 //     hashes the prompt in kvinput.go).
 //   - attempt.go is the attempt loop: Router.Route, the plan the decision
@@ -136,7 +137,10 @@
 //     closed (RFC 9112 §6.1), so a request pipelined behind it is never
 //     served; an HTTP/1.0 request with Transfer-Encoding is refused; a
 //     request line naming another HTTP version gets 505. Requests are routed
-//     on their path as sent ("//v1/models" is not "/v1/models").
+//     on their path as sent ("//v1/models" is not "/v1/models"). A target an
+//     HTTP/1.1 request line cannot carry (a space or control byte, a byte
+//     above 0x7E, a #fragment) is refused 400 bad_request on both front
+//     ends (target.go): it would otherwise go upstream as sent.
 //   - A client taken for gone (it may only have shut its write side) gets
 //     its connection closed, never an answer for a request nobody served.
 //   - Tier 1.5 tokenizes through inventory.Tokenizer with the request's own

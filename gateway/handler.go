@@ -314,6 +314,9 @@ func (h *Handler) serve(x *exchange) {
 			"this listener speaks HTTP/1.0, HTTP/1.1 and h2c with prior knowledge; not "+string(proto)))
 		return
 	}
+	if x.refuseBadTarget() {
+		return
+	}
 	method, path := x.in.Header.Method(), x.in.URI().PathOriginal()
 	a := apiFor(path)
 	if a == nil {
