@@ -50,7 +50,7 @@ type RequestKeys struct {
 
 // Trace is a generated, pre-hashed request sequence: workload.NewTrace's
 // requests (the harness replays the same ones for a seed) with the keys
-// llbd derives from each, and without their bodies. It is immutable once built and may be shared by
+// llbd derives from each. It is immutable once built and may be shared by
 // concurrent runs.
 type Trace struct {
 	// Config is what built it (defaults applied).
@@ -106,9 +106,15 @@ func NewTrace(cfg TraceConfig) (*Trace, error) {
 		}
 		k.Chain = lh.AppendBlockKeys(make([]uint64, 0, len(k.Digests)), r.Tokens, inventory.ExtraKeys{})
 		t.Keys[i] = k
-		// The simulator never sends the body: keep only what was derived
-		// from it (a recorded trace's bodies add up to gigabytes).
-		t.Requests[i].Body = nil
 	}
 	return t, nil
+}
+
+// DropBodies forgets the requests' bodies, which a simulation never sends
+// once their keys are derived (a recorded trace's add up to gigabytes).
+// Call it before the trace is shared.
+func (t *Trace) DropBodies() {
+	for i := range t.Requests {
+		t.Requests[i].Body = nil
+	}
 }
