@@ -59,13 +59,17 @@ const (
 	// the one llb mirrors (a variable sliding-window model publishes one
 	// stream per window size).
 	IgnoreWindow
+	// IgnoreCacheLevel: a TensorRT-LLM "updated" event (a block moved
+	// between cache levels, or its priority changed); llb mirrors
+	// TensorRT-LLM's blocks in one tier.
+	IgnoreCacheLevel
 	// NumIgnoreReasons is the number of reasons.
 	NumIgnoreReasons
 )
 
 var ignoreNames = [NumIgnoreReasons]string{
 	"invalid", "unknown_tag", "medium", "group", "spec_kind", "block_size", "token_count", "extra_keys", "orphan_parent", "unknown_block",
-	"cache_salt", "multimodal", "window",
+	"cache_salt", "multimodal", "window", "cache_level",
 }
 
 // String returns the reason's snake_case name (the metric label).
@@ -80,7 +84,7 @@ func (r IgnoreReason) String() string {
 // misconfiguration (logged at Info instead of Warn).
 func (r IgnoreReason) expected() bool {
 	return r == IgnoreUnknownBlock || r == IgnoreGroup || r == IgnoreSpecKind || r == IgnoreOrphanParent ||
-		r == IgnoreCacheSalt || r == IgnoreMultimodal || r == IgnoreWindow
+		r == IgnoreCacheSalt || r == IgnoreMultimodal || r == IgnoreWindow || r == IgnoreCacheLevel
 }
 
 // Metric names of the ignore counters.
