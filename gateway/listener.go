@@ -112,10 +112,11 @@ func NewListener(h *Handler) *Listener {
 		Handler:   http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { l.h.Load().ServeHTTP(w, r) }),
 		Protocols: &protos,
 		// Each stream may hold an upstream connection: bound them per
-		// connection, and close a connection that takes no byte for the
-		// send bound (a stream whose window stays shut is reset at it by
-		// writeNetHTTP).
-		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: maxH2Streams, WriteByteTimeout: h.sendTimeout},
+		// connection. A stream the client takes no byte of is reset at the
+		// send bound (writeNetHTTP, counted); a connection that can take
+		// no byte at all is closed a quarter of the bound later, after its
+		// streams.
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: maxH2Streams, WriteByteTimeout: h.sendTimeout + h.sendTimeout/4},
 		ReadHeaderTimeout: DefaultReadHeaderTimeout,
 		IdleTimeout:       DefaultIdleTimeout,
 		BaseContext:       func(net.Listener) context.Context { return base },
