@@ -47,6 +47,10 @@ type clientConn struct {
 	limit    *ConnLimit // nil: no connection limit
 	closed   atomic.Bool
 
+	// send is the send bound on the connection's writes (sendbound.go;
+	// serving goroutine only).
+	send sendClock
+
 	mu        sync.Mutex
 	x         *exchange // the exchange in progress, nil between requests
 	watching  bool      // the watch callback is blocked in waitPeerGone
@@ -197,9 +201,10 @@ func (h *Handler) serveFast(rc *fasthttp.RequestCtx, cc *clientConn, stopping bo
 		rc.SetConnectionClose()
 	}
 	if x.stream != nil {
-		// The client's reads bound the stream's writes: a client that stops
-		// reading cannot pin the connection beyond the request's deadline.
-		_ = rc.SetWriteDeadline(x.deadline)
+		// The stream's writes are bounded by the send bound and by the
+		// request's deadline: a client that stops reading, or reads too
+		// slowly, cannot pin the connection and the upstream leg.
+		cc.limitWrites(x.deadline)
 		return
 	}
 	// No answer for a cut request, nor for a client taken for gone (it may
@@ -231,6 +236,7 @@ func (cc *clientConn) begin(x *exchange) {
 // end detaches the exchange and stops the watch, waiting for a running
 // watch callback to return, so the server can read the next request.
 func (cc *clientConn) end() {
+	cc.limitWrites(time.Time{})
 	if cc.raw == nil || cc.timer.Stop() {
 		cc.mu.Lock()
 		cc.x = nil

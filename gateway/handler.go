@@ -88,6 +88,7 @@ type Handler struct {
 	bodyLimit       int64
 	bodyReadTimeout time.Duration
 	maxRetries      int
+	sendTimeout     time.Duration // the send bound (0: off)
 
 	// Process-wide bounds (shared by every handler; nil: none).
 	budget *BodyBudget
@@ -170,6 +171,7 @@ func NewHandler(c *rule.Compiled, opts Options, deps Deps) (*Handler, error) {
 		bodyLimit:       opts.BodyLimit,
 		bodyReadTimeout: opts.BodyReadTimeout,
 		maxRetries:      opts.MaxConnectRetries,
+		sendTimeout:     max(opts.ClientSendTimeout, 0),
 		hopID:           opts.HopID,
 		watch:           deps.Watch,
 		budget:          deps.Budget,
