@@ -24,9 +24,6 @@
 //     gap or restart cleared, replay when configured).
 //   - Feed: the ZMQ SUB subscriber of one endpoint rank, with replay over a
 //     DEALER socket, producing Updates for a sink.
-//   - Tokenizer / RemoteTokenizer: the engine's POST /tokenize with a
-//     deadline (a miss is a tokenize guard), an LRU cache and bounded
-//     concurrency.
 //   - ScrapeCacheConfig / ParseCacheConfig: num_gpu_blocks and the waiting
 //     queue from an engine's /metrics (the endpoint actor scrapes on its
 //     own schedule).
@@ -37,8 +34,8 @@
 // A Feed's sockets belong to the goroutine running Feed.Run: it polls with
 // a timeout, checks its context, and closes them itself (closing a pebbe/zmq4
 // socket from another goroutine while it is blocked crashes the process).
-// A Mirror has exactly one owner and takes no locks. Hasher, TokenHasher
-// and RemoteTokenizer are safe for concurrent use. Feed's Stats is safe
+// A Mirror has exactly one owner and takes no locks. Hasher and TokenHasher
+// are safe for concurrent use. Feed's Stats is safe
 // from any goroutine; Mirror's belongs to its owner. A Batch handed to a sink belongs to the sink.
 //
 // # Runtime wiring
@@ -51,7 +48,7 @@
 //	                    Mirror.ApplyUpdate; on UpdateConnected: capacity refresh
 //	                    ▲ Score{chain} / ▼ overlap, Contract(), Len()
 //	                 router actor ◀── gateway (per request, in its own goroutine:
-//	                                   Tokenizer.Tokenize, then
+//	                                   tokenizer.Tokenizer, then
 //	                                   ChainHasher.AppendBlockKeys)
 //
 // The request path never touches a Mirror directly: it computes the chain
