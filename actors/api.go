@@ -10,9 +10,10 @@ import (
 
 // This file is the runtime's contract with the data plane (gateway/): what a
 // request asks the service's router actor, what it gets back, and how it
-// reports the outcome of each leg. The gateway holds a *Service and calls
-// Route, Report and Finish from its request goroutines; every call turns into
-// a message to the service's router actor, which owns all mutable routing
+// reports through the ticket it was given: the first byte, each leg's
+// outcome and the request's end. The gateway calls Route (a Router) and the
+// Ticket's methods from its request goroutines; every call turns into a
+// message to the service's router actor, which owns all mutable routing
 // state.
 
 // Errors returned by Service.Route. Test with errors.Is.
@@ -49,7 +50,7 @@ type RouteRequest struct {
 	// to connect to (retry before the first byte).
 	Avoid uint32
 	// Streamed is true when the client asked for a stream: its first body
-	// byte is its first token, and the gateway's FirstByte ends its
+	// byte is its first token, and the ticket's FirstByte ends its
 	// prefill charge (EndpointView.PrefillBlocks) there. A single-pool
 	// request that does not stream answers in one piece at the end; its
 	// charge ends at the first engine scrape, begun after it was sent,
@@ -68,25 +69,93 @@ type RouteRequest struct {
 	Passthrough bool
 }
 
-// Ticket identifies one admitted request inside its service. It is what the
-// gateway hands back in Report and Finish.
+// Ticket is an admitted request's claim on the service that admitted it,
+// and the data plane's one way back to that service (grpc's
+// PickResult.Done): through it the gateway tells of the answering leg's
+// first byte, reports each leg's outcome and finishes the request. A
+// ticket is bound to the service that issued it, so its reports reach
+// that service wherever the request was routed from (a replaced rule's
+// late reports go to the retired service, where they change nothing).
+//
+// The zero Ticket is not admitted; its methods do nothing.
 type Ticket struct {
-	// ID is unique per service for the service's lifetime; 0 is never used.
+	// ID is unique per process for the process's lifetime; 0 is never
+	// used.
 	ID uint64
 	// Prefill and Decode are the endpoints whose in-flight counts this
 	// ticket holds (Decode is -1 for single-pool and rescue routes).
 	Prefill int
 	Decode  int
+	// ledger is the issuing service's account of its tickets.
+	ledger Ledger
+}
+
+// NewTicket returns ticket id, holding endpoints prefill and decode,
+// whose reports go to l. *Service binds its own tickets; other routers
+// (test fakes, benchmarks) use this.
+func NewTicket(l Ledger, id uint64, prefill, decode int) Ticket {
+	return Ticket{ID: id, Prefill: prefill, Decode: decode, ledger: l}
+}
+
+// FirstByte tells the service that the answering leg's first body byte
+// arrived: for a streamed single-pool request its first token, so its
+// prefill is over (the headroom law stops counting it as queued work on
+// the endpoint). A P/D prefill leg ends with its Report instead.
+func (t Ticket) FirstByte() {
+	if t.ledger != nil {
+		t.ledger.FirstByte(t)
+	}
+}
+
+// Report records one leg attempt's outcome: it releases that leg's
+// in-flight count and feeds the endpoint's breaker. Reporting the same leg
+// twice is a no-op. o.Ticket is set to t.
+func (t Ticket) Report(o Outcome) {
+	if t.ledger != nil {
+		o.Ticket = t
+		t.ledger.Report(o)
+	}
+}
+
+// Conclude reports the ticket's last leg and finishes it, as Report then
+// Finish do, in one message.
+func (t Ticket) Conclude(o Outcome, res Result) {
+	if t.ledger != nil {
+		o.Ticket = t
+		t.ledger.Conclude(o, res)
+	}
+}
+
+// Finish ends the ticket: it releases whatever legs were not reported,
+// and when res.OK pins the session and teaches the trie. Every admitted
+// ticket is finished (or concluded) exactly once; later calls are no-ops.
+func (t Ticket) Finish(res Result) {
+	if t.ledger != nil {
+		t.ledger.Finish(t, res)
+	}
+}
+
+// Ledger is a service's account of the tickets it issued: in-flight
+// counts, queued prefill work, breakers, session pins and the trie's
+// lessons. *Service is the ledger of its own tickets. The data plane
+// reaches it only through a Ticket's methods, which document the
+// contract; a ledger ignores what it hears about tickets it does not
+// hold.
+type Ledger interface {
+	FirstByte(t Ticket)
+	Report(o Outcome)
+	Conclude(o Outcome, res Result)
+	Finish(t Ticket, res Result)
 }
 
 // Route is the router's answer to Route.
 type Route struct {
 	// Decision is the ladder's decision, trace included. When
 	// Decision.Available() is false the gateway answers the client with the
-	// error the decision names (429 shed, 503 refuse/unavailable) and must
-	// not call Report or Finish.
+	// error the decision names (429 shed, 503 refuse/unavailable).
 	Decision ladder.Decision
-	// Ticket is set when the decision admitted the request.
+	// Ticket is set when the decision admitted the request (the zero
+	// Ticket otherwise, whose methods do nothing).
 	Ticket Ticket
 	// Parked is how long the request waited in an admission queue before it
 	// was admitted (0 when it never parked).
@@ -203,29 +272,15 @@ type Result struct {
 	OK bool
 }
 
-// Router is what the gateway needs from a running service. *Service
-// implements it; gateway tests may use a fake.
+// Router is what the gateway needs from a running service: where each
+// request goes. *Service implements it; lifecycle's swap router hands each
+// call to the rule's current service; gateway tests use fakes.
 type Router interface {
 	// Route decides where a request goes. It blocks while the request is
 	// parked by the admission gate, until ctx ends (then it returns
 	// ctx.Err() and leaves nothing held), or until the park deadline
-	// (ErrParkTimeout).
+	// (ErrParkTimeout). An admitted request's Route.Ticket is bound to the
+	// service that decided it; the gateway reports and finishes through
+	// it.
 	Route(ctx context.Context, rr *RouteRequest) (Route, error)
-	// Report records one leg attempt's outcome (releases that leg's load).
-	// Reporting the same leg twice is a no-op.
-	Report(o Outcome)
-	// Finish ends a ticket: releases whatever legs were not reported, pins
-	// the session and teaches the trie when res.OK. Every admitted ticket
-	// must be finished exactly once; later calls are no-ops.
-	Finish(t Ticket, res Result)
-}
-
-// FirstByter is implemented by routers that count the prefill work queued
-// on each endpoint (the headroom law's EndpointView.PrefillBlocks). The
-// gateway calls FirstByte when a single-pool leg's first body byte arrives
-// — for a streamed completion its first token, so the prefill is over; a
-// P/D prefill leg ends with its Report instead. Optional: a router without
-// it keeps counting until the leg's Report or the ticket's Finish.
-type FirstByter interface {
-	FirstByte(t Ticket)
 }

@@ -60,8 +60,8 @@ func (s *System) props(p actor.Producer, opts ...actor.PropsOption) *actor.Props
 // Service is one running rule: a supervisor actor with a router actor, and
 // per endpoint an endpoint actor, a breaker actor and (for endpoints with
 // KV feeds) an inventory actor, plus the session shard actors. The gateway
-// calls Route, Report and Finish from request goroutines; each call is a
-// message to the router actor.
+// calls Route and the methods of the tickets it hands out from request
+// goroutines; each call is a message to the router actor.
 type Service struct {
 	cfg     ServiceConfig
 	sys     *System
@@ -317,6 +317,9 @@ func (svc *Service) Route(ctx context.Context, rr *RouteRequest) (Route, error) 
 				continue
 			}
 			svc.replies.Put(reply)
+			if r.route.Ticket.ID != 0 {
+				r.route.Ticket.ledger = svc
+			}
 			return r.route, r.err
 		case <-ctx.Done():
 			// The channel may still receive the router's answer: it is
@@ -331,21 +334,36 @@ func (svc *Service) Route(ctx context.Context, rr *RouteRequest) (Route, error) 
 	}
 }
 
-// Report implements Router.
-func (svc *Service) Report(o Outcome) { svc.root.Send(svc.router, reportMsg{o: o}) }
+// The service is the Ledger of the tickets it issues: each call is one
+// message to the router actor. A stopped service's tickets are stale; what
+// is reported on them is dropped.
 
-// Conclude reports a ticket's last leg and finishes the ticket, as Report
-// then Finish do, in one message to the router.
-func (svc *Service) Conclude(o Outcome, res Result) {
-	svc.root.Send(svc.router, concludeMsg{o: o, res: res})
+// Report implements Ledger.
+func (svc *Service) Report(o Outcome) {
+	if !svc.stopped.Load() {
+		svc.root.Send(svc.router, reportMsg{o: o})
+	}
 }
 
-// FirstByte implements FirstByter.
-func (svc *Service) FirstByte(t Ticket) { svc.root.Send(svc.router, firstByteMsg{t: t}) }
+// Conclude implements Ledger.
+func (svc *Service) Conclude(o Outcome, res Result) {
+	if !svc.stopped.Load() {
+		svc.root.Send(svc.router, concludeMsg{o: o, res: res})
+	}
+}
 
-// Finish implements Router.
+// FirstByte implements Ledger.
+func (svc *Service) FirstByte(t Ticket) {
+	if !svc.stopped.Load() {
+		svc.root.Send(svc.router, firstByteMsg{t: t})
+	}
+}
+
+// Finish implements Ledger.
 func (svc *Service) Finish(t Ticket, res Result) {
-	svc.root.Send(svc.router, finishMsg{t: t, res: res})
+	if !svc.stopped.Load() {
+		svc.root.Send(svc.router, finishMsg{t: t, res: res})
+	}
 }
 
 // sessionPID returns the shard actor that owns key.

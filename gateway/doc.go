@@ -118,7 +118,10 @@
 //     closed (RFC 9112 §6.1), so a request pipelined behind it is never
 //     served; an HTTP/1.0 request with Transfer-Encoding is refused; a
 //     request line naming another HTTP version gets 505. Requests are routed
-//     on their path as sent ("//v1/models" is not "/v1/models").
+//     on their path as sent ("//v1/models" is not "/v1/models"). A target an
+//     HTTP/1.1 request line cannot carry (a space or control byte, a byte
+//     above 0x7E, a #fragment) is refused 400 bad_request on both front
+//     ends (target.go): it would otherwise go upstream as sent.
 //   - A client taken for gone (it may only have shut its write side) gets
 //     its connection closed, never an answer for a request nobody served.
 //   - Tier 1.5 tokenizes through tokenizer.Tokenizer with the request's own

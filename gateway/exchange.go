@@ -238,6 +238,18 @@ func (x *exchange) abortCause() failCause {
 	return x.cause
 }
 
+// conclude reports o, the ticket's last leg, and finishes the ticket.
+func (x *exchange) conclude(o actors.Outcome, res actors.Result) {
+	x.ticket.Conclude(o, res)
+	x.ticket = actors.Ticket{}
+}
+
+// finish ends the ticket (its legs reported, or never run).
+func (x *exchange) finish(res actors.Result) {
+	x.ticket.Finish(res)
+	x.ticket = actors.Ticket{}
+}
+
 // clientGone records that the client left before an answer.
 func (x *exchange) clientGone() {
 	x.status = StatusClientGone

@@ -219,10 +219,7 @@ func (h *Handler) begin() *exchange {
 // back to the pool. Only a bug (a panic) leaves a ticket open here; it is
 // released so the endpoint's in-flight count does not leak.
 func (h *Handler) done(x *exchange) {
-	if x.ticket.ID != 0 {
-		h.router.Finish(x.ticket, actors.Result{})
-		x.ticket = actors.Ticket{}
-	}
+	x.finish(actors.Result{})
 	if x.cc != nil {
 		x.cc.end()
 	}
@@ -306,9 +303,7 @@ func (h *Handler) recoverPanic(x *exchange, p any) {
 		_ = x.up.nc.Close()
 	}
 	x.mu.Unlock()
-	if x.ticket.ID != 0 {
-		h.router.Finish(x.ticket, actors.Result{})
-	}
+	x.ticket.Finish(actors.Result{})
 	if x.cc != nil {
 		x.cc.end()
 	}
@@ -352,6 +347,9 @@ func (h *Handler) serve(x *exchange) {
 			"this listener speaks HTTP/1.0, HTTP/1.1 and h2c with prior knowledge; not "+string(proto)))
 		return
 	}
+	if h.refuseBadTarget(x) {
+		return
+	}
 	method := x.in.Header.Method()
 	// Routed on the path as sent: "//v1/models" or "/v1/../v1/completions"
 	// are not the API's paths (fasthttp's Path() would clean them, and the
@@ -385,33 +383,6 @@ func (h *Handler) serve(x *exchange) {
 func (h *Handler) methodNotAllowed(x *exchange, allow string) {
 	x.out.Header.Set("Allow", allow)
 	h.fail(x, requestError(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "", "this path accepts "+allow))
-}
-
-// concluder is a router that takes a leg's outcome and its ticket's end in
-// one message (actors.Service, through the runtime's swapRouter).
-type concluder interface {
-	Conclude(o actors.Outcome, res actors.Result)
-}
-
-// conclude reports o, the ticket's last leg, and finishes the ticket.
-func (h *Handler) conclude(x *exchange, o actors.Outcome, res actors.Result) {
-	if c, ok := h.router.(concluder); ok {
-		c.Conclude(o, res)
-		if x.ticket.ID == o.Ticket.ID {
-			x.ticket = actors.Ticket{}
-		}
-		return
-	}
-	h.router.Report(o)
-	h.finish(x, o.Ticket, res)
-}
-
-// finish ends ticket t once and forgets it.
-func (h *Handler) finish(x *exchange, t actors.Ticket, res actors.Result) {
-	h.router.Finish(t, res)
-	if x.ticket.ID == t.ID {
-		x.ticket = actors.Ticket{}
-	}
 }
 
 // fail answers the client with e (nothing was sent yet).
@@ -508,7 +479,7 @@ func (h *Handler) proxy(x *exchange, req *Request, rr *actors.RouteRequest) {
 			// A decision naming an endpoint this rule does not have is a
 			// runtime bug (e.g. a rule replaced under a stale router):
 			// release the ticket and answer a retriable 503.
-			h.router.Finish(route.Ticket, actors.Result{})
+			route.Ticket.Finish(actors.Result{})
 			e := planeError(http.StatusServiceUnavailable, CodeServiceUnavailable, "the router chose an endpoint this rule does not have ("+d.String()+")")
 			e.RetryAfter = DefaultRetryAfter
 			h.fail(x, e)

@@ -15,14 +15,15 @@ import (
 	"github.com/llbproject/llb/ladder"
 )
 
-// panicReport simulates a bug below the handler: the router panics when
-// the leg is reported.
+// panicReport simulates a bug below the handler: the ticket's ledger
+// panics when the leg is reported.
 type panicReport struct{ *fakeRouter }
 
-func (panicReport) Report(actors.Outcome) { panic("bug") }
+func (panicReport) Report(actors.Outcome)                  { panic("bug") }
+func (panicReport) Conclude(actors.Outcome, actors.Result) { panic("bug") }
 
-// The decorator must still satisfy the router contract.
-var _ actors.Router = panicReport{}
+// The decorator must still satisfy the ledger contract.
+var _ actors.Ledger = panicReport{}
 
 func TestHandler_StripsHopByHopHeadersBothWays(t *testing.T) {
 	be := newFakeVLLM(t)
@@ -205,12 +206,11 @@ func TestHandler_ReleasesTheTicketOnBadDecisionsAndPanics(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			be := newFakeVLLM(t)
 			fr := newFakeRouter(fixedRoute(tt.d))
-			var router actors.Router = fr
 			if tt.panic {
-				router = panicReport{fr}
+				fr.ledger = panicReport{fr}
 			}
 			cfg := singlePool(be.addr())
-			h, err := NewHandler(cfg, Options{}, Deps{Router: router})
+			h, err := NewHandler(cfg, Options{}, Deps{Router: fr})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -371,8 +371,8 @@ func TestHandler_HiddenBackendAddressesStayOutOfClientAnswers(t *testing.T) {
 	}
 }
 
-// A router that counts queued prefill work (actors.FirstByter) hears of a
-// single-pool leg's first body byte, once, before the ticket finishes.
+// The ticket's ledger hears of a single-pool leg's first body byte, once,
+// before the ticket finishes.
 func TestHandler_TellsTheRouterOfTheFirstByte(t *testing.T) {
 	be := newFakeVLLM(t)
 	be.answer = func(w http.ResponseWriter, _ *http.Request, _ []byte) {

@@ -25,9 +25,11 @@ import (
 // A fake actors.Router for unit tests.
 
 // fakeRouter answers Route with decide and records everything the gateway
-// tells it. Safe for concurrent use.
+// tells it through the tickets it issues (it is their actors.Ledger, or
+// ledger when set). Safe for concurrent use.
 type fakeRouter struct {
 	decide func(rr *actors.RouteRequest, n int) (actors.Route, error)
+	ledger actors.Ledger // nil: the fakeRouter itself
 
 	mu       sync.Mutex
 	routes   []actors.RouteRequest
@@ -39,7 +41,7 @@ type fakeRouter struct {
 	firsts   []uint64    // FirstByte calls, by ticket ID
 }
 
-// FirstByte implements actors.FirstByter.
+// FirstByte implements actors.Ledger.
 func (f *fakeRouter) FirstByte(t actors.Ticket) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -63,19 +65,29 @@ func (f *fakeRouter) Route(ctx context.Context, rr *actors.RouteRequest) (actors
 		return rt, err
 	}
 	if rt.Decision.Available() {
-		rt.Ticket = actors.Ticket{ID: id, Prefill: rt.Decision.Prefill, Decode: rt.Decision.Decode}
+		var l actors.Ledger = f
+		if f.ledger != nil {
+			l = f.ledger
+		}
+		rt.Ticket = actors.NewTicket(l, id, rt.Decision.Prefill, rt.Decision.Decode)
 	}
 	return rt, nil
 }
 
-// Report implements actors.Router.
+// Report implements actors.Ledger.
 func (f *fakeRouter) Report(o actors.Outcome) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.outcomes = append(f.outcomes, o)
 }
 
-// Finish implements actors.Router.
+// Conclude implements actors.Ledger.
+func (f *fakeRouter) Conclude(o actors.Outcome, res actors.Result) {
+	f.Report(o)
+	f.Finish(o.Ticket, res)
+}
+
+// Finish implements actors.Ledger.
 func (f *fakeRouter) Finish(t actors.Ticket, res actors.Result) {
 	f.mu.Lock()
 	if _, ok := f.finishes[t.ID]; ok {
@@ -407,4 +419,7 @@ func sseEvents(t *testing.T, r io.Reader) ([]string, error) {
 }
 
 // The real runtime satisfies the contract the gateway is written against.
-var _ actors.Router = (*actors.Service)(nil)
+var (
+	_ actors.Router = (*actors.Service)(nil)
+	_ actors.Ledger = (*actors.Service)(nil)
+)

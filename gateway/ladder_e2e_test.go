@@ -84,7 +84,7 @@ func (l *ladderRouter) Route(_ context.Context, rr *actors.RouteRequest) (actors
 		return actors.Route{Decision: d}, nil
 	}
 	l.next++
-	tk := &ladderTicket{t: actors.Ticket{ID: l.next, Prefill: d.Prefill, Decode: d.Decode}, prefill: true, decode: d.Decode >= 0}
+	tk := &ladderTicket{t: actors.NewTicket(l, l.next, d.Prefill, d.Decode), prefill: true, decode: d.Decode >= 0}
 	l.tickets[tk.t.ID] = tk
 	l.views[d.Prefill].ActiveConns++
 	if d.Decode >= 0 {
@@ -94,7 +94,10 @@ func (l *ladderRouter) Route(_ context.Context, rr *actors.RouteRequest) (actors
 	return actors.Route{Decision: d, Ticket: tk.t}, nil
 }
 
-// Report implements actors.Router.
+// FirstByte implements actors.Ledger.
+func (*ladderRouter) FirstByte(actors.Ticket) {}
+
+// Report implements actors.Ledger.
 func (l *ladderRouter) Report(o actors.Outcome) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -115,7 +118,13 @@ func (l *ladderRouter) Report(o actors.Outcome) {
 	}
 }
 
-// Finish implements actors.Router.
+// Conclude implements actors.Ledger.
+func (l *ladderRouter) Conclude(o actors.Outcome, res actors.Result) {
+	l.Report(o)
+	l.Finish(o.Ticket, res)
+}
+
+// Finish implements actors.Ledger.
 func (l *ladderRouter) Finish(t actors.Ticket, _ actors.Result) {
 	l.Report(actors.Outcome{Ticket: t, Leg: actors.LegSingle})
 	l.Report(actors.Outcome{Ticket: t, Leg: actors.LegDecode})

@@ -99,7 +99,7 @@ func (h *Handler) servePD(x *exchange, req *Request, route actors.Route, canRetr
 	x.prefillEP, x.decodeEP, x.pd = pEP, dEP, true
 	prefillBody, err := PrefillBody(req.Body)
 	if err != nil { // unreachable: the body parsed as an object
-		h.finish(x, t, actors.Result{})
+		x.finish(actors.Result{})
 		h.fail(x, requestError(http.StatusBadRequest, CodeInvalidJSON, "", "the request body must be a JSON object"))
 		return attempt{}
 	}
@@ -114,8 +114,8 @@ func (h *Handler) servePD(x *exchange, req *Request, route actors.Route, canRetr
 	x.prefill = time.Since(start)
 	if err != nil {
 		fail, cause := lg.failure(err)
-		h.router.Report(actors.Outcome{Ticket: t, Leg: actors.LegPrefill, Status: pr.status, Failure: fail, TTFB: pr.ttfb, Duration: x.prefill})
-		h.finish(x, t, actors.Result{})
+		x.ticket.Report(actors.Outcome{Leg: actors.LegPrefill, Status: pr.status, Failure: fail, TTFB: pr.ttfb, Duration: x.prefill})
+		x.finish(actors.Result{})
 		if cause == causeConnect || cause == causeReset {
 			h.met.prefillDied.Inc()
 		}
@@ -131,9 +131,9 @@ func (h *Handler) servePD(x *exchange, req *Request, route actors.Route, canRetr
 	if x.observe {
 		x.cached, usage = pr.usage, pr.usage
 	}
-	h.router.Report(actors.Outcome{Ticket: t, Leg: actors.LegPrefill, Status: pr.status, TTFB: pr.ttfb, Duration: x.prefill, Usage: usage})
+	x.ticket.Report(actors.Outcome{Leg: actors.LegPrefill, Status: pr.status, TTFB: pr.ttfb, Duration: x.prefill, Usage: usage})
 	if pr.status/100 != 2 {
-		h.finish(x, t, actors.Result{})
+		x.finish(actors.Result{})
 		h.relayPrefillError(x, &pr)
 		return attempt{}
 	}
@@ -150,7 +150,7 @@ func (h *Handler) servePD(x *exchange, req *Request, route actors.Route, canRetr
 	}
 	decodeBody, err := DecodeBody(req.Body, params)
 	if err != nil { // unreachable: the body parsed as an object
-		h.finish(x, t, actors.Result{})
+		x.finish(actors.Result{})
 		h.fail(x, requestError(http.StatusBadRequest, CodeInvalidJSON, "", "the request body must be a JSON object"))
 		return attempt{}
 	}

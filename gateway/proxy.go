@@ -75,7 +75,7 @@ func (h *Handler) legIdle() time.Duration {
 // cut it).
 func (h *Handler) legFailed(x *exchange, t actors.Ticket, kind actors.Leg, ep int,
 	fail actors.Failure, cause failCause, err error, took time.Duration, canRetry bool) attempt {
-	h.conclude(x, actors.Outcome{Ticket: t, Leg: kind, Failure: fail, Duration: took}, actors.Result{})
+	x.conclude(actors.Outcome{Leg: kind, Failure: fail, Duration: took}, actors.Result{})
 	if kind == actors.LegDecode && fail != actors.FailClientGone {
 		h.met.decodeDied.Inc()
 	}
@@ -186,8 +186,8 @@ func (h *Handler) relay(x *exchange, lg leg, t actors.Ticket, ttfb time.Duration
 	if n > 0 {
 		s.firstByte = time.Now()
 		s.lg.begin()
-		if fb, ok := h.router.(actors.FirstByter); ok && !s.decode {
-			fb.FirstByte(t) // the prefill is over: the router stops counting it as queued
+		if !s.decode {
+			x.ticket.FirstByte() // the prefill is over: the router stops counting it as queued
 		}
 	}
 	if n == 0 && rerr != nil {

@@ -22,14 +22,16 @@ import (
 )
 
 // instantRouter answers every Route with a fixed decision and ignores
-// reports: the gateway's cost without the router's.
+// what its tickets report: the gateway's cost without the router's.
 type instantRouter struct{ d ladder.Decision }
 
 func (r *instantRouter) Route(context.Context, *actors.RouteRequest) (actors.Route, error) {
-	return actors.Route{Decision: r.d, Ticket: actors.Ticket{ID: 1, Prefill: r.d.Prefill, Decode: r.d.Decode}}, nil
+	return actors.Route{Decision: r.d, Ticket: actors.NewTicket(r, 1, r.d.Prefill, r.d.Decode)}, nil
 }
-func (*instantRouter) Report(actors.Outcome)               {}
-func (*instantRouter) Finish(actors.Ticket, actors.Result) {}
+func (*instantRouter) FirstByte(actors.Ticket)                {}
+func (*instantRouter) Report(actors.Outcome)                  {}
+func (*instantRouter) Conclude(actors.Outcome, actors.Result) {}
+func (*instantRouter) Finish(actors.Ticket, actors.Result)    {}
 
 const benchCompletion = `{"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":" world","finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}}`
 

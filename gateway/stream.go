@@ -175,6 +175,6 @@ func (s *relayStream) finish(fail actors.Failure) {
 	if s.scan {
 		usage = x.cached
 	}
-	h.conclude(x, actors.Outcome{Ticket: s.ticket, Leg: s.lg.kind, Status: s.status, Failure: fail, TTFB: s.ttfb, Duration: time.Since(s.lg.start), Usage: usage},
+	x.conclude(actors.Outcome{Leg: s.lg.kind, Status: s.status, Failure: fail, TTFB: s.ttfb, Duration: time.Since(s.lg.start), Usage: usage},
 		actors.Result{OK: fail == actors.FailNone && s.status/100 == 2})
 }

@@ -11,7 +11,8 @@ import (
 // current service. During a replace, routing waits until the successor is
 // up; a retired router forwards to its successor when the endpoint lists
 // are index-compatible, and answers ErrStopped otherwise (its handler's
-// endpoint indexes would not match the successor's decisions).
+// endpoint indexes would not match the successor's decisions). Only Route
+// passes through it: a ticket reports to the service that issued it.
 type swapRouter struct {
 	mu   sync.RWMutex
 	svc  *actors.Service
@@ -75,35 +76,4 @@ func (s *swapRouter) Route(ctx context.Context, rr *actors.RouteRequest) (actors
 		return actors.Route{}, err
 	}
 	return svc.Route(ctx, rr)
-}
-
-// Report implements actors.Router. Ticket IDs are process-wide, so a
-// report that reaches a successor for its predecessor's ticket is stale and
-// ignored there.
-func (s *swapRouter) Report(o actors.Outcome) {
-	if svc, err := s.current(context.Background()); err == nil {
-		svc.Report(o)
-	}
-}
-
-// Conclude implements the gateway's concluder: Report and Finish in one
-// message.
-func (s *swapRouter) Conclude(o actors.Outcome, res actors.Result) {
-	if svc, err := s.current(context.Background()); err == nil {
-		svc.Conclude(o, res)
-	}
-}
-
-// Finish implements actors.Router.
-func (s *swapRouter) Finish(t actors.Ticket, res actors.Result) {
-	if svc, err := s.current(context.Background()); err == nil {
-		svc.Finish(t, res)
-	}
-}
-
-// FirstByte implements actors.FirstByter.
-func (s *swapRouter) FirstByte(t actors.Ticket) {
-	if svc, err := s.current(context.Background()); err == nil {
-		svc.FirstByte(t)
-	}
 }

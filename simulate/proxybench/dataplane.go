@@ -19,19 +19,26 @@ import (
 // trip). Against the llbd row it shows what the data plane costs and what
 // the routing runtime (actors) adds.
 
-// instantRouter sends every request to endpoint 0 and ignores outcomes.
+// instantRouter sends every request to endpoint 0 and ignores what its
+// tickets report.
 type instantRouter struct{ next atomic.Uint64 }
 
 // Route implements actors.Router.
 func (r *instantRouter) Route(context.Context, *actors.RouteRequest) (actors.Route, error) {
 	d := ladder.Decision{Prefill: 0, Decode: -1, Tier: ladder.TierSelector, ParkOn: -1}
-	return actors.Route{Decision: d, Ticket: actors.Ticket{ID: r.next.Add(1), Prefill: 0, Decode: -1}}, nil
+	return actors.Route{Decision: d, Ticket: actors.NewTicket(r, r.next.Add(1), 0, -1)}, nil
 }
 
-// Report implements actors.Router.
+// FirstByte implements actors.Ledger.
+func (*instantRouter) FirstByte(actors.Ticket) {}
+
+// Report implements actors.Ledger.
 func (*instantRouter) Report(actors.Outcome) {}
 
-// Finish implements actors.Router.
+// Conclude implements actors.Ledger.
+func (*instantRouter) Conclude(actors.Outcome, actors.Result) {}
+
+// Finish implements actors.Ledger.
 func (*instantRouter) Finish(actors.Ticket, actors.Result) {}
 
 // startDataPlane serves a single-pool rule on vip to endpoint backend.
