@@ -45,6 +45,10 @@ type clientConn struct {
 	limit    *ConnLimit // nil: no connection limit
 	closed   atomic.Bool
 
+	// send is the send bound on the connection's writes (sendbound.go;
+	// serving goroutine only).
+	send sendClock
+
 	mu        sync.Mutex
 	x         *exchange // the exchange in progress, nil between requests
 	watching  bool      // the watch callback is blocked in waitPeerGone
@@ -177,6 +181,7 @@ func (cc *clientConn) begin(x *exchange) {
 // end detaches the exchange and stops the watch, waiting for a running
 // watch callback to return, so the server can read the next request.
 func (cc *clientConn) end() {
+	cc.limitWrites(time.Time{})
 	if cc.raw == nil || cc.timer.Stop() {
 		cc.mu.Lock()
 		cc.x = nil

@@ -108,8 +108,13 @@
 //     stream is never ended as if it were complete.
 //   - A client that leaves cancels every upstream leg and is reported as
 //     FailClientGone (no health penalty); it is logged and counted as
-//     status 499. A client that stops reading cannot pin a connection: its
-//     writes fail at the max stream duration or a shutdown cut.
+//     status 499. A client that stops reading pins a connection for the
+//     send bound at most (Options.ClientSendTimeout, 60 s; sendbound.go):
+//     a write that the client takes no byte of for that long fails, the
+//     client connection (an h2c stream) is cut, a stream's upstream leg
+//     ends with it, and llb_client_send_timeouts_total counts it. The
+//     max stream duration and a shutdown cut bound the writes too. An h2c
+//     connection carries at most 100 streams at once.
 //   - Requests the server cannot read are answered by the listener
 //     (requestError) with the same JSON errors and the connection closed: a
 //     body over the rule's limit 413, a body (or head) slower than its bound

@@ -87,6 +87,7 @@ type Handler struct {
 	bodyLimit       int64
 	bodyReadTimeout time.Duration
 	maxRetries      int
+	sendTimeout     time.Duration // the send bound (0: off)
 
 	// Process-wide bounds (shared by every handler; nil: none).
 	budget *BodyBudget
@@ -168,6 +169,7 @@ func NewHandler(c *rule.Compiled, opts Options, deps Deps) (*Handler, error) {
 		bodyLimit:       opts.BodyLimit,
 		bodyReadTimeout: opts.BodyReadTimeout,
 		maxRetries:      opts.MaxConnectRetries,
+		sendTimeout:     max(opts.ClientSendTimeout, 0),
 		hopID:           opts.HopID,
 		watch:           deps.Watch,
 		budget:          deps.Budget,
@@ -275,9 +277,10 @@ func (h *Handler) serveFast(rc *fasthttp.RequestCtx, cc *clientConn, stopping bo
 		rc.SetConnectionClose()
 	}
 	if x.stream != nil {
-		// The client's reads bound the stream's writes: a client that stops
-		// reading cannot pin the connection beyond the request's deadline.
-		_ = rc.SetWriteDeadline(x.deadline)
+		// The stream's writes are bounded by the send bound and by the
+		// request's deadline: a client that stops reading, or reads too
+		// slowly, cannot pin the connection and the upstream leg.
+		cc.limitWrites(x.deadline)
 		return
 	}
 	// No answer for a cut request, nor for a client taken for gone (it may

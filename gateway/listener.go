@@ -109,8 +109,14 @@ func NewListener(h *Handler) *Listener {
 	protos.SetHTTP1(true)
 	protos.SetUnencryptedHTTP2(true)
 	l.h2 = &http.Server{
-		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { l.h.Load().ServeHTTP(w, r) }),
-		Protocols:         &protos,
+		Handler:   http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { l.h.Load().ServeHTTP(w, r) }),
+		Protocols: &protos,
+		// Each stream may hold an upstream connection: bound them per
+		// connection. A stream the client takes no byte of is reset at the
+		// send bound (writeNetHTTP, counted); a connection that can take
+		// no byte at all is closed a quarter of the bound later, after its
+		// streams.
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: maxH2Streams, WriteByteTimeout: h.sendTimeout + h.sendTimeout/4},
 		ReadHeaderTimeout: DefaultReadHeaderTimeout,
 		IdleTimeout:       DefaultIdleTimeout,
 		BaseContext:       func(net.Listener) context.Context { return base },
@@ -184,6 +190,8 @@ func (l *Listener) accept(ln net.Listener) {
 		}
 		cc := newClientConn(c, l.base)
 		cc.limit = l.limit
+		h := l.h.Load()
+		cc.send = sendClock{timeout: h.sendTimeout, stalls: h.met.sendTimeouts}
 		l.mu.Lock()
 		if l.stopping.Load() {
 			l.mu.Unlock()

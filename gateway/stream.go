@@ -128,6 +128,9 @@ func (s *relayStream) CloseWithError(wErr error) error {
 		}
 	case wErr != nil || s.writeErr || !s.body.eof:
 		fail = actors.FailClientGone
+		if x.cc != nil && x.cc.send.stalled {
+			x.detail = stallDetail(x.h.sendTimeout)
+		}
 		if x.abortCause() == causeCut {
 			x.aborted = true
 		}

@@ -134,4 +134,3 @@ type (
 	breakNode    struct{}
 	continueNode struct{}
 )
-
