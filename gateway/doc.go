@@ -148,7 +148,7 @@
 //     ends (target.go): it would otherwise go upstream as sent.
 //   - A client taken for gone (it may only have shut its write side) gets
 //     its connection closed, never an answer for a request nobody served.
-//   - Tier 1.5 tokenizes through inventory.Tokenizer with the request's own
+//   - Tier 1.5 tokenizes through tokenizer.Tokenizer with the request's own
 //     form (completion prompt or chat messages plus template inputs) and
 //     hashes with the rule's inventory.ChainHasher; token-id prompts are
 //     hashed directly. Multimodal parts and prompt_embeds give the

@@ -17,6 +17,7 @@ import (
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/rule"
+	"github.com/llbproject/llb/tokenizer"
 )
 
 // ErrNoRouter is returned by NewHandler when Deps.Router is nil.
@@ -30,11 +31,10 @@ type Deps struct {
 	// KV contract when kvExactMode is on; pass the rule's own to share it
 	// with the inventory mirror.
 	Hasher inventory.ChainHasher
-	// Tokenizer is the engine /tokenize client for Tier 1.5 (an
-	// *inventory.RemoteTokenizer for one of the rule's endpoints); nil
-	// makes every text prompt a tokenize guard (token-id prompts still
-	// hash).
-	Tokenizer inventory.Tokenizer
+	// Tokenizer tokenizes prompts for Tier 1.5 (tokenizer.New's: the
+	// rule's engines' /tokenize, or in process); nil makes every text
+	// prompt a tokenize guard (token-id prompts still hash).
+	Tokenizer tokenizer.Tokenizer
 	// Metrics receives the rule's metrics; nil keeps them in a private set.
 	Metrics *Metrics
 	// Log receives the access log (one line per request: Info with
