@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/rule"
+	"github.com/llbproject/llb/tokenizer"
 )
 
 // ErrInvalidConfig classifies a rule the gateway cannot run: one that did
@@ -19,8 +19,8 @@ var ErrInvalidConfig = errors.New("gateway: invalid rule config")
 // see rule.Timeouts).
 const (
 	// DefaultTokenizeTimeout bounds the Tier-1.5 /tokenize call (the
-	// inventory client's own default; the lower of the two applies).
-	DefaultTokenizeTimeout = inventory.DefaultTokenizeTimeout
+	// tokenizer client's own default; the lower of the two applies).
+	DefaultTokenizeTimeout = tokenizer.DefaultRemoteTimeout
 	// DefaultBodyReadTimeout bounds reading a request body.
 	DefaultBodyReadTimeout = 60 * time.Second
 	// DefaultMaxConnectRetries is how many other endpoints a single-pool
@@ -66,6 +66,13 @@ type Options struct {
 	// TrustForwardedHeaders keeps the client's X-Forwarded-For chain and
 	// appends to it; by default llb replaces X-Forwarded-* with its own view.
 	TrustForwardedHeaders bool
+	// ClientSendTimeout is the send bound: a client that accepts no byte of
+	// its answer for this long has its connection closed (an h2c stream
+	// reset; a stream's upstream leg ends with it, reported client-gone)
+	// and counted in llb_client_send_timeouts_total. 0 means
+	// DefaultClientSendTimeout (60 s); a negative value turns it off,
+	// leaving the max stream duration as the only bound. See sendbound.go.
+	ClientSendTimeout time.Duration
 }
 
 // withDefaults fills the zero fields.
@@ -87,6 +94,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.HopID == "" {
 		o.HopID = NewHopID()
+	}
+	if o.ClientSendTimeout == 0 {
+		o.ClientSendTimeout = DefaultClientSendTimeout
 	}
 	return o
 }

@@ -109,8 +109,14 @@ func NewListener(h *Handler) *Listener {
 	protos.SetHTTP1(true)
 	protos.SetUnencryptedHTTP2(true)
 	l.h2 = &http.Server{
-		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { l.h.Load().ServeHTTP(w, r) }),
-		Protocols:         &protos,
+		Handler:   http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { l.h.Load().ServeHTTP(w, r) }),
+		Protocols: &protos,
+		// Each stream may hold an upstream connection: bound them per
+		// connection. A stream the client takes no byte of is reset at the
+		// send bound (writeNetHTTP, counted); a connection that can take
+		// no byte at all is closed a quarter of the bound later, after its
+		// streams.
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: maxH2Streams, WriteByteTimeout: h.sendTimeout + h.sendTimeout/4},
 		ReadHeaderTimeout: DefaultReadHeaderTimeout,
 		IdleTimeout:       DefaultIdleTimeout,
 		BaseContext:       func(net.Listener) context.Context { return base },
@@ -184,6 +190,8 @@ func (l *Listener) accept(ln net.Listener) {
 		}
 		cc := newClientConn(c, l.base)
 		cc.limit = l.limit
+		h := l.h.Load()
+		cc.send = sendClock{timeout: h.sendTimeout, stalls: h.met.sendTimeouts}
 		l.mu.Lock()
 		if l.stopping.Load() {
 			l.mu.Unlock()
@@ -276,18 +284,6 @@ func (l *Listener) headerReceived(hdr *fasthttp.RequestHeader) fasthttp.RequestC
 	return conf
 }
 
-// apiOfPath is the access log's api for a request refused before it was
-// parsed.
-func apiOfPath(path []byte) string {
-	switch string(path) {
-	case PathCompletions:
-		return KindCompletion.String()
-	case PathChatCompletions:
-		return KindChat.String()
-	}
-	return "unknown"
-}
-
 // requestError answers a request the server could not read: a body the
 // body budget refused (503), too large a body (413), too slow a client
 // (408), too large a head (431), or a malformed one (400). The server
@@ -314,20 +310,20 @@ func (l *Listener) requestError(rc *fasthttp.RequestCtx, err error) {
 	switch {
 	case cc != nil && cc.refused:
 		cc.linger = true
-		h.fail(x, errBodyBufferFull())
+		x.fail(errBodyBufferFull())
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		if cc != nil {
 			cc.linger = true
 		}
-		h.fail(x, bodyTooLarge(h.bodyLimit))
+		x.fail(bodyTooLarge(h.bodyLimit))
 	case isTimeout(err):
-		h.fail(x, requestError(http.StatusRequestTimeout, CodeBodyTimeout, "",
+		x.fail(requestError(http.StatusRequestTimeout, CodeBodyTimeout, "",
 			"the request was not received within "+h.bodyReadTimeout.String()+" (headers within "+DefaultReadHeaderTimeout.String()+")"))
 	case errors.As(err, &small):
-		h.fail(x, requestError(http.StatusRequestHeaderFieldsTooLarge, CodeHeadersTooLarge, "",
+		x.fail(requestError(http.StatusRequestHeaderFieldsTooLarge, CodeHeadersTooLarge, "",
 			fmt.Sprintf("the request head exceeds %d bytes", readBufferSize)))
 	default:
-		h.fail(x, requestError(http.StatusBadRequest, CodeBadRequest, "", "the request could not be parsed: "+err.Error()))
+		x.fail(requestError(http.StatusBadRequest, CodeBadRequest, "", "the request could not be parsed: "+err.Error()))
 	}
 	h.done(x)
 }

@@ -43,6 +43,8 @@ import (
 //	loxilb_pd_kv_tier15_cold_seeds_total          Tier-1.5 hits diverted to a cold endpoint
 //	llb_route_tier_total{tier}                    admitted decisions by deciding tier
 //	llb_loop_detected_total                       requests refused with 508 (X-Llb-Hop loop)
+//	llb_client_send_timeouts_total                answers cut because the client accepted no
+//	                                              byte for the send bound (sendbound.go)
 type Metrics struct {
 	set     *metrics.Set
 	service string
@@ -64,8 +66,9 @@ type Metrics struct {
 	decodeZeroByte  *metrics.Counter
 	connectFailover *metrics.Counter
 
-	// Refusals.
-	loops *metrics.Counter
+	// Refusals and cuts.
+	loops        *metrics.Counter
+	sendTimeouts *metrics.Counter
 
 	// Generic proxy.
 	aiRequests    *metrics.Counter
@@ -110,6 +113,7 @@ func NewMetrics(set *metrics.Set, service string) *Metrics {
 	m.decodeZeroByte = m.counter("loxilb_pd_decode_zero_byte_eof_total", "")
 	m.connectFailover = m.counter("loxilb_pd_connect_failover_total", "")
 	m.loops = m.counter("llb_loop_detected_total", "")
+	m.sendTimeouts = m.counter("llb_client_send_timeouts_total", "")
 	m.aiRequests = m.counter("loxilb_ai_requests_total", "")
 	m.aiDuration = m.histogram("loxilb_ai_request_duration_seconds")
 	m.ttfb = m.histogram("loxilb_proxy_http_ttfb_seconds")

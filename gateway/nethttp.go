@@ -72,7 +72,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			x.clientGone()
 		case cerr != nil:
 			x.api = "body"
-			h.fail(x, cerr)
+			x.fail(cerr)
 		default:
 			in.SetBodyRaw(body)
 		}
@@ -107,6 +107,9 @@ func (h *Handler) writeNetHTTP(w http.ResponseWriter, x *exchange) {
 		}
 		hdr.Add(string(k), string(v))
 	}
+	// Every write is bounded by the send bound, a stream's by its deadline
+	// too.
+	send := &netHTTPSend{rc: http.NewResponseController(w), clock: sendClock{timeout: h.sendTimeout, stalls: h.met.sendTimeouts}}
 	s := x.stream
 	if s == nil {
 		aborted := x.aborted
@@ -115,6 +118,7 @@ func (h *Handler) writeNetHTTP(w http.ResponseWriter, x *exchange) {
 			if !x.in.Header.IsHead() || len(body) > 0 {
 				hdr.Set(fasthttp.HeaderContentLength, strconv.Itoa(len(body)))
 			}
+			send.arm()
 			w.WriteHeader(out.StatusCode())
 			_, _ = w.Write(body)
 		}
@@ -124,12 +128,15 @@ func (h *Handler) writeNetHTTP(w http.ResponseWriter, x *exchange) {
 		}
 		return
 	}
+	send.clock.limit = x.deadline
+	send.arm()
 	w.WriteHeader(out.StatusCode())
-	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(x.deadline)
 	s.deferDone = true
-	_, _ = s.WriteTo(flushWriter{w: w, rc: rc}) // a failed write sets s.writeErr
-	_ = out.CloseBodyStream()                   // s.CloseWithError, once
+	_, _ = s.WriteTo(flushWriter{w: w, send: send}) // a failed write sets s.writeErr
+	_ = out.CloseBodyStream()                       // s.CloseWithError, once
+	if s.writeErr && send.failed() {
+		x.detail = stallDetail(h.sendTimeout)
+	}
 	aborted := x.aborted
 	h.done(x)
 	if aborted {
@@ -138,16 +145,18 @@ func (h *Handler) writeNetHTTP(w http.ResponseWriter, x *exchange) {
 }
 
 // flushWriter flushes every write: each is one upstream read (an SSE
-// event) and must reach the client at once.
+// event) and must reach the client at once. The send bound is armed
+// before each.
 type flushWriter struct {
-	w  io.Writer
-	rc *http.ResponseController
+	w    io.Writer
+	send *netHTTPSend
 }
 
 func (f flushWriter) Write(p []byte) (int, error) {
+	f.send.arm()
 	n, err := f.w.Write(p)
 	if err == nil {
-		err = f.rc.Flush()
+		err = f.send.rc.Flush()
 	}
 	return n, err
 }

@@ -21,7 +21,6 @@ type relayStream struct {
 	buf    *[]byte // relay buffer (copyBufSize), from Handler.bufs
 	off, n int     // buf[off:off+n]: bytes of the first read, not yet written
 	rerr   error   // error of the first read
-	ticket actors.Ticket
 	ttfb   time.Duration
 	status int
 	decode bool
@@ -128,6 +127,9 @@ func (s *relayStream) CloseWithError(wErr error) error {
 		}
 	case wErr != nil || s.writeErr || !s.body.eof:
 		fail = actors.FailClientGone
+		if x.cc != nil && x.cc.send.stalled {
+			x.detail = stallDetail(x.h.sendTimeout)
+		}
 		if x.abortCause() == causeCut {
 			x.aborted = true
 		}

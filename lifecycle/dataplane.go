@@ -91,6 +91,9 @@ type Config struct {
 	// MaxConns bounds the client connections every listener serves at once
 	// (--max-conns; 0: no bound). See gateway.ConnLimit.
 	MaxConns int
+	// ClientSendTimeout is the send bound (--client-send-timeout; 0: off).
+	// See gateway.Options.ClientSendTimeout.
+	ClientSendTimeout time.Duration
 }
 
 // New starts the actor runtime and an empty data plane.
@@ -106,7 +109,7 @@ func New(cfg Config) (*DataPlane, error) {
 	}
 	rt, err := newRuleSet(ruleSetConfig{System: sys, Log: cfg.Log, Metrics: cfg.Metrics, KVMaxMsgSize: cfg.KVMaxMsgSize,
 		Feeds: cfg.Feeds, BodyBudget: budget, ConnLimit: conns,
-		Options: gateway.Options{AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs}})
+		Options: gateway.Options{AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs, ClientSendTimeout: sendTimeout(cfg.ClientSendTimeout)}})
 	if err != nil {
 		sys.Shutdown()
 		return nil, err
@@ -130,6 +133,15 @@ func New(cfg Config) (*DataPlane, error) {
 		d.clusterMetrics(cfg.Metrics)
 	}
 	return d, nil
+}
+
+// sendTimeout is gateway.Options.ClientSendTimeout for the daemon's
+// --client-send-timeout, where 0 turns the bound off.
+func sendTimeout(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }
 
 // Close drains and stops every rule (until ctx ends), then the actor

@@ -78,6 +78,11 @@ type config struct {
 	// gateway.DefaultMaxConns; 0 turns the bound off). A connection over it
 	// is answered 503 too_many_connections (h2c: GOAWAY) and closed.
 	MaxConns int
+	// ClientSendTimeout is the send bound: a data-plane client that accepts
+	// no byte of its answer for this long has its connection closed (an
+	// h2c stream reset), a stream's upstream leg with it (default
+	// gateway.DefaultClientSendTimeout, 60 s; 0 turns it off).
+	ClientSendTimeout time.Duration
 	// TokenizerDir is the default Hugging Face tokenizer directory of rules
 	// with Tier 1.5 (kvTokenizerDir overrides it per rule): one model's
 	// directory, or a root of directories named by served model name. ""
@@ -170,6 +175,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		{"data-bind", "LLB_DATA_BIND", "bind every rule's listener on this IP address instead of the rule's externalIP (replicas behind one VIP)"},
 		{"body-buffer-bytes", "LLB_BODY_BUFFER_BYTES", "most request-body bytes the data plane holds at once, across every rule; a request over it gets 503 body_buffer_full (0: no bound but each rule's body limit)"},
 		{"max-conns", "LLB_MAX_CONNS", "most data-plane client connections open at once, across every rule; one over it gets 503 too_many_connections and is closed (0: no bound; default derived from the open-file limit)"},
+		{"client-send-timeout", "LLB_CLIENT_SEND_TIMEOUT", "close a data-plane client connection (reset an h2c stream) that accepts no byte of its answer for this long, ending its upstream leg (0: no bound but max_stream_duration)"},
 		{"tokenizer-dir", "LLB_TOKENIZER_DIR", "Hugging Face tokenizer directory (or a root of them named by served model) for Tier 1.5 to tokenize in process; empty: the engines' /tokenize"},
 	}
 	usage := func(name string) string {
@@ -198,6 +204,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.BoolVar(&cfg.HideBackendAddrs, "hide-backend-addrs", false, usage("hide-backend-addrs"))
 	fs.Int64Var(&cfg.BodyBufferBytes, "body-buffer-bytes", gateway.DefaultBodyBufferBytes, usage("body-buffer-bytes"))
 	fs.IntVar(&cfg.MaxConns, "max-conns", gateway.DefaultMaxConns(), usage("max-conns"))
+	fs.DurationVar(&cfg.ClientSendTimeout, "client-send-timeout", gateway.DefaultClientSendTimeout, usage("client-send-timeout"))
 	var etcdEndpoints, dataBind string
 	fs.StringVar(&cfg.Cluster.Name, "cluster-name", "", usage("cluster-name"))
 	fs.StringVar(&cfg.Cluster.Advertise, "cluster-advertise", "", usage("cluster-advertise"))
@@ -288,6 +295,9 @@ func (c *config) validate() []error {
 	}
 	if c.MaxConns < 0 {
 		errs = append(errs, fmt.Errorf("--max-conns %d: want 0 (no bound) or a positive number of connections", c.MaxConns))
+	}
+	if c.ClientSendTimeout < 0 || c.ClientSendTimeout > 0 && c.ClientSendTimeout < time.Second {
+		errs = append(errs, fmt.Errorf("--client-send-timeout %s: want 0 (no bound) or at least 1s", c.ClientSendTimeout))
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, errors.New("--tls-cert and --tls-key go together: give both or neither"))

@@ -48,12 +48,15 @@ func TestParseConfig_FlagsWinOverEnvWhichWinsOverDefaults(t *testing.T) {
 					strings.Join(c.Cluster.Etcd.Endpoints, " ") == "http://127.0.0.9:2379 http://127.0.0.10:2379" && c.DataBind.String() == "127.0.0.5"
 			}},
 		{"data-plane bounds default", nil, nil, func(c config) bool {
-			return c.BodyBufferBytes == gateway.DefaultBodyBufferBytes && c.MaxConns == gateway.DefaultMaxConns() && c.MaxConns > 0
+			return c.BodyBufferBytes == gateway.DefaultBodyBufferBytes && c.MaxConns == gateway.DefaultMaxConns() && c.MaxConns > 0 &&
+				c.ClientSendTimeout == gateway.DefaultClientSendTimeout
 		}},
-		{"data-plane bounds from env", nil, []string{"LLB_BODY_BUFFER_BYTES", "33554432", "LLB_MAX_CONNS", "8"},
-			func(c config) bool { return c.BodyBufferBytes == 32<<20 && c.MaxConns == 8 }},
-		{"data-plane bounds off", []string{"--body-buffer-bytes", "0", "--max-conns", "0"}, nil,
-			func(c config) bool { return c.BodyBufferBytes == 0 && c.MaxConns == 0 }},
+		{"data-plane bounds from env", nil, []string{"LLB_BODY_BUFFER_BYTES", "33554432", "LLB_MAX_CONNS", "8", "LLB_CLIENT_SEND_TIMEOUT", "5s"},
+			func(c config) bool {
+				return c.BodyBufferBytes == 32<<20 && c.MaxConns == 8 && c.ClientSendTimeout == 5*time.Second
+			}},
+		{"data-plane bounds off", []string{"--body-buffer-bytes", "0", "--max-conns", "0", "--client-send-timeout", "0"}, nil,
+			func(c config) bool { return c.BodyBufferBytes == 0 && c.MaxConns == 0 && c.ClientSendTimeout == 0 }},
 		{"a budget of exactly the body limit", []string{"--body-buffer-bytes", "16777216"}, nil,
 			func(c config) bool { return c.BodyBufferBytes == gateway.DefaultBodyLimit }},
 	}
@@ -93,8 +96,9 @@ func TestRun_BadConfigurationExits2NamingEveryProblem(t *testing.T) {
 			[]string{`--log-level "loud"`, `--listen "nowhere"`, `--log-format "xml"`, "--drain-timeout 0s", "--body-limit 10"}},
 		{"body budget below the body limit", []string{"--body-buffer-bytes", "1048576"}, nil,
 			[]string{"--body-buffer-bytes 1048576: below the largest rule body limit (16777216 bytes)", "want 0 (no bound) or at least 16777216"}},
-		{"negative data-plane bounds", nil, []string{"LLB_BODY_BUFFER_BYTES", "-1", "LLB_MAX_CONNS", "-5"},
-			[]string{"--body-buffer-bytes -1", "--max-conns -5: want 0 (no bound) or a positive number"}},
+		{"negative data-plane bounds", nil, []string{"LLB_BODY_BUFFER_BYTES", "-1", "LLB_MAX_CONNS", "-5", "LLB_CLIENT_SEND_TIMEOUT", "-1s"},
+			[]string{"--body-buffer-bytes -1", "--max-conns -5: want 0 (no bound) or a positive number", "--client-send-timeout -1s: want 0 (no bound) or at least 1s"}},
+		{"a send bound under a second", []string{"--client-send-timeout", "100ms"}, nil, []string{"--client-send-timeout 100ms: want 0 (no bound) or at least 1s"}},
 		{"a bound that is not a number", []string{"--max-conns", "many"}, nil, []string{`invalid value "many" for flag -max-conns`}},
 		{"tls halves", []string{"--tls-cert", notDir}, nil, []string{"--tls-cert and --tls-key go together"}},
 		{"missing token file", []string{"--token-file", filepath.Join(dir, "nope")}, nil, []string{"--token-file: open"}},

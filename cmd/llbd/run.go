@@ -206,7 +206,7 @@ func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) strin
 	defaults.TokenizerDir = cfg.TokenizerDir
 	lc := lifecycle.Config{Log: base, Metrics: set, Env: env, Defaults: defaults, KVMaxMsgSize: maxMsg,
 		AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs, DataBind: cfg.DataBind,
-		BodyBufferBytes: cfg.BodyBufferBytes, MaxConns: cfg.MaxConns}
+		BodyBufferBytes: cfg.BodyBufferBytes, MaxConns: cfg.MaxConns, ClientSendTimeout: cfg.ClientSendTimeout}
 	if cl := cfg.Cluster; cl.Name != "" {
 		lc.Cluster = &replica.Config{ClusterName: cl.Name, Advertise: cl.Advertise, Etcd: cl.Etcd, Log: base}
 	}
@@ -220,7 +220,11 @@ func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) strin
 	if cfg.MaxConns == 0 {
 		log.Warn().Msg("--max-conns 0: data-plane client connections are not bounded; a flood of connections can use every file descriptor")
 	}
-	ev := log.Info().Str("kv_lb_mode", env.LBMode.String()).Int64("body_buffer_bytes", cfg.BodyBufferBytes).Int("max_conns", cfg.MaxConns)
+	if cfg.ClientSendTimeout == 0 {
+		log.Warn().Msg("--client-send-timeout 0: a client that stops reading holds its connection and its upstream leg until max_stream_duration")
+	}
+	ev := log.Info().Str("kv_lb_mode", env.LBMode.String()).Int64("body_buffer_bytes", cfg.BodyBufferBytes).Int("max_conns", cfg.MaxConns).
+		Dur("client_send_timeout", cfg.ClientSendTimeout)
 	if cfg.DataBind.IsValid() {
 		ev = ev.Str("data_bind", cfg.DataBind.String())
 	}
