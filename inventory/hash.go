@@ -21,6 +21,9 @@ type ChainHasher interface {
 	BlockSize() int
 }
 
+// MaxBlockSize bounds kvBlockSize; vLLM uses 16 by default and up to 256.
+const MaxBlockSize = 4096
+
 // Hasher recomputes vLLM's prefix-cache block hashes for sha256_cbor and
 // xxhash_cbor (vllm-contract.md §2):
 //
@@ -84,14 +87,13 @@ func NewChainHasher(algo string, blockSize int, seed string, tokenKeyed bool) (C
 // NewHasher builds a Hasher. seed is vLLM's PYTHONHASHSEED as a string (from
 // the rule or LLB_KV_NONE_HASH_SEED); "" is a valid seed, distinct from
 // "unset" (an unset seed makes vLLM's hashes unreproducible — use the
-// token-keyed mode then). blockSize is at least 1; the rule package bounds
-// it above (ladder.MaxKVBlockSize), and the scratch buffer grows with it.
+// token-keyed mode then).
 func NewHasher(algo Algo, blockSize int, seed string) (*Hasher, error) {
 	if _, err := ParseAlgo(string(algo)); err != nil {
 		return nil, err
 	}
-	if blockSize < 1 {
-		return nil, fmt.Errorf("block size %d (want at least 1): %w", blockSize, ErrConfig)
+	if blockSize < 1 || blockSize > MaxBlockSize {
+		return nil, fmt.Errorf("block size %d (want 1..%d): %w", blockSize, MaxBlockSize, ErrConfig)
 	}
 	vals, err := newCBORValueEncoder()
 	if err != nil {

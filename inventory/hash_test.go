@@ -236,6 +236,7 @@ func TestHasher_RejectsBadArguments(t *testing.T) {
 	}{
 		{"unknown algo", func() error { _, err := NewHasher("sha256", 16, "0"); return err }, ErrConfig},
 		{"zero block size", func() error { _, err := NewHasher(AlgoSHA256CBOR, 0, "0"); return err }, ErrConfig},
+		{"huge block size", func() error { _, err := NewHasher(AlgoSHA256CBOR, MaxBlockSize+1, "0"); return err }, ErrConfig},
 		{"parent of wrong size", func() error {
 			h, _ := NewHasher(AlgoXXHashCBOR, 16, "0")
 			p, _ := DigestFromBytes(make([]byte, 32))

@@ -34,8 +34,8 @@ func (t *TokenHasher) TokenRoot() uint64 { return xxh3.HashString(tokenRootInput
 
 // NewTokenHasher builds a TokenHasher for blocks of blockSize tokens.
 func NewTokenHasher(blockSize int) (*TokenHasher, error) {
-	if blockSize < 1 {
-		return nil, fmt.Errorf("block size %d (want at least 1): %w", blockSize, ErrConfig)
+	if blockSize < 1 || blockSize > MaxBlockSize {
+		return nil, fmt.Errorf("block size %d (want 1..%d): %w", blockSize, MaxBlockSize, ErrConfig)
 	}
 	vals, err := newCBORValueEncoder()
 	if err != nil {

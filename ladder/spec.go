@@ -21,10 +21,9 @@ const (
 	// in-flight fields, 0–100000 in LoxiLB's contract). The process-wide
 	// LLB_PD_MAX_INFLIGHT_PER_EP keeps LoxiLB's 0–99999.
 	MaxRuleInflight = 100000
-	// MaxKVBlockSize is the largest kvBlockSize, in tokens, a rule may
-	// carry (vLLM's block sizes are 16–256). The rule package refuses a
-	// larger one, so no consumer (the ladder, the block-hash chain, whose
-	// scratch buffer grows with the block) ever sees it.
+	// MaxKVBlockSize is the largest kvBlockSize, in tokens: the block-hash
+	// chain computes no larger block (inventory.MaxBlockSize, which a
+	// lifecycle test holds equal). vLLM's block sizes are 16–256.
 	MaxKVBlockSize = 4096
 )
 

@@ -269,6 +269,14 @@ func TestProperty_EveryAcceptedRuleCompilesAndStarts_EveryRejectionNamesItsField
 	}
 }
 
+// The largest block the rule accepts is the largest the hash chain
+// computes (the two packages may not import each other).
+func TestLimits_BlockSizeAgreesAcrossPackages(t *testing.T) {
+	if ladder.MaxKVBlockSize != inventory.MaxBlockSize {
+		t.Fatalf("ladder.MaxKVBlockSize %d, inventory.MaxBlockSize %d; want them equal", ladder.MaxKVBlockSize, inventory.MaxBlockSize)
+	}
+}
+
 // The example: REST said Success, then the ladder refused the cap
 // (0–99999) and the listener never started. It now runs.
 func TestExample_AnAdmissionCapOf100000Runs(t *testing.T) {

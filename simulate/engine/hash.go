@@ -8,7 +8,6 @@ import (
 	"github.com/fxamacker/cbor/v2"
 
 	"github.com/llbproject/llb/inventory"
-	"github.com/llbproject/llb/ladder"
 )
 
 // HashAlgo names the prefix-cache hash the engine keys its blocks with.
@@ -85,8 +84,8 @@ func NewHasher(cfg HashConfig, blockSize int) (*Hasher, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("hasher: %w: %w", ErrConfig, err)
 	}
-	if blockSize < 1 || blockSize > ladder.MaxKVBlockSize {
-		return nil, fmt.Errorf("hasher: block size %d (want 1..%d): %w", blockSize, ladder.MaxKVBlockSize, ErrConfig)
+	if blockSize < 1 || blockSize > inventory.MaxBlockSize {
+		return nil, fmt.Errorf("hasher: block size %d (want 1..%d): %w", blockSize, inventory.MaxBlockSize, ErrConfig)
 	}
 	h := &Hasher{algo: cfg.Algo, blockSize: blockSize}
 	if cfg.NoneHash != nil {

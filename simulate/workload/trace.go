@@ -45,7 +45,7 @@ type TraceConfig struct {
 	// its rate.
 	Arrivals ArrivalKind
 	// BlockSize is the KV block size in tokens the oracle, the working set
-	// and MaxBlocks count in (1..ladder.MaxKVBlockSize).
+	// and MaxBlocks count in (1..inventory.MaxBlockSize).
 	BlockSize int
 	// KeepTokens makes every request carry its prompt tokens (a
 	// discrete-event simulator submits them to engines directly).
