@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"runtime/debug"
 	"strings"
 	"time"
 
@@ -260,19 +259,6 @@ func warnExposure(log zerolog.Logger, addr net.Addr, auth, tls bool) {
 		log.Warn().Str(logfield.Addr, addr.String()).
 			Msg("SECURITY: the bearer token travels in clear text beyond loopback; set --tls-cert and --tls-key")
 	}
-}
-
-// buildVersion is the -ldflags version, with the VCS revision when known.
-func buildVersion() string {
-	v := version
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				v += "+" + s.Value[:12]
-			}
-		}
-	}
-	return v
 }
 
 // openSharedStore opens the rule and controller stores of cluster mode in
