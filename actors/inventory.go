@@ -89,9 +89,9 @@ type inventoryActor struct {
 	// connected); silenced[rank] is set once its mirror was dropped for it.
 	downSince []time.Time
 	silenced  []bool
-	gen     uint64
-	cancel  context.CancelFunc
-	log     zerolog.Logger
+	gen       uint64
+	cancel    context.CancelFunc
+	log       zerolog.Logger
 }
 
 // feedMark is the last sequence number applied to one mirror.
