@@ -181,4 +181,3 @@ func compositions() map[[2]rune]rune {
 	})
 	return compositionsMap
 }
-
