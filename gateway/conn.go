@@ -48,6 +48,9 @@ type clientConn struct {
 	// send is the send bound on the connection's writes (sendbound.go;
 	// serving goroutine only).
 	send sendClock
+	// hijacked is closed when an HTTP/1.0 stream written past the server
+	// is over (stream.go, writeUntilClose); nil when none was.
+	hijacked chan struct{}
 
 	mu        sync.Mutex
 	x         *exchange // the exchange in progress, nil between requests

@@ -281,6 +281,9 @@ func (h *Handler) serveFast(rc *fasthttp.RequestCtx, cc *clientConn, stopping bo
 		// request's deadline: a client that stops reading, or reads too
 		// slowly, cannot pin the connection and the upstream leg.
 		cc.limitWrites(x.deadline)
+		if untilClose(rc) {
+			h.relayUntilClose(rc, cc, x)
+		}
 		return
 	}
 	// No answer for a cut request, nor for a client taken for gone (it may
