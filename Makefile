@@ -6,7 +6,7 @@ BIN       ?= bin
 TESTFLAGS ?= -timeout 20m
 export CGO_ENABLED := 1
 
-.PHONY: all deps build run test bench fuzz lint chaos attack cache-truth-soak sim bench-sim bench-proxy client-test cluster-test proto tokenizer-parity tokenizer-bench clean
+.PHONY: all deps build run test bench fuzz lint chaos attack cache-truth-soak sim traces bench-sim bench-proxy client-test cluster-test proto tokenizer-parity tokenizer-bench clean
 
 all: build
 
@@ -101,11 +101,26 @@ cache-truth-soak: deps
 # and the peers' policies (Dynamo, llm-d, SGLang, AIBrix, KubeAI) across the
 # load ladder plus the ε and λ sweeps, on the standard scenarios on both
 # engine models (load-factor and -step) and the closed-loop light-load
-# ladder. It writes report/ (results.jsonl, README.md, SVG figures) and
-# prints the summary table and the targets of issues 7, 16 and 18. About
-# a quarter of an hour on 2 cores; not part of test.
+# ladder, and, when `make traces` has put them in $(TRACES), the Mooncake
+# trace replays. It writes report/ (results.jsonl, README.md, SVG figures)
+# and prints the summary table and the targets of issues 7, 16 and 18.
+# About a quarter of an hour on 2 cores without the traces, twice that with
+# them (and up to 4 GB of memory per run in flight); not part of test.
+TRACES ?= traces/mooncake
+SIMFLAGS ?=
 sim: deps
-	$(GO) run ./cmd/llbsim sweep --out report --commit "$$(git rev-parse --short HEAD 2>/dev/null)"
+	$(GO) run ./cmd/llbsim sweep --out report --commit "$$(git rev-parse --short HEAD 2>/dev/null)" \
+		$(if $(wildcard $(TRACES)/*_trace.jsonl),--traces $(TRACES)) $(SIMFLAGS)
+
+# traces puts the Mooncake FAST'25 traces (conversation_trace.jsonl and
+# synthetic_trace.jsonl, 4 MB together) into $(TRACES), git-ignored, and
+# checks their SHA-256 against the pinned release (scripts/fetch-traces.sh).
+# It downloads them from GitHub's raw file host, which needs HTTPS to
+# GitHub: a machine that reaches only package registries (CI) cannot, so it
+# is not part of test. MOONCAKE_SRC=DIR copies them from a download or a
+# checkout of kvcache-ai/Mooncake instead.
+traces:
+	scripts/fetch-traces.sh $(TRACES)
 
 # bench-sim measures routing through the real daemon (simulate/harness): for
 # every strategy a fresh simulated fleet and a fresh bin/llbd behind a rule

@@ -27,7 +27,6 @@ type relayStream struct {
 	buf    *[]byte // relay buffer (copyBufSize), from Handler.bufs
 	off, n int     // buf[off:off+n]: bytes of the first read, not yet written
 	rerr   error   // error of the first read
-	ticket actors.Ticket
 	ttfb   time.Duration
 	status int
 	decode bool

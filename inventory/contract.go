@@ -20,7 +20,7 @@ const (
 )
 
 // ContractState is the hash-contract self-check as the router consumes it.
-// While Tripped, Tier 1.5 must fall through with GuardHashContract: the
+// While Tripped, Tier 1.5 must fall through with the hash_contract guard: the
 // mirror's keys cannot be trusted to match the prompt's.
 type ContractState struct {
 	// Tripped is true while the guard is raised.
@@ -64,7 +64,7 @@ type knownDigest struct {
 // contractChecker implements the self-check for one mirror. Single owner.
 type contractChecker struct {
 	blockSize  int
-	exact      *Hasher // nil in token-keyed mode
+	exact      engineKeys // nil in token-keyed mode
 	state      ContractState
 	bad, good  int           // consecutive counts
 	eligible   uint64        // verifiable runs seen (sampling counter)
@@ -75,7 +75,7 @@ type contractChecker struct {
 	guard      *metrics.Gauge
 }
 
-func newContractChecker(blockSize int, exact *Hasher, log zerolog.Logger, g *metricGroup) *contractChecker {
+func newContractChecker(blockSize int, exact engineKeys, log zerolog.Logger, g *metricGroup) *contractChecker {
 	var known []knownDigest
 	if exact != nil {
 		known = make([]knownDigest, digestCacheSlots)
@@ -113,7 +113,7 @@ func (c *contractChecker) verify(ev *Event) {
 		return
 	}
 	parent, ok := c.parentDigest(ev)
-	if !ok || len(ev.TokenIDs) != n*c.blockSize || !ev.HasExtraKeys || len(ev.ExtraKeys) != n || !plainExtras(ev.ExtraKeys) {
+	if !ok || len(ev.TokenIDs) != n*c.blockSize || (c.exact.needsExtraKeys() && !checkableExtras(ev, n)) {
 		c.state.Unverifiable++
 		return
 	}
@@ -128,17 +128,17 @@ func (c *contractChecker) verify(ev *Event) {
 		return
 	}
 	for i, d := range c.digs {
-		if d.Key() != ev.BlockHashes[i] {
+		if k := c.exact.eventKey(d); k != ev.BlockHashes[i] {
 			c.fail(ContractHashMismatch, fmt.Sprintf(
-				"%d consecutive stored runs re-hash to different keys (block %d of a run: engine %d, llb %d); "+
-					"run the engine with --prefix-caching-hash-algo %s and PYTHONHASHSEED equal to the rule's seed, or use token-keyed mode",
-				c.bad+1, i, ev.BlockHashes[i], d.Key(), c.exact.Algo()), false)
+				"%d consecutive stored runs re-hash to different keys (block %d of a run: engine %d, llb %d); %s",
+				c.bad+1, i, ev.BlockHashes[i], k, c.exact.contractFix()), false)
 			return
 		}
 	}
 	for _, d := range c.digs {
-		slot := &c.known[d.Key()%digestCacheSlots]
-		slot.key, slot.d = d.Key(), d
+		k := c.exact.eventKey(d)
+		slot := &c.known[k%digestCacheSlots]
+		slot.key, slot.d = k, d
 	}
 	c.ok()
 }
@@ -148,7 +148,7 @@ func (c *contractChecker) parentDigest(ev *Event) (Digest, bool) {
 	switch {
 	case !ev.HasParent:
 		return Digest{}, true // NONE_HASH
-	case ev.ParentDigest.Len() == c.exact.Algo().DigestSize():
+	case ev.ParentDigest.Len() == c.exact.digestSize():
 		return ev.ParentDigest, true
 	}
 	slot := &c.known[ev.Parent%digestCacheSlots]
@@ -156,6 +156,12 @@ func (c *contractChecker) parentDigest(ev *Event) (Digest, bool) {
 		return slot.d, true
 	}
 	return Digest{}, false
+}
+
+// checkableExtras reports whether a run of n blocks carries extra_keys llb
+// can re-hash.
+func checkableExtras(ev *Event, n int) bool {
+	return ev.HasExtraKeys && len(ev.ExtraKeys) == n && plainExtras(ev.ExtraKeys)
 }
 
 // plainExtras reports whether extra keys hold only values vLLM hashes as

@@ -18,6 +18,11 @@ const (
 	AlgoSHA256CBOR Algo = "sha256_cbor"
 	// AlgoXXHashCBOR is xxh3_128(canonical CBOR); 16-byte digests.
 	AlgoXXHashCBOR Algo = "xxhash_cbor"
+	// AlgoBlockHashTRTLLM names TensorRT-LLM's contract as LoxiLB does
+	// (kvHashAlgo "blockhash_trtllm"): its block hashes are no stable wire
+	// format, so llb keys TensorRT-LLM blocks with its own chain over the
+	// token lists the events carry (token-keyed mode, TokenHasher).
+	AlgoBlockHashTRTLLM Algo = "blockhash_trtllm"
 )
 
 // ParseAlgo validates an algorithm name as given in a rule's kvHashAlgo.

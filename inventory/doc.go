@@ -1,8 +1,10 @@
-// Package inventory is the vLLM side of llb. It mirrors each prefill
-// endpoint's prefix cache from vLLM's KV-event stream, and recomputes the
-// block keys vLLM would compute for a prompt, so Tier 1.5 can score
-// endpoints by the cached prefix they really hold. Everything here follows
-// /work/shared/spec/vllm-contract.md; it imports nothing else of llb.
+// Package inventory is the engine side of llb. It mirrors each prefill
+// endpoint's prefix cache from its KV events — vLLM's and SGLang's ZMQ
+// streams, TensorRT-LLM's HTTP drain — and recomputes the block keys the
+// engine would compute for a prompt, so Tier 1.5 can score endpoints by the
+// cached prefix they really hold. The vLLM contracts follow
+// /work/shared/spec/vllm-contract.md, the others spec/engines.md and each
+// engine's source; it imports nothing else of llb.
 //
 // # Pieces
 //
@@ -12,21 +14,29 @@
 //     digest, NONE_HASH from the seed string, event key = last 8 digest
 //     bytes big-endian), and a token-keyed mode whose keys are llb's own
 //     chain over token ids (independent of the engine's algorithm and seed).
+//   - SGLangHasher: SGLang's page hash (sha256_sglang: SHA-256 over the
+//     parent page's raw digest and the page's little-endian token ids, no
+//     root, key = first 8 digest bytes), an exact-mode contract like
+//     Hasher's. TensorRT-LLM's hashes are no stable format: its rules
+//     (blockhash_trtllm) run token-keyed.
 //   - Codec (DecodeBatch, Batch.Decode, ParseFrame, AppendBatch): vLLM's
 //     msgpack EventBatch in both event layouts (legacy tagged arrays,
-//     current tagged maps), array or map envelope, int or bin hashes; and an
-//     encoder that writes what msgspec writes, for tests and the simulator.
+//     current tagged maps), array or map envelope, int or bin hashes, and
+//     SGLang's (tagged arrays, signed int64 hashes, a trailing cache_salt
+//     metadata map); and an encoder that writes what msgspec writes, for
+//     tests and the simulator.
 //   - Mirror: one rank's block-key multiset (reference counts; vLLM does
 //     not deduplicate), capped with counted CLOCK evictions, with the
 //     hash-contract self-check (ContractState) that raises the
 //     hash_contract guard.
 //   - SeqTracker: the pure sequence rules (duplicate, small gap kept, big
 //     gap or restart cleared, replay when configured).
-//   - Feed: the ZMQ SUB subscriber of one endpoint rank, with replay over a
-//     DEALER socket, producing Updates for a sink.
-//   - Tokenizer / RemoteTokenizer: the engine's POST /tokenize with a
-//     deadline (a miss is a tokenize guard), an LRU cache and bounded
-//     concurrency.
+//   - Feed: the ZMQ SUB subscriber of one endpoint rank (vLLM, SGLang),
+//     with replay over a DEALER socket, producing Updates for a sink.
+//   - DrainFeed: TensorRT-LLM's destructive POST /kv_cache_events, polled
+//     one request at a time; event_id is the sequence per attention-DP
+//     rank, created clears, stored runs carry tokens for token-keyed
+//     mirrors. It produces the same Updates.
 //   - ScrapeCacheConfig / ParseCacheConfig: num_gpu_blocks and the waiting
 //     queue from an engine's /metrics (the endpoint actor scrapes on its
 //     own schedule).
@@ -37,8 +47,8 @@
 // A Feed's sockets belong to the goroutine running Feed.Run: it polls with
 // a timeout, checks its context, and closes them itself (closing a pebbe/zmq4
 // socket from another goroutine while it is blocked crashes the process).
-// A Mirror has exactly one owner and takes no locks. Hasher, TokenHasher
-// and RemoteTokenizer are safe for concurrent use. Feed's Stats is safe
+// A Mirror has exactly one owner and takes no locks. Hasher and TokenHasher
+// are safe for concurrent use. Feed's Stats is safe
 // from any goroutine; Mirror's belongs to its owner. A Batch handed to a sink belongs to the sink.
 //
 // # Runtime wiring
@@ -51,7 +61,7 @@
 //	                    Mirror.ApplyUpdate; on UpdateConnected: capacity refresh
 //	                    ▲ Score{chain} / ▼ overlap, Contract(), Len()
 //	                 router actor ◀── gateway (per request, in its own goroutine:
-//	                                   Tokenizer.Tokenize, then
+//	                                   tokenizer.Tokenizer, then
 //	                                   ChainHasher.AppendBlockKeys)
 //
 // The request path never touches a Mirror directly: it computes the chain

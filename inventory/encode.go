@@ -18,6 +18,12 @@ const (
 	// LayoutArray is legacy vLLM: tagged arrays with every field present;
 	// BlockStored has 12 elements (the last generation before maps).
 	LayoutArray
+	// LayoutSGLang is SGLang's KVEventBatch (disaggregation/kv_events.py):
+	// tagged arrays, BlockStored [tag, block_hashes, parent_block_hash,
+	// token_ids, block_size, lora_id, medium] (plus metadata {"cache_salt"}
+	// when the event has a CacheSalt), BlockRemoved [tag, block_hashes,
+	// medium], hashes as signed int64 (the same 64 bits as the keys).
+	LayoutSGLang
 )
 
 // EncodeOptions control AppendBatch.
@@ -53,6 +59,9 @@ func AppendBatch(dst []byte, b *Batch, opts EncodeOptions) ([]byte, error) {
 }
 
 func appendEvent(dst []byte, ev *Event, opts EncodeOptions) ([]byte, error) {
+	if opts.Layout == LayoutSGLang {
+		return appendSGLangEvent(dst, ev)
+	}
 	m := opts.Layout == LayoutMap
 	var err error
 	switch ev.Kind {
@@ -164,6 +173,50 @@ func appendStored(dst []byte, ev *Event, opts EncodeOptions) ([]byte, error) {
 		dst = mpOptInt(dst, ev.SlidingWindow, ev.HasSlidingWindow)
 	}
 	return dst, nil
+}
+
+// appendSGLangEvent writes ev as SGLang's msgspec encoder does.
+func appendSGLangEvent(dst []byte, ev *Event) ([]byte, error) {
+	signed := func(dst []byte, hs []uint64) []byte {
+		dst = mpArrayHead(dst, len(hs))
+		for _, h := range hs {
+			dst = mpInt(dst, int64(h))
+		}
+		return dst
+	}
+	switch ev.Kind {
+	case EventAllBlocksCleared:
+		return mpStr(append(dst, 0x91), "AllBlocksCleared"), nil
+	case EventBlockRemoved:
+		dst = mpStr(append(dst, 0x93), "BlockRemoved")
+		dst = signed(dst, ev.BlockHashes)
+		return mpOptStr(dst, ev.Medium, ev.HasMedium), nil
+	case EventBlockStored:
+		n := 7
+		if ev.HasCacheSalt {
+			n = 8
+		}
+		dst = mpStr(mpArrayHead(dst, n), "BlockStored")
+		dst = signed(dst, ev.BlockHashes)
+		if ev.HasParent {
+			dst = mpInt(dst, int64(ev.Parent))
+		} else {
+			dst = append(dst, 0xc0)
+		}
+		dst = mpArrayHead(dst, len(ev.TokenIDs))
+		for _, t := range ev.TokenIDs {
+			dst = mpUint(dst, uint64(t))
+		}
+		dst = mpInt(dst, int64(ev.BlockSize))
+		dst = mpOptInt(dst, ev.LoRAID, ev.HasLoRAID)
+		dst = mpOptStr(dst, ev.Medium, ev.HasMedium)
+		if ev.HasCacheSalt {
+			dst = mpStr(append(dst, 0x81), "cache_salt")
+			dst = mpStr(dst, ev.CacheSalt)
+		}
+		return dst, nil
+	}
+	return dst, fmt.Errorf("event kind %d: %w", ev.Kind, ErrUnsupported)
 }
 
 func appendHashes(dst []byte, ev *Event, digests bool) ([]byte, error) {

@@ -35,6 +35,9 @@ const (
 	// MediumCPU is vLLM's KV offloading to CPU memory (OffloadingConnector,
 	// LMCache); STORAGE and others come from further offload tiers.
 	MediumCPU = "CPU"
+	// MediumCPUPinned is SGLang's HiCache host tier (StorageMedium.CPU, the
+	// L2 in pinned host memory); DISK and EXTERNAL are further tiers.
+	MediumCPUPinned = "CPU_PINNED"
 	// SpecFullAttention is the KV-cache spec kind Tier 1.5 routes on.
 	SpecFullAttention = "full_attention"
 )
@@ -62,12 +65,13 @@ func (t CacheTier) String() string {
 
 // TierOf maps an event's medium to the tier llb mirrors it in, case
 // insensitively (LoxiLB's CI publisher sends "gpu"): absent or "GPU" → GPU,
-// "CPU" → CPU; ok is false for any other medium.
+// "CPU" (vLLM) or "CPU_PINNED" (SGLang's HiCache) → CPU; ok is false for any
+// other medium.
 func TierOf(ev *Event) (CacheTier, bool) {
 	switch {
 	case !ev.HasMedium || strings.EqualFold(ev.Medium, MediumGPU):
 		return TierGPU, true
-	case strings.EqualFold(ev.Medium, MediumCPU):
+	case strings.EqualFold(ev.Medium, MediumCPU), strings.EqualFold(ev.Medium, MediumCPUPinned):
 		return TierCPU, true
 	}
 	return TierGPU, false
@@ -111,6 +115,12 @@ type Event struct {
 	// LoRAName is the LoRA adapter name that feeds the hash.
 	LoRAName    string
 	HasLoRAName bool
+	// CacheSalt is the cache_salt of SGLang's BlockStored metadata (the
+	// element after medium, a map, where vLLM has lora_name): the run was
+	// cached for salted requests, which SGLang keeps apart although its
+	// page keys equal unsalted ones.
+	CacheSalt    string
+	HasCacheSalt bool
 	// ExtraKeys has one entry per block when HasExtraKeys: nil (no extras)
 	// or the extra-key tuple as generic values ([]any of string, int64,
 	// []byte, []any ...).

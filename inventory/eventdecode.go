@@ -217,7 +217,13 @@ func (d *eventDecoder) field(r *mpReader, f fieldID) error {
 	case fieldMedium:
 		d.ev.Medium, d.ev.HasMedium, err = d.optStr(r, f)
 	case fieldLoRAName:
+		if r.isMap() {
+			err = d.metadata(r) // SGLang's BlockStoredWithMetadata
+			break
+		}
 		d.ev.LoRAName, d.ev.HasLoRAName, err = d.optStr(r, f)
+	case fieldMetadata:
+		err = d.metadata(r)
 	case fieldSpecKind:
 		d.ev.SpecKind, d.ev.HasSpecKind, err = d.optStr(r, f)
 	case fieldExtraKeys:
@@ -268,6 +274,40 @@ func (d *eventDecoder) optStr(r *mpReader, f fieldID) (string, bool, error) {
 		return SpecFullAttention, true, nil
 	}
 	return string(s), true, nil
+}
+
+// metadata reads SGLang's BlockStored metadata map ({"cache_salt": str});
+// other keys are skipped, nil is no metadata.
+func (d *eventDecoder) metadata(r *mpReader) error {
+	if r.tryNil() {
+		return nil
+	}
+	n, err := r.mapLen()
+	if err != nil {
+		return d.recover(r, fieldMetadata, err)
+	}
+	for k := 0; k < n; k++ {
+		key, err := r.str()
+		if errors.Is(err, errWrongType) {
+			if err := r.skipN(2, 0); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if string(key) != "cache_salt" {
+			if err := r.skip(); err != nil {
+				return err
+			}
+			continue
+		}
+		if d.ev.CacheSalt, d.ev.HasCacheSalt, err = d.optStr(r, fieldMetadata); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // hash reads one block hash: any msgpack int (its 64-bit pattern) or a bin of

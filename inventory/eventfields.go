@@ -17,6 +17,9 @@ const (
 	fieldGroupIdx
 	fieldSpecKind
 	fieldSlidingWindow
+	// fieldMetadata is SGLang's BlockStored metadata (map layout key; in
+	// the array layout it takes lora_name's place, told apart by type).
+	fieldMetadata
 )
 
 // fieldName is the map key of a field, for error messages.
@@ -44,6 +47,8 @@ func (f fieldID) String() string {
 		return "kv_cache_spec_kind"
 	case fieldSlidingWindow:
 		return "kv_cache_spec_sliding_window"
+	case fieldMetadata:
+		return "metadata"
 	}
 	return "unknown"
 }
@@ -73,6 +78,8 @@ func mapField(key []byte) fieldID {
 		return fieldSpecKind
 	case "kv_cache_spec_sliding_window":
 		return fieldSlidingWindow
+	case "metadata":
+		return fieldMetadata
 	}
 	return fieldUnknown
 }

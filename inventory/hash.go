@@ -44,14 +44,42 @@ type Hasher struct {
 	scratch   sync.Pool // *[]byte, capacity for one encoded block
 }
 
+// engineKeys is a ChainHasher in exact mode: its keys are the ones the
+// engine publishes, so a mirror holds the event keys and re-hashes stored
+// runs to check the contract. vLLM's CBOR chains (*Hasher) and SGLang's
+// page hash (*SGLangHasher) are engineKeys.
+type engineKeys interface {
+	ChainHasher
+	// Algo names the contract.
+	Algo() Algo
+	// AppendRunDigests re-hashes a stored run (whole blocks) from its
+	// parent's digest (the zero Digest: the run starts at token 0) with the
+	// event's extra keys.
+	AppendRunDigests(dst []Digest, parent Digest, tokens []uint32, extras []any) ([]Digest, error)
+	// eventKey is the key the engine publishes for a digest.
+	eventKey(d Digest) uint64
+	// digestSize is the full digest length in bytes.
+	digestSize() int
+	// needsExtraKeys reports whether a run can be re-hashed only when its
+	// event carries extra_keys (vLLM folds them into every hash).
+	needsExtraKeys() bool
+	// contractFix is the sentence telling an operator what to set when
+	// stored runs re-hash to other keys.
+	contractFix() string
+}
+
 // NewChainHasher builds the chain a rule's KV contract describes: a
-// *TokenHasher when tokenKeyed (llb's own keys; algo and seed are unused),
+// *TokenHasher when tokenKeyed or for TensorRT-LLM's "blockhash_trtllm"
+// (llb's own keys; seed is unused), an *SGLangHasher for "sha256_sglang",
 // else a *Hasher recomputing vLLM's digests with algo and seed. The rule
 // package has already checked every value, so an error here is a bug in
 // the caller.
 func NewChainHasher(algo string, blockSize int, seed string, tokenKeyed bool) (ChainHasher, error) {
-	if tokenKeyed {
+	switch {
+	case tokenKeyed || Algo(algo) == AlgoBlockHashTRTLLM:
 		return NewTokenHasher(blockSize)
+	case Algo(algo) == AlgoSHA256SGLang:
+		return NewSGLangHasher(blockSize)
 	}
 	return NewHasher(Algo(algo), blockSize, seed)
 }
@@ -82,6 +110,15 @@ func NewHasher(algo Algo, blockSize int, seed string) (*Hasher, error) {
 
 // Algo is the algorithm the Hasher reproduces.
 func (h *Hasher) Algo() Algo { return h.algo }
+
+// eventKey, digestSize, needsExtraKeys and contractFix make Hasher an
+// engineKeys.
+func (h *Hasher) eventKey(d Digest) uint64 { return d.Key() }
+func (h *Hasher) digestSize() int          { return h.algo.DigestSize() }
+func (h *Hasher) needsExtraKeys() bool     { return true }
+func (h *Hasher) contractFix() string {
+	return fmt.Sprintf("run the engine with --prefix-caching-hash-algo %s and PYTHONHASHSEED equal to the rule's seed, or use token-keyed mode", h.algo)
+}
 
 // BlockSize is the number of tokens per block.
 func (h *Hasher) BlockSize() int { return h.blockSize }

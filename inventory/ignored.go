@@ -47,12 +47,29 @@ const (
 	// hold (normal after a resync, an eviction at the cap, or a late join).
 	// Blocks only.
 	IgnoreUnknownBlock
+	// IgnoreCacheSalt: SGLang cached the run for salted requests, which it
+	// keeps apart from unsalted ones although their page keys are equal;
+	// mirroring it would promise unsalted prompts a cache they cannot use.
+	IgnoreCacheSalt
+	// IgnoreMultimodal: a TensorRT-LLM block holds multimodal tokens
+	// (token_extra_id, mm_keys) that llb's prompt-side chain cannot
+	// reproduce.
+	IgnoreMultimodal
+	// IgnoreWindow: a TensorRT-LLM event for an attention window other than
+	// the one llb mirrors (a variable sliding-window model publishes one
+	// stream per window size).
+	IgnoreWindow
+	// IgnoreCacheLevel: a TensorRT-LLM "updated" event (a block moved
+	// between cache levels, or its priority changed); llb mirrors
+	// TensorRT-LLM's blocks in one tier.
+	IgnoreCacheLevel
 	// NumIgnoreReasons is the number of reasons.
 	NumIgnoreReasons
 )
 
 var ignoreNames = [NumIgnoreReasons]string{
 	"invalid", "unknown_tag", "medium", "group", "spec_kind", "block_size", "token_count", "extra_keys", "orphan_parent", "unknown_block",
+	"cache_salt", "multimodal", "window", "cache_level",
 }
 
 // String returns the reason's snake_case name (the metric label).
@@ -66,7 +83,8 @@ func (r IgnoreReason) String() string {
 // expected reports reasons that are normal operation rather than a
 // misconfiguration (logged at Info instead of Warn).
 func (r IgnoreReason) expected() bool {
-	return r == IgnoreUnknownBlock || r == IgnoreGroup || r == IgnoreSpecKind || r == IgnoreOrphanParent
+	return r == IgnoreUnknownBlock || r == IgnoreGroup || r == IgnoreSpecKind || r == IgnoreOrphanParent ||
+		r == IgnoreCacheSalt || r == IgnoreMultimodal || r == IgnoreWindow || r == IgnoreCacheLevel
 }
 
 // Metric names of the ignore counters.

@@ -21,10 +21,11 @@ type MirrorConfig struct {
 	// ID names the endpoint and rank (metric labels, log fields).
 	ID EndpointID
 	// Keys is the rule's ChainHasher, the same value the request path uses
-	// for prompts. A *Hasher selects exact mode: the mirror holds the
-	// engine's event keys and re-hashes stored runs to check the contract.
-	// A *TokenHasher selects token-keyed mode: the mirror holds llb's own
-	// keys of each event's token_ids and maps engine keys to them. Required.
+	// for prompts. A *Hasher (vLLM) or an *SGLangHasher selects exact mode:
+	// the mirror holds the engine's event keys and re-hashes stored runs to
+	// check the contract. A *TokenHasher selects token-keyed mode (and is
+	// TensorRT-LLM's): the mirror holds llb's own keys of each event's
+	// token_ids and maps engine keys to them. Required.
 	Keys ChainHasher
 	// MaxBlocks caps mirrored engine blocks per tier (LOXILB_KV_MAX_BLOCKS);
 	// 0 means DefaultMaxBlocks. At the cap, storing a new block evicts one
@@ -46,11 +47,11 @@ type MirrorConfig struct {
 func (c MirrorConfig) Validate() error {
 	var errs []error
 	switch c.Keys.(type) {
-	case *Hasher, *TokenHasher:
+	case *Hasher, *SGLangHasher, *TokenHasher:
 	case nil:
 		errs = append(errs, errors.New("Keys is required"))
 	default:
-		errs = append(errs, fmt.Errorf("Keys of type %T (want *Hasher or *TokenHasher)", c.Keys))
+		errs = append(errs, fmt.Errorf("Keys of type %T (want *Hasher, *SGLangHasher or *TokenHasher)", c.Keys))
 	}
 	if c.MaxBlocks < 0 || c.MaxBlocks > MaxMaxBlocks {
 		errs = append(errs, fmt.Errorf("MaxBlocks %d (want 0..%d)", c.MaxBlocks, MaxMaxBlocks))
@@ -115,7 +116,7 @@ type MirrorStats struct {
 // locks; only the metric series it exports are read by other goroutines.
 type Mirror struct {
 	id        EndpointID
-	exact     *Hasher      // exact mode
+	exact     engineKeys   // exact mode
 	token     *TokenHasher // token-keyed mode
 	maxBlocks int
 	tiers     [numTiers]tierTables
@@ -150,10 +151,10 @@ func NewMirror(cfg MirrorConfig) (*Mirror, error) {
 		m.now = time.Now
 	}
 	switch k := cfg.Keys.(type) {
-	case *Hasher:
-		m.exact = k
 	case *TokenHasher:
 		m.token = k
+	case engineKeys:
+		m.exact = k
 	}
 	for t := range m.tiers {
 		m.tiers[t].idx = newBlockTable(m.token != nil)
@@ -287,6 +288,12 @@ func (m *Mirror) Apply(b *Batch) {
 			if ev.HasSpecKind && ev.SpecKind != SpecFullAttention {
 				m.ignore(IgnoreSpecKind, ev, func() string {
 					return fmt.Sprintf("kv_cache_spec_kind %q is not full_attention (Tier 1.5 routes on the full-attention group)", ev.SpecKind)
+				})
+				continue
+			}
+			if ev.HasCacheSalt {
+				m.ignore(IgnoreCacheSalt, ev, func() string {
+					return "SGLang cached the run for requests with a cache_salt; they never share it with other prompts, so it is not mirrored"
 				})
 				continue
 			}

@@ -42,6 +42,15 @@ func (r *mpReader) peek() (byte, error) {
 	return r.b[r.i], nil
 }
 
+// isMap reports whether the next value is a map (without consuming it).
+func (r *mpReader) isMap() bool {
+	if r.i >= len(r.b) {
+		return false
+	}
+	c := r.b[r.i]
+	return (c >= 0x80 && c <= 0x8f) || c == 0xde || c == 0xdf
+}
+
 // take consumes n bytes.
 func (r *mpReader) take(n int) ([]byte, error) {
 	if n < 0 || n > len(r.b)-r.i {

@@ -6,7 +6,7 @@ const HashAlgoTokenKeyed = "token_keyed"
 
 // HashAlgoName is the hash_algo of a rule's ChainHasher for the views.
 func HashAlgoName(ch ChainHasher) string {
-	if h, ok := ch.(*Hasher); ok {
+	if h, ok := ch.(engineKeys); ok {
 		return string(h.Algo())
 	}
 	return HashAlgoTokenKeyed

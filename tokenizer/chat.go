@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/tokenizer/jinja"
 )
 
@@ -57,7 +56,7 @@ func templateID(src string) string {
 }
 
 // setChat parses the configured chat template when it is verified.
-func (t *Tokenizer) setChat() {
+func (t *Encoder) setChat() {
 	name, ok := verifiedTemplates[templateID(t.config.ChatTemplate)]
 	if !ok || t.config.ChatTemplate == "" {
 		return
@@ -72,7 +71,7 @@ func (t *Tokenizer) setChat() {
 // ChatPath says how tok's chat requests are tokenized: "local:<template>"
 // (a verified template rendered in process) or "engine" (the engine's
 // /tokenize).
-func ChatPath(tok *Tokenizer) string {
+func ChatPath(tok *Encoder) string {
 	if tok.chat == nil {
 		return "engine"
 	}
@@ -81,7 +80,7 @@ func ChatPath(tok *Tokenizer) string {
 
 // encodeChat renders a chat request with the model's template and encodes
 // it. ok is false when the request needs the engine.
-func encodeChat(tok *Tokenizer, req inventory.TokenizeRequest, dst []uint32) ([]uint32, bool, error) {
+func encodeChat(tok *Encoder, req Request, dst []uint32) ([]uint32, bool, error) {
 	if tok.chat == nil || req.ChatTemplate != "" {
 		return dst, false, nil
 	}
@@ -100,7 +99,7 @@ func encodeChat(tok *Tokenizer, req inventory.TokenizeRequest, dst []uint32) ([]
 // default when src is ""), as vLLM's /tokenize does, with now as
 // strftime_now's clock. It renders any template, verified or not (the
 // parity tests use it); the request path renders verified ones only.
-func (t *Tokenizer) RenderChat(src string, req inventory.TokenizeRequest, now time.Time) (string, error) {
+func (t *Encoder) RenderChat(src string, req Request, now time.Time) (string, error) {
 	if err := req.Validate(); err != nil {
 		return "", err
 	}
@@ -128,7 +127,7 @@ var reservedKwargs = map[string]bool{
 
 // renderChat renders a chat request; the request's JSON is checked by
 // parsing it (the caller has checked the rest).
-func (t *Tokenizer) renderChat(tmpl *jinja.Template, req inventory.TokenizeRequest, now time.Time) (string, error) {
+func (t *Encoder) renderChat(tmpl *jinja.Template, req Request, now time.Time) (string, error) {
 	agp := !req.ContinueFinalMessage
 	if req.AddGenerationPrompt != nil {
 		agp = *req.AddGenerationPrompt

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/tokenizer"
 )
 
@@ -54,8 +53,8 @@ func pythonArgv(root string) []string {
 	return []string{"/usr/bin/python3", filepath.Join(root, "render.py")}
 }
 
-func (c chatCase) request() inventory.TokenizeRequest {
-	return inventory.TokenizeRequest{
+func (c chatCase) request() tokenizer.Request {
+	return tokenizer.Request{
 		Messages: c.Messages, Tools: c.Tools, AddGenerationPrompt: c.AddGenerationPrompt,
 		ContinueFinalMessage: c.ContinueFinalMessage, ChatTemplateKwargs: c.Kwargs,
 	}
@@ -157,7 +156,7 @@ var chatModels = []string{"qwen3", "llama3", "llama3_1", "deepseek_v3"}
 func TestParity_ChatRenders(t *testing.T) {
 	root := parityRoot(t)
 	corpus := chatCorpus(t, 500)
-	toks := map[string]*tokenizer.Tokenizer{}
+	toks := map[string]*tokenizer.Encoder{}
 	dirs := map[string]string{}
 	checked := map[string]bool{}
 	for _, m := range parityModels {
@@ -208,7 +207,7 @@ func TestParity_ChatRenders(t *testing.T) {
 
 // checkChatParity renders corpus with src (the model's own template when
 // "") on both sides and compares renders, then ids.
-func checkChatParity(t *testing.T, root string, tok *tokenizer.Tokenizer, dir, src string, corpus []chatCase, label string) {
+func checkChatParity(t *testing.T, root string, tok *tokenizer.Encoder, dir, src string, corpus []chatCase, label string) {
 	t.Helper()
 	tmpl := src
 	if tmpl == "" {

@@ -50,7 +50,7 @@ var benchCode = []string{
 
 // benchChat is a chat request of about tokens tokens (for tok): system
 // prompt, earlier turns with code, a long last user turn.
-func benchChat(r *rand.Rand, tok *tokenizer.Tokenizer, tokens int) (json.RawMessage, string) {
+func benchChat(r *rand.Rand, tok *tokenizer.Encoder, tokens int) (json.RawMessage, string) {
 	type msg struct {
 		Role    string `json:"role"`
 		Content string `json:"content"`
@@ -117,7 +117,7 @@ func BenchmarkTokenize8kChat(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer w.Stop(context.Background())
-	remote, err := inventory.NewRemoteTokenizer(inventory.RemoteTokenizerConfig{BaseURL: w.URL(), CacheBytes: -1, Timeout: 5 * time.Second})
+	remote, err := tokenizer.NewRemote(tokenizer.RemoteConfig{BaseURL: w.URL(), CacheBytes: -1, Timeout: 5 * time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -138,15 +138,15 @@ func BenchmarkTokenize8kChat(b *testing.B) {
 		messages, _ := benchChat(r, tok, 8192)
 		// The chat is rendered by the model's template in process when
 		// the template is verified (qwen3, llama3: yes; the mini: yes).
-		localReq := inventory.TokenizeRequest{Model: name, Messages: messages}
-		remoteReq := inventory.TokenizeRequest{Messages: messages} // the worker serves one model
+		localReq := tokenizer.Request{Model: name, Messages: messages}
+		remoteReq := tokenizer.Request{Messages: messages} // the worker serves one model
 		ids, err := local.Tokenize(context.Background(), localReq, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
 		n := len(ids)
 		b.Logf("%s: chat path %s, %d tokens", name, tokenizer.ChatPath(tok), n)
-		run := func(b *testing.B, t inventory.Tokenizer, req inventory.TokenizeRequest) {
+		run := func(b *testing.B, t tokenizer.Tokenizer, req tokenizer.Request) {
 			dst := make([]uint32, 0, 16384)
 			keys := make([]uint64, 0, 1024)
 			ds := make([]time.Duration, 0, b.N)
@@ -168,10 +168,10 @@ func BenchmarkTokenize8kChat(b *testing.B) {
 		b.Run(fmt.Sprintf("path=local/model=%s/tokens=%d", name, n), func(b *testing.B) { run(b, local, localReq) })
 		b.Run(fmt.Sprintf("path=local-fresh/model=%s/tokens=%d", name, n), func(b *testing.B) {
 			// A new last paragraph every time: fewer word-cache hits.
-			fresh := make([]inventory.TokenizeRequest, 64)
+			fresh := make([]tokenizer.Request, 64)
 			for i := range fresh {
 				msgs, _ := benchChat(rand.New(rand.NewPCG(uint64(i), 9)), tok, 8192)
-				fresh[i] = inventory.TokenizeRequest{Model: name, Messages: msgs}
+				fresh[i] = tokenizer.Request{Model: name, Messages: msgs}
 			}
 			dst := make([]uint32, 0, 16384)
 			ds := make([]time.Duration, 0, b.N)
@@ -198,7 +198,7 @@ func BenchmarkTokenize8kChat(b *testing.B) {
 func BenchmarkTokenizerLoad(b *testing.B) {
 	for name, dir := range benchModels(b) {
 		b.Run("model="+name, func(b *testing.B) {
-			var keep []*tokenizer.Tokenizer
+			var keep []*tokenizer.Encoder
 			var before, after runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&before)
@@ -231,7 +231,7 @@ func BenchmarkRenderChat8k(b *testing.B) {
 			b.Fatal(err)
 		}
 		messages, _ := benchChat(rand.New(rand.NewPCG(8, 8)), tok, 8192)
-		req := inventory.TokenizeRequest{Messages: messages}
+		req := tokenizer.Request{Messages: messages}
 		now := time.Now()
 		b.Run("model="+name, func(b *testing.B) {
 			b.ReportAllocs()

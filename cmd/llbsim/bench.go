@@ -26,6 +26,7 @@ import (
 type benchFlags struct {
 	scenario string
 	name     string
+	traces   string
 
 	// workload shape; 0 keeps the scenario's (or the generator's) default
 	shape shapeFlags
@@ -120,6 +121,7 @@ Results are JSON lines in the report schema of "llbsim report" (source
 	fl := cmd.Flags()
 	fl.StringVar(&f.scenario, "scenario", "shared-prefix", "preset: "+strings.Join(scenarioNames(), ", "))
 	fl.StringVar(&f.name, "name", "", "scenario name in the results (default the preset's)")
+	fl.StringVar(&f.traces, "traces", "traces/mooncake", "directory holding the Mooncake traces the mooncake-* presets replay (make traces)")
 
 	f.shape.register(fl)
 
@@ -241,6 +243,10 @@ type scenarioPreset struct {
 	// des.LightLoadConcurrency unless --concurrency, --loads or --rates.
 	shape  workload.SharedPrefix
 	closed bool
+	// trace names a recorded trace's file (des.MooncakeTraces) that
+	// --traces holds: the workload replays it, its first --requests.
+	trace       string
+	maxModelLen int
 }
 
 // benchPresets mirror simulate/des's standard scenarios, so a bench run
@@ -272,12 +278,32 @@ func benchPresets() map[string]scenarioPreset {
 			workload:    "mix", workers: 8, pressure: 1.5,
 		},
 	}
+	for _, mt := range des.MooncakeTraces() {
+		presets[mt.Scenario] = scenarioPreset{description: mt.Description, workload: "mooncake", workers: 8,
+			blocks: engine.DefaultConfig().NumBlocks, trace: mt.File, maxModelLen: des.TraceMaxModelLen}
+	}
 	for _, sc := range des.LightLoadScenarios(0, 0) {
 		sp := sc.Trace.Spec.(workload.SharedPrefix)
 		presets[sc.Name] = scenarioPreset{description: sc.Description, workload: "shared-prefix",
 			workers: sc.Workers, blocks: sc.Engine.NumBlocks, shape: sp, closed: true}
 	}
 	return presets
+}
+
+// traceSpec reads the first --requests requests of a recorded trace file
+// from --traces.
+func (f *benchFlags) traceSpec(file string) (workload.Spec, error) {
+	path := filepath.Join(f.traces, file)
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--traces: %w (make traces fetches the Mooncake traces)", err)
+	}
+	defer fh.Close()
+	bt, err := workload.ReadMooncake(fh, file, f.requests)
+	if err != nil {
+		return nil, err
+	}
+	return workload.Mooncake{Options: workload.Options{Stream: true}, Trace: bt}, nil
 }
 
 func scenarioNames() []string {
@@ -315,9 +341,18 @@ func (f *benchFlags) bench(fs *pflag.FlagSet) (*harness.Bench, error) {
 			*d.dst = d.value
 		}
 	}
-	spec, err := f.shape.spec(p.workload, workload.Options{Stream: true})
+	var spec workload.Spec
+	var err error
+	if p.trace != "" {
+		spec, err = f.traceSpec(p.trace)
+	} else {
+		spec, err = f.shape.spec(p.workload, workload.Options{Stream: true})
+	}
 	if err != nil {
 		return nil, &usageError{err}
+	}
+	if m, ok := spec.(workload.Mooncake); ok {
+		f.requests = min(f.requests, len(m.Trace.Requests))
 	}
 	eng := engine.DefaultConfig()
 	eng.BlockSize = f.blockSize
@@ -331,6 +366,9 @@ func (f *benchFlags) bench(fs *pflag.FlagSet) (*harness.Bench, error) {
 	eng.Scheduler = sched
 	if p.seqs > 0 {
 		eng.MaxNumSeqs = p.seqs
+	}
+	if p.maxModelLen > 0 {
+		eng.MaxModelLen = p.maxModelLen
 	}
 	if f.maxNumSeqs > 0 {
 		eng.MaxNumSeqs = f.maxNumSeqs

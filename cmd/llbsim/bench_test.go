@@ -342,3 +342,35 @@ func TestBenchCommand_ClosedLoopPreset(t *testing.T) {
 		t.Fatalf("%d light-load targets found their runs; want 2", found)
 	}
 }
+
+func TestBenchFlags_TracePresetsReplayTheTraceFromTracesDir(t *testing.T) {
+	dir := t.TempDir()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "simulate", "workload", "testdata", "mooncake_excerpt.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "conversation_trace.jsonl"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err := parseBench(t, "--scenario", "mooncake-conversation", "--traces", dir, "--engine", "step")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := b.Scenario.Workload.(workload.Mooncake)
+	if !ok || !m.Stream || len(m.Trace.Requests) != 48 {
+		t.Fatalf("workload %#v: want the 48-request excerpt, streaming", b.Scenario.Workload)
+	}
+	eng := b.Scenario.Fleet.Engine
+	if b.Scenario.Requests != 48 || b.Scenario.Fleet.Workers != 8 || eng.NumBlocks != 31250 || eng.MaxModelLen != 196608 || b.Scenario.CachePressure != 0 {
+		t.Fatalf("%d requests on %d workers of %d blocks, max-model-len %d, pressure %v", b.Scenario.Requests, b.Scenario.Fleet.Workers, eng.NumBlocks, eng.MaxModelLen, b.Scenario.CachePressure)
+	}
+	b, err = parseBench(t, "--scenario", "mooncake-conversation", "--traces", dir, "--requests", "10")
+	if err != nil || len(b.Scenario.Workload.(workload.Mooncake).Trace.Requests) != 10 || b.Scenario.Requests != 10 {
+		t.Fatalf("--requests 10: %v", err)
+	}
+	_, err = parseBench(t, "--scenario", "mooncake-synthetic", "--traces", dir)
+	var usage *usageError
+	if !errors.As(err, &usage) || !strings.Contains(err.Error(), "make traces") {
+		t.Fatalf("a missing trace: %v; want a usage error pointing at make traces", err)
+	}
+}

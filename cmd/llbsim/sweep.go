@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,8 @@ type sweepFlags struct {
 	loads      []float64
 	factors    []uint
 	lambdas    []uint
+	traces     string
+	traceReqs  int
 }
 
 func newSweepCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -66,6 +69,8 @@ flags give the same numbers, whatever --parallel is.`,
 	fl.Float64SliceVar(&f.loads, "loads", nil, "load ladder as fractions of saturation (default 0.3,0.5,0.7,0.9,1,1.1)")
 	fl.UintSliceVar(&f.factors, "factors", nil, "ε sweep: LOXILB_KV_MEAN_LOAD_FACTOR values (default 100,125,150,175,200,250,300)")
 	fl.UintSliceVar(&f.lambdas, "lambdas", nil, "λ sweep: LOXILB_KV_LOAD_PENALTY values (default 32,10000,50000,100000)")
+	fl.StringVar(&f.traces, "traces", "", "directory holding the Mooncake traces (conversation_trace.jsonl, synthetic_trace.jsonl; `make traces` fetches them): adds their replays, mooncake-conversation and mooncake-synthetic, on both engine models")
+	fl.IntVar(&f.traceReqs, "trace-requests", 0, "replay only the first N requests of each trace (0: all)")
 	return cmd
 }
 
@@ -82,6 +87,19 @@ func (f *sweepFlags) plan() (des.Plan, error) {
 		n = min(n, 600)
 	}
 	p := des.StandardPlan(n, f.seed)
+	if f.traces != "" {
+		if f.traceReqs < 0 {
+			return p, &usageError{fmt.Errorf("--trace-requests %d (want >= 0)", f.traceReqs)}
+		}
+		traces, missing, err := des.TraceScenarios(f.traces, f.traceReqs)
+		if err != nil {
+			return p, err
+		}
+		if len(missing) > 0 {
+			return p, &usageError{fmt.Errorf("--traces: %s missing (make traces fetches them)", strings.Join(missing, ", "))}
+		}
+		p.Scenarios = append(p.Scenarios, traces...)
+	}
 	if f.quick {
 		p.Loads = []float64{0.5, 0.7, 1.0}
 		p.Factors = []uint32{125, 175, 300}
@@ -241,7 +259,7 @@ func dataset(outs []des.ScenarioOutcome, seed uint64, commit string) *report.Dat
 			Requests: so.Requests, Warmup: so.Warmup,
 			WorkingSetBlocks: so.DistinctBlocks, Pressure: so.Pressure, OracleHitRate: so.OracleHitRate,
 			PooledHitRate: so.PooledHitRate, PooledLoad: so.PooledLoad,
-			Concurrency: so.Scenario.Concurrency,
+			Concurrency: so.Scenario.Concurrency, NativeRate: so.Scenario.NativeRate(),
 		}
 		if len(so.Scenario.Concurrency) == 0 {
 			sc.SetSaturation(&so.Saturation)

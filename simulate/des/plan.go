@@ -239,6 +239,7 @@ func (p *Plan) Execute(exec Executor, progress func(string)) ([]ScenarioOutcome,
 		if err != nil {
 			return out, err
 		}
+		tr.DropBodies()
 		fleet, err := sc.Fleet(tr)
 		if err != nil {
 			return out, err

@@ -226,6 +226,8 @@ func DescribeWorkload(s workload.Spec) string {
 	case workload.LongDocQA:
 		return fmt.Sprintf("long-document Q&A: %d documents of %d–%d tokens × %d questions of %d tokens, %d output tokens, Zipf α %g",
 			w.Documents, w.DocMinTokens, w.DocMaxTokens, w.QuestionsPerDoc, w.QuestionTokens, w.OutputTokens, w.ZipfAlpha)
+	case workload.Mooncake:
+		return describeMooncake(w.Trace)
 	case workload.Mix:
 		parts := make([]string, len(w.Parts))
 		for i, p := range w.Parts {

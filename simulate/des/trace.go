@@ -109,3 +109,12 @@ func NewTrace(cfg TraceConfig) (*Trace, error) {
 	}
 	return t, nil
 }
+
+// DropBodies forgets the requests' bodies, which a simulation never sends
+// once their keys are derived (a recorded trace's add up to gigabytes).
+// Call it before the trace is shared.
+func (t *Trace) DropBodies() {
+	for i := range t.Requests {
+		t.Requests[i].Body = nil
+	}
+}

@@ -184,6 +184,14 @@ func writeScenario(m *mdWriter, d *Dataset, s Scenario, figs []Figure, load floa
 	}
 	m.printf("- Saturation (load 100%%): **%.3g req/s** with `%s` (%s); the lowest unstable rate probed was %.3g req/s. At that rate the trace's arrivals last %.0f s.\n",
 		s.SaturationRate, s.SaturationStrategy, s.SaturationCriterion, s.SaturationUnstable, s.ArrivalSpan)
+	if s.NativeRate > 0 {
+		var parts []string
+		for _, l := range NewGrid(d.Select(s.Name, GroupStrategies)).Loads {
+			parts = append(parts, fmt.Sprintf("%s: ×%.2f", pct(l), l*s.SaturationRate/s.NativeRate))
+		}
+		m.printf("- Recorded arrivals at %.3g req/s, replayed with time compressed to each load (the trace's gaps divided by load × saturation / %.3g): %s.\n",
+			s.NativeRate, s.NativeRate, strings.Join(parts, ", "))
+	}
 	if len(s.Probes) > 0 {
 		parts := make([]string, len(s.Probes))
 		for i, p := range s.Probes {
@@ -226,6 +234,9 @@ func writeScenario(m *mdWriter, d *Dataset, s Scenario, figs []Figure, load floa
 		}
 		byLoad(m, g, "TTFT p90 (s) by load", func(r *Run) string { return secs(r.TTFT.P90) })
 		byLoad(m, g, "TTFT p50 (s) by load", func(r *Run) string { return secs(r.TTFT.P50) })
+		if s.NativeRate > 0 {
+			byLoad(m, g, "TTFT p99 (s) by load", func(r *Run) string { return secs(r.TTFT.P99) })
+		}
 		byLoad(m, g, fmt.Sprintf("Goodput (req/s within TTFT %g s) by load", runs[0].TTFTSLO), func(r *Run) string { return fmt.Sprintf("%.1f", r.Goodput) })
 		byLoad(m, g, "Hit rate by load", func(r *Run) string { return fmt.Sprintf("%.3f", r.HitRate) })
 		byLoad(m, g, "Throughput (req/s) by load", func(r *Run) string { return fmt.Sprintf("%.1f", r.Throughput) })

@@ -121,6 +121,10 @@ type Scenario struct {
 	// rate (s): a run much shorter than a few service times never reaches
 	// steady state.
 	ArrivalSpan float64 `json:"arrival_span_s"`
+	// NativeRate is a recorded trace's own mean arrival rate
+	// (requests/s), 0 for a generated workload: a run at rate r replays the
+	// trace compressed r / NativeRate times in time.
+	NativeRate float64 `json:"native_rps,omitempty"`
 	// Probes are the saturation search's probes, by rate.
 	Probes []Probe `json:"probes,omitempty"`
 	// Concurrency, when set, marks a closed-loop scenario: its runs hold a

@@ -10,6 +10,7 @@ import (
 
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/simulate/engine"
+	"github.com/llbproject/llb/tokenizer"
 )
 
 // Config configures one simulated vLLM worker. Start from DefaultConfig.
@@ -100,13 +101,13 @@ type Config struct {
 }
 
 // RealTokenizer is what a worker needs of a real tokenizer (llb's
-// *tokenizer.Tokenizer has it).
+// *tokenizer.Encoder has it).
 type RealTokenizer interface {
 	// Encode appends the ids of text.
 	Encode(text string, addSpecialTokens bool, dst []uint32) []uint32
 	// RenderChat renders a chat request with the model's template ("")
 	// as vLLM's /tokenize does.
-	RenderChat(template string, req inventory.TokenizeRequest, now time.Time) (string, error)
+	RenderChat(template string, req tokenizer.Request, now time.Time) (string, error)
 }
 
 // DefaultConfig is a single-pool worker on 127.0.0.1 with KV events on, an

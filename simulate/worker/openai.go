@@ -14,6 +14,7 @@ import (
 
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/simulate/tokenizer"
+	realtok "github.com/llbproject/llb/tokenizer"
 )
 
 // reqError is a client-facing failure: status and message.
@@ -358,7 +359,7 @@ type chatFlags struct {
 // become one pad token each, hashed with an (identifier, offset) extra key.
 func (w *Worker) chatPrompt(rawMessages json.RawMessage, f chatFlags) (prompt, *reqError) {
 	if real := w.cfg.Tokenizer; real != nil {
-		req := inventory.TokenizeRequest{Messages: rawMessages, AddGenerationPrompt: f.addGenerationPrompt, Tools: f.tools}
+		req := realtok.Request{Messages: rawMessages, AddGenerationPrompt: f.addGenerationPrompt, Tools: f.tools}
 		req.ContinueFinalMessage = f.continueFinalMessage != nil && *f.continueFinalMessage
 		text, err := real.RenderChat("", req, time.Now())
 		if err != nil {

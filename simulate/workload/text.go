@@ -85,6 +85,15 @@ func (c Options) model() string {
 
 // completionItem builds a completions request and its prompt tokens.
 func (c Options) completionItem(prompt string, maxTokens int, extra map[string]any) (Item, error) {
+	raw, err := c.completionBody(prompt, maxTokens, extra)
+	if err != nil {
+		return Item{}, err
+	}
+	return Item{Path: PathCompletions, Body: raw, OutputTokens: maxTokens, Tokens: tokenizer.Encode(nil, prompt, true)}, nil
+}
+
+// completionBody is the JSON body of a completions request.
+func (c Options) completionBody(prompt string, maxTokens int, extra map[string]any) ([]byte, error) {
 	body := map[string]any{"model": c.model(), "prompt": prompt, "max_tokens": maxTokens, "ignore_eos": true}
 	c.addStream(body)
 	for k, v := range extra {
@@ -92,9 +101,9 @@ func (c Options) completionItem(prompt string, maxTokens int, extra map[string]a
 	}
 	raw, err := json.Marshal(body)
 	if err != nil {
-		return Item{}, fmt.Errorf("encode completion body: %w", err)
+		return nil, fmt.Errorf("encode completion body: %w", err)
 	}
-	return Item{Path: PathCompletions, Body: raw, OutputTokens: maxTokens, Tokens: tokenizer.Encode(nil, prompt, true)}, nil
+	return raw, nil
 }
 
 // chatItem builds a chat request; its tokens go through the exact parse

@@ -95,9 +95,19 @@ type Trace struct {
 	PromptTokens, OutputTokens int64
 }
 
+// Recorded is a Spec that replays a recorded trace: its requests carry
+// their own arrival times, which a Trace uses instead of its arrival
+// process.
+type Recorded interface {
+	Spec
+	// UnitArrivals are the requests' arrival offsets in seconds at a mean
+	// rate of 1 request/s, nondecreasing from 0, one per request.
+	UnitArrivals() []float64
+}
+
 // NewTrace generates a trace: the content from one PCG stream of the seed,
 // the arrival gaps from another, so the content does not depend on the
-// arrival process.
+// arrival process. A Recorded spec's requests arrive at its own times.
 func NewTrace(cfg TraceConfig) (*Trace, error) {
 	switch {
 	case cfg.Spec == nil:
@@ -106,6 +116,13 @@ func NewTrace(cfg TraceConfig) (*Trace, error) {
 		return nil, fmt.Errorf("trace: %d requests (want >= 1): %w", cfg.Requests, ErrConfig)
 	case cfg.Arrivals > ArriveConstant:
 		return nil, fmt.Errorf("trace: arrival kind %d: %w", cfg.Arrivals, ErrConfig)
+	}
+	var recorded []float64
+	if rec, ok := cfg.Spec.(Recorded); ok {
+		recorded = rec.UnitArrivals()
+		if cfg.Requests > len(recorded) {
+			return nil, fmt.Errorf("trace: %d requests of a recorded trace of %d: %w", cfg.Requests, len(recorded), ErrConfig)
+		}
 	}
 	content := rand.New(rand.NewPCG(cfg.Seed, contentStream))
 	gaps := rand.New(rand.NewPCG(cfg.Seed, arrivalStream))
@@ -128,7 +145,10 @@ func NewTrace(cfg TraceConfig) (*Trace, error) {
 		if err != nil {
 			return nil, fmt.Errorf("trace: %w", err)
 		}
-		if i > 0 {
+		switch {
+		case recorded != nil:
+			at = recorded[i]
+		case i > 0:
 			if cfg.Arrivals == ArriveConstant {
 				at++
 			} else {

@@ -8,9 +8,9 @@ import (
 	"github.com/llbproject/llb/actors"
 )
 
-// Single-leg proxying (single pool, P/D rescue, pass-through, multi-prompt
-// P/D, the P/D decode leg) and the response relay every leg that answers
-// the client shares.
+// The leg that answers the client — the only leg of a single pool, a P/D
+// rescue, a pass-through API or a multi-prompt P/D request, the last leg of
+// a P/D pair — and the response relay it ends with.
 //
 // The response head is read straight into the client's response. Then:
 //
@@ -29,116 +29,41 @@ import (
 // SSE) read whole before it is sent; larger ones are streamed.
 const maxBufferedBody = 1 << 20
 
-// clientErrorFor returns the answer for a leg that failed before the client
-// got a byte (nil when the client is gone or the request was cut).
-func (h *Handler) clientErrorFor(c failCause, leg actors.Leg, err error) *ClientError {
-	detail := "no detail"
-	switch {
-	case h.opts.HideBackendAddrs:
-		detail = "the cause is in llb's access log"
-	case err != nil:
-		detail = err.Error()
-	}
-	switch c {
-	case causeClient, causeCut:
-		return nil
-	case causeDeadline:
-		return errStreamDuration(h.maxStream)
-	case causeFirstByte:
-		return errDecodeTimeout(h.decodeFirstByte)
-	case causeIdle:
-		return errIdleTimeout(h.legIdle())
-	case causeDown:
-		return errBackendUnreachable("the endpoint was taken out of service (probe or breaker) before it answered")
-	case causePrefill:
-		return errPrefillTimeout(h.prefillTimeout)
-	}
-	if leg == actors.LegDecode {
-		return errDecodeDied(detail)
-	}
-	return errBackendUnreachable(detail)
-}
-
-// legIdle is the idle bound named in a 504 pd_idle_timeout.
-func (h *Handler) legIdle() time.Duration {
-	if h.dataTimeout > 0 {
-		return h.dataTimeout
-	}
-	return h.streamIdle
-}
-
-// legFailed reports a leg that failed before the client got a byte and
-// finishes its ticket; then either asks for a re-route (retryable cause,
-// canRetry) or answers the client: the client error for cause, or
-// client-gone accounting (the exchange is marked aborted when the listener
-// cut it).
-func (h *Handler) legFailed(x *exchange, t actors.Ticket, kind actors.Leg, ep int,
-	fail actors.Failure, cause failCause, err error, took time.Duration, canRetry bool) attempt {
-	x.conclude(actors.Outcome{Leg: kind, Failure: fail, Duration: took}, actors.Result{})
-	if kind == actors.LegDecode && fail != actors.FailClientGone {
-		h.met.decodeDied.Inc()
-	}
-	if err != nil {
-		x.detail = err.Error()
-	}
-	if cause.retryable() && canRetry {
-		clearResponse(x)
-		return attempt{retry: true, failedEP: ep, err: h.clientErrorFor(cause, kind, err)}
-	}
-	h.answerLeg(x, fail, cause, kind, err)
-	return attempt{}
-}
-
-// answerLeg answers the client for a leg that failed before it got a
-// byte: the client error for cause, or client-gone accounting (the
-// exchange is marked aborted when the listener cut it).
-func (h *Handler) answerLeg(x *exchange, fail actors.Failure, cause failCause, kind actors.Leg, err error) {
-	x.failure = fail
-	ce := h.clientErrorFor(cause, kind, err)
-	if ce == nil {
-		x.clientGone()
-		x.aborted = x.aborted || cause == causeCut
-		return
-	}
-	clearResponse(x)
-	h.fail(x, ce)
-}
-
-// serveSingle runs one leg that answers the client directly, reports it and
-// finishes the ticket (at once, or when a streamed body ends). canRetry
-// allows asking for a re-route when the endpoint never answered (see
-// failCause.retryable). The caller has set x.prefillEP/x.decodeEP.
-func (h *Handler) serveSingle(x *exchange, body []byte, t actors.Ticket, kind actors.Leg, ep int, canRetry bool,
-	own legHeaders, requestID string) attempt {
-	start := time.Now()
-	lg := x.clientLeg(kind, ep, start)
-	h.watch.add(&x.watched, x, ep)
-	x.scratch = x.appendRequestHead(x.scratch[:0], h.addrs[ep], len(body), own, requestID)
+// answer runs lg, a leg whose response goes to the client, with body (nil:
+// none), and relays its answer. The ticket is concluded when the answer
+// ends (at once, or for a stream when the server has written it). A leg
+// whose endpoint never answered may ask for a re-route (attempt.go). The
+// caller has set x.prefillEP/x.decodeEP.
+func (x *exchange) answer(lg leg, body []byte) attempt {
+	h := x.h
+	h.watch.add(&x.watched, x, lg.ep)
+	x.scratch = x.appendRequestHead(x.scratch[:0], &lg, len(body))
 	if err := lg.send(x.scratch, body, &x.out.Header); err != nil {
 		fail, cause := lg.failure(err)
-		h.unwatch(x)
-		return h.legFailed(x, t, kind, ep, fail, cause, err, time.Since(start), canRetry)
+		x.unwatch()
+		return x.legFailed(&lg, fail, cause, err)
 	}
 	now := time.Now()
 	x.ttfb = now.Sub(x.start)
-	return h.relay(x, lg, t, now.Sub(start), canRetry)
+	return x.deliver(lg, now.Sub(lg.start))
 }
 
 // unwatch ends the leg's endpoint watch.
-func (h *Handler) unwatch(x *exchange) {
-	h.watch.remove(&x.watched)
+func (x *exchange) unwatch() {
+	x.h.watch.remove(&x.watched)
 	x.legAbortCause(true)
 }
 
-// relay sends the upstream response whose head is in x.out to the client:
-// buffered, or streamed by x.relay (see the top of this file). It reports
-// the leg and finishes t when the body ends; for a stream that is when the
+// deliver sends the upstream response whose head is in x.out to the client:
+// buffered, or streamed by x.relay (see the top of this file). It
+// concludes the ticket when the body ends; for a stream that is when the
 // server has written it (relayStream.CloseWithError). A leg that fails
 // before anything is committed goes to legFailed (answered or retried).
-func (h *Handler) relay(x *exchange, lg leg, t actors.Ticket, ttfb time.Duration, canRetry bool) attempt {
+func (x *exchange) deliver(lg leg, ttfb time.Duration) attempt {
+	h := x.h
 	out := &x.out.Header
 	s := &x.relay
-	s.x, s.lg, s.ticket, s.ttfb = x, lg, t, ttfb
+	s.x, s.lg, s.ttfb = x, lg, ttfb
 	s.status = out.StatusCode()
 	s.decode = lg.kind == actors.LegDecode
 	s.scan = x.observe && lg.kind == actors.LegSingle
@@ -150,8 +75,8 @@ func (h *Handler) relay(x *exchange, lg leg, t actors.Ticket, ttfb time.Duration
 	uncommitted := func(fail actors.Failure, cause failCause, err error) attempt {
 		s.lg.end(false)
 		s.release()
-		h.unwatch(x)
-		return h.legFailed(x, t, s.lg.kind, s.lg.ep, fail, cause, err, time.Since(s.lg.start), canRetry)
+		x.unwatch()
+		return x.legFailed(&s.lg, fail, cause, err)
 	}
 
 	if !s.sse && (s.body.framing == framingNone || s.body.framing == framingLength && cl <= maxBufferedBody) {
@@ -170,11 +95,11 @@ func (h *Handler) relay(x *exchange, lg leg, t actors.Ticket, ttfb time.Duration
 		if !x.watched.commit() {
 			return uncommitted(actors.FailTimeout, causeDown, nil)
 		}
-		h.unwatch(x)
+		x.unwatch()
 		// The whole answer is in: X-Llb-Route can carry the engine's cached
 		// tokens.
 		s.observe(x.out.Body())
-		h.commit(x)
+		x.commit()
 		s.finish(actors.FailNone)
 		return attempt{}
 	}
@@ -205,7 +130,7 @@ func (h *Handler) relay(x *exchange, lg leg, t actors.Ticket, ttfb time.Duration
 	if !x.watched.commit() {
 		return uncommitted(actors.FailTimeout, causeDown, nil)
 	}
-	h.unwatch(x)
+	x.unwatch()
 	s.n, s.rerr = n, rerr
 	// -1: each upstream read is one chunk, flushed; an HTTP/1.0 client,
 	// which cannot read chunks, gets them unframed, the body ending with
@@ -214,7 +139,7 @@ func (h *Handler) relay(x *exchange, lg leg, t actors.Ticket, ttfb time.Duration
 	if !s.sse && s.body.framing == framingLength {
 		size = cl
 	}
-	h.commit(x)
+	x.commit()
 	if s.sse {
 		h.met.activeStreams.Inc()
 	}
@@ -225,8 +150,8 @@ func (h *Handler) relay(x *exchange, lg leg, t actors.Ticket, ttfb time.Duration
 
 // commit completes the client response head: X-Llb-Route, the status and
 // TTFT bookkeeping.
-func (h *Handler) commit(x *exchange) {
-	x.setRouteHeader(&x.out.Header, h.clientAddrs)
+func (x *exchange) commit() {
+	x.setRouteHeader(&x.out.Header, x.h.clientAddrs)
 	x.status = x.out.StatusCode()
 	x.ttft = time.Since(x.start) // when the server writes the head: at once
 }
