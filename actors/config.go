@@ -76,7 +76,21 @@ type KVConfig struct {
 	// StartFeed starts one subscription; nil runs the mirrors without feeds
 	// (tests that apply updates by hand).
 	StartFeed FeedStarter
+	// SilentAfter is how long a DP rank's feed may stay disconnected before
+	// its mirror is dropped: an endpoint's inventory is the union of its
+	// ranks', and a rank that went silent (its publisher dead, frozen or
+	// cut off) must not keep promising blocks llb no longer hears about.
+	// Positive when the rule's KV-exact mode is on (NewServiceConfig:
+	// DefaultRankSilentAfter).
+	SilentAfter time.Duration
 }
+
+// DefaultRankSilentAfter is KVConfig.SilentAfter as NewServiceConfig sets
+// it: three times
+// the ZMQ feed's reconnect ceiling (inventory.DefaultReconnectIvlMax), so a
+// publisher restart that reconnects is judged by its sequence numbers
+// instead.
+const DefaultRankSilentAfter = 15 * time.Second
 
 // ServiceConfig is everything the runtime needs to run one rule: the
 // compiled rule itself (what to run) and what the runtime builds around it
@@ -142,6 +156,7 @@ func NewServiceConfig(r *rule.Compiled, env ladder.Env) ServiceConfig {
 		DecisionTimeout: DefaultDecisionTimeout,
 		RouteTimeout:    DefaultRouteTimeout,
 		PeerInterval:    DefaultPeerInterval,
+		KV:              KVConfig{SilentAfter: DefaultRankSilentAfter},
 	}
 }
 
@@ -154,6 +169,9 @@ func (c *ServiceConfig) Validate() error {
 	var errs []error
 	if c.Rule.Spec.KVExactMode != ladder.KVOff && c.KV.Keys == nil {
 		errs = append(errs, errors.New("kv: kvExactMode is on but no chain hasher is configured"))
+	}
+	if c.Rule.Spec.KVExactMode != ladder.KVOff && c.KV.SilentAfter <= 0 {
+		errs = append(errs, fmt.Errorf("kv: SilentAfter is %v; want a positive duration (NewServiceConfig sets it)", c.KV.SilentAfter))
 	}
 	for _, t := range []struct {
 		name string

@@ -69,7 +69,7 @@ func BenchmarkDecisionRoundTrip(b *testing.B) {
 			defer sys.Shutdown()
 			th, _ := inventory.NewTokenHasher(16)
 			cfg := actors.NewServiceConfig(c, ladder.DefaultEnv())
-			cfg.KV = actors.KVConfig{Keys: th}
+			cfg.KV.Keys = th
 			cfg.DecisionTimeout = 50 * time.Millisecond
 			if tc.cluster {
 				cfg.Peers = newClusterPort(ma, c)
