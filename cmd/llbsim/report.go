@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -57,4 +58,52 @@ func runReport(f *reportFlags, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "\nwrote %d report files into %s\n", len(files), f.out)
 	return nil
+}
+
+// compareFlags are the flags of "llbsim compare".
+type compareFlags struct {
+	laws  []string
+	worst int
+}
+
+func newCompareCmd(stdout io.Writer) *cobra.Command {
+	f := &compareFlags{}
+	cmd := &cobra.Command{
+		Use:   "compare RESULTS...",
+		Short: "Compare llb's laws with the best peer over several seeds' results",
+		Long: `Read several results files (or directories holding results.jsonl), each one
+seed of the same sweep, and compare each law with the best of the five peers:
+per scenario and load the geometric mean over the seeds of the law's TTFT
+p90 divided by that seed's best peer's, a win below 0.98, a tie up to 1.02.
+Prints the tally per law and engine model and the first law's cells, worst
+first.`,
+		Example: `  for s in 1 2 3; do llbsim sweep --seed $s --out /tmp/v/s$s ...; done
+  llbsim compare --laws headroom,auto,hard /tmp/v/s1 /tmp/v/s2 /tmp/v/s3`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return runCompare(f, args, stdout) },
+	}
+	fl := cmd.Flags()
+	fl.StringSliceVar(&f.laws, "laws", []string{"headroom", "auto", "hard"}, "llb strategies to compare with the peers (the first one's cells are listed)")
+	fl.IntVar(&f.worst, "worst", 20, "how many of the first law's cells to list, worst first (-1: all)")
+	return cmd
+}
+
+func runCompare(f *compareFlags, paths []string, stdout io.Writer) error {
+	var ds []*report.Dataset
+	for _, p := range paths {
+		if st, err := os.Stat(p); err == nil && st.IsDir() {
+			p = filepath.Join(p, ResultsFile)
+		}
+		fh, err := os.Open(p)
+		if err != nil {
+			return fmt.Errorf("results: %w", err)
+		}
+		d, err := report.ReadJSONL(fh)
+		fh.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		ds = append(ds, d)
+	}
+	return report.WriteSeedComparison(stdout, ds, f.laws, f.worst)
 }
