@@ -13,7 +13,7 @@ import (
 
 // reportFlags are the flags of "llbsim report".
 type reportFlags struct {
-	in  string
+	in  []string
 	out string
 }
 
@@ -31,23 +31,28 @@ summary table and the issue-7 targets.`,
 		RunE:    func(cmd *cobra.Command, _ []string) error { return runReport(f, stdout) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.in, "in", "report/"+ResultsFile, "results file (JSON lines)")
+	fl.StringSliceVar(&f.in, "in", []string{"report/" + ResultsFile}, "results file (JSON lines); several (repeated or comma-separated) of one seed are merged into one report, and the merged results are written beside it")
 	fl.StringVar(&f.out, "out", "report", "directory for README.md and the SVG figures")
 	return cmd
 }
 
 func runReport(f *reportFlags, stdout io.Writer) error {
-	fh, err := os.Open(f.in)
-	if err != nil {
-		return fmt.Errorf("results: %w", err)
+	var all []*report.Dataset
+	for _, in := range f.in {
+		d, err := readResults(in)
+		if err != nil {
+			return err
+		}
+		all = append(all, d)
 	}
-	ds, err := report.ReadJSONL(fh)
-	cerr := fh.Close()
+	ds, err := report.Merge(all...)
 	if err != nil {
-		return fmt.Errorf("%s: %w", f.in, err)
+		return err
 	}
-	if cerr != nil {
-		return fmt.Errorf("results: %w", cerr)
+	if len(all) > 1 {
+		if err := writeResults(f.out, ds); err != nil {
+			return err
+		}
 	}
 	files, err := report.Write(f.out, ds, report.DefaultTargets())
 	if err != nil {
@@ -91,19 +96,28 @@ first.`,
 func runCompare(f *compareFlags, paths []string, stdout io.Writer) error {
 	var ds []*report.Dataset
 	for _, p := range paths {
-		if st, err := os.Stat(p); err == nil && st.IsDir() {
-			p = filepath.Join(p, ResultsFile)
-		}
-		fh, err := os.Open(p)
+		d, err := readResults(p)
 		if err != nil {
-			return fmt.Errorf("results: %w", err)
-		}
-		d, err := report.ReadJSONL(fh)
-		fh.Close()
-		if err != nil {
-			return fmt.Errorf("%s: %w", p, err)
+			return err
 		}
 		ds = append(ds, d)
 	}
 	return report.WriteSeedComparison(stdout, ds, f.laws, f.worst)
+}
+
+// readResults reads a results file, or a directory's results.jsonl.
+func readResults(p string) (*report.Dataset, error) {
+	if st, err := os.Stat(p); err == nil && st.IsDir() {
+		p = filepath.Join(p, ResultsFile)
+	}
+	fh, err := os.Open(p)
+	if err != nil {
+		return nil, fmt.Errorf("results: %w", err)
+	}
+	defer fh.Close()
+	d, err := report.ReadJSONL(fh)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	return d, nil
 }

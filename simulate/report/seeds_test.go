@@ -47,3 +47,31 @@ func TestSeedComparison_GeomeanOfEachSeedsRatioToItsBestPeer(t *testing.T) {
 		}
 	}
 }
+
+func TestMerge_JoinsScenariosOfOneSeedAndNamesTheOtherCommit(t *testing.T) {
+	a := sample()
+	a.Meta.Commit = "aaa"
+	b := &Dataset{Meta: a.Meta, Scenarios: []Scenario{{Name: "trace"}}, Runs: []Run{run("trace", GroupStrategies, "headroom", 0.5, 1, 1, 0.3)}}
+	b.Meta.Commit = "bbb"
+	m, err := Merge(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Scenarios) != 3 || len(m.Runs) != len(a.Runs)+1 || m.Meta.Commit != "aaa" {
+		t.Fatalf("%d scenarios, %d runs, commit %q", len(m.Scenarios), len(m.Runs), m.Meta.Commit)
+	}
+	if note := m.Meta.Notes[len(m.Meta.Notes)-1]; !strings.Contains(note, "trace") || !strings.Contains(note, "bbb") {
+		t.Fatalf("last note %q; want one naming the scenario and its commit", note)
+	}
+	if len(a.Meta.Notes) != 1 {
+		t.Fatal("merge changed its first input's notes")
+	}
+	if _, err := Merge(a, a); err == nil {
+		t.Fatal("merging a scenario twice: no error")
+	}
+	c := *b
+	c.Meta.Seed = 2
+	if _, err := Merge(a, &c); err == nil {
+		t.Fatal("merging two seeds: no error")
+	}
+}
