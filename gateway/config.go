@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/rule"
+	"github.com/llbproject/llb/tokenizer"
 )
 
 // ErrInvalidConfig classifies a rule the gateway cannot run: one that did
@@ -19,8 +19,8 @@ var ErrInvalidConfig = errors.New("gateway: invalid rule config")
 // see rule.Timeouts).
 const (
 	// DefaultTokenizeTimeout bounds the Tier-1.5 /tokenize call (the
-	// inventory client's own default; the lower of the two applies).
-	DefaultTokenizeTimeout = inventory.DefaultTokenizeTimeout
+	// tokenizer client's own default; the lower of the two applies).
+	DefaultTokenizeTimeout = tokenizer.DefaultRemoteTimeout
 	// DefaultBodyReadTimeout bounds reading a request body.
 	DefaultBodyReadTimeout = 60 * time.Second
 	// DefaultMaxConnectRetries is how many other endpoints a single-pool

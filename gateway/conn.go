@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // clientConn is one accepted client connection, as the HTTP/1.1 server
@@ -48,6 +50,9 @@ type clientConn struct {
 	// send is the send bound on the connection's writes (sendbound.go;
 	// serving goroutine only).
 	send sendClock
+	// hijacked is closed when an HTTP/1.0 stream written past the server
+	// is over (stream.go, writeUntilClose); nil when none was.
+	hijacked chan struct{}
 
 	mu        sync.Mutex
 	x         *exchange // the exchange in progress, nil between requests
@@ -161,6 +166,62 @@ func (cc *clientConn) sniffH2(timeout time.Duration) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// serveFast serves one request of the HTTP/1.1 front end (fasthttp) on
+// client connection cc. The response is sent by the server after it
+// returns; a streamed body ends the exchange when the server has written it.
+func (h *Handler) serveFast(rc *fasthttp.RequestCtx, cc *clientConn, stopping bool) {
+	x := h.begin()
+	x.in, x.out, x.ctx = &rc.Request, &rc.Response, cc.ctx
+	x.remote, x.ip = cc.remote, cc.ip
+	// A large body goes with the exchange, not back to the connection's
+	// pooled request (which would keep its buffer for good).
+	defer rc.Request.ReleaseBody(maxKeptBodyBuffer)
+	if cc.refused {
+		// The body budget refused the request at its head (headerReceived):
+		// its body is unread, the connection closes after the answer.
+		x.api = apiOfPath(x.in.URI().PathOriginal())
+		cc.linger = true
+		rc.SetConnectionClose()
+		x.fail(errBodyBufferFull())
+		h.done(x)
+		return
+	}
+	if cc.reserved > 0 {
+		cc.trimReservation(int64(len(rc.Request.Body())))
+	}
+	x.cc = cc
+	cc.begin(x)
+	defer func() {
+		if p := recover(); p != nil {
+			h.recoverPanic(x, p)
+			_ = cc.Conn.Close() // no answer: the client sees the connection drop
+		}
+	}()
+	h.serve(x)
+	if stopping {
+		rc.SetConnectionClose()
+	}
+	if x.stream != nil {
+		// The stream's writes are bounded by the send bound and by the
+		// request's deadline: a client that stops reading, or reads too
+		// slowly, cannot pin the connection and the upstream leg.
+		cc.limitWrites(x.deadline)
+		if untilClose(rc) {
+			h.relayUntilClose(rc, cc, x)
+		}
+		return
+	}
+	// No answer for a cut request, nor for a client taken for gone (it may
+	// only have shut its write side): close the connection rather than let
+	// the server send its default, an empty 200, for a request nobody
+	// served.
+	drop := x.aborted || x.status == StatusClientGone
+	h.done(x)
+	if drop {
+		_ = cc.Conn.Close()
+	}
 }
 
 // begin makes x the connection's exchange and arms the departure watch.

@@ -1,49 +1,68 @@
 // Package gateway is llb's data plane: one HTTP listener per mode:4 rule
-// that parses OpenAI requests, builds the routing input, asks the service's
-// router (actors.Router) where to go, and proxies — straight through for a
-// single pool, or with vLLM's two-leg NIXL protocol for P/D rules — while
-// reporting every leg's outcome back to the router.
+// that parses OpenAI requests, builds the routing input, asks the rule's
+// router (actors.Router) where each request goes and proxies it — straight
+// through for a single pool, in the engine's P/D protocol for a P/D pair —
+// reporting the first byte, every leg and the end through the ticket the
+// router handed back (actors.Ticket).
 //
 // A Handler serves one compiled rule (*rule.Compiled: every bound and
 // default already applied by the rule package) with the daemon's Options;
 // package lifecycle creates, replaces and removes handlers and listeners as
 // rules change.
 //
-// # Request path
+// # A request's walk
 //
-//	Listener: accept, sniff the first bytes of the connection
-//	  ├─ "PRI * HTTP/2.0" (h2c) ─▶ net/http server ─▶ Handler.ServeHTTP (nethttp.go)
-//	  └─ anything else ─▶ fasthttp server (HTTP/1.1) ─▶ Handler.serveFast
-//	        (body read by the server, bounded: 413 / 408 via requestError)
-//	Handler.serve(exchange):
-//	  ├─ X-Llb-Hop names us: 508 ─▶ ParseRequest (400 on bad JSON or fields)
-//	  ├─ routeInput.build: session key, trie prompt, prefix hash, client keys,
-//	  │   and for kvExactMode 1/3 the Tier-1.5 chain (tokenize + hash here,
-//	  │   in the request goroutine; failures are guards, never client errors)
-//	  ├─ Router.Route ─▶ Decision (unavailable → 429/503/504 via errors.go)
-//	  ├─ serveSingle | servePD: legs on llb's own upstream pool (upstream.go,
-//	  │   leg.go), retried on another endpoint before the first client byte
-//	  │   (connect failures, a dead prefill once, a decode silent past its
-//	  │   first-byte bound, an endpoint taken out by the EndpointWatch)
-//	  └─ relay: the answer is left in the exchange's response; a buffered
-//	      body is sent by the server with the head, a streamed one is pulled
-//	      by the server from relayStream after the handler returned
-//	Report per leg, Finish once per ticket; access log; metrics — when the
-//	response is built, or for a stream when the server has written it.
-//	With a cached-token prediction (Route.Prediction), the answering leg's
-//	bytes pass through usageScanner (usage.go) on their way — the buffered
-//	body before its head goes out, each streamed read before its write, the
-//	P/D prefill leg's JSON as read — and the engine's
-//	usage.prompt_tokens_details.cached_tokens goes back with the leg's
-//	Outcome, into X-Llb-Route (kv_predicted, kv_cached) and the access log.
+// One file per step, in the order a request meets them, all in its
+// client connection's goroutine:
 //
-// # Why not net/http
+//   - listener.go accepts on the rule's VIP:port within the process's
+//     connection limit (connlimit.go) and sniffs the first bytes: the
+//     HTTP/2 preface goes to the h2c front end (nethttp.go), anything else
+//     to fasthttp's HTTP/1.1 server, which reads the head and the body
+//     within the rule's limit and the process's body budget (bodybudget.go,
+//     reserved at the head through headerctx.go).
+//   - conn.go serves each HTTP/1.1 request of its client connection
+//     (serveFast) and watches the socket for the client leaving
+//     (sockpeek_linux.go).
+//   - exchange.go holds the request's state from its first byte to the end
+//     of its response: the client's request and response, the
+//     cancellation its legs obey, the attempt in progress, the record the
+//     access log reads.
+//   - handler.go is the front door: a request that looped back through
+//     X-Llb-Hop (headers.go), to a paused rule, in an HTTP version llb does
+//     not speak or with a target it cannot forward (target.go) is answered
+//     at once; the rest is dispatched by method and path through the API
+//     table. A generation API parses the body (request.go)
+//     and builds the routing input (route_input.go; Tier 1.5 tokenizes and
+//     hashes the prompt in kvinput.go).
+//   - attempt.go is the attempt loop: Router.Route, the plan the decision
+//     calls for, and a new route avoiding an endpoint that never answered,
+//     while the client has no byte.
+//   - pd.go runs a P/D pair in the rule's engine dialect (pdDialect):
+//     pd_nixl.go is vLLM's NIXL two-leg protocol.
+//   - relay.go runs the leg that answers the client and relays its answer:
+//     a small body with its head, anything else streamed by stream.go
+//     after the handler returned.
+//   - leg.go is one upstream request and its deadlines, on the keep-alive
+//     connections of upstream.go; legwatch.go cancels the legs of an
+//     endpoint the router takes out of service.
+//   - usage.go reads the engine's cached tokens from the answering leg's
+//     bytes on their way (cache truth).
+//   - errors.go renders the client errors llb answers itself.
+//   - accesslog.go writes X-Llb-Route, the access log line and the
+//     request's metrics (metrics.go) when the exchange ends.
 //
-// With net/http's server and Transport llbd reached a fifth of HAProxy's
-// request rate on small completions: per request, two goroutine hand-offs
-// in the Transport, ~100 allocations and a header map each way. The data
-// plane now uses fasthttp's HTTP/1.1 server (zero allocations per request,
-// a goroutine per connection) and a lean upstream client of its own:
+// A new API is an entry of handler.go's table; a new engine's P/D protocol
+// is a pdDialect of its own file, beside pd_nixl.go.
+//
+// # Why fasthttp and an upstream client of its own
+//
+// net/http's server and Transport cost, per request, two goroutine
+// hand-offs in the Transport, ~100 allocations and a header map each way:
+// on small completions that holds llbd to a fifth of HAProxy's request
+// rate (docs/performance.md). So the data plane runs on fasthttp's
+// HTTP/1.1 server (zero allocations per request, a goroutine per
+// connection) and a lean upstream client of its own:
 //
 //   - upstream.go keeps one pool of keep-alive connections per endpoint.
 //     A request head is written straight from the client's parsed header
@@ -101,7 +120,10 @@
 //     its head; SSE and bodies of unknown length are streamed, each upstream
 //     read one chunk flushed at once (an SSE event reaches the client as it
 //     arrives; no goroutine per stream or token). An HTTP/1.0 client, which
-//     cannot read chunks, gets a streamed body whole with a length.
+//     cannot read chunks, gets a streamed body as it comes, without a
+//     length, ended by the connection's close as vLLM's server does (a
+//     reset when the upstream broke); fasthttp cannot frame a body so, and
+//     the connection is hijacked for it (stream.go).
 //     Response trailers are dropped (vLLM sends none).
 //   - Connection-level failures after the first byte abort the client
 //     connection (the server closes it without ending the chunked body); a
@@ -129,7 +151,7 @@
 //     ends (target.go): it would otherwise go upstream as sent.
 //   - A client taken for gone (it may only have shut its write side) gets
 //     its connection closed, never an answer for a request nobody served.
-//   - Tier 1.5 tokenizes through inventory.Tokenizer with the request's own
+//   - Tier 1.5 tokenizes through tokenizer.Tokenizer with the request's own
 //     form (completion prompt or chat messages plus template inputs) and
 //     hashes with the rule's inventory.ChainHasher; token-id prompts are
 //     hashed directly. Multimodal parts and prompt_embeds give the

@@ -3,13 +3,16 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/llbproject/llb/actors"
+	"github.com/llbproject/llb/internal/logfield"
 	"github.com/llbproject/llb/ladder"
 )
 
@@ -56,6 +59,17 @@ type exchange struct {
 
 	accessRecord
 
+	// The attempt loop's state (attempt.go): the current attempt's routing
+	// input and its ticket (admitted and not yet finished; the zero Ticket
+	// when none), the re-routes left after an answering leg whose endpoint
+	// never answered and after a dead P/D prefill, and the answer when no
+	// retry can be made.
+	rr             *actors.RouteRequest
+	ticket         actors.Ticket
+	retriesLeft    int
+	prefillRetries int
+	lastErr        *ClientError
+
 	// Kept across requests (buffers).
 	req     Request                 // the parsed request (parse resets it)
 	relay   relayStream             // stream's storage
@@ -79,10 +93,9 @@ type accessRecord struct {
 	decodeEP   int
 	retries    int
 	requestID  string
-	ticket     actors.Ticket // admitted and not yet finished (ID 0: none)
-	status     int           // sent to the client (StatusClientGone when it left)
-	code       string        // llb's error code when llb answered
-	bytes      int64         // body bytes written
+	status     int    // sent to the client (StatusClientGone when it left)
+	code       string // llb's error code when llb answered
+	bytes      int64  // body bytes written
 	ttfb       time.Duration
 	ttft       time.Duration
 	prefill    time.Duration
@@ -107,6 +120,78 @@ type accessRecord struct {
 	cached  actors.Usage
 }
 
+// begin takes an exchange for a new request.
+func (h *Handler) begin() *exchange {
+	h.inflight.Add(1)
+	h.total.Add(1)
+	h.active.Add(1)
+	x := h.xpool.get(h)
+	x.start = time.Now()
+	x.deadline = x.start.Add(h.maxStream)
+	return x
+}
+
+// done ends an exchange: access log and metrics, then the exchange goes
+// back to the pool. Only a bug (a panic) leaves a ticket open here; it is
+// released so the endpoint's in-flight count does not leak.
+func (h *Handler) done(x *exchange) {
+	x.finish(actors.Result{})
+	if x.cc != nil {
+		x.cc.end()
+	}
+	if x.abortCause() == causeCut {
+		// The listener cut the request (drain deadline, Close), not the
+		// client: whatever was or was not written, it is not an answer.
+		x.aborted = true
+	}
+	h.record(x)
+	if x.cancelCtx != nil {
+		x.cancelCtx()
+	}
+	h.active.Add(-1)
+	h.inflight.Done()
+	if !x.noPool {
+		h.xpool.put(x)
+	}
+}
+
+// recoverPanic handles a panic (a bug) inside serve: it is logged with its
+// stack, the upstream connection in use is closed and the ticket released.
+// The exchange is dropped, not pooled.
+func (h *Handler) recoverPanic(x *exchange, p any) {
+	buf := make([]byte, 16<<10)
+	buf = buf[:runtime.Stack(buf, false)]
+	h.log.Error().Str(logfield.Panic, fmt.Sprint(p)).Bytes(logfield.Stack, buf).Msg("panic serving a request; connection dropped")
+	x.mu.Lock()
+	if x.up != nil {
+		_ = x.up.nc.Close()
+	}
+	x.mu.Unlock()
+	x.ticket.Finish(actors.Result{})
+	if x.cc != nil {
+		x.cc.end()
+	}
+	if x.cancelCtx != nil {
+		x.cancelCtx()
+	}
+	h.active.Add(-1)
+	h.inflight.Done()
+}
+
+// fail answers the client with e (nothing was sent yet).
+func (x *exchange) fail(e *ClientError) {
+	x.status, x.code = e.Status, e.Code
+	x.setRouteHeader(&x.out.Header, x.h.clientAddrs)
+	x.bytes += int64(e.write(x.out, x.scratch[:0]))
+}
+
+// clearResponse drops what a failed leg left in the client response (an
+// upstream head) before an error is written.
+func (x *exchange) clearResponse() {
+	x.out.Reset()
+	x.out.Header.SetNoDefaultContentType(true)
+}
+
 // resetTruth starts an attempt's cache-truth bookkeeping.
 func (x *exchange) resetTruth(p actors.Prediction, observe bool) {
 	x.pred, x.observe, x.usage, x.cached = p, observe && p.OK, usageScanner{}, actors.Usage{}
@@ -121,6 +206,7 @@ func (x *exchange) reset() {
 	x.up, x.cause, x.legCause = nil, causeNone, causeNone
 	x.stream = nil
 	x.accessRecord = accessRecord{prefillEP: -1, decodeEP: -1}
+	x.rr, x.ticket, x.lastErr = nil, actors.Ticket{}, nil
 	x.scratch = x.scratch[:0]
 	x.iov, x.iovArr = x.iov[:0], [2][]byte{}
 	x.preHead.Reset()

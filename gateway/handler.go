@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,10 +14,10 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/llbproject/llb/actors"
-	"github.com/llbproject/llb/internal/logfield"
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/rule"
+	"github.com/llbproject/llb/tokenizer"
 )
 
 // ErrNoRouter is returned by NewHandler when Deps.Router is nil.
@@ -31,11 +31,10 @@ type Deps struct {
 	// KV contract when kvExactMode is on; pass the rule's own to share it
 	// with the inventory mirror.
 	Hasher inventory.ChainHasher
-	// Tokenizer is the engine /tokenize client for Tier 1.5 (an
-	// *inventory.RemoteTokenizer for one of the rule's endpoints); nil
-	// makes every text prompt a tokenize guard (token-id prompts still
-	// hash).
-	Tokenizer inventory.Tokenizer
+	// Tokenizer tokenizes prompts for Tier 1.5 (tokenizer.New's: the
+	// rule's engines' /tokenize, or in process); nil makes every text
+	// prompt a tokenize guard (token-id prompts still hash).
+	Tokenizer tokenizer.Tokenizer
 	// Metrics receives the rule's metrics; nil keeps them in a private set.
 	Metrics *Metrics
 	// Log receives the access log (one line per request: Info with
@@ -58,11 +57,12 @@ type Deps struct {
 	Conns *ConnLimit
 }
 
-// Handler is one rule's data plane: parsing, routing input, single-pool
-// and P/D proxying, client errors, access log and metrics. Both front ends
-// (the HTTP/1.1 server and the h2c one, see Listener) run its serve on an
-// exchange. It is safe for concurrent use; each request runs entirely in
-// its connection's goroutine, with no goroutine per request or token.
+// Handler is one rule's data plane. Both front ends (the HTTP/1.1 server
+// and the h2c one, see Listener) hand it each request as an exchange, and
+// its front door (serve) dispatches the exchange to the API the path
+// names; the rest of the walk is the exchange's own (see doc.go). It is
+// safe for concurrent use; each request runs entirely in its connection's
+// goroutine, with no goroutine per request or token.
 type Handler struct {
 	rule  *rule.Compiled // read-only
 	opts  Options        // defaults applied
@@ -72,6 +72,7 @@ type Handler struct {
 	clientAddrs []string
 	pools       []*upstreamPool // keep-alive connections, by endpoint index
 	router      actors.Router
+	pd          pdDialect // the engines' P/D protocol
 	input       *routeInput
 	met         *Metrics
 	log         zerolog.Logger
@@ -158,6 +159,7 @@ func NewHandler(c *rule.Compiled, opts Options, deps Deps) (*Handler, error) {
 		rule:            c,
 		opts:            opts,
 		router:          deps.Router,
+		pd:              dialectFor(c),
 		input:           input,
 		met:             deps.Metrics,
 		log:             deps.Log,
@@ -206,119 +208,83 @@ func (h *Handler) closeIdle() {
 	}
 }
 
-// begin takes an exchange for a new request.
-func (h *Handler) begin() *exchange {
-	h.inflight.Add(1)
-	h.total.Add(1)
-	h.active.Add(1)
-	x := h.xpool.get(h)
-	x.start = time.Now()
-	x.deadline = x.start.Add(h.maxStream)
-	return x
+// The front door. serve takes every request either front end accepted:
+// the checks that hold for any path (a request that looped back, a paused
+// rule, an HTTP version llb does not speak), then dispatch by method and
+// path through the API table. Routed on the path as sent: "//v1/models" or
+// "/v1/../v1/completions" are not the API's paths (fasthttp's Path() would
+// clean them, and the backend would see the raw form).
+
+// api is one entry of the front door's table: a path, the methods it
+// takes and what serves a request to it.
+type api struct {
+	path    string
+	methods []string // the first is the one the 404 answer names
+	// name is the request's api in the access log and metrics.
+	name  string
+	serve func(x *exchange)
 }
 
-// done ends an exchange: access log and metrics, then the exchange goes
-// back to the pool. Only a bug (a panic) leaves a ticket open here; it is
-// released so the endpoint's in-flight count does not leak.
-func (h *Handler) done(x *exchange) {
-	x.finish(actors.Result{})
-	if x.cc != nil {
-		x.cc.end()
-	}
-	if x.abortCause() == causeCut {
-		// The listener cut the request (drain deadline, Close), not the
-		// client: whatever was or was not written, it is not an answer.
-		x.aborted = true
-	}
-	h.record(x)
-	if x.cancelCtx != nil {
-		x.cancelCtx()
-	}
-	h.active.Add(-1)
-	h.inflight.Done()
-	if !x.noPool {
-		h.xpool.put(x)
-	}
+// apis is the front door's table. A request to another path is answered
+// 404 unknown_url; to a listed path with another method, 405 with Allow.
+var apis = [...]api{
+	{path: PathCompletions, methods: []string{fasthttp.MethodPost}, name: KindCompletion.String(),
+		serve: func(x *exchange) { x.serveGenerate(KindCompletion) }},
+	{path: PathChatCompletions, methods: []string{fasthttp.MethodPost}, name: KindChat.String(),
+		serve: func(x *exchange) { x.serveGenerate(KindChat) }},
+	{path: PathModels, methods: []string{fasthttp.MethodGet, fasthttp.MethodHead}, name: "passthrough",
+		serve: (*exchange).servePassthrough},
+	{path: PathHealth, methods: []string{fasthttp.MethodGet, fasthttp.MethodHead}, name: "passthrough",
+		serve: (*exchange).servePassthrough},
 }
 
-// serveFast serves one request of the HTTP/1.1 front end (fasthttp) on
-// client connection cc. The response is sent by the server after it
-// returns; a streamed body ends the exchange when the server has written it.
-func (h *Handler) serveFast(rc *fasthttp.RequestCtx, cc *clientConn, stopping bool) {
-	x := h.begin()
-	x.in, x.out, x.ctx = &rc.Request, &rc.Response, cc.ctx
-	x.remote, x.ip = cc.remote, cc.ip
-	// A large body goes with the exchange, not back to the connection's
-	// pooled request (which would keep its buffer for good).
-	defer rc.Request.ReleaseBody(maxKeptBodyBuffer)
-	if cc.refused {
-		// The body budget refused the request at its head (headerReceived):
-		// its body is unread, the connection closes after the answer.
-		x.api = apiOfPath(x.in.URI().PathOriginal())
-		cc.linger = true
-		rc.SetConnectionClose()
-		h.fail(x, errBodyBufferFull())
-		h.done(x)
-		return
-	}
-	if cc.reserved > 0 {
-		cc.trimReservation(int64(len(rc.Request.Body())))
-	}
-	x.cc = cc
-	cc.begin(x)
-	defer func() {
-		if p := recover(); p != nil {
-			h.recoverPanic(x, p)
-			_ = cc.Conn.Close() // no answer: the client sees the connection drop
+// apiFor returns the table's entry for path, or nil.
+func apiFor(path []byte) *api {
+	for i := range apis {
+		if apis[i].path == string(path) {
+			return &apis[i]
 		}
-	}()
-	h.serve(x)
-	if stopping {
-		rc.SetConnectionClose()
 	}
-	if x.stream != nil {
-		// The stream's writes are bounded by the send bound and by the
-		// request's deadline: a client that stops reading, or reads too
-		// slowly, cannot pin the connection and the upstream leg.
-		cc.limitWrites(x.deadline)
-		return
-	}
-	// No answer for a cut request, nor for a client taken for gone (it may
-	// only have shut its write side): close the connection rather than let
-	// the server send its default, an empty 200, for a request nobody
-	// served.
-	drop := x.aborted || x.status == StatusClientGone
-	h.done(x)
-	if drop {
-		_ = cc.Conn.Close()
-	}
+	return nil
 }
 
-// recoverPanic handles a panic (a bug) inside serve: it is logged with its
-// stack, the upstream connection in use is closed and the ticket released.
-// The exchange is dropped, not pooled.
-func (h *Handler) recoverPanic(x *exchange, p any) {
-	buf := make([]byte, 16<<10)
-	buf = buf[:runtime.Stack(buf, false)]
-	h.log.Error().Str(logfield.Panic, fmt.Sprint(p)).Bytes(logfield.Stack, buf).Msg("panic serving a request; connection dropped")
-	x.mu.Lock()
-	if x.up != nil {
-		_ = x.up.nc.Close()
+// takes reports whether the API accepts method.
+func (a *api) takes(method []byte) bool {
+	for _, m := range a.methods {
+		if m == string(method) {
+			return true
+		}
 	}
-	x.mu.Unlock()
-	x.ticket.Finish(actors.Result{})
-	if x.cc != nil {
-		x.cc.end()
-	}
-	if x.cancelCtx != nil {
-		x.cancelCtx()
-	}
-	h.active.Add(-1)
-	h.inflight.Done()
+	return false
 }
 
-// serve answers the request of x: it routes, proxies and leaves the answer
-// in x.out (x.stream set when the body is streamed).
+// served lists the table for the 404 answer: "POST /v1/completions, …
+// and GET /health".
+var served = func() string {
+	var b strings.Builder
+	for i := range apis {
+		switch {
+		case i == len(apis)-1:
+			b.WriteString(" and ")
+		case i > 0:
+			b.WriteString(", ")
+		}
+		b.WriteString(apis[i].methods[0] + " " + apis[i].path)
+	}
+	return b.String()
+}()
+
+// apiOfPath is the access log's api for a request refused before it was
+// parsed.
+func apiOfPath(path []byte) string {
+	if a := apiFor(path); a != nil {
+		return a.name
+	}
+	return "unknown"
+}
+
+// serve answers the request of x: it dispatches x to its API, which leaves
+// the answer in x.out (x.stream set when the body is streamed).
 func (h *Handler) serve(x *exchange) {
 	if cl := x.in.Header.ContentLength(); cl > 0 {
 		h.bytesIn.Add(int64(cl))
@@ -329,7 +295,7 @@ func (h *Handler) serve(x *exchange) {
 	if looped(&x.in.Header, h.hopID) {
 		x.api = "loop"
 		h.met.loops.Inc()
-		h.fail(x, planeError(http.StatusLoopDetected, CodeLoopDetected,
+		x.fail(planeError(http.StatusLoopDetected, CodeLoopDetected,
 			"the request came back to the llb that forwarded it (an endpoint of this rule leads back to llb), or passed through more than "+
 				strconv.Itoa(MaxHops)+" llb instances; it was not forwarded again"))
 		return
@@ -338,7 +304,7 @@ func (h *Handler) serve(x *exchange) {
 		x.api = "paused"
 		e := planeError(http.StatusServiceUnavailable, CodeServiceUnavailable, "the rule is paused (adminStateUp is false); retry later")
 		e.RetryAfter = DefaultRetryAfter
-		h.fail(x, e)
+		x.fail(e)
 		return
 	}
 	if proto := x.in.Header.Protocol(); string(proto) != "HTTP/1.1" && string(proto) != "HTTP/1.0" {
@@ -346,65 +312,35 @@ func (h *Handler) serve(x *exchange) {
 		// HTTP/1.0; net/http answers 505, and so does llb.
 		x.api = "unknown"
 		x.out.SetConnectionClose()
-		h.fail(x, requestError(http.StatusHTTPVersionNotSupported, CodeBadRequest, "",
+		x.fail(requestError(http.StatusHTTPVersionNotSupported, CodeBadRequest, "",
 			"this listener speaks HTTP/1.0, HTTP/1.1 and h2c with prior knowledge; not "+string(proto)))
 		return
 	}
-	if h.refuseBadTarget(x) {
+	if x.refuseBadTarget() {
 		return
 	}
-	method := x.in.Header.Method()
-	// Routed on the path as sent: "//v1/models" or "/v1/../v1/completions"
-	// are not the API's paths (fasthttp's Path() would clean them, and the
-	// backend would see the raw form).
-	switch path := x.in.URI().PathOriginal(); string(path) {
-	case PathCompletions, PathChatCompletions:
-		kind := KindCompletion
-		if string(path) == PathChatCompletions {
-			kind = KindChat
-		}
-		x.api = kind.String()
-		if string(method) != fasthttp.MethodPost {
-			h.methodNotAllowed(x, "POST")
-			return
-		}
-		h.serveGenerate(x, kind)
-	case PathModels, PathHealth:
-		x.api = "passthrough"
-		if string(method) != fasthttp.MethodGet && string(method) != fasthttp.MethodHead {
-			h.methodNotAllowed(x, "GET, HEAD")
-			return
-		}
-		h.servePassthrough(x)
-	default:
+	method, path := x.in.Header.Method(), x.in.URI().PathOriginal()
+	a := apiFor(path)
+	if a == nil {
 		x.api = "unknown"
-		h.fail(x, requestError(http.StatusNotFound, CodeUnknownURL, "",
-			"llb serves POST "+PathCompletions+", POST "+PathChatCompletions+", GET "+PathModels+" and GET "+PathHealth+"; not "+string(method)+" "+string(path)))
+		x.fail(requestError(http.StatusNotFound, CodeUnknownURL, "",
+			"llb serves "+served+"; not "+string(method)+" "+string(path)))
+		return
 	}
+	x.api = a.name
+	if !a.takes(method) {
+		allow := strings.Join(a.methods, ", ")
+		x.out.Header.Set("Allow", allow)
+		x.fail(requestError(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "", "this path accepts "+allow))
+		return
+	}
+	a.serve(x)
 }
 
-func (h *Handler) methodNotAllowed(x *exchange, allow string) {
-	x.out.Header.Set("Allow", allow)
-	h.fail(x, requestError(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "", "this path accepts "+allow))
-}
-
-// fail answers the client with e (nothing was sent yet).
-func (h *Handler) fail(x *exchange, e *ClientError) {
-	x.status, x.code = e.Status, e.Code
-	x.setRouteHeader(&x.out.Header, h.clientAddrs)
-	x.bytes += int64(e.write(x.out, x.scratch[:0]))
-}
-
-// clearResponse drops what a failed leg left in the client response (an
-// upstream head) before an error is written.
-func clearResponse(x *exchange) {
-	x.out.Reset()
-	x.out.Header.SetNoDefaultContentType(true)
-}
-
-// serveGenerate handles the completion and chat APIs.
-func (h *Handler) serveGenerate(x *exchange, kind APIKind) {
-	h.met.aiRequests.Inc()
+// serveGenerate serves the completion and chat APIs: it parses the
+// request, builds its routing input and proxies it.
+func (x *exchange) serveGenerate(kind APIKind) {
+	x.h.met.aiRequests.Inc()
 	req := &x.req
 	// A body over maxKeptBodyBuffer is not reused (serveFast releases it;
 	// the h2c front end reads every body into a fresh buffer).
@@ -414,127 +350,23 @@ func (h *Handler) serveGenerate(x *exchange, kind APIKind) {
 		if !errors.As(err, &ce) {
 			ce = requestError(http.StatusBadRequest, CodeInvalidJSON, "", err.Error())
 		}
-		h.fail(x, ce)
+		x.fail(ce)
 		return
 	}
 	if v := x.in.Header.Peek(HeaderConversationID); len(v) > 0 {
 		req.ConversationID = string(v)
 	}
 	x.model, x.wantStream = req.Model, req.Stream
-	var rr actors.RouteRequest
-	h.input.build(x.ctx, x.in, x.remote, x.ip, req, &rr)
+	rr := &actors.RouteRequest{}
+	x.h.input.build(x.ctx, x.in, x.remote, x.ip, req, rr)
 	x.kvGuard = rr.Req.KV.Guard
-	h.proxy(x, req, &rr)
+	x.proxy(rr)
 }
 
 // servePassthrough forwards GET /v1/models and /health to an available
 // endpoint chosen by the router (so health and breaker state apply).
-func (h *Handler) servePassthrough(x *exchange) {
-	rr := actors.RouteRequest{Passthrough: true}
-	h.input.buildBasic(x.in, x.remote, x.ip, &rr)
-	h.proxy(x, nil, &rr)
-}
-
-// attempt is the result of one routed attempt.
-type attempt struct {
-	// retry asks the loop to route again avoiding failedEP. The attempt has
-	// already reported its outcome and finished its ticket.
-	retry    bool
-	failedEP int
-	// prefill is true when the failed leg was a P/D prefill.
-	prefill bool
-	// err is the answer if no retry can be made.
-	err *ClientError
-}
-
-// proxy routes and serves, retrying on another endpoint while no byte has
-// reached the client and the failure was a connect failure (single leg) or
-// a dead prefill (P/D, once). req is nil for pass-through paths.
-func (h *Handler) proxy(x *exchange, req *Request, rr *actors.RouteRequest) {
-	retriesLeft, prefillRetries := h.maxRetries, 1
-	var last *ClientError
-	for {
-		route, err := h.router.Route(x.ctx, rr)
-		if err != nil {
-			switch c := x.abortCause(); {
-			case c != causeNone:
-				x.clientGone()
-			case last != nil:
-				h.fail(x, last)
-			case x.ctx.Err() != nil:
-				h.fail(x, errStreamDuration(h.maxStream))
-			default:
-				h.fail(x, errorForRouteErr(err))
-			}
-			return
-		}
-		x.decision, x.decided, x.parked = route.Decision, true, route.Parked
-		d := &x.decision
-		if !d.Available() {
-			if last != nil {
-				h.fail(x, last) // the retry found nothing better than what failed
-			} else {
-				h.fail(x, errorForDecision(d))
-			}
-			return
-		}
-		if d.Prefill >= len(h.addrs) || d.Decode >= len(h.addrs) {
-			// A decision naming an endpoint this rule does not have is a
-			// runtime bug (e.g. a rule replaced under a stale router):
-			// release the ticket and answer a retriable 503.
-			route.Ticket.Finish(actors.Result{})
-			e := planeError(http.StatusServiceUnavailable, CodeServiceUnavailable, "the router chose an endpoint this rule does not have ("+d.String()+")")
-			e.RetryAfter = DefaultRetryAfter
-			h.fail(x, e)
-			return
-		}
-		x.ticket = route.Ticket
-		// Multi-prompt requests are predicted on their first prompt only:
-		// the engine's usage sums them all, so they are not compared.
-		x.resetTruth(route.Prediction, req != nil && req.PromptCount() <= 1)
-		h.met.decision(d)
-		if e := h.log.Debug(); e.Enabled() {
-			e.Str(logfield.LLBRoute, d.String()).Uint64(logfield.Ticket, route.Ticket.ID).Int(logfield.Retries, x.retries).
-				Str(logfield.KVGuard, rr.Req.KV.Guard.String()).Uint32("prompt_blocks", rr.Req.KV.PromptBlocks).Msg("routed")
-		}
-		var a attempt
-		switch {
-		case req == nil:
-			leg := actors.LegSingle
-			if d.Decode >= 0 {
-				leg = actors.LegPrefill
-			}
-			x.prefillEP, x.decodeEP = d.Prefill, -1
-			a = h.serveSingle(x, nil, route.Ticket, leg, d.Prefill, retriesLeft > 0, 0, "")
-		case d.Decode >= 0 && req.PromptCount() > 1:
-			// Multi-prompt P/D request: served whole by the decode endpoint,
-			// which computes the prefill itself (a shared remote_block_ids
-			// would trip vLLM; see doc.go).
-			x.prefillEP, x.decodeEP = -1, d.Decode
-			a = h.serveSingle(x, req.Body, route.Ticket, actors.LegDecode, d.Decode, retriesLeft > 0, 0, "")
-		case d.Decode >= 0:
-			a = h.servePD(x, req, route, prefillRetries > 0, retriesLeft > 0)
-		default:
-			x.prefillEP, x.decodeEP = d.Prefill, -1
-			a = h.serveSingle(x, req.Body, route.Ticket, actors.LegSingle, d.Prefill, retriesLeft > 0, 0, "")
-		}
-		if !a.retry {
-			return
-		}
-		// A fresh RouteRequest per attempt: the router may still hold the
-		// previous one (it learns the prompt when that ticket finishes).
-		next := *rr
-		if a.failedEP >= 0 && a.failedEP < 32 {
-			next.Avoid |= 1 << uint(a.failedEP)
-		}
-		rr = &next
-		x.retries++
-		h.met.connectFailover.Inc()
-		last = a.err
-		if a.prefill {
-			prefillRetries--
-		} else {
-			retriesLeft--
-		}
-	}
+func (x *exchange) servePassthrough() {
+	rr := &actors.RouteRequest{Passthrough: true}
+	x.h.input.buildBasic(x.in, x.remote, x.ip, rr)
+	x.proxy(rr)
 }

@@ -78,7 +78,7 @@ func outbound(t *testing.T, raw string, trust bool, hopID string) (*http.Request
 		t.Fatal(err)
 	}
 	x := &exchange{h: h, in: in, ip: "10.1.1.1", remote: "10.1.1.1:999", tls: true}
-	head := x.appendRequestHead(nil, "127.0.0.1:8000", len(in.Body()), 0, "")
+	head := x.appendRequestHead(nil, &leg{ep: 0}, len(in.Body()))
 	r, err := http.ReadRequest(bufio.NewReader(strings.NewReader(string(head) + string(in.Body()))))
 	if err != nil {
 		t.Fatalf("the head %q does not parse: %v", head, err)

@@ -130,14 +130,15 @@ func connectionNames(conns [][]byte, name []byte) bool {
 	return false
 }
 
-// appendRequestHead appends the head of an upstream request to endpoint
-// addr carrying a body of bodyLen bytes: the client's method and URI, Host
-// set to the endpoint, the client's end-to-end headers, llb's
-// X-Forwarded-For/-Proto/-Host and X-Real-IP (a trusted client's own
-// X-Real-IP is kept), X-Llb-Hop with this instance appended, the leg's own
-// headers (own, with requestID) and Content-Length.
-func (x *exchange) appendRequestHead(dst []byte, addr string, bodyLen int, own legHeaders, requestID string) []byte {
+// appendRequestHead appends the head of leg lg's request carrying a body
+// of bodyLen bytes: the client's method and URI, Host set to the leg's
+// endpoint, the client's end-to-end headers, llb's X-Forwarded-For/-Proto/
+// -Host and X-Real-IP (a trusted client's own X-Real-IP is kept),
+// X-Llb-Hop with this instance appended, the leg's own headers and
+// Content-Length.
+func (x *exchange) appendRequestHead(dst []byte, lg *leg, bodyLen int) []byte {
 	in := &x.in.Header
+	addr, own := x.h.addrs[lg.ep], lg.own
 	trust := x.h.opts.TrustForwardedHeaders
 	dst = append(dst, in.Method()...)
 	dst = append(dst, ' ')
@@ -193,7 +194,7 @@ func (x *exchange) appendRequestHead(dst []byte, addr string, bodyLen int, own l
 	dst = append(dst, "\r\n"...)
 	if own&legSetsRequestID != 0 {
 		dst = append(dst, "X-Request-Id: "...)
-		dst = append(dst, requestID...)
+		dst = append(dst, lg.id...)
 		dst = append(dst, "\r\n"...)
 	}
 	if own&legSetsJSON != 0 {

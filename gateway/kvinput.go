@@ -8,6 +8,7 @@ import (
 
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/tokenizer"
 )
 
 // Tier-1.5 input: the prompt's block-key chain, computed in the request's
@@ -18,12 +19,12 @@ import (
 // kvInput computes Tier-1.5 inputs for one rule.
 type kvInput struct {
 	hasher    inventory.ChainHasher // nil → every request is a hash_contract guard
-	tokenizer inventory.Tokenizer   // nil → text prompts are tokenize guards
+	tokenizer tokenizer.Tokenizer   // nil → text prompts are tokenize guards
 	timeout   time.Duration
 	toks      sync.Pool // *[]uint32 scratch for token ids (hashed, then dropped)
 }
 
-func newKVInput(hasher inventory.ChainHasher, tok inventory.Tokenizer, timeout time.Duration) *kvInput {
+func newKVInput(hasher inventory.ChainHasher, tok tokenizer.Tokenizer, timeout time.Duration) *kvInput {
 	k := &kvInput{hasher: hasher, tokenizer: tok, timeout: timeout}
 	k.toks.New = func() any { b := make([]uint32, 0, 4096); return &b }
 	return k
@@ -78,7 +79,7 @@ func (k *kvInput) compute(ctx context.Context, req *Request, lora string, pd boo
 		if req.Model == "" {
 			return guard(ladder.ReasonModelEmpty)
 		}
-		tr := inventory.TokenizeRequest{Model: req.Model, Prompt: req.Texts[0], AddSpecialTokens: rawBool(req.AddSpecialTokens)}
+		tr := tokenizer.Request{Model: req.Model, Prompt: req.Texts[0], AddSpecialTokens: rawBool(req.AddSpecialTokens)}
 		bp := k.toks.Get().(*[]uint32)
 		defer k.putToks(bp)
 		var ok bool
@@ -105,8 +106,8 @@ func (k *kvInput) putToks(bp *[]uint32) {
 // chatTokenizeRequest builds the chat form of /tokenize from the request's
 // own template inputs. ok is false when an input has a shape the engine
 // would reject anyway (the request still goes out; Tier 1.5 just misses).
-func chatTokenizeRequest(req *Request) (inventory.TokenizeRequest, bool) {
-	tr := inventory.TokenizeRequest{
+func chatTokenizeRequest(req *Request) (tokenizer.Request, bool) {
+	tr := tokenizer.Request{
 		Model:               req.Model,
 		Messages:            req.RawMessages,
 		AddSpecialTokens:    rawBool(req.AddSpecialTokens),
@@ -145,7 +146,7 @@ func rawBool(v json.RawMessage) *bool {
 
 // tokenize calls the tokenizer under the rule's deadline, appending to dst;
 // false on any failure (a guard, not a client error).
-func (k *kvInput) tokenize(ctx context.Context, tr inventory.TokenizeRequest, dst []uint32) ([]uint32, bool) {
+func (k *kvInput) tokenize(ctx context.Context, tr tokenizer.Request, dst []uint32) ([]uint32, bool) {
 	if k.tokenizer == nil {
 		return nil, false
 	}

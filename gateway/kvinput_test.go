@@ -14,18 +14,19 @@ import (
 
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/tokenizer"
 )
 
 // fakeTokenizer returns one token per prompt byte (or per byte of the raw
 // messages) and records what it was asked.
 type fakeTokenizer struct {
 	mu    sync.Mutex
-	calls []inventory.TokenizeRequest
+	calls []tokenizer.Request
 	err   error
 	block bool // wait for ctx to end
 }
 
-func (f *fakeTokenizer) Tokenize(ctx context.Context, in inventory.TokenizeRequest, dst []uint32) ([]uint32, error) {
+func (f *fakeTokenizer) Tokenize(ctx context.Context, in tokenizer.Request, dst []uint32) ([]uint32, error) {
 	f.mu.Lock()
 	f.calls = append(f.calls, in)
 	f.mu.Unlock()
@@ -82,7 +83,7 @@ func TestKVInput_Guards(t *testing.T) {
 			if !tt.noHsh {
 				hasher = testHasher(t)
 			}
-			var tok inventory.Tokenizer
+			var tok tokenizer.Tokenizer
 			if tt.tok != nil {
 				tok = tt.tok
 			}
@@ -161,7 +162,7 @@ func TestKVInput_EngineTokenizeOverHTTP(t *testing.T) {
 		_, _ = io.WriteString(w, `{"count":8,"max_model_len":4096,"tokens":[1,2,3,4,5,6,7,8],"token_strs":null}`)
 	}))
 	t.Cleanup(srv.Close)
-	rt, err := inventory.NewRemoteTokenizer(inventory.RemoteTokenizerConfig{BaseURL: srv.URL, CacheBytes: -1})
+	rt, err := tokenizer.NewRemote(tokenizer.RemoteConfig{BaseURL: srv.URL, CacheBytes: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

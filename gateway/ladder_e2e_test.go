@@ -14,6 +14,7 @@ import (
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/rule"
+	"github.com/llbproject/llb/tokenizer"
 )
 
 // ladderRouter is a synchronous stand-in for the router actor built on the
@@ -241,7 +242,7 @@ func TestTier15_RoutesToTheWorkerHoldingThePromptBlocks(t *testing.T) {
 	url, _ := startGateway(t, cfg, Deps{Router: lr, Hasher: hasher, Tokenizer: tok})
 
 	prompt := strings.Repeat("shared preamble text ", 10) // 210 bytes → 52 blocks of 4
-	toks, _ := tok.Tokenize(context.Background(), inventory.TokenizeRequest{Model: "m", Prompt: prompt}, nil)
+	toks, _ := tok.Tokenize(context.Background(), tokenizer.Request{Model: "m", Prompt: prompt}, nil)
 	for _, k := range hasher.AppendBlockKeys(nil, toks, inventory.ExtraKeys{}) {
 		lr.held[2][k] = true // endpoint 2's mirror holds the prompt
 	}

@@ -52,6 +52,10 @@ type leg struct {
 	ep    int
 	c     *upConn // the connection, nil before send and after end
 	start time.Time
+	// own names the headers the leg sets itself instead of the client's
+	// (id is its X-Request-Id).
+	own legHeaders
+	id  string
 	// limit is the leg's own deadline (zero: none), reported as limitCause.
 	limit      time.Time
 	limitCause failCause
@@ -65,8 +69,8 @@ type leg struct {
 }
 
 // newLeg starts a leg with no silence bounds (see clientLeg).
-func (x *exchange) newLeg(kind actors.Leg, ep int, now time.Time) leg {
-	return leg{x: x, kind: kind, ep: ep, start: now}
+func (x *exchange) newLeg(kind actors.Leg, ep int) leg {
+	return leg{x: x, kind: kind, ep: ep, start: time.Now()}
 }
 
 // clientLeg starts a leg whose response goes to the client, with its
@@ -78,8 +82,8 @@ func (x *exchange) newLeg(kind actors.Leg, ep int, now time.Time) leg {
 // generation, however long it is: nothing bounds its first byte but the
 // max stream duration and the endpoint watch (a frozen worker is excluded
 // by its probe, which cancels the leg).
-func (x *exchange) clientLeg(kind actors.Leg, ep int, now time.Time) leg {
-	l := x.newLeg(kind, ep, now)
+func (x *exchange) clientLeg(kind actors.Leg, ep int) leg {
+	l := x.newLeg(kind, ep)
 	h := x.h
 	switch {
 	case h.dataTimeout > 0:

@@ -239,6 +239,9 @@ func (l *Listener) serveConn(cc *clientConn) {
 		return
 	}
 	_ = l.fast.ServeConn(cc)
+	if cc.hijacked != nil {
+		<-cc.hijacked // an HTTP/1.0 stream, written until its close
+	}
 }
 
 // connState tracks which connections are idle, and closes those that go
@@ -284,18 +287,6 @@ func (l *Listener) headerReceived(hdr *fasthttp.RequestHeader) fasthttp.RequestC
 	return conf
 }
 
-// apiOfPath is the access log's api for a request refused before it was
-// parsed.
-func apiOfPath(path []byte) string {
-	switch string(path) {
-	case PathCompletions:
-		return KindCompletion.String()
-	case PathChatCompletions:
-		return KindChat.String()
-	}
-	return "unknown"
-}
-
 // requestError answers a request the server could not read: a body the
 // body budget refused (503), too large a body (413), too slow a client
 // (408), too large a head (431), or a malformed one (400). The server
@@ -322,20 +313,20 @@ func (l *Listener) requestError(rc *fasthttp.RequestCtx, err error) {
 	switch {
 	case cc != nil && cc.refused:
 		cc.linger = true
-		h.fail(x, errBodyBufferFull())
+		x.fail(errBodyBufferFull())
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		if cc != nil {
 			cc.linger = true
 		}
-		h.fail(x, bodyTooLarge(h.bodyLimit))
+		x.fail(bodyTooLarge(h.bodyLimit))
 	case isTimeout(err):
-		h.fail(x, requestError(http.StatusRequestTimeout, CodeBodyTimeout, "",
+		x.fail(requestError(http.StatusRequestTimeout, CodeBodyTimeout, "",
 			"the request was not received within "+h.bodyReadTimeout.String()+" (headers within "+DefaultReadHeaderTimeout.String()+")"))
 	case errors.As(err, &small):
-		h.fail(x, requestError(http.StatusRequestHeaderFieldsTooLarge, CodeHeadersTooLarge, "",
+		x.fail(requestError(http.StatusRequestHeaderFieldsTooLarge, CodeHeadersTooLarge, "",
 			fmt.Sprintf("the request head exceeds %d bytes", readBufferSize)))
 	default:
-		h.fail(x, requestError(http.StatusBadRequest, CodeBadRequest, "", "the request could not be parsed: "+err.Error()))
+		x.fail(requestError(http.StatusBadRequest, CodeBadRequest, "", "the request could not be parsed: "+err.Error()))
 	}
 	h.done(x)
 }

@@ -72,7 +72,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			x.clientGone()
 		case cerr != nil:
 			x.api = "body"
-			h.fail(x, cerr)
+			x.fail(cerr)
 		default:
 			in.SetBodyRaw(body)
 		}

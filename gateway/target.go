@@ -32,7 +32,7 @@ func badTargetByte(target []byte) int {
 // request's target is not one llb can forward (see badTargetByte). The
 // HTTP/1.1 connection is closed after the answer, as after any request
 // that could not be parsed; an h2c stream ends with the answer.
-func (h *Handler) refuseBadTarget(x *exchange) bool {
+func (x *exchange) refuseBadTarget() bool {
 	target := x.in.Header.RequestURI()
 	i := badTargetByte(target)
 	if i < 0 {
@@ -42,7 +42,7 @@ func (h *Handler) refuseBadTarget(x *exchange) bool {
 	if x.cc != nil {
 		x.out.SetConnectionClose()
 	}
-	h.fail(x, requestError(http.StatusBadRequest, CodeBadRequest, "",
+	x.fail(requestError(http.StatusBadRequest, CodeBadRequest, "",
 		"the request target has byte "+strconv.Quote(string(target[i:i+1]))+" at offset "+strconv.Itoa(i)+
 			"; a target is visible ASCII without a space or a #fragment (percent-encode other bytes)"))
 	return true

@@ -21,7 +21,7 @@ import (
 // cannot be cancelled mid-request (no context), which the data plane needs
 // when a client leaves or a listener is cut. So llb keeps its own pool and
 // uses fasthttp only for the wire format: the request head is written by
-// outbound.go in one writev with the body, the response head is parsed by
+// headers.go in one writev with the body, the response head is parsed by
 // fasthttp.ResponseHeader, and bodies are framed by bodyReader. A request
 // in flight is cancelled by setting a deadline in the past on its
 // connection (exchange.abort), which wakes the blocked read at once; the

@@ -280,7 +280,7 @@ func ScrapeCacheConfig(ctx context.Context, client *http.Client, metricsURL stri
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-		return CacheConfig{}, fmt.Errorf("scrape %s: %w", metricsURL, &UpstreamError{Status: resp.StatusCode})
+		return CacheConfig{}, fmt.Errorf("scrape %s: engine answered %d %s: %w", metricsURL, resp.StatusCode, http.StatusText(resp.StatusCode), ErrUpstream)
 	}
 	body := io.LimitReader(resp.Body, maxBytes+1)
 	cr := &countingReader{r: body}

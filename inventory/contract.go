@@ -20,7 +20,7 @@ const (
 )
 
 // ContractState is the hash-contract self-check as the router consumes it.
-// While Tripped, Tier 1.5 must fall through with GuardHashContract: the
+// While Tripped, Tier 1.5 must fall through with the hash_contract guard: the
 // mirror's keys cannot be trusted to match the prompt's.
 type ContractState struct {
 	// Tripped is true while the guard is raised.

@@ -37,9 +37,6 @@
 //     one request at a time; event_id is the sequence per attention-DP
 //     rank, created clears, stored runs carry tokens for token-keyed
 //     mirrors. It produces the same Updates.
-//   - Tokenizer / RemoteTokenizer: the engine's POST /tokenize with a
-//     deadline (a miss is a tokenize guard), an LRU cache and bounded
-//     concurrency.
 //   - ScrapeCacheConfig / ParseCacheConfig: num_gpu_blocks and the waiting
 //     queue from an engine's /metrics (the endpoint actor scrapes on its
 //     own schedule).
@@ -50,8 +47,8 @@
 // A Feed's sockets belong to the goroutine running Feed.Run: it polls with
 // a timeout, checks its context, and closes them itself (closing a pebbe/zmq4
 // socket from another goroutine while it is blocked crashes the process).
-// A Mirror has exactly one owner and takes no locks. Hasher, TokenHasher
-// and RemoteTokenizer are safe for concurrent use. Feed's Stats is safe
+// A Mirror has exactly one owner and takes no locks. Hasher and TokenHasher
+// are safe for concurrent use. Feed's Stats is safe
 // from any goroutine; Mirror's belongs to its owner. A Batch handed to a sink belongs to the sink.
 //
 // # Runtime wiring
@@ -64,7 +61,7 @@
 //	                    Mirror.ApplyUpdate; on UpdateConnected: capacity refresh
 //	                    ▲ Score{chain} / ▼ overlap, Contract(), Len()
 //	                 router actor ◀── gateway (per request, in its own goroutine:
-//	                                   Tokenizer.Tokenize, then
+//	                                   tokenizer.Tokenizer, then
 //	                                   ChainHasher.AppendBlockKeys)
 //
 // The request path never touches a Mirror directly: it computes the chain

@@ -1,12 +1,28 @@
-// Package tokenizer tokenizes in process, exactly as a Hugging Face
-// tokenizer directory (tokenizer.json + tokenizer_config.json) does in the
-// Rust `tokenizers` library that vLLM runs, so Tier 1.5 can hash a prompt
-// without asking the engine's /tokenize.
+// Package tokenizer turns a request's prompt into the token ids the engine
+// will hash, so Tier 1.5 can compute the prompt's block keys. It is the one
+// home of tokenization in llb:
 //
-// It covers the BPE family of today's open models: byte-level BPE (Qwen2,
-// 2.5 and 3, Llama 3.x, DeepSeek V3, GPT-2 style) and sentencepiece-style
-// BPE with byte fallback (Llama 2, Mistral 7B). An encode runs the
-// pipeline of tokenizers:
+//   - Tokenizer and Request (tokenizer.go): the interface the gateway calls,
+//     and one prompt in either of vLLM's /tokenize forms (completion text
+//     or chat messages). New builds a rule's tokenizer.
+//   - Remote (remote.go): an engine's POST /tokenize with a deadline,
+//     bounded concurrency and an LRU cache of answers (requestcache.go);
+//     failover (failover.go) tries a rule's engines in turn.
+//   - Encoder (encoder.go, load.go): a Hugging Face tokenizer directory
+//     (tokenizer.json + tokenizer_config.json) encoding in process exactly
+//     as the Rust `tokenizers` library that vLLM runs, and rendering chat
+//     templates (chat.go, on the jinja subpackage) as vLLM does.
+//   - Local (local.go): an Encoder used in front of the engines, falling
+//     back to them for whatever it does not cover and checking a sample of
+//     its answers against them; Registry shares loaded Encoders.
+//
+// Every Tokenize error is a *GuardError: Tier 1.5 falls through with
+// reason tokenize and the request is still served.
+//
+// The Encoder covers the BPE family of today's open models: byte-level BPE
+// (Qwen2, 2.5 and 3, Llama 3.x, DeepSeek V3, GPT-2 style) and
+// sentencepiece-style BPE with byte fallback (Llama 2, Mistral 7B). An
+// encode runs the pipeline of tokenizers:
 //
 //  1. added tokens are split out first, leftmost-longest (special tokens
 //     always, add_special_tokens only decides the post-processor);
@@ -18,8 +34,5 @@
 //     merged by rank, leftmost first, with a bounded word cache;
 //  5. the post-processor adds BOS/EOS when add_special_tokens is set.
 //
-// Chat requests are rendered by the model's Jinja chat template (chat.go)
-// before they are encoded; see Local for which path a request takes.
-//
-// The package imports only inventory's tokenizer types from llb.
+// The package imports nothing of llb but its jinja subpackage.
 package tokenizer

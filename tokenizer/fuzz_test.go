@@ -14,7 +14,7 @@ func FuzzEncode(f *testing.F) {
 	for _, s := range []string{"", "hello world", "<|im_start|>user\nhi<|im_end|>", "  \n\n\t x", "日本語 😀 e\u0301", "'S 'll 123456", "\xff\xfe"} {
 		f.Add(s)
 	}
-	toks := map[string]*tokenizer.Tokenizer{}
+	toks := map[string]*tokenizer.Encoder{}
 	for _, name := range goldenNames {
 		tok, err := tokenizer.LoadDir(filepath.Join("testdata", "golden", name))
 		if err != nil {

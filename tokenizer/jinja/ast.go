@@ -65,6 +65,15 @@ type (
 		op   string
 		l, r expr
 	}
+	// compareExpr is a comparison chain, a op0 b op1 c ...: Python
+	// evaluates it as (a op0 b) and (b op1 c) ..., each operand once,
+	// stopping at the first false link.
+	compareExpr struct {
+		p     int
+		first expr
+		ops   []string // "==", "!=", "<", "<=", ">", ">=", "in", "not in"
+		rest  []expr   // len(rest) == len(ops)
+	}
 	condExpr struct {
 		p             int
 		cond, yes, no expr // no may be nil
@@ -76,19 +85,20 @@ type kwarg struct {
 	val  expr
 }
 
-func (e *literal) pos() int    { return e.p }
-func (e *nameExpr) pos() int   { return e.p }
-func (e *listExpr) pos() int   { return e.p }
-func (e *dictExpr) pos() int   { return e.p }
-func (e *attrExpr) pos() int   { return e.p }
-func (e *indexExpr) pos() int  { return e.p }
-func (e *sliceExpr) pos() int  { return e.p }
-func (e *callExpr) pos() int   { return e.p }
-func (e *filterExpr) pos() int { return e.p }
-func (e *testExpr) pos() int   { return e.p }
-func (e *unaryExpr) pos() int  { return e.p }
-func (e *binaryExpr) pos() int { return e.p }
-func (e *condExpr) pos() int   { return e.p }
+func (e *literal) pos() int     { return e.p }
+func (e *nameExpr) pos() int    { return e.p }
+func (e *listExpr) pos() int    { return e.p }
+func (e *dictExpr) pos() int    { return e.p }
+func (e *attrExpr) pos() int    { return e.p }
+func (e *indexExpr) pos() int   { return e.p }
+func (e *sliceExpr) pos() int   { return e.p }
+func (e *callExpr) pos() int    { return e.p }
+func (e *filterExpr) pos() int  { return e.p }
+func (e *testExpr) pos() int    { return e.p }
+func (e *unaryExpr) pos() int   { return e.p }
+func (e *binaryExpr) pos() int  { return e.p }
+func (e *compareExpr) pos() int { return e.p }
+func (e *condExpr) pos() int    { return e.p }
 
 // Statement nodes.
 type node interface{}

@@ -286,6 +286,9 @@ func applyFilter(r *renderer, name string, v Value, args []Value, kwargs *Dict) 
 		}
 		return strings.Replace(str(v), str(args[0]), str(args[1]), int(n)), nil
 	case "int":
+		if u, ok := v.(Undefined); ok {
+			return nil, errorf("'%s' is undefined", u.Name) // int(Undefined) raises
+		}
 		switch x := v.(type) {
 		case int64:
 			return x, nil
@@ -303,6 +306,9 @@ func applyFilter(r *renderer, name string, v Value, args []Value, kwargs *Dict) 
 		}
 		return arg(args, kwargs, 0, "default", int64(0)), nil
 	case "float":
+		if u, ok := v.(Undefined); ok {
+			return nil, errorf("'%s' is undefined", u.Name) // float(Undefined) raises
+		}
 		if _, f, _, ok := asNumber(v); ok {
 			return f, nil
 		}
@@ -673,21 +679,21 @@ func applyTest(name string, v Value, args []Value) (bool, error) {
 		_, ok := v.(Func)
 		return ok, nil
 	case "odd", "even":
-		n, ok := asInt(v)
-		if !ok {
-			return false, errorf("%s needs an integer", name)
+		// jinja2: value % 2 == 1 (odd), value % 2 == 0 (even).
+		m, err := binaryOp("%", v, int64(2))
+		if err != nil {
+			return false, err
 		}
-		return (n%2 != 0) == (name == "odd"), nil
+		return equal(m, b2i(name == "odd")), nil
 	case "divisibleby":
 		if err := need(1); err != nil {
 			return false, err
 		}
-		a, ok1 := asInt(v)
-		b, ok2 := asInt(args[0])
-		if !ok1 || !ok2 || b == 0 {
-			return false, errorf("divisibleby needs non-zero integers")
+		m, err := binaryOp("%", v, args[0])
+		if err != nil {
+			return false, err
 		}
-		return a%b == 0, nil
+		return equal(m, int64(0)), nil
 	case "eq", "equalto", "==":
 		if err := need(1); err != nil {
 			return false, err

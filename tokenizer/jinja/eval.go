@@ -34,6 +34,9 @@ type renderer struct {
 	scopes []map[string]Value // innermost last
 	depth  *int               // macro calls in progress (shared by nested renderers)
 	steps  *int               // loop iterations left (shared)
+	// constEval is set while an expression is evaluated as jinja2's
+	// optimizer evaluates it at compile time (as_const; see fold).
+	constEval bool
 }
 
 // maxSteps bounds the loop iterations of one render: a template that
@@ -78,9 +81,12 @@ func (r *renderer) node(b *strings.Builder, n node) error {
 	case *textNode:
 		b.WriteString(n.s)
 	case *outputNode:
-		v, err := r.eval(n.e)
-		if err != nil {
-			return err
+		v, ok := r.fold(n.e)
+		if !ok {
+			var err error
+			if v, err = r.eval(n.e); err != nil {
+				return err
+			}
 		}
 		b.WriteString(str(v))
 	case *ifNode:
@@ -289,6 +295,9 @@ func (r *renderer) eval(e expr) (Value, error) {
 	case *literal:
 		return e.v, nil
 	case *nameExpr:
+		if r.constEval {
+			return nil, errNotConst
+		}
 		return r.lookup(e.name), nil
 	case *listExpr:
 		items := make([]Value, len(e.items))
@@ -340,6 +349,9 @@ func (r *renderer) eval(e expr) (Value, error) {
 	case *sliceExpr:
 		return r.slice(e)
 	case *callExpr:
+		if r.constEval {
+			return nil, errNotConst
+		}
 		return r.call(e)
 	case *filterExpr:
 		return r.filter(e)
@@ -373,6 +385,8 @@ func (r *renderer) eval(e expr) (Value, error) {
 		return nil, errorf("bad operand type for unary %s: '%s'", e.op, typeName(x))
 	case *binaryExpr:
 		return r.binary(e)
+	case *compareExpr:
+		return r.compareChain(e)
 	case *condExpr:
 		c, err := r.eval(e.cond)
 		if err != nil {
@@ -382,6 +396,9 @@ func (r *renderer) eval(e expr) (Value, error) {
 			return r.eval(e.yes)
 		}
 		if e.no == nil {
+			if r.constEval {
+				return nil, errNotConst // jinja2 leaves this undefined to the render
+			}
 			return Undefined{Name: "conditional expression"}, nil
 		}
 		return r.eval(e.no)
@@ -401,6 +418,9 @@ func (r *renderer) slice(e *sliceExpr) (Value, error) {
 	if err != nil {
 		return nil, err
 	}
+	if u, ok := obj.(Undefined); ok {
+		return nil, errorf("'%s' is undefined", u.Name)
+	}
 	var bounds [3]*int64
 	for i, x := range []expr{e.start, e.stop, e.step} {
 		if x == nil {
@@ -418,7 +438,7 @@ func (r *renderer) slice(e *sliceExpr) (Value, error) {
 			k := b2i(n)
 			bounds[i] = &k
 		default:
-			return nil, errorf("slice indices must be integers or None")
+			return r.sliceFailure(errorf("slice indices must be integers or None or have an __index__ method"))
 		}
 	}
 	switch x := obj.(type) {
@@ -450,7 +470,20 @@ func (r *renderer) slice(e *sliceExpr) (Value, error) {
 	case Undefined:
 		return nil, errorf("'%s' is undefined", x.Name)
 	}
-	return nil, errorf("'%s' object is not subscriptable", typeName(obj))
+	if _, ok := obj.(*Dict); ok {
+		return r.sliceFailure(errorf("unhashable type: 'slice'"))
+	}
+	return r.sliceFailure(errorf("'%s' object is not subscriptable", typeName(obj)))
+}
+
+// sliceFailure is a slice's TypeError: compiled templates slice with
+// Python's own [a:b] and raise it, but a constant folded at compile time
+// goes through jinja2's getitem, which makes it undefined.
+func (r *renderer) sliceFailure(err error) (Value, error) {
+	if r.constEval {
+		return Undefined{Name: "slice"}, nil
+	}
+	return nil, err
 }
 
 // sliceIndexes is Python's slice.indices applied to a length.
@@ -562,7 +595,121 @@ func (r *renderer) binary(e *binaryExpr) (Value, error) {
 	if err != nil {
 		return nil, err
 	}
+	if e.op == "**" && !r.constEval {
+		if p, ok, err := r.negConstPow(e, l, rv); ok {
+			return p, err
+		}
+	}
 	return binaryOp(e.op, l, rv)
+}
+
+// errNotConst stops a compile-time evaluation (fold) at a name or a
+// call: the expression is evaluated when rendering instead.
+var errNotConst = errors.New("jinja: not constant")
+
+// fold evaluates e as jinja2's optimizer does at compile time (as_const):
+// lazily, left to right, failing at the first name or call, at a
+// conditional without else whose test is false, or at any error. ok is
+// false when e cannot be folded. jinja2 prints a folded output as is, and
+// folds subexpressions whose value has a safe repr; the two places where
+// a folded value behaves differently from a rendered one are a failing
+// subscript (undefined, not a TypeError; sliceFailure) and a negative
+// base of ** (negConstPow).
+func (r *renderer) fold(e expr) (Value, bool) {
+	saved := r.constEval
+	r.constEval = true
+	v, err := r.eval(e)
+	r.constEval = saved
+	return v, err == nil
+}
+
+// negConstPow applies jinja2's folding to c ** x where c folds to a
+// negative number and x does not fold: the compiled code writes c's repr
+// unparenthesised, and Python reads -1 ** x as -(1 ** x). ok is false
+// when the quirk does not apply.
+func (r *renderer) negConstPow(e *binaryExpr, l, rv Value) (Value, bool, error) {
+	if _, isBool := l.(bool); isBool {
+		return nil, false, nil
+	}
+	if _, f, _, isNum := asNumber(l); !isNum || f >= 0 {
+		return nil, false, nil
+	}
+	if _, ok := r.fold(e.l); !ok {
+		return nil, false, nil
+	}
+	if rc, ok := r.fold(e.r); ok && safeRepr(rc) {
+		return nil, false, nil
+	}
+	p, err := binaryOp("**", negate(l), rv)
+	if err != nil {
+		return nil, true, err
+	}
+	return negate(p), true, nil
+}
+
+// safeRepr is jinja2's has_safe_repr: values the optimizer folds into
+// the compiled code.
+func safeRepr(v Value) bool {
+	switch x := v.(type) {
+	case nil, bool, int64, float64, string, BigInt:
+		return true
+	case []Value:
+		return allSafe(x)
+	case Tuple:
+		return allSafe(x)
+	case *Dict:
+		for _, k := range x.keys {
+			if !safeRepr(x.m[k]) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+func allSafe(xs []Value) bool {
+	for _, x := range xs {
+		if !safeRepr(x) {
+			return false
+		}
+	}
+	return true
+}
+
+// negate is -v for an int or float.
+func negate(v Value) Value {
+	switch n := v.(type) {
+	case int64:
+		return -n
+	case float64:
+		return -n
+	}
+	return v
+}
+
+// compareChain evaluates a op0 b op1 c ... as Python does: each operand
+// once, left to right, the first false link's result (or the last one's).
+func (r *renderer) compareChain(e *compareExpr) (Value, error) {
+	l, err := r.eval(e.first)
+	if err != nil {
+		return nil, err
+	}
+	var res Value
+	for i, op := range e.ops {
+		rv, err := r.eval(e.rest[i])
+		if err != nil {
+			return nil, err
+		}
+		if res, err = binaryOp(op, l, rv); err != nil {
+			return nil, err
+		}
+		if !truthy(res) {
+			return res, nil
+		}
+		l = rv
+	}
+	return res, nil
 }
 
 // binaryOp applies a Python operator.
@@ -628,9 +775,14 @@ func binaryOp(op string, l, r Value) (Value, error) {
 			}
 			return strings.Repeat(s, int(max(n, 0))), nil
 		}
+		if v, ok, err := seqTimesInt(l, r); ok {
+			return v, err
+		} else if v, ok, err := seqTimesInt(r, l); ok {
+			return v, err
+		}
 	case "%":
-		if _, ok := l.(string); ok {
-			return nil, errorf("printf-style string formatting is not supported")
+		if f, ok := l.(string); ok {
+			return printf(f, r)
 		}
 	}
 	return arith(op, l, r)
@@ -644,6 +796,30 @@ func strTimesInt(a, b Value) (string, int64, bool) {
 	}
 	n, ok := asInt(b)
 	return s, n, ok
+}
+
+// seqTimesInt is list * int or tuple * int; ok is false for other types.
+func seqTimesInt(a, b Value) (v Value, ok bool, err error) {
+	items, ok := asList(a)
+	if !ok {
+		return nil, false, nil
+	}
+	n, ok := asInt(b)
+	if !ok {
+		return nil, false, nil
+	}
+	n = max(n, 0)
+	if int64(len(items))*n > maxOutput {
+		return nil, true, errorf("sequence repetition over %d items", maxOutput)
+	}
+	out := make([]Value, 0, int64(len(items))*n)
+	for range n {
+		out = append(out, items...)
+	}
+	if _, isTuple := a.(Tuple); isTuple {
+		return Tuple(out), true, nil
+	}
+	return out, true, nil
 }
 
 // asInt reads an int (or bool) operand.
@@ -704,6 +880,9 @@ func arith(op string, l, r Value) (Value, error) {
 			}
 			return m, nil
 		case "**":
+			if lf < 0 && rf != math.Trunc(rf) {
+				return nil, errorf("complex numbers are not supported") // Python returns a complex
+			}
 			return math.Pow(lf, rf), nil
 		}
 	}
@@ -828,7 +1007,9 @@ func compare(a, b Value) (int, error) {
 	}
 	xl, ok1 := asList(a)
 	yl, ok2 := asList(b)
-	if ok1 && ok2 {
+	_, ta := a.(Tuple)
+	_, tb := b.(Tuple)
+	if ok1 && ok2 && ta == tb {
 		for i := 0; i < len(xl) && i < len(yl); i++ {
 			if equal(xl[i], yl[i]) {
 				continue
@@ -860,6 +1041,10 @@ func contains(hay, needle Value) (bool, error) {
 	case *Dict:
 		k, ok := needle.(string)
 		if !ok {
+			switch needle.(type) {
+			case []Value, *Dict, *Namespace:
+				return false, errorf("unhashable type: '%s'", typeName(needle))
+			}
 			return false, nil
 		}
 		_, in := h.m[k]

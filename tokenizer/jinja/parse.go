@@ -462,10 +462,11 @@ func (ep *exprParser) not() (expr, error) {
 var compareOps = map[string]bool{"==": true, "!=": true, "<": true, "<=": true, ">": true, ">=": true}
 
 func (ep *exprParser) compare() (expr, error) {
-	l, err := ep.concat()
+	l, err := ep.math1()
 	if err != nil {
 		return nil, err
 	}
+	var c *compareExpr
 	for {
 		t := ep.peek()
 		var op string
@@ -480,42 +481,43 @@ func (ep *exprParser) compare() (expr, error) {
 			op = "not in"
 			ep.i += 2
 		default:
-			return l, nil
+			if c == nil {
+				return l, nil
+			}
+			return c, nil
 		}
-		r, err := ep.concat()
+		r, err := ep.math1()
 		if err != nil {
 			return nil, err
 		}
-		// Chained comparisons (a < b < c) are a and-chain in Python.
-		if prev, ok := l.(*binaryExpr); ok && isCompare(prev.op) {
-			l = &binaryExpr{p: t.pos, op: "and", l: prev, r: &binaryExpr{p: t.pos, op: op, l: prev.r, r: r}}
-			continue
+		if c == nil {
+			c = &compareExpr{p: t.pos, first: l}
 		}
-		l = &binaryExpr{p: t.pos, op: op, l: l, r: r}
+		c.ops, c.rest = append(c.ops, op), append(c.rest, r)
 	}
 }
 
-func isCompare(op string) bool { return compareOps[op] || op == "in" || op == "not in" }
-
-func (ep *exprParser) concat() (expr, error) {
-	l, err := ep.math1()
-	for err == nil && ep.peek().kind == tokOp && ep.peek().s == "~" {
-		p := ep.next().pos
+// math1 parses + and -, which bind looser than ~ in Jinja (unlike
+// Python): 1 + 2 ~ 3 is 1 + (2 ~ 3).
+func (ep *exprParser) math1() (expr, error) {
+	l, err := ep.concat()
+	for err == nil && ep.peek().kind == tokOp && (ep.peek().s == "+" || ep.peek().s == "-") {
+		t := ep.next()
 		var r expr
-		if r, err = ep.math1(); err == nil {
-			l = &binaryExpr{p: p, op: "~", l: l, r: r}
+		if r, err = ep.concat(); err == nil {
+			l = &binaryExpr{p: t.pos, op: t.s, l: l, r: r}
 		}
 	}
 	return l, err
 }
 
-func (ep *exprParser) math1() (expr, error) {
+func (ep *exprParser) concat() (expr, error) {
 	l, err := ep.math2()
-	for err == nil && ep.peek().kind == tokOp && (ep.peek().s == "+" || ep.peek().s == "-") {
-		t := ep.next()
+	for err == nil && ep.peek().kind == tokOp && ep.peek().s == "~" {
+		p := ep.next().pos
 		var r expr
 		if r, err = ep.math2(); err == nil {
-			l = &binaryExpr{p: t.pos, op: t.s, l: l, r: r}
+			l = &binaryExpr{p: p, op: "~", l: l, r: r}
 		}
 	}
 	return l, err

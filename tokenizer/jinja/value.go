@@ -207,7 +207,7 @@ func writeRepr(b *strings.Builder, v Value) {
 	case nil:
 		b.WriteString("None")
 	case Undefined:
-		b.WriteString("")
+		b.WriteString("Undefined")
 	case bool:
 		if x {
 			b.WriteString("True")

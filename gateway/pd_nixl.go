@@ -3,10 +3,69 @@ package gateway
 import (
 	"crypto/rand"
 	"encoding/hex"
+
+	"github.com/llbproject/llb/actors"
 )
 
-// The P/D NIXL protocol's request rewriting (vllm-contract.md §4) and the
-// request id both legs share.
+// vLLM's P/D protocol with its NixlConnector (vllm-contract.md §4), the
+// first P/D dialect:
+//
+//  1. one X-Request-Id (LoxiLB's ___prefill_addr_…___decode_addr_…___<uuid>___
+//     form) on both legs;
+//  2. prefill leg: the client body rewritten by PrefillBody, sent to the
+//     prefill endpoint; the full JSON answer is awaited under the prefill
+//     deadline and bounded (DefaultPrefillResponseLimit; params ≤ 64 KiB);
+//  3. decode leg: the ORIGINAL body with kv_transfer_params replaced by the
+//     prefill's (removed when it returned none), streamed back as-is.
+//
+// Failure rules are the P/D ones (pd.go) and the answering leg's
+// (attempt.go): a decode that never answered is retried on a new route
+// avoiding it, prefill included (the unused prefill lease expires on the
+// prefill side); a decode that dies after accepting the request, before
+// the client got a byte, is 502 pd_decode_backend_died (LoxiLB's rule).
+
+// nixl is vLLM's NIXL two-leg protocol.
+type nixl struct{}
+
+// serve implements pdDialect.
+func (nixl) serve(x *exchange) attempt {
+	d := &x.decision
+	x.prefillEP, x.decodeEP, x.pd = d.Prefill, d.Decode, true
+	body := x.req.Body
+	prefillBody, err := PrefillBody(body)
+	if err != nil { // unreachable: the body parsed as an object
+		return x.notAnObject()
+	}
+	id := PDRequestID(x.h.addrs[d.Prefill], x.h.addrs[d.Decode])
+	x.requestID = id
+
+	pl := x.newLeg(actors.LegPrefill, d.Prefill)
+	pl.own, pl.id = legSetsRequestID|legSetsJSON, id
+	pr, a, ok := x.runPrefill(&pl, prefillBody)
+	if !ok {
+		return a
+	}
+	params, out := ExtractKVParams(pr.body)
+	if pr.truncated {
+		params, out = nil, KVParamsOversize
+	}
+	x.kvOut = out
+	if out == KVParamsFound {
+		x.h.met.kvParamsFound.Inc()
+	} else {
+		x.h.met.kvParamsMissing.Inc()
+	}
+	decodeBody, err := DecodeBody(body, params)
+	if err != nil { // unreachable: the body parsed as an object
+		return x.notAnObject()
+	}
+
+	dl := x.clientLeg(actors.LegDecode, d.Decode)
+	dl.own, dl.id = legSetsRequestID, id
+	return x.answer(dl, decodeBody)
+}
+
+// The request rewriting and the request id both legs share.
 
 // prefillKVParams is the prefill leg's kv_transfer_params: P keeps the KV
 // for a remote decode.

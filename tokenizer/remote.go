@@ -1,4 +1,4 @@
-package inventory
+package tokenizer
 
 import (
 	"bytes"
@@ -15,121 +15,6 @@ import (
 
 	"github.com/zeebo/xxh3"
 )
-
-// Tokenizer turns a request's prompt into the token ids the engine will
-// hash. Implementations are safe for concurrent use. Every error is a
-// *GuardError with Reason GuardTokenize: the router falls through Tier 1.5,
-// the client never sees it.
-type Tokenizer interface {
-	// Tokenize appends the token ids of req to dst and returns the result.
-	Tokenize(ctx context.Context, req TokenizeRequest, dst []uint32) ([]uint32, error)
-}
-
-// TokenizeRequest is one prompt in either of vLLM's /tokenize forms: the
-// completion form (Prompt) or the chat form (Messages). Exactly one of the
-// two must be set. Unset options take vLLM's defaults, which are the ones
-// its generation endpoints use, so the ids equal what the engine hashes.
-type TokenizeRequest struct {
-	// Model is the served model name ("" lets the engine pick its only one).
-	Model string
-	// Prompt is the completion prompt text.
-	Prompt string
-	// Messages is the chat request's messages array, passed through as raw
-	// JSON so the engine applies its chat template to exactly what the
-	// client sent.
-	Messages json.RawMessage
-	// AddSpecialTokens overrides the engine default (true for Prompt,
-	// false for Messages).
-	AddSpecialTokens *bool
-	// AddGenerationPrompt overrides the chat default (true, or false when
-	// ContinueFinalMessage is set).
-	AddGenerationPrompt *bool
-	// ContinueFinalMessage continues the last message instead of opening a
-	// new assistant turn (chat form).
-	ContinueFinalMessage bool
-	// ChatTemplate overrides the model's chat template (chat form).
-	ChatTemplate string
-	// ChatTemplateKwargs is passed through as raw JSON (chat form).
-	ChatTemplateKwargs json.RawMessage
-	// Tools is the request's tools array, raw JSON (chat form; templates
-	// render tools into the prompt).
-	Tools json.RawMessage
-}
-
-// Validate reports every problem with the request at once.
-func (r TokenizeRequest) Validate() error {
-	var errs []error
-	chat := len(r.Messages) > 0
-	switch {
-	case chat && r.Prompt != "":
-		errs = append(errs, errors.New("both prompt and messages set"))
-	case !chat && r.Prompt == "":
-		errs = append(errs, errors.New("neither prompt nor messages set"))
-	}
-	if chat && !isJSONArray(r.Messages) {
-		errs = append(errs, errors.New("messages is not a JSON array"))
-	}
-	if len(r.Tools) > 0 && !isJSONArray(r.Tools) {
-		errs = append(errs, errors.New("tools is not a JSON array"))
-	}
-	if len(r.ChatTemplateKwargs) > 0 && !(json.Valid(r.ChatTemplateKwargs) && firstByte(r.ChatTemplateKwargs) == '{') {
-		errs = append(errs, errors.New("chat_template_kwargs is not a JSON object"))
-	}
-	if !chat && (r.AddGenerationPrompt != nil || r.ContinueFinalMessage || r.ChatTemplate != "" || len(r.Tools) > 0 || len(r.ChatTemplateKwargs) > 0) {
-		errs = append(errs, errors.New("chat options set on a prompt request"))
-	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("tokenize request: %w: %w", ErrMalformed, errors.Join(errs...))
-}
-
-func isJSONArray(raw json.RawMessage) bool { return json.Valid(raw) && firstByte(raw) == '[' }
-
-func firstByte(raw []byte) byte {
-	s := bytes.TrimLeft(raw, " \t\r\n")
-	if len(s) == 0 {
-		return 0
-	}
-	return s[0]
-}
-
-// tokenizeBody is the JSON sent to POST /tokenize. Field order is fixed, so
-// equal requests give equal bytes (the cache key).
-type tokenizeBody struct {
-	Model                string          `json:"model,omitempty"`
-	Prompt               *string         `json:"prompt,omitempty"`
-	Messages             json.RawMessage `json:"messages,omitempty"`
-	AddSpecialTokens     *bool           `json:"add_special_tokens,omitempty"`
-	AddGenerationPrompt  *bool           `json:"add_generation_prompt,omitempty"`
-	ContinueFinalMessage bool            `json:"continue_final_message,omitempty"`
-	ChatTemplate         string          `json:"chat_template,omitempty"`
-	ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs,omitempty"`
-	Tools                json.RawMessage `json:"tools,omitempty"`
-}
-
-// body builds the wire request.
-func (r TokenizeRequest) body() ([]byte, error) {
-	b := tokenizeBody{Model: r.Model, AddSpecialTokens: r.AddSpecialTokens}
-	if len(r.Messages) > 0 {
-		b.Messages = r.Messages
-		agp := !r.ContinueFinalMessage
-		if r.AddGenerationPrompt != nil {
-			agp = *r.AddGenerationPrompt
-		}
-		b.AddGenerationPrompt = &agp
-		b.ContinueFinalMessage = r.ContinueFinalMessage
-		b.ChatTemplate, b.ChatTemplateKwargs, b.Tools = r.ChatTemplate, r.ChatTemplateKwargs, r.Tools
-	} else {
-		p := r.Prompt
-		b.Prompt = &p
-	}
-	raw, err := json.Marshal(b)
-	if err != nil {
-		return nil, fmt.Errorf("tokenize body: %w: %w", ErrMalformed, err)
-	}
-	return raw, nil
-}
 
 // UpstreamError is an error answer from the engine, in either of vLLM's
 // shapes ({"error":{...}} or the older flat {"object":"error",...}).
@@ -185,18 +70,18 @@ func parseUpstreamError(status int, raw []byte) *UpstreamError {
 
 // Remote tokenizer defaults.
 const (
-	// DefaultTokenizeTimeout is the per-call deadline.
-	DefaultTokenizeTimeout = 500 * time.Millisecond
-	// DefaultTokenizeConcurrency bounds calls in flight per tokenizer.
-	DefaultTokenizeConcurrency = 16
-	// DefaultTokenizeCacheBytes bounds the token cache.
-	DefaultTokenizeCacheBytes = 64 << 20
-	// DefaultTokenizeMaxResponse bounds a /tokenize response body.
-	DefaultTokenizeMaxResponse = 16 << 20
+	// DefaultRemoteTimeout is the per-call deadline.
+	DefaultRemoteTimeout = 500 * time.Millisecond
+	// DefaultRemoteConcurrency bounds calls in flight per tokenizer.
+	DefaultRemoteConcurrency = 16
+	// DefaultRemoteCacheBytes bounds the token cache.
+	DefaultRemoteCacheBytes = 64 << 20
+	// DefaultRemoteMaxResponse bounds a /tokenize response body.
+	DefaultRemoteMaxResponse = 16 << 20
 )
 
-// RemoteTokenizerConfig configures a RemoteTokenizer.
-type RemoteTokenizerConfig struct {
+// RemoteConfig configures a Remote.
+type RemoteConfig struct {
 	// BaseURL is the engine's HTTP root, e.g. http://10.0.0.1:8000 (the
 	// tokenizer posts to BaseURL + "/tokenize"). Required.
 	BaseURL string
@@ -218,7 +103,7 @@ type RemoteTokenizerConfig struct {
 }
 
 // Validate reports every configuration problem at once.
-func (c RemoteTokenizerConfig) Validate() error {
+func (c RemoteConfig) Validate() error {
 	var errs []error
 	if !strings.HasPrefix(c.BaseURL, "http://") && !strings.HasPrefix(c.BaseURL, "https://") {
 		errs = append(errs, fmt.Errorf("BaseURL %q (want http:// or https://)", c.BaseURL))
@@ -232,8 +117,8 @@ func (c RemoteTokenizerConfig) Validate() error {
 	return nil
 }
 
-// TokenizerStats counts a tokenizer's calls.
-type TokenizerStats struct {
+// RemoteStats counts a tokenizer's calls.
+type RemoteStats struct {
 	// Hits and Misses count cache lookups.
 	Hits, Misses uint64
 	// Errors counts calls that failed (each is a guard miss); Timeouts is
@@ -244,37 +129,37 @@ type TokenizerStats struct {
 	CacheBytes   int64
 }
 
-// RemoteTokenizer calls an engine's POST /tokenize (no /v1), with a
+// Remote calls an engine's POST /tokenize (no /v1), with a
 // per-call deadline, bounded concurrency and an LRU cache keyed by the exact
 // request (model, form, text and options).
-type RemoteTokenizer struct {
-	cfg    RemoteTokenizerConfig
+type Remote struct {
+	cfg    RemoteConfig
 	url    string
 	client *http.Client
 	sem    chan struct{}
-	cache  *tokenCache // nil when disabled
+	cache  *requestCache // nil when disabled
 
 	hits, misses, errs, timeouts atomic.Uint64
 }
 
-// NewRemoteTokenizer validates cfg and builds the tokenizer.
-func NewRemoteTokenizer(cfg RemoteTokenizerConfig) (*RemoteTokenizer, error) {
+// NewRemote validates cfg and builds the tokenizer.
+func NewRemote(cfg RemoteConfig) (*Remote, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultTokenizeTimeout
+		cfg.Timeout = DefaultRemoteTimeout
 	}
 	if cfg.MaxConcurrent == 0 {
-		cfg.MaxConcurrent = DefaultTokenizeConcurrency
+		cfg.MaxConcurrent = DefaultRemoteConcurrency
 	}
 	if cfg.CacheBytes == 0 {
-		cfg.CacheBytes = DefaultTokenizeCacheBytes
+		cfg.CacheBytes = DefaultRemoteCacheBytes
 	}
 	if cfg.MaxResponseBytes == 0 {
-		cfg.MaxResponseBytes = DefaultTokenizeMaxResponse
+		cfg.MaxResponseBytes = DefaultRemoteMaxResponse
 	}
-	t := &RemoteTokenizer{
+	t := &Remote{
 		cfg:    cfg,
 		url:    strings.TrimRight(cfg.BaseURL, "/") + "/tokenize",
 		client: cfg.Client,
@@ -286,14 +171,14 @@ func NewRemoteTokenizer(cfg RemoteTokenizerConfig) (*RemoteTokenizer, error) {
 		t.client = &http.Client{Transport: tr}
 	}
 	if cfg.CacheBytes > 0 {
-		t.cache = newTokenCache(cfg.CacheBytes)
+		t.cache = newRequestCache(cfg.CacheBytes)
 	}
 	return t, nil
 }
 
 // Stats returns the call counters.
-func (t *RemoteTokenizer) Stats() TokenizerStats {
-	s := TokenizerStats{Hits: t.hits.Load(), Misses: t.misses.Load(), Errors: t.errs.Load(), Timeouts: t.timeouts.Load()}
+func (t *Remote) Stats() RemoteStats {
+	s := RemoteStats{Hits: t.hits.Load(), Misses: t.misses.Load(), Errors: t.errs.Load(), Timeouts: t.timeouts.Load()}
 	if t.cache != nil {
 		s.CacheEntries, s.CacheBytes = t.cache.stats()
 	}
@@ -301,7 +186,7 @@ func (t *RemoteTokenizer) Stats() TokenizerStats {
 }
 
 // Tokenize implements Tokenizer.
-func (t *RemoteTokenizer) Tokenize(ctx context.Context, req TokenizeRequest, dst []uint32) ([]uint32, error) {
+func (t *Remote) Tokenize(ctx context.Context, req Request, dst []uint32) ([]uint32, error) {
 	out, err := t.tokenize(ctx, req, dst)
 	if err != nil {
 		t.errs.Add(1)
@@ -313,7 +198,7 @@ func (t *RemoteTokenizer) Tokenize(ctx context.Context, req TokenizeRequest, dst
 	return out, nil
 }
 
-func (t *RemoteTokenizer) tokenize(ctx context.Context, req TokenizeRequest, dst []uint32) ([]uint32, error) {
+func (t *Remote) tokenize(ctx context.Context, req Request, dst []uint32) ([]uint32, error) {
 	if err := req.Validate(); err != nil {
 		return dst, err
 	}
@@ -356,7 +241,7 @@ func ctxErr(ctx context.Context, what string) error {
 }
 
 // post sends one request and parses the answer.
-func (t *RemoteTokenizer) post(ctx context.Context, body []byte) ([]uint32, error) {
+func (t *Remote) post(ctx context.Context, body []byte) ([]uint32, error) {
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("tokenize request: %w: %w", ErrConfig, err)

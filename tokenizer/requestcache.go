@@ -1,38 +1,38 @@
-package inventory
+package tokenizer
 
 import (
 	"container/list"
 	"sync"
 )
 
-// tokenCache is an LRU of token sequences bounded by bytes. Keys are
+// requestCache is an LRU of token sequences bounded by bytes. Keys are
 // 128-bit hashes of the exact /tokenize request body, so a long prompt costs
 // 16 bytes of key, not its text. Safe for concurrent use.
-type tokenCache struct {
+type requestCache struct {
 	mu       sync.Mutex
 	maxBytes int64
 	bytes    int64
-	ll       *list.List // front = most recent; values are *tokenEntry
+	ll       *list.List // front = most recent; values are *requestEntry
 	m        map[[16]byte]*list.Element
 }
 
-type tokenEntry struct {
+type requestEntry struct {
 	key    [16]byte
 	tokens []uint32
 }
 
-// tokenEntryOverhead approximates the per-entry bookkeeping in bytes (list
+// requestEntryOverhead approximates the per-entry bookkeeping in bytes (list
 // element, map slot, entry header).
-const tokenEntryOverhead = 128
+const requestEntryOverhead = 128
 
-func newTokenCache(maxBytes int64) *tokenCache {
-	return &tokenCache{maxBytes: maxBytes, ll: list.New(), m: make(map[[16]byte]*list.Element)}
+func newRequestCache(maxBytes int64) *requestCache {
+	return &requestCache{maxBytes: maxBytes, ll: list.New(), m: make(map[[16]byte]*list.Element)}
 }
 
-func entrySize(tokens []uint32) int64 { return int64(4*len(tokens) + tokenEntryOverhead) }
+func entrySize(tokens []uint32) int64 { return int64(4*len(tokens) + requestEntryOverhead) }
 
 // appendGet appends the cached tokens for key to dst.
-func (c *tokenCache) appendGet(key [16]byte, dst []uint32) ([]uint32, bool) {
+func (c *requestCache) appendGet(key [16]byte, dst []uint32) ([]uint32, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.m[key]
@@ -40,12 +40,12 @@ func (c *tokenCache) appendGet(key [16]byte, dst []uint32) ([]uint32, bool) {
 		return dst, false
 	}
 	c.ll.MoveToFront(el)
-	return append(dst, el.Value.(*tokenEntry).tokens...), true
+	return append(dst, el.Value.(*requestEntry).tokens...), true
 }
 
 // put stores a private copy of tokens, evicting least-recently used
 // entries beyond the byte bound. Entries larger than the bound are not kept.
-func (c *tokenCache) put(key [16]byte, tokens []uint32) {
+func (c *requestCache) put(key [16]byte, tokens []uint32) {
 	size := entrySize(tokens)
 	if size > c.maxBytes {
 		return
@@ -57,11 +57,11 @@ func (c *tokenCache) put(key [16]byte, tokens []uint32) {
 		c.ll.MoveToFront(el)
 		return
 	}
-	c.m[key] = c.ll.PushFront(&tokenEntry{key: key, tokens: own})
+	c.m[key] = c.ll.PushFront(&requestEntry{key: key, tokens: own})
 	c.bytes += size
 	for c.bytes > c.maxBytes {
 		el := c.ll.Back()
-		e := el.Value.(*tokenEntry)
+		e := el.Value.(*requestEntry)
 		c.ll.Remove(el)
 		delete(c.m, e.key)
 		c.bytes -= entrySize(e.tokens)
@@ -69,7 +69,7 @@ func (c *tokenCache) put(key [16]byte, tokens []uint32) {
 }
 
 // stats returns the entry count and byte total.
-func (c *tokenCache) stats() (int, int64) {
+func (c *requestCache) stats() (int, int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.m), c.bytes

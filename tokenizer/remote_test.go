@@ -1,4 +1,4 @@
-package inventory
+package tokenizer
 
 import (
 	"context"
@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 )
+
+// waitTimeout bounds the condition waits of the remote tests.
+const waitTimeout = 10 * time.Second
 
 // fakeEngine is a real HTTP server speaking vLLM's /tokenize.
 type fakeEngine struct {
@@ -77,13 +80,13 @@ func answerLen(w http.ResponseWriter, _ *http.Request, body map[string]json.RawM
 	json.NewEncoder(w).Encode(map[string]any{"count": len(toks), "max_model_len": 32768, "tokens": toks, "token_strs": nil})
 }
 
-func newTestTokenizer(t *testing.T, url string, mod func(*RemoteTokenizerConfig)) *RemoteTokenizer {
+func newTestTokenizer(t *testing.T, url string, mod func(*RemoteConfig)) *Remote {
 	t.Helper()
-	cfg := RemoteTokenizerConfig{BaseURL: url, Timeout: 2 * time.Second}
+	cfg := RemoteConfig{BaseURL: url, Timeout: 2 * time.Second}
 	if mod != nil {
 		mod(&cfg)
 	}
-	tok, err := NewRemoteTokenizer(cfg)
+	tok, err := NewRemote(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,25 +94,25 @@ func newTestTokenizer(t *testing.T, url string, mod func(*RemoteTokenizerConfig)
 	return tok
 }
 
-func TestRemoteTokenizer_SendsBothFormsWithVLLMDefaults(t *testing.T) {
+func TestRemote_SendsBothFormsWithVLLMDefaults(t *testing.T) {
 	eng := newFakeEngine(t, answerLen)
 	tok := newTestTokenizer(t, eng.srv.URL, nil)
 	messages := json.RawMessage(`[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"hi"}]}]`)
 	f := false
 	tests := []struct {
 		name string
-		give TokenizeRequest
+		give Request
 		want map[string]string // raw JSON of expected fields; "" = absent
 	}{
-		{"completion form", TokenizeRequest{Model: "m", Prompt: "hello"},
+		{"completion form", Request{Model: "m", Prompt: "hello"},
 			map[string]string{"model": `"m"`, "prompt": `"hello"`, "add_special_tokens": "", "messages": "", "add_generation_prompt": ""}},
-		{"completion without special tokens", TokenizeRequest{Model: "m", Prompt: "hello", AddSpecialTokens: &f},
+		{"completion without special tokens", Request{Model: "m", Prompt: "hello", AddSpecialTokens: &f},
 			map[string]string{"add_special_tokens": "false"}},
-		{"chat form passes messages through byte for byte", TokenizeRequest{Model: "m", Messages: messages},
+		{"chat form passes messages through byte for byte", Request{Model: "m", Messages: messages},
 			map[string]string{"messages": string(messages), "add_generation_prompt": "true", "add_special_tokens": "", "prompt": ""}},
-		{"continue final message turns off the generation prompt", TokenizeRequest{Model: "m", Messages: messages, ContinueFinalMessage: true},
+		{"continue final message turns off the generation prompt", Request{Model: "m", Messages: messages, ContinueFinalMessage: true},
 			map[string]string{"add_generation_prompt": "false", "continue_final_message": "true"}},
-		{"chat options pass through", TokenizeRequest{Messages: messages, Tools: json.RawMessage(`[{"type":"function"}]`), ChatTemplateKwargs: json.RawMessage(`{"enable_thinking":false}`)},
+		{"chat options pass through", Request{Messages: messages, Tools: json.RawMessage(`[{"type":"function"}]`), ChatTemplateKwargs: json.RawMessage(`{"enable_thinking":false}`)},
 			map[string]string{"tools": `[{"type":"function"}]`, "chat_template_kwargs": `{"enable_thinking":false}`, "model": ""}},
 	}
 	for _, tt := range tests {
@@ -131,26 +134,26 @@ func TestRemoteTokenizer_SendsBothFormsWithVLLMDefaults(t *testing.T) {
 	}
 }
 
-func TestRemoteTokenizer_CachesByModelFormAndText(t *testing.T) {
+func TestRemote_CachesByModelFormAndText(t *testing.T) {
 	eng := newFakeEngine(t, answerLen)
 	tok := newTestTokenizer(t, eng.srv.URL, nil)
 	ctx := context.Background()
 	calls := func() int64 { return eng.calls.Load() }
-	first, err := tok.Tokenize(ctx, TokenizeRequest{Model: "m", Prompt: "abc"}, nil)
+	first, err := tok.Tokenize(ctx, Request{Model: "m", Prompt: "abc"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	first[0] = 99999 // the caller owns what it got; the cache must not change
 	steps := []struct {
 		name      string
-		give      TokenizeRequest
+		give      Request
 		wantCalls int64
 	}{
-		{"same request hits", TokenizeRequest{Model: "m", Prompt: "abc"}, 1},
-		{"other model misses", TokenizeRequest{Model: "n", Prompt: "abc"}, 2},
-		{"chat form with the same text misses", TokenizeRequest{Model: "m", Messages: json.RawMessage(`["abc"]`)}, 3},
-		{"other options miss", TokenizeRequest{Model: "m", Prompt: "abc", AddSpecialTokens: new(bool)}, 4},
-		{"first again still hits", TokenizeRequest{Model: "m", Prompt: "abc"}, 4},
+		{"same request hits", Request{Model: "m", Prompt: "abc"}, 1},
+		{"other model misses", Request{Model: "n", Prompt: "abc"}, 2},
+		{"chat form with the same text misses", Request{Model: "m", Messages: json.RawMessage(`["abc"]`)}, 3},
+		{"other options miss", Request{Model: "m", Prompt: "abc", AddSpecialTokens: new(bool)}, 4},
+		{"first again still hits", Request{Model: "m", Prompt: "abc"}, 4},
 	}
 	for _, s := range steps {
 		got, err := tok.Tokenize(ctx, s.give, []uint32{7})
@@ -172,15 +175,15 @@ func TestRemoteTokenizer_CachesByModelFormAndText(t *testing.T) {
 	}
 }
 
-func TestRemoteTokenizer_CacheEvictsLeastRecentlyUsedByBytes(t *testing.T) {
+func TestRemote_CacheEvictsLeastRecentlyUsedByBytes(t *testing.T) {
 	eng := newFakeEngine(t, answerLen)
 	// answerLen gives one token per byte of the JSON string, quotes
 	// included: 12 tokens, 48 bytes + overhead each; room for two.
-	const bound = 2*(48+tokenEntryOverhead) + 10
-	tok := newTestTokenizer(t, eng.srv.URL, func(c *RemoteTokenizerConfig) { c.CacheBytes = bound })
+	const bound = 2*(48+requestEntryOverhead) + 10
+	tok := newTestTokenizer(t, eng.srv.URL, func(c *RemoteConfig) { c.CacheBytes = bound })
 	ctx := context.Background()
 	for _, p := range []string{"aaaaaaaaaa", "bbbbbbbbbb", "aaaaaaaaaa", "cccccccccc", "aaaaaaaaaa", "bbbbbbbbbb"} {
-		if _, err := tok.Tokenize(ctx, TokenizeRequest{Prompt: p}, nil); err != nil {
+		if _, err := tok.Tokenize(ctx, Request{Prompt: p}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -193,7 +196,7 @@ func TestRemoteTokenizer_CacheEvictsLeastRecentlyUsedByBytes(t *testing.T) {
 	}
 }
 
-func TestRemoteTokenizer_DeadlineMissIsATokenizeGuard(t *testing.T) {
+func TestRemote_DeadlineMissIsATokenizeGuard(t *testing.T) {
 	release := make(chan struct{})
 	eng := newFakeEngine(t, func(w http.ResponseWriter, r *http.Request, _ map[string]json.RawMessage) {
 		select { // hold the request until the client gives up
@@ -202,8 +205,8 @@ func TestRemoteTokenizer_DeadlineMissIsATokenizeGuard(t *testing.T) {
 		}
 	})
 	defer close(release)
-	tok := newTestTokenizer(t, eng.srv.URL, func(c *RemoteTokenizerConfig) { c.Timeout = 50 * time.Millisecond })
-	_, err := tok.Tokenize(context.Background(), TokenizeRequest{Prompt: "x"}, nil)
+	tok := newTestTokenizer(t, eng.srv.URL, func(c *RemoteConfig) { c.Timeout = 50 * time.Millisecond })
+	_, err := tok.Tokenize(context.Background(), Request{Prompt: "x"}, nil)
 	var ge *GuardError
 	if !errors.As(err, &ge) || ge.Reason != GuardTokenize || !errors.Is(err, ErrTimeout) {
 		t.Fatalf("got %v; want a tokenize guard wrapping ErrTimeout", err)
@@ -213,7 +216,7 @@ func TestRemoteTokenizer_DeadlineMissIsATokenizeGuard(t *testing.T) {
 	}
 }
 
-func TestRemoteTokenizer_ReportsBothVLLMErrorShapes(t *testing.T) {
+func TestRemote_ReportsBothVLLMErrorShapes(t *testing.T) {
 	tests := []struct {
 		name       string
 		status     int
@@ -234,7 +237,7 @@ func TestRemoteTokenizer_ReportsBothVLLMErrorShapes(t *testing.T) {
 				io.WriteString(w, tt.body)
 			})
 			tok := newTestTokenizer(t, eng.srv.URL, nil)
-			_, err := tok.Tokenize(context.Background(), TokenizeRequest{Prompt: "x"}, nil)
+			_, err := tok.Tokenize(context.Background(), Request{Prompt: "x"}, nil)
 			var ue *UpstreamError
 			var ge *GuardError
 			if !errors.As(err, &ge) || ge.Reason != GuardTokenize || !errors.As(err, &ue) || !errors.Is(err, tt.wantSentin) {
@@ -247,7 +250,7 @@ func TestRemoteTokenizer_ReportsBothVLLMErrorShapes(t *testing.T) {
 	}
 }
 
-func TestRemoteTokenizer_RejectsMalformedAnswersAndRequests(t *testing.T) {
+func TestRemote_RejectsMalformedAnswersAndRequests(t *testing.T) {
 	answers := []struct {
 		name string
 		body string
@@ -262,13 +265,13 @@ func TestRemoteTokenizer_RejectsMalformedAnswersAndRequests(t *testing.T) {
 		t.Run(a.name, func(t *testing.T) {
 			eng := newFakeEngine(t, func(w http.ResponseWriter, _ *http.Request, _ map[string]json.RawMessage) { io.WriteString(w, a.body) })
 			tok := newTestTokenizer(t, eng.srv.URL, nil)
-			if _, err := tok.Tokenize(context.Background(), TokenizeRequest{Prompt: "x"}, nil); !errors.Is(err, ErrMalformed) {
+			if _, err := tok.Tokenize(context.Background(), Request{Prompt: "x"}, nil); !errors.Is(err, ErrMalformed) {
 				t.Fatalf("got %v; want ErrMalformed", err)
 			}
 		})
 	}
 	tok := newTestTokenizer(t, "http://127.0.0.1:1", nil)
-	for _, req := range []TokenizeRequest{
+	for _, req := range []Request{
 		{},
 		{Prompt: "x", Messages: json.RawMessage(`[]`)},
 		{Messages: json.RawMessage(`{"role":"user"}`)},
@@ -282,7 +285,7 @@ func TestRemoteTokenizer_RejectsMalformedAnswersAndRequests(t *testing.T) {
 	}
 }
 
-func TestRemoteTokenizer_BoundsConcurrency(t *testing.T) {
+func TestRemote_BoundsConcurrency(t *testing.T) {
 	release := make(chan struct{})
 	arrived := make(chan struct{}, 6)
 	eng := newFakeEngine(t, func(w http.ResponseWriter, r *http.Request, b map[string]json.RawMessage) {
@@ -290,14 +293,14 @@ func TestRemoteTokenizer_BoundsConcurrency(t *testing.T) {
 		<-release
 		answerLen(w, r, b)
 	})
-	tok := newTestTokenizer(t, eng.srv.URL, func(c *RemoteTokenizerConfig) { c.MaxConcurrent = 2; c.Timeout = 10 * time.Second })
+	tok := newTestTokenizer(t, eng.srv.URL, func(c *RemoteConfig) { c.MaxConcurrent = 2; c.Timeout = 10 * time.Second })
 	var wg sync.WaitGroup
 	errs := make(chan error, 6)
 	for i := 0; i < 6; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := tok.Tokenize(context.Background(), TokenizeRequest{Prompt: fmt.Sprint("p", i)}, nil)
+			_, err := tok.Tokenize(context.Background(), Request{Prompt: fmt.Sprint("p", i)}, nil)
 			errs <- err
 		}()
 	}
@@ -322,8 +325,8 @@ func TestRemoteTokenizer_BoundsConcurrency(t *testing.T) {
 	}
 }
 
-func TestRemoteTokenizerConfig_ReportsAllProblems(t *testing.T) {
-	err := RemoteTokenizerConfig{BaseURL: "10.0.0.1:8000", Timeout: -1}.Validate()
+func TestRemoteConfig_ReportsAllProblems(t *testing.T) {
+	err := RemoteConfig{BaseURL: "10.0.0.1:8000", Timeout: -1}.Validate()
 	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "BaseURL") || !strings.Contains(err.Error(), "negative") {
 		t.Fatalf("got %v", err)
 	}
