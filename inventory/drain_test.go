@@ -366,3 +366,49 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// TestDrainFeed_OneLeaderDrainsForEveryReplica: in a cluster one replica
+// drains an endpoint and relays the bodies; a follower never POSTs, and
+// both mirror the same blocks. Leadership moves when the leader says so.
+func TestDrainFeed_OneLeaderDrainsForEveryReplica(t *testing.T) {
+	srv := newDrainServer(t, readDrain(t, "drain-fresh.json"))
+	relay := make(chan []byte, 16)
+	var leaderA sync.Mutex
+	aLeads := true
+	isA := func() bool { leaderA.Lock(); defer leaderA.Unlock(); return aLeads }
+	keys := mustTokenHasher(t, 32)
+	type replica struct {
+		mu sync.Mutex
+		m  *Mirror
+	}
+	start := func(leader func() bool, drained func([]byte), relayIn <-chan []byte) *replica {
+		r := &replica{m: newTestMirror(t, keys, 0)}
+		f, err := NewDrainFeed(DrainConfig{URL: srv.srv.URL + "/kv_cache_events", BlockSize: 32, PollMin: time.Millisecond,
+			PollMax: 5 * time.Millisecond, Logger: zerolog.Nop(), Leader: leader, Drained: drained, Relay: relayIn,
+			Sink: func(u Update) { r.mu.Lock(); r.m.ApplyUpdate(u); r.mu.Unlock() }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = f.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		return r
+	}
+	a := start(isA, func(b []byte) { relay <- append([]byte(nil), b...) }, nil)
+	b := start(func() bool { return !isA() }, nil, relay)
+	score := func(r *replica, toks []uint32) int {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.m.Score(keys.AppendBlockKeys(nil, toks, ExtraKeys{}))
+	}
+	waitFor(t, func() bool { return score(a, seqTokens(1, 64)) == 2 && score(b, seqTokens(1, 64)) == 2 })
+	leaderA.Lock()
+	aLeads = false
+	leaderA.Unlock()
+	srv.push(readDrain(t, "drain-after-theft.json"))
+	waitFor(t, func() bool { return score(b, seqTokens(2000, 64)) == 2 })
+	if got := score(a, seqTokens(2000, 64)); got != 0 {
+		t.Errorf("the old leader, now following with nothing relayed to it, scores %d; want 0", got)
+	}
+}
