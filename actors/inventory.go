@@ -17,7 +17,21 @@ import (
 // goroutine, owns its socket, and hands every update to sink in stream
 // order until ctx ends; then it closes its socket, unregisters its metrics
 // and closes the handle's Done channel. It must not block.
-type FeedStarter func(ctx context.Context, id inventory.EndpointID, feed rule.Feed, sink func(inventory.Update)) FeedHandle
+type FeedStarter func(ctx context.Context, spec FeedSpec, sink func(inventory.Update)) FeedHandle
+
+// FeedSpec is one subscription to start.
+type FeedSpec struct {
+	// ID names the service, endpoint and rank (metric labels, Updates).
+	ID inventory.EndpointID
+	// Feed is the compiled subscription: a ZMQ publisher ("tcp://…",
+	// vLLM and SGLang) or a TensorRT-LLM drain ("http://…/kv_cache_events").
+	Feed rule.Feed
+	// Addr is the endpoint's ip:port (a drain's identity in a cluster).
+	Addr string
+	// BlockSize is the rule's kvBlockSize (a drain cuts stored runs at
+	// blocks of another size).
+	BlockSize int
+}
 
 // feedStopWait bounds how long a restarting or stopping inventory actor
 // waits for its feeds to close their sockets (a feed notices cancellation
@@ -163,10 +177,14 @@ func (a *inventoryActor) start(ctx actor.Context) {
 	fctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
 	self, root, gen := ctx.Self(), ctx.ActorSystem().Root, a.gen
-	for rank, fc := range a.svc.cfg.Rule.Endpoints[a.ep].Feeds {
+	ep := &a.svc.cfg.Rule.Endpoints[a.ep]
+	for rank, fc := range ep.Feeds {
 		rank := rank
-		id := inventory.EndpointID{Service: a.svc.cfg.Rule.Key, EpIdx: a.ep, Rank: fc.Rank}
-		a.feeds = append(a.feeds, a.svc.cfg.KV.StartFeed(fctx, id, fc, func(u inventory.Update) {
+		spec := FeedSpec{
+			ID:   inventory.EndpointID{Service: a.svc.cfg.Rule.Key, EpIdx: a.ep, Rank: fc.Rank},
+			Feed: fc, Addr: ep.Addr.String(), BlockSize: a.svc.cfg.KV.Keys.BlockSize(),
+		}
+		a.feeds = append(a.feeds, a.svc.cfg.KV.StartFeed(fctx, spec, func(u inventory.Update) {
 			root.Send(self, feedUpdate{gen: gen, rank: rank, u: u})
 		}))
 	}

@@ -69,7 +69,8 @@ func newFeedHub() *feedHub {
 	return &feedHub{sinks: map[int]func(inventory.Update){}, ranks: map[[2]int]func(inventory.Update){}, starts: map[int]int{}}
 }
 
-func (h *feedHub) start(ctx context.Context, id inventory.EndpointID, _ rule.Feed, sink func(inventory.Update)) FeedHandle {
+func (h *feedHub) start(ctx context.Context, spec FeedSpec, sink func(inventory.Update)) FeedHandle {
+	id := spec.ID
 	h.mu.Lock()
 	if id.Rank == 0 {
 		h.sinks[id.EpIdx] = sink

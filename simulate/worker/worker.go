@@ -227,6 +227,9 @@ func (w *Worker) routes() http.Handler {
 	mux.HandleFunc("GET /ping", w.handleHealth)
 	mux.HandleFunc("GET /v1/models", w.handleModels)
 	mux.HandleFunc("GET /metrics", w.handleMetrics)
+	if w.cfg.Dialect == DialectTRTLLM {
+		mux.HandleFunc("GET /prometheus/metrics", w.handleMetrics)
+	}
 	mux.HandleFunc("/reset_prefix_cache", w.handleReset)
 	mux.HandleFunc("/_sim/faults", w.handleFaults)
 	mux.HandleFunc("GET /_sim/debug", w.handleDebug)
