@@ -74,7 +74,19 @@ type KVConfig struct {
 	// StartFeed starts one subscription; nil runs the mirrors without feeds
 	// (tests that apply updates by hand).
 	StartFeed FeedStarter
+	// SilentAfter is how long a DP rank's feed may stay disconnected before
+	// its mirror is dropped: an endpoint's inventory is the union of its
+	// ranks', and a rank that went silent (its publisher dead, frozen or
+	// cut off) must not keep promising blocks llb no longer hears about.
+	// 0 means DefaultRankSilentAfter.
+	SilentAfter time.Duration
 }
+
+// DefaultRankSilentAfter is KVConfig.SilentAfter's default: three times
+// the ZMQ feed's reconnect ceiling (inventory.DefaultReconnectIvlMax), so a
+// publisher restart that reconnects is judged by its sequence numbers
+// instead.
+const DefaultRankSilentAfter = 15 * time.Second
 
 // ServiceConfig is everything the runtime needs to run one rule: the
 // compiled rule itself (what to run) and what the runtime builds around it
@@ -195,6 +207,9 @@ func (c ServiceConfig) withDefaults() ServiceConfig {
 	}
 	if c.Sessions.TTL <= 0 {
 		c.Sessions.TTL = r.Spec.SessionTTLOrDefault()
+	}
+	if c.KV.SilentAfter <= 0 {
+		c.KV.SilentAfter = DefaultRankSilentAfter
 	}
 	return c
 }

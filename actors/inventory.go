@@ -17,7 +17,21 @@ import (
 // goroutine, owns its socket, and hands every update to sink in stream
 // order until ctx ends; then it closes its socket, unregisters its metrics
 // and closes the handle's Done channel. It must not block.
-type FeedStarter func(ctx context.Context, id inventory.EndpointID, feed rule.Feed, sink func(inventory.Update)) FeedHandle
+type FeedStarter func(ctx context.Context, spec FeedSpec, sink func(inventory.Update)) FeedHandle
+
+// FeedSpec is one subscription to start.
+type FeedSpec struct {
+	// ID names the service, endpoint and rank (metric labels, Updates).
+	ID inventory.EndpointID
+	// Feed is the compiled subscription: a ZMQ publisher ("tcp://…",
+	// vLLM and SGLang) or a TensorRT-LLM drain ("http://…/kv_cache_events").
+	Feed rule.Feed
+	// Addr is the endpoint's ip:port (a drain's identity in a cluster).
+	Addr string
+	// BlockSize is the rule's kvBlockSize (a drain cuts stored runs at
+	// blocks of another size).
+	BlockSize int
+}
 
 // feedStopWait bounds how long a restarting or stopping inventory actor
 // waits for its feeds to close their sockets (a feed notices cancellation
@@ -31,6 +45,15 @@ type feedUpdate struct {
 	gen  uint64
 	rank int
 	u    inventory.Update
+}
+
+// rankSilent fires SilentAfter after a rank's feed disconnected; down is
+// when, so a rank that came back and went down again in between is judged
+// by its newer disconnection.
+type rankSilent struct {
+	gen  uint64
+	rank int
+	down time.Time
 }
 
 // inventoryPageReq asks for a page of an endpoint's mirrored keys (the REST
@@ -54,7 +77,10 @@ type InventoryPage struct {
 }
 
 // inventoryActor owns one prefill endpoint's mirrors (one per DP rank) and
-// the feeds that fill them. It answers the router's Score requests.
+// the feeds that fill them. It answers the router's Score requests with
+// the union of the ranks' mirrors, each rank with its own sequence and gap
+// state (its feed's). A rank whose feed stays disconnected for SilentAfter
+// has its mirror dropped: the union must not keep a dead rank's blocks.
 //
 // The mirrors are kept by the Service (svc.mirrors), not by the actor, with
 // the last sequence number applied to each (svc.feedMarks): a restarted
@@ -73,9 +99,13 @@ type inventoryActor struct {
 	// resumed[rank] is set once this incarnation checked its first batch
 	// of the rank against the predecessor's mark.
 	resumed []bool
-	gen     uint64
-	cancel  context.CancelFunc
-	log     zerolog.Logger
+	// downSince[rank] is when the rank's feed disconnected (zero while
+	// connected); silenced[rank] is set once its mirror was dropped for it.
+	downSince []time.Time
+	silenced  []bool
+	gen       uint64
+	cancel    context.CancelFunc
+	log       zerolog.Logger
 }
 
 // feedMark is the last sequence number applied to one mirror.
@@ -112,9 +142,16 @@ func (a *inventoryActor) Receive(ctx actor.Context) {
 			a.resume(m.rank, &m.u)
 			a.mirrors[m.rank].ApplyUpdate(m.u)
 		case inventory.UpdateConnected:
+			a.downSince[m.rank], a.silenced[m.rank] = time.Time{}, false
 			// A (re)connected engine may have restarted with another cache
 			// size: refresh its capacity now.
 			ctx.Send(a.svc.endpoints[a.ep], scrapeNow{})
+		case inventory.UpdateDisconnected:
+			a.rankDown(ctx, m.rank)
+		}
+	case rankSilent:
+		if m.gen == a.gen && m.rank < len(a.mirrors) && !a.silenced[m.rank] && a.downSince[m.rank].Equal(m.down) {
+			a.silence(ctx, m.rank)
 		}
 	case scoreReq:
 		ctx.Respond(a.score(m))
@@ -132,16 +169,22 @@ func (a *inventoryActor) Receive(ctx actor.Context) {
 func (a *inventoryActor) start(ctx actor.Context) {
 	a.mirrors = a.svc.mirrorsFor(a.ep)
 	a.resumed = make([]bool, len(a.mirrors))
+	a.downSince = make([]time.Time, len(a.mirrors))
+	a.silenced = make([]bool, len(a.mirrors))
 	if a.svc.cfg.KV.StartFeed == nil {
 		return
 	}
 	fctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
 	self, root, gen := ctx.Self(), ctx.ActorSystem().Root, a.gen
-	for rank, fc := range a.svc.cfg.Rule.Endpoints[a.ep].Feeds {
+	ep := &a.svc.cfg.Rule.Endpoints[a.ep]
+	for rank, fc := range ep.Feeds {
 		rank := rank
-		id := inventory.EndpointID{Service: a.svc.cfg.Rule.Key, EpIdx: a.ep, Rank: fc.Rank}
-		a.feeds = append(a.feeds, a.svc.cfg.KV.StartFeed(fctx, id, fc, func(u inventory.Update) {
+		spec := FeedSpec{
+			ID:   inventory.EndpointID{Service: a.svc.cfg.Rule.Key, EpIdx: a.ep, Rank: fc.Rank},
+			Feed: fc, Addr: ep.Addr.String(), BlockSize: a.svc.cfg.KV.Keys.BlockSize(),
+		}
+		a.feeds = append(a.feeds, a.svc.cfg.KV.StartFeed(fctx, spec, func(u inventory.Update) {
 			root.Send(self, feedUpdate{gen: gen, rank: rank, u: u})
 		}))
 	}
@@ -174,6 +217,32 @@ func (a *inventoryActor) resume(rank int, u *inventory.Update) {
 	mark.seq, mark.have = u.Seq, true
 }
 
+// rankDown records a rank's disconnection and schedules its silence check.
+func (a *inventoryActor) rankDown(ctx actor.Context, rank int) {
+	if !a.downSince[rank].IsZero() {
+		return
+	}
+	down := time.Now()
+	a.downSince[rank] = down
+	self, root, gen := ctx.Self(), ctx.ActorSystem().Root, a.gen
+	time.AfterFunc(a.svc.cfg.KV.SilentAfter, func() { root.Send(self, rankSilent{gen: gen, rank: rank, down: down}) })
+}
+
+// silence drops a rank's mirror after its feed stayed disconnected for
+// SilentAfter: nothing it holds can be trusted any longer (its removals are
+// not heard), and the endpoint's union must not keep it alive. Its feed
+// keeps reconnecting; blocks count again as the rank publishes them.
+func (a *inventoryActor) silence(ctx actor.Context, rank int) {
+	a.silenced[rank] = true
+	mir := a.mirrors[rank]
+	n := mir.Len() + mir.OffloadLen()
+	mir.Reset()
+	a.log.Warn().Int(logfield.Rank, a.svc.cfg.Rule.Endpoints[a.ep].Feeds[rank].Rank).Int(logfield.Blocks, n).
+		Dur(logfield.Duration, a.svc.cfg.KV.SilentAfter).
+		Msg("kv rank silent (feed disconnected): its mirrored blocks no longer count for the endpoint")
+	ctx.Send(a.svc.router, inventorySize{ep: a.ep, blocks: a.blocks()})
+}
+
 // stopFeeds cancels the feeds and waits (bounded) until they have closed
 // their sockets. It blocks Receive only on restart and stop.
 func (a *inventoryActor) stopFeeds() {
@@ -196,22 +265,20 @@ func (a *inventoryActor) stopFeeds() {
 	a.feeds = nil
 }
 
-// score is the endpoint's overlap: the best over its DP ranks (a request
-// lands on one rank, and the engine's own DP balancer is cache-blind, so
-// the best rank is an upper bound llb cannot do better than), with that
-// rank's offloaded share (the fewest among equal overlaps).
+// score is the endpoint's overlap: the leading blocks of the chain held by
+// the union of its DP ranks (one inventory per endpoint, as LoxiLB scores
+// it: the engine spreads a prefix's requests over its ranks), with how many
+// of them only an offload tier holds.
 func (a *inventoryActor) score(m scoreReq) scoreReply {
 	r := scoreReply{id: m.id, ep: a.ep}
 	for _, mir := range a.mirrors {
 		if mir.Contract().Tripped {
 			r.guard = ladder.ReasonHashContract
 		}
-		n, off := mir.ScoreTiers(m.chain)
-		if o := uint32(n); o > r.overlap || (o == r.overlap && uint32(off) < r.offloaded) {
-			r.overlap, r.offloaded = o, uint32(off)
-		}
 		r.blocks += uint32(mir.Len())
 	}
+	n, off := inventory.ScoreUnion(a.mirrors, m.chain)
+	r.overlap, r.offloaded = uint32(n), uint32(off)
 	return r
 }
 

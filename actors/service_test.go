@@ -59,18 +59,23 @@ func passTrialOn0(t *testing.T, svc *Service) {
 // test can publish updates into the real inventory actors.
 type feedHub struct {
 	mu     sync.Mutex
-	sinks  map[int]func(inventory.Update)
-	starts map[int]int // feeds started per endpoint
+	sinks  map[int]func(inventory.Update)    // rank 0's, by endpoint
+	ranks  map[[2]int]func(inventory.Update) // by endpoint and rank
+	starts map[int]int                       // feeds started per endpoint
 	live   atomic.Int32
 }
 
 func newFeedHub() *feedHub {
-	return &feedHub{sinks: map[int]func(inventory.Update){}, starts: map[int]int{}}
+	return &feedHub{sinks: map[int]func(inventory.Update){}, ranks: map[[2]int]func(inventory.Update){}, starts: map[int]int{}}
 }
 
-func (h *feedHub) start(ctx context.Context, id inventory.EndpointID, _ rule.Feed, sink func(inventory.Update)) FeedHandle {
+func (h *feedHub) start(ctx context.Context, spec FeedSpec, sink func(inventory.Update)) FeedHandle {
+	id := spec.ID
 	h.mu.Lock()
-	h.sinks[id.EpIdx] = sink
+	if id.Rank == 0 {
+		h.sinks[id.EpIdx] = sink
+	}
+	h.ranks[[2]int{id.EpIdx, id.Rank}] = sink
 	h.starts[id.EpIdx]++
 	h.mu.Unlock()
 	h.live.Add(1)
@@ -95,6 +100,21 @@ func (h *feedHub) publish(t *testing.T, ep int, b *inventory.Batch) {
 	sink := h.sinks[ep]
 	h.mu.Unlock()
 	sink(inventory.Update{Kind: inventory.UpdateBatch, Batch: b})
+}
+
+// send hands u to endpoint ep's rank feed once it started.
+func (h *feedHub) send(t *testing.T, ep, rank int, u inventory.Update) {
+	t.Helper()
+	k := [2]int{ep, rank}
+	eventually(t, time.Second, "feed started", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.ranks[k] != nil
+	})
+	h.mu.Lock()
+	sink := h.ranks[k]
+	h.mu.Unlock()
+	sink(u)
 }
 
 func newTestSystem(t *testing.T) *System {
@@ -854,5 +874,57 @@ func TestService_StartsWithoutARouterCrashWhenEveryProbeFailsAtOnce(t *testing.T
 		if svc.metrics.restarts.Get() != 0 {
 			t.Fatalf("start %d: %d actor restarts; want none", i, svc.metrics.restarts.Get())
 		}
+	}
+}
+
+// TestService_DPRanksScoreTheUnionAndASilentRankDropsOut: an endpoint's
+// inventory is the union of its DP ranks' mirrors (SGLang's keys are
+// absolute, so a rank can hold a prefix's later pages only); a rank whose
+// feed stays disconnected stops counting.
+func TestService_DPRanksScoreTheUnionAndASilentRankDropsOut(t *testing.T) {
+	sys := newTestSystem(t)
+	hub := newFeedHub()
+	cfg, _ := kvPD(t, hub, 2, 1)
+	h, err := inventory.NewSGLangHasher(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.KV.Keys = h
+	cfg.KV.SilentAfter = 150 * time.Millisecond
+	r := *cfg.Rule
+	r.Endpoints = append([]rule.CompiledEndpoint(nil), r.Endpoints...)
+	r.Endpoints[0].Feeds = []rule.Feed{{Rank: 0, Endpoint: "tcp://127.0.0.1:5557"}, {Rank: 1, Endpoint: "tcp://127.0.0.1:5558"}, {Rank: 2, Endpoint: "tcp://127.0.0.1:5559"}}
+	cfg.Rule = &r
+	svc := startService(t, sys, cfg)
+
+	prompt := tokens(64, 7000)
+	chain := h.AppendBlockKeys(nil, prompt, inventory.ExtraKeys{})
+	stored := func(from, to int) *inventory.Batch {
+		ev := inventory.Event{Kind: inventory.EventBlockStored, BlockHashes: chain[from:to], TokenIDs: prompt[from*16 : to*16], BlockSize: 16}
+		if from > 0 {
+			ev.Parent, ev.HasParent = chain[from-1], true
+		}
+		return &inventory.Batch{Events: []inventory.Event{ev}}
+	}
+	hub.send(t, 0, 0, inventory.Update{Kind: inventory.UpdateBatch, Batch: stored(0, 2)}) // rank 0: pages 0-1
+	hub.send(t, 0, 1, inventory.Update{Kind: inventory.UpdateBatch, Batch: stored(2, 4)}) // rank 1: pages 2-3
+	hub.send(t, 1, 0, inventory.Update{Kind: inventory.UpdateBatch, Batch: stored(0, 3)}) // endpoint 1: pages 0-2
+
+	pick := func() int {
+		rr := &RouteRequest{Chain: chain}
+		rr.Req.KV.PromptBlocks = uint32(len(chain))
+		rt := route(t, svc, rr)
+		defer svc.Finish(rt.Ticket, Result{OK: true})
+		if rt.Decision.Tier != ladder.Tier15 {
+			return -1
+		}
+		return rt.Decision.Prefill
+	}
+	eventually(t, 2*time.Second, "the union of endpoint 0's ranks (4 pages) beats endpoint 1 (3)", func() bool { return pick() == 0 })
+	hub.send(t, 0, 1, inventory.Update{Kind: inventory.UpdateDisconnected})
+	eventually(t, 2*time.Second, "rank 1 silent: endpoint 0 holds 2 pages, endpoint 1 wins", func() bool { return pick() == 1 })
+	hub.send(t, 0, 1, inventory.Update{Kind: inventory.UpdateConnected})
+	if got := pick(); got != 1 {
+		t.Fatalf("a reconnected rank brought its dropped blocks back: picked %d; want 1", got)
 	}
 }

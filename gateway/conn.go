@@ -50,6 +50,9 @@ type clientConn struct {
 	// send is the send bound on the connection's writes (sendbound.go;
 	// serving goroutine only).
 	send sendClock
+	// hijacked is closed when an HTTP/1.0 stream written past the server
+	// is over (stream.go, writeUntilClose); nil when none was.
+	hijacked chan struct{}
 
 	mu        sync.Mutex
 	x         *exchange // the exchange in progress, nil between requests
@@ -205,6 +208,9 @@ func (h *Handler) serveFast(rc *fasthttp.RequestCtx, cc *clientConn, stopping bo
 		// request's deadline: a client that stops reading, or reads too
 		// slowly, cannot pin the connection and the upstream leg.
 		cc.limitWrites(x.deadline)
+		if untilClose(rc) {
+			h.relayUntilClose(rc, cc, x)
+		}
 		return
 	}
 	// No answer for a cut request, nor for a client taken for gone (it may

@@ -120,7 +120,10 @@
 //     its head; SSE and bodies of unknown length are streamed, each upstream
 //     read one chunk flushed at once (an SSE event reaches the client as it
 //     arrives; no goroutine per stream or token). An HTTP/1.0 client, which
-//     cannot read chunks, gets a streamed body whole with a length.
+//     cannot read chunks, gets a streamed body as it comes, without a
+//     length, ended by the connection's close as vLLM's server does (a
+//     reset when the upstream broke); fasthttp cannot frame a body so, and
+//     the connection is hijacked for it (stream.go).
 //     Response trailers are dropped (vLLM sends none).
 //   - Connection-level failures after the first byte abort the client
 //     connection (the server closes it without ending the chunked body); a

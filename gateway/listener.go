@@ -239,6 +239,9 @@ func (l *Listener) serveConn(cc *clientConn) {
 		return
 	}
 	_ = l.fast.ServeConn(cc)
+	if cc.hijacked != nil {
+		<-cc.hijacked // an HTTP/1.0 stream, written until its close
+	}
 }
 
 // connState tracks which connections are idle, and closes those that go

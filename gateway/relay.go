@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bytes"
-	"errors"
 	"io"
 	"time"
 
@@ -133,14 +132,12 @@ func (x *exchange) deliver(lg leg, ttfb time.Duration) attempt {
 	}
 	x.unwatch()
 	s.n, s.rerr = n, rerr
-	size := -1 // chunked: each upstream read is one chunk, flushed
+	// -1: each upstream read is one chunk, flushed; an HTTP/1.0 client,
+	// which cannot read chunks, gets them unframed, the body ending with
+	// the connection (stream.go).
+	size := -1
 	if !s.sse && s.body.framing == framingLength {
 		size = cl
-	}
-	if size < 0 && !x.in.Header.IsHTTP11() {
-		// An HTTP/1.0 client cannot read chunks (and fasthttp would send
-		// them): it gets the whole body with a length, once it is in.
-		return x.relayWhole(s)
 	}
 	x.commit()
 	if s.sse {
@@ -150,41 +147,6 @@ func (x *exchange) deliver(lg leg, ttfb time.Duration) attempt {
 	x.stream = s
 	return attempt{}
 }
-
-// maxWholeBody bounds a body buffered whole for an HTTP/1.0 client.
-const maxWholeBody = 64 << 20
-
-// relayWhole reads the rest of a streamed body into the client response
-// and sends it with a Content-Length (HTTP/1.0 clients). A body that breaks
-// or outgrows maxWholeBody cuts the client connection.
-func (x *exchange) relayWhole(s *relayStream) attempt {
-	x.commit()
-	x.out.SetBody((*s.buf)[s.off : s.off+s.n])
-	err := s.rerr
-	for err == nil && len(x.out.Body()) <= maxWholeBody {
-		s.lg.armRead()
-		var n int
-		n, err = s.body.Read(*s.buf)
-		x.out.AppendBody((*s.buf)[:n])
-	}
-	s.observe(x.out.Body())
-	fail := actors.FailNone
-	if err != io.EOF {
-		if err == nil {
-			err = errBodyTooLarge
-		}
-		fail, _ = s.lg.failure(err)
-		x.detail, x.aborted = err.Error(), true
-	}
-	x.failure = fail
-	x.bytes = int64(len(x.out.Body()))
-	s.finish(fail)
-	return attempt{}
-}
-
-// errBodyTooLarge is a streamed body too large to buffer for an HTTP/1.0
-// client.
-var errBodyTooLarge = errors.New("gateway: response too large to buffer for an HTTP/1.0 client")
 
 // commit completes the client response head: X-Llb-Route, the status and
 // TTFT bookkeeping.

@@ -1,10 +1,16 @@
 package gateway
 
 import (
+	"fmt"
 	"io"
+	"net"
+	"runtime"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/llbproject/llb/actors"
+	"github.com/llbproject/llb/internal/logfield"
 )
 
 // relayStream is a streamed response body: the server pulls it after the
@@ -179,4 +185,73 @@ func (s *relayStream) finish(fail actors.Failure) {
 	}
 	x.conclude(actors.Outcome{Leg: s.lg.kind, Status: s.status, Failure: fail, TTFB: s.ttfb, Duration: time.Since(s.lg.start), Usage: usage},
 		actors.Result{OK: fail == actors.FailNone && s.status/100 == 2})
+}
+
+// An HTTP/1.0 client cannot read chunks. A streamed answer of unknown
+// length reaches it as vLLM's own server (uvicorn's h11) sends it: without
+// a length, the body ending when the connection closes (RFC 9112 §6.3,
+// the last rule), each upstream read written as it arrives. It used to be
+// read whole (up to 64 MiB) and sent with a length: 100 such streams of
+// 7.2 MB took llbd from 39 to 447 MiB, and the first byte waited for the
+// last (issue 23). fasthttp frames every body stream (chunks, or a
+// length), so such an answer is written past it: the connection is
+// hijacked once the server has sent what it held, and the head and body
+// go to the socket from the hijack goroutine, bounded like any stream
+// (the send bound, the max stream duration). serveConn waits for it: the
+// connection stays the listener's (counted, cut at shutdown).
+
+// untilClose reports whether rc's streamed answer must be delimited by the
+// connection's close: an HTTP/1.0 request, a body of unknown length.
+func untilClose(rc *fasthttp.RequestCtx) bool {
+	return !rc.Request.Header.IsHTTP11() && rc.Response.Header.ContentLength() < 0
+}
+
+// relayUntilClose has x's streamed answer written by writeUntilClose
+// instead of the server.
+func (h *Handler) relayUntilClose(rc *fasthttp.RequestCtx, cc *clientConn, x *exchange) {
+	hdr := &x.out.Header
+	hdr.Del(fasthttp.HeaderTransferEncoding)
+	hdr.SetContentLength(-2) // identity: no length
+	hdr.SetConnectionClose()
+	cc.hijacked = make(chan struct{})
+	rc.HijackSetNoResponse(true)
+	rc.Hijack(func(net.Conn) {
+		defer close(cc.hijacked)
+		h.writeUntilClose(cc, x)
+	})
+}
+
+// writeUntilClose writes x's head and streamed body to cc, then closes it
+// — with a reset when the upstream broke, so the client does not take the
+// close for the body's end — and ends the exchange.
+func (h *Handler) writeUntilClose(cc *clientConn, x *exchange) {
+	ended := false
+	defer func() {
+		if p := recover(); p != nil {
+			if ended {
+				buf := make([]byte, 16<<10)
+				buf = buf[:runtime.Stack(buf, false)]
+				h.log.Error().Str(logfield.Panic, fmt.Sprint(p)).Bytes(logfield.Stack, buf).Msg("panic ending an HTTP/1.0 stream; connection dropped")
+			} else {
+				h.recoverPanic(x, p)
+			}
+		}
+		_ = cc.Close()
+	}()
+	s := x.stream
+	s.deferDone = true
+	x.scratch = x.out.Header.AppendBytes(x.scratch[:0])
+	if _, err := cc.Write(x.scratch); err != nil {
+		s.writeErr = true
+	} else {
+		_, _ = s.WriteTo(cc) // a failed write sets s.writeErr
+	}
+	_ = x.out.CloseBodyStream() // s.CloseWithError, once
+	if x.aborted {
+		if tc, ok := cc.Conn.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+	}
+	ended = true
+	h.done(x)
 }

@@ -2,11 +2,14 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -159,31 +162,80 @@ func TestListener_UnreadableRequestsGetJSONErrorsAndTheConnectionCloses(t *testi
 	}
 }
 
-// An HTTP/1.0 client cannot read chunks: a streamed answer reaches it
-// whole, with a Content-Length.
-func TestSinglePool_AnHTTP10ClientGetsAStreamWhole(t *testing.T) {
+// An HTTP/1.0 client cannot read chunks: a streamed answer reaches it as
+// it comes, without a length, and ends with the connection (as from vLLM).
+// It used to be read whole first, up to 64 MiB per answer (issue 23).
+func TestSinglePool_AnHTTP10ClientGetsAStreamAsItComesUntilTheClose(t *testing.T) {
 	be := newFakeVLLM(t)
+	release := make(chan struct{})
+	be.answer = func(w http.ResponseWriter, r *http.Request, body []byte) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		_, _ = io.WriteString(w, "data: first\n\n")
+		_ = rc.Flush()
+		<-release
+		_, _ = io.WriteString(w, "data: second\n\ndata: [DONE]\n\n")
+	}
 	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
 	url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+	c := rawConn(t, url)
+	body := `{"model":"m","prompt":"p","stream":true}`
+	if _, err := io.WriteString(c, "POST /v1/completions HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodPost})
+	if err != nil {
+		close(release)
+		t.Fatalf("no head while the backend holds the rest of the stream: %v", err)
+	}
+	first, err := br.ReadString('\n')
+	close(release)
+	if err != nil || first != "data: first\n" {
+		t.Fatalf("first line %q (%v); want the first event before the stream ended", first, err)
+	}
+	if resp.StatusCode != 200 || resp.ContentLength != -1 || len(resp.TransferEncoding) != 0 || !resp.Close {
+		t.Errorf("status %d, length %d, transfer encoding %v, close %v; want 200 without a length or chunks, ended by the close",
+			resp.StatusCode, resp.ContentLength, resp.TransferEncoding, resp.Close)
+	}
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading to the close: %v", err)
+	}
+	if events, _ := sseEvents(t, strings.NewReader(first+string(rest))); len(events) != 3 || events[2] != "[DONE]" {
+		t.Errorf("events %q; want first, second, [DONE]", events)
+	}
+	fr.checkTicketsClosed(t, 1)
+	if _, outcomes, _ := fr.snapshot(); len(outcomes) != 1 || outcomes[0].Failure != actors.FailNone {
+		t.Errorf("outcomes %+v; want one clean leg", outcomes)
+	}
+}
+
+// An HTTP/1.0 stream the upstream breaks ends with a reset, never with the
+// close that ends a complete one.
+func TestSinglePool_AnHTTP10StreamTheUpstreamBreaksEndsWithAReset(t *testing.T) {
+	up := serveTCP(t, func(c net.Conn) {
+		_, _ = bufio.NewReader(c).ReadString('}')
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n10\r\ndata: partial\n\n\r\n")
+		time.Sleep(50 * time.Millisecond)
+		_ = c.(*net.TCPConn).SetLinger(0) // the worker dies: a reset mid-stream
+	})
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, singlePool(up), Deps{Router: fr})
 	c := rawConn(t, url)
 	body := `{"model":"m","prompt":"p","stream":true}`
 	if _, err := io.WriteString(c, "POST /v1/completions HTTP/1.0\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body); err != nil {
 		t.Fatal(err)
 	}
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodPost})
-	if err != nil {
-		t.Fatal(err)
+	got, err := io.ReadAll(c)
+	if !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("read %q, then %v; want the partial stream and a reset", got, err)
 	}
-	got, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != 200 || len(resp.TransferEncoding) != 0 || resp.ContentLength != int64(len(got)) {
-		t.Fatalf("status %d, transfer encoding %v, length %d, %d bytes read (%v); want 200 with a Content-Length",
-			resp.StatusCode, resp.TransferEncoding, resp.ContentLength, len(got), err)
+	if !bytes.Contains(got, []byte("data: partial")) {
+		t.Errorf("read %q; want the event that came before the break", got)
 	}
-	if events, _ := sseEvents(t, strings.NewReader(string(got))); len(events) != 4 || events[3] != "[DONE]" {
-		t.Errorf("events %q; want 3 and [DONE]", events)
-	}
-	fr.checkTicketsClosed(t, 1)
 }
 
 // Requests fasthttp would serve but net/http refuses, refused the same way:

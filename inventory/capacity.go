@@ -36,6 +36,20 @@ type CacheConfig struct {
 	// series (DP engines); HasKVUsage is false when no series was found.
 	KVUsage    float64
 	HasKVUsage bool
+	// KVTokens is SGLang's KV pool in tokens (sglang:max_total_num_tokens,
+	// summed over its series: one per DP rank); 0 when not reported.
+	// ForBlockSize turns it into blocks.
+	KVTokens int64
+}
+
+// ForBlockSize fills NumGPUBlocks from KVTokens (SGLang reports its pool in
+// tokens; its pages are the rule's kvBlockSize) when vLLM's series gave
+// none.
+func (c CacheConfig) ForBlockSize(bs int) CacheConfig {
+	if c.NumGPUBlocks == 0 && c.KVTokens > 0 && bs > 0 {
+		c.NumGPUBlocks = c.KVTokens / int64(bs)
+	}
+	return c
 }
 
 // KVUsedBlocks is KVUsage × NumGPUBlocks, rounded to the nearest block (0
@@ -55,12 +69,18 @@ func (c CacheConfig) Known() bool { return c.NumGPUBlocks > 0 }
 const cacheConfigMetric = "vllm:cache_config_info"
 
 // The engine's queue gauges (Tier 2's queued_requests) and KV-usage
-// gauges (V1's name, then V0's).
+// gauges (V1's name, then V0's), and SGLang's (python/sglang/srt/metrics:
+// the same quantities under its own names, the KV pool in tokens).
 const (
 	waitingMetric   = "vllm:num_requests_waiting"
 	runningMetric   = "vllm:num_requests_running"
 	kvUsageMetric   = "vllm:kv_cache_usage_perc"
 	kvUsageMetricV0 = "vllm:gpu_cache_usage_perc"
+
+	sglangWaitingMetric = "sglang:num_queue_reqs"
+	sglangRunningMetric = "sglang:num_running_reqs"
+	sglangUsageMetric   = "sglang:token_usage"
+	sglangTokensMetric  = "sglang:max_total_num_tokens"
 )
 
 // usageSample parses a KV-usage sample line: a fraction in [0, 1] (values
@@ -72,6 +92,8 @@ func usageSample(line []byte) (float64, bool) {
 		rest = line[len(kvUsageMetric):]
 	case bytes.HasPrefix(line, []byte(kvUsageMetricV0)):
 		rest = line[len(kvUsageMetricV0):]
+	case bytes.HasPrefix(line, []byte(sglangUsageMetric)):
+		rest = line[len(sglangUsageMetric):]
 	default:
 		return 0, false
 	}
@@ -101,12 +123,13 @@ func usageSample(line []byte) (float64, bool) {
 // down; negative or unparsable values are ignored).
 func loadSample(line []byte) (int64, string, bool) {
 	var which string
-	switch {
-	case bytes.HasPrefix(line, []byte(waitingMetric)):
-		which = waitingMetric
-	case bytes.HasPrefix(line, []byte(runningMetric)):
-		which = runningMetric
-	default:
+	for _, m := range []string{waitingMetric, runningMetric, sglangWaitingMetric, sglangRunningMetric, sglangTokensMetric} {
+		if bytes.HasPrefix(line, []byte(m)) {
+			which = m
+			break
+		}
+	}
+	if which == "" {
 		return 0, "", false
 	}
 	rest := line[len(which):]
@@ -137,7 +160,8 @@ const maxMetricsLine = 1 << 20
 // ParseCacheConfig reads Prometheus text exposition and extracts every
 // vllm:cache_config_info series: num_gpu_blocks summed per distinct
 // "engine" label (the last series of an engine wins), block_size and
-// prefix_caching_hash_algo. Labels may come in any order with escaped
+// prefix_caching_hash_algo; the queue and KV-usage gauges of vLLM or
+// SGLang; SGLang's KV pool in tokens. Labels may come in any order with escaped
 // values. Absent series give a zero CacheConfig and no error; a malformed
 // cache_config_info line is an error wrapping ErrMalformed.
 func ParseCacheConfig(r io.Reader) (CacheConfig, error) {
@@ -158,11 +182,15 @@ func ParseCacheConfig(r io.Reader) (CacheConfig, error) {
 			continue
 		}
 		if v, which, ok := loadSample(line); ok {
-			cfg.HasLoad = true
-			if which == waitingMetric {
+			switch which {
+			case waitingMetric, sglangWaitingMetric:
+				cfg.HasLoad = true
 				cfg.Waiting += v
-			} else {
+			case runningMetric, sglangRunningMetric:
+				cfg.HasLoad = true
 				cfg.Running += v
+			case sglangTokensMetric:
+				cfg.KVTokens += v
 			}
 			continue
 		}

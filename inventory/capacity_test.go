@@ -127,3 +127,29 @@ func TestCacheConfig_KVUsedBlocksIsUsageTimesCapacity(t *testing.T) {
 		})
 	}
 }
+
+// TestParseCacheConfig_SGLangMetrics reads SGLang's names: the queue and
+// usage gauges, and the KV pool in tokens (summed over DP ranks), turned
+// into blocks of the rule's page size.
+func TestParseCacheConfig_SGLangMetrics(t *testing.T) {
+	text := `# HELP sglang:max_total_num_tokens Maximum total number of tokens in the KV cache pool.
+# TYPE sglang:max_total_num_tokens gauge
+sglang:max_total_num_tokens{model_name="m",dp_rank="0"} 65536.0
+sglang:max_total_num_tokens{model_name="m",dp_rank="1"} 65536.0
+sglang:num_running_reqs{model_name="m",dp_rank="0"} 3.0
+sglang:num_running_reqs{model_name="m",dp_rank="1"} 1.0
+sglang:num_queue_reqs{model_name="m",dp_rank="0"} 2.0
+sglang:token_usage{model_name="m",dp_rank="0"} 0.5
+sglang:token_usage{model_name="m",dp_rank="1"} 0.25
+`
+	cc, err := ParseCacheConfig(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cc.KVTokens != 131072 || cc.Running != 4 || cc.Waiting != 2 || !cc.HasLoad || !cc.HasKVUsage || cc.KVUsage != 0.375 || cc.Known() {
+		t.Fatalf("parsed %+v", cc)
+	}
+	if b := cc.ForBlockSize(64); b.NumGPUBlocks != 2048 || !b.Known() || b.KVUsedBlocks() != 768 {
+		t.Fatalf("for page size 64: %+v", b)
+	}
+}

@@ -68,6 +68,17 @@ type DrainConfig struct {
 	RetryMax time.Duration
 	// Client makes the requests; nil builds one without proxies.
 	Client *http.Client
+	// Leader, when set, says whether this feed drains the engine itself
+	// (a cluster runs one drainer per endpoint: the drain is destructive).
+	// While it returns false the feed applies the bodies arriving on Relay
+	// instead, drained by the leader. Nil: always drain.
+	Leader func() bool
+	// Relay delivers the bodies another replica drained (with Leader).
+	Relay <-chan []byte
+	// Drained, when set, receives every non-empty body this feed drained
+	// (the leader hands it to its peers). It must not block, and must not
+	// keep the slice past the call unless it copies it.
+	Drained func(body []byte)
 	// LogEvery rate-limits failure log lines.
 	LogEvery time.Duration
 	// Logger receives transitions (Info) and failures (Warn, rate-limited).
@@ -260,11 +271,18 @@ func (f *DrainFeed) Run(ctx context.Context) error {
 	f.rateAt = time.Now()
 	wait := f.cfg.PollMin
 	for {
+		if f.cfg.Leader != nil && !f.cfg.Leader() {
+			if !f.follow(ctx) {
+				return nil
+			}
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(wait):
 		}
+		f.applyRelayed() // what the previous leader drained before handing over
 		n, err := f.drainOnce(ctx)
 		now := time.Now()
 		f.tickRate(now)
@@ -306,6 +324,44 @@ func (f *DrainFeed) drainOnce(ctx context.Context) (int, error) {
 	if resp.StatusCode != http.StatusOK {
 		return 0, fmt.Errorf("drain: status %d: %.200s", resp.StatusCode, body)
 	}
+	return f.consume(body, true)
+}
+
+// applyRelayed applies the relayed bodies already waiting, without
+// blocking.
+func (f *DrainFeed) applyRelayed() {
+	for {
+		select {
+		case body := <-f.cfg.Relay:
+			_, _ = f.consume(body, false)
+		default:
+			return
+		}
+	}
+}
+
+// follow applies relayed bodies while another replica leads; false when
+// ctx ended. It returns to check the leadership every PollMax.
+func (f *DrainFeed) follow(ctx context.Context) bool {
+	f.ok() // the leader holds the engine's connection; llb hears it
+	t := time.NewTimer(f.cfg.PollMax)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case body := <-f.cfg.Relay:
+			_, _ = f.consume(body, false)
+			f.tickRate(time.Now())
+		case <-t.C:
+			return true
+		}
+	}
+}
+
+// consume decodes and applies one drain body; drained bodies with events
+// go to Drained too.
+func (f *DrainFeed) consume(body []byte, drained bool) (int, error) {
 	if len(body) > f.cfg.MaxBody {
 		// The events are gone from the engine either way; the next drain's
 		// event ids show the gap.
@@ -320,6 +376,9 @@ func (f *DrainFeed) drainOnce(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	if len(evs) > 0 {
+		if drained && f.cfg.Drained != nil {
+			f.cfg.Drained(body)
+		}
 		f.apply(evs)
 	}
 	return len(evs), nil

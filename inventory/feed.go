@@ -43,6 +43,12 @@ const (
 	// that many batches per second since the last batch, so one bogus
 	// sequence number cannot add billions to lost_batches.
 	MaxPublishRate = 10_000
+	// DefaultHeartbeat is the ZMTP heartbeat interval of a feed's SUB
+	// socket: libzmq pings the publisher (whose libzmq answers by itself)
+	// and drops a connection that stays silent for three intervals, so a
+	// frozen or cut-off publisher shows as disconnected, as a dead one
+	// does.
+	DefaultHeartbeat = 2 * time.Second
 	// DefaultLogEvery rate-limits malformed-input log lines.
 	DefaultLogEvery = 10 * time.Second
 	// maxDrain bounds messages read per poll so ctx is checked often.
@@ -234,6 +240,8 @@ func (f *Feed) open(zctx *zmq.Context) (sub, mon *zmq.Socket, err error) {
 		{"maxmsgsize", func() error { return sub.SetMaxmsgsize(int64(f.cfg.MaxMsgSize)) }},
 		{"reconnect_ivl", func() error { return sub.SetReconnectIvl(f.cfg.ReconnectIvl) }},
 		{"reconnect_ivl_max", func() error { return sub.SetReconnectIvlMax(f.cfg.ReconnectIvlMax) }},
+		{"heartbeat_ivl", func() error { return sub.SetHeartbeatIvl(f.cfg.Heartbeat) }},
+		{"heartbeat_timeout", func() error { return sub.SetHeartbeatTimeout(3 * f.cfg.Heartbeat) }},
 		{"subscribe", func() error { return sub.SetSubscribe(f.cfg.Topic) }},
 	} {
 		if err := step.do(); err != nil {

@@ -60,6 +60,9 @@ type FeedConfig struct {
 	ReconnectIvl, ReconnectIvlMax time.Duration
 	// ReplayTimeout bounds one replay (request to end marker).
 	ReplayTimeout time.Duration
+	// Heartbeat is the ZMTP heartbeat interval; a connection silent for
+	// three of them is dropped (DefaultHeartbeat when 0).
+	Heartbeat time.Duration
 	// RcvHWM is the SUB receive high-water mark, in messages.
 	RcvHWM int
 	// MaxMsgSize is the largest message accepted, in bytes
@@ -85,7 +88,7 @@ func (c FeedConfig) Validate() error {
 		errs = append(errs, errors.New("Sink is required"))
 	}
 	for name, d := range map[string]time.Duration{"PollInterval": c.PollInterval, "ReconnectIvl": c.ReconnectIvl,
-		"ReconnectIvlMax": c.ReconnectIvlMax, "ReplayTimeout": c.ReplayTimeout, "LogEvery": c.LogEvery} {
+		"ReconnectIvlMax": c.ReconnectIvlMax, "ReplayTimeout": c.ReplayTimeout, "LogEvery": c.LogEvery, "Heartbeat": c.Heartbeat} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s %v (want >= 0)", name, d))
 		}
@@ -114,6 +117,9 @@ func (c *FeedConfig) defaults() {
 	}
 	if c.ReplayTimeout == 0 {
 		c.ReplayTimeout = DefaultReplayTimeout
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = DefaultHeartbeat
 	}
 	if c.RcvHWM == 0 {
 		c.RcvHWM = DefaultRcvHWM

@@ -227,6 +227,36 @@ func (m *Mirror) ScoreTiers(chain []uint64) (blocks, offloaded int) {
 	return len(chain), offloaded
 }
 
+// ScoreUnion is Score over the union of one endpoint's DP-rank mirrors: how
+// many leading blocks of chain some rank holds in any tier, and how many of
+// those no rank holds in GPU memory. An engine with data parallelism spreads
+// a prefix's requests over its ranks, and LoxiLB scores the endpoint by the
+// union of their caches; with one mirror it is ScoreTiers.
+func ScoreUnion(ms []*Mirror, chain []uint64) (blocks, offloaded int) {
+	switch len(ms) {
+	case 0:
+		return 0, 0
+	case 1:
+		return ms[0].ScoreTiers(chain)
+	}
+next:
+	for i, k := range chain {
+		for _, m := range ms {
+			if m.scoreTable(TierGPU).find(k) >= 0 {
+				continue next
+			}
+		}
+		for _, m := range ms {
+			if cpu := m.scoreTable(TierCPU); cpu.n > 0 && cpu.find(k) >= 0 {
+				offloaded++
+				continue next
+			}
+		}
+		return i, offloaded
+	}
+	return len(chain), offloaded
+}
+
 // Contract is the hash-contract guard state.
 func (m *Mirror) Contract() ContractState { return m.check.state }
 

@@ -324,3 +324,35 @@ func TestTierOf_SGLangHostTier(t *testing.T) {
 		t.Error("DISK is mirrored; want ignored")
 	}
 }
+
+// TestScoreUnion_CountsLeadingBlocksAnyRankHolds: the union of DP ranks
+// scores a prefix whose pages are spread over ranks, GPU before CPU.
+func TestScoreUnion_CountsLeadingBlocksAnyRankHolds(t *testing.T) {
+	h := mustSGLangHasher(t, 4)
+	toks := seqTokens(1, 20)
+	chain := h.AppendBlockKeys(nil, toks, ExtraKeys{})
+	pages := sglangPages(h, toks, Digest{})
+	r0, r1, r2 := newTestMirror(t, h, 0), newTestMirror(t, h, 0), newTestMirror(t, h, 0)
+	r0.Apply(batchOf(pages[0], pages[1]))
+	r1.Apply(batchOf(pages[2]))
+	cpu := pages[3]
+	cpu.Medium = MediumCPUPinned
+	r2.Apply(batchOf(cpu))
+	tests := []struct {
+		name          string
+		give          []*Mirror
+		want, wantOff int
+	}{
+		{"none", nil, 0, 0},
+		{"one rank is ScoreTiers", []*Mirror{r0}, 2, 0},
+		{"two ranks chain", []*Mirror{r0, r1}, 3, 0},
+		{"offloaded page extends it", []*Mirror{r2, r1, r0}, 4, 1},
+		{"a gap stops it", []*Mirror{r0, r2}, 2, 0},
+	}
+	for _, tt := range tests {
+		got, off := ScoreUnion(tt.give, chain)
+		if got != tt.want || off != tt.wantOff {
+			t.Errorf("%s: got %d (%d offloaded); want %d (%d)", tt.name, got, off, tt.want, tt.wantOff)
+		}
+	}
+}

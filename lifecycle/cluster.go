@@ -27,9 +27,15 @@ const peerMaxAge = 2 * time.Second
 func (d *DataPlane) startMember(cfg replica.Config) error {
 	cfg.OnHealth = d.peerHealth
 	cfg.OnTrie = d.peerLessons
+	if d.drains != nil {
+		cfg.OnKVDrain = d.drains.received
+	}
 	m, err := replica.Start(cfg)
 	if err != nil {
 		return err
+	}
+	if d.drains != nil {
+		d.drains.member.Store(m)
 	}
 	m.Load.Subscribe(d.peersChanged)
 	d.member = m

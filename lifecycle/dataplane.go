@@ -33,6 +33,9 @@ type DataPlane struct {
 	dataBind netip.Addr
 	// member is the cluster membership (nil on a single node).
 	member *replica.Member
+	// drains relays TensorRT-LLM drains between replicas (nil on a single
+	// node).
+	drains *drainRelay
 
 	mu sync.Mutex
 	// unserved holds rules the data plane keeps but cannot serve (an L4
@@ -107,8 +110,12 @@ func New(cfg Config) (*DataPlane, error) {
 	if cfg.MaxConns > 0 {
 		conns = gateway.NewConnLimit(cfg.MaxConns, cfg.Metrics)
 	}
+	var drains *drainRelay
+	if cfg.Cluster != nil {
+		drains = newDrainRelay()
+	}
 	rt, err := newRuleSet(ruleSetConfig{System: sys, Log: cfg.Log, Metrics: cfg.Metrics, KVMaxMsgSize: cfg.KVMaxMsgSize,
-		Feeds: cfg.Feeds, BodyBudget: budget, ConnLimit: conns,
+		Feeds: cfg.Feeds, Drains: drains, BodyBudget: budget, ConnLimit: conns,
 		Options: gateway.Options{AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs, ClientSendTimeout: sendTimeout(cfg.ClientSendTimeout)}})
 	if err != nil {
 		sys.Shutdown()
@@ -125,6 +132,7 @@ func New(cfg Config) (*DataPlane, error) {
 		tables:   make(map[string]string),
 	}
 	if cfg.Cluster != nil {
+		d.drains = drains
 		if err := d.startMember(*cfg.Cluster); err != nil {
 			_ = rt.close(context.Background())
 			sys.Shutdown()

@@ -202,7 +202,7 @@ func namesAField(field string, saKeys, epKeys map[string]bool) bool {
 
 // nopFeeds stands in for the KV feeds (the property is about configuration,
 // not about ZMQ).
-func nopFeeds(context.Context, inventory.EndpointID, rule.Feed, func(inventory.Update)) actors.FeedHandle {
+func nopFeeds(context.Context, actors.FeedSpec, func(inventory.Update)) actors.FeedHandle {
 	return nopFeed{done: closedChan()}
 }
 

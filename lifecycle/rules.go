@@ -34,8 +34,11 @@ type ruleSetConfig struct {
 	Log zerolog.Logger
 	// Metrics receives every rule's series; nil keeps them private.
 	Metrics *metrics.Set
-	// Feeds starts KV-event subscriptions; nil means actors.ZMQFeeds.
+	// Feeds starts KV-event subscriptions; nil means actors.EngineFeeds.
 	Feeds actors.FeedStarter
+	// Drains coordinates TensorRT-LLM drains in a cluster (nil: a single
+	// node drains every endpoint itself).
+	Drains *drainRelay
 	// Options are the data plane's daemon-wide settings; the set mints
 	// Options.HopID when it is empty, shared by every rule and probe.
 	Options gateway.Options
@@ -121,7 +124,11 @@ func newRuleSet(cfg ruleSetConfig) (*ruleSet, error) {
 		return nil, errors.New("lifecycle: the rule set needs an actor system")
 	}
 	if cfg.Feeds == nil {
-		cfg.Feeds = actors.ZMQFeeds(cfg.Log.With().Str(logfield.Component, "kvfeed").Logger(), cfg.Metrics, cfg.KVMaxMsgSize)
+		fc := actors.FeedsConfig{Log: cfg.Log.With().Str(logfield.Component, "kvfeed").Logger(), Metrics: cfg.Metrics, MaxMsgSize: cfg.KVMaxMsgSize}
+		if cfg.Drains != nil {
+			fc.Cluster = cfg.Drains
+		}
+		cfg.Feeds = actors.EngineFeeds(fc)
 	}
 	if cfg.BindRetry <= 0 {
 		cfg.BindRetry = 5 * time.Second
@@ -206,7 +213,11 @@ func (rs *ruleSet) complete(s runSpec, old *liveRule) (*liveRule, error) {
 		default:
 			sc.Probes[i] = actors.ProbeFunc(p)
 		}
-		sc.Scrapes[i] = rs.scraper(ep.Addr.String())
+		// TensorRT-LLM's GET /metrics is JSON iteration stats, handed out
+		// once like its events: llb leaves it to the operator's monitoring.
+		if c.KV.Algo != string(inventory.AlgoBlockHashTRTLLM) {
+			sc.Scrapes[i] = rs.scraper(ep.Addr.String(), c.KV.BlockSize)
+		}
 	}
 	return live, nil
 }

@@ -29,7 +29,7 @@ func TestScraper_ReadsCapacityAndQueueDepth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	scrape := rs.scraper(srv.Listener.Addr().String())
+	scrape := rs.scraper(srv.Listener.Addr().String(), 16)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	got, err := scrape(ctx)

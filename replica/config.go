@@ -74,6 +74,10 @@ type Config struct {
 	// OnTrie, when set, receives peers' trie inserts (from an actor
 	// goroutine: must not block).
 	OnTrie func(from string, ins []TrieInsert)
+	// OnKVDrain, when set, receives the bodies a peer drained from a
+	// TensorRT-LLM endpoint's /kv_cache_events (from an actor goroutine:
+	// must not block).
+	OnKVDrain func(from string, d KVDrain)
 }
 
 func (c *Config) setDefaults() {

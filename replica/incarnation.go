@@ -253,6 +253,10 @@ func (a *peerActor) Receive(ctx actor.Context) {
 			a.inc.m.Load.receivedHealth(msg.From, b.Health)
 		case *replicapb.PeerMessage_Trie:
 			a.inc.m.Teacher.received(msg.From, b.Trie)
+		case *replicapb.PeerMessage_KvDrain:
+			if f := a.inc.m.cfg.OnKVDrain; f != nil && b.KvDrain != nil {
+				f(msg.From, KVDrain{Service: b.KvDrain.Service, Addr: b.KvDrain.Addr, Body: b.KvDrain.Body})
+			}
 		default:
 			a.inc.m.log.Debug().Str("from", msg.From).Msg("peer message with an unknown body (a newer replica?): ignored")
 		}

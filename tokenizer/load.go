@@ -483,6 +483,10 @@ func buildBPE(mj *modelJSON, byteLevel bool) (*bpe, error) {
 			m.fallbackIDs[i] = int64(id)
 		}
 	}
+	if !byteLevel {
+		// Sentencepiece vocabularies: words start at ▁, lines at \n.
+		m.cuts = cutPoints(m.vocab, '▁', '\n')
+	}
 	if mj.UnkToken != nil {
 		id, ok := mj.Vocab[*mj.UnkToken]
 		if !ok {

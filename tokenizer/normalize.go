@@ -5,23 +5,12 @@ import (
 	"unicode"
 
 	"github.com/dlclark/regexp2"
-	"golang.org/x/text/unicode/norm"
 )
 
 // normalizer rewrites the text between added tokens before it is
 // pre-tokenized.
 type normalizer interface {
 	normalize(s string) string
-}
-
-// unicodeNorm is NFC, NFD, NFKC or NFKD.
-type unicodeNorm struct{ form norm.Form }
-
-func (n unicodeNorm) normalize(s string) string {
-	if n.form.IsNormalString(s) {
-		return s
-	}
-	return n.form.String(s)
 }
 
 // sequenceNorm runs normalizers in order.

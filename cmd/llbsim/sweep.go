@@ -17,6 +17,7 @@ import (
 
 	"github.com/llbproject/llb/simulate/des"
 	"github.com/llbproject/llb/simulate/report"
+	"github.com/llbproject/llb/simulate/saturation"
 	"github.com/llbproject/llb/simulate/strategy"
 )
 
@@ -38,6 +39,7 @@ type sweepFlags struct {
 	lambdas    []uint
 	traces     string
 	traceReqs  int
+	satFrom    string
 }
 
 func newSweepCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -71,6 +73,7 @@ flags give the same numbers, whatever --parallel is.`,
 	fl.UintSliceVar(&f.lambdas, "lambdas", nil, "λ sweep: LOXILB_KV_LOAD_PENALTY values (default 32,10000,50000,100000)")
 	fl.StringVar(&f.traces, "traces", "", "directory holding the Mooncake traces (conversation_trace.jsonl, synthetic_trace.jsonl; `make traces` fetches them): adds their replays, mooncake-conversation and mooncake-synthetic, on both engine models")
 	fl.IntVar(&f.traceReqs, "trace-requests", 0, "replay only the first N requests of each trace (0: all)")
+	fl.StringVar(&f.satFrom, "saturation-from", "", "results of an earlier sweep of the same seed (file or directory): its scenarios' saturation rates are taken instead of searched (valid while hard and the traces are unchanged); hard need not be among --strategies when every scenario is found there")
 	return cmd
 }
 
@@ -129,6 +132,21 @@ func (f *sweepFlags) plan() (des.Plan, error) {
 	}
 	if len(f.loads) > 0 {
 		p.Loads = f.loads
+	}
+	if f.satFrom != "" {
+		d, err := readResults(f.satFrom)
+		if err != nil {
+			return p, &usageError{fmt.Errorf("--saturation-from: %w", err)}
+		}
+		if d.Meta.Seed != f.seed {
+			return p, &usageError{fmt.Errorf("--saturation-from: results of seed %d, this sweep's is %d", d.Meta.Seed, f.seed)}
+		}
+		p.Known = map[string]saturation.Outcome{}
+		for i := range d.Scenarios {
+			if o, ok := d.Scenarios[i].Saturation(p.Saturation.Criterion.WithDefaults()); ok && o.Strategy == p.Reference {
+				p.Known[d.Scenarios[i].Name] = o
+			}
+		}
 	}
 	if len(f.factors) > 0 {
 		p.Factors = toU32(f.factors)

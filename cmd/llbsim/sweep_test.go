@@ -104,3 +104,31 @@ func TestReportCommand_FailsOnAMissingOrBadFile(t *testing.T) {
 		}
 	}
 }
+
+func TestSweepFlags_TracesAddTheReplaysOrNameTheMissingFiles(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "simulate", "workload", "testdata", "mooncake_excerpt.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "conversation_trace.jsonl"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := &sweepFlags{requests: 100, parallel: 1, traces: dir}
+	var ue *usageError
+	if _, err := f.plan(); !errors.As(err, &ue) || !strings.Contains(err.Error(), "synthetic_trace.jsonl") || !strings.Contains(err.Error(), "make traces") {
+		t.Fatalf("one trace missing: %v; want a usage error naming it", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "synthetic_trace.jsonl"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.scenarios = []string{"mooncake-synthetic-step", "mooncake-conversation"}
+	f.traceReqs = 20
+	p, err := f.plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Scenarios) != 2 || p.Scenarios[0].Name != "mooncake-synthetic-step" || p.Scenarios[1].Trace.Requests != 20 {
+		t.Fatalf("scenarios %+v", p.Scenarios)
+	}
+}

@@ -18,4 +18,8 @@ const (
 	Error = "error"
 	// Failures is a consecutive-failure count.
 	Failures = "failures"
+	// Rank is a KV feed's data-parallel rank.
+	Rank = "rank"
+	// Blocks is a number of KV blocks.
+	Blocks = "blocks"
 )

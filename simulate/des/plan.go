@@ -106,6 +106,12 @@ type Plan struct {
 	// ScrapeEvery is llb's engine-metrics scrape interval in every run
 	// (RunConfig.ScrapeEvery); 0 reads the engines exactly.
 	ScrapeEvery time.Duration
+	// Known are saturation outcomes found before (an earlier sweep of the
+	// same seed), by scenario: a scenario found here skips the search and
+	// takes its rate. Only valid while the reference strategy and the
+	// trace are the same as when it was found. When every scenario is
+	// known the reference need not be among Strategies.
+	Known map[string]saturation.Outcome
 }
 
 // Validate reports every problem of the plan at once.
@@ -139,7 +145,7 @@ func (p *Plan) Validate() error {
 		}
 		ref = ref || p.Strategies[i].Name == p.Reference
 	}
-	if !ref {
+	if !ref && !p.allKnown() {
 		errs = append(errs, fmt.Errorf("reference strategy %q is not among the strategies", p.Reference))
 	}
 	if len(p.Loads) == 0 {
@@ -158,6 +164,11 @@ func (p *Plan) Validate() error {
 	for _, l := range p.Lambdas {
 		if l < 1 || l > 100000 {
 			errs = append(errs, fmt.Errorf("lambda %d (want 1..100000)", l))
+		}
+	}
+	for name, k := range p.Known {
+		if !(k.Rate > 0) || math.IsInf(k.Rate, 0) {
+			errs = append(errs, fmt.Errorf("scenario %q: known saturation rate %v (want > 0)", name, k.Rate))
 		}
 	}
 	if !(p.Warmup >= 0 && p.Warmup < 1) {
@@ -264,12 +275,17 @@ func (p *Plan) Execute(exec Executor, progress func(string)) ([]ScenarioOutcome,
 			out = append(out, so)
 			continue
 		}
-		say("%s: searching the saturation rate of %s", sc.Name, ref.Name)
-		so.Saturation, err = FindSaturation(tr, base, p.Saturation, exec)
-		if err != nil {
-			return out, err
+		if known, ok := p.Known[sc.Name]; ok {
+			so.Saturation = known
+			say("%s: saturation %.3g req/s as found before", sc.Name, known.Rate)
+		} else {
+			say("%s: searching the saturation rate of %s", sc.Name, ref.Name)
+			so.Saturation, err = FindSaturation(tr, base, p.Saturation, exec)
+			if err != nil {
+				return out, err
+			}
+			say("%s: saturation %.3g req/s (unstable at %.3g)", sc.Name, so.Saturation.Rate, so.Saturation.Unstable)
 		}
-		say("%s: saturation %.3g req/s (unstable at %.3g)", sc.Name, so.Saturation.Rate, so.Saturation.Unstable)
 
 		var specs []RunSpec
 		add := func(group string, s strategy.Strategy) {
@@ -325,6 +341,17 @@ func (p *Plan) Execute(exec Executor, progress func(string)) ([]ScenarioOutcome,
 		out = append(out, so)
 	}
 	return out, nil
+}
+
+// allKnown reports whether every open-loop scenario's saturation is
+// Known (a closed-loop scenario has none to search).
+func (p *Plan) allKnown() bool {
+	for _, sc := range p.Scenarios {
+		if _, ok := p.Known[sc.Name]; !ok && len(sc.Concurrency) == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // closedLoop runs every strategy of the plan at each of the scenario's

@@ -144,3 +144,46 @@ func TestDescribe_NamesTheWorkloadAndWorker(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+func TestPlanExecute_KnownSaturationSkipsTheSearchAndGivesTheSameRuns(t *testing.T) {
+	p := tinyPlan(t)
+	searched, err := p.Execute(SerialExecutor, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := tinyPlan(t)
+	q.Strategies = []strategy.Strategy{mustStrategy(t, strategy.NameRR)} // no reference: every rate is known
+	q.Factors, q.Lambdas = nil, nil
+	q.Scenarios[0].Sweeps = false
+	q.Known = map[string]saturation.Outcome{"tiny": searched[0].Saturation}
+	var calls int
+	counting := func(specs []RunSpec) ([]*Result, error) {
+		for _, s := range specs {
+			if s.Group == GroupSaturation {
+				t.Fatalf("a saturation probe at %v req/s ran with a known rate", s.Config.Rate)
+			}
+		}
+		calls++
+		return SerialExecutor(specs)
+	}
+	known, err := q.Execute(counting, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls != 1 || known[0].Saturation.Rate != searched[0].Saturation.Rate {
+		t.Fatalf("%d executor calls, rate %v; want 1 call at %v", calls, known[0].Saturation.Rate, searched[0].Saturation.Rate)
+	}
+	for _, want := range searched[0].Runs {
+		if want.Result.Strategy != strategy.NameRR || want.Group != GroupStrategies {
+			continue
+		}
+		i := slices.IndexFunc(known[0].Runs, func(r RunOutcome) bool { return r.Load == want.Load })
+		if i < 0 || !reflect.DeepEqual(known[0].Runs[i].Result, want.Result) {
+			t.Fatalf("rr at %v: the run with a known rate differs from the searched one", want.Load)
+		}
+	}
+	q.Known["tiny"] = saturation.Outcome{}
+	if err := q.Validate(); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "known saturation rate") {
+		t.Fatalf("a zero known rate: %v", err)
+	}
+}

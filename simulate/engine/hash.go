@@ -1,11 +1,13 @@
 package engine
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 
 	"github.com/fxamacker/cbor/v2"
+	"github.com/zeebo/xxh3"
 
 	"github.com/llbproject/llb/inventory"
 )
@@ -26,6 +28,18 @@ const (
 	// root = FNV64a(cbor([FNV64a(seed), nil, model])),
 	// key_i = FNV64a(cbor([key_{i-1}, tokens_i, extra_i])).
 	HashFNV HashAlgo = "fnv"
+	// HashSGLang is SGLang's page hash (inventory.SGLangHasher): a block's
+	// key is the first 8 bytes of its SHA-256 page digest. SGLang keeps a
+	// request's LoRA and cache_salt out of the hash and apart in its radix
+	// tree; the simulator chains such prompts from a digest of its own
+	// instead (so they share no blocks with plain prompts, as in SGLang,
+	// and no key llb could derive).
+	HashSGLang HashAlgo = "sha256_sglang"
+	// HashTRTLLM stands in for TensorRT-LLM's internal block hash, a 64-bit
+	// value that is no stable format (llb never recomputes it, it re-keys
+	// the tokens): xxh3 over the parent key, the block's tokens and its
+	// extra keys.
+	HashTRTLLM HashAlgo = "trtllm"
 )
 
 // HashConfig is the hash contract of an engine.
@@ -49,8 +63,8 @@ func (a HashAlgo) digestSize() int {
 	switch a {
 	case HashXXHashCBOR:
 		return 16
-	case HashFNV:
-		return 8
+	case HashFNV, HashSGLang, HashTRTLLM:
+		return 8 // the engine keeps the published 64-bit key
 	}
 	return 32
 }
@@ -58,9 +72,9 @@ func (a HashAlgo) digestSize() int {
 // validate reports a bad algorithm or NONE_HASH override.
 func (c HashConfig) validate() error {
 	switch c.Algo {
-	case HashSHA256CBOR, HashXXHashCBOR, HashFNV:
+	case HashSHA256CBOR, HashXXHashCBOR, HashFNV, HashSGLang, HashTRTLLM:
 	default:
-		return fmt.Errorf("hash algo %q (want %s, %s or %s)", c.Algo, HashSHA256CBOR, HashXXHashCBOR, HashFNV)
+		return fmt.Errorf("hash algo %q (want %s, %s, %s, %s or %s)", c.Algo, HashSHA256CBOR, HashXXHashCBOR, HashFNV, HashSGLang, HashTRTLLM)
 	}
 	if c.NoneHash != nil && len(c.NoneHash) != c.Algo.digestSize() {
 		return fmt.Errorf("none hash of %d bytes for %s (want %d)", len(c.NoneHash), c.Algo, c.Algo.digestSize())
@@ -74,9 +88,10 @@ func (c HashConfig) validate() error {
 type Hasher struct {
 	algo      HashAlgo
 	blockSize int
-	vllm      *inventory.Hasher // CBOR algorithms
-	root      inventory.Digest  // parent of block 0 (zero: the vllm hasher's own NONE_HASH)
-	enc       cbor.EncMode      // fnv
+	vllm      *inventory.Hasher       // CBOR algorithms
+	sglang    *inventory.SGLangHasher // sha256_sglang
+	root      inventory.Digest        // parent of block 0 (zero: the vllm hasher's own NONE_HASH)
+	enc       cbor.EncMode            // fnv
 }
 
 // NewHasher builds a Hasher for blocks of blockSize tokens.
@@ -94,6 +109,17 @@ func NewHasher(cfg HashConfig, blockSize int) (*Hasher, error) {
 			return nil, fmt.Errorf("hasher: none hash: %w: %w", ErrConfig, err)
 		}
 		h.root = d
+	}
+	switch cfg.Algo {
+	case HashSGLang:
+		sg, err := inventory.NewSGLangHasher(blockSize)
+		if err != nil {
+			return nil, fmt.Errorf("hasher: %w: %w", ErrConfig, err)
+		}
+		h.sglang = sg
+		return h, nil
+	case HashTRTLLM:
+		return h, nil
 	}
 	if cfg.Algo == HashFNV {
 		enc, err := cbor.CanonicalEncOptions().EncMode()
@@ -135,6 +161,12 @@ func (h *Hasher) AppendDigests(dst []inventory.Digest, tokens []uint32, extra in
 		}
 		return out, nil
 	}
+	switch h.algo {
+	case HashSGLang:
+		return h.sglangDigests(dst, tokens, extra)
+	case HashTRTLLM:
+		return h.trtllmDigests(dst, tokens, extra), nil
+	}
 	parent := h.root.Key()
 	n := len(tokens) / h.blockSize
 	for i := 0; i < n; i++ {
@@ -150,6 +182,50 @@ func (h *Hasher) AppendDigests(dst []inventory.Digest, tokens []uint32, extra in
 		dst = append(dst, keyDigest(parent))
 	}
 	return dst, nil
+}
+
+// sglangDigests keys the full pages of tokens as SGLang publishes them.
+func (h *Hasher) sglangDigests(dst []inventory.Digest, tokens []uint32, extra inventory.ExtraKeys) ([]inventory.Digest, error) {
+	var parent inventory.Digest
+	if !extra.IsZero() || !h.root.IsZero() {
+		s := sha256.New()
+		s.Write([]byte("llbsim/sglang-extra-key\x00"))
+		s.Write(h.root.Bytes())
+		fmt.Fprintf(s, "%s\x00%s\x00%v", extra.LoRAName, extra.CacheSalt, extra.MM)
+		parent, _ = inventory.DigestFromBytes(s.Sum(nil)) // 32 bytes is always valid
+	}
+	digs, err := h.sglang.AppendRunDigests(nil, parent, tokens[:len(tokens)/h.blockSize*h.blockSize], nil)
+	if err != nil {
+		return dst, fmt.Errorf("sglang pages: %w", err)
+	}
+	for _, d := range digs {
+		dst = append(dst, keyDigest(inventory.SGLangKey(d)))
+	}
+	return dst, nil
+}
+
+// trtllmDigests is the stand-in TensorRT-LLM block chain.
+func (h *Hasher) trtllmDigests(dst []inventory.Digest, tokens []uint32, extra inventory.ExtraKeys) []inventory.Digest {
+	parent := h.root.Key()
+	bs := h.blockSize
+	buf := make([]byte, 0, 8+4*bs+64)
+	for i := 0; i < len(tokens)/bs; i++ {
+		buf = binary.LittleEndian.AppendUint64(buf[:0], parent)
+		for _, t := range tokens[i*bs : (i+1)*bs] {
+			buf = binary.LittleEndian.AppendUint32(buf, t)
+		}
+		if i == 0 {
+			buf = fmt.Appendf(buf, "\x00%s\x00%s", extra.LoRAName, extra.CacheSalt)
+		}
+		for _, it := range extra.MM {
+			if it.Offset < (i+1)*bs && it.Offset+it.Length > i*bs {
+				buf = fmt.Appendf(buf, "\x00%s@%d", it.Identifier, it.Offset)
+			}
+		}
+		parent = xxh3.HashSeed(buf, 0x7472746c6c6d) // "trtllm"
+		dst = append(dst, keyDigest(parent))
+	}
+	return dst
 }
 
 // fnv64a is FNV-1a 64 of b.

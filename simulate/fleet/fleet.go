@@ -50,6 +50,15 @@ type Config struct {
 	// NIXLPort is every P/D worker's side-channel port; 0 gives each a
 	// free port.
 	NIXLPort int
+	// BootstrapPort is every SGLang prefill worker's bootstrap port (the
+	// rule's one pdBootstrapPort); 0 picks one (the first prefill's) for
+	// all of them.
+	BootstrapPort int
+	// DPRanks is each publishing worker's data-parallel rank count (1–8;
+	// 0 is 1): rank r is a worker of its own on the member's address with
+	// its own engine and KV publisher on KVPort + r, behind rank 0 (the
+	// member's worker), which spreads requests over the ranks in turn.
+	DPRanks int
 	// DecodeKVEvents makes decode workers publish KV events too (by default
 	// they do not: decode endpoints are never KV-selection candidates).
 	DecodeKVEvents bool
@@ -101,10 +110,19 @@ func (c Config) Validate() error {
 	for _, p := range []struct {
 		name string
 		v    int
-	}{{"http port", c.HTTPPort}, {"kv port", c.KVPort}, {"replay port", c.ReplayPort}, {"nixl port", c.NIXLPort}} {
+	}{{"http port", c.HTTPPort}, {"kv port", c.KVPort}, {"replay port", c.ReplayPort}, {"nixl port", c.NIXLPort}, {"bootstrap port", c.BootstrapPort}} {
 		if p.v < 0 || p.v > 65535 {
 			errs = append(errs, fmt.Errorf("%s %d (want 0..65535)", p.name, p.v))
 		}
+	}
+	if c.DPRanks < 0 || c.DPRanks > 8 {
+		errs = append(errs, fmt.Errorf("dp ranks %d (want 1..8)", c.DPRanks))
+	}
+	if c.DPRanks > 1 && (c.SameIP || c.Template != nil && c.Template.Replay) {
+		errs = append(errs, errors.New("dp ranks need their own address per worker and no replay"))
+	}
+	if c.DPRanks > 1 && c.KVPort+c.DPRanks-1 > 65535 {
+		errs = append(errs, fmt.Errorf("kv port %d with %d dp ranks needs ports beyond 65535", c.KVPort, c.DPRanks))
 	}
 	if len(errs) == 0 {
 		return nil
@@ -151,10 +169,15 @@ type Member struct {
 	// (engine.KVRoleFor) unless Config.Customize changed it.
 	Role ladder.Role
 
-	mu  sync.Mutex
-	w   *worker.Worker
-	cfg worker.Config // with the ports actually bound, for restarts
+	mu    sync.Mutex
+	w     *worker.Worker
+	ranks []*worker.Worker // data-parallel ranks 1.. behind w (not restarted)
+	cfg   worker.Config    // with the ports actually bound, for restarts
 }
+
+// Ranks returns the member's data-parallel ranks after rank 0 (its
+// Worker), each with its own engine and KV publisher.
+func (m *Member) Ranks() []*worker.Worker { return m.ranks }
 
 // Worker is the member's current worker (a new one after Restart).
 func (m *Member) Worker() *worker.Worker {
@@ -165,11 +188,14 @@ func (m *Member) Worker() *worker.Worker {
 
 // Fleet is a running set of workers.
 type Fleet struct {
-	members []*Member
-	kvPort  int
-	hash    engine.HashConfig
-	bs      int
-	events  bool
+	members  []*Member
+	kvPort   int
+	bootPort int
+	dpRanks  int
+	dialect  worker.Dialect
+	hash     engine.HashConfig
+	bs       int
+	events   bool
 }
 
 // Start launches the fleet. On error every worker already started is
@@ -193,8 +219,17 @@ func Start(cfg Config) (*Fleet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	f := &Fleet{kvPort: cfg.KVPort, hash: tmpl.Engine.Hash, bs: tmpl.Engine.BlockSize}
+	dialect, err := worker.ParseDialect(string(tmpl.Dialect))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	f := &Fleet{kvPort: cfg.KVPort, bootPort: cfg.BootstrapPort, dpRanks: max(cfg.DPRanks, 1), dialect: dialect, hash: tmpl.Engine.Hash, bs: tmpl.Engine.BlockSize}
 	replayPort := cfg.ReplayPort
+	if f.dpRanks > 1 && f.kvPort == 0 && tmpl.KVEvents {
+		if f.kvPort, err = freeRange(addrs, f.dpRanks); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrStart, err)
+		}
+	}
 	for i := 0; i < n; i++ {
 		role, name := roleAt(cfg, i)
 		c := tmpl
@@ -213,13 +248,39 @@ func Start(cfg Config) (*Fleet, error) {
 		c.Replay = tmpl.Replay && c.KVEvents
 		c.KVPort = f.kvPort
 		c.ReplayPort = replayPort
+		c.BootstrapPort = f.bootPort
 		if cfg.Customize != nil {
 			cfg.Customize(i, role, &c)
 		}
+		var ranks []*worker.Worker
+		if f.dpRanks > 1 && c.KVEvents {
+			for r := 1; r < f.dpRanks; r++ {
+				rc := c
+				rc.Name = fmt.Sprintf("%s.dp%d", c.Name, r)
+				rc.HTTPPort, rc.NIXLPort, rc.BootstrapPort = 0, 0, 0
+				rc.KVPort, rc.DPRank = c.KVPort+r, r
+				rw, err := worker.Start(rc)
+				if err != nil {
+					for _, x := range ranks {
+						x.Crash()
+					}
+					f.crashAll()
+					return nil, fmt.Errorf("start %s on %s: %w: %w", rc.Name, rc.IP, ErrStart, err)
+				}
+				ranks = append(ranks, rw)
+				c.DPRoute = append(c.DPRoute, rw.URL())
+			}
+		}
 		w, err := worker.Start(c)
 		if err != nil {
+			for _, x := range ranks {
+				x.Crash()
+			}
 			f.crashAll()
 			return nil, fmt.Errorf("start %s on %s: %w: %w", name, c.IP, ErrStart, err)
+		}
+		if f.bootPort == 0 && w.BootstrapAddr() != "" {
+			f.bootPort = endpointPort(w.BootstrapAddr())
 		}
 		if c.KVEvents {
 			f.events = true
@@ -237,7 +298,7 @@ func Start(cfg Config) (*Fleet, error) {
 		bound.NIXLPort = endpointPort(w.NIXLAddr())
 		bound.Engine.EngineID = "" // a restarted engine gets a fresh id
 		bound.Engine.Hash.NoneHash = nil
-		f.members = append(f.members, &Member{Index: i, Role: role, w: w, cfg: bound})
+		f.members = append(f.members, &Member{Index: i, Role: role, w: w, ranks: ranks, cfg: bound})
 	}
 	return f, nil
 }
@@ -295,6 +356,9 @@ func (f *Fleet) Stop(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			errs[i] = m.Worker().Stop(ctx)
+			for _, r := range m.ranks {
+				errs[i] = errors.Join(errs[i], r.Stop(ctx))
+			}
 		}()
 	}
 	wg.Wait()
@@ -305,7 +369,41 @@ func (f *Fleet) Stop(ctx context.Context) error {
 func (f *Fleet) crashAll() {
 	for _, m := range f.members {
 		m.Worker().Crash()
+		for _, r := range m.ranks {
+			r.Crash()
+		}
 	}
+}
+
+// freeRange finds a port p such that p..p+n-1 can be bound on every
+// address (each member's DP ranks publish on consecutive ports).
+func freeRange(addrs []netip.Addr, n int) (int, error) {
+	for try := 0; try < 50; try++ {
+		probe, err := net.Listen("tcp", net.JoinHostPort(addrs[0].String(), "0"))
+		if err != nil {
+			return 0, fmt.Errorf("probe a free port: %w", err)
+		}
+		base := probe.Addr().(*net.TCPAddr).Port
+		_ = probe.Close() // only its number is wanted
+		if base+n-1 > 65535 {
+			continue
+		}
+		ok := true
+		for _, a := range addrs {
+			for p := base; p < base+n && ok; p++ {
+				l, err := net.Listen("tcp", net.JoinHostPort(a.String(), strconv.Itoa(p)))
+				if err != nil {
+					ok = false
+					break
+				}
+				_ = l.Close()
+			}
+		}
+		if ok {
+			return base, nil
+		}
+	}
+	return 0, errors.New("no range of free ports for the dp ranks")
 }
 
 // Restart starts a fresh worker for a member whose worker has stopped or

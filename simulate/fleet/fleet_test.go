@@ -209,3 +209,74 @@ func TestStart_RejectsBadFleetsAndLeavesNothingRunning(t *testing.T) {
 		})
 	}
 }
+
+// TestFleet_SGLangDPRanksPublishOnConsecutivePorts: an SGLang member with
+// three DP ranks publishes on kvZmqPort, +1 and +2 of its own address, each
+// rank serving requests in turn, and the rule fragment names the engine.
+func TestFleet_SGLangDPRanksPublishOnConsecutivePorts(t *testing.T) {
+	tmpl := fastTemplate()
+	tmpl.Dialect = worker.DialectSGLang
+	f := startFleet(t, Config{Single: 2, BaseIP: "127.0.0.41", DPRanks: 3, Template: tmpl})
+	r := f.Rule()
+	if r.KVEngineType != "sglang" || r.KVHashAlgo != "sha256_sglang" || r.KVDpRankCount != 3 || r.KVNoneHashSeed != nil || r.KVZmqPort == 0 {
+		t.Fatalf("rule fragment %+v", r)
+	}
+	for _, m := range f.Members() {
+		ranks := append([]*worker.Worker{m.Worker()}, m.Ranks()...)
+		if len(ranks) != 3 {
+			t.Fatalf("member %d: %d ranks", m.Index, len(ranks))
+		}
+		for rank, w := range ranks {
+			if got := endpointPort(w.KVEndpoint()); got != r.KVZmqPort+rank {
+				t.Errorf("member %d rank %d publishes on %d; want %d", m.Index, rank, got, r.KVZmqPort+rank)
+			}
+			if w.Config().DPRank != rank {
+				t.Errorf("member %d rank %d: DPRank %d", m.Index, rank, w.Config().DPRank)
+			}
+		}
+		c := httpClient(t)
+		for i := 0; i < 3; i++ {
+			body, _ := json.Marshal(map[string]any{"prompt": []int{1, 2, 3, 4, i}, "max_tokens": 1})
+			resp, err := c.Post(m.Worker().URL()+"/v1/completions", "application/json", bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		for rank, w := range ranks {
+			if n := w.Stats().Finished; n != 1 {
+				t.Errorf("member %d rank %d served %d requests; want 1 (round robin)", m.Index, rank, n)
+			}
+		}
+	}
+}
+
+// TestFleet_SGLangPDShareOneBootstrapPort: every prefill serves the rule's
+// one pdBootstrapPort on its own address.
+func TestFleet_SGLangPDShareOneBootstrapPort(t *testing.T) {
+	tmpl := fastTemplate()
+	tmpl.Dialect = worker.DialectSGLang
+	f := startFleet(t, Config{Prefill: 2, Decode: 1, BaseIP: "127.0.0.45", Template: tmpl})
+	r := f.Rule()
+	if !r.PDDisaggMode || r.PDBootstrapPort == 0 || r.KVEngineType != "sglang" {
+		t.Fatalf("rule fragment %+v", r)
+	}
+	for _, m := range f.Members() {
+		got := endpointPort(m.Worker().BootstrapAddr())
+		if m.Role == ladder.RolePrefill && got != r.PDBootstrapPort || m.Role == ladder.RoleDecode && got != 0 {
+			t.Errorf("member %d (%v) bootstrap port %d; rule %d", m.Index, m.Role, got, r.PDBootstrapPort)
+		}
+	}
+}
+
+// TestFleet_TRTLLMRuleHasNoZMQPort: TensorRT-LLM is drained over HTTP.
+func TestFleet_TRTLLMRuleHasNoZMQPort(t *testing.T) {
+	tmpl := fastTemplate()
+	tmpl.Dialect = worker.DialectTRTLLM
+	tmpl.Engine.BlockSize = 32
+	f := startFleet(t, Config{Single: 1, BaseIP: "127.0.0.48", Template: tmpl})
+	if r := f.Rule(); r.KVZmqPort != 0 || r.KVEngineType != "trtllm" || r.KVHashAlgo != "blockhash_trtllm" || r.KVBlockSize != 32 {
+		t.Fatalf("rule fragment %+v", r)
+	}
+}

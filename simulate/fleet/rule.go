@@ -4,6 +4,7 @@ import (
 	"net"
 
 	"github.com/llbproject/llb/ladder"
+	"github.com/llbproject/llb/simulate/worker"
 )
 
 // Endpoint is one element of an llb rule's "endpoints" array.
@@ -51,6 +52,13 @@ type RuleFragment struct {
 	KVNoneHashSeed *string `json:"kvNoneHashSeed,omitempty"`
 	// PDDisaggMode is serviceArguments.pd_disagg_mode.
 	PDDisaggMode bool `json:"pd_disagg_mode,omitempty"`
+	// KVEngineType is serviceArguments.kvEngineType (absent for vLLM).
+	KVEngineType string `json:"kvEngineType,omitempty"`
+	// KVDpRankCount is serviceArguments.kvDpRankCount (absent for one
+	// rank).
+	KVDpRankCount int `json:"kvDpRankCount,omitempty"`
+	// PDBootstrapPort is serviceArguments.pdBootstrapPort (SGLang P/D).
+	PDBootstrapPort int `json:"pdBootstrapPort,omitempty"`
 }
 
 // Rule returns the fleet's rule fragment.
@@ -60,11 +68,11 @@ func (f *Fleet) Rule() RuleFragment {
 		KVBlockSize: f.bs,
 		KVHashAlgo:  string(f.hash.Algo),
 	}
-	if f.events {
+	if f.events && f.dialect != worker.DialectTRTLLM {
 		r.KVZmqPort = f.kvPort
 	}
 	seedSet := len(f.members) > 0 && !f.members[0].cfg.SeedUnset
-	if seedSet {
+	if seedSet && f.dialect == worker.DialectVLLM {
 		seed := f.hash.Seed
 		r.KVNoneHashSeed = &seed
 	}
@@ -73,5 +81,24 @@ func (f *Fleet) Rule() RuleFragment {
 			r.PDDisaggMode = true
 		}
 	}
+	switch f.dialect {
+	case worker.DialectSGLang:
+		r.KVEngineType, r.KVHashAlgo = string(f.dialect), "sha256_sglang"
+		if r.PDDisaggMode {
+			r.PDBootstrapPort = f.bootPort
+		}
+	case worker.DialectTRTLLM:
+		r.KVEngineType, r.KVHashAlgo = string(f.dialect), "blockhash_trtllm"
+	}
+	if f.dpRanks > 1 {
+		r.KVDpRankCount = f.dpRanks
+	}
 	return r
 }
+
+// BootstrapPort is the SGLang prefill workers' bootstrap port (0 when
+// none serves one).
+func (f *Fleet) BootstrapPort() int { return f.bootPort }
+
+// Dialect is the engine the fleet's workers speak as.
+func (f *Fleet) Dialect() worker.Dialect { return f.dialect }

@@ -51,8 +51,8 @@ type Config struct {
 	ReplayEndpoint string
 	// Topic is sent verbatim as frame 0 (vLLM's default is "").
 	Topic string
-	// Layout is the event encoding: map (current vLLM, the default) or the
-	// legacy array layout.
+	// Layout is the event encoding: map (current vLLM, the default), the
+	// legacy array layout, or SGLang's.
 	Layout inventory.Layout
 	// DigestHashes sends raw digest bytes instead of uint64 keys
 	// (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0).
@@ -117,7 +117,7 @@ func (c Config) Validate() error {
 	if c.ReplayEndpoint != "" && !strings.Contains(c.ReplayEndpoint, "://") {
 		errs = append(errs, fmt.Errorf("replay endpoint %q (want transport://address)", c.ReplayEndpoint))
 	}
-	if c.Layout != inventory.LayoutMap && c.Layout != inventory.LayoutArray {
+	if c.Layout != inventory.LayoutMap && c.Layout != inventory.LayoutArray && c.Layout != inventory.LayoutSGLang {
 		errs = append(errs, fmt.Errorf("layout %d unknown", c.Layout))
 	}
 	for _, v := range []struct {

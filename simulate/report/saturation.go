@@ -14,3 +14,17 @@ func (s *Scenario) SetSaturation(o *saturation.Outcome) {
 		s.Probes[i] = Probe{Rate: p.Rate, Stable: p.Stable, QueueWaitP90: p.QueueWaitP90, Throughput: p.Throughput}
 	}
 }
+
+// Saturation is the inverse of SetSaturation: the scenario's recorded
+// search outcome under criterion c (the report keeps only the criterion's
+// text), and false when the scenario has no saturation rate.
+func (s *Scenario) Saturation(c saturation.Criterion) (saturation.Outcome, bool) {
+	if !(s.SaturationRate > 0) {
+		return saturation.Outcome{}, false
+	}
+	o := saturation.Outcome{Strategy: s.SaturationStrategy, Rate: s.SaturationRate, Unstable: s.SaturationUnstable, Criterion: c}
+	for _, p := range s.Probes {
+		o.Probes = append(o.Probes, saturation.Probe{Rate: p.Rate, Stable: p.Stable, Measured: saturation.Measured{QueueWaitP90: p.QueueWaitP90}, Throughput: p.Throughput})
+	}
+	return o, true
+}

@@ -9,6 +9,8 @@ import (
 	"math"
 	"runtime"
 	"runtime/debug"
+	"slices"
+	"strings"
 )
 
 // SchemaVersion is the results schema version this package writes and
@@ -360,4 +362,36 @@ func (d *Dataset) Select(scenario, group string) []Run {
 func (d *Dataset) closed(scenario string) bool {
 	s, ok := d.Scenario(scenario)
 	return ok && len(s.Concurrency) > 0
+}
+
+// Merge joins datasets of one source and seed into one: the first one's
+// header, every scenario and run in order. A scenario may appear in one
+// dataset only. When a later dataset comes from another commit, a note
+// names its scenarios and commit, so the page says which build measured
+// what.
+func Merge(ds ...*Dataset) (*Dataset, error) {
+	if len(ds) == 0 {
+		return nil, fmt.Errorf("merge: no datasets: %w", ErrSchema)
+	}
+	out := &Dataset{Meta: ds[0].Meta}
+	out.Meta.Notes = slices.Clone(out.Meta.Notes)
+	for i, d := range ds {
+		if d.Meta.Source != out.Meta.Source || d.Meta.Seed != out.Meta.Seed {
+			return nil, fmt.Errorf("merge: dataset %d is %s seed %d, the first %s seed %d: %w", i, d.Meta.Source, d.Meta.Seed, out.Meta.Source, out.Meta.Seed, ErrSchema)
+		}
+		if i > 0 && d.Meta.Commit != out.Meta.Commit {
+			names := make([]string, len(d.Scenarios))
+			for j, s := range d.Scenarios {
+				names[j] = s.Name
+			}
+			out.Meta.Notes = append(out.Meta.Notes, fmt.Sprintf("Scenarios %s were measured by %s at commit %s (the others at %s).",
+				strings.Join(names, ", "), d.Meta.Generator, d.Meta.Commit, out.Meta.Commit))
+		}
+		out.Scenarios = append(out.Scenarios, d.Scenarios...)
+		out.Runs = append(out.Runs, d.Runs...)
+	}
+	if err := out.Validate(); err != nil {
+		return nil, fmt.Errorf("merge: %w", err)
+	}
+	return out, nil
 }

@@ -13,10 +13,36 @@ import (
 	"github.com/llbproject/llb/tokenizer"
 )
 
-// Config configures one simulated vLLM worker. Start from DefaultConfig.
+// Config configures one simulated vLLM, SGLang or TensorRT-LLM worker.
+// Start from DefaultConfig.
 type Config struct {
 	// Name labels the worker in logs and /_sim/debug ("prefill-0").
 	Name string
+	// Dialect is the engine the worker speaks as (see Dialect): vllm (the
+	// default), sglang or trtllm. It overrides Engine.Hash.Algo.
+	Dialect Dialect
+	// BootstrapPort is an SGLang prefill worker's disaggregation bootstrap
+	// port (LoxiLB's pdBootstrapPort; SGLang's default is 8998); 0 picks a
+	// free one. SGLang dialect, roles that serve remote decode.
+	BootstrapPort int
+	// BootstrapTimeout bounds how long an SGLang prefill leg waits for its
+	// decode to join the room, and a decode leg for the prefill's KV.
+	// Default 30s.
+	BootstrapTimeout time.Duration
+	// EventBuffer is TensorRT-LLM's kv_cache_config.event_buffer_max_size:
+	// the ring POST /kv_cache_events drains; when it is full the oldest
+	// events are dropped. Default 4096. TensorRT-LLM dialect.
+	EventBuffer int
+	// DPRank is the data-parallel rank this worker's KV events name
+	// (SGLang's attn_dp_rank, vLLM's data_parallel_rank).
+	DPRank int
+	// DPRoute lists the base URLs (http://ip:port) of this worker's other
+	// data-parallel ranks, each a worker of its own with its own engine and
+	// KV publisher (rank r on the KV port + r). The worker is then rank 0,
+	// the server's front: it spreads generation requests over itself and
+	// them in turn, as SGLang's DP controller does by default
+	// (load_balance_method round_robin). Everything else it answers itself.
+	DPRoute []string
 	// Model is the served model name. Default "sim-model".
 	Model string
 	// LoRAs are LoRA adapter names also served; a request whose "model" is
@@ -115,7 +141,10 @@ type RealTokenizer interface {
 func DefaultConfig() Config {
 	return Config{
 		Model:            "sim-model",
+		Dialect:          DialectVLLM,
 		IP:               "127.0.0.1",
+		BootstrapTimeout: 30 * time.Second,
+		EventBuffer:      4096,
 		KVEvents:         true,
 		EventInterval:    5 * time.Millisecond,
 		KVBindRetry:      2 * time.Second,
@@ -133,13 +162,19 @@ func (c Config) Validate() error {
 	if c.Model == "" {
 		errs = append(errs, errors.New("model name is required"))
 	}
+	if _, err := ParseDialect(string(c.Dialect)); err != nil {
+		errs = append(errs, err)
+	}
+	if c.BootstrapTimeout < 0 || c.EventBuffer < 0 || c.DPRank < 0 || c.DPRank > 63 {
+		errs = append(errs, fmt.Errorf("bootstrap timeout %v, event buffer %d, dp rank %d (want >= 0, >= 0, 0..63)", c.BootstrapTimeout, c.EventBuffer, c.DPRank))
+	}
 	if _, err := netip.ParseAddr(c.IP); err != nil {
 		errs = append(errs, fmt.Errorf("ip %q: %w", c.IP, err))
 	}
 	for _, p := range []struct {
 		name string
 		v    int
-	}{{"http port", c.HTTPPort}, {"kv port", c.KVPort}, {"replay port", c.ReplayPort}, {"nixl port", c.NIXLPort}} {
+	}{{"http port", c.HTTPPort}, {"kv port", c.KVPort}, {"replay port", c.ReplayPort}, {"nixl port", c.NIXLPort}, {"bootstrap port", c.BootstrapPort}} {
 		if p.v < 0 || p.v > 65535 {
 			errs = append(errs, fmt.Errorf("%s %d (want 0..65535)", p.name, p.v))
 		}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/simulate/engine"
-	"github.com/llbproject/llb/simulate/kvpub"
 )
 
 // tracker is one request's view of its progress, written by the driver and
@@ -88,7 +87,7 @@ type (
 // no lock.
 type driver struct {
 	eng      *engine.Engine
-	pub      *kvpub.Publisher // nil: events are discarded
+	pub      eventSink // nil: events are discarded
 	interval time.Duration
 	log      *zerolog.Logger
 	lean     bool // strip the fields Config.LeanEvents omits
@@ -105,7 +104,7 @@ type driver struct {
 	trackers map[engine.Ticket]*tracker
 }
 
-func newDriver(eng *engine.Engine, pub *kvpub.Publisher, interval time.Duration, lean bool, log *zerolog.Logger) *driver {
+func newDriver(eng *engine.Engine, pub eventSink, interval time.Duration, lean bool, log *zerolog.Logger) *driver {
 	d := &driver{
 		eng: eng, pub: pub, interval: interval, log: log, lean: lean,
 		cmds:     make(chan any, 1024),

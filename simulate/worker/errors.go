@@ -58,6 +58,29 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, apiError{Error: apiErrorBody{Message: msg, Type: errorType(status), Code: status}})
 }
 
+// flatError is SGLang's and TensorRT-LLM's ErrorResponse.
+type flatError struct {
+	Object  string  `json:"object"`
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    int     `json:"code"`
+}
+
+// writeReqError writes a client error in the worker's dialect: vLLM's
+// {"error": {...}}, SGLang's and TensorRT-LLM's flat ErrorResponse, or
+// TensorRT-LLM's request-validation {"error": "..."}.
+func (w *Worker) writeReqError(rw http.ResponseWriter, e *reqError) {
+	switch {
+	case e.raw:
+		writeJSON(rw, e.status, map[string]string{"error": e.msg})
+	case w.cfg.Dialect == DialectVLLM:
+		writeError(rw, e.status, e.msg)
+	default:
+		writeJSON(rw, e.status, flatError{Object: "error", Message: e.msg, Type: errorType(e.status), Code: e.status})
+	}
+}
+
 // writeJSON writes v as a JSON response.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	body, err := json.Marshal(v)

@@ -40,7 +40,9 @@ type genCtx struct {
 	notify  chan struct{}
 	runs    []*seqRun
 	fault   faultDecision
-	wrote   int // tokens written (for mid-stream drops)
+	wrote   int        // tokens written (for mid-stream drops)
+	room    *roomState // an SGLang prefill leg's bootstrap room
+	ctxID   int64      // a TensorRT-LLM context_only leg's ctx_request_id
 }
 
 // requestID returns the client's X-Request-Id or a fresh random one.
@@ -83,6 +85,13 @@ func (w *Worker) handleGenerate(chat bool) http.HandlerFunc {
 		if !c.injectBefore() {
 			return
 		}
+		if w.cfg.Dialect == DialectTRTLLM {
+			if rerr := trtStrict(body, chat); rerr != nil {
+				w.met.rejected.Inc()
+				w.writeReqError(rw, rerr)
+				return
+			}
+		}
 		var rerr *reqError
 		if chat {
 			c.g, rerr = w.parseChat(body)
@@ -93,12 +102,12 @@ func (w *Worker) handleGenerate(chat bool) http.HandlerFunc {
 		}
 		if rerr != nil {
 			w.met.rejected.Inc()
-			writeError(rw, rerr.status, rerr.msg)
+			w.writeReqError(rw, rerr)
 			return
 		}
 		defer c.abortUnfinished()
 		if rerr := c.submit(); rerr != nil {
-			writeError(rw, rerr.status, rerr.msg)
+			w.writeReqError(rw, rerr)
 			return
 		}
 		if c.g.stream {
@@ -180,6 +189,9 @@ func (c *genCtx) submit() *reqError {
 	w, g := c.w, c.g
 	var remote *engine.RemotePrefill
 	remoteDecode := false
+	if rerr := c.dialectLegs(&remote, &remoteDecode); rerr != nil {
+		return rerr
+	}
 	if g.kv != nil {
 		rec := newReceipt(c.rid, g.kv)
 		switch {
@@ -230,9 +242,55 @@ func (c *genCtx) submit() *reqError {
 	return nil
 }
 
+// dialectLegs plays an SGLang or TensorRT-LLM P/D leg: a prefill leg
+// (remoteDecode, one output token) waits for its decode to join the
+// bootstrap room first; a decode leg (remote) joins the room, or reads the
+// context leg's encoded_opaque_state, and pulls the prompt's KV.
+func (c *genCtx) dialectLegs(remote **engine.RemotePrefill, remoteDecode *bool) *reqError {
+	w, g := c.w, c.g
+	role := w.cfg.Engine.KVRole
+	switch {
+	case g.boot != nil && role == engine.KVNone:
+		g.boot = nil // a server without disaggregation ignores the triple
+	case g.boot != nil && w.ownsBootstrap(g.boot):
+		room, err := w.awaitJoin(c.r.Context(), g.boot)
+		if err != nil {
+			return &reqError{status: http.StatusServiceUnavailable, msg: "prefill: " + err.Error()}
+		}
+		c.room, *remoteDecode, g.maxTokens = room, true, 1
+	case g.boot != nil:
+		kv, err := w.joinAndWait(c.r.Context(), g.boot)
+		if err != nil {
+			w.met.pullFailures.Inc()
+			return &reqError{status: http.StatusInternalServerError, msg: "decode: KV transfer from the prefill failed: " + err.Error()}
+		}
+		g.kv = kv
+	case g.disagg != nil && g.disagg.RequestType == trtContextOnly:
+		*remoteDecode, g.maxTokens = true, 1
+		c.ctxID = w.ctxIDs.Add(1)
+	case g.disagg != nil && g.disagg.RequestType == trtGenerationOnly:
+		kv, rerr := kvFromOpaque(g.disagg.EncodedOpaqueState)
+		if rerr != nil {
+			return rerr
+		}
+		g.kv = kv
+	}
+	return nil
+}
+
+// ownsBootstrap reports whether t names this worker's own bootstrap server
+// (it is the pair's prefill).
+func (w *Worker) ownsBootstrap(t *bootstrapTriple) bool {
+	return w.bootLn != nil && t.Port == w.bootstrapPort() && (t.Host == w.cfg.IP || t.Host == "localhost" && w.cfg.IP == "127.0.0.1")
+}
+
 // abortUnfinished cancels engine requests the handler leaves behind
-// (client gone, connection dropped, worker stopping).
+// (client gone, connection dropped, worker stopping), and fails an SGLang
+// prefill's room so its decode stops waiting.
 func (c *genCtx) abortUnfinished() {
+	if c.room != nil {
+		c.room.finish(nil)
+	}
 	for _, run := range c.runs {
 		if !run.done {
 			c.w.drv.abort(run.ticket)
@@ -269,6 +327,9 @@ func (c *genCtx) observe() (all bool, err error) {
 		if p.Done && !run.done {
 			run.done = true
 			c.w.met.e2e.Update(p.DoneAt.Sub(run.started).Seconds())
+			if c.room != nil && p.Remote != nil {
+				c.room.finish(p.Remote) // the decode reads these blocks
+			}
 		}
 		all = all && run.done
 	}
@@ -308,7 +369,12 @@ func (c *genCtx) serveWhole() {
 		}
 		resp.Choices = append(resp.Choices, ch)
 		c.addUsage(u, run, p)
-		if p.Remote != nil {
+		switch {
+		case p.Remote == nil:
+		case c.g.disagg != nil:
+			ch := &resp.Choices[len(resp.Choices)-1]
+			ch.DisaggregatedParams = c.w.contextParams(p.Remote, int(run.seed%1000), c.ctxID)
+		case c.w.cfg.Dialect == DialectVLLM:
 			resp.KVTransferParams = c.w.transferParams(p.Remote, c.queueWait(run, p))
 		}
 	}

@@ -44,6 +44,10 @@ func labelValue(s string) string {
 }
 
 // newMetrics builds the set; engine gauges read the driver's snapshot.
+// The engine's own series carry its dialect's names: vLLM's, SGLang's
+// (python/sglang/srt/metrics/collector.py, its KV pool in tokens), or none
+// for TensorRT-LLM, whose GET /metrics is JSON iteration stats
+// (handleMetrics) and whose Prometheus set is /prometheus/metrics.
 func newMetrics(w *Worker) *workerMetrics {
 	s := metrics.NewSet()
 	base := "model_name=" + labelValue(w.cfg.Model) + `,engine="0"`
@@ -53,26 +57,44 @@ func newMetrics(w *Worker) *workerMetrics {
 	stat := func(n string, f func(engine.Stats) float64, extra ...string) {
 		s.NewGauge(name(n, extra...), func() float64 { return f(w.drv.snapshot()) })
 	}
-	stat("vllm:num_requests_running", func(st engine.Stats) float64 { return float64(st.Running) })
-	stat("vllm:num_requests_waiting", func(st engine.Stats) float64 { return float64(st.Waiting) })
-	stat("vllm:kv_cache_usage_perc", func(st engine.Stats) float64 { return st.KVUsage() })
-	stat("vllm:prefix_cache_queries_total", func(st engine.Stats) float64 { return float64(st.PrefixQueries) })
-	stat("vllm:prefix_cache_hits_total", func(st engine.Stats) float64 { return float64(st.PrefixHits) })
-	stat("vllm:request_success_total", func(st engine.Stats) float64 { return float64(st.Finished) }, `finished_reason="length"`)
-	s.NewGauge(name("vllm:num_preemptions_total"), func() float64 { return 0 })
 	ec := w.cfg.Engine
-	info := []string{
-		"block_size=" + labelValue(strconv.Itoa(ec.BlockSize)),
-		"num_gpu_blocks=" + labelValue(strconv.Itoa(ec.NumBlocks)),
-		`enable_prefix_caching="True"`,
-		"prefix_caching_hash_algo=" + labelValue(string(ec.Hash.Algo)),
-		`cache_dtype="auto"`,
-		`gpu_memory_utilization="0.9"`,
-		`num_cpu_blocks="None"`,
-		"max_num_seqs=" + labelValue(strconv.Itoa(ec.MaxNumSeqs)),
-		"max_model_len=" + labelValue(strconv.Itoa(ec.MaxModelLen)),
+	ttftName, e2eName := "vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds"
+	switch w.cfg.Dialect {
+	case DialectSGLang:
+		ttftName, e2eName = "sglang:time_to_first_token_seconds", "sglang:e2e_request_latency_seconds"
+		stat("sglang:num_running_reqs", func(st engine.Stats) float64 { return float64(st.Running) })
+		stat("sglang:num_queue_reqs", func(st engine.Stats) float64 { return float64(st.Waiting) })
+		stat("sglang:token_usage", func(st engine.Stats) float64 { return st.KVUsage() })
+		s.NewGauge(name("sglang:max_total_num_tokens"), func() float64 { return float64(ec.NumBlocks * ec.BlockSize) })
+		stat("sglang:cache_hit_rate", func(st engine.Stats) float64 {
+			if st.PrefixQueries == 0 {
+				return 0
+			}
+			return float64(st.PrefixHits) / float64(st.PrefixQueries)
+		})
+	case DialectTRTLLM:
+		ttftName, e2eName = "llbsim_time_to_first_token_seconds", "llbsim_e2e_request_latency_seconds"
+	default:
+		stat("vllm:num_requests_running", func(st engine.Stats) float64 { return float64(st.Running) })
+		stat("vllm:num_requests_waiting", func(st engine.Stats) float64 { return float64(st.Waiting) })
+		stat("vllm:kv_cache_usage_perc", func(st engine.Stats) float64 { return st.KVUsage() })
+		stat("vllm:prefix_cache_queries_total", func(st engine.Stats) float64 { return float64(st.PrefixQueries) })
+		stat("vllm:prefix_cache_hits_total", func(st engine.Stats) float64 { return float64(st.PrefixHits) })
+		stat("vllm:request_success_total", func(st engine.Stats) float64 { return float64(st.Finished) }, `finished_reason="length"`)
+		s.NewGauge(name("vllm:num_preemptions_total"), func() float64 { return 0 })
+		info := []string{
+			"block_size=" + labelValue(strconv.Itoa(ec.BlockSize)),
+			"num_gpu_blocks=" + labelValue(strconv.Itoa(ec.NumBlocks)),
+			`enable_prefix_caching="True"`,
+			"prefix_caching_hash_algo=" + labelValue(string(ec.Hash.Algo)),
+			`cache_dtype="auto"`,
+			`gpu_memory_utilization="0.9"`,
+			`num_cpu_blocks="None"`,
+			"max_num_seqs=" + labelValue(strconv.Itoa(ec.MaxNumSeqs)),
+			"max_model_len=" + labelValue(strconv.Itoa(ec.MaxModelLen)),
+		}
+		s.NewGauge(name("vllm:cache_config_info", info...), func() float64 { return 1 })
 	}
-	s.NewGauge(name("vllm:cache_config_info", info...), func() float64 { return 1 })
 
 	stat("llbsim_requests_aborted_total", func(st engine.Stats) float64 { return float64(st.Aborted) })
 	stat("llbsim_remote_decode_legs_total", func(st engine.Stats) float64 { return float64(st.RemoteDecodeLegs) })
@@ -88,11 +110,20 @@ func newMetrics(w *Worker) *workerMetrics {
 	s.NewGauge(name("llbsim_kv_batches_dropped_total"), func() float64 {
 		return float64(w.pubStats().Dropped + w.drv.publishErrors.Load())
 	})
+	if w.ring != nil {
+		ring := func(pick func(next, dropped, drains uint64, pending int) float64) func() float64 {
+			return func() float64 { return pick(w.ring.stats()) }
+		}
+		s.NewGauge(name("llbsim_kv_events_total"), ring(func(n, _, _ uint64, _ int) float64 { return float64(n) }))
+		s.NewGauge(name("llbsim_kv_events_dropped_total"), ring(func(_, d, _ uint64, _ int) float64 { return float64(d) }))
+		s.NewGauge(name("llbsim_kv_drains_total"), ring(func(_, _, d uint64, _ int) float64 { return float64(d) }))
+		s.NewGauge(name("llbsim_kv_events_pending"), ring(func(_, _, _ uint64, p int) float64 { return float64(p) }))
+	}
 
 	m := &workerMetrics{
 		set:              s,
-		ttft:             s.NewPrometheusHistogramExt(name("vllm:time_to_first_token_seconds"), ttftBuckets()),
-		e2e:              s.NewPrometheusHistogramExt(name("vllm:e2e_request_latency_seconds"), e2eBuckets()),
+		ttft:             s.NewPrometheusHistogramExt(name(ttftName), ttftBuckets()),
+		e2e:              s.NewPrometheusHistogramExt(name(e2eName), e2eBuckets()),
 		rejected:         s.NewCounter(name("llbsim_requests_rejected_total")),
 		kvParamsReceived: s.NewCounter(name("llbsim_kv_params_received_total")),
 		pulls:            s.NewCounter(name("llbsim_kv_pulls_total")),
@@ -108,8 +139,30 @@ func newMetrics(w *Worker) *workerMetrics {
 // fault counts one injected fault.
 func (m *workerMetrics) fault(k faultKind) { m.faults[k].Inc() }
 
-// handleMetrics serves GET /metrics in the Prometheus text format.
+// handleMetrics serves GET /metrics in the Prometheus text format; a
+// TensorRT-LLM worker answers its JSON iteration stats instead.
 func (w *Worker) handleMetrics(rw http.ResponseWriter, r *http.Request) {
+	if w.cfg.Dialect == DialectTRTLLM && r.URL.Path == "/metrics" {
+		w.handleIterationStats(rw)
+		return
+	}
 	rw.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	w.met.set.WritePrometheus(rw)
+}
+
+// handleIterationStats answers like trtllm-serve's GET /metrics: a JSON
+// list of iteration stats (one, now) with the KV cache's block counts.
+func (w *Worker) handleIterationStats(rw http.ResponseWriter) {
+	st := w.drv.snapshot()
+	ec := w.cfg.Engine
+	used := int(st.KVUsage()*float64(ec.NumBlocks) + 0.5)
+	writeJSON(rw, http.StatusOK, []map[string]any{{
+		"iter":              st.Submitted,
+		"numActiveRequests": st.Running,
+		"numQueuedRequests": st.Waiting,
+		"kvCacheStats": map[string]any{
+			"maxNumBlocks": ec.NumBlocks, "freeNumBlocks": ec.NumBlocks - used, "usedNumBlocks": used,
+			"tokensPerBlock": ec.BlockSize,
+		},
+	}})
 }

@@ -17,10 +17,12 @@ import (
 	realtok "github.com/llbproject/llb/tokenizer"
 )
 
-// reqError is a client-facing failure: status and message.
+// reqError is a client-facing failure: status and message; raw selects
+// TensorRT-LLM's request-validation shape, {"error": msg}.
 type reqError struct {
 	status int
 	msg    string
+	raw    bool
 }
 
 // Error implements error.
@@ -48,6 +50,17 @@ type completionWire struct {
 	AddSpecialTokens *bool           `json:"add_special_tokens"`
 	CacheSalt        *string         `json:"cache_salt"`
 	KVTransferParams json.RawMessage `json:"kv_transfer_params"`
+	dialectWire
+}
+
+// dialectWire are the P/D fields of the other engines' dialects.
+type dialectWire struct {
+	// SGLang's bootstrap triple.
+	BootstrapHost *string      `json:"bootstrap_host"`
+	BootstrapPort *int         `json:"bootstrap_port"`
+	BootstrapRoom *json.Number `json:"bootstrap_room"`
+	// TensorRT-LLM's disaggregated_params.
+	DisaggregatedParams json.RawMessage `json:"disaggregated_params"`
 }
 
 // chatWire is the part of a /v1/chat/completions body the simulator reads.
@@ -65,6 +78,7 @@ type chatWire struct {
 	Tools                json.RawMessage `json:"tools"`
 	CacheSalt            *string         `json:"cache_salt"`
 	KVTransferParams     json.RawMessage `json:"kv_transfer_params"`
+	dialectWire
 }
 
 // kvParams is kv_transfer_params as the simulator reads it.
@@ -122,6 +136,8 @@ type genRequest struct {
 	echo         bool
 	kv           *kvParams
 	rawKV        json.RawMessage
+	boot         *bootstrapTriple // SGLang P/D
+	disagg       *disaggParams    // TensorRT-LLM P/D
 }
 
 // decodeBody unmarshals a JSON object body into v, classifying errors.
@@ -203,8 +219,40 @@ func (w *Worker) parseCompletion(body []byte) (*genRequest, *reqError) {
 	if rerr := g.common(w, wire.MaxTokens, wire.Stream, wire.StreamOptions, wire.N, wire.KVTransferParams); rerr != nil {
 		return nil, rerr
 	}
+	if rerr := g.dialect(w, &wire.dialectWire); rerr != nil {
+		return nil, rerr
+	}
 	g.echo = wire.Echo != nil && *wire.Echo
 	return g, nil
+}
+
+// dialect reads the P/D fields of the worker's dialect; another engine's
+// fields are ignored (vLLM and SGLang ignore unknown fields; TensorRT-LLM
+// refused them before parsing).
+func (g *genRequest) dialect(w *Worker, wire *dialectWire) *reqError {
+	var rerr *reqError
+	switch w.cfg.Dialect {
+	case DialectSGLang:
+		g.kv = nil // SGLang knows no kv_transfer_params
+		if g.boot, rerr = parseBootstrap(wire.BootstrapHost, wire.BootstrapPort, wire.BootstrapRoom); rerr != nil {
+			return rerr
+		}
+		if g.boot != nil && len(g.prompts) > 1 {
+			return badRequest("a bootstrap room with %d prompts: send one prompt per room", len(g.prompts))
+		}
+	case DialectTRTLLM:
+		g.kv = nil
+		if g.disagg, rerr = parseDisagg(wire.DisaggregatedParams); rerr != nil {
+			return rerr
+		}
+		if g.disagg != nil && len(g.prompts) > 1 {
+			return badRequest("disaggregated_params with %d prompts: one prompt per request", len(g.prompts))
+		}
+		if g.disagg != nil && g.disagg.RequestType == trtContextOnly && g.stream {
+			return badRequest("context_only requests do not support streaming")
+		}
+	}
+	return nil
 }
 
 // parsePrompt reads "prompt": a string, strings, token ids, or lists of
@@ -340,6 +388,9 @@ func (w *Worker) parseChat(body []byte) (*genRequest, *reqError) {
 		mt = wire.MaxCompletionTokens
 	}
 	if rerr := g.common(w, mt, wire.Stream, wire.StreamOptions, wire.N, wire.KVTransferParams); rerr != nil {
+		return nil, rerr
+	}
+	if rerr := g.dialect(w, &wire.dialectWire); rerr != nil {
 		return nil, rerr
 	}
 	return g, nil

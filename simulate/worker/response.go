@@ -42,6 +42,8 @@ type choice struct {
 	Logprobs     any        `json:"logprobs"`
 	FinishReason *string    `json:"finish_reason"`
 	StopReason   any        `json:"stop_reason"`
+	// DisaggregatedParams is a TensorRT-LLM context_only leg's answer.
+	DisaggregatedParams json.RawMessage `json:"disaggregated_params,omitempty"`
 }
 
 // chatDelta is a chat message or a streamed delta.

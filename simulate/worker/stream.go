@@ -63,7 +63,7 @@ func (c *genCtx) serveStream() {
 				if run.sent == p.Generated && p.Done {
 					fr := p.Finish.String()
 					ch.FinishReason = &fr
-					if p.Remote != nil {
+					if p.Remote != nil && c.w.cfg.Dialect == DialectVLLM {
 						kv = c.w.transferParams(p.Remote, c.queueWait(run, p))
 					}
 				}

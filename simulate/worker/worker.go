@@ -18,13 +18,17 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/llbproject/llb/internal/logfield"
+	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/simulate/engine"
 	"github.com/llbproject/llb/simulate/kvpub"
 )
@@ -35,7 +39,13 @@ type Worker struct {
 	engineID   string
 	eng        *engine.Engine
 	drv        *driver
-	pub        *kvpub.Publisher // nil without KV events
+	pub        *kvpub.Publisher // nil without ZMQ KV events
+	ring       *trtRing         // TensorRT-LLM's event ring; nil otherwise
+	rooms      rooms            // SGLang bootstrap rooms (prefill side)
+	bootClient *http.Client     // SGLang decode side: joins rooms
+	ctxIDs     atomic.Int64     // TensorRT-LLM ctx_request_id
+	dpRanks    []*httputil.ReverseProxy
+	dpNext     atomic.Uint64
 	faults     *faultState
 	met        *workerMetrics
 	receipts   *receiptLog
@@ -45,6 +55,8 @@ type Worker struct {
 
 	srv, nixlSrv *http.Server // nixlSrv nil for KVNone
 	ln, nixlLn   net.Listener
+	bootSrv      *http.Server // SGLang prefill's bootstrap port; nil otherwise
+	bootLn       net.Listener
 	serving      sync.WaitGroup // Serve goroutines
 
 	// inflight counts handlers; closing (under mu) refuses new ones once
@@ -80,9 +92,11 @@ func Start(cfg Config) (*Worker, error) {
 	l := w.log.With().Str(logWorker, cfg.Name).Logger()
 	w.log = &l
 	w.engineID = randomHex(16)
+	w.cfg.Dialect, _ = ParseDialect(string(cfg.Dialect)) // validated
 	ec := cfg.Engine
 	ec.EngineID = w.engineID
 	ec.Hash.Model = cfg.Model
+	ec.Hash.Algo = w.cfg.Dialect.hashAlgo(ec.Hash.Algo)
 	if cfg.SeedUnset {
 		ec.Hash.NoneHash = make([]byte, digestSize(ec.Hash.Algo))
 		_, _ = rand.Read(ec.Hash.NoneHash) // crypto/rand never fails on Linux
@@ -93,6 +107,16 @@ func Start(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w.eng = eng
+	for _, u := range cfg.DPRoute {
+		target, err := url.Parse(u)
+		if err != nil {
+			return nil, fmt.Errorf("worker %s: dp route %q: %w: %w", cfg.Name, u, ErrConfig, err)
+		}
+		rp := httputil.NewSingleHostReverseProxy(target)
+		rp.Transport = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}
+		rp.FlushInterval = -1
+		w.dpRanks = append(w.dpRanks, rp)
+	}
 	w.faults = newFaultState(cfg.Faults, cfg.FaultSeed)
 	w.pullClient = newPullClient(cfg.PullTimeout)
 
@@ -105,13 +129,30 @@ func Start(cfg Config) (*Worker, error) {
 			return nil, fmt.Errorf("worker %s: nixl side channel: %w: %w", cfg.Name, ErrListen, err)
 		}
 	}
-	if cfg.KVEvents {
+	if w.cfg.Dialect == DialectSGLang && ec.KVRole.ServesRemoteDecode() {
+		if w.bootLn, err = net.Listen("tcp", net.JoinHostPort(cfg.IP, strconv.Itoa(cfg.BootstrapPort))); err != nil {
+			w.closeListeners()
+			return nil, fmt.Errorf("worker %s: bootstrap port: %w: %w", cfg.Name, ErrListen, err)
+		}
+	}
+	w.bootClient = newPullClient(w.cfg.BootstrapTimeout)
+	var sink eventSink
+	switch {
+	case !cfg.KVEvents:
+	case w.cfg.Dialect == DialectTRTLLM:
+		w.ring = newTRTRing(max(cfg.EventBuffer, 1), ec.MaxModelLen)
+		sink = w.ring
+	default:
 		if w.pub, err = kvpub.Start(w.pubConfig()); err != nil {
 			w.closeListeners()
 			return nil, fmt.Errorf("worker %s: kv events: %w: %w", cfg.Name, ErrListen, err)
 		}
+		sink = w.pub
+		if w.cfg.Dialect == DialectSGLang {
+			sink = &sglangSink{pub: w.pub}
+		}
 	}
-	w.drv = newDriver(eng, w.pub, cfg.EventInterval, cfg.LeanEvents, w.log)
+	w.drv = newDriver(eng, sink, cfg.EventInterval, cfg.LeanEvents, w.log)
 	w.met = newMetrics(w)
 	w.srv = &http.Server{Handler: w.track(w.routes()), ReadHeaderTimeout: 10 * time.Second}
 	w.serve(w.srv, w.ln)
@@ -120,6 +161,11 @@ func Start(cfg Config) (*Worker, error) {
 		mux.HandleFunc(nixlReadPath, w.handleNIXLRead)
 		w.nixlSrv = &http.Server{Handler: w.track(mux), ReadHeaderTimeout: 10 * time.Second}
 		w.serve(w.nixlSrv, w.nixlLn)
+	}
+	if w.bootLn != nil {
+		w.bootSrv = &http.Server{Handler: w.track(w.bootstrapMux()), ReadHeaderTimeout: 10 * time.Second}
+		w.serve(w.bootSrv, w.bootLn)
+		go w.sweepRooms()
 	}
 	w.log.Info().Str(logfield.Addr, w.Addr()).Str(logRole, ec.KVRole.String()).Str(logKVEndpoint, w.KVEndpoint()).
 		Str(logNIXLAddr, w.NIXLAddr()).Msg("simulated worker started")
@@ -137,8 +183,12 @@ func (w *Worker) pubConfig() kvpub.Config {
 		Topic:        w.topic(),
 		Layout:       w.cfg.Layout,
 		DigestHashes: w.cfg.DigestHashes,
+		DPRank:       w.cfg.DPRank,
 		BindRetry:    w.cfg.KVBindRetry,
 		Logger:       w.log,
+	}
+	if w.cfg.Dialect == DialectSGLang {
+		pc.Layout, pc.DigestHashes = inventory.LayoutSGLang, false
 	}
 	if w.cfg.Replay {
 		rp := "*"
@@ -164,14 +214,22 @@ func (w *Worker) topic() string {
 // routes is the OpenAI/vLLM API plus the /_sim control endpoints.
 func (w *Worker) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/completions", w.handleGenerate(false))
-	mux.HandleFunc("/v1/chat/completions", w.handleGenerate(true))
-	mux.HandleFunc("/tokenize", w.handleTokenize)
-	mux.HandleFunc("/v1/tokenize", w.handleTokenize)
+	mux.HandleFunc("/v1/completions", w.dpFront(w.handleGenerate(false)))
+	mux.HandleFunc("/v1/chat/completions", w.dpFront(w.handleGenerate(true)))
+	if w.cfg.Dialect == DialectTRTLLM {
+		// trtllm-serve has no /tokenize; its events are drained here.
+		mux.HandleFunc("/kv_cache_events", w.handleKVCacheEvents)
+	} else {
+		mux.HandleFunc("/tokenize", w.handleTokenize)
+		mux.HandleFunc("/v1/tokenize", w.handleTokenize)
+	}
 	mux.HandleFunc("GET /health", w.handleHealth)
 	mux.HandleFunc("GET /ping", w.handleHealth)
 	mux.HandleFunc("GET /v1/models", w.handleModels)
 	mux.HandleFunc("GET /metrics", w.handleMetrics)
+	if w.cfg.Dialect == DialectTRTLLM {
+		mux.HandleFunc("GET /prometheus/metrics", w.handleMetrics)
+	}
 	mux.HandleFunc("/reset_prefix_cache", w.handleReset)
 	mux.HandleFunc("/_sim/faults", w.handleFaults)
 	mux.HandleFunc("GET /_sim/debug", w.handleDebug)
@@ -179,6 +237,22 @@ func (w *Worker) routes() http.Handler {
 		writeError(rw, http.StatusNotFound, "no route "+r.Method+" "+r.URL.Path)
 	})
 	return mux
+}
+
+// dpFront spreads generation requests over the worker's data-parallel
+// ranks in turn (itself first); without ranks it is h.
+func (w *Worker) dpFront(h http.HandlerFunc) http.HandlerFunc {
+	if len(w.dpRanks) == 0 {
+		return h
+	}
+	return func(rw http.ResponseWriter, r *http.Request) {
+		i := int((w.dpNext.Add(1) - 1) % uint64(len(w.dpRanks)+1))
+		if i == 0 {
+			h(rw, r)
+			return
+		}
+		w.dpRanks[i-1].ServeHTTP(rw, r)
+	}
 }
 
 // track counts in-flight handlers so shutdown can wait for them.
@@ -286,15 +360,20 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.once.Do(func() {
 		w.log.Info().Msg("simulated worker stopping")
 		err = w.srv.Shutdown(ctx)
-		if w.nixlSrv != nil {
-			if e := w.nixlSrv.Shutdown(ctx); err == nil {
+		for _, s := range []*http.Server{w.nixlSrv, w.bootSrv} {
+			if s == nil {
+				continue
+			}
+			if e := s.Shutdown(ctx); err == nil {
 				err = e
 			}
 		}
 		if err != nil {
 			_ = w.srv.Close() // ctx ended: cut what is left
-			if w.nixlSrv != nil {
-				_ = w.nixlSrv.Close()
+			for _, s := range []*http.Server{w.nixlSrv, w.bootSrv} {
+				if s != nil {
+					_ = s.Close()
+				}
 			}
 		}
 		close(w.stopping)
@@ -317,8 +396,10 @@ func (w *Worker) Crash() {
 	w.once.Do(func() {
 		w.log.Info().Msg("simulated worker crashing")
 		_ = w.srv.Close() // closing is the point; errors are moot
-		if w.nixlSrv != nil {
-			_ = w.nixlSrv.Close()
+		for _, s := range []*http.Server{w.nixlSrv, w.bootSrv} {
+			if s != nil {
+				_ = s.Close()
+			}
 		}
 		close(w.stopping)
 		if w.pub != nil {
@@ -343,6 +424,10 @@ func (w *Worker) waitHandlers() {
 func (w *Worker) finish(crashed bool) {
 	w.serving.Wait()
 	w.pullClient.CloseIdleConnections()
+	w.bootClient.CloseIdleConnections()
+	for _, rp := range w.dpRanks {
+		rp.Transport.(*http.Transport).CloseIdleConnections()
+	}
 	w.crashed = crashed
 	close(w.done)
 	w.log.Info().Bool(logCrashed, crashed).Msg("simulated worker stopped")
@@ -353,6 +438,9 @@ func (w *Worker) closeListeners() {
 	_ = w.ln.Close() // nothing accepted yet
 	if w.nixlLn != nil {
 		_ = w.nixlLn.Close()
+	}
+	if w.bootLn != nil {
+		_ = w.bootLn.Close()
 	}
 }
 
@@ -368,8 +456,39 @@ func digestSize(a engine.HashAlgo) int {
 	switch a {
 	case engine.HashXXHashCBOR:
 		return 16
-	case engine.HashFNV:
+	case engine.HashFNV, engine.HashSGLang, engine.HashTRTLLM:
 		return 8
 	}
 	return 32
+}
+
+// BootstrapAddr is an SGLang prefill worker's bootstrap address ("" when it
+// has none).
+func (w *Worker) BootstrapAddr() string {
+	if w.bootLn == nil {
+		return ""
+	}
+	return w.bootLn.Addr().String()
+}
+
+// bootstrapPort is the bound bootstrap port (0 without one).
+func (w *Worker) bootstrapPort() int {
+	if w.bootLn == nil {
+		return 0
+	}
+	return w.bootLn.Addr().(*net.TCPAddr).Port
+}
+
+// sweepRooms forgets rooms a pair never completed, until the worker stops.
+func (w *Worker) sweepRooms() {
+	t := time.NewTicker(w.cfg.BootstrapTimeout)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stopping:
+			return
+		case <-t.C:
+			w.rooms.sweep(2 * w.cfg.BootstrapTimeout)
+		}
+	}
 }

@@ -1,7 +1,8 @@
 """render.py: the reference side of make tokenizer-parity for chat renders.
 
 Reads JSON lines on stdin and writes one JSON line per request on stdout:
-{"text": ...} or {"error": ...}. It renders with Python's jinja2 (Debian's
+{"text": ...} or {"error": ...}. A request {"normalize": "NFC", "text": ...}
+normalizes with unicodedata (the tokenizers' NFC/NFKC normalizers). It renders with Python's jinja2 (Debian's
 python3-jinja2) set up as transformers' render_jinja_template sets it up,
 after vLLM's chat message parsing (parse_chat_messages with the "string"
 content format and _postprocess_messages), both ported here line by line.
@@ -9,6 +10,7 @@ Run with /usr/bin/python3 (not a virtualenv) so the Debian package is used.
 """
 import json
 import sys
+import unicodedata
 from datetime import datetime
 
 import jinja2
@@ -165,7 +167,9 @@ def main():
             continue
         req = json.loads(line)
         try:
-            if "probe" in req:
+            if "normalize" in req:
+                out = {"text": unicodedata.normalize(req["normalize"], req["text"])}
+            elif "probe" in req:
                 env = make_env(datetime.fromisoformat("2026-12-01T10:00:00"))
                 out = {"text": env.from_string(req["probe"]).render(**(req.get("vars") or {}))}
             else:
