@@ -94,6 +94,13 @@ func tierOneFiveHit(t *testing.T, vip string, body func(int) string) int {
 	}
 }
 
+// overlapHit reports a Tier-1.5 decision made on a mirrored overlap, not a
+// miss the headroom law placed (flags least_kv, pending).
+func overlapHit(h http.Header) bool {
+	route := " " + h.Get("X-Llb-Route") + " "
+	return strings.Contains(route, " tier=1.5 ") && !strings.Contains(route, " least_kv ") && !strings.Contains(route, " pending ")
+}
+
 // inventory reads one endpoint's inventory view.
 func (d *daemon) inventory(service string, ep int) restapi.InventoryView {
 	d.t.Helper()
@@ -115,7 +122,19 @@ func (d *daemon) feedsConnected(service string, eps, ranks int) {
 					n++
 				}
 			}
-			return n == ranks, fmt.Sprintf("%+v", v.LLB.Ranks)
+			var feeds []restapi.FeedStats
+			for _, r := range v.LLB.Ranks {
+				if r.Feed != nil {
+					feeds = append(feeds, *r.Feed)
+				}
+			}
+			var kvLog []string
+			for _, l := range strings.Split(d.log.text(), "\n") {
+				if strings.Contains(l, "kv") {
+					kvLog = append(kvLog, l)
+				}
+			}
+			return n == ranks, fmt.Sprintf("%+v\nkv log:\n%s", feeds, strings.Join(kvLog[max(0, len(kvLog)-15):], "\n"))
 		})
 	}
 }
@@ -179,7 +198,7 @@ func TestE2E_SGLangThreeDPRanksPublishIntoOneInventory(t *testing.T) {
 	eventually(t, "tier 1.5 routes the prefix to the endpoint one of whose ranks holds it", func() (bool, string) {
 		res, _ := complete(t, vip, textPrompt("a prefix cached by one rank", 1))
 		tier, ep, _ := routeOf(t, res.Header)
-		return tier == "1.5" && ep == owner && !strings.Contains(res.Header.Get("X-Llb-Route"), "kv_predicted"), res.Header.Get("X-Llb-Route")
+		return tier == "1.5" && ep == owner && overlapHit(res.Header) && !strings.Contains(res.Header.Get("X-Llb-Route"), "kv_predicted"), res.Header.Get("X-Llb-Route")
 	})
 }
 
@@ -283,5 +302,71 @@ func TestE2E_OneDaemonServesVLLMSGLangAndTRTLLMRules(t *testing.T) {
 		if v.Total == 0 || v.Total > want {
 			t.Errorf("%s inventory holds %d blocks; its engine caches %d", s.name, v.Total, want)
 		}
+	}
+}
+
+// TestE2E_ClusterServesSGLangAndTRTLLMRules: two replicas in cluster mode.
+// Every replica subscribes to SGLang's ZMQ publishers itself (PUB fans out);
+// TensorRT-LLM's destructive drain is drained by one replica, which relays
+// the bodies: both replicas hit Tier 1.5 on prompts the other one routed,
+// and neither sees an event_id gap (two drainers would split the events).
+func TestE2E_ClusterServesSGLangAndTRTLLMRules(t *testing.T) {
+	for _, tc := range []struct {
+		dialect   worker.Dialect
+		blockSize int
+		body      func(int) string
+	}{
+		{worker.DialectSGLang, 16, func(i int) string { return textPrompt("a clustered sglang prefix", i) }},
+		{worker.DialectTRTLLM, 32, func(i int) string { return tokenPrompt(60000, 96, i) }},
+	} {
+		t.Run(string(tc.dialect), func(t *testing.T) {
+			r := startRig(t, rigConfig{replicas: 2, etcdMembers: 1, single: 2, dialect: tc.dialect, blockSize: tc.blockSize, scale: 0.02})
+			a, b := r.replicas[0], r.replicas[1]
+			body := ruleJSON(t, r.fleet, r.vip, r.port, map[string]any{"kvExactMode": 3, "kvWarmupSec": 1})
+			if code, resp := a.do(http.MethodPost, "/netlox/v1/config/loadbalancer", body); code != 200 {
+				t.Fatalf("POST on A: %d %s", code, resp)
+			}
+			key := fmt.Sprintf("tcp:%s:%d", r.vip, r.port)
+			for _, p := range r.replicas {
+				p.feedsConnected(key, 2, 1)
+			}
+			time.Sleep(1100 * time.Millisecond)
+			vipOf := func(p *replicaProc) string { return fmt.Sprintf("http://%s:%d", p.ip, r.port) }
+			// A prompt routed through A; its follow-up through B hits by
+			// Tier 1.5 where the engine cached it, and the other way round.
+			for i, pair := range [][2]*replicaProc{{a, b}, {b, a}} {
+				first, then := pair[0], pair[1]
+				res, out := complete(t, vipOf(first), tc.body(100*i))
+				if res.StatusCode != 200 {
+					t.Fatalf("first via replica %d: %d %s", first.idx, res.StatusCode, out)
+				}
+				_, owner, _ := routeOf(t, res.Header)
+				eventually(t, fmt.Sprintf("replica %d routes replica %d's prefix by tier 1.5", then.idx, first.idx), func() (bool, string) {
+					res, _ := complete(t, vipOf(then), tc.body(100*i+1))
+					tier, ep, _ := routeOf(t, res.Header)
+					m := kvTruthRE.FindStringSubmatch(res.Header.Get("X-Llb-Route"))
+					return tier == "1.5" && ep == owner && m != nil && m[1] != "0" && m[1] == m[2], res.Header.Get("X-Llb-Route")
+				})
+			}
+			// More traffic through both replicas: each replica's mirror of
+			// each engine holds every block the engine caches (two drainers
+			// would each see part of the events), with no gap.
+			for i := 0; i < 16; i++ {
+				if res, out := complete(t, vipOf(r.replicas[i%2]), tc.body(1000+7*i)); res.StatusCode != 200 {
+					t.Fatalf("burst %d: %d %s", i, res.StatusCode, out)
+				}
+			}
+			for _, p := range r.replicas {
+				for ep := 0; ep < 2; ep++ {
+					w := r.fleet.Workers()[ep]
+					eventually(t, fmt.Sprintf("replica %d mirrors endpoint %d's whole cache", p.idx, ep), func() (bool, string) {
+						v := p.inventory(key, ep)
+						f := v.LLB.Ranks[0].Feed
+						want := w.Stats().CachedBlocks
+						return f != nil && f.Gaps == 0 && v.Total == want, fmt.Sprintf("total %d, engine %d, feed %+v", v.Total, want, f)
+					})
+				}
+			}
+		})
 	}
 }
