@@ -76,7 +76,7 @@ chaos: deps
 # attack runs seeded, reproducible attacks on loopback, each family against
 # a fresh bin/llbd (simulate/attack, docs/security.md): rest (thousands of
 # bad REST requests), dataplane (raw HTTP/1.1 and h2c against a rule's VIP,
-# slow and idle clients), kv (a fake ZMQ KV-event publisher), faults
+# slow, idle and non-reading clients), kv (a fake ZMQ KV-event publisher), faults
 # (SIGKILL/SIGSTOP of worker processes under load). ATTACKTIME is the
 # budget shared by the families (family setup comes on top); the slow-client
 # cases need ATTACKTIME >= 3m20s. It prints per family the cases tried,
