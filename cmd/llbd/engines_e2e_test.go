@@ -139,16 +139,28 @@ func (d *daemon) feedsConnected(service string, eps, ranks int) {
 	}
 }
 
+// servePool posts a kvExactMode:3 rule over f on d and waits until it
+// serves with every feed (ranks per endpoint) connected and its 1 s warm-up
+// over; it returns the rule key and the VIP's URL.
+func (d *daemon) servePool(f *fleet.Fleet, ranks int, extra map[string]any) (key, vip string) {
+	d.t.Helper()
+	port := freePort(d.t)
+	sa := map[string]any{"kvExactMode": 3, "kvWarmupSec": 1}
+	for k, v := range extra {
+		sa[k] = v
+	}
+	d.post(ruleJSON(d.t, f, "127.0.0.1", port, sa))
+	d.waitActive(port)
+	key = fmt.Sprintf("tcp:127.0.0.1:%d", port)
+	d.feedsConnected(key, len(f.Members()), ranks)
+	time.Sleep(1100 * time.Millisecond) // kvWarmupSec
+	return key, fmt.Sprintf("http://127.0.0.1:%d", port)
+}
+
 func TestE2E_SGLangTierOneFiveFollowsItsPageEvents(t *testing.T) {
 	f := engineFleet(t, worker.DialectSGLang, fleet.Config{Single: 2, BaseIP: "127.0.0.70"}, 16)
 	d := startDataPlane(t, "LOXILB_KV_COLDSTART_SEED_N=0")
-	port := freePort(t)
-	d.post(ruleJSON(t, f, "127.0.0.1", port, map[string]any{"kvExactMode": 3, "kvWarmupSec": 1}))
-	d.waitActive(port)
-	key := fmt.Sprintf("tcp:127.0.0.1:%d", port)
-	d.feedsConnected(key, 2, 1)
-	time.Sleep(1100 * time.Millisecond) // kvWarmupSec
-	vip := fmt.Sprintf("http://127.0.0.1:%d", port)
+	key, vip := d.servePool(f, 1, nil)
 	owner := tierOneFiveHit(t, vip, func(i int) string { return textPrompt("an sglang page-hash preamble", i) })
 	v := d.inventory(key, owner)
 	if v.HashAlgo != "sha256_sglang" || v.Total == 0 {
@@ -162,13 +174,7 @@ func TestE2E_SGLangTierOneFiveFollowsItsPageEvents(t *testing.T) {
 func TestE2E_SGLangThreeDPRanksPublishIntoOneInventory(t *testing.T) {
 	f := engineFleet(t, worker.DialectSGLang, fleet.Config{Single: 2, BaseIP: "127.0.0.73", DPRanks: 3}, 16)
 	d := startDataPlane(t, "LOXILB_KV_COLDSTART_SEED_N=0")
-	port := freePort(t)
-	d.post(ruleJSON(t, f, "127.0.0.1", port, map[string]any{"kvExactMode": 3, "kvWarmupSec": 1}))
-	d.waitActive(port)
-	key := fmt.Sprintf("tcp:127.0.0.1:%d", port)
-	d.feedsConnected(key, 2, 3)
-	time.Sleep(1100 * time.Millisecond)
-	vip := fmt.Sprintf("http://127.0.0.1:%d", port)
+	key, vip := d.servePool(f, 3, nil)
 	// Each worker spreads its requests over its three ranks in turn: every
 	// rank publishes pages on its own port, into the endpoint's inventory.
 	for i := 0; i < 12; i++ {
@@ -205,13 +211,7 @@ func TestE2E_SGLangThreeDPRanksPublishIntoOneInventory(t *testing.T) {
 func TestE2E_TRTLLMDrainSurvivesASecondConsumer(t *testing.T) {
 	f := engineFleet(t, worker.DialectTRTLLM, fleet.Config{Single: 2, BaseIP: "127.0.0.76"}, 32)
 	d := startDataPlane(t, "LOXILB_KV_COLDSTART_SEED_N=0")
-	port := freePort(t)
-	d.post(ruleJSON(t, f, "127.0.0.1", port, map[string]any{"kvExactMode": 3, "kvWarmupSec": 1}))
-	d.waitActive(port)
-	key := fmt.Sprintf("tcp:127.0.0.1:%d", port)
-	d.feedsConnected(key, 2, 1)
-	time.Sleep(1100 * time.Millisecond)
-	vip := fmt.Sprintf("http://127.0.0.1:%d", port)
+	key, vip := d.servePool(f, 1, nil)
 	owner := tierOneFiveHit(t, vip, func(i int) string { return tokenPrompt(1000, 96, i) })
 	if v := d.inventory(key, owner); v.LLB.Ranks[0].Feed.Gaps != 0 || v.Total == 0 {
 		t.Fatalf("before the thief: gaps %d, total %d", v.LLB.Ranks[0].Feed.Gaps, v.Total)
@@ -267,34 +267,28 @@ func TestE2E_OneDaemonServesVLLMSGLangAndTRTLLMRules(t *testing.T) {
 	tr := engineFleet(t, worker.DialectTRTLLM, fleet.Config{Single: 2, BaseIP: "127.0.0.86"}, 32)
 	d := startDataPlane(t, "LOXILB_KV_COLDSTART_SEED_N=0")
 	type svc struct {
-		name string
-		f    *fleet.Fleet
-		port int
-		body func(int) string
+		name     string
+		f        *fleet.Fleet
+		key, vip string
+		body     func(int) string
 	}
 	svcs := []svc{
-		{"vllm", vl, freePort(t), func(i int) string { return textPrompt("a vllm rule's own prefix", i) }},
-		{"sglang", sg, freePort(t), func(i int) string { return textPrompt("an sglang rule's own prefix", i) }},
-		{"trtllm", tr, freePort(t), func(i int) string { return tokenPrompt(40000, 96, i) }},
+		{name: "vllm", f: vl, body: func(i int) string { return textPrompt("a vllm rule's own prefix", i) }},
+		{name: "sglang", f: sg, body: func(i int) string { return textPrompt("an sglang rule's own prefix", i) }},
+		{name: "trtllm", f: tr, body: func(i int) string { return tokenPrompt(40000, 96, i) }},
 	}
-	for _, s := range svcs {
-		d.post(ruleJSON(t, s.f, "127.0.0.1", s.port, map[string]any{"kvExactMode": 3, "kvWarmupSec": 1, "name": s.name}))
+	for i := range svcs {
+		svcs[i].key, svcs[i].vip = d.servePool(svcs[i].f, 1, map[string]any{"name": svcs[i].name})
 	}
-	for _, s := range svcs {
-		d.waitActive(s.port)
-		d.feedsConnected(fmt.Sprintf("tcp:127.0.0.1:%d", s.port), 2, 1)
-	}
-	time.Sleep(1100 * time.Millisecond)
 	owners := map[string]int{}
 	for _, s := range svcs {
-		owners[s.name] = tierOneFiveHit(t, fmt.Sprintf("http://127.0.0.1:%d", s.port), s.body)
+		owners[s.name] = tierOneFiveHit(t, s.vip, s.body)
 	}
 	// Isolated inventories: each rule mirrors its own engines only, with
 	// its own contract.
 	wantAlgo := map[string]string{"vllm": "sha256_cbor", "sglang": "sha256_sglang", "trtllm": "token_keyed"}
 	for _, s := range svcs {
-		key := fmt.Sprintf("tcp:127.0.0.1:%d", s.port)
-		v := d.inventory(key, owners[s.name])
+		v := d.inventory(s.key, owners[s.name])
 		if v.HashAlgo != wantAlgo[s.name] {
 			t.Errorf("%s inventory hash_algo %q; want %q", s.name, v.HashAlgo, wantAlgo[s.name])
 		}
