@@ -99,10 +99,14 @@ func stallDetail(d time.Duration) string {
 // Write implements net.Conn for the HTTP/1.1 server under the send bound
 // and a stream's limit. While the socket is full, the write deadline
 // comes every eighth of the bound to see whether the client took bytes
-// meanwhile: the socket took some, or its unacknowledged bytes fell (the
-// kernel wakes a writer only once a third of a full buffer is free, which
-// a slow but steady reader can take far longer than the bound to free).
-// The bound counts from the start of the write or the last such sign.
+// meanwhile: whether the socket's unacknowledged bytes fell (SIOCOUTQ,
+// what the client's TCP acknowledged). Neither the kernel waking the
+// writer nor the socket taking bytes tells: it wakes a writer only once a
+// third of a full buffer is free, which a slow but steady reader can take
+// far longer than the bound to free, and its send buffer goes on growing
+// (up to tcp_wmem's maximum) for a client that reads nothing. Where the
+// acknowledged bytes are unknown, bytes the socket took count. The bound
+// counts from the start of the write or the last progress seen.
 func (cc *clientConn) Write(p []byte) (int, error) {
 	s := &cc.send
 	if s.timeout <= 0 && s.limit.IsZero() && s.armed.IsZero() {
@@ -110,7 +114,9 @@ func (cc *clientConn) Write(p []byte) (int, error) {
 	}
 	done := 0
 	last := time.Now()
-	unsent, marked := 0, false
+	// unsent is the socket's unacknowledged bytes at the last check
+	// (marked), added what was written since.
+	unsent, added, marked := 0, 0, false
 	for {
 		if d, set, _ := s.next(time.Now(), s.timeout/8); set {
 			_ = cc.Conn.SetWriteDeadline(d)
@@ -122,16 +128,19 @@ func (cc *clientConn) Write(p []byte) (int, error) {
 			return done, err
 		}
 		now := time.Now()
-		if n > 0 {
-			last = now
-		}
+		added += n
+		u, known := 0, false
 		if cc.raw != nil {
-			if u, ok := unsentBytes(cc.raw); ok {
-				if marked && u < unsent {
-					last = now
-				}
-				unsent, marked = u, true
+			u, known = unsentBytes(cc.raw)
+		}
+		switch {
+		case known:
+			if marked && u < unsent+added {
+				last = now // acknowledged by the client
 			}
+			unsent, added, marked = u, 0, true
+		case n > 0:
+			last = now
 		}
 		if now.Sub(last) >= s.timeout {
 			s.fired()
