@@ -17,12 +17,16 @@ import (
 // client-gone, no health penalty), and llb_client_send_timeouts_total
 // counts it.
 //
-// "Accepts no byte" is measured at the socket: a write that the kernel
-// cannot take any of (the client's receive window and llb's send buffer
-// are full) for the bound. A slow reader that keeps taking bytes is never
-// cut by it, however long its answer lasts. It costs a clock read per
-// write and, at most every 1/64 of the bound, a deadline update; no timer
-// or goroutine of its own.
+// "Accepts no byte" is measured where a write waits on a full socket: on
+// HTTP/1.1, no byte of the socket's unacknowledged data acknowledged by
+// the client's TCP for the bound, from the start of the write (checked
+// every eighth of the bound, so a stall is cut within 9/8 of it; see
+// clientConn.Write); on h2c, one write (at most one upstream read) that
+// the stream's flow control or the connection keeps waiting for the
+// bound. A slow reader that keeps taking bytes is never cut by it,
+// however long its answer lasts. It costs a clock read per write and, at
+// most every 1/64 of the bound, a deadline update; no timer or goroutine
+// of its own.
 
 // DefaultClientSendTimeout is the send bound's default (nginx's
 // send_timeout).
