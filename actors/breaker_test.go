@@ -82,7 +82,7 @@ func TestBreaker_DisabledNeverOpens(t *testing.T) {
 }
 
 func TestProbe_ConsecutiveFailuresWithFirstProbeShortcut(t *testing.T) {
-	p := newProbeCore(rule.Probe{Period: time.Second, Retries: 3}, 4*time.Second)
+	p := newProbeCore(rule.Probe{Period: time.Second, Retries: 3, MaxBackoff: 4 * time.Second})
 	bad := errors.New("refused")
 	if !p.observe(bad) || p.up {
 		t.Fatal("a failing first probe must mark the endpoint down at once")

@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/llbproject/llb/inventory"
@@ -10,7 +11,8 @@ import (
 	"github.com/llbproject/llb/rule"
 )
 
-// Defaults applied by ServiceConfig.withDefaults.
+// The runtime's own tunables as NewServiceConfig sets them (a rule's values
+// come compiled in rule.Compiled).
 const (
 	// DefaultDecisionTimeout bounds how long the router waits for the
 	// inventory and session replies of one decision; a reply that misses it
@@ -78,11 +80,13 @@ type KVConfig struct {
 	// its mirror is dropped: an endpoint's inventory is the union of its
 	// ranks', and a rank that went silent (its publisher dead, frozen or
 	// cut off) must not keep promising blocks llb no longer hears about.
-	// 0 means DefaultRankSilentAfter.
+	// Positive when the rule's KV-exact mode is on (NewServiceConfig:
+	// DefaultRankSilentAfter).
 	SilentAfter time.Duration
 }
 
-// DefaultRankSilentAfter is KVConfig.SilentAfter's default: three times
+// DefaultRankSilentAfter is KVConfig.SilentAfter as NewServiceConfig sets
+// it: three times
 // the ZMQ feed's reconnect ceiling (inventory.DefaultReconnectIvlMax), so a
 // publisher restart that reconnects is judged by its sequence numbers
 // instead.
@@ -91,8 +95,10 @@ const DefaultRankSilentAfter = 15 * time.Second
 // ServiceConfig is everything the runtime needs to run one rule: the
 // compiled rule itself (what to run) and what the runtime builds around it
 // (probe and scrape functions, the chain hasher, the feed starter) or tunes
-// (table sizes, deadlines). The probe, breaker and endpoint settings are the
-// rule's own; actors applies no default of its own to them.
+// (table sizes, deadlines). The probe, breaker, session and endpoint
+// settings are the rule's own, read as compiled; actors applies no default
+// to them. NewServiceConfig sets the runtime's tunables; Validate refuses a
+// config whose tunables are unset.
 type ServiceConfig struct {
 	// Rule is the compiled rule: key, ladder spec, endpoints (with their
 	// KV feeds), breaker and probe settings. Required; read-only (the
@@ -107,34 +113,29 @@ type ServiceConfig struct {
 	// Scrapes[ep] reads endpoint ep's engine metrics; missing or nil
 	// disables scraping.
 	Scrapes []ScrapeFunc
-	// Sessions sizes the Tier-0 table (TTL comes from the rule's spec).
+	// Sessions sizes the Tier-0 table: Shards and MaxEntries (0 takes the
+	// ladder's table size). Its TTL is ignored: pins live the rule's
+	// Spec.SessionTTL.
 	Sessions ladder.SessionConfig
 	// Router sizes the ladder router's own tables.
 	Router ladder.RouterConfig
 	// KV configures the inventory actors (used when the rule's KV-exact
 	// mode is on).
 	KV KVConfig
-	// Ctrl times the external controller's staleness glide.
+	// Ctrl times the external controller's staleness glide (positive).
 	Ctrl CtrlConfig
-	// ProbeMaxBackoff caps the probe period while an endpoint is down (it
-	// grows by the period per failure, as LoxiLB's +20 s per failure); 0
-	// means 6 × the period.
-	ProbeMaxBackoff time.Duration
-	// ScrapeInterval is the engine-metrics period; 0 means
-	// DefaultScrapeInterval.
+	// ScrapeInterval is the engine-metrics period (positive).
 	ScrapeInterval time.Duration
-	// DecisionTimeout bounds fan-out replies per decision; 0 means
-	// DefaultDecisionTimeout.
+	// DecisionTimeout bounds fan-out replies per decision (positive).
 	DecisionTimeout time.Duration
-	// RouteTimeout bounds a Route call outside parking; 0 means
-	// DefaultRouteTimeout.
+	// RouteTimeout bounds a Route call outside parking (positive).
 	RouteTimeout time.Duration
 	// Peers links the service to the same rule on the other replicas of a
 	// router that runs as several llbd processes (cluster mode; see
 	// peers.go). nil on a single node.
 	Peers Peers
 	// PeerInterval is how often the router publishes its load to its peers
-	// and re-reads theirs; 0 means DefaultPeerInterval.
+	// and re-reads theirs (positive).
 	PeerInterval time.Duration
 	// OnEndpointDown, when set, is called from the router actor each time
 	// an endpoint is excluded by a failing probe or an opening breaker (the
@@ -143,75 +144,55 @@ type ServiceConfig struct {
 	OnEndpointDown func(ep int)
 }
 
-// Validate checks what the service needs beyond a valid rule.
+// NewServiceConfig is the config that runs compiled rule r under env with
+// the runtime's default tunables (Default*); the caller adds the probe,
+// scrape and feed functions, the chain hasher and, in a cluster, the peers.
+func NewServiceConfig(r *rule.Compiled, env ladder.Env) ServiceConfig {
+	return ServiceConfig{
+		Rule:            r,
+		Env:             env,
+		Ctrl:            CtrlConfig{StaleAfter: DefaultCtrlStaleAfter, DecayWindow: DefaultCtrlDecayWindow},
+		ScrapeInterval:  DefaultScrapeInterval,
+		DecisionTimeout: DefaultDecisionTimeout,
+		RouteTimeout:    DefaultRouteTimeout,
+		PeerInterval:    DefaultPeerInterval,
+		KV:              KVConfig{SilentAfter: DefaultRankSilentAfter},
+	}
+}
+
+// Validate checks what the service needs beyond a valid rule (the ladder
+// validates the rule itself, once, when Start builds its router).
 func (c *ServiceConfig) Validate() error {
 	if c.Rule == nil {
 		return errors.New("no compiled rule")
 	}
 	var errs []error
-	if err := ladder.ValidateRule(&c.Rule.Spec, c.specs()); err != nil {
-		errs = append(errs, err)
-	}
 	if c.Rule.Spec.KVExactMode != ladder.KVOff && c.KV.Keys == nil {
 		errs = append(errs, errors.New("kv: kvExactMode is on but no chain hasher is configured"))
+	}
+	if c.Rule.Spec.KVExactMode != ladder.KVOff && c.KV.SilentAfter <= 0 {
+		errs = append(errs, fmt.Errorf("kv: SilentAfter is %v; want a positive duration (NewServiceConfig sets it)", c.KV.SilentAfter))
+	}
+	for _, t := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"ScrapeInterval", c.ScrapeInterval}, {"DecisionTimeout", c.DecisionTimeout}, {"RouteTimeout", c.RouteTimeout},
+		{"PeerInterval", c.PeerInterval}, {"Ctrl.StaleAfter", c.Ctrl.StaleAfter}, {"Ctrl.DecayWindow", c.Ctrl.DecayWindow},
+	} {
+		if t.d <= 0 {
+			errs = append(errs, fmt.Errorf("%s is %v; want a positive duration (NewServiceConfig sets every tunable)", t.name, t.d))
+		}
 	}
 	return errors.Join(errs...)
 }
 
-// withDefaults fills the service's own tunables, and the rule's probe and
-// breaker settings where a hand-built rule (tests) left them zero — on a
-// copy of the rule: the caller's stays untouched.
-func (c ServiceConfig) withDefaults() ServiceConfig {
-	if c.DecisionTimeout <= 0 {
-		c.DecisionTimeout = DefaultDecisionTimeout
-	}
-	if c.RouteTimeout <= 0 {
-		c.RouteTimeout = DefaultRouteTimeout
-	}
-	if c.ScrapeInterval <= 0 {
-		c.ScrapeInterval = DefaultScrapeInterval
-	}
-	if c.PeerInterval <= 0 {
-		c.PeerInterval = DefaultPeerInterval
-	}
-	r := *c.Rule
-	p := &r.Probe
-	if p.Period <= 0 {
-		p.Period = rule.DefaultProbePeriodSec * time.Second
-	}
-	if p.AttemptTimeout <= 0 {
-		p.AttemptTimeout = min(rule.DefaultProbeAttemptTimeout, p.Period)
-	}
-	if p.Retries <= 0 {
-		p.Retries = rule.DefaultProbeRetries
-	}
-	if c.ProbeMaxBackoff <= 0 {
-		c.ProbeMaxBackoff = 6 * p.Period
-	}
-	b := &r.Breaker
-	if b.Threshold <= 0 {
-		b.Threshold = rule.DefaultBreakerThreshold
-		if r.Spec.PDDisagg {
-			b.Threshold = rule.DefaultBreakerThresholdPD
-		}
-	}
-	if b.OpenFor <= 0 {
-		b.OpenFor = rule.DefaultBreakerOpen
-	}
-	c.Rule = &r
-	if c.Ctrl.StaleAfter <= 0 {
-		c.Ctrl.StaleAfter = DefaultCtrlStaleAfter
-	}
-	if c.Ctrl.DecayWindow <= 0 {
-		c.Ctrl.DecayWindow = DefaultCtrlDecayWindow
-	}
-	if c.Sessions.TTL <= 0 {
-		c.Sessions.TTL = r.Spec.SessionTTLOrDefault()
-	}
-	if c.KV.SilentAfter <= 0 {
-		c.KV.SilentAfter = DefaultRankSilentAfter
-	}
-	return c
+// sessionConfig is the Tier-0 table's configuration: Sessions' size, the
+// rule's TTL.
+func (c *ServiceConfig) sessionConfig() ladder.SessionConfig {
+	s := c.Sessions
+	s.TTL = c.Rule.Spec.SessionTTL
+	return s
 }
 
 // specs returns the endpoints' ladder specs.

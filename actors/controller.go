@@ -15,7 +15,7 @@ import (
 // excluded), each update carrying an epoch. When updates stop, the weights
 // glide back to neutral; staleness never drops or zero-fills an endpoint.
 
-// Controller timing defaults.
+// Controller timing as NewServiceConfig sets it.
 const (
 	// DefaultCtrlStaleAfter is how long an endpoint's last controller update
 	// stays fresh.
@@ -34,11 +34,11 @@ var ErrNoEndpoint = errors.New("actors: no such endpoint")
 
 // CtrlConfig times the controller fold-in.
 type CtrlConfig struct {
-	// StaleAfter: an endpoint whose last update is older is stale; 0 means
-	// DefaultCtrlStaleAfter.
+	// StaleAfter: an endpoint whose last update is older is stale
+	// (NewServiceConfig: DefaultCtrlStaleAfter).
 	StaleAfter time.Duration
-	// DecayWindow: a stale weight reaches neutral after this long; 0 means
-	// DefaultCtrlDecayWindow.
+	// DecayWindow: a stale weight reaches neutral after this long
+	// (NewServiceConfig: DefaultCtrlDecayWindow).
 	DecayWindow time.Duration
 }
 

@@ -19,19 +19,18 @@ import (
 // consecutive failures — or after the very first probe fails, as LoxiLB's
 // first probe does — and comes back up on one success (LoxiLB issue #1087:
 // any success resets the counter). While down the probe period grows by
-// the period per failure up to maxBackoff (LoxiLB #265).
+// the period per failure up to cfg.MaxBackoff (LoxiLB #265).
 //
 // Ownership: the endpoint actor only.
 type probeCore struct {
-	cfg        rule.Probe
-	maxBackoff time.Duration
-	up         bool
-	probed     bool // at least one result seen
-	failures   int
+	cfg      rule.Probe
+	up       bool
+	probed   bool // at least one result seen
+	failures int
 }
 
-func newProbeCore(cfg rule.Probe, maxBackoff time.Duration) probeCore {
-	return probeCore{cfg: cfg, maxBackoff: maxBackoff, up: true}
+func newProbeCore(cfg rule.Probe) probeCore {
+	return probeCore{cfg: cfg, up: true}
 }
 
 // observe feeds one probe result; it reports whether the up/down state
@@ -61,7 +60,7 @@ func (p *probeCore) nextDelay() time.Duration {
 		return p.cfg.Period
 	}
 	d := p.cfg.Period * time.Duration(1+p.failures)
-	return min(d, p.maxBackoff)
+	return min(d, p.cfg.MaxBackoff)
 }
 
 // parkQueue is an endpoint's FIFO of parked requests (admission's
@@ -142,7 +141,7 @@ func newEndpointActor(svc *Service, ep int) actor.Actor {
 		ep:     ep,
 		probeF: svc.cfg.probe(ep),
 		scrape: svc.cfg.scrape(ep),
-		probe:  newProbeCore(svc.cfg.Rule.Probe, svc.cfg.ProbeMaxBackoff),
+		probe:  newProbeCore(svc.cfg.Rule.Probe),
 		gen:    svc.gen.Add(1),
 		log:    svc.log.With().Str(logfield.Actor, "endpoint").Int(logfield.EndpointIndex, ep).Logger(),
 	}

@@ -35,7 +35,8 @@ import (
 //     their lessons are learned here (never taught on).
 
 // DefaultPeerInterval is how often the router publishes its load to its
-// peers and re-reads theirs (ServiceConfig.PeerInterval's default).
+// peers and re-reads theirs (ServiceConfig.PeerInterval as NewServiceConfig
+// sets it).
 const DefaultPeerInterval = 100 * time.Millisecond
 
 // Peers is a service's link to the same rule on the other replicas.

@@ -23,14 +23,11 @@ type routerActor struct {
 	log  zerolog.Logger
 }
 
-func newRouterActor(svc *Service) (actor.Actor, error) {
-	lad, err := ladder.NewRouter(svc.cfg.Rule.Spec, svc.cfg.specs(), svc.cfg.Env, svc.cfg.Router)
-	if err != nil {
-		return nil, err
-	}
+func newRouterActor(svc *Service) actor.Actor {
+	lad := svc.lad.Fresh() // validated once, by Start
 	a := &routerActor{svc: svc, log: svc.log.With().Str(logfield.Actor, "router").Logger()}
 	a.core = newRouterCore(&svc.cfg, lad, a, svc.metrics, svc.ctrl)
-	return a, nil
+	return a
 }
 
 // Receive implements actor.Actor.

@@ -23,7 +23,7 @@ func BenchmarkRouteRoundTrip(b *testing.B) {
 			hub := newFeedHub()
 			th, _ := inventory.NewTokenHasher(16)
 			cfg := *pdConfig(min(n, 31), 1, benchEnv())
-			cfg.KV = KVConfig{Keys: th, StartFeed: hub.start}
+			cfg.KV.Keys, cfg.KV.StartFeed = th, hub.start
 			cfg.DecisionTimeout = 50 * time.Millisecond
 			svc, err := sys.Start(cfg, nil)
 			if err != nil {

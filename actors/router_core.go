@@ -178,10 +178,7 @@ func newRouterCore(cfg *ServiceConfig, lad *ladder.Router, ports routerPorts, m 
 			c.views[ep].CtrlWeight = cs.set.Weight
 		}
 	}
-	c.maxInflight = cfg.Env.MaxInflightPerEP
-	if a := cfg.Rule.Spec.Admission.MaxInflightPerEP; a > 0 {
-		c.maxInflight = uint32(a)
-	}
+	c.maxInflight = lad.MaxInflightPerEP()
 	for i := range cfg.Rule.Endpoints {
 		if len(cfg.Rule.Endpoints[i].Feeds) > 0 {
 			c.scoreSet = c.scoreSet.With(i)

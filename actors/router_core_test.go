@@ -8,6 +8,7 @@ import (
 
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/rule"
+	"github.com/llbproject/llb/rule/ruletest"
 )
 
 // recorder is a routerPorts that records the effects the core asks for.
@@ -91,42 +92,32 @@ func (r *recorder) truthChanged(ep int, v ladder.TruthVerdict, demoted bool) {
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
-// pdConfig is a P/D rule: prefill endpoints 0..p-1 (with KV feeds), decode
-// endpoints p..p+d-1.
+// pdConfig is a P/D rule: prefill endpoints 0..p-1 (with KV feeds, Tier
+// 1.5 without a warm-up), decode endpoints p..p+d-1; breakers open on
+// transport failures only (LLB_PD_ORIGIN_ERR_THRESHOLD=0).
 func pdConfig(p, d int, env ladder.Env) *ServiceConfig {
-	r := &rule.Compiled{
-		Key: "test",
-		Spec: ladder.ServiceSpec{
-			Name: "test", PDDisagg: true, KVExactMode: ladder.KVPrefill, KVBlockSize: 16,
-		},
-		Breaker: rule.Breaker{Enabled: true},
-	}
+	var eps []ruletest.Endpoint
 	for i := 0; i < p; i++ {
-		r.Endpoints = append(r.Endpoints, rule.CompiledEndpoint{
-			Addr:  netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(8100+i)),
-			Spec:  ladder.EndpointSpec{Role: ladder.RolePrefill, Weight: 1},
-			Feeds: []rule.Feed{{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", 5557+i)}},
-		})
+		eps = append(eps, ruletest.Endpoint{Addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(8100+i)), Role: 1})
 	}
 	for i := 0; i < d; i++ {
-		r.Endpoints = append(r.Endpoints, rule.CompiledEndpoint{
-			Addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(8200+i)),
-			Spec: ladder.EndpointSpec{Role: ladder.RoleDecode, Weight: 1},
-		})
+		eps = append(eps, ruletest.Endpoint{Addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(8200+i)), Role: 2})
 	}
-	c := ServiceConfig{Rule: r, Env: env}.withDefaults()
+	noOriginErr := 0
+	r := ruletest.Rule(ruletest.Options{PD: true, Extra: `"kvExactMode":1,"kvBlockSize":16`,
+		Defaults: rule.Defaults{OriginErrThreshold: &noOriginErr}}, eps...)
+	r.Spec.KVWarmup = 0
+	c := NewServiceConfig(r, env)
 	return &c
 }
 
 func poolConfig(n int, sel ladder.SelectorKind) *ServiceConfig {
-	r := &rule.Compiled{Key: "pool", Spec: ladder.ServiceSpec{Name: "pool", Selector: sel}}
+	var eps []ruletest.Endpoint
 	for i := 0; i < n; i++ {
-		r.Endpoints = append(r.Endpoints, rule.CompiledEndpoint{
-			Addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(8000+i)),
-			Spec: ladder.EndpointSpec{Weight: 1},
-		})
+		eps = append(eps, ruletest.Endpoint{Addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(8000+i))})
 	}
-	c := ServiceConfig{Rule: r, Env: ladder.DefaultEnv()}.withDefaults()
+	r := ruletest.Rule(ruletest.Options{Extra: fmt.Sprintf(`"sel":%d`, sel)}, eps...)
+	c := NewServiceConfig(r, ladder.DefaultEnv())
 	return &c
 }
 

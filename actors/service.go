@@ -63,7 +63,10 @@ func (s *System) props(p actor.Producer, opts ...actor.PropsOption) *actor.Props
 // calls Route and the methods of the tickets it hands out from request
 // goroutines; each call is a message to the router actor.
 type Service struct {
-	cfg     ServiceConfig
+	cfg ServiceConfig
+	// lad is the rule's validated ladder router; every router actor
+	// incarnation decides with a Fresh copy of it.
+	lad     *ladder.Router
 	sys     *System
 	root    *actor.RootContext
 	log     zerolog.Logger
@@ -120,16 +123,19 @@ func (s *System) Start(cfg ServiceConfig, warm *Warm) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("actors: service %q: %w", cfg.Rule.Key, err)
 	}
-	cfg = cfg.withDefaults()
-	if cfg.Rule.Spec.StartedAt.IsZero() {
-		cfg.Rule.Spec.StartedAt = time.Now()
+	r := *cfg.Rule // the service's own copy: the caller's stays untouched
+	cfg.Rule = &r
+	if r.Spec.StartedAt.IsZero() {
+		r.Spec.StartedAt = time.Now()
 	}
-	if _, err := ladder.NewRouter(cfg.Rule.Spec, cfg.specs(), cfg.Env, cfg.Router); err != nil {
-		return nil, fmt.Errorf("actors: service %q: %w", cfg.Rule.Key, err)
+	lad, err := ladder.NewRouter(r.Spec, cfg.specs(), cfg.Env, cfg.Router)
+	if err != nil {
+		return nil, fmt.Errorf("actors: service %q: %w", r.Key, err)
 	}
 	n := len(cfg.Rule.Endpoints)
 	svc := &Service{
 		cfg:          cfg,
+		lad:          lad,
 		sys:          s,
 		root:         s.as.Root,
 		log:          s.log.With().Str(logfield.Service, cfg.Rule.Key).Logger(),
@@ -248,7 +254,7 @@ func (svc *Service) Handover(ctx context.Context) (*Warm, error) {
 		svc.closeMirrors()
 		return nil, err
 	}
-	w := &Warm{keys: svc.cfg.KV.Keys, sessions: svc.sessions, sessCfg: svc.cfg.Sessions, ctrl: svc.ctrl}
+	w := &Warm{keys: svc.cfg.KV.Keys, sessions: svc.sessions, sessCfg: svc.cfg.sessionConfig(), ctrl: svc.ctrl}
 	for i := range svc.cfg.Rule.Endpoints {
 		w.addrs = append(w.addrs, endpointAddr(&svc.cfg.Rule.Endpoints[i]))
 	}
@@ -490,13 +496,7 @@ func (s *supervisorActor) spawnAll(ctx actor.Context) error {
 	var errs []error
 	errs = append(errs, spawn("router", func() actor.Actor {
 		svc.routerRuns.Add(1)
-		a, err := newRouterActor(svc)
-		if err != nil {
-			// Start validated the rule with the same inputs; this cannot
-			// happen short of memory corruption.
-			panic(err)
-		}
-		return a
+		return newRouterActor(svc)
 	}))
 	for i := range svc.shards {
 		errs = append(errs, spawn(fmt.Sprintf("sess-%d", i), func() actor.Actor { return newSessionActor(svc, i) }))

@@ -151,7 +151,7 @@ func kvPD(t *testing.T, hub *feedHub, prefill, decode int) (ServiceConfig, *inve
 	env.MinMatchTokens = 0
 	env.ColdStartSeedN = 0
 	cfg := *pdConfig(prefill, decode, env)
-	cfg.KV = KVConfig{Keys: th, StartFeed: hub.start}
+	cfg.KV.Keys, cfg.KV.StartFeed = th, hub.start
 	cfg.DecisionTimeout = 200 * time.Millisecond
 	return cfg, th
 }
@@ -254,7 +254,7 @@ func TestService_ProbeDownExcludesAtOnceAndRecovers(t *testing.T) {
 		}
 		return nil
 	}
-	cfg.Rule.Probe = rule.Probe{Period: 10 * time.Millisecond, AttemptTimeout: 50 * time.Millisecond, Retries: 2}
+	cfg.Rule.Probe = rule.Probe{Period: 10 * time.Millisecond, AttemptTimeout: 50 * time.Millisecond, Retries: 2, MaxBackoff: 60 * time.Millisecond}
 	svc := startService(t, sys, cfg)
 	eventually(t, time.Second, "endpoint 0 marked down", func() bool {
 		st, ok := svc.Status(time.Second)
@@ -386,7 +386,7 @@ func TestService_CrashedActorsRestartAndServiceKeepsAnswering(t *testing.T) {
 	sys := newTestSystem(t)
 	hub := newFeedHub()
 	cfg, th := kvPD(t, hub, 2, 2)
-	cfg.Rule.Probe = rule.Probe{Period: 10 * time.Millisecond}
+	cfg.Rule.Probe = rule.Probe{Period: 10 * time.Millisecond, AttemptTimeout: 10 * time.Millisecond, Retries: 2, MaxBackoff: 60 * time.Millisecond}
 	for range cfg.Rule.Endpoints {
 		cfg.Probes = append(cfg.Probes, func(context.Context) error { return nil })
 	}
@@ -846,7 +846,7 @@ func TestService_StartsWithoutARouterCrashWhenEveryProbeFailsAtOnce(t *testing.T
 	for i := range cfg.Probes {
 		cfg.Probes[i] = func(context.Context) error { return errors.New("connection refused") }
 	}
-	cfg.Rule.Probe = rule.Probe{Period: time.Hour, AttemptTimeout: time.Second, Retries: 1}
+	cfg.Rule.Probe = rule.Probe{Period: time.Hour, AttemptTimeout: time.Second, Retries: 1, MaxBackoff: 6 * time.Hour}
 	for i := range 400 {
 		cfg.Rule.Key = fmt.Sprintf("svc-%d", i)
 		svc, err := sys.Start(cfg, nil)

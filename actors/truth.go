@@ -52,19 +52,11 @@ func (c *routerCore) predict(m *routeMsg, ep int) ticketPrediction {
 	}
 	kv := &m.rr.Req.KV
 	return ticketPrediction{ok: true, chain: m.rr.Chain, s: ladder.TruthSample{
-		Predicted:    ladder.PredictedCachedTokens(m.overlaps[ep], kv.PromptTokens, c.blockSize()),
+		Predicted:    ladder.PredictedCachedTokens(m.overlaps[ep], kv.PromptTokens, c.cfg.Rule.Spec.KVBlockSize),
 		PromptTokens: kv.PromptTokens,
 		Chat:         m.rr.Chat,
 		ExtraKeys:    m.rr.ExtraKeys,
 	}}
-}
-
-// blockSize is the rule's tokens per KV block.
-func (c *routerCore) blockSize() int {
-	if bs := c.cfg.Rule.Spec.KVBlockSize; bs > 0 {
-		return bs
-	}
-	return ladder.DefaultKVBlockSize
 }
 
 // checkPrediction compares a successful leg's reported cached tokens with
@@ -76,7 +68,7 @@ func (c *routerCore) checkPrediction(now time.Time, ep int, p *ticketPrediction,
 	p.ok = false
 	s := p.s
 	s.Actual, s.EnginePromptTokens = o.Usage.CachedTokens, o.Usage.PromptTokens
-	bs := c.blockSize()
+	bs := c.cfg.Rule.Spec.KVBlockSize
 	if out, _ := ladder.ClassifyPrediction(s.Predicted, s.Actual, bs); out == ladder.PredictionUnder && len(c.checks) < maxTruthChecks {
 		// Ask the mirror again now that the engine answered: if it holds
 		// the blocks the engine reused, the prediction was late, not wrong.
@@ -101,7 +93,7 @@ func (c *routerCore) truthConfirmed(now time.Time, id uint64, overlap int) bool 
 	delete(c.checks, id)
 	if overlap >= 0 {
 		tc.stop()
-		bs := c.blockSize()
+		bs := c.cfg.Rule.Spec.KVBlockSize
 		tc.s.Confirmed = uint64(overlap+1)*uint64(bs) >= uint64(tc.s.Actual)
 	}
 	c.observeTruth(now, tc.ep, tc.s)
@@ -110,7 +102,7 @@ func (c *routerCore) truthConfirmed(now time.Time, id uint64, overlap int) bool 
 
 // observeTruth records a completed sample of endpoint ep.
 func (c *routerCore) observeTruth(now time.Time, ep int, s ladder.TruthSample) {
-	step := c.truth[ep].Observe(now, s, c.blockSize())
+	step := c.truth[ep].Observe(now, s, c.cfg.Rule.Spec.KVBlockSize)
 	c.m.prediction(ep, step.Outcome, step.Diff)
 	if !step.Changed {
 		return

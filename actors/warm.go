@@ -62,8 +62,8 @@ func (w *Warm) takeMirror(i int, ep *rule.CompiledEndpoint, fc rule.Feed, keys i
 // takeSessions returns the warm session table adjusted to cfg's endpoints,
 // or a new table.
 func (w *Warm) takeSessions(cfg *ServiceConfig) *ladder.SessionTable {
-	if w == nil || w.sessions == nil || w.sessCfg != cfg.Sessions {
-		return ladder.NewSessionTable(cfg.Sessions)
+	if w == nil || w.sessions == nil || w.sessCfg != cfg.sessionConfig() {
+		return ladder.NewSessionTable(cfg.sessionConfig())
 	}
 	t := w.sessions
 	w.sessions = nil

@@ -16,7 +16,7 @@ import (
 // daemonDirs are the packages llbd is built from (ARCHITECTURE.md): the
 // metric names, labels and environment knobs the packaging files may use are
 // the ones these define. Simulators and the CLI are not the daemon.
-var daemonDirs = []string{"ladder", "inventory", "actors", "gateway", "rule", "lifecycle", "restapi", "internal", "cmd/llbd"}
+var daemonDirs = []string{"ladder", "inventory", "actors", "gateway", "rule", "catalog", "lifecycle", "restapi", "internal", "cmd/llbd"}
 
 // sourceFacts is what the daemon's non-test sources spell out.
 type sourceFacts struct {

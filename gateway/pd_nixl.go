@@ -7,8 +7,7 @@ import (
 	"github.com/llbproject/llb/actors"
 )
 
-// vLLM's P/D protocol with its NixlConnector (vllm-contract.md §4), the
-// first P/D dialect:
+// vLLM's P/D protocol with its NixlConnector (vllm-contract.md §4):
 //
 //  1. one X-Request-Id (LoxiLB's ___prefill_addr_…___decode_addr_…___<uuid>___
 //     form) on both legs;

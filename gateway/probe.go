@@ -9,9 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/llbproject/llb/rule"
@@ -79,23 +77,11 @@ func NewProbe(p rule.Probe, ep *rule.CompiledEndpoint, hopID string) (Probe, err
 	if p.Type == rule.ProbeNone {
 		return nil, ErrProbeOff
 	}
-	if p.Period <= 0 || p.AttemptTimeout <= 0 {
-		return nil, fmt.Errorf("probe period %v, attempt timeout %v: not compiled: %w", p.Period, p.AttemptTimeout, ErrInvalidConfig)
+	if p.Period <= 0 || p.AttemptTimeout <= 0 || !ep.Probe.Target.IsValid() {
+		return nil, fmt.Errorf("probe period %v, attempt timeout %v, target %v: not compiled: %w", p.Period, p.AttemptTimeout, ep.Probe.Target, ErrInvalidConfig)
 	}
-	host := ep.Addr.Addr()
-	if ep.Probe.MonitorAddress != "" {
-		a, err := netip.ParseAddr(ep.Probe.MonitorAddress)
-		if err != nil {
-			return nil, fmt.Errorf("monitorAddress %q: %w", ep.Probe.MonitorAddress, ErrInvalidConfig)
-		}
-		host = a
-	}
-	port := ep.Addr.Port()
-	if p.Port != 0 {
-		port = p.Port
-	}
-	target := netip.AddrPortFrom(host, port).String()
-	timeout := min(p.AttemptTimeout, p.Period)
+	target := ep.Probe.Target.String()
+	timeout := p.AttemptTimeout
 	switch p.Type {
 	case rule.ProbeTCP:
 		tp := &tcpProbe{target: target, timeout: timeout, send: []byte(p.Request), expect: []byte(p.Response)}
@@ -108,16 +94,6 @@ func NewProbe(p rule.Probe, ep *rule.CompiledEndpoint, hopID string) (Probe, err
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	path := p.Request
-	if ep.Probe.URLPath != "" {
-		path = ep.Probe.URLPath
-	}
-	if path == "" {
-		path = rule.DefaultProbePath
-	}
-	if !strings.HasPrefix(path, "/") {
-		path = "/" + path
-	}
 	scheme := "http"
 	tr := &http.Transport{
 		Proxy:              nil,
@@ -129,12 +105,8 @@ func NewProbe(p rule.Probe, ep *rule.CompiledEndpoint, hopID string) (Probe, err
 		scheme = "https"
 		tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true, ServerName: ep.Probe.DomainName} //nolint:gosec // liveness probe, see above
 	}
-	method := ep.Probe.HTTPMethod
-	if method == "" {
-		method = http.MethodGet
-	}
 	hp := &httpProbe{
-		url: scheme + "://" + target + path, target: target, method: method, host: ep.Probe.DomainName,
+		url: scheme + "://" + target + ep.Probe.Path, target: target, method: ep.Probe.Method, host: ep.Probe.DomainName,
 		codes: codes, expect: []byte(p.Response), timeout: timeout, rt: tr, hop: hopID,
 	}
 	return hp.run, nil

@@ -3,11 +3,13 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,27 +36,28 @@ func TestHTTPProbe_Outcomes(t *testing.T) {
 		name    string
 		handler http.HandlerFunc
 		closed  bool
-		rule    rule.Probe
-		ep      rule.EndpointProbe
+		sa      string        // the rule's probe fields (probeport is the target's)
+		ep      string        // the endpoint's health-monitor fields
+		timeout time.Duration // overrides the compiled attempt timeout
 		want    error
 	}{
-		{"default GET /health 2xx", healthy, false, pc(rule.Probe{}), rule.EndpointProbe{}, nil},
-		{"custom path and body", healthy, false, pc(rule.Probe{Type: rule.ProbeHTTP, Request: "ready", Response: "ok"}), rule.EndpointProbe{}, nil},
-		{"closed port", nil, true, pc(rule.Probe{}), rule.EndpointProbe{}, ErrProbeConnect},
-		{"503", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(503) }, false, pc(rule.Probe{}), rule.EndpointProbe{}, ErrProbeStatus},
-		{"wrong path is 404", healthy, false, pc(rule.Probe{Request: "/nope"}), rule.EndpointProbe{}, ErrProbeStatus},
-		{"wrong body", healthy, false, pc(rule.Probe{Response: "ready"}), rule.EndpointProbe{}, ErrProbeBody},
+		{"default GET /health 2xx", healthy, false, "", "", 0, nil},
+		{"custom path and body", healthy, false, `"probetype":"http","probereq":"ready","proberesp":"ok"`, "", 0, nil},
+		{"closed port", nil, true, "", "", 0, ErrProbeConnect},
+		{"503", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(503) }, false, "", "", 0, ErrProbeStatus},
+		{"wrong path is 404", healthy, false, `"probetype":"http","probereq":"/nope"`, "", 0, ErrProbeStatus},
+		{"wrong body", healthy, false, `"probetype":"http","proberesp":"ready"`, "", 0, ErrProbeBody},
 		{"hang", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }, false,
-			pc(rule.Probe{AttemptTimeout: 50 * time.Millisecond}), rule.EndpointProbe{}, ErrProbeTimeout},
+			"", "", 50 * time.Millisecond, ErrProbeTimeout},
 		{"expected code list", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(202) }, false,
-			pc(rule.Probe{}), rule.EndpointProbe{ExpectedCodes: "200,202"}, nil},
+			"", `"expectedCodes":"200,202"`, 0, nil},
 		{"expected code range excludes", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(204) }, false,
-			pc(rule.Probe{}), rule.EndpointProbe{ExpectedCodes: "200-203"}, ErrProbeStatus},
+			"", `"expectedCodes":"200-203"`, 0, ErrProbeStatus},
 		{"endpoint path and method", func(w http.ResponseWriter, r *http.Request) {
 			if r.Method != http.MethodHead || r.URL.Path != "/ping" || r.Host != "svc.example" {
 				w.WriteHeader(500)
 			}
-		}, false, pc(rule.Probe{}), rule.EndpointProbe{HTTPMethod: "HEAD", URLPath: "/ping", DomainName: "svc.example"}, nil},
+		}, false, "", `"httpMethod":"HEAD","urlPath":"/ping","domainName":"svc.example"`, 0, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -64,7 +67,11 @@ func TestHTTPProbe_Outcomes(t *testing.T) {
 			} else {
 				addr = probeTarget(t, tt.handler)
 			}
-			probe, err := NewProbe(tt.rule, &rule.CompiledEndpoint{Addr: addr, Probe: tt.ep}, "")
+			p, ep := compiledProbe(addr, tt.sa, tt.ep)
+			if tt.timeout > 0 {
+				p.AttemptTimeout = tt.timeout
+			}
+			probe, err := NewProbe(p, ep, "")
 			if err != nil {
 				t.Fatalf("NewProbe: %v", err)
 			}
@@ -82,8 +89,9 @@ func TestHTTPProbe_Outcomes(t *testing.T) {
 
 func TestHTTPProbe_UsesProbePortAndMonitorAddress(t *testing.T) {
 	target := probeTarget(t, func(w http.ResponseWriter, _ *http.Request) {})
-	ep := &rule.CompiledEndpoint{Addr: netip.MustParseAddrPort("192.0.2.55:1"), Probe: rule.EndpointProbe{MonitorAddress: target.Addr().String()}}
-	probe, err := NewProbe(pc(rule.Probe{Port: target.Port()}), ep, "")
+	p, ep := compiledProbe(netip.MustParseAddrPort("192.0.2.55:1"),
+		fmt.Sprintf(`"probetype":"http","probeport":%d`, target.Port()), fmt.Sprintf(`"monitorAddress":%q`, target.Addr()))
+	probe, err := NewProbe(p, ep, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +103,9 @@ func TestHTTPProbe_UsesProbePortAndMonitorAddress(t *testing.T) {
 func TestHTTPSProbe_DoesNotVerifyTheCertificate(t *testing.T) {
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
 	t.Cleanup(srv.Close)
-	probe, err := NewProbe(pc(rule.Probe{Type: rule.ProbeHTTPS}), &rule.CompiledEndpoint{Addr: netip.MustParseAddrPort(srv.Listener.Addr().String())}, "")
+	addr := netip.MustParseAddrPort(srv.Listener.Addr().String())
+	p, ep := compiledProbe(addr, `"probetype":"https"`, "")
+	probe, err := NewProbe(p, ep, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,22 +122,32 @@ func TestTCPProbe_Outcomes(t *testing.T) {
 	}
 	silent := func(c net.Conn) { _, _ = io.Copy(io.Discard, c) }
 	tests := []struct {
-		name   string
-		addr   func(t *testing.T) netip.AddrPort
-		rule   rule.Probe
-		want   error
-		closed bool
+		name    string
+		addr    func(t *testing.T) netip.AddrPort
+		sa      string        // the rule's probe fields beside probetype tcp
+		timeout time.Duration // overrides the compiled attempt timeout
+		want    error
+		closed  bool
 	}{
-		{"connect only", func(t *testing.T) netip.AddrPort { return serveTCP(t, silent) }, pc(rule.Probe{Type: rule.ProbeTCP}), nil, false},
-		{"closed port", closedAddr, pc(rule.Probe{Type: rule.ProbeTCP}), ErrProbeConnect, true},
-		{"send and expect", func(t *testing.T) netip.AddrPort { return serveTCP(t, echo) }, pc(rule.Probe{Type: rule.ProbeTCP, Request: "PING", Response: "PONG:PING"}), nil, false},
-		{"wrong answer", func(t *testing.T) netip.AddrPort { return serveTCP(t, echo) }, pc(rule.Probe{Type: rule.ProbeTCP, Request: "PING", Response: "HELLO"}), ErrProbeBody, false},
+		{"connect only", func(t *testing.T) netip.AddrPort { return serveTCP(t, silent) }, "", 0, nil, false},
+		{"closed port", closedAddr, "", 0, ErrProbeConnect, true},
+		{"send and expect", func(t *testing.T) netip.AddrPort { return serveTCP(t, echo) }, `"probereq":"PING","proberesp":"PONG:PING"`, 0, nil, false},
+		{"wrong answer", func(t *testing.T) netip.AddrPort { return serveTCP(t, echo) }, `"probereq":"PING","proberesp":"HELLO"`, 0, ErrProbeBody, false},
 		{"no answer", func(t *testing.T) netip.AddrPort { return serveTCP(t, silent) },
-			pc(rule.Probe{Type: rule.ProbeTCP, Request: "PING", Response: "PONG", AttemptTimeout: 50 * time.Millisecond}), ErrProbeTimeout, false},
+			`"probereq":"PING","proberesp":"PONG"`, 50 * time.Millisecond, ErrProbeTimeout, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			probe, err := NewProbe(tt.rule, &rule.CompiledEndpoint{Addr: tt.addr(t)}, "")
+			addr := tt.addr(t)
+			sa := `"probetype":"tcp"`
+			if tt.sa != "" {
+				sa += "," + tt.sa
+			}
+			p, ep := compiledProbe(addr, sa, "")
+			if tt.timeout > 0 {
+				p.AttemptTimeout = tt.timeout
+			}
+			probe, err := NewProbe(p, ep, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -139,40 +159,46 @@ func TestTCPProbe_Outcomes(t *testing.T) {
 }
 
 func TestNewProbe_OffAndRefusals(t *testing.T) {
-	ep := rule.CompiledEndpoint{Addr: netip.MustParseAddrPort("127.0.0.1:8000")}
-	if _, err := NewProbe(pc(rule.Probe{Type: rule.ProbeNone}), &ep, ""); !errors.Is(err, ErrProbeOff) {
+	addr := netip.MustParseAddrPort("127.0.0.1:8000")
+	p, ep := compiledProbe(addr, `"probetype":"none"`, "")
+	if _, err := NewProbe(p, ep, ""); !errors.Is(err, ErrProbeOff) {
 		t.Errorf("probetype none = %v; want ErrProbeOff", err)
 	}
 	// rule.Validate refuses all of these; a hand-filled rule still gets an
 	// error rather than a probe that can never pass.
 	for _, bad := range []struct {
-		rule rule.Probe
-		ep   rule.EndpointProbe
+		name string
+		edit func(p *rule.Probe, ep *rule.CompiledEndpoint)
 	}{
-		{pc(rule.Probe{Type: rule.ProbePing}), rule.EndpointProbe{}},
-		{rule.Probe{Type: rule.ProbeHTTP}, rule.EndpointProbe{}}, // no period: not compiled
-		{pc(rule.Probe{}), rule.EndpointProbe{ExpectedCodes: "2xx"}},
-		{pc(rule.Probe{}), rule.EndpointProbe{MonitorAddress: "host.example"}},
+		{"probetype ping", func(p *rule.Probe, _ *rule.CompiledEndpoint) { p.Type = rule.ProbePing }},
+		{"no period: not compiled", func(p *rule.Probe, _ *rule.CompiledEndpoint) { p.Period = 0 }},
+		{"expectedCodes 2xx", func(_ *rule.Probe, ep *rule.CompiledEndpoint) { ep.Probe.ExpectedCodes = "2xx" }},
+		{"no target: not compiled", func(_ *rule.Probe, ep *rule.CompiledEndpoint) { ep.Probe.Target = netip.AddrPort{} }},
 	} {
-		ep.Probe = bad.ep
-		if _, err := NewProbe(bad.rule, &ep, ""); !errors.Is(err, ErrInvalidConfig) {
-			t.Errorf("NewProbe(%+v, %+v) = %v; want ErrInvalidConfig", bad.rule, bad.ep, err)
+		p, ep := compiledProbe(addr, "", "")
+		bad.edit(&p, ep)
+		if _, err := NewProbe(p, ep, ""); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: NewProbe = %v; want ErrInvalidConfig", bad.name, err)
 		}
 	}
 }
 
-// pc is p as rule.Compile leaves it: a mode:4 rule's probe type and
-// bounds where p has none.
-func pc(p rule.Probe) rule.Probe {
-	d := ruletest.Rule(ruletest.Options{Probe: rule.ProbeHTTP, Extra: `"probeport":1`}, ruletest.Endpoint{Addr: netip.MustParseAddrPort("127.0.0.1:1")}).Probe
-	if p.Type == "" {
-		p.Type = d.Type
+// compiledProbe compiles a rule with one endpoint at addr, the rule's probe
+// fields sa and the endpoint's health-monitor fields ep (JSON members
+// without braces), and returns its probe settings and endpoint. A probetype
+// without a probeport probes addr's port (rule.Validate wants the port
+// named).
+func compiledProbe(addr netip.AddrPort, sa, ep string) (rule.Probe, *rule.CompiledEndpoint) {
+	if strings.Contains(sa, "probetype") && !strings.Contains(sa, `"none"`) && !strings.Contains(sa, "probeport") {
+		sa += fmt.Sprintf(`,"probeport":%d`, addr.Port())
 	}
-	if p.Period == 0 {
-		p.Period = d.Period
+	if sa != "" {
+		sa = "," + sa
 	}
-	if p.AttemptTimeout == 0 {
-		p.AttemptTimeout = d.AttemptTimeout
+	if ep != "" {
+		ep = "," + ep
 	}
-	return p
+	c := ruletest.Compile(fmt.Sprintf(`{"serviceArguments":{"externalIP":"127.0.0.1","port":2020,"protocol":"tcp","mode":4%s},`+
+		`"endpoints":[{"endpointIP":%q,"targetPort":%d,"weight":1%s}]}`, sa, addr.Addr(), addr.Port(), ep), rule.Defaults{})
+	return c.Probe, &c.Endpoints[0]
 }

@@ -2,9 +2,10 @@
 // endpoint's prefix cache from its KV events — vLLM's and SGLang's ZMQ
 // streams, TensorRT-LLM's HTTP drain — and recomputes the block keys the
 // engine would compute for a prompt, so Tier 1.5 can score endpoints by the
-// cached prefix they really hold. The vLLM contracts follow
-// /work/shared/spec/vllm-contract.md, the others spec/engines.md and each
-// engine's source; it imports nothing else of llb.
+// cached prefix they really hold. The contracts follow each engine's own
+// source and are pinned by vectors the engines' functions made
+// (testdata/); docs/vllm.md says how vLLM workers must run for them. It
+// imports nothing else of llb.
 //
 // # Pieces
 //

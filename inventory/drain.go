@@ -282,6 +282,7 @@ func (f *DrainFeed) Run(ctx context.Context) error {
 			return nil
 		case <-time.After(wait):
 		}
+		f.applyRelayed() // what the previous leader drained before handing over
 		n, err := f.drainOnce(ctx)
 		now := time.Now()
 		f.tickRate(now)
@@ -324,6 +325,19 @@ func (f *DrainFeed) drainOnce(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("drain: status %d: %.200s", resp.StatusCode, body)
 	}
 	return f.consume(body, true)
+}
+
+// applyRelayed applies the relayed bodies already waiting, without
+// blocking.
+func (f *DrainFeed) applyRelayed() {
+	for {
+		select {
+		case body := <-f.cfg.Relay:
+			_, _ = f.consume(body, false)
+		default:
+			return
+		}
+	}
 }
 
 // follow applies relayed bodies while another replica leads; false when

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -381,10 +382,14 @@ func TestDrainFeed_OneLeaderDrainsForEveryReplica(t *testing.T) {
 		mu sync.Mutex
 		m  *Mirror
 	}
-	start := func(leader func() bool, drained func([]byte), relayIn <-chan []byte) *replica {
+	type replica2 = replica
+	start := func(leader func() bool, drained func([]byte), relayIn <-chan []byte, posts *atomic.Int64) *replica2 {
 		r := &replica{m: newTestMirror(t, keys, 0)}
+		tr := &http.Transport{Proxy: nil}
+		t.Cleanup(tr.CloseIdleConnections)
+		client := &http.Client{Transport: countingRT{tr, posts}}
 		f, err := NewDrainFeed(DrainConfig{URL: srv.srv.URL + "/kv_cache_events", BlockSize: 32, PollMin: time.Millisecond,
-			PollMax: 5 * time.Millisecond, Logger: zerolog.Nop(), Leader: leader, Drained: drained, Relay: relayIn,
+			PollMax: 5 * time.Millisecond, Logger: zerolog.Nop(), Leader: leader, Drained: drained, Relay: relayIn, Client: client,
 			Sink: func(u Update) { r.mu.Lock(); r.m.ApplyUpdate(u); r.mu.Unlock() }})
 		if err != nil {
 			t.Fatal(err)
@@ -395,20 +400,32 @@ func TestDrainFeed_OneLeaderDrainsForEveryReplica(t *testing.T) {
 		t.Cleanup(func() { cancel(); <-done })
 		return r
 	}
-	a := start(isA, func(b []byte) { relay <- append([]byte(nil), b...) }, nil)
-	b := start(func() bool { return !isA() }, nil, relay)
+	var aPosts, bPosts atomic.Int64
+	a := start(isA, func(b []byte) { relay <- append([]byte(nil), b...) }, nil, &aPosts)
+	b := start(func() bool { return !isA() }, nil, relay, &bPosts)
 	score := func(r *replica, toks []uint32) int {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return r.m.Score(keys.AppendBlockKeys(nil, toks, ExtraKeys{}))
 	}
 	waitFor(t, func() bool { return score(a, seqTokens(1, 64)) == 2 && score(b, seqTokens(1, 64)) == 2 })
+	if n := bPosts.Load(); n != 0 || aPosts.Load() == 0 {
+		t.Fatalf("the follower posted %d drains, the leader %d; want 0 and some", n, aPosts.Load())
+	}
 	leaderA.Lock()
 	aLeads = false
 	leaderA.Unlock()
 	srv.push(readDrain(t, "drain-after-theft.json"))
-	waitFor(t, func() bool { return score(b, seqTokens(2000, 64)) == 2 })
-	if got := score(a, seqTokens(2000, 64)); got != 0 {
-		t.Errorf("the old leader, now following with nothing relayed to it, scores %d; want 0", got)
-	}
+	waitFor(t, func() bool { return score(b, seqTokens(2000, 64)) == 2 && bPosts.Load() > 0 })
+}
+
+// countingRT counts the requests a client makes.
+type countingRT struct {
+	rt http.RoundTripper
+	n  *atomic.Int64
+}
+
+func (c countingRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.rt.RoundTrip(r)
 }

@@ -90,15 +90,18 @@ func (st *goldenState) run(t *testing.T, d *datadriven.TestData) string {
 		}
 		return b.String() + st.rebuild()
 	case "rule":
-		st.svc = ServiceSpec{Name: "golden", BalanceAbsThreshold: DefaultBalanceAbsThreshold}
+		st.svc = ServiceSpec{Name: "golden"}
 		st.svc.PDDisagg = d.HasArg("pd")
 		st.svc.CacheAware = d.HasArg("cache-aware")
 		st.svc.KVExactMode = KVExactMode(intArg(t, d, "kv", 0))
 		st.svc.Selector = SelectorKind(intArg(t, d, "sel", 0))
-		st.svc.KVBlockSize = intArg(t, d, "block", 0)
-		st.svc.CacheThresholdPct = intArg(t, d, "threshold", 0)
-		st.svc.BalanceAbsThreshold = intArg(t, d, "balance", DefaultBalanceAbsThreshold)
-		st.svc.SessionTTL = time.Duration(intArg(t, d, "ttl", 0)) * time.Second
+		// An argument left out takes the value rule.Compile gives a rule
+		// that leaves the field unset (LoxiLB's defaults).
+		st.svc.KVBlockSize = intArg(t, d, "block", 16)
+		st.svc.CacheThresholdPct = intArg(t, d, "threshold", 20)
+		st.svc.BalanceAbsThreshold = intArg(t, d, "balance", 3)
+		st.svc.SessionTTL = time.Duration(intArg(t, d, "ttl", 300)) * time.Second
+		st.svc.PersistTTL = 10800 * time.Second
 		st.svc.KVWarmup = time.Duration(intArg(t, d, "warmup", 0)) * time.Second
 		if d.HasArg("start") {
 			st.svc.StartedAt = goldenEpoch.Add(time.Duration(intArg(t, d, "start", 0)) * time.Second)
@@ -169,9 +172,9 @@ func (st *goldenState) run(t *testing.T, d *datadriven.TestData) string {
 		return st.law(t, d)
 	case "sessions":
 		st.table = NewSessionTable(SessionConfig{
-			Shards: intArg(t, d, "shards", 1), MaxEntries: intArg(t, d, "cap", 0), TTL: st.svc.SessionTTLOrDefault(),
+			Shards: intArg(t, d, "shards", 1), MaxEntries: intArg(t, d, "cap", 0), TTL: st.svc.SessionTTL,
 		})
-		return fmt.Sprintf("ttl=%s shards=%d\n", st.svc.SessionTTLOrDefault(), st.table.NumShards())
+		return fmt.Sprintf("ttl=%s shards=%d\n", st.svc.SessionTTL, st.table.NumShards())
 	case "sput", "sget":
 		key := d.CmdArgs[0].Vals[0]
 		shard := st.table.Shard(st.table.ShardFor(key))

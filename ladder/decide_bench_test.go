@@ -20,7 +20,7 @@ func benchPD(b testing.TB, n int) (*Router, *Request, *Snapshot) {
 	}
 	eps[n-1].Role, eps[n-2].Role = RoleDecode, RoleDecode
 	svc := ServiceSpec{Name: "bench", PDDisagg: true, CacheAware: true, KVExactMode: KVPrefill,
-		BalanceAbsThreshold: 64, KVBlockSize: 16}
+		CacheThresholdPct: 20, BalanceAbsThreshold: 64, KVBlockSize: 16}
 	env := DefaultEnv()
 	env.SpillRelief = TriOn
 	r, err := NewRouter(svc, eps, env, RouterConfig{})
@@ -69,7 +69,7 @@ func BenchmarkDecide(b *testing.B) {
 			for i := range eps {
 				eps[i].Addr = fmt.Sprintf("10.2.0.%d:8000", i)
 			}
-			r, err := NewRouter(ServiceSpec{Selector: SelCHWBL, KVExactMode: KVSinglePool}, eps, DefaultEnv(), RouterConfig{})
+			r, err := NewRouter(ServiceSpec{Selector: SelCHWBL, KVExactMode: KVSinglePool, KVBlockSize: 16}, eps, DefaultEnv(), RouterConfig{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -110,7 +110,7 @@ func refitBench(tb testing.TB, now time.Time, n int) (*Router, *Request, *Snapsh
 	for i := range eps {
 		eps[i].Addr = fmt.Sprintf("10.3.0.%d:8000", i)
 	}
-	r, err := NewRouter(ServiceSpec{KVExactMode: KVSinglePool}, eps, DefaultEnv(), RouterConfig{})
+	r, err := NewRouter(ServiceSpec{KVExactMode: KVSinglePool, KVBlockSize: 16}, eps, DefaultEnv(), RouterConfig{})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestDecide_SteadyStateDoesNotAllocate(t *testing.T) {
 		for i := range eps {
 			eps[i].Addr = fmt.Sprintf("10.4.0.%d:80", i)
 		}
-		r, err := NewRouter(ServiceSpec{Selector: sel, KVExactMode: KVSinglePool}, eps, DefaultEnv(), RouterConfig{})
+		r, err := NewRouter(ServiceSpec{Selector: sel, KVExactMode: KVSinglePool, KVBlockSize: 16}, eps, DefaultEnv(), RouterConfig{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,8 +15,10 @@ func ExampleRouter_Decide() {
 	if err != nil {
 		panic(err)
 	}
+	// A ServiceSpec is taken literally: rule.Compile fills it from a
+	// LoxiLB rule, this one is written out with LoxiLB's defaults.
 	svc := ladder.ServiceSpec{Name: "chat", PDDisagg: true, KVExactMode: ladder.KVPrefill,
-		BalanceAbsThreshold: ladder.DefaultBalanceAbsThreshold}
+		KVBlockSize: 16, CacheThresholdPct: 20, BalanceAbsThreshold: 3, SessionTTL: 300 * time.Second}
 	eps := []ladder.EndpointSpec{
 		{Addr: "192.0.2.1:8100", Role: ladder.RolePrefill},
 		{Addr: "192.0.2.2:8100", Role: ladder.RolePrefill},

@@ -12,24 +12,21 @@ import "time"
 // keeps evicting part of it moves to an endpoint with room (refit): when
 // the prefixes sent to one endpoint need more blocks than it has, LRU
 // evicts each one's tail in turn and every request pays its tail again, a
-// cost no per-request comparison of prefill work sees (issue 16's
-// long-document Q&A: three documents on one worker whose cache holds two).
+// cost no per-request comparison of prefill work sees (long-document Q&A:
+// three documents on one worker whose cache holds two).
 //
 // A key counts on the endpoint it was last sent to only. Counting it on
-// every endpoint that got it within the TTL (a popular prefix's copies)
-// was measured on issue 16's sweep and did worse: the spilled copies of a
-// document inflate footprints that the law then packs around.
+// every endpoint that got it within the TTL would count a popular
+// prefix's spilled copies too, inflating footprints the law then packs
+// around (docs/performance.md, footprints and refits).
 
 const (
 	// FootprintTTL is how long a placement counts towards its endpoint's
 	// footprint: the footprint is the hot part of what an endpoint keeps,
 	// and a prefix not asked for within it is the one LRU should evict
-	// first. Measured on issue 16's sweep (three seeds) at 10, 15, 20, 30,
-	// 45, 60 and 120 s: the shorter the better for long-document Q&A
-	// (70 % load: 0.05 s TTFT p90 at 10–30 s, 0.33 s at 45 s, 0.50 s at
-	// 60 s), and 20 s is the shortest that keeps issue 18's light-load
-	// targets (at 10 and 15 s light-load-many-groups loses 0.5 ms of TTFT
-	// p90 to CHWBL at two clients).
+	// first. The shorter, the better long-document Q&A is served; 20 s is
+	// the shortest at which light-load traffic keeps its TTFT against
+	// CHWBL (docs/performance.md, footprints and refits).
 	FootprintTTL = 20 * time.Second
 	// footprintSlots is the table size; a key takes slot key mod
 	// footprintSlots and a colliding key simply replaces it (the table is

@@ -62,7 +62,7 @@ func FuzzDecide(f *testing.F) {
 			svc.Selector = []SelectorKind{0, 1, 2, 3, 4, 8, 9, 10}[s.intn(8)]
 		}
 		svc.BalanceAbsThreshold = s.intn(8)
-		svc.KVBlockSize = s.intn(33)
+		svc.KVBlockSize = 1 + s.intn(32)
 		env := DefaultEnv()
 		env.LBMode = LBMode(s.intn(int(LBAuto) + 1))
 		env.SpillRelief = Tristate(s.intn(3))

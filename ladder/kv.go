@@ -45,7 +45,7 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 		return -1
 	}
 
-	promptBlocks := r.promptBlocks(req)
+	promptBlocks := r.PromptBlocks(req)
 	overlap := func(i int) uint32 {
 		return effectiveOverlap(&views[i], promptBlocks, r.offloadPct)
 	}
@@ -92,7 +92,7 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 		return -1
 	}
 	if r.minMatchTokens > 0 {
-		bs := r.svc.blockSize()
+		bs := uint32(r.svc.KVBlockSize)
 		minBlocks := (r.minMatchTokens + bs - 1) / bs
 		if promptBlocks > 0 && minBlocks > promptBlocks {
 			minBlocks = promptBlocks // a short prompt matched in full is a genuine hit
@@ -190,15 +190,6 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 		}
 	}
 	return pick
-}
-
-// promptBlocks is the request's prompt length in blocks: KVInput's count,
-// else its tokens over the rule's block size.
-func (r *Router) promptBlocks(req *Request) uint32 {
-	if req.KV.PromptBlocks == 0 && req.KV.PromptTokens > 0 {
-		return req.KV.PromptTokens / r.svc.blockSize()
-	}
-	return req.KV.PromptBlocks
 }
 
 // refit is the headroom law's answer to a pick whose cache cannot keep

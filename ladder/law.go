@@ -14,11 +14,12 @@ import (
 // ceil(1.75·L·cap_i/Σcap) is tiny while L is: with 4 in flight on 4 equal
 // endpoints it is 2, so two requests on the endpoint holding a prefix
 // "overload" it and relief spills the third to an endpoint that must
-// prefill the whole prompt and evict another prefix to hold it (issue 18:
-// 25–35 spills in 145 Tier-1.5 picks, hit rate below CHWBL's). An endpoint
-// that can run the request at once is not overloaded; the floor says so,
-// and the relative cap rules again once it is near its concurrency
-// estimate or its engine queues, where spilling wins.
+// prefill the whole prompt and evict another prefix to hold it, which at
+// light load costs more cache hits than CHWBL loses
+// (docs/performance.md, the headroom law). An endpoint that can run the
+// request at once is not overloaded; the floor says so, and the relative
+// cap rules again once it is near its concurrency estimate or its engine
+// queues, where spilling wins.
 
 const (
 	// CapacityClampMax bounds an advertised num_gpu_blocks before it enters
@@ -245,11 +246,11 @@ func HoldWinner(w, t EndpointView, capW uint64, promptBlocks, overlapW, overlapT
 // law's other tests move a request only when its pick is over a cap or
 // cannot keep the prompt; on vLLM's step scheduler a request also waits
 // for every prefill chunk queued ahead of it, and a pick that is under
-// its cap can still hold a long queue of misses. Measured on issue 16's
-// DES sweep (14 scenarios × 50/70/90 % load × six seeds against the
-// peers): 64 and 128 move too often (each move copies a prompt; shared-
-// prefix and its Zipf variant lose 20–80 % of TTFT p90), 256 turns chat
-// sessions on the step engine from llb's steadiest loss into a win.
+// its cap can still hold a long queue of misses. A smaller margin moves
+// requests too often (each move copies a prompt, and shared-prefix traffic
+// loses more to the copies than it gains); at 256 chat sessions on vLLM's
+// step scheduler stop waiting behind queued misses (docs/performance.md,
+// rebalancing).
 const BalanceMarginBlocks = 256
 
 // Rebalance is the headroom law's test of a move from the pick p to t:
@@ -269,9 +270,9 @@ func Rebalance(p, t EndpointView, promptBlocks, overlapP, overlapT uint32) bool 
 // percent of an endpoint's capacity, a miss target must be (missTarget):
 // the misses go among those, so at light load, when every cache is about
 // as busy, new prefixes spread evenly over the endpoints as round robin
-// spreads them, and under load they avoid the busy ones. A quarter of a
-// cache (the first value) let misses herd onto busy engines near
-// saturation (docs/routing.md, misses).
+// spreads them, and under load they avoid the busy ones. A wider window
+// (a quarter of a cache) herds misses onto busy engines near saturation
+// (docs/routing.md, misses).
 const MissSlackPct = 5
 
 // The auto law's ε range, as (1+ε)·100.

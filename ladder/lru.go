@@ -34,8 +34,10 @@ func newLRUTable[V any](capacity int, ttl time.Duration) lruTable[V] {
 	return lruTable[V]{m: make(map[string]*lruEntry[V]), cap: capacity, ttl: ttl}
 }
 
+// expired reports an entry idle for longer than the TTL; a table without a
+// TTL (0) expires nothing.
 func (t *lruTable[V]) expired(e *lruEntry[V], now time.Time) bool {
-	return now.Sub(e.last) > t.ttl
+	return t.ttl > 0 && now.Sub(e.last) > t.ttl
 }
 
 // get returns the live value for key and refreshes its access time; an

@@ -163,7 +163,7 @@ func (r *Router) tier1(req *Request, views []EndpointView, elig EndpointSet, d *
 		return -1
 	}
 	// matched/len ≥ threshold/100, in integers.
-	if uint64(matched)*100 < uint64(r.svc.cacheThreshold())*uint64(len(req.Prompt)) {
+	if uint64(matched)*100 < uint64(r.svc.CacheThresholdPct)*uint64(len(req.Prompt)) {
 		d.Trace.add(Tier1, ReasonMatchRateBelowThreshold)
 		return -1
 	}

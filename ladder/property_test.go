@@ -47,7 +47,7 @@ func genRule(t *rapid.T) ruleCase {
 		svc.KVExactMode = KVExactMode(rapid.SampledFrom([]uint8{0, 3}).Draw(t, "kv"))
 		svc.Selector = SelectorKind(rapid.SampledFrom([]uint8{0, 1, 2, 3, 4, 8, 9, 10}).Draw(t, "sel"))
 	}
-	svc.KVBlockSize = rapid.SampledFrom([]int{0, 1, 16}).Draw(t, "block")
+	svc.KVBlockSize = rapid.SampledFrom([]int{1, 16}).Draw(t, "block")
 	env := DefaultEnv()
 	env.LBMode = LBMode(rapid.IntRange(0, int(LBAuto)).Draw(t, "mode"))
 	env.SpillRelief = Tristate(rapid.IntRange(0, 2).Draw(t, "relief"))

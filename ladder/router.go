@@ -3,6 +3,7 @@ package ladder
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -41,6 +42,7 @@ type Router struct {
 	svc ServiceSpec
 	eps []EndpointSpec
 	env Env
+	cfg RouterConfig
 
 	// Resolved knobs (immutable after NewRouter).
 	law            LawParams
@@ -92,10 +94,22 @@ func NewRouter(svc ServiceSpec, eps []EndpointSpec, env Env, cfg RouterConfig) (
 	if err := errors.Join(ValidateRule(&svc, eps), env.Validate()); err != nil {
 		return nil, fmt.Errorf("ladder: rule %q: %w", svc.Name, err)
 	}
+	return build(svc, append([]EndpointSpec(nil), eps...), env, cfg), nil
+}
+
+// Fresh returns a new Router for r's rule, env and config with none of r's
+// decision state, as NewRouter would build it, without validating again:
+// what a restarted owner starts from.
+func (r *Router) Fresh() *Router { return build(r.svc, slices.Clone(r.eps), r.env, r.cfg) }
+
+// build resolves a validated rule's knobs into a Router with fresh state;
+// the Router owns eps.
+func build(svc ServiceSpec, eps []EndpointSpec, env Env, cfg RouterConfig) *Router {
 	r := &Router{
 		svc: svc,
-		eps: append([]EndpointSpec(nil), eps...),
+		eps: eps,
 		env: env,
+		cfg: cfg,
 		law: LawParams{Mode: env.LBMode, FactorPct: env.MeanLoadFactorPct, Lambda: env.LoadPenalty},
 
 		autoFactor: AutoFactorMax,
@@ -158,7 +172,7 @@ func NewRouter(svc ServiceSpec, eps []EndpointSpec, env Env, cfg RouterConfig) (
 		}
 		r.sel = newSelector(&r.svc, r.eps, pc)
 	}
-	return r, nil
+	return r
 }
 
 // Spec returns the rule's service spec.
@@ -170,6 +184,10 @@ func (r *Router) NumEndpoints() int { return len(r.eps) }
 
 // Endpoint returns endpoint i's spec.
 func (r *Router) Endpoint(i int) EndpointSpec { return r.eps[i] }
+
+// MaxInflightPerEP is the per-endpoint admission cap in force: the rule's
+// Admission.MaxInflightPerEP, else the env's; 0 = no cap.
+func (r *Router) MaxInflightPerEP() uint32 { return r.maxInflight }
 
 // Env returns the env the router resolved its knobs from.
 func (r *Router) Env() Env { return r.env }
@@ -198,7 +216,7 @@ func (r *Router) Decide(now time.Time, req *Request, snap *Snapshot) (Decision, 
 	}
 	if r.pending != nil && req.HasPrefixHash && d.Available() {
 		r.pending.note(now, req.PrefixHash, d.Prefill)
-		r.foot.note(now, req.PrefixHash, d.Prefill, r.promptBlocks(req))
+		r.foot.note(now, req.PrefixHash, d.Prefill, r.PromptBlocks(req))
 	}
 	return d, nil
 }
@@ -286,10 +304,10 @@ func foldMasks(views []EndpointView) (excl, drain EndpointSet) {
 
 // PromptBlocks is req's prompt length in the rule's KV blocks: its
 // KV.PromptBlocks, else its token count over the block size; 0 when the
-// request carries neither (Tier 1.5 off).
+// request carries neither or the rule has no block size (Tier 1.5 off).
 func (r *Router) PromptBlocks(req *Request) uint32 {
-	if req.KV.PromptBlocks > 0 {
+	if req.KV.PromptBlocks > 0 || r.svc.KVBlockSize <= 0 {
 		return req.KV.PromptBlocks
 	}
-	return req.KV.PromptTokens / r.svc.blockSize()
+	return req.KV.PromptTokens / uint32(r.svc.KVBlockSize)
 }

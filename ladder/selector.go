@@ -63,7 +63,7 @@ func newSelector(svc *ServiceSpec, eps []EndpointSpec, persistCap int) Selector 
 	case SelPriority:
 		return &wrrSelector{}
 	case SelPersist:
-		return &persistSelector{table: newLRUTable[int](persistCap, svc.persistTTL())}
+		return &persistSelector{table: newLRUTable[int](persistCap, svc.PersistTTL)}
 	case SelLeastConn:
 		return &leastConnSelector{}
 	case SelCHWBL:
@@ -180,7 +180,7 @@ func (s *leastConnSelector) Pick(p *Pool) (int, Flags) {
 }
 
 // persistSelector (sel:3) pins Request.ClientKey to an endpoint in its own
-// TTL+LRU table (PersistTTL, default 10800 s; sliding). A miss, or a pin to
+// TTL+LRU table (PersistTTL, sliding). A miss, or a pin to
 // an endpoint that is no longer available, picks round robin and re-pins.
 // Requests without a key are round-robined and not pinned.
 type persistSelector struct {

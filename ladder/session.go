@@ -56,7 +56,8 @@ type SessionConfig struct {
 	// MaxEntries is the LRU cap over the whole table; 0 means 65536. Each
 	// shard holds at most ceil(MaxEntries/Shards).
 	MaxEntries int
-	// TTL is the sliding pin lifetime (pd_session_ttl_sec); 0 means 300 s.
+	// TTL is the sliding pin lifetime: the rule's pd_session_ttl_sec
+	// (ServiceSpec.SessionTTL). 0 keeps a pin until the LRU cap evicts it.
 	TTL time.Duration
 }
 
@@ -67,16 +68,14 @@ type SessionTable struct {
 	shards []SessionShard
 }
 
-// NewSessionTable builds a table with cfg's defaults applied.
+// NewSessionTable builds a table; a zero Shards or MaxEntries takes the
+// default size.
 func NewSessionTable(cfg SessionConfig) *SessionTable {
 	if cfg.Shards <= 0 {
 		cfg.Shards = DefaultSessionShards
 	}
 	if cfg.MaxEntries <= 0 {
 		cfg.MaxEntries = DefaultSessionMaxEntries
-	}
-	if cfg.TTL <= 0 {
-		cfg.TTL = DefaultSessionTTL
 	}
 	per := (cfg.MaxEntries + cfg.Shards - 1) / cfg.Shards
 	t := &SessionTable{shards: make([]SessionShard, cfg.Shards)}
@@ -110,7 +109,7 @@ func ShardFor(key string, n int) int {
 // SessionShard is one shard of pins: TTL-evicted (sliding: every Get
 // refreshes) and LRU-capped. Owned by one goroutine (a session-shard actor);
 // not safe for concurrent use. Pass a non-decreasing now. The zero value is
-// usable, with DefaultSessionMaxEntries and DefaultSessionTTL.
+// usable, with DefaultSessionMaxEntries and no TTL.
 type SessionShard struct {
 	t lruTable[Pin]
 }
@@ -133,7 +132,7 @@ func (s *SessionShard) Put(now time.Time, key string, p Pin) bool {
 		return false
 	}
 	if s.t.m == nil {
-		s.t = newLRUTable[Pin](DefaultSessionMaxEntries, DefaultSessionTTL)
+		s.t = newLRUTable[Pin](DefaultSessionMaxEntries, 0)
 	}
 	s.t.put(now, key, p)
 	return true

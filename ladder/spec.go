@@ -11,24 +11,10 @@ import (
 // decision path are sized by it.
 const MaxEndpoints = 32
 
-// Defaults that the spec page and LoxiLB's data plane apply when a rule field
-// is zero or omitted.
+// Limits of a rule's values that the ladder's fixed-size state and the rule
+// package's validation share. The ladder applies no default to a rule value:
+// rule.Compile resolves every one, and a ServiceSpec is taken literally.
 const (
-	// DefaultSessionTTL is the Tier-0 pin lifetime when pd_session_ttl_sec is 0.
-	DefaultSessionTTL = 300 * time.Second
-	// DefaultCacheThresholdPct is the Tier-1 match-rate floor when
-	// pd_cache_threshold is 0 (LoxiLB's data plane maps 0 to 20 as well).
-	DefaultCacheThresholdPct = 20
-	// DefaultBalanceAbsThreshold is the REST default of pd_balance_abs_threshold.
-	// Unlike the cache threshold, 0 is a meaningful value (bypass Tier 1 on any
-	// imbalance), so the REST layer, not the ladder, fills this default in.
-	DefaultBalanceAbsThreshold = 3
-	// DefaultKVBlockSize is the token count per KV block when kvBlockSize is 0.
-	DefaultKVBlockSize = 16
-	// DefaultKVWarmup is the REST default of kvWarmupSec (Guard B).
-	DefaultKVWarmup = 30 * time.Second
-	// DefaultPersistTTL is the persist selector's (sel:3) pin lifetime.
-	DefaultPersistTTL = 10800 * time.Second
 	// MaxQueueDepthPerEP is the hard clamp on the per-endpoint parked queue.
 	MaxQueueDepthPerEP = 64
 	// MaxRuleInflight bounds a rule's own admission caps (the REST fc_*
@@ -168,25 +154,26 @@ type ServiceSpec struct {
 	// CacheAware is pd_cache_aware_mode: enables Tier 1 (the radix trie).
 	// Needs PDDisagg.
 	CacheAware bool
-	// SessionTTL is pd_session_ttl_sec as a duration; 0 means
-	// DefaultSessionTTL (300 s). Must not be negative. The session table, not
-	// Decide, applies it; see SessionTTLOrDefault.
+	// SessionTTL is pd_session_ttl_sec as a duration: the Tier-0 pin
+	// lifetime. Must not be negative. The session table, not Decide,
+	// applies it (SessionConfig.TTL).
 	SessionTTL time.Duration
 	// CacheThresholdPct is pd_cache_threshold: the Tier-1 matched span must
-	// cover at least this percent of the prompt. 0 means 20 (as in LoxiLB's
-	// data plane). Range 0–100.
+	// cover at least this percent of the prompt (rule.Compile maps LoxiLB's
+	// 0 to 20, as LoxiLB's data plane does). Range 0–100.
 	CacheThresholdPct int
 	// BalanceAbsThreshold is pd_balance_abs_threshold: Tier 1 is bypassed when
 	// max(active_conns) − min(active_conns) over the eligible prefill endpoints
-	// exceeds it. Taken literally (0 is valid); the REST layer defaults it to
-	// DefaultBalanceAbsThreshold. Range 0–255 (LoxiLB stores a uint8; llb
-	// rejects rather than wraps).
+	// exceeds it. 0 bypasses Tier 1 on any imbalance. Range 0–255 (LoxiLB
+	// stores a uint8; llb rejects rather than wraps).
 	BalanceAbsThreshold int
 	// KVExactMode selects Tier 1.5's shape: KVPrefill for P/D rules,
 	// KVSinglePool for role-less rules.
 	KVExactMode KVExactMode
-	// KVBlockSize is tokens per KV block (kvBlockSize); 0 means 16. Used by
-	// the LLB_KV_MIN_MATCH_TOKENS guard. Range 0–MaxKVBlockSize.
+	// KVBlockSize is tokens per KV block (kvBlockSize): the unit of
+	// prompt lengths and of the LLB_KV_MIN_MATCH_TOKENS guard. Range
+	// 1–MaxKVBlockSize when KVExactMode is on; a rule without Tier 1.5
+	// may leave it 0 (its prompts then count no blocks).
 	KVBlockSize int
 	// KVWarmup is kvWarmupSec: Tier 1.5 is skipped (reason warmup) until
 	// StartedAt+KVWarmup. 0 disables the guard. Must not be negative.
@@ -196,38 +183,10 @@ type ServiceSpec struct {
 	StartedAt time.Time
 	// Admission holds per-rule overrides of the LLB_PD_* admission knobs.
 	Admission AdmissionSpec
-	// PersistTTL is the persist selector's pin lifetime; 0 means
-	// DefaultPersistTTL (10800 s). Must not be negative.
+	// PersistTTL is the persist selector's (sel:3) sliding pin lifetime;
+	// 0 keeps a pin until the table's LRU cap evicts it. Must not be
+	// negative.
 	PersistTTL time.Duration
-}
-
-// SessionTTLOrDefault returns SessionTTL, or DefaultSessionTTL when it is 0.
-func (s *ServiceSpec) SessionTTLOrDefault() time.Duration {
-	if s.SessionTTL <= 0 {
-		return DefaultSessionTTL
-	}
-	return s.SessionTTL
-}
-
-func (s *ServiceSpec) cacheThreshold() int {
-	if s.CacheThresholdPct == 0 {
-		return DefaultCacheThresholdPct
-	}
-	return s.CacheThresholdPct
-}
-
-func (s *ServiceSpec) blockSize() uint32 {
-	if s.KVBlockSize <= 0 {
-		return DefaultKVBlockSize
-	}
-	return uint32(s.KVBlockSize)
-}
-
-func (s *ServiceSpec) persistTTL() time.Duration {
-	if s.PersistTTL <= 0 {
-		return DefaultPersistTTL
-	}
-	return s.PersistTTL
 }
 
 // Validate reports every service-level problem at once (errors.Join of
@@ -261,7 +220,7 @@ func (s *ServiceSpec) Validate() error {
 		errs = append(errs, fieldErr("pd_cache_aware_mode", "needs pd_disagg_mode=true"))
 	}
 	if s.SessionTTL < 0 {
-		errs = append(errs, fieldErr("pd_session_ttl_sec", "must not be negative (0 means 300 s)"))
+		errs = append(errs, fieldErr("pd_session_ttl_sec", "must not be negative"))
 	}
 	if s.CacheThresholdPct < 0 || s.CacheThresholdPct > 100 {
 		errs = append(errs, fieldErr("pd_cache_threshold", "%d is out of range 0–100", s.CacheThresholdPct))
@@ -269,8 +228,8 @@ func (s *ServiceSpec) Validate() error {
 	if s.BalanceAbsThreshold < 0 || s.BalanceAbsThreshold > 255 {
 		errs = append(errs, fieldErr("pd_balance_abs_threshold", "%d is out of range 0–255", s.BalanceAbsThreshold))
 	}
-	if s.KVBlockSize < 0 || s.KVBlockSize > MaxKVBlockSize {
-		errs = append(errs, fieldErr("kvBlockSize", "%d is out of range 0–%d (0 means 16)", s.KVBlockSize, MaxKVBlockSize))
+	if lo := blockSizeMin(s.KVExactMode); s.KVBlockSize < lo || s.KVBlockSize > MaxKVBlockSize {
+		errs = append(errs, fieldErr("kvBlockSize", "%d is out of range %d–%d", s.KVBlockSize, lo, MaxKVBlockSize))
 	}
 	if s.KVWarmup < 0 {
 		errs = append(errs, fieldErr("kvWarmupSec", "must not be negative"))
@@ -292,6 +251,15 @@ func (s *ServiceSpec) Validate() error {
 		errs = append(errs, fieldErr("admission.max_total_inflight", "must not be negative"))
 	}
 	return errors.Join(errs...)
+}
+
+// blockSizeMin is the smallest valid KVBlockSize: Tier 1.5 counts in
+// blocks, a rule without it has none.
+func blockSizeMin(m KVExactMode) int {
+	if m == KVOff {
+		return 0
+	}
+	return 1
 }
 
 // EndpointSpec is one endpoint of a rule as configured (not its live state).

@@ -16,9 +16,9 @@ func TestValidateRule_AcceptsWellFormedRules(t *testing.T) {
 		svc  ServiceSpec
 		eps  []EndpointSpec
 	}{
-		{"pd kv1 cache aware", ServiceSpec{PDDisagg: true, CacheAware: true, KVExactMode: KVPrefill, CacheThresholdPct: 20, BalanceAbsThreshold: 3}, pdEndpoints()},
+		{"pd kv1 cache aware", ServiceSpec{PDDisagg: true, CacheAware: true, KVExactMode: KVPrefill, KVBlockSize: 16, CacheThresholdPct: 20, BalanceAbsThreshold: 3}, pdEndpoints()},
 		{"single pool chwbl", ServiceSpec{Selector: SelCHWBL}, []EndpointSpec{{}, {}}},
-		{"single pool kv3", ServiceSpec{Selector: SelRR, KVExactMode: KVSinglePool}, []EndpointSpec{{}, {Backup: true}}},
+		{"single pool kv3", ServiceSpec{Selector: SelRR, KVExactMode: KVSinglePool, KVBlockSize: 16}, []EndpointSpec{{}, {Backup: true}}},
 		{"pd gpuaware", ServiceSpec{PDDisagg: true, Selector: SelGPUAware}, pdEndpoints()},
 	}
 	for _, tt := range tests {

@@ -141,7 +141,7 @@ func newClusterPort(m *replica.Member, c *rule.Compiled) *clusterPort {
 		spec: replica.SessionSpec{
 			Service:    sessionService(c),
 			Shards:     ladder.DefaultSessionShards,
-			TTL:        c.Spec.SessionTTLOrDefault(),
+			TTL:        c.Spec.SessionTTL,
 			MaxEntries: ladder.DefaultSessionMaxEntries,
 		},
 		addrs:   make([]string, n),

@@ -18,6 +18,7 @@ import (
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/replica"
 	"github.com/llbproject/llb/rule"
+	"github.com/llbproject/llb/rule/ruletest"
 )
 
 // BenchmarkDecisionRoundTrip measures one decision as the gateway sees it
@@ -67,8 +68,9 @@ func BenchmarkDecisionRoundTrip(b *testing.B) {
 			sys := actors.NewSystem(zerolog.Nop(), nil)
 			defer sys.Shutdown()
 			th, _ := inventory.NewTokenHasher(16)
-			cfg := actors.ServiceConfig{Rule: c, Env: ladder.DefaultEnv(), KV: actors.KVConfig{Keys: th},
-				DecisionTimeout: 50 * time.Millisecond}
+			cfg := actors.NewServiceConfig(c, ladder.DefaultEnv())
+			cfg.KV.Keys = th
+			cfg.DecisionTimeout = 50 * time.Millisecond
 			if tc.cluster {
 				cfg.Peers = newClusterPort(ma, c)
 			}
@@ -122,26 +124,16 @@ func BenchmarkDecisionRoundTrip(b *testing.B) {
 	}
 }
 
-// benchRule is a P/D rule with n prefill endpoints (each with a KV feed,
-// so each has an inventory actor) and one decode endpoint.
+// benchRule is a P/D rule on 10.0.0.1:2020 with n prefill endpoints (each
+// with a KV feed, so each has an inventory actor) and one decode endpoint.
 func benchRule(n int) *rule.Compiled {
-	r := &rule.Compiled{
-		Key:     "tcp:10.0.0.1:2020",
-		Spec:    ladder.ServiceSpec{Name: "bench", PDDisagg: true, KVExactMode: ladder.KVPrefill, KVBlockSize: 16},
-		Breaker: rule.Breaker{Enabled: true},
-	}
+	var eps []ruletest.Endpoint
 	for i := 0; i < n; i++ {
-		r.Endpoints = append(r.Endpoints, rule.CompiledEndpoint{
-			Addr:  netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(8100+i)),
-			Spec:  ladder.EndpointSpec{Role: ladder.RolePrefill, Weight: 1},
-			Feeds: []rule.Feed{{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", 5557+i)}},
-		})
+		eps = append(eps, ruletest.Endpoint{Addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(8100+i)), Role: 1})
 	}
-	r.Endpoints = append(r.Endpoints, rule.CompiledEndpoint{
-		Addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 8200),
-		Spec: ladder.EndpointSpec{Role: ladder.RoleDecode, Weight: 1},
-	})
-	return r
+	eps = append(eps, ruletest.Endpoint{Addr: netip.MustParseAddrPort("127.0.0.1:8200"), Role: 2})
+	return ruletest.Rule(ruletest.Options{VIP: netip.MustParseAddr("10.0.0.1"), PD: true,
+		Extra: `"kvExactMode":1,"kvBlockSize":16`}, eps...)
 }
 
 func startMember(b *testing.B, eps []string) *replica.Member {

@@ -193,7 +193,7 @@ func (d *DataPlane) Apply(ctx context.Context, r rule.Rule) error {
 		bound.VIP = d.dataBind
 		rc = &bound
 	}
-	sc := actors.ServiceConfig{Rule: rc, Env: d.defaults.Env}
+	sc := actors.NewServiceConfig(rc, d.defaults.Env)
 	if d.member != nil {
 		port := newClusterPort(d.member, rc)
 		sc.Peers = port

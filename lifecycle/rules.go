@@ -329,7 +329,8 @@ func startListener(h *gateway.Handler) (*gateway.Listener, error) {
 // replace hands the rule over to its new configuration next on the same
 // listener. Requests that arrive meanwhile wait (briefly) for the new
 // service; requests already admitted by the old service finish on their
-// backends, their late reports being stale for the successor.
+// backends, their tickets reporting to the old service, which has stopped
+// and drops what they report.
 func (rs *ruleSet) replace(ctx context.Context, live, next *liveRule) error {
 	ctx, cancel := context.WithTimeout(ctx, rs.cfg.ReplaceTimeout)
 	defer cancel()

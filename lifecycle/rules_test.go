@@ -40,7 +40,7 @@ func rrSpec(port uint16, backends ...netip.AddrPort) runSpec {
 		eps[i] = ruletest.Endpoint{Addr: b}
 	}
 	c := ruletest.Rule(ruletest.Options{Port: port}, eps...)
-	return runSpec{rule: c, service: actors.ServiceConfig{Rule: c, Env: ladder.DefaultEnv()}}
+	return runSpec{rule: c, service: actors.NewServiceConfig(c, ladder.DefaultEnv())}
 }
 
 func newTestRuleSet(t *testing.T) *ruleSet {
@@ -143,7 +143,7 @@ func TestRuleSet_ReplaceKeepsTheHasherWhileTheKeysAreTheSame(t *testing.T) {
 	rs := newTestRuleSet(t)
 	kv := func(extra string) runSpec {
 		c := ruletest.Rule(ruletest.Options{Port: port, Extra: `"kvExactMode":3,"kvHashAlgo":"sha256_cbor"` + extra}, ruletest.Endpoint{Addr: a})
-		return runSpec{rule: c, service: actors.ServiceConfig{Rule: c, Env: ladder.DefaultEnv()}}
+		return runSpec{rule: c, service: actors.NewServiceConfig(c, ladder.DefaultEnv())}
 	}
 	hasher := func() any {
 		rs.mu.Lock()

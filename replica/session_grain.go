@@ -98,9 +98,6 @@ func (g *sessionGrain) handle(ctx actor.Context, req *replicapb.SessionRequest) 
 // ensureShard creates the shard with the given sizing, or re-creates it
 // (empty) when the sizing changed: a rule's session settings changed.
 func (g *sessionGrain) ensureShard(ttl time.Duration, maxEntries int) {
-	if ttl <= 0 {
-		ttl = ladder.DefaultSessionTTL
-	}
 	if maxEntries <= 0 {
 		maxEntries = ladder.DefaultSessionMaxEntries / ladder.DefaultSessionShards
 	}

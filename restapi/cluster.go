@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/llbproject/llb/catalog"
 )
 
 // GET /netlox/v1/config/ai/cluster (an llb extension): the replica's view of
@@ -50,7 +52,7 @@ type ClusterView struct {
 	Sessions *ClusterSessions `json:"sessions,omitempty"`
 	Teach    *ClusterTeach    `json:"teach,omitempty"`
 	// RuleStore is the shared rule store as this replica sees it.
-	RuleStore *RuleStoreView `json:"ruleStore,omitempty"`
+	RuleStore *catalog.StoreView `json:"ruleStore,omitempty"`
 }
 
 // ClusterEtcd is etcd as the membership sees it.
@@ -104,8 +106,6 @@ func (s *Server) getCluster(c echo.Context) error {
 	if cv, ok := s.cfg.Runtime.(ClusterViewer); ok {
 		v = cv.ClusterView()
 	}
-	if s.shared != nil {
-		v.RuleStore = s.shared.view()
-	}
+	v.RuleStore = s.cat.StoreView()
 	return c.JSON(http.StatusOK, v)
 }

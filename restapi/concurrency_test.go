@@ -20,7 +20,7 @@ func TestConcurrentWriters_AllAcceptedAndPersisted(t *testing.T) {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			if r := ts.post(single(t).set("serviceArguments.port", 4000+i).json(t)); r.status != 200 {
+			if r := ts.post(single(t).Set("serviceArguments.port", 4000+i).JSON(t)); r.status != 200 {
 				errs <- fmt.Sprintf("POST %d: %d %s", i, r.status, r.body)
 			}
 			if i%3 == 0 {

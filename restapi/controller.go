@@ -7,14 +7,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/llbproject/llb/catalog"
 	"github.com/llbproject/llb/internal/logfield"
 	"github.com/llbproject/llb/rule"
-)
-
-// Log field names of controller updates (beside logfield's).
-const (
-	logWeight = "weight"
-	logEpoch  = "epoch"
 )
 
 // The external controller routes (the seed page's "layer 3"):
@@ -53,19 +48,10 @@ type ControllerRuntime interface {
 	Controller(k rule.RuleKey, ep int) (ControllerStatus, error)
 }
 
-// ControllerUpdate is one complete instruction for one endpoint.
-type ControllerUpdate struct {
-	// State is CtrlActive, CtrlDraining, CtrlDisabled or CtrlNone (NONE
-	// releases the endpoint from the controller: neutral weight, no state).
-	State string
-	// Weight is 0–100; 100 is neutral. It scales the endpoint's KV capacity
-	// in the Tier-1.5 law and Tier 2.
-	Weight int
-	// Epoch orders updates: an epoch older than the highest one applied to
-	// the endpoint (a NONE release included) is refused, an equal one
-	// re-applies. Epochs only move forward.
-	Epoch uint64
-}
+// ControllerUpdate is one complete instruction for one endpoint (State is
+// CtrlActive, CtrlDraining, CtrlDisabled or CtrlNone); the catalog stores
+// and replicates it in a cluster.
+type ControllerUpdate = catalog.ControllerUpdate
 
 // ControllerStatus is one endpoint's controller view.
 type ControllerStatus struct {
@@ -132,11 +118,11 @@ func (s *Server) postController(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	rec, err := s.tbl.Load().lookupService(req.service)
+	rec, err := lookupService(s.cat.Rules(), req.service)
 	if err != nil {
 		return err
 	}
-	r := &rec.rule
+	r := &rec.Rule
 	if err := endpointIndex(r, req.ep); err != nil {
 		return err
 	}
@@ -149,8 +135,8 @@ func (s *Server) postController(c echo.Context) error {
 	if err != nil {
 		return fmt.Errorf("rule %s endpoint %d: %w", r.Key, req.ep, err)
 	}
-	if s.shared != nil && s.shared.cfg.Controller != nil {
-		err = s.setControllerShared(c.Request().Context(), r, req.ep, u)
+	if s.cat.SharesControllers() {
+		err = s.cat.SetController(c.Request().Context(), r, req.ep, u)
 	} else {
 		err = ctl.SetController(r.Key, req.ep, u)
 	}
@@ -158,7 +144,7 @@ func (s *Server) postController(c echo.Context) error {
 		return fmt.Errorf("rule %s endpoint %d: %w", r.Key, req.ep, err)
 	}
 	s.log.Info().Str(logfield.Rule, r.Key.String()).Int(logfield.EndpointIndex, req.ep).Str(logfield.State, u.State).
-		Int(logWeight, u.Weight).Uint64(logEpoch, u.Epoch).Msg("controller update applied")
+		Int(logfield.Weight, u.Weight).Uint64(logfield.Epoch, u.Epoch).Msg("controller update applied")
 	return c.JSON(http.StatusOK, successBody)
 }
 
@@ -192,18 +178,18 @@ func completeUpdate(ctl ControllerRuntime, k rule.RuleKey, req controllerRequest
 // getController lists every rule's endpoints with their controller status;
 // ?service= (a rule key or id) narrows it to one rule.
 func (s *Server) getController(c echo.Context) error {
-	t := s.tbl.Load()
-	recs := t.order
+	t := s.cat.Rules()
+	recs := t.All()
 	if ref, filter := c.QueryParam("service"), c.QueryParams().Has("service"); filter {
-		rec, err := t.lookupService(ref)
+		rec, err := lookupService(t, ref)
 		if err != nil {
 			return err
 		}
-		recs = []*record{rec}
+		recs = []*catalog.RuleRecord{rec}
 	}
 	out := ControllerView{Services: make([]ControllerServiceView, 0, len(recs))}
 	for _, rec := range recs {
-		out.Services = append(out.Services, s.controllerService(&rec.rule))
+		out.Services = append(out.Services, s.controllerService(&rec.Rule))
 	}
 	return c.JSON(http.StatusOK, out)
 }

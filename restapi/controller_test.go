@@ -58,13 +58,13 @@ func TestController_PartialUpdatesCompleteFromTheCurrentInstruction(t *testing.T
 		give  string
 		want  ControllerUpdate
 	}{
-		{"weight_only_on_a_fresh_endpoint_means_active", "", `"weight":30`, ControllerUpdate{CtrlActive, 30, 0}},
-		{"state_only_on_a_fresh_endpoint_is_neutral_weight", "", `"state":"DISABLED"`, ControllerUpdate{CtrlDisabled, 100, 0}},
-		{"state_only_keeps_the_weight", `"state":"ACTIVE","weight":25,"epoch":4`, `"state":"DRAINING"`, ControllerUpdate{CtrlDraining, 25, 4}},
-		{"weight_only_keeps_the_state", `"state":"DRAINING","weight":25,"epoch":4`, `"weight":60`, ControllerUpdate{CtrlDraining, 60, 4}},
-		{"epoch_given_wins", `"state":"ACTIVE","weight":25,"epoch":4`, `"weight":60,"epoch":9`, ControllerUpdate{CtrlActive, 60, 9}},
-		{"after_release_state_and_weight_restart_epoch_stays", `"state":"NONE","epoch":4`, `"weight":70`, ControllerUpdate{CtrlActive, 70, 4}},
-		{"release", `"state":"DISABLED","weight":5,"epoch":2`, `"state":"NONE"`, ControllerUpdate{CtrlNone, 5, 2}},
+		{"weight_only_on_a_fresh_endpoint_means_active", "", `"weight":30`, ControllerUpdate{State: CtrlActive, Weight: 30, Epoch: 0}},
+		{"state_only_on_a_fresh_endpoint_is_neutral_weight", "", `"state":"DISABLED"`, ControllerUpdate{State: CtrlDisabled, Weight: 100, Epoch: 0}},
+		{"state_only_keeps_the_weight", `"state":"ACTIVE","weight":25,"epoch":4`, `"state":"DRAINING"`, ControllerUpdate{State: CtrlDraining, Weight: 25, Epoch: 4}},
+		{"weight_only_keeps_the_state", `"state":"DRAINING","weight":25,"epoch":4`, `"weight":60`, ControllerUpdate{State: CtrlDraining, Weight: 60, Epoch: 4}},
+		{"epoch_given_wins", `"state":"ACTIVE","weight":25,"epoch":4`, `"weight":60,"epoch":9`, ControllerUpdate{State: CtrlActive, Weight: 60, Epoch: 9}},
+		{"after_release_state_and_weight_restart_epoch_stays", `"state":"NONE","epoch":4`, `"weight":70`, ControllerUpdate{State: CtrlActive, Weight: 70, Epoch: 4}},
+		{"release", `"state":"DISABLED","weight":5,"epoch":2`, `"state":"NONE"`, ControllerUpdate{State: CtrlNone, Weight: 5, Epoch: 2}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -147,7 +147,7 @@ func TestController_KeysMatchCaseInsensitively(t *testing.T) {
 	if r := ts.do(http.MethodPost, ctrlEndpointPath, `{"Service":"id-1","EP_IDX":1,"State":"ACTIVE","WEIGHT":10,"Epoch":3}`); r.status != 200 {
 		t.Fatalf("got %d %s; want 200", r.status, r.body)
 	}
-	if _, sets := rt.calls(); len(sets) != 1 || sets[0] != (ControllerUpdate{CtrlActive, 10, 3}) {
+	if _, sets := rt.calls(); len(sets) != 1 || sets[0] != (ControllerUpdate{State: CtrlActive, Weight: 10, Epoch: 3}) {
 		t.Errorf("applied %+v; want ACTIVE 10 epoch 3", sets)
 	}
 }

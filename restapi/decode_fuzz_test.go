@@ -61,9 +61,9 @@ func FuzzDecodeEntry(f *testing.F) {
 }
 
 func TestDeepCopy_SharesNothing(t *testing.T) {
-	e, err := DecodeEntry([]byte(pd(t).set("serviceArguments.annotations", map[string]any{"a": "b"}).
-		set("serviceArguments.alpn_protocols", []any{"h2"}).set("serviceArguments.fc_mode", "off").
-		set("serviceArguments.mtls_frontend", map[string]any{"client_cert_mode": "optional"}).json(t)))
+	e, err := DecodeEntry([]byte(pd(t).Set("serviceArguments.annotations", map[string]any{"a": "b"}).
+		Set("serviceArguments.alpn_protocols", []any{"h2"}).Set("serviceArguments.fc_mode", "off").
+		Set("serviceArguments.mtls_frontend", map[string]any{"client_cert_mode": "optional"}).JSON(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/llbproject/llb/catalog"
 	"github.com/llbproject/llb/rule"
 )
 
@@ -14,15 +15,19 @@ import (
 var (
 	// ErrRuleExists: a POST that would change nothing (LoxiLB's 409 for a
 	// byte-identical re-POST), or an id already used by another rule.
-	ErrRuleExists = errors.New("lbrule-exists error")
+	ErrRuleExists = catalog.ErrRuleExists
 	// ErrImmutable: a replace that changes a field fixed at create time.
-	ErrImmutable = errors.New("lbrule-exist error: cant modify rule")
+	ErrImmutable = rule.ErrImmutable
 	// ErrNoRule: no rule has the given key.
-	ErrNoRule = errors.New("no-rule error")
-	// ErrNoEndpoint: a detach names an endpoint the rule does not have.
-	ErrNoEndpoint = errors.New("ep-host-notfound error")
+	ErrNoRule = catalog.ErrNoRule
+	// ErrNoEndpoint: a detach, a view or a controller update names an
+	// endpoint the rule does not have.
+	ErrNoEndpoint = catalog.ErrNoEndpoint
 	// ErrMaintenance: writes are refused until the boot restore finishes.
-	ErrMaintenance = errors.New("maintenance: configuration writes are rejected until the boot config replay settles")
+	ErrMaintenance = catalog.ErrMaintenance
+	// ErrStoreUnavailable: the shared rule store (etcd) cannot be reached,
+	// or this replica has not read it yet; the change was not made. 503.
+	ErrStoreUnavailable = catalog.ErrStoreUnavailable
 	// ErrUnauthorized: a missing or wrong bearer token.
 	ErrUnauthorized = errors.New("authentication failed: invalid token")
 	// ErrBodyTooLarge: a request body over the configured limit.
@@ -42,7 +47,7 @@ var (
 	ErrNoInventory = errors.New("kv-inventory not found")
 	// ErrStaleEpoch: a controller update whose epoch is older than the one
 	// the endpoint has applied. 409.
-	ErrStaleEpoch = errors.New("controller epoch is stale")
+	ErrStaleEpoch = catalog.ErrStaleEpoch
 	// ErrDataPlaneBusy: the data plane did not answer in time, or the rule
 	// is being replaced; the request may be retried. 503.
 	ErrDataPlaneBusy = errors.New("data plane busy: it did not answer in time")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/llbproject/llb/catalog"
 	"github.com/llbproject/llb/rule"
 )
 
@@ -40,12 +41,12 @@ func (s *Server) postRule(c echo.Context) error {
 		return err
 	}
 	now := s.cfg.Now()
-	_, err = s.write(c.Request().Context(), func(t *table) (*table, []Change, error) {
-		next, ch, err := t.upsert(req, oper, now, s.cfg.NewID)
+	_, err = s.write(c.Request().Context(), func(t *catalog.Rules) (*catalog.Rules, []catalog.Change, error) {
+		next, ch, err := t.Upsert(req, oper, now, s.cfg.NewID)
 		if err != nil {
 			return nil, nil, err
 		}
-		return next, []Change{ch}, nil
+		return next, []catalog.Change{ch}, nil
 	})
 	if err != nil {
 		return err
@@ -55,14 +56,14 @@ func (s *Server) postRule(c echo.Context) error {
 
 // getAll lists every rule with per-endpoint state; ?projectId= filters.
 func (s *Server) getAll(c echo.Context) error {
-	t := s.tbl.Load()
+	t := s.cat.Rules()
 	project, filter := c.QueryParam("projectId"), c.QueryParams().Has("projectId")
-	out := AllView{LbAttr: make([]rule.LoadbalanceEntry, 0, len(t.order))}
-	for _, r := range t.order {
-		if filter && r.rule.Entry.ServiceArguments.ProjectID != project {
+	out := AllView{LbAttr: make([]rule.LoadbalanceEntry, 0, t.Len())}
+	for _, r := range t.All() {
+		if filter && r.Rule.Entry.ServiceArguments.ProjectID != project {
 			continue
 		}
-		out.LbAttr = append(out.LbAttr, s.view(&r.rule))
+		out.LbAttr = append(out.LbAttr, s.view(&r.Rule))
 	}
 	return c.JSON(http.StatusOK, out)
 }
@@ -79,7 +80,7 @@ func (s *Server) getByKey(c echo.Context) error {
 	if err != nil || rec == nil {
 		return notFoundOr(c, err)
 	}
-	return c.JSON(http.StatusOK, s.view(&rec.rule))
+	return c.JSON(http.StatusOK, s.view(&rec.Rule))
 }
 
 // getByID returns the rule with the opaque id, or 404 with an empty body.
@@ -88,11 +89,11 @@ func (s *Server) getByID(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	rec, ok := s.tbl.Load().byID[id]
+	rec, ok := s.cat.Rules().ByID(id)
 	if !ok {
 		return c.NoContent(http.StatusNotFound)
 	}
-	return c.JSON(http.StatusOK, s.view(&rec.rule))
+	return c.JSON(http.StatusOK, s.view(&rec.Rule))
 }
 
 // getStatus returns the rule's operating status.
@@ -101,8 +102,8 @@ func (s *Server) getStatus(c echo.Context) error {
 	if err != nil || rec == nil {
 		return notFoundOr(c, err)
 	}
-	st, _ := s.cfg.Runtime.Status(rec.rule.Key)
-	return c.JSON(http.StatusOK, statusView(&rec.rule, rec.updated, st, s.applyErr(rec.rule.Key)))
+	st, _ := s.cfg.Runtime.Status(rec.Rule.Key)
+	return c.JSON(http.StatusOK, statusView(&rec.Rule, rec.Updated, st, s.cat.ApplyErr(rec.Rule.Key)))
 }
 
 // getStats returns the rule's traffic counters.
@@ -111,7 +112,7 @@ func (s *Server) getStats(c echo.Context) error {
 	if err != nil || rec == nil {
 		return notFoundOr(c, err)
 	}
-	st, _ := s.cfg.Runtime.Status(rec.rule.Key)
+	st, _ := s.cfg.Runtime.Status(rec.Rule.Key)
 	return c.JSON(http.StatusOK, StatsView{
 		ActiveConnections: st.Stats.ActiveConnections,
 		BytesIn:           st.Stats.BytesIn,
@@ -134,12 +135,12 @@ func (s *Server) deleteByKey(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.write(c.Request().Context(), func(t *table) (*table, []Change, error) {
-		next, ch, err := t.remove(k)
+	_, err = s.write(c.Request().Context(), func(t *catalog.Rules) (*catalog.Rules, []catalog.Change, error) {
+		next, ch, err := t.Remove(k)
 		if err != nil {
 			return nil, nil, err
 		}
-		return next, []Change{ch}, nil
+		return next, []catalog.Change{ch}, nil
 	})
 	if err != nil {
 		return err
@@ -162,8 +163,8 @@ func (s *Server) deleteAll(c echo.Context) error {
 }
 
 func (s *Server) deleteWhere(c echo.Context, match func(*rule.Rule) bool) error {
-	_, err := s.write(c.Request().Context(), func(t *table) (*table, []Change, error) {
-		next, changes := t.removeWhere(match)
+	_, err := s.write(c.Request().Context(), func(t *catalog.Rules) (*catalog.Rules, []catalog.Change, error) {
+		next, changes := t.RemoveWhere(match)
 		return next, changes, nil
 	})
 	if err != nil {
@@ -173,7 +174,7 @@ func (s *Server) deleteWhere(c echo.Context, match func(*rule.Rule) bool) error 
 }
 
 // lookupPath finds the rule a GET-by-key path names; nil if none.
-func (s *Server) lookupPath(c echo.Context) (*record, error) {
+func (s *Server) lookupPath(c echo.Context) (*catalog.RuleRecord, error) {
 	vip, err := pathIP(c)
 	if err != nil {
 		return nil, err
@@ -186,7 +187,7 @@ func (s *Server) lookupPath(c echo.Context) (*record, error) {
 	if err != nil {
 		return nil, err
 	}
-	rec, _ := s.tbl.Load().lookup(vip, port, proto)
+	rec, _ := s.cat.Rules().Lookup(vip, port, proto)
 	return rec, nil
 }
 

@@ -5,6 +5,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/labstack/echo/v4"
+
+	"github.com/llbproject/llb/catalog"
 )
 
 // VersionView is GET /netlox/v1/version.
@@ -16,11 +18,11 @@ type VersionView struct {
 	// WritesAccepted is false until the boot restore has finished.
 	WritesAccepted bool `json:"writesAccepted"`
 	// State is the boot restore's report; absent until it has run.
-	State *RestoreReport `json:"state,omitempty"`
+	State *catalog.RestoreReport `json:"state,omitempty"`
 }
 
 func (s *Server) getVersion(c echo.Context) error {
-	v := VersionView{Version: s.cfg.Version, DataPlane: "unnamed", WritesAccepted: s.WritesAccepted(), State: s.report.Load()}
+	v := VersionView{Version: s.cfg.Version, DataPlane: "unnamed", WritesAccepted: s.WritesAccepted(), State: s.cat.Report()}
 	if n, ok := s.cfg.Runtime.(DataPlaneNamer); ok {
 		v.DataPlane = n.DataPlaneName()
 	}

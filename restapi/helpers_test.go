@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,24 +16,9 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
 
+	"github.com/llbproject/llb/catalog"
 	"github.com/llbproject/llb/rule"
 )
-
-// The seed page's two curl examples with 127.0.0.1 for every address
-// (shared with cmd/llbd's end-to-end tests; README shows the same bodies).
-var (
-	pdExample    = seedExample("pd-kv-exact.json")
-	chwblExample = seedExample("chwbl.json")
-)
-
-// seedExample reads one of the repository's seed example rules.
-func seedExample(name string) string {
-	b, err := os.ReadFile(filepath.Join("..", "testdata", "seed", name))
-	if err != nil {
-		panic(err)
-	}
-	return strings.TrimSpace(string(b))
-}
 
 var testEpoch = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
@@ -97,7 +81,7 @@ func newTestServer(t *testing.T, mods ...func(*Config)) *testServer {
 	return ts
 }
 
-func (ts *testServer) restore() RestoreReport {
+func (ts *testServer) restore() catalog.RestoreReport {
 	ts.t.Helper()
 	rep, err := ts.srv.Restore(context.Background())
 	if err != nil {

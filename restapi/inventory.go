@@ -283,11 +283,11 @@ func (s *Server) getInventory(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	rec, err := s.tbl.Load().lookupService(q.service)
+	rec, err := lookupService(s.cat.Rules(), q.service)
 	if err != nil {
 		return err
 	}
-	r := &rec.rule
+	r := &rec.Rule
 	if err := endpointIndex(r, q.ep); err != nil {
 		return err
 	}

@@ -233,7 +233,7 @@ func TestMirrorsKV(t *testing.T) {
 	}{
 		{"pd_prefill", pdExample, 0, true, ""},
 		{"pd_decode", pdExample, 1, false, "decode endpoint"},
-		{"single_pool_mode_3", single(t).set("serviceArguments.kvExactMode", 3).json(t), 1, true, ""},
+		{"single_pool_mode_3", single(t).Set("serviceArguments.kvExactMode", 3).JSON(t), 1, true, ""},
 		{"kv_off", chwblExample, 0, false, "kvExactMode 0"},
 		{"no_such_endpoint", pdExample, 2, false, "no endpoint 2"},
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/llbproject/llb/catalog"
 	"github.com/llbproject/llb/rule"
 )
 
@@ -25,9 +26,9 @@ const (
 // (only when the write adds one: a daemon restored above a lowered limit
 // keeps serving and may still shrink) or a changed rule larger than
 // MaxRuleBytes, with a 422 naming the limit and the rule's largest part.
-func (s *Server) checkLimits(prev, next *table, changes []Change) error {
+func (s *Server) checkLimits(prev, next *catalog.Rules, changes []catalog.Change) error {
 	var ps []rule.Problem
-	if n := len(next.order); n > s.cfg.MaxRules && n > len(prev.order) {
+	if n := next.Len(); n > s.cfg.MaxRules && n > prev.Len() {
 		ps = append(ps, rule.SchemaProblem("rules", rule.CodeMax,
 			"should hold at most %d rules (--max-rules), got %d: delete a rule first", s.cfg.MaxRules, n))
 	}
@@ -35,14 +36,14 @@ func (s *Server) checkLimits(prev, next *table, changes []Change) error {
 		if ch.New == nil {
 			continue
 		}
-		rec := next.byKey[ch.Key]
-		if rec == nil || len(rec.encoded) <= s.cfg.MaxRuleBytes {
+		rec, ok := next.ByKey(ch.Key)
+		if !ok || rec.Size() <= s.cfg.MaxRuleBytes {
 			continue
 		}
-		field, size := largestPart(&rec.rule.Entry)
+		field, size := largestPart(&rec.Rule.Entry)
 		ps = append(ps, rule.Problem{Field: field, Code: rule.CodeMax, Msg: fmt.Sprintf(
 			"rule %s is %d bytes as stored, more than the limit of %d bytes (--max-rule-bytes); its largest part is %s (%d bytes)",
-			ch.Key, len(rec.encoded), s.cfg.MaxRuleBytes, field, size)})
+			ch.Key, rec.Size(), s.cfg.MaxRuleBytes, field, size)})
 	}
 	return rule.ProblemsErr(ps)
 }

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/llbproject/llb/catalog"
 	"github.com/llbproject/llb/rule"
 )
 
@@ -72,7 +73,7 @@ func listens(r *rule.Rule) bool {
 // checkLoops refuses changed rules with an endpoint that is an address llb
 // listens on, and a change whose new VIP:port is an endpoint of a stored
 // rule (400, naming the field and the owner).
-func (s *Server) checkLoops(next *table, changes []Change) error {
+func (s *Server) checkLoops(next *catalog.Rules, changes []catalog.Change) error {
 	ls := newListenerSet(s.cfg.LocalAddr)
 	for _, a := range s.cfg.SelfAddrs {
 		ls.add(a, "llbd's own listener "+a.String())
@@ -83,14 +84,14 @@ func (s *Server) checkLoops(next *table, changes []Change) error {
 			changed[ch.Key] = true
 		}
 	}
-	for _, rec := range next.order {
-		if listens(&rec.rule) {
-			ls.add(netip.AddrPortFrom(rec.rule.Key.VIP, rec.rule.Key.Port), "the listener of rule "+rec.rule.Key.String())
+	for _, rec := range next.All() {
+		if listens(&rec.Rule) {
+			ls.add(netip.AddrPortFrom(rec.Rule.Key.VIP, rec.Rule.Key.Port), "the listener of rule "+rec.Rule.Key.String())
 		}
 	}
 	var ps []rule.Problem
-	for _, rec := range next.order {
-		r := &rec.rule
+	for _, rec := range next.All() {
+		r := &rec.Rule
 		for i, ep := range r.Effective.Endpoints {
 			owner, loops := ls.owner(ep.Addr)
 			if !loops {

@@ -11,6 +11,8 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
 
+	"github.com/llbproject/llb/catalog/statefs"
+	"github.com/llbproject/llb/catalog/statefs/memfs"
 	"github.com/llbproject/llb/rule"
 )
 
@@ -21,7 +23,7 @@ func benchEntry(b *testing.B, eps int) string {
 		role := 1 + i%2
 		list = append(list, map[string]any{"endpointIP": fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), "targetPort": 8000, "weight": 1, "ep_role": role, "nixl_port": 5600})
 	}
-	return e.set("endpoints", list).json(b)
+	return e.Set("endpoints", list).JSON(b)
 }
 
 // BenchmarkDecodeValidateNormalize is the CPU cost of turning a POST body
@@ -48,7 +50,7 @@ func BenchmarkDecodeValidateNormalize(b *testing.B) {
 	}
 }
 
-func benchServer(b *testing.B, fsys FS, dir string, rules int) *Server {
+func benchServer(b *testing.B, fsys statefs.FS, dir string, rules int) *Server {
 	srv, err := New(Config{Logger: zerolog.Nop(), Metrics: metrics.NewSet(), Runtime: NewNoDataPlane(), StateDir: dir, FS: fsys})
 	if err != nil {
 		b.Fatal(err)
@@ -57,7 +59,7 @@ func benchServer(b *testing.B, fsys FS, dir string, rules int) *Server {
 		b.Fatal(err)
 	}
 	for i := range rules {
-		body := single(b).set("serviceArguments.port", 1000+i).json(b)
+		body := single(b).Set("serviceArguments.port", 1000+i).JSON(b)
 		rec := httptest.NewRecorder()
 		srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, lbPath, strings.NewReader(body)))
 		if rec.Code != 200 {
@@ -74,15 +76,15 @@ func BenchmarkPOSTReplace(b *testing.B) {
 	for _, rules := range []int{1, 32, 256} {
 		for _, disk := range []bool{false, true} {
 			name := fmt.Sprintf("rules=%d/fs=mem", rules)
-			var fsys FS = newMemFS()
+			var fsys statefs.FS = memfs.New()
 			dir := memDir
 			if disk {
-				name, fsys, dir = fmt.Sprintf("rules=%d/fs=disk", rules), OSFS{}, b.TempDir()
+				name, fsys, dir = fmt.Sprintf("rules=%d/fs=disk", rules), statefs.OSFS{}, b.TempDir()
 			}
 			b.Run(name, func(b *testing.B) {
 				srv := benchServer(b, fsys, dir, rules)
-				bodies := []string{single(b).set("serviceArguments.port", 1000).set("endpoints.0.weight", 2).json(b),
-					single(b).set("serviceArguments.port", 1000).set("endpoints.0.weight", 3).json(b)}
+				bodies := []string{single(b).Set("serviceArguments.port", 1000).Set("endpoints.0.weight", 2).JSON(b),
+					single(b).Set("serviceArguments.port", 1000).Set("endpoints.0.weight", 3).JSON(b)}
 				b.ReportAllocs()
 				i := 0
 				for b.Loop() {
@@ -102,7 +104,7 @@ func BenchmarkPOSTReplace(b *testing.B) {
 func BenchmarkGETAll(b *testing.B) {
 	for _, rules := range []int{1, 32, 256} {
 		b.Run(fmt.Sprintf("rules=%d", rules), func(b *testing.B) {
-			srv := benchServer(b, newMemFS(), memDir, rules)
+			srv := benchServer(b, memfs.New(), memDir, rules)
 			b.ReportAllocs()
 			for b.Loop() {
 				rec := httptest.NewRecorder()

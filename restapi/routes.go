@@ -136,7 +136,7 @@ func (s *Server) maintenanceGate(next echo.HandlerFunc) echo.HandlerFunc {
 		switch c.Request().Method {
 		case http.MethodGet, http.MethodHead, http.MethodOptions:
 		default:
-			if !s.ready.Load() {
+			if !s.cat.Restored() {
 				return ErrMaintenance
 			}
 		}

@@ -5,12 +5,14 @@ import (
 	"net/netip"
 	"sync"
 
+	"github.com/llbproject/llb/catalog"
 	"github.com/llbproject/llb/rule"
 )
 
-// Runtime is the data plane as the REST layer sees it. restapi hands it every
-// accepted change in order, from one goroutine at a time, after the change is
-// durable on disk.
+// Runtime is the data plane as the REST layer sees it: the catalog hands it
+// every accepted change in order, from one goroutine at a time, after the
+// change is durable (catalog.Runtime), and the status views read its
+// state.
 //
 // Apply errors (a VIP:port that cannot be bound, an endpoint that cannot be
 // resolved, ...) do not fail the POST that caused them: the configuration is
@@ -23,13 +25,7 @@ import (
 // present: DataPlaneNamer (GET /version), InventoryViewer (the KV inventory
 // view) and ControllerRuntime (the external controller routes).
 type Runtime interface {
-	// Apply makes r live, creating or replacing the rule with key r.Key. It
-	// must not keep references into r beyond the call unless it clones it,
-	// and must honour ctx's deadline.
-	Apply(ctx context.Context, r rule.Rule) error
-	// Remove tears down the rule with key k; removing an unknown key is not
-	// an error.
-	Remove(ctx context.Context, k rule.RuleKey) error
+	catalog.Runtime
 	// Status reports the live state of rule k, or false if the data plane
 	// does not know it. It must not block on the data path: callers are GET
 	// handlers.

@@ -11,15 +11,15 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/labstack/echo/v4"
 	"github.com/rs/zerolog"
 
+	"github.com/llbproject/llb/catalog"
+	"github.com/llbproject/llb/catalog/statefs"
 	"github.com/llbproject/llb/internal/logfield"
-	"github.com/llbproject/llb/rule"
 )
 
 // Defaults of Config.
@@ -54,10 +54,10 @@ type Config struct {
 	StateFile string
 	// Shared, when set, keeps the configuration in a store the replicas of
 	// a cluster share (etcd) instead of the rules file, which then only
-	// caches it (see shared.go). nil: a single node.
-	Shared *SharedConfig
-	// FS is the file system of StateDir; nil means OSFS.
-	FS FS
+	// caches it (see package catalog). nil: a single node.
+	Shared *catalog.SharedConfig
+	// FS is the file system of StateDir; nil means statefs.OSFS.
+	FS statefs.FS
 	// Token, when non-empty, is the bearer token every request must carry.
 	Token string
 	// BodyLimit caps a request body in bytes (0 → 1 MiB); larger bodies get 413.
@@ -102,9 +102,6 @@ func (c *Config) validate() error {
 	if c.BodyLimit < 0 {
 		errs = append(errs, fmt.Errorf("BodyLimit %d is negative", c.BodyLimit))
 	}
-	if c.Shared != nil && c.Shared.Rules == nil {
-		errs = append(errs, errors.New("Shared needs a Rules store"))
-	}
 	if c.MaxRules < 0 || c.MaxRuleBytes < 0 {
 		errs = append(errs, fmt.Errorf("MaxRules %d and MaxRuleBytes %d must not be negative", c.MaxRules, c.MaxRuleBytes))
 	}
@@ -116,13 +113,13 @@ func (c *Config) validate() error {
 
 func (c *Config) setDefaults() {
 	if c.FS == nil {
-		c.FS = OSFS{}
+		c.FS = statefs.OSFS{}
 	}
 	if c.BodyLimit == 0 {
 		c.BodyLimit = DefaultBodyLimit
 	}
 	if c.StateFile == "" {
-		c.StateFile = StateFileName
+		c.StateFile = catalog.StateFileName
 	}
 	if c.LocalAddr == nil {
 		c.LocalAddr = HostAddrs()
@@ -157,31 +154,16 @@ func (c *Config) setDefaults() {
 type Server struct {
 	cfg     Config
 	log     zerolog.Logger
-	store   *Store
+	cat     *catalog.Catalog
 	echo    *echo.Echo
 	metrics *serverMetrics
 	auth    *tokenChecker // nil: no authentication
 	routes  map[string]bool
 
-	// tbl is the current rule table; readers Load it without locks.
-	tbl atomic.Pointer[table]
-	// writeMu serializes writes: decide, persist, publish, apply.
-	writeMu sync.Mutex
-	// ready opens writes once Restore has finished.
-	ready     atomic.Bool
-	restoring atomic.Bool
-	report    atomic.Pointer[RestoreReport]
-
-	applyMu   sync.Mutex
-	applyErrs map[rule.RuleKey]string // guarded by applyMu
-
 	// ctrlMu serializes controller updates, so completing a partial update
 	// from the endpoint's current instruction and applying it is atomic
 	// against other updates.
 	ctrlMu sync.Mutex
-
-	// shared is the cluster-mode state (nil on a single node).
-	shared *sharedState
 }
 
 // New builds a Server from cfg.
@@ -191,26 +173,33 @@ func New(cfg Config) (*Server, error) {
 	}
 	cfg.setDefaults()
 	s := &Server{
-		cfg:       cfg,
-		log:       cfg.Logger.With().Str(logfield.Component, "restapi").Logger(),
-		store:     NewStoreFile(cfg.FS, cfg.StateDir, cfg.StateFile, cfg.Now),
-		applyErrs: make(map[rule.RuleKey]string),
+		cfg: cfg,
+		log: cfg.Logger.With().Str(logfield.Component, "restapi").Logger(),
 	}
 	if cfg.Token != "" {
 		s.auth = newTokenChecker(cfg.Token)
 	}
-	s.tbl.Store(newTable(nil))
-	m, err := newServerMetrics(cfg.Metrics, func() int { return len(s.tbl.Load().order) })
+	ctl, _ := cfg.Runtime.(ControllerRuntime)
+	cat, err := catalog.New(catalog.Config{
+		Logger: s.log, Metrics: cfg.Metrics, Runtime: cfg.Runtime, Controllers: ctl, DecodeEntry: DecodeEntry,
+		FS: cfg.FS, StateDir: cfg.StateDir, StateFile: cfg.StateFile, Shared: cfg.Shared,
+		Now: cfg.Now, NewID: cfg.NewID, ApplyTimeout: cfg.ApplyTimeout,
+	})
 	if err != nil {
 		return nil, err
 	}
-	s.metrics = m
-	if cfg.Shared != nil {
-		s.shared = newSharedState(*cfg.Shared)
-		s.metrics.shared(cfg.Metrics, s.shared)
-	}
+	s.cat = cat
+	s.metrics = newServerMetrics(cfg.Metrics)
 	s.echo = s.buildEcho()
 	return s, nil
+}
+
+// Restore loads the stored configuration, hands every rule to the Runtime
+// and then opens writes (catalog.Catalog.Restore). It runs once; call it
+// after the server is listening (GETs are served meanwhile; writes get 503
+// + Retry-After).
+func (s *Server) Restore(ctx context.Context) (catalog.RestoreReport, error) {
+	return s.cat.Restore(ctx)
 }
 
 // Handler is the HTTP handler of every route.
@@ -243,9 +232,7 @@ func (w debugWriter) Write(p []byte) (int, error) {
 
 // WritesAccepted reports whether Restore has finished and writes are open
 // (in cluster mode: and the rules were read from the shared store).
-func (s *Server) WritesAccepted() bool {
-	return s.ready.Load() && (s.shared == nil || s.shared.writable() == nil)
-}
+func (s *Server) WritesAccepted() bool { return s.cat.WritesAccepted() }
 
 // newUUID mints a random (version 4) UUID.
 func newUUID() string {
@@ -256,90 +243,22 @@ func newUUID() string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
-// write runs one configuration change: decide against the current table,
-// persist the result, publish it, then hand each change to the Runtime, all
-// under writeMu so the Runtime sees changes in the order they were accepted.
-// A decide error or a persistence failure leaves everything unchanged.
-func (s *Server) write(ctx context.Context, decide func(*table) (*table, []Change, error)) ([]Change, error) {
-	if !s.ready.Load() {
-		return nil, ErrMaintenance
-	}
-	if s.shared != nil {
-		return s.writeShared(ctx, decide)
-	}
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
-	prev := s.tbl.Load()
-	next, changes, err := decide(prev)
-	if err != nil || len(changes) == 0 {
-		return nil, err
-	}
-	if err := s.checkLimits(prev, next, changes); err != nil {
-		return nil, err
-	}
-	if err := s.checkLoops(next, changes); err != nil {
-		return nil, err
-	}
-	if err := s.store.save(next.order); err != nil {
-		s.metrics.stateWriteErrs.Inc()
-		return nil, fmt.Errorf("restapi: state write failed, the change was not made: %w", err)
-	}
-	s.metrics.stateWrites.Inc()
-	s.tbl.Store(next)
-	for _, ch := range changes {
-		s.metrics.change(ch.Kind)
-		s.logChange(ch)
-		s.apply(ctx, ch)
-	}
-	return changes, nil
-}
-
-func (s *Server) logChange(ch Change) {
-	ev := s.log.Info().Str(logfield.Change, string(ch.Kind)).Str(logfield.Rule, ch.Key.String())
-	if r := ch.New; r != nil {
-		ev = ev.Str(logfield.RuleID, r.ID()).Str(logfield.RuleName, r.Name()).Int(logfield.Endpoints, len(r.Effective.Endpoints))
-	}
-	if len(ch.Trace) > 0 {
-		ev = ev.Strs(logfield.Reason, ch.Trace)
-	}
-	ev.Msg("rule " + string(ch.Kind))
-}
-
-// apply hands one change to the Runtime, bounded by ApplyTimeout and detached
-// from the request's cancellation (a client hanging up must not leave the data
-// plane half-configured). A failure or panic is recorded for GET …/status.
-func (s *Server) apply(ctx context.Context, ch Change) {
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ApplyTimeout)
-	defer cancel()
-	err := func() (err error) {
-		defer func() {
-			if p := recover(); p != nil {
-				err = fmt.Errorf("restapi: runtime panicked: %v", p)
-			}
-		}()
-		if ch.Kind == ChangeDeleted {
-			return s.cfg.Runtime.Remove(actx, ch.Key)
+// write runs one configuration change through the catalog: decide, the
+// API's own checks (limits, loops), persist, publish, apply.
+func (s *Server) write(ctx context.Context, decide catalog.Decide) ([]catalog.Change, error) {
+	return s.cat.Write(ctx, func(prev *catalog.Rules) (*catalog.Rules, []catalog.Change, error) {
+		next, changes, err := decide(prev)
+		if err != nil || len(changes) == 0 {
+			return next, changes, err
 		}
-		return s.cfg.Runtime.Apply(actx, ch.New.Clone())
-	}()
-	s.applyMu.Lock()
-	if err != nil && ch.Kind != ChangeDeleted {
-		s.applyErrs[ch.Key] = err.Error()
-	} else {
-		delete(s.applyErrs, ch.Key)
-	}
-	s.applyMu.Unlock()
-	if err != nil {
-		s.metrics.applyErrs.Inc()
-		s.log.Warn().Err(err).Str(logfield.Rule, ch.Key.String()).Str(logfield.Change, string(ch.Kind)).
-			Msg("data plane did not apply the change; the rule stays configured and reports ERROR")
-	}
-}
-
-func (s *Server) applyErr(k rule.RuleKey) string {
-	s.applyMu.Lock()
-	defer s.applyMu.Unlock()
-	return s.applyErrs[k]
+		if err := s.checkLimits(prev, next, changes); err != nil {
+			return nil, nil, err
+		}
+		if err := s.checkLoops(next, changes); err != nil {
+			return nil, nil, err
+		}
+		return next, changes, nil
+	})
 }
 
 // readBody reads a request body up to BodyLimit.

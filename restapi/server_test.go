@@ -58,8 +58,8 @@ func TestGetAll_ShapeFollowsLoxiLB(t *testing.T) {
 
 func TestGetAll_FiltersByProjectID(t *testing.T) {
 	ts := started(t)
-	ts.mustPost(single(t).set("serviceArguments.projectId", "a").json(t))
-	ts.mustPost(single(t).set("serviceArguments.port", 3001).set("serviceArguments.projectId", "b").json(t))
+	ts.mustPost(single(t).Set("serviceArguments.projectId", "a").JSON(t))
+	ts.mustPost(single(t).Set("serviceArguments.port", 3001).Set("serviceArguments.projectId", "b").JSON(t))
 	r := ts.do(http.MethodGet, lbPath+"/all?projectId=b", "")
 	var v AllView
 	_ = json.Unmarshal([]byte(r.body), &v)
@@ -71,8 +71,8 @@ func TestGetAll_FiltersByProjectID(t *testing.T) {
 func TestGetByKey(t *testing.T) {
 	ts := started(t)
 	ts.mustPost(pdExample)
-	ts.mustPost(single(t).set("serviceArguments.externalIP", "2001:db8::1").
-		set("endpoints.0.endpointIP", "2001:db8::a").set("endpoints.1.endpointIP", "2001:db8::b").json(t))
+	ts.mustPost(single(t).Set("serviceArguments.externalIP", "2001:db8::1").
+		Set("endpoints.0.endpointIP", "2001:db8::a").Set("endpoints.1.endpointIP", "2001:db8::b").JSON(t))
 	tests := []struct {
 		name, path string
 		wantStatus int
@@ -102,7 +102,7 @@ func TestGetByKey(t *testing.T) {
 
 func TestGetByID(t *testing.T) {
 	ts := started(t)
-	ts.mustPost(single(t).set("serviceArguments.id", "octavia-1").json(t))
+	ts.mustPost(single(t).Set("serviceArguments.id", "octavia-1").JSON(t))
 	if r := ts.do(http.MethodGet, lbPath+"/id/octavia-1", ""); r.status != 200 || !strings.Contains(r.body, `"id":"octavia-1"`) {
 		t.Errorf("hit: got %d %s", r.status, r.body)
 	}
@@ -121,18 +121,18 @@ func TestDelete(t *testing.T) {
 	}{
 		{"by key", single, "/externalipaddress/127.0.0.1/port/3000/protocol/tcp", 200, "Success"},
 		{"by key with bracketed ipv6", func(t testing.TB) entry {
-			return single(t).set("serviceArguments.externalIP", "::1").set("endpoints.0.endpointIP", "::1").set("endpoints.1.endpointIP", "::2")
+			return single(t).Set("serviceArguments.externalIP", "::1").Set("endpoints.0.endpointIP", "::1").Set("endpoints.1.endpointIP", "::2")
 		}, "/externalipaddress/[::1]/port/3000/protocol/tcp", 200, "Success"},
 		{"host rule by hosturl", pd, "/hosturl/127.0.0.1/externalipaddress/127.0.0.1/port/2020/protocol/tcp", 200, "Success"},
 		{"hosturl any means no host", single, "/hosturl/any/externalipaddress/127.0.0.1/port/3000/protocol/tcp", 200, "Success"},
 		{"host rule without hosturl misses with a hint", pd, "/externalipaddress/127.0.0.1/port/2020/protocol/tcp", 404,
 			"no-rule error: no rule tcp:127.0.0.1:2020 (rule tcp:127.0.0.1:2020@127.0.0.1 exists: its host, block or portmax differ"},
-		{"port range", func(t testing.TB) entry { return single(t).set("serviceArguments.portMax", 3010) },
+		{"port range", func(t testing.TB) entry { return single(t).Set("serviceArguments.portMax", 3010) },
 			"/externalipaddress/127.0.0.1/port/3000/portmax/3010/protocol/tcp", 200, "Success"},
 		{"port range with hosturl", func(t testing.TB) entry {
-			return single(t).set("serviceArguments.portMax", 3010).set("serviceArguments.host", "api.example")
+			return single(t).Set("serviceArguments.portMax", 3010).Set("serviceArguments.host", "api.example")
 		}, "/hosturl/api.example/externalipaddress/127.0.0.1/port/3000/portmax/3010/protocol/tcp", 200, "Success"},
-		{"block is part of the key", func(t testing.TB) entry { return single(t).set("serviceArguments.block", 7) },
+		{"block is part of the key", func(t testing.TB) entry { return single(t).Set("serviceArguments.block", 7) },
 			"/externalipaddress/127.0.0.1/port/3000/protocol/tcp?block=7", 200, "Success"},
 		{"missing rule", single, "/externalipaddress/127.0.0.1/port/3999/protocol/tcp", 404, "no-rule error"},
 		{"malformed block", single, "/externalipaddress/127.0.0.1/port/3000/protocol/tcp?block=-1", 400, "block"},
@@ -142,7 +142,7 @@ func TestDelete(t *testing.T) {
 			t.Parallel()
 			rt := &recordingRuntime{NoDataPlane: NewNoDataPlane()}
 			ts := started(t, func(c *Config) { c.Runtime = rt })
-			ts.mustPost(tt.create(t).json(t))
+			ts.mustPost(tt.create(t).JSON(t))
 			r := ts.do(http.MethodDelete, lbPath+tt.path, "")
 			if r.status != tt.wantStatus || !strings.Contains(r.body, tt.wantResult) {
 				t.Fatalf("got %d %s; want %d containing %q", r.status, r.body, tt.wantStatus, tt.wantResult)
@@ -160,9 +160,9 @@ func TestDelete(t *testing.T) {
 
 func TestDelete_ByNameAndAll(t *testing.T) {
 	ts := started(t)
-	ts.mustPost(single(t).set("serviceArguments.name", "a").json(t))
-	ts.mustPost(single(t).set("serviceArguments.port", 3001).set("serviceArguments.name", "a").json(t))
-	ts.mustPost(single(t).set("serviceArguments.port", 3002).set("serviceArguments.name", "b").json(t))
+	ts.mustPost(single(t).Set("serviceArguments.name", "a").JSON(t))
+	ts.mustPost(single(t).Set("serviceArguments.port", 3001).Set("serviceArguments.name", "a").JSON(t))
+	ts.mustPost(single(t).Set("serviceArguments.port", 3002).Set("serviceArguments.name", "b").JSON(t))
 	if r := ts.do(http.MethodDelete, lbPath+"/name/nobody", ""); r.status != 200 || len(ts.all()) != 3 {
 		t.Fatalf("delete by unknown name: got %d, %d rules; want 200 and nothing deleted", r.status, len(ts.all()))
 	}
@@ -201,8 +201,8 @@ func TestOperatingStatus(t *testing.T) {
 		return EndpointStatus{Addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port), Active: active}
 	}
 	monitored := func(t testing.TB) entry {
-		return single(t).set("endpoints.1.endpointIP", "127.0.0.1").set("endpoints.1.targetPort", 8001).
-			set("serviceArguments.probetype", "tcp").set("serviceArguments.probeport", 8000)
+		return single(t).Set("endpoints.1.endpointIP", "127.0.0.1").Set("endpoints.1.targetPort", 8001).
+			Set("serviceArguments.probetype", "tcp").Set("serviceArguments.probeport", 8000)
 	}
 	tests := []struct {
 		name     string
@@ -217,7 +217,7 @@ func TestOperatingStatus(t *testing.T) {
 		{"no status counts as inactive", monitored, RuleStatus{}, "", OperatingOffline},
 		{"monitor off", single, RuleStatus{Endpoints: []EndpointStatus{ep(8000, true)}}, "", OperatingNoMonitor},
 		{"monitor off but the data plane probes", single, RuleStatus{Monitored: true, Endpoints: []EndpointStatus{ep(8000, false)}}, "", OperatingOffline},
-		{"admin down wins", func(t testing.TB) entry { return monitored(t).set("serviceArguments.adminStateUp", false) },
+		{"admin down wins", func(t testing.TB) entry { return monitored(t).Set("serviceArguments.adminStateUp", false) },
 			RuleStatus{Endpoints: []EndpointStatus{ep(8000, true), ep(8001, true)}}, "", OperatingOffline},
 		{"listen error", monitored, RuleStatus{ListenErr: "bind: address in use", Endpoints: []EndpointStatus{ep(8000, true), ep(8001, true)}}, "", OperatingError},
 		{"apply error", monitored, RuleStatus{}, "boom", OperatingError},
@@ -225,7 +225,7 @@ func TestOperatingStatus(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e, err := DecodeEntry([]byte(tt.give(t).json(t)))
+			e, err := DecodeEntry([]byte(tt.give(t).JSON(t)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -383,7 +383,7 @@ func TestLoadToken(t *testing.T) {
 
 func TestBodyLimit_Is413(t *testing.T) {
 	ts := started(t, func(c *Config) { c.BodyLimit = 512 })
-	big := single(t).set("serviceArguments.name", strings.Repeat("x", 600)).json(t)
+	big := single(t).Set("serviceArguments.name", strings.Repeat("x", 600)).JSON(t)
 	r := ts.post(big)
 	if b := r.errBody(t); r.status != 413 || b.Code != 413 || !strings.Contains(b.Result, "request body too large") {
 		t.Errorf("got %d %+v; want 413", r.status, b)

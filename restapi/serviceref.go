@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/llbproject/llb/catalog"
 	"github.com/llbproject/llb/rule"
 )
 
@@ -16,18 +17,18 @@ import (
 // lookupService finds the rule ref names: its key first, then its id. A miss
 // wraps ErrNoRule and, when ref is a prefix of a rule key (a key typed
 // without its host or block suffix), names that rule.
-func (t *table) lookupService(ref string) (*record, error) {
-	for _, r := range t.order {
-		if r.rule.Key.String() == ref {
+func lookupService(t *catalog.Rules, ref string) (*catalog.RuleRecord, error) {
+	for _, r := range t.All() {
+		if r.Rule.Key.String() == ref {
 			return r, nil
 		}
 	}
-	if r, ok := t.byID[ref]; ok {
+	if r, ok := t.ByID(ref); ok {
 		return r, nil
 	}
 	hint := ""
-	for _, r := range t.order {
-		if k := r.rule.Key.String(); strings.HasPrefix(k, ref) {
+	for _, r := range t.All() {
+		if k := r.Rule.Key.String(); strings.HasPrefix(k, ref) {
 			hint = fmt.Sprintf(" (did you mean rule %s? give the whole key, as GET by key shows it, or the rule id)", k)
 			break
 		}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llbproject/llb/catalog"
 	"github.com/llbproject/llb/rulestore"
 )
 
@@ -80,7 +81,7 @@ func startReplica(t *testing.T, rules, ctrl rulestore.Store, mods ...func(*Confi
 	ts := newTestServer(t, append([]func(*Config){func(c *Config) {
 		c.Runtime = rt
 		c.StateFile = "cluster-test.rules.json"
-		c.Shared = &SharedConfig{Rules: rules, Controller: ctrl, Where: "etcd at test"}
+		c.Shared = &catalog.SharedConfig{Rules: rules, Controller: ctrl, Where: "etcd at test"}
 	}}, mods...)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/llbproject/llb/ladder"
@@ -36,6 +38,11 @@ const (
 	DefaultProbeAttemptTimeout = 2 * time.Second
 	// DefaultProbePath is what a mode:4 rule probes without probereq.
 	DefaultProbePath = "/health"
+	// DefaultProbeMethod is the HTTP method of a probe without httpMethod.
+	DefaultProbeMethod = "GET"
+	// ProbeMaxBackoffPeriods caps the probe period of a down endpoint at
+	// this many periods.
+	ProbeMaxBackoffPeriods = 6
 	// DefaultBreakerThresholdPD is the consecutive failures that open a P/D
 	// rule's breaker (LoxiLB's control plane auto-arms P/D rules with 3).
 	DefaultBreakerThresholdPD = 3
@@ -47,6 +54,10 @@ const (
 	DefaultBreakerOpen = 30 * time.Second
 	// DefaultOriginErrThreshold is LLB_PD_ORIGIN_ERR_THRESHOLD's default.
 	DefaultOriginErrThreshold = 3
+	// DefaultPersistTTL is the persist selector's (sel:3) sliding pin
+	// lifetime (LoxiLB's persistence timeout of 10800 s; no rule field sets
+	// it).
+	DefaultPersistTTL = 10800 * time.Second
 )
 
 // Defaults are the daemon-wide values a rule inherits (the environment, read
@@ -107,6 +118,7 @@ func Compile(r *Rule, d Defaults) (*Compiled, error) {
 			KVBlockSize:         eff.KV.BlockSize,
 			KVWarmup:            eff.KV.Warmup,
 			Admission:           admissionSpec(&eff.Admission),
+			PersistTTL:          DefaultPersistTTL,
 		},
 		KV: KVContract{
 			Algo:         eff.KV.HashAlgo,
@@ -123,13 +135,13 @@ func Compile(r *Rule, d Defaults) (*Compiled, error) {
 			MaxStream:  eff.MaxStreamDuration,
 		},
 		Probe: Probe{
-			Type:           sa.ProbeType,
-			Port:           uint16(sa.ProbePort),
+			Type:           cmp.Or(sa.ProbeType, ProbeHTTP), // a mode:4 rule probes GET /health by default
 			Request:        sa.ProbeReq,
 			Response:       sa.ProbeResp,
 			Period:         eff.ProbePeriod,
 			AttemptTimeout: min(DefaultProbeAttemptTimeout, eff.ProbePeriod),
 			Retries:        eff.ProbeRetries,
+			MaxBackoff:     ProbeMaxBackoffPeriods * eff.ProbePeriod,
 		},
 		Breaker: Breaker{
 			Enabled:            eff.BreakerEnabled,
@@ -137,9 +149,6 @@ func Compile(r *Rule, d Defaults) (*Compiled, error) {
 			OriginErrThreshold: DefaultOriginErrThreshold,
 			OpenFor:            DefaultBreakerOpen,
 		},
-	}
-	if c.Probe.Type == "" {
-		c.Probe.Type = ProbeHTTP // a mode:4 rule probes GET /health by default
 	}
 	if pd {
 		c.Breaker.Threshold = DefaultBreakerThresholdPD
@@ -157,7 +166,9 @@ func Compile(r *Rule, d Defaults) (*Compiled, error) {
 			NixlPort: ep.NixlPort,
 			Spec:     ladder.EndpointSpec{Addr: ep.Addr.String(), Role: ep.Role, Weight: ep.Weight, Backup: ep.Backup},
 			Probe: EndpointProbe{
-				MonitorAddress: src.MonitorAddress, HTTPMethod: src.HTTPMethod, URLPath: src.URLPath,
+				Target:        netip.AddrPortFrom(ep.ProbeAddr, cmp.Or(uint16(sa.ProbePort), ep.Addr.Port())),
+				Method:        cmp.Or(src.HTTPMethod, DefaultProbeMethod),
+				Path:          probePath(cmp.Or(src.URLPath, sa.ProbeReq, DefaultProbePath)),
 				ExpectedCodes: src.ExpectedCodes, HTTPVersion: src.HTTPVersion, DomainName: src.DomainName,
 			},
 		}
@@ -227,6 +238,15 @@ func admissionSpec(a *EffectiveAdmission) ladder.AdmissionSpec {
 		MaxPark:          a.MaxQueueWait,
 		MaxTotalInflight: int64(a.MaxOutstanding),
 	}
+}
+
+// probePath is p as an HTTP path: with a leading "/" (probereq "health"
+// probes /health).
+func probePath(p string) string {
+	if !strings.HasPrefix(p, "/") {
+		return "/" + p
+	}
+	return p
 }
 
 // feedEndpoint is the ZMQ address of a rank's publisher:

@@ -62,17 +62,20 @@ type CompiledEndpoint struct {
 // Role is the endpoint's P/D role.
 func (e *CompiledEndpoint) Role() ladder.Role { return e.Spec.Role }
 
-// EndpointProbe is an endpoint's own health-monitor fields (REST
-// endpoints[]); each overrides the rule's when set.
+// EndpointProbe is how one endpoint is probed: the rule's probe settings
+// with the endpoint's own health-monitor fields (REST endpoints[]) applied
+// over them, every default resolved.
 type EndpointProbe struct {
-	// MonitorAddress, when set, is probed instead of the endpoint's IP.
-	MonitorAddress string
-	// HTTPMethod is the HTTP method; "" means GET.
-	HTTPMethod string
-	// URLPath overrides the rule's probereq path.
-	URLPath string
+	// Target is the probed address: monitorAddress (else the endpoint's
+	// IP) at probeport (else the endpoint's targetPort).
+	Target netip.AddrPort
+	// Method is the HTTP method: httpMethod, else GET.
+	Method string
+	// Path is the HTTP path: the endpoint's urlPath, else the rule's
+	// probereq, else DefaultProbePath; it always starts with "/".
+	Path string
 	// ExpectedCodes lists accepted statuses: "200", "200,202", "200-204";
-	// "" means any 2xx.
+	// "" means any 2xx (ParseExpectedCodes).
 	ExpectedCodes string
 	// HTTPVersion is "1.0" or "1.1"; informational (probes speak HTTP/1.1).
 	HTTPVersion string
@@ -143,12 +146,11 @@ type Timeouts struct {
 
 // Probe is a rule's health-probe settings.
 type Probe struct {
-	// Type is "http", "https", "tcp" or "none" ("" is resolved to "http":
-	// a mode:4 rule probes GET /health by default).
+	// Type is "http", "https", "tcp" or "none" (an unset probetype is
+	// "http": a mode:4 rule probes GET /health by default).
 	Type string
-	// Port is probeport; 0 probes each endpoint's own port.
-	Port uint16
-	// Request is probereq: the HTTP path, or a tcp probe's payload.
+	// Request is probereq: a tcp probe's payload (an HTTP probe's path is
+	// each endpoint's EndpointProbe.Path).
 	Request string
 	// Response is proberesp: a substring the answer must contain.
 	Response string
@@ -159,6 +161,10 @@ type Probe struct {
 	AttemptTimeout time.Duration
 	// Retries is the consecutive failures that mark an endpoint down.
 	Retries int
+	// MaxBackoff caps the probe period while an endpoint is down (the wait
+	// grows by Period per failure, as LoxiLB's grows by 20 s):
+	// ProbeMaxBackoffPeriods × Period.
+	MaxBackoff time.Duration
 }
 
 // Breaker configures a rule's per-endpoint circuit breakers.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/llbproject/llb/tokenizer"
@@ -26,7 +27,7 @@ type goldenCase struct {
 }
 
 // goldenNames are the directories under testdata/golden.
-var goldenNames = []string{"qwen3-mini", "llama3-style-mini", "deepseek-style-mini", "mistral-mini"}
+var goldenNames = []string{"qwen3-mini", "llama3-style-mini", "deepseek-style-mini", "mistral-mini", "gemma-mini", "o200k-mini", "tekken-mini"}
 
 func TestGolden_IdsMatchReference(t *testing.T) {
 	for _, name := range goldenNames {
@@ -122,5 +123,61 @@ func TestGolden_JinjaProbesMatchPython(t *testing.T) {
 		case g.Text != nil && got != *g.Text:
 			t.Errorf("%q:\n  go: %q\n  py: %q", g.Probe, got, *g.Text)
 		}
+	}
+}
+
+// TestGolden_PublishedTemplatesMatchPython checks every published template
+// under testdata/templates on part of the chat corpus against Python
+// jinja2's renders (written by make tokenizer-parity), errors included.
+func TestGolden_PublishedTemplatesMatchPython(t *testing.T) {
+	tj, err := os.ReadFile(filepath.Join("testdata", "golden", "qwen3-mini", "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range templateGoldenNames {
+		t.Run(name, func(t *testing.T) {
+			src, err := os.ReadFile(filepath.Join("testdata", "templates", name+".jinja"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, err := os.ReadFile(filepath.Join("testdata", "golden", "templates", name+".json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var g templateGolden
+			if err := json.Unmarshal(raw, &g); err != nil {
+				t.Fatal(err)
+			}
+			cfg := map[string]any{"chat_template": string(src)}
+			for k, v := range g.Specials {
+				cfg[k] = v
+			}
+			cj, _ := json.Marshal(cfg)
+			tok, err := tokenizer.Load(tj, cj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(tokenizer.ChatPath(tok), "local:") {
+				t.Errorf("ChatPath = %q; want the template rendered in process", tokenizer.ChatPath(tok))
+			}
+			rendered := 0
+			for i, c := range g.Chats {
+				got, err := tok.RenderChat("", c.Case.request(), parityNow)
+				switch {
+				case c.Text == nil && err == nil:
+					t.Errorf("chat %d: rendered %q; Python failed with %s", i, truncate(got, 200), c.Error)
+				case c.Text != nil && err != nil:
+					t.Errorf("chat %d: %v; Python rendered %q", i, err, truncate(*c.Text, 200))
+				case c.Text != nil && got != *c.Text:
+					at := firstDiffAt(got, *c.Text)
+					t.Errorf("chat %d differs at byte %d:\n  go: %q\n  py: %q", i, at, window(got, at), window(*c.Text, at))
+				case c.Text != nil:
+					rendered++
+				}
+			}
+			if rendered < len(g.Chats)/2 {
+				t.Errorf("%d of %d golden chats render; want most of them", rendered, len(g.Chats))
+			}
+		})
 	}
 }

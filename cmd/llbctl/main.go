@@ -12,20 +12,18 @@ package main
 import (
 	"context"
 	"os"
-	"os/signal"
-	"syscall"
+
+	"github.com/llbproject/llb/internal/command"
 )
 
 // version is set at build time with -ldflags "-X main.version=<v>".
 var version = "dev"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	go func() {
-		<-ctx.Done()
-		stop() // a second signal now takes the default action: exit at once
-	}()
-	code := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	command.Main(func(ctx context.Context) int {
+		return run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
+	})
 }
+
+// buildVersion is llbctl's version with the VCS revision when known.
+func buildVersion() string { return command.Version(version) }

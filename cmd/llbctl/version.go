@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"runtime/debug"
 
 	"github.com/spf13/cobra"
 
@@ -58,17 +57,4 @@ func (a *app) showVersion(clientOnly bool) error {
 	}
 	_, err := fmt.Fprintf(a.stdout, "llbd %s (data plane: %s; writes accepted: %s)\n", sanitize(v.Version), sanitize(v.DataPlane), writes)
 	return err
-}
-
-// buildVersion is the -ldflags version, with the VCS revision when known.
-func buildVersion() string {
-	v := version
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				v += "+" + s.Value[:12]
-			}
-		}
-	}
-	return v
 }

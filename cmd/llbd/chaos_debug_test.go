@@ -17,7 +17,7 @@ import (
 
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/ladder"
-	"github.com/llbproject/llb/rule"
+	"github.com/llbproject/llb/rule/ruletest"
 )
 
 // Unit tests of the debug listener (debug.go); the chaos tests drive it
@@ -28,16 +28,9 @@ func debugTestService(t *testing.T, set *metrics.Set, key string) *actors.Servic
 	t.Helper()
 	sys := actors.NewSystem(zerolog.Nop(), set)
 	t.Cleanup(sys.Shutdown)
-	cfg := actors.ServiceConfig{
-		Rule: &rule.Compiled{
-			Key:  key,
-			Spec: ladder.ServiceSpec{Name: key, Selector: ladder.SelRR},
-			Endpoints: []rule.CompiledEndpoint{{
-				Addr: netip.MustParseAddrPort("127.0.0.1:8000"), Spec: ladder.EndpointSpec{Addr: "127.0.0.1:8000", Weight: 1},
-			}},
-		},
-		Env: ladder.DefaultEnv(),
-	}
+	r := ruletest.SinglePool(netip.MustParseAddrPort("127.0.0.1:8000"))
+	r.Key, r.Spec.Name = key, key
+	cfg := actors.NewServiceConfig(r, ladder.DefaultEnv())
 	svc, err := sys.Start(cfg, nil)
 	if err != nil {
 		t.Fatalf("start service: %v", err)

@@ -8,20 +8,18 @@ package main
 import (
 	"context"
 	"os"
-	"os/signal"
-	"syscall"
+
+	"github.com/llbproject/llb/internal/command"
 )
 
 // version is set at build time with -ldflags "-X main.version=<v>".
 var version = "dev"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	go func() {
-		<-ctx.Done()
-		stop() // a second signal now takes the default action: exit at once
-	}()
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(exitCode(err, os.Stderr))
+	command.Main(func(ctx context.Context) int {
+		return exitCode(run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr), os.Stderr)
+	})
 }
+
+// buildVersion is llbd's version with the VCS revision when known.
+func buildVersion() string { return command.Version(version) }

@@ -10,13 +10,13 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"runtime/debug"
 	"strings"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
 
+	"github.com/llbproject/llb/catalog"
 	"github.com/llbproject/llb/internal/logfield"
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
@@ -261,23 +261,10 @@ func warnExposure(log zerolog.Logger, addr net.Addr, auth, tls bool) {
 	}
 }
 
-// buildVersion is the -ldflags version, with the VCS revision when known.
-func buildVersion() string {
-	v := version
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				v += "+" + s.Value[:12]
-			}
-		}
-	}
-	return v
-}
-
 // openSharedStore opens the rule and controller stores of cluster mode in
 // etcd; on a single node it returns nothing (rules.json in the state dir).
 // stateFile is the local cache's name in cluster mode.
-func openSharedStore(cfg config, base zerolog.Logger) (shared *restapi.SharedConfig, stateFile string, closeFn func(), err error) {
+func openSharedStore(cfg config, base zerolog.Logger) (shared *catalog.SharedConfig, stateFile string, closeFn func(), err error) {
 	cl := cfg.Cluster
 	if cl.Name == "" {
 		return nil, "", func() {}, nil
@@ -300,6 +287,6 @@ func openSharedStore(cfg config, base zerolog.Logger) (shared *restapi.SharedCon
 		_ = cli.Close()
 		return nil, "", nil, err
 	}
-	return &restapi.SharedConfig{Rules: rules, Controller: ctrl, Where: where},
+	return &catalog.SharedConfig{Rules: rules, Controller: ctrl, Where: where},
 		"cluster-" + cl.Name + ".rules.json", func() { _ = cli.Close() }, nil
 }

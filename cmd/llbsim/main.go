@@ -14,25 +14,18 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
+	"github.com/llbproject/llb/internal/command"
 	"github.com/llbproject/llb/simulate/attack"
 )
 
 func main() {
 	attack.ServeWorkerIfAsked() // a worker process of "llbsim attack" (faults family)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	go func() {
-		<-ctx.Done()
-		stop() // a second signal now takes the default action: exit at once
-	}()
-	root := newRootCmd(os.Stdout, os.Stderr)
-	err := root.ExecuteContext(ctx)
-	stop()
-	os.Exit(exitCode(err, os.Stderr))
+	command.Main(func(ctx context.Context) int {
+		return exitCode(newRootCmd(os.Stdout, os.Stderr).ExecuteContext(ctx), os.Stderr)
+	})
 }
 
 // usageError marks a bad command line (exit status 2).

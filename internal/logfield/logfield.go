@@ -55,4 +55,8 @@ const (
 	Signal = "signal"
 	// Deadline is a drain or shutdown deadline.
 	Deadline = "deadline"
+	// Weight is an external controller's endpoint weight (0–100).
+	Weight = "weight"
+	// Epoch is an external controller instruction's epoch.
+	Epoch = "epoch"
 )

@@ -57,9 +57,12 @@ type Options struct {
 	Extra string
 	// Probe is probetype ("" = none: tests start probes only when asked).
 	Probe string
+	// Defaults are the daemon's defaults the rule compiles with (the
+	// zero value: every default, as an empty environment gives).
+	Defaults rule.Defaults
 }
 
-// Rule compiles a rule over eps with o and the default daemon settings.
+// Rule compiles a rule over eps with o.
 func Rule(o Options, eps ...Endpoint) *rule.Compiled {
 	if !o.VIP.IsValid() {
 		o.VIP = netip.MustParseAddr("127.0.0.1")
@@ -89,7 +92,7 @@ func Rule(o Options, eps ...Endpoint) *rule.Compiled {
 	if err != nil {
 		panic(err)
 	}
-	return Compile(`{"serviceArguments":{`+sa+`},"endpoints":`+string(raw)+`}`, rule.Defaults{})
+	return Compile(`{"serviceArguments":{`+sa+`},"endpoints":`+string(raw)+`}`, o.Defaults)
 }
 
 // SinglePool is a round-robin rule over addrs on 127.0.0.1:2020, probes off.

@@ -97,6 +97,10 @@ func TestJudge_DataPlaneOracle(t *testing.T) {
 		{name: "a cut 200", exp: dpExpect{ok200: true}, res: rawResult{responses: []rawResponse{{status: 200, header: http.Header{}, cut: true}}, closed: true}, want: Defective},
 		{name: "a stream without its end", exp: dpExpect{want200: true}, res: rawResult{responses: []rawResponse{{status: 200,
 			header: http.Header{"Content-Type": {"text/event-stream"}}, body: []byte("data: {}\n\n")}}, stopped: true}, want: Defective},
+		{name: "an HTTP/1.0 stream held whole", exp: dpExpect{want200: true, mustClose: true, untilClose: true}, res: rawResult{responses: []rawResponse{{status: 200,
+			header: http.Header{"Content-Type": {"text/event-stream"}, "Content-Length": {"24"}}, body: []byte("data: {}\n\ndata: [DONE]\n\n"), framed: true}}, closed: true}, want: Defective},
+		{name: "an HTTP/1.0 stream ended by the close", exp: dpExpect{want200: true, mustClose: true, untilClose: true}, res: rawResult{responses: []rawResponse{{status: 200,
+			header: http.Header{"Content-Type": {"text/event-stream"}}, body: []byte("data: {}\n\ndata: [DONE]\n\n")}}, closed: true}, want: Accepted},
 	}
 	f := &dpFamily{}
 	for _, tt := range tests {

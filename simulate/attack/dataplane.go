@@ -43,6 +43,9 @@ type dpCase struct {
 	kind string
 	plan rawPlan
 	exp  dpExpect
+	// h2Path, when set, makes the case one h2c request with this :path
+	// (sent by Go's HTTP/2 client, not plan); see h2TargetCase.
+	h2Path string
 }
 
 // dpExpect is a case's oracle.
@@ -68,6 +71,10 @@ type dpExpect struct {
 	// anyBody skips the check that a 200's body is whole JSON or a whole
 	// stream (a HEAD, net/http's own OPTIONS *).
 	anyBody bool
+	// untilClose: a 200 must come without a length or chunks, its body
+	// ended by the close (a stream to an HTTP/1.0 client, as vLLM sends
+	// it; llb used to hold such a stream whole and send it with a length).
+	untilClose bool
 }
 
 // dpFamily is one run of the data-plane family.
@@ -117,7 +124,7 @@ func runDataPlane(ctx context.Context, cfg *Config, n loopNet, budget time.Durat
 	t.note("baseline after warm-up: %v", base)
 	t.note("bounds: headers %v, body %v, body limit %d MiB (+%v slack)", dpHeaderTimeout, dpBodyTimeout, dpBodyLimit>>20, dpSlack)
 
-	t.note("process bounds: --body-buffer-bytes %d MiB, --max-conns %d", dpBodyBudget>>20, dpMaxConns)
+	t.note("process bounds: --body-buffer-bytes %d MiB, --max-conns %d, --client-send-timeout %v", dpBodyBudget>>20, dpMaxConns, dpSendTimeout)
 	peak := watchRSS(ctx, d)
 
 	limits := !shortRun(budget) && !cfg.Replay
@@ -126,6 +133,7 @@ func runDataPlane(ctx context.Context, cfg *Config, n loopNet, budget time.Durat
 	if limits {
 		f.bodyBudgetCase(ctx, base)
 		f.connFloodCase(ctx)
+		f.nonReaderCase(ctx)
 	}
 	for _, r := range slow() {
 		t.add(r.i, r.c.kind, r.o, func() string { return reproRaw(r.c) })
@@ -178,7 +186,7 @@ func (f *dpFamily) fastCases(ctx context.Context, budget time.Duration, limits b
 					return
 				}
 				c := dpGenerate(caseRand(f.cfg.Seed, FamilyDataPlane, i), f.vip)
-				o := f.judge(c, exchange(ctx, f.vip, c.plan))
+				o := f.run(ctx, c)
 				mu.Lock()
 				f.t.add(i, c.kind, o, func() string { return reproRaw(c) })
 				mu.Unlock()
@@ -188,8 +196,19 @@ func (f *dpFamily) fastCases(ctx context.Context, budget time.Duration, limits b
 	wg.Wait()
 }
 
+// run runs a generated case and judges it.
+func (f *dpFamily) run(ctx context.Context, c dpCase) Outcome {
+	if c.h2Path != "" {
+		return f.h2Target(ctx, c)
+	}
+	return f.judge(c, exchange(ctx, f.vip, c.plan))
+}
+
 // reproRaw shows what a case sent.
 func reproRaw(c dpCase) string {
+	if c.h2Path != "" {
+		return fmt.Sprintf("h2c with prior knowledge (Go's HTTP/2 client): GET with :path %q", c.h2Path)
+	}
 	var b strings.Builder
 	for i, s := range c.plan.steps {
 		if i == 8 {
@@ -247,6 +266,9 @@ func (f *dpFamily) judge(c dpCase, res rawResult) Outcome {
 	case r.status == http.StatusOK:
 		if !e.want200 && !e.ok200 {
 			return defect("200 for an invalid or incomplete request (body %s)", short(r.body))
+		}
+		if e.untilClose && r.framed {
+			return defect("a stream to an HTTP/1.0 client came with a length (%s): it was held whole before its first byte went out", r.header.Get("Content-Length"))
 		}
 		if why := incomplete(r); why != "" && !e.anyBody {
 			return defect("200 with %s", why)

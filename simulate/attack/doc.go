@@ -14,7 +14,8 @@
 //     malformed request lines, header bombs, TE+CL smuggling with
 //     pipelining, bad chunked bodies, slowloris headers and bodies, bodies
 //     over the limit, junk HTTP/2, invalid JSON, huge prompts, forged hop
-//     headers, idle connections;
+//     headers, idle connections, streams over HTTP/1.0, h2c :paths a
+//     request line cannot carry, clients that never read their streams;
 //   - kv: a fake ZMQ publisher where a rule's endpoint publishes KV events —
 //     malformed frames, garbage msgpack, oversized frames, bogus sequence
 //     numbers, unknown events, floods;

@@ -6,8 +6,10 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -98,6 +100,8 @@ var dpGenerators = []struct {
 	{"h2_junk", 8, h2JunkCase},
 	{"method_path", 8, methodPathCase},
 	{"pipelined", 5, pipelinedCase},
+	{"http10_stream", 4, http10StreamCase},
+	{"h2_target", 4, h2TargetCase},
 }
 
 // dpGenerate draws case i.
@@ -426,6 +430,55 @@ func pipelinedCase(rng *rand.Rand, host string) dpCase {
 	}
 	plan := rawPlan{steps: []rawStep{{data: b}}, wait: dpFastBound + dpSlack, stopAfter: 3}
 	return dpCase{plan: plan, exp: dpExpect{want200: true, maxResponses: 3}}
+}
+
+// http10StreamCase asks for a stream over HTTP/1.0, which cannot read
+// chunks: the events must come whole, without a length or chunks, the body
+// ended by the close, as vLLM's own server sends them.
+func http10StreamCase(rng *rand.Rand, host string) dpCase {
+	o := reqOpts{proto: "HTTP/1.0", body: completion(rng, true)}
+	if rng.IntN(2) == 0 {
+		o.path, o.body = "/v1/chat/completions", chat(rng, true)
+	}
+	if rng.IntN(2) == 0 {
+		o.headers = []string{"Connection: keep-alive"}
+	}
+	plan := rawPlan{steps: []rawStep{{data: o.build(host)}}, wait: dpFastBound + dpSlack}
+	return dpCase{plan: plan, exp: dpExpect{want200: true, mustClose: true, untilClose: true}}
+}
+
+// h2Targets are :paths an HTTP/1.1 request line cannot carry.
+var h2Targets = []string{"/v1/models?a=b c", "/v1/models?a=\xff\xfe", "/v1/models#frag", "/v1/completions#frag", "/health?x=\xfe"}
+
+// h2TargetCase sends an h2c request whose :path an HTTP/1.1 request line
+// cannot carry: it must be refused 400 bad_request, never forwarded (llb
+// copied such a :path into the upstream request line).
+func h2TargetCase(rng *rand.Rand, host string) dpCase {
+	return dpCase{h2Path: h2Targets[rng.IntN(len(h2Targets))]}
+}
+
+// h2Target runs an h2_target case.
+func (f *dpFamily) h2Target(ctx context.Context, c dpCase) Outcome {
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: &protos}
+	defer tr.CloseIdleConnections()
+	req := (&http.Request{Method: http.MethodGet, URL: &url.URL{Scheme: "http", Host: f.vip, Opaque: c.h2Path}, Host: f.vip,
+		Header: http.Header{}}).WithContext(ctx)
+	start := time.Now()
+	resp, err := (&http.Client{Transport: tr, Timeout: dpFastBound + dpSlack}).Do(req)
+	if err != nil {
+		return defect("no answer: %v", err)
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	switch {
+	case resp.ProtoMajor != 2:
+		return defect("answered over HTTP/%d.%d", resp.ProtoMajor, resp.ProtoMinor)
+	case resp.StatusCode != http.StatusBadRequest || !bytes.Contains(body, []byte(`"code":"bad_request"`)):
+		return defect("%d %s after %v; want 400 bad_request (a target the upstream request line cannot carry)", resp.StatusCode, short(body), time.Since(start).Round(time.Millisecond))
+	}
+	return refused()
 }
 
 // ---- HTTP/2 ------------------------------------------------------------

@@ -57,15 +57,18 @@ const (
 	dpRSSBackWithin = 20 * time.Second
 	// dpFloodConns connections are opened at once by conn_flood.
 	dpFloodConns = dpMaxConns + 40
-	// dpLimitsSpan is about how long the two cases take.
-	dpLimitsSpan = 25 * time.Second
+	// dpLimitsSpan is about how long the bound cases take (these two and
+	// non_reader, dpsend.go).
+	dpLimitsSpan = 45 * time.Second
 )
 
 // dpLLBDEnv is the environment the data-plane family's llbd runs with
-// (--body-buffer-bytes and --max-conns, as variables: an llbd built before
-// them ignores them and runs, so the family measures it side by side).
+// (--body-buffer-bytes, --max-conns and --client-send-timeout, as
+// variables: an llbd built before them ignores them and runs, so the
+// family measures it side by side).
 func dpLLBDEnv() []string {
-	return []string{"LLB_BODY_BUFFER_BYTES=" + strconv.Itoa(dpBodyBudget), "LLB_MAX_CONNS=" + strconv.Itoa(dpMaxConns)}
+	return []string{"LLB_BODY_BUFFER_BYTES=" + strconv.Itoa(dpBodyBudget), "LLB_MAX_CONNS=" + strconv.Itoa(dpMaxConns),
+		"LLB_CLIENT_SEND_TIMEOUT=" + dpSendTimeout.String()}
 }
 
 // budgetBody is a valid completion of n bytes whose bulk is a field the

@@ -45,6 +45,8 @@ type rawResponse struct {
 	body   []byte
 	at     time.Duration // since the dial, when its headers arrived
 	cut    bool          // the body ended early (connection closed or reset mid-body)
+	// framed tells the body had a length or chunks (not ended by the close).
+	framed bool
 }
 
 // rawResult is how an exchange went.
@@ -182,7 +184,8 @@ func readAll(conn net.Conn, plan rawPlan, start time.Time, res *rawResult) {
 			classifyEnd(err, res)
 			return
 		}
-		r := rawResponse{status: resp.StatusCode, header: resp.Header, at: time.Since(start)}
+		r := rawResponse{status: resp.StatusCode, header: resp.Header, at: time.Since(start),
+			framed: resp.ContentLength >= 0 || len(resp.TransferEncoding) > 0}
 		r.body, err = io.ReadAll(io.LimitReader(resp.Body, 32<<20))
 		resp.Body.Close()
 		if err != nil {

@@ -149,7 +149,7 @@ func newSim(t *Trace, cfg RunConfig) (*sim, error) {
 		s.gossip[i] = make([]uint32, n)
 	}
 	if cfg.Strategy.Shape == strategy.ShapePD {
-		s.session = ladder.NewSessionTable(ladder.SessionConfig{Shards: 1}).Shard(0)
+		s.session = ladder.NewSessionTable(ladder.SessionConfig{Shards: 1, TTL: sessionTTL}).Shard(0)
 	}
 	for i := range s.workers {
 		e, err := engine.New(cfg.Fleet.Engine)

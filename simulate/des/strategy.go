@@ -3,8 +3,10 @@ package des
 import (
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/llbproject/llb/ladder"
+	lbrule "github.com/llbproject/llb/rule"
 	"github.com/llbproject/llb/simulate/strategy"
 )
 
@@ -24,7 +26,12 @@ func validateStrategy(s *strategy.Strategy) error {
 	return nil
 }
 
-// rule builds the ladder rule of s for n workers. A P/D rule is simulated
+// sessionTTL is the simulated rule's Tier-0 pin lifetime: LoxiLB's default,
+// as rule.Compile gives a rule without pd_session_ttl_sec.
+const sessionTTL = lbrule.DefaultPDSessionTTLSec * time.Second
+
+// rule builds the ladder rule of s for n workers, with the values
+// rule.Compile gives a rule that leaves them unset. A P/D rule is simulated
 // in its single-pool equivalent: n prefill endpoints (indexes 0..n-1, the
 // workers) and one virtual decode endpoint (index n) that completes the
 // rule; the whole request (prefill and decode) runs on the chosen prefill
@@ -34,7 +41,11 @@ func rule(s *strategy.Strategy, n int) (ladder.ServiceSpec, []ladder.EndpointSpe
 		Name:                s.Name,
 		Selector:            s.Selector,
 		KVExactMode:         s.KVMode(),
-		BalanceAbsThreshold: ladder.DefaultBalanceAbsThreshold,
+		KVBlockSize:         lbrule.DefaultKVBlockSize,
+		CacheThresholdPct:   lbrule.DefaultPDCacheThreshold,
+		BalanceAbsThreshold: lbrule.DefaultPDBalanceAbsThreshold,
+		SessionTTL:          sessionTTL,
+		PersistTTL:          lbrule.DefaultPersistTTL,
 	}
 	eps := make([]ladder.EndpointSpec, 0, n+1)
 	for i := range n {

@@ -115,3 +115,31 @@ func TestRender_BoundedWork(t *testing.T) {
 		t.Errorf("got %q, %v; want 10", got, err)
 	}
 }
+
+func TestRender_ComparisonChainsAsPython(t *testing.T) {
+	tests := []struct {
+		give, want string
+	}{
+		{"{{ (0 % 2 == 0) == true }}", "True"}, // a parenthesised comparison is an operand
+		{"{{ ('user' == 'user') != (0 % 2 == 0) }}", "False"},
+		{"{{ 1 < 3 < 2 < 5 }}", "False"}, // (1<3) and (3<2) and (2<5)
+		{"{{ 1 < 2 < 3 }}", "True"},
+		{"{{ (1 < 2) < 3 }}", "True"}, // True < 3
+		{"{{ 1 == 1 in [True] }}", "True"},
+		{"{{ 1 + 2 ~ 3 if false else 'ok' }}", "ok"},
+		{"{{ '1' ~ 2 * 3 }}", "16"},
+		{"{% for m in ['user', 'assistant', 'user'] %}{% if (m == 'user') != (loop.index0 % 2 == 0) %}bad{% endif %}{% endfor %}ok", "ok"},
+		{"{{ -1 ** 2 }}", "1"},              // folded whole: (-1) ** 2
+		{"{{ '%s-%d' % ('a', 2) }}", "a-2"}, // printf-style
+	}
+	for _, tt := range tests {
+		got, err := render(t, tt.give, nil)
+		if err != nil || got != tt.want {
+			t.Errorf("%q: got %q, %v; want %q", tt.give, got, err, tt.want)
+		}
+	}
+	// -1 ** x with x not constant: jinja2 writes -1 unparenthesised.
+	if got, err := render(t, "{{ -1 ** x }}", map[string]Value{"x": int64(2)}); err != nil || got != "-1" {
+		t.Errorf("-1 ** x: got %q, %v; want -1 (as jinja2's compiled code computes it)", got, err)
+	}
+}

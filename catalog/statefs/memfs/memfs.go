@@ -1,4 +1,7 @@
-package restapi
+// Package memfs is an in-memory statefs.FS with a crash-consistency model:
+// test support for the catalog's state file (tests of catalog and restapi
+// use it; the daemon never imports it).
+package memfs
 
 import (
 	"errors"
@@ -9,10 +12,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/llbproject/llb/catalog/statefs"
 )
 
-// memFS is an in-memory FS with a crash-consistency model, used to prove the
-// state store's write ordering.
+// FS is an in-memory statefs.FS with a crash-consistency model, used to
+// prove the state file's write ordering.
 //
 // Model: a file's content is durable only up to its last Sync; directory
 // entries (create, rename, remove) are durable only after SyncDir. A crash
@@ -21,52 +26,74 @@ import (
 // entries or all entries made since (both are possible orders on a real disk;
 // with at most one pending rename, these two images cover every outcome).
 //
-// Crash injection: after crashAfter mutating operations, the next operations
-// fail with errCrash, as if the process had died there.
-type memFS struct {
-	mu         sync.Mutex
-	names      map[string]*inode // current directory entries
-	synced     map[string]*inode // directory entries as of the last SyncDir
-	ops        int               // mutating operations so far
-	crashAfter int               // 0: never crash
-	crashed    bool
-	fail       map[string]error // op name → injected error
-	tempSeq    int
+// Crash injection: after CrashAfter mutating operations, the next operations
+// fail with ErrCrash, as if the process had died there. Set CrashAfter and
+// Fail before the operations they affect, not concurrently with them.
+type FS struct {
+	// CrashAfter is the mutating operations after which the process
+	// "dies" (0: never).
+	CrashAfter int
+	// Fail maps an operation ("read", "write", "sync", "close", "rename",
+	// "remove", "create", "syncdir") to an error it returns.
+	Fail map[string]error
+
+	mu      sync.Mutex
+	names   map[string]*inode // current directory entries
+	synced  map[string]*inode // directory entries as of the last SyncDir
+	ops     int               // mutating operations so far
+	crashed bool
+	tempSeq int
 }
 
 type inode struct {
 	data, durable []byte
 }
 
-var errCrash = errors.New("memfs: process crashed")
+// ErrCrash is what every operation returns once the crash point is passed.
+var ErrCrash = errors.New("memfs: process crashed")
 
-func newMemFS() *memFS {
-	return &memFS{names: map[string]*inode{}, synced: map[string]*inode{}, fail: map[string]error{}}
+// New returns an empty FS.
+func New() *FS {
+	return &FS{names: map[string]*inode{}, synced: map[string]*inode{}, Fail: map[string]error{}}
+}
+
+// Ops is the mutating operations so far.
+func (m *FS) Ops() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ops
+}
+
+// Crashed reports whether the crash point was passed.
+func (m *FS) Crashed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.crashed
 }
 
 // step accounts one mutating operation; it fails once the crash point is passed.
-func (m *memFS) step(op string) error {
+func (m *FS) step(op string) error {
 	if m.crashed {
-		return errCrash
+		return ErrCrash
 	}
-	if err := m.fail[op]; err != nil {
+	if err := m.Fail[op]; err != nil {
 		return err
 	}
 	m.ops++
-	if m.crashAfter > 0 && m.ops > m.crashAfter {
+	if m.CrashAfter > 0 && m.ops > m.CrashAfter {
 		m.crashed = true
-		return errCrash
+		return ErrCrash
 	}
 	return nil
 }
 
-// images are the file systems a crash now could leave behind.
-func (m *memFS) images() []*memFS {
+// Images are the file systems a crash now could leave behind.
+func (m *FS) Images() []*FS {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []*memFS
+	var out []*FS
 	for _, names := range []map[string]*inode{m.synced, m.names} {
-		img := newMemFS()
+		img := New()
 		for name, ino := range names {
 			n := &inode{data: slices.Clone(ino.durable), durable: slices.Clone(ino.durable)}
 			img.names[name], img.synced[name] = n, n
@@ -76,22 +103,24 @@ func (m *memFS) images() []*memFS {
 	return out
 }
 
-// put creates a durable file directly (test setup).
-func (m *memFS) put(name string, data []byte) {
+// Put creates a durable file directly (test setup).
+func (m *FS) Put(name string, data []byte) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n := &inode{data: slices.Clone(data), durable: slices.Clone(data)}
 	m.names[name], m.synced[name] = n, n
 }
 
-func (m *memFS) has(name string) bool {
+// Has reports whether name exists.
+func (m *FS) Has(name string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	_, ok := m.names[name]
 	return ok
 }
 
-func (m *memFS) content(name string) []byte {
+// Content is name's current bytes (nil when missing).
+func (m *FS) Content(name string) []byte {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if n, ok := m.names[name]; ok {
@@ -100,10 +129,10 @@ func (m *memFS) content(name string) []byte {
 	return nil
 }
 
-func (m *memFS) ReadFile(name string) ([]byte, error) {
+func (m *FS) ReadFile(name string) ([]byte, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.fail["read"]; err != nil {
+	if err := m.Fail["read"]; err != nil {
 		return nil, err
 	}
 	n, ok := m.names[name]
@@ -113,7 +142,7 @@ func (m *memFS) ReadFile(name string) ([]byte, error) {
 	return slices.Clone(n.data), nil
 }
 
-func (m *memFS) CreateTemp(dir, pattern string) (File, error) {
+func (m *FS) CreateTemp(dir, pattern string) (statefs.File, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.step("create"); err != nil {
@@ -126,7 +155,7 @@ func (m *memFS) CreateTemp(dir, pattern string) (File, error) {
 	return &memFile{fs: m, name: name, ino: n}, nil
 }
 
-func (m *memFS) Rename(oldpath, newpath string) error {
+func (m *FS) Rename(oldpath, newpath string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.step("rename"); err != nil {
@@ -141,7 +170,7 @@ func (m *memFS) Rename(oldpath, newpath string) error {
 	return nil
 }
 
-func (m *memFS) Remove(name string) error {
+func (m *FS) Remove(name string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.step("remove"); err != nil {
@@ -154,7 +183,7 @@ func (m *memFS) Remove(name string) error {
 	return nil
 }
 
-func (m *memFS) SyncDir(string) error {
+func (m *FS) SyncDir(string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.step("syncdir"); err != nil {
@@ -164,7 +193,7 @@ func (m *memFS) SyncDir(string) error {
 	return nil
 }
 
-func (m *memFS) ReadDir(dir string) ([]string, error) {
+func (m *FS) ReadDir(dir string) ([]string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []string
@@ -177,10 +206,10 @@ func (m *memFS) ReadDir(dir string) ([]string, error) {
 	return out, nil
 }
 
-func (m *memFS) MkdirAll(string) error { return nil }
+func (m *FS) MkdirAll(string) error { return nil }
 
 type memFile struct {
-	fs   *memFS
+	fs   *FS
 	name string
 	ino  *inode
 }

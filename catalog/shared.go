@@ -1,4 +1,4 @@
-package restapi
+package catalog
 
 import (
 	"context"
@@ -36,10 +36,6 @@ import (
 // DefaultReadYourWrites is SharedConfig.ReadYourWrites's default.
 const DefaultReadYourWrites = time.Second
 
-// ErrStoreUnavailable: the shared rule store (etcd) cannot be reached, or
-// this replica has not read it yet; the change was not made. 503.
-var ErrStoreUnavailable = errors.New("rule store unavailable")
-
 // sharedAttempts bounds how often a write is decided again after another
 // replica changed the same rule first.
 const sharedAttempts = 3
@@ -49,7 +45,9 @@ const sharedAttempts = 3
 const sharedChunk = 100
 
 // SharedConfig puts the configuration in a store the replicas of a cluster
-// share (Config.Shared).
+// share (Config.Shared): one rulestore.Store per kind of record, each
+// watched on its own. A kind joins with its own store here, its own
+// revision (kind) and its own watch handler in runShared.
 type SharedConfig struct {
 	// Rules holds the rules. Required.
 	Rules rulestore.Store
@@ -64,23 +62,34 @@ type SharedConfig struct {
 	ReadYourWrites time.Duration
 }
 
-// sharedState is a Server's cluster-mode state.
+// kind is a kind of record the shared stores hold: each lives in its own
+// store (SharedConfig) and is applied in its own revision order.
+type kind int
+
+// Kinds of records in a cluster.
+const (
+	kindRules      kind = iota // the rules (SharedConfig.Rules)
+	kindController             // controller instructions (SharedConfig.Controller)
+	numKinds
+)
+
+// sharedState is a Catalog's cluster-mode state.
 type sharedState struct {
 	cfg SharedConfig
 
 	mu sync.Mutex
-	// Guarded by mu: the applied revisions of the rules and controller
-	// stores, whether the rules were read at least once, a channel closed
-	// (and replaced) whenever either revision moves, the last store
-	// failure, and the controller records by store key.
-	rev, ctrlRev int64
-	synced       bool
-	advanced     chan struct{}
-	lastErr      error
-	failSince    time.Time
-	ctrl         map[string]ctrlRecord
-	events       uint64
-	rejected     uint64
+	// Guarded by mu: the applied revision of each kind's store, whether
+	// the rules were read at least once, a channel closed (and replaced)
+	// whenever a revision moves, the last store failure, and the
+	// controller records by store key.
+	rev       [numKinds]int64
+	synced    bool
+	advanced  chan struct{}
+	lastErr   error
+	failSince time.Time
+	ctrl      map[string]ctrlRecord
+	events    uint64
+	rejected  uint64
 }
 
 func newSharedState(cfg SharedConfig) *sharedState {
@@ -93,18 +102,12 @@ func newSharedState(cfg SharedConfig) *sharedState {
 	return &sharedState{cfg: cfg, advanced: make(chan struct{}), ctrl: map[string]ctrlRecord{}}
 }
 
-// advance moves a revision forward and wakes the waiters.
-func (sh *sharedState) advance(ctrl bool, rev int64) {
+// advance moves kind k's revision forward and wakes the waiters.
+func (sh *sharedState) advance(k kind, rev int64) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	p := &sh.rev
-	if ctrl {
-		p = &sh.ctrlRev
-	}
-	if rev > *p {
-		*p = rev
-	}
-	if !ctrl {
+	sh.rev[k] = max(sh.rev[k], rev)
+	if k == kindRules {
 		sh.synced = true
 	}
 	sh.events++
@@ -112,20 +115,21 @@ func (sh *sharedState) advance(ctrl bool, rev int64) {
 	sh.advanced = make(chan struct{})
 }
 
-// revisions returns the applied revisions.
-func (sh *sharedState) revisions() (rules, ctrl int64) {
+// revision returns kind k's applied revision.
+func (sh *sharedState) revision(k kind) int64 {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return sh.rev, sh.ctrlRev
+	return sh.rev[k]
 }
 
-// await waits until cond (read under mu) holds, up to d or ctx's end.
-func (sh *sharedState) await(ctx context.Context, d time.Duration, cond func(rules, ctrl int64) bool) bool {
+// await waits until cond holds for kind k's applied revision (read under
+// mu), up to d or ctx's end.
+func (sh *sharedState) await(ctx context.Context, d time.Duration, k kind, cond func(rev int64) bool) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	for {
 		sh.mu.Lock()
-		ok, ch := cond(sh.rev, sh.ctrlRev), sh.advanced
+		ok, ch := cond(sh.rev[k]), sh.advanced
 		sh.mu.Unlock()
 		if ok {
 			return true
@@ -170,9 +174,9 @@ func (sh *sharedState) writable() error {
 		ErrStoreUnavailable, sh.cfg.Where, why)
 }
 
-// RuleStoreView is the shared rule store as one replica sees it (part of
+// StoreView is the shared store as one replica sees it (part of
 // GET /config/ai/cluster).
-type RuleStoreView struct {
+type StoreView struct {
 	// Where names the store.
 	Where string `json:"where"`
 	// Revision is the store revision of the rules applied here;
@@ -192,10 +196,10 @@ type RuleStoreView struct {
 	Rejected uint64 `json:"rejected"`
 }
 
-func (sh *sharedState) view() *RuleStoreView {
+func (sh *sharedState) view() *StoreView {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	v := &RuleStoreView{Where: sh.cfg.Where, Revision: sh.rev, ControllerRevision: sh.ctrlRev, Synced: sh.synced,
+	v := &StoreView{Where: sh.cfg.Where, Revision: sh.rev[kindRules], ControllerRevision: sh.rev[kindController], Synced: sh.synced,
 		OK: sh.lastErr == nil, FailingSince: sh.failSince, Events: sh.events, Rejected: sh.rejected}
 	if sh.lastErr != nil {
 		v.Error = sh.lastErr.Error()
@@ -205,69 +209,63 @@ func (sh *sharedState) view() *RuleStoreView {
 
 // ---- writes -----------------------------------------------------------------
 
-// writeShared is write in cluster mode; see the top of the file.
-func (s *Server) writeShared(ctx context.Context, decide func(*table) (*table, []Change, error)) ([]Change, error) {
-	sh := s.shared
+// writeShared is Write in cluster mode; see the top of the file.
+func (c *Catalog) writeShared(ctx context.Context, decide Decide) ([]Change, error) {
+	sh := c.shared
 	for attempt := 1; ; attempt++ {
 		if err := sh.writable(); err != nil {
 			return nil, err
 		}
-		s.writeMu.Lock()
-		prev := s.tbl.Load()
-		seen, _ := sh.revisions()
+		c.writeMu.Lock()
+		prev := c.rules.Load()
+		seen := sh.revision(kindRules)
 		next, changes, err := decide(prev)
-		if err == nil && len(changes) > 0 {
-			err = s.checkLimits(prev, next, changes)
-		}
-		if err == nil && len(changes) > 0 {
-			err = s.checkLoops(next, changes)
-		}
 		if err != nil || len(changes) == 0 {
-			s.writeMu.Unlock()
+			c.writeMu.Unlock()
 			return nil, err
 		}
 		var rev int64
 		ops, err := sharedOps(prev, next, changes)
 		if err == nil {
-			rev, err = s.commitShared(ctx, sh.cfg.Rules, ops)
+			rev, err = c.commitShared(ctx, sh.cfg.Rules, ops)
 		}
-		s.writeMu.Unlock()
+		c.writeMu.Unlock()
 
 		var ce *rulestore.ConflictError
 		switch {
 		case err == nil:
-			s.metrics.stateWrites.Inc()
-			if !sh.await(ctx, sh.cfg.ReadYourWrites, func(r, _ int64) bool { return r >= rev }) {
-				s.log.Warn().Int64(logfield.Revision, rev).Msg("rule store acknowledged a write that this replica's watch has not applied yet; it will")
+			c.m.stateWrites.Inc()
+			if !sh.await(ctx, sh.cfg.ReadYourWrites, kindRules, func(r int64) bool { return r >= rev }) {
+				c.log.Warn().Int64(logfield.Revision, rev).Msg("rule store acknowledged a write that this replica's watch has not applied yet; it will")
 			}
-			s.dropControllerRecords(ctx, changes)
+			c.dropControllerRecords(ctx, changes)
 			return changes, nil
 		case errors.As(err, &ce) && attempt < sharedAttempts:
 			// Another replica changed the rule first: decide again on the
 			// table that includes its change.
-			sh.await(ctx, sh.cfg.ReadYourWrites, func(r, _ int64) bool { return r > seen })
+			sh.await(ctx, sh.cfg.ReadYourWrites, kindRules, func(r int64) bool { return r > seen })
 			continue
 		case errors.As(err, &ce):
 			return nil, fmt.Errorf("%w: rule %s was changed by another replica while this write was being decided, %d times; nothing was written: re-read and retry (%v)",
 				ErrRuleExists, ce.Key, attempt, ce)
 		case errors.Is(err, rulestore.ErrUnavailable):
-			s.metrics.stateWriteErrs.Inc()
+			c.m.stateWriteErrs.Inc()
 			return nil, fmt.Errorf("%w (%s): the change was not acknowledged, so it was not made, unless the store received it just before it stopped answering (GET shows the outcome once it is back); retry when it is back: %v",
 				ErrStoreUnavailable, sh.cfg.Where, err)
 		default:
-			s.metrics.stateWriteErrs.Inc()
+			c.m.stateWriteErrs.Inc()
 			return nil, fmt.Errorf("restapi: rule store write failed, the change was not made: %w", err)
 		}
 	}
 }
 
 // commitShared commits ops in chunks; the revision of the last one.
-func (s *Server) commitShared(ctx context.Context, st rulestore.Store, ops []rulestore.Op) (int64, error) {
+func (c *Catalog) commitShared(ctx context.Context, st rulestore.Store, ops []rulestore.Op) (int64, error) {
 	var rev int64
 	for len(ops) > 0 {
 		n := min(len(ops), sharedChunk)
 		r, err := st.Commit(ctx, ops[:n]...)
-		s.shared.failed(err)
+		c.shared.failed(err)
 		if err != nil {
 			return 0, err
 		}
@@ -277,7 +275,7 @@ func (s *Server) commitShared(ctx context.Context, st rulestore.Store, ops []rul
 }
 
 // sharedOps turns changes into store operations with their preconditions.
-func sharedOps(prev, next *table, changes []Change) ([]rulestore.Op, error) {
+func sharedOps(prev, next *Rules, changes []Change) ([]rulestore.Op, error) {
 	ops := make([]rulestore.Op, 0, len(changes))
 	for _, ch := range changes {
 		key := ch.Key.String()
@@ -303,30 +301,39 @@ func sharedOps(prev, next *table, changes []Change) ([]rulestore.Op, error) {
 }
 
 // encodeShared is a rule as stored: the rules.json entry shape.
-func encodeShared(r *record) ([]byte, error) {
-	b, err := json.Marshal(storedRule{LastUpdated: r.updated.UTC(), Entry: r.encoded})
+func encodeShared(r *RuleRecord) ([]byte, error) {
+	b, err := json.Marshal(storedRule{LastUpdated: r.Updated.UTC(), Entry: r.encoded})
 	if err != nil {
-		return nil, fmt.Errorf("restapi: encode rule %s: %w", r.rule.Key, err)
+		return nil, fmt.Errorf("restapi: encode rule %s: %w", r.Rule.Key, err)
 	}
 	return b, nil
 }
 
 // decodeShared reads a stored rule through the same decode, validate and
 // normalize path as a POST; the key it is stored under must be its own.
-func decodeShared(rec rulestore.Record, newID func() string) (*record, error) {
+func (c *Catalog) decodeShared(rec rulestore.Record) (*RuleRecord, error) {
 	var sr storedRule
 	if err := json.Unmarshal(rec.Value, &sr); err != nil {
 		return nil, fmt.Errorf("stored rule %s: not a stored rule: %w", rec.Key, err)
 	}
-	t, err := restoreOne(newTable(nil), sr, newID)
+	t, err := c.restoreOne(newRules(nil), sr)
 	if err != nil {
 		return nil, fmt.Errorf("stored rule %s: %w", rec.Key, err)
 	}
 	r := t.order[0]
-	if got := r.rule.Key.String(); got != rec.Key {
+	if got := r.Rule.Key.String(); got != rec.Key {
 		return nil, fmt.Errorf("stored rule %s: its entry is rule %s", rec.Key, got)
 	}
 	out := *r
 	out.rev, out.created = rec.ModRevision, rec.CreateRevision
 	return &out, nil
+}
+
+// StoreView is the shared store as this replica sees it; nil on a single
+// node.
+func (c *Catalog) StoreView() *StoreView {
+	if c.shared == nil {
+		return nil
+	}
+	return c.shared.view()
 }

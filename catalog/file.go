@@ -1,4 +1,4 @@
-package restapi
+package catalog
 
 import (
 	"encoding/json"
@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/llbproject/llb/catalog/statefs"
 )
 
 // State file layout.
@@ -35,40 +37,37 @@ type storedRule struct {
 	Entry       json.RawMessage `json:"entry"`       // the rule in the API's JSON model
 }
 
-// Store persists the rule table to <dir>/rules.json.
+// StateFile persists the catalog to <dir>/rules.json: a versioned envelope with
+// one section per kind of record (rules). A kind joins by adding its section
+// to stateEnvelope and to encodeState, next to "rules".
 //
 // Save is atomic and durable: the new content goes to a temporary file in the
 // same directory, which is fsynced, closed and renamed over rules.json, and
 // the directory is fsynced. A crash at any point leaves rules.json holding
 // either the previous or the new content, never a mix or nothing.
-type Store struct {
-	fs   FS
+type StateFile struct {
+	fs   statefs.FS
 	dir  string
 	name string
 	now  func() time.Time
 }
 
-// NewStore returns a store for <dir>/rules.json on fsys; now stamps saves
-// and names moved-aside files.
-func NewStore(fsys FS, dir string, now func() time.Time) *Store {
-	return NewStoreFile(fsys, dir, StateFileName, now)
-}
-
-// NewStoreFile is NewStore for another file name in dir (a cluster
-// replica's cache of the shared rules).
-func NewStoreFile(fsys FS, dir, name string, now func() time.Time) *Store {
-	return &Store{fs: fsys, dir: dir, name: name, now: now}
+// NewStateFile returns the state file <dir>/<name> on fsys (name is
+// StateFileName, or a cluster replica's cache of the shared rules); now
+// stamps saves and names moved-aside files.
+func NewStateFile(fsys statefs.FS, dir, name string, now func() time.Time) *StateFile {
+	return &StateFile{fs: fsys, dir: dir, name: name, now: now}
 }
 
 // Path is the rules file's path.
-func (s *Store) Path() string { return filepath.Join(s.dir, s.name) }
+func (s *StateFile) Path() string { return filepath.Join(s.dir, s.name) }
 
 // tempPrefix names the temporary files of a save.
-func (s *Store) tempPrefix() string { return s.name + ".tmp-" }
+func (s *StateFile) tempPrefix() string { return s.name + ".tmp-" }
 
-// save writes recs durably; see Store.
-func (s *Store) save(recs []*record) (err error) {
-	data := encodeState(s.now(), recs)
+// save writes t durably; see StateFile.
+func (s *StateFile) save(t *Rules) (err error) {
+	data := encodeState(s.now(), t.order)
 
 	f, err := s.fs.CreateTemp(s.dir, s.tempPrefix()+"*")
 	if err != nil {
@@ -108,7 +107,7 @@ func (s *Store) save(recs []*record) (err error) {
 // encodeState writes the envelope by hand, one rule per line, from each
 // record's cached JSON: a save costs a copy of the bytes, not a re-encode.
 // The result is the stateEnvelope's JSON.
-func encodeState(savedAt time.Time, recs []*record) []byte {
+func encodeState(savedAt time.Time, recs []*RuleRecord) []byte {
 	n := 128
 	for _, r := range recs {
 		n += len(r.encoded) + 64
@@ -120,7 +119,7 @@ func encodeState(savedAt time.Time, recs []*record) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = fmt.Appendf(b, "\n    {\"lastUpdated\": %q, \"entry\": ", r.updated.UTC().Format(time.RFC3339Nano))
+		b = fmt.Appendf(b, "\n    {\"lastUpdated\": %q, \"entry\": ", r.Updated.UTC().Format(time.RFC3339Nano))
 		b = append(b, r.encoded...)
 		b = append(b, '}')
 	}
@@ -141,7 +140,7 @@ type loaded struct {
 // moved aside to rules.json.corrupt-<UTC timestamp> and reported in the
 // result; if it cannot be moved, load fails, because carrying on would
 // overwrite it on the next save.
-func (s *Store) load() (loaded, error) {
+func (s *StateFile) load() (loaded, error) {
 	var res loaded
 	if err := s.fs.MkdirAll(s.dir); err != nil {
 		return res, fmt.Errorf("restapi: create state dir %s: %w", s.dir, err)
@@ -176,7 +175,7 @@ func (s *Store) load() (loaded, error) {
 	return res, nil
 }
 
-func (s *Store) moveAside(res loaded, problem string) (loaded, error) {
+func (s *StateFile) moveAside(res loaded, problem string) (loaded, error) {
 	dst := s.asideName("corrupt")
 	if err := s.fs.Rename(s.Path(), dst); err != nil {
 		return res, fmt.Errorf("restapi: state file %s is %s, and moving it aside failed (refusing to start and overwrite it): %w",
@@ -190,7 +189,7 @@ func (s *Store) moveAside(res loaded, problem string) (loaded, error) {
 }
 
 // asideName is <rules.json>.<what>-<UTC timestamp>, unique in the directory.
-func (s *Store) asideName(what string) string {
+func (s *StateFile) asideName(what string) string {
 	base := s.Path() + "." + what + "-" + s.now().UTC().Format("20060102T150405Z")
 	names, _ := s.fs.ReadDir(s.dir)
 	taken := make(map[string]bool, len(names))
@@ -206,7 +205,7 @@ func (s *Store) asideName(what string) string {
 
 // saveRejected writes rules that no longer validate to
 // rules.json.rejected-<timestamp>, durably, so a restore never drops them.
-func (s *Store) saveRejected(rules []storedRule) (string, error) {
+func (s *StateFile) saveRejected(rules []storedRule) (string, error) {
 	env := stateEnvelope{Format: stateFormat, Version: stateVersion, SavedAt: s.now().UTC(), Rules: rules}
 	data, err := json.MarshalIndent(&env, "", "  ")
 	if err != nil {

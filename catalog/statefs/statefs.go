@@ -1,4 +1,7 @@
-package restapi
+// Package statefs is the file-system surface the catalog's state file is
+// written through: the few calls an atomic, durable save needs, so tests can
+// inject failures and crashes between any two of them (memfs).
+package statefs
 
 import (
 	"fmt"
