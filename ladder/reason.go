@@ -15,6 +15,7 @@ const (
 	ReasonAllCapped   // every eligible prefill endpoint is at its in-flight cap
 	ReasonQueuesFull  // ... and every parked queue is full too
 	ReasonGlobalValve // the total in-flight bound is reached
+	ReasonSheddable   // every eligible endpoint is capped and the request is sheddable: refused, not parked
 
 	// Tier 0.
 	ReasonNoSessionKey            // the request has no stickiness key
@@ -66,6 +67,7 @@ var reasonNames = [reasonCount]string{
 	ReasonAllCapped:               "all_capped",
 	ReasonQueuesFull:              "queues_full",
 	ReasonGlobalValve:             "global_valve",
+	ReasonSheddable:               "sheddable",
 	ReasonNoSessionKey:            "no_session_key",
 	ReasonSessionMiss:             "session_miss",
 	ReasonSessionEvictedUnhealthy: "session_evicted_unhealthy",
