@@ -115,6 +115,15 @@ type Decision struct {
 	KV KVDetail
 }
 
+// DisplacedDecision is the decision a parked request receives when a
+// request of a higher class takes its place (Decision.Displace): shed.
+func DisplacedDecision() Decision {
+	d := newDecision()
+	d.Admission = Shed
+	d.Trace.add(TierAdmission, ReasonDisplaced)
+	return d
+}
+
 func newDecision() Decision {
 	return Decision{Prefill: -1, Decode: -1, ParkOn: -1, KV: KVDetail{Affinity: -1}}
 }

@@ -82,6 +82,8 @@ type FlowQueue struct {
 	bands [NumClasses]flowBand
 	where map[uint64]*flowTenant
 	seq   uint64
+	// counts are the parked requests by class (Class.Index).
+	counts [NumClasses]uint32
 }
 
 // NewFlowQueue returns an empty queue.
@@ -97,13 +99,11 @@ func NewFlowQueue() *FlowQueue {
 func (q *FlowQueue) Len() int { return len(q.where) }
 
 // ClassLen is the number of parked requests of class c.
-func (q *FlowQueue) ClassLen(c Class) int {
-	n := 0
-	for _, t := range q.bands[c.Index()].backlog {
-		n += len(t.items)
-	}
-	return n
-}
+func (q *FlowQueue) ClassLen(c Class) int { return int(q.counts[c.Index()]) }
+
+// Counts are the parked requests by class (Class.Index), as
+// Snapshot.ParkedByClass wants them.
+func (q *FlowQueue) Counts() [NumClasses]uint32 { return q.counts }
 
 func (q *FlowQueue) tenant(c Class, name string) *flowTenant {
 	b := &q.bands[c.Index()]
@@ -149,6 +149,7 @@ func (q *FlowQueue) Park(e FlowEntry) (FlowEntry, bool) {
 	e.Seq = q.seq
 	t.items = append(t.items, e)
 	q.where[e.ID] = t
+	q.counts[e.Class.Index()]++
 	return e, true
 }
 
@@ -172,6 +173,7 @@ func (q *FlowQueue) Remove(id uint64) (FlowEntry, bool) {
 // take removes t's item i.
 func (q *FlowQueue) take(t *flowTenant, c Class, i int) {
 	delete(q.where, t.items[i].ID)
+	q.counts[c.Index()]--
 	copy(t.items[i:], t.items[i+1:])
 	t.items[len(t.items)-1] = FlowEntry{}
 	t.items = t.items[:len(t.items)-1]
@@ -276,6 +278,15 @@ func (q *FlowQueue) Admitted(c Class, tenant string, promptTokens uint64) {
 	t := q.tenant(c, tenant)
 	t.counter = satAdd64(t.counter, promptTokens)
 	t.inflight++
+}
+
+// Charge adds tokens to tenant's counter in class c, when the queue
+// keeps one (the engine counted more prompt tokens than the estimate the
+// request was admitted with).
+func (q *FlowQueue) Charge(c Class, tenant string, tokens uint64) {
+	if t := q.bands[c.Index()].tenants[tenant]; t != nil {
+		t.counter = satAdd64(t.counter, tokens)
+	}
 }
 
 // Done charges an admitted request that ended with its completion tokens

@@ -16,6 +16,7 @@ const (
 	ReasonQueuesFull  // ... and every parked queue is full too
 	ReasonGlobalValve // the total in-flight bound is reached
 	ReasonSheddable   // every eligible endpoint is capped and the request is sheddable: refused, not parked
+	ReasonDisplaced   // the request was parked, and a request of a higher class took its place in a full queue
 
 	// Tier 0.
 	ReasonNoSessionKey            // the request has no stickiness key
@@ -68,6 +69,7 @@ var reasonNames = [reasonCount]string{
 	ReasonQueuesFull:              "queues_full",
 	ReasonGlobalValve:             "global_valve",
 	ReasonSheddable:               "sheddable",
+	ReasonDisplaced:               "displaced",
 	ReasonNoSessionKey:            "no_session_key",
 	ReasonSessionMiss:             "session_miss",
 	ReasonSessionEvictedUnhealthy: "session_evicted_unhealthy",
