@@ -23,33 +23,44 @@ func EmptyTable() *Table {
 	return &Table{keys: map[string]*Key{}, byHash: map[string]*Key{}, limits: map[string]*Limit{}}
 }
 
+// Rejected are stored records NewTable left out, with the reasons.
+type Rejected struct {
+	Keys   []Key
+	Limits []Limit
+	Errs   []error
+}
+
 // NewTable builds a table from stored records, checking them as a write
 // would; a record that does not check, or repeats an id or hash, is
-// returned in rejected with the reason.
-func NewTable(keys []Key, limits []Limit) (t *Table, rejected []error) {
+// returned in rej with the reason.
+func NewTable(keys []Key, limits []Limit) (t *Table, rej Rejected) {
 	t = EmptyTable()
 	for i := range keys {
 		k := keys[i]
 		k.AllowedModels = slices.Clone(k.AllowedModels)
-		if err := checkKey(&k); err != nil {
-			rejected = append(rejected, fmt.Errorf("key %s: %w", k.ID, err))
-			continue
+		err := checkKey(&k)
+		if err == nil && (k.ID == "" || k.Hash == "" || t.keys[k.ID] != nil || t.byHash[k.Hash] != nil) {
+			err = invalid("missing or repeated key_id or key_hash")
 		}
-		if k.ID == "" || k.Hash == "" || t.keys[k.ID] != nil || t.byHash[k.Hash] != nil {
-			rejected = append(rejected, fmt.Errorf("key %q: missing or repeated key_id or key_hash", k.ID))
+		if err != nil {
+			rej.Keys, rej.Errs = append(rej.Keys, keys[i]), append(rej.Errs, fmt.Errorf("key %q: %w", k.ID, err))
 			continue
 		}
 		t.keys[k.ID], t.byHash[k.Hash] = &k, &k
 	}
 	for i := range limits {
 		l := limits[i]
-		if err := checkLimit(&l); err != nil || t.limits[l.TenantID] != nil {
-			rejected = append(rejected, fmt.Errorf("tenant limit %q: %v", l.TenantID, err))
+		err := checkLimit(&l)
+		if err == nil && t.limits[l.TenantID] != nil {
+			err = invalid("repeated tenant")
+		}
+		if err != nil {
+			rej.Limits, rej.Errs = append(rej.Limits, l), append(rej.Errs, fmt.Errorf("tenant limit %q: %w", l.TenantID, err))
 			continue
 		}
 		t.limits[l.TenantID] = &l
 	}
-	return t, rejected
+	return t, rej
 }
 
 // clone copies the maps (the records are shared: they are never changed

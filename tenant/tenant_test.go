@@ -97,7 +97,7 @@ func TestTable_NewTableRejectsWhatAWriteWould(t *testing.T) {
 	good := Key{ID: "k1", Hash: "h1", TenantID: "a", Enabled: true}
 	tb, rej := NewTable([]Key{good, {ID: "k2", Hash: "h1", TenantID: "a"}, {ID: "k3", Hash: "h3", TenantID: ""}},
 		[]Limit{{TenantID: "a", RPS: 1}, {TenantID: "a", RPS: 2}})
-	if tb.Len() != 1 || len(rej) != 3 || tb.Limit("a").RPS != 1 {
+	if tb.Len() != 1 || len(rej.Errs) != 3 || len(rej.Keys) != 2 || len(rej.Limits) != 1 || tb.Limit("a").RPS != 1 {
 		t.Fatalf("len %d rejected %v", tb.Len(), rej)
 	}
 }

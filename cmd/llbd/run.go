@@ -288,6 +288,12 @@ func openSharedStore(cfg config, base zerolog.Logger) (shared *catalog.SharedCon
 		_ = cli.Close()
 		return nil, "", nil, err
 	}
-	return &catalog.SharedConfig{Rules: rules, Controller: ctrl, Where: where},
+	opt.Namespace = rulestore.NamespaceTenants
+	keys, err := rulestore.NewEtcd(cli, opt)
+	if err != nil {
+		_ = cli.Close()
+		return nil, "", nil, err
+	}
+	return &catalog.SharedConfig{Rules: rules, Controller: ctrl, Keys: keys, Where: where},
 		"cluster-" + cl.Name + ".rules.json", func() { _ = cli.Close() }, nil
 }
