@@ -136,11 +136,11 @@ type routerCore struct {
 	// flow orders the parked requests (which leaves next) and keeps the
 	// tenants' fairness counters; parkable are the endpoints a parked
 	// request may be resumed on (the prefill endpoints of a P/D rule).
-	flow       *ladder.FlowQueue
-	parkable   ladder.EndpointSet
-	reserved   [ladder.MaxEndpoints]uint32 // slots held for requests being woken
-	halfOpen   ladder.EndpointSet
-	trial      [ladder.MaxEndpoints]uint64 // ticket in flight on a half-open endpoint
+	flow     *ladder.FlowQueue
+	parkable ladder.EndpointSet
+	reserved [ladder.MaxEndpoints]uint32 // slots held for requests being woken
+	halfOpen ladder.EndpointSet
+	trial    [ladder.MaxEndpoints]uint64 // ticket in flight on a half-open endpoint
 	// ctrl is the external controller's instructions, per endpoint. The
 	// slice belongs to the Service and outlives router incarnations (and is
 	// handed to a replacing service): an instruction is not soft state.
