@@ -61,6 +61,17 @@ type RouteRequest struct {
 	// diagnosis: a chat completion (llb applied a chat template), blocks
 	// carrying extra keys (a LoRA adapter or a cache_salt).
 	Chat, ExtraKeys bool
+	// Tenant is the request's fairness identity (the API key's tenant, or
+	// the client's x-gateway-inference-fairness-id when the rule does not
+	// check keys); "" is the anonymous tenant. Within a class, the
+	// admission queue serves the tenant that has received the least
+	// service first (ladder.FlowQueue). The class is Req.Class.
+	Tenant string
+	// PromptTokens is the prompt's size in tokens, exact when the gateway
+	// tokenized it, else estimated (4 bytes a token): what the admission
+	// queue charges the tenant when the request is admitted. Its
+	// completion tokens are charged when it ends (Usage).
+	PromptTokens uint32
 	// Passthrough marks a request that is not inference (GET /v1/models,
 	// /health, /tokenize, GET /v1/responses/{id}): it goes to the
 	// least-loaded available endpoint of any role, bypassing the ladder and
@@ -217,6 +228,10 @@ type Usage struct {
 	CachedTokens uint32
 	// PromptTokens is usage.prompt_tokens (0 when absent).
 	PromptTokens uint32
+	// CompletionTokens is usage.completion_tokens; for a stream without a
+	// usage chunk, the number of content deltas it carried (an engine
+	// streams one token per delta unless told otherwise). 0 when unknown.
+	CompletionTokens uint32
 }
 
 // Leg names the part of a request an Outcome describes.

@@ -22,8 +22,12 @@ type routerPorts interface {
 	evictEndpointSessions(ep int)
 	// park hands m to endpoint ep's admission queue.
 	park(ep int, m *routeMsg)
-	// wake asks endpoint ep to resume its oldest parked request.
-	wake(ep int)
+	// wake asks endpoint held to hand parked request id back for the
+	// slot reserved on endpoint slot.
+	wake(held int, id uint64, slot int)
+	// evictParked asks endpoint held to answer parked request id with r
+	// (it was displaced).
+	evictParked(held int, id uint64, r Route)
 	dropParked(ep int, id uint64)
 	drainParked(ep int)
 	// endpointLost says endpoint ep was just excluded by its probe or its
@@ -76,6 +80,14 @@ type ticket struct {
 	// prefill is the uncached prompt blocks charged to the prefill
 	// endpoint's PrefillBlocks until the first byte (0 once discharged).
 	prefill uint32
+	// class and tenant place the request in the admission policy
+	// (ladder.FlowQueue); charged is the prompt tokens it was charged when
+	// admitted, completion the completion tokens its legs reported.
+	class      ladder.Class
+	tenant     string
+	charged    uint32
+	completion uint32
+	flowed     bool // counted in flight by the FlowQueue (not a passthrough)
 	// unstreamed marks a single-pool charge whose request does not stream
 	// (no first byte before the whole answer); scrape is the number of
 	// engine scrapes of its endpoint the router had seen when it was
@@ -85,9 +97,12 @@ type ticket struct {
 }
 
 // parkRef tracks a request sitting in an endpoint's admission queue.
+// waking is set once the policy chose it for a reserved slot (it has left
+// the FlowQueue; its endpoint is handing it back).
 type parkRef struct {
 	ep        int
 	cancelled bool
+	waking    bool
 }
 
 // routerCore is one service's routing state and the logic that drives the
@@ -119,9 +134,14 @@ type routerCore struct {
 	scrapes    [ladder.MaxEndpoints]uint32
 	unstreamed [ladder.MaxEndpoints]uint32
 	parked     map[uint64]parkRef
-	reserved   [ladder.MaxEndpoints]uint32 // slots held for requests being woken
-	halfOpen   ladder.EndpointSet
-	trial      [ladder.MaxEndpoints]uint64 // ticket in flight on a half-open endpoint
+	// flow orders the parked requests (which leaves next) and keeps the
+	// tenants' fairness counters; parkable are the endpoints a parked
+	// request may be resumed on (the prefill endpoints of a P/D rule).
+	flow     *ladder.FlowQueue
+	parkable ladder.EndpointSet
+	reserved [ladder.MaxEndpoints]uint32 // slots held for requests being woken
+	halfOpen ladder.EndpointSet
+	trial    [ladder.MaxEndpoints]uint64 // ticket in flight on a half-open endpoint
 	// ctrl is the external controller's instructions, per endpoint. The
 	// slice belongs to the Service and outlives router incarnations (and is
 	// handed to a replacing service): an instruction is not soft state.
@@ -172,6 +192,7 @@ func newRouterCore(cfg *ServiceConfig, lad *ladder.Router, ports routerPorts, m 
 		pending:  make(map[uint64]*pending),
 		tickets:  make(map[uint64]*ticket),
 		parked:   make(map[uint64]parkRef),
+		flow:     ladder.NewFlowQueue(),
 		truth:    make([]ladder.TruthTracker, n),
 		checks:   make(map[uint64]*truthCheck),
 	}
@@ -187,6 +208,9 @@ func newRouterCore(cfg *ServiceConfig, lad *ladder.Router, ports routerPorts, m 
 	for i := range cfg.Rule.Endpoints {
 		if len(cfg.Rule.Endpoints[i].Feeds) > 0 {
 			c.scoreSet = c.scoreSet.With(i)
+		}
+		if !cfg.Rule.Spec.PDDisagg || cfg.Rule.Endpoints[i].Role() == ladder.RolePrefill {
+			c.parkable = c.parkable.With(i)
 		}
 	}
 	return c
@@ -437,6 +461,7 @@ func (c *routerCore) decide(now time.Time, m *routeMsg, fn func(*ladder.Request)
 		}
 	}
 	c.snap.TotalInflight = uint64(len(c.tickets)+len(c.parked)) + c.peer.total
+	c.snap.ParkedByClass = c.flow.Counts()
 	if c.peer.on {
 		for i := range c.views {
 			c.views[i].ActiveConns += c.peer.load[i]
@@ -473,6 +498,12 @@ func (c *routerCore) act(now time.Time, m *routeMsg, d ladder.Decision) {
 		}
 		c.admit(now, m, d)
 	case ladder.Park:
+		if d.Displace && !c.displace(m, &d) {
+			d.Admission = ladder.Shed
+			c.m.shed(d.Admission)
+			m.reply <- routeReply{route: Route{Decision: d}}
+			return
+		}
 		if m.deadline.IsZero() {
 			m.deadline = d.ParkDeadline
 		}
@@ -481,6 +512,8 @@ func (c *routerCore) act(now time.Time, m *routeMsg, d ladder.Decision) {
 			m.reply <- routeReply{parked: true, parkDeadline: m.deadline}
 		}
 		c.parked[m.id] = parkRef{ep: d.ParkOn}
+		c.flow.Park(ladder.FlowEntry{ID: m.id, Class: m.rr.Req.Class, Tenant: m.rr.Tenant,
+			Allowed: c.parkable &^ ladder.EndpointSet(m.rr.Avoid)})
 		c.views[d.ParkOn].Parked++
 		c.m.parked()
 		c.ports.park(d.ParkOn, m)
@@ -490,10 +523,28 @@ func (c *routerCore) act(now time.Time, m *routeMsg, d ladder.Decision) {
 	}
 }
 
+// displace makes room for m, which found every queue full, by shedding
+// the parked request of a lower class the policy names (429); m parks on
+// that request's endpoint (d.ParkOn). False when there is none.
+func (c *routerCore) displace(m *routeMsg, d *ladder.Decision) bool {
+	v, ok := c.flow.Victim(m.rr.Req.Class)
+	if !ok {
+		return false
+	}
+	ref := c.parked[v.ID]
+	c.ports.evictParked(ref.ep, v.ID, Route{Decision: ladder.DisplacedDecision()})
+	c.unpark(v.ID)
+	c.m.shed(ladder.Shed)
+	d.ParkOn = ref.ep
+	return true
+}
+
 // admit takes the request's in-flight slots and answers it.
 func (c *routerCore) admit(now time.Time, m *routeMsg, d ladder.Decision) {
 	t := Ticket{ID: m.id, Prefill: d.Prefill, Decode: d.Decode}
-	tk := &ticket{t: t, legs: holdPrefill, sessionKey: m.rr.Req.SessionKey, pin: d.PinSession}
+	tk := &ticket{t: t, legs: holdPrefill, sessionKey: m.rr.Req.SessionKey, pin: d.PinSession,
+		class: m.rr.Req.Class, tenant: m.rr.Tenant, charged: m.rr.PromptTokens, flowed: true}
+	c.flow.Admitted(tk.class, tk.tenant, uint64(tk.charged))
 	c.views[d.Prefill].ActiveConns++
 	c.chargePrefill(m, d.Prefill, tk)
 	c.claimTrial(d.Prefill, m.id)
@@ -542,6 +593,12 @@ func (c *routerCore) report(now time.Time, o Outcome) {
 	if o.Leg != LegDecode {
 		c.checkPrediction(now, ep, &tk.pred, o)
 	}
+	tk.completion = max(tk.completion, o.Usage.CompletionTokens)
+	if p := o.Usage.PromptTokens; p > tk.charged {
+		// The engine counted more prompt tokens than the estimate charged.
+		c.flow.Charge(tk.class, tk.tenant, uint64(p-tk.charged))
+		tk.charged = p
+	}
 	tk.legs &^= bit
 	if bit == holdPrefill {
 		c.firstByte(tk.t)
@@ -564,6 +621,9 @@ func (c *routerCore) finish(t Ticket, res Result) {
 	}
 	c.firstByte(tk.t)
 	delete(c.tickets, t.ID)
+	if tk.flowed {
+		c.flow.Done(tk.class, tk.tenant, uint64(tk.completion))
+	}
 	if tk.legs&holdPrefill != 0 {
 		c.release(tk.t.Prefill)
 	}
@@ -580,19 +640,28 @@ func (c *routerCore) finish(t Ticket, res Result) {
 	}
 }
 
-// release gives back one in-flight slot on ep and, when the endpoint has
-// parked requests and is now under its cap, reserves the slot for the oldest
-// of them.
+// release gives back one in-flight slot on ep and, when ep is now under
+// its cap and a parked request may run there, reserves the slot for the
+// one the admission policy names (ladder.FlowQueue.Next: class, then the
+// tenant with the least service, then the oldest), wherever it is held.
 func (c *routerCore) release(ep int) {
 	v := &c.views[ep]
 	if v.ActiveConns > 0 {
 		v.ActiveConns--
 	}
-	if v.Parked > c.reserved[ep] && (c.maxInflight == 0 || v.ActiveConns < c.maxInflight) {
-		v.ActiveConns++
-		c.reserved[ep]++
-		c.ports.wake(ep)
+	if c.flow.Len() == 0 || (c.maxInflight != 0 && v.ActiveConns >= c.maxInflight) {
+		return
 	}
+	e, ok := c.flow.Next(ep)
+	if !ok {
+		return
+	}
+	ref := c.parked[e.ID]
+	ref.waking = true
+	c.parked[e.ID] = ref
+	v.ActiveConns++
+	c.reserved[ep]++
+	c.ports.wake(ref.ep, e.ID, ep)
 }
 
 // cancel withdraws a request wherever it is.
@@ -609,6 +678,7 @@ func (c *routerCore) cancel(id uint64) {
 	if ref, ok := c.parked[id]; ok {
 		ref.cancelled = true
 		c.parked[id] = ref
+		c.flow.Remove(id)
 		c.ports.dropParked(ref.ep, id)
 		return
 	}
@@ -617,13 +687,13 @@ func (c *routerCore) cancel(id uint64) {
 	}
 }
 
-// resume handles a parked request its endpoint woke: the slot reserved by
-// release now belongs to it.
+// resume handles a parked request its endpoint handed back: the slot
+// reserved on r.ep by release now belongs to it.
 func (c *routerCore) resume(now time.Time, r resumeMsg) {
 	ep, m := r.ep, r.req
 	c.unreserve(ep)
 	ref, known := c.parked[m.id]
-	c.unpark(ep, m.id)
+	c.unpark(m.id)
 	if known && ref.cancelled {
 		c.release(ep)
 		return
@@ -647,11 +717,12 @@ func (c *routerCore) resume(now time.Time, r resumeMsg) {
 	c.act(now, m, d)
 }
 
-// wakeEmpty handles a wake that found the endpoint's queue empty (its head
-// left meanwhile): the reserved slot is freed again.
-func (c *routerCore) wakeEmpty(ep int) {
-	c.unreserve(ep)
-	c.release(ep)
+// wakeEmpty handles a wake whose request had left its queue meanwhile:
+// the reserved slot is freed again (and offered to the next).
+func (c *routerCore) wakeEmpty(w wakeEmpty) {
+	c.unpark(w.id)
+	c.unreserve(w.ep)
+	c.release(w.ep)
 }
 
 func (c *routerCore) unreserve(ep int) {
@@ -661,18 +732,24 @@ func (c *routerCore) unreserve(ep int) {
 }
 
 func (c *routerCore) unparked(now time.Time, u unparkedMsg) {
-	c.unpark(u.ep, u.id)
+	c.unpark(u.id)
 	if u.requeue != nil {
 		c.route(now, u.requeue)
 	}
 }
 
-func (c *routerCore) unpark(ep int, id uint64) {
-	if _, ok := c.parked[id]; ok {
-		delete(c.parked, id)
-		if c.views[ep].Parked > 0 {
-			c.views[ep].Parked--
-		}
+// unpark forgets parked request id: its queue no longer holds it.
+func (c *routerCore) unpark(id uint64) {
+	ref, ok := c.parked[id]
+	if !ok {
+		return
+	}
+	delete(c.parked, id)
+	if !ref.waking {
+		c.flow.Remove(id)
+	}
+	if c.views[ref.ep].Parked > 0 {
+		c.views[ref.ep].Parked--
 	}
 }
 

@@ -172,7 +172,14 @@ func (e *ClientError) write(r *fasthttp.Response, scratch []byte) int {
 func errorForDecision(d *ladder.Decision) *ClientError {
 	switch d.Admission {
 	case ladder.Shed:
-		e := planeError(http.StatusTooManyRequests, CodeOverloaded, "all prefill endpoints are at capacity; retry later")
+		msg := "all prefill endpoints are at capacity; retry later"
+		switch d.Trace.Reason(ladder.TierAdmission) {
+		case ladder.ReasonSheddable:
+			msg = "all prefill endpoints are at capacity and the request's class is sheddable, so it was not queued; retry later"
+		case ladder.ReasonDisplaced:
+			msg = "all prefill endpoints are at capacity and a request of a higher class took this one's place in the admission queue; retry later"
+		}
+		e := planeError(http.StatusTooManyRequests, CodeOverloaded, msg)
 		e.RetryAfter = DefaultRetryAfter
 		return e
 	case ladder.Refuse:

@@ -83,6 +83,7 @@ type exchange struct {
 
 // accessRecord is what the client saw, for the access log and metrics.
 type accessRecord struct {
+	tenancy
 	api        string
 	model      string
 	wantStream bool
@@ -119,6 +120,10 @@ type accessRecord struct {
 	observe bool
 	usage   usageScanner
 	cached  actors.Usage
+	// tokens is the answering leg's usage (prompt and completion tokens,
+	// the completion counted from the stream's deltas when the engine
+	// sent no usage): what the tenant is charged.
+	tokens actors.Usage
 }
 
 // begin takes an exchange for a new request.
@@ -195,7 +200,7 @@ func (x *exchange) clearResponse() {
 
 // resetTruth starts an attempt's cache-truth bookkeeping.
 func (x *exchange) resetTruth(p actors.Prediction, observe bool) {
-	x.pred, x.observe, x.usage, x.cached = p, observe && p.OK, usageScanner{}, actors.Usage{}
+	x.pred, x.observe, x.usage, x.cached, x.tokens = p, observe && p.OK, usageScanner{}, actors.Usage{}, actors.Usage{}
 }
 
 // reset clears x for a new request, keeping its buffers.

@@ -55,6 +55,9 @@ type Deps struct {
 	// Conns is the process-wide client connection limit every listener
 	// shares; nil sets none.
 	Conns *ConnLimit
+	// TenantMetrics receives the per-tenant and per-class series, shared
+	// by every rule; nil keeps them in a private set.
+	TenantMetrics *TenantMetrics
 }
 
 // Handler is one rule's data plane. Both front ends (the HTTP/1.1 server
@@ -75,6 +78,7 @@ type Handler struct {
 	pd          pdDialect // the engines' P/D protocol
 	input       *routeInput
 	met         *Metrics
+	tmet        *TenantMetrics
 	log         zerolog.Logger
 	hopID       string // this instance in X-Llb-Hop
 	watch       *EndpointWatch
@@ -162,6 +166,7 @@ func NewHandler(c *rule.Compiled, opts Options, deps Deps) (*Handler, error) {
 		pd:              dialectFor(c),
 		input:           input,
 		met:             deps.Metrics,
+		tmet:            deps.TenantMetrics,
 		log:             deps.Log,
 		maxStream:       t.MaxStream,
 		prefillTimeout:  t.Prefill,
@@ -190,6 +195,9 @@ func NewHandler(c *rule.Compiled, opts Options, deps Deps) (*Handler, error) {
 	}
 	if h.met == nil {
 		h.met = NewMetrics(nil, c.Key)
+	}
+	if h.tmet == nil {
+		h.tmet = NewTenantMetrics(nil, 0)
 	}
 	h.bufs.New = func() any { b := make([]byte, copyBufSize); return &b }
 	return h, nil
@@ -252,6 +260,10 @@ func (h *Handler) serve(x *exchange) {
 		return
 	}
 	method, path := x.in.Header.Method(), x.in.URI().PathOriginal()
+	if !x.classify() {
+		x.api = apiOfPath(path)
+		return
+	}
 	a := apiFor(path)
 	if a == nil {
 		x.api = "unknown"
@@ -298,6 +310,7 @@ func (x *exchange) serveGenerate(kind APIKind) {
 	rr := &actors.RouteRequest{}
 	x.h.input.build(x.ctx, x.in, x.remote, x.ip, req, rr)
 	x.kvGuard = rr.Req.KV.Guard
+	x.tag(rr)
 	x.proxy(rr)
 }
 
@@ -351,5 +364,6 @@ func (x *exchange) serveModels() {
 func (x *exchange) servePassthrough() {
 	rr := &actors.RouteRequest{Passthrough: true}
 	x.h.input.buildBasic(x.in, x.remote, x.ip, rr)
+	x.tag(rr)
 	x.proxy(rr)
 }

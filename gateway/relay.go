@@ -66,7 +66,8 @@ func (x *exchange) deliver(lg leg, ttfb time.Duration) attempt {
 	s.x, s.lg, s.ttfb = x, lg, ttfb
 	s.status = out.StatusCode()
 	s.decode = lg.kind == actors.LegDecode
-	s.scan = x.observe && lg.kind == actors.LegSingle
+	s.truth = x.observe && lg.kind == actors.LegSingle
+	s.scan = s.truth || !x.rr.Passthrough
 	s.sse = isEventStream(out.ContentType())
 	x.ids.start(x, s.status)
 	stripResponseHop(out)

@@ -15,6 +15,8 @@ const (
 	ReasonAllCapped   // every eligible prefill endpoint is at its in-flight cap
 	ReasonQueuesFull  // ... and every parked queue is full too
 	ReasonGlobalValve // the total in-flight bound is reached
+	ReasonSheddable   // every eligible endpoint is capped and the request is sheddable: refused, not parked
+	ReasonDisplaced   // the request was parked, and a request of a higher class took its place in a full queue
 
 	// Tier 0.
 	ReasonNoSessionKey            // the request has no stickiness key
@@ -70,6 +72,8 @@ var reasonNames = [reasonCount]string{
 	ReasonAllCapped:               "all_capped",
 	ReasonQueuesFull:              "queues_full",
 	ReasonGlobalValve:             "global_valve",
+	ReasonSheddable:               "sheddable",
+	ReasonDisplaced:               "displaced",
 	ReasonNoSessionKey:            "no_session_key",
 	ReasonSessionMiss:             "session_miss",
 	ReasonSessionEvictedUnhealthy: "session_evicted_unhealthy",

@@ -50,6 +50,9 @@ type ruleSetConfig struct {
 	// gateway.NewConnLimit); nil sets none.
 	BodyBudget *gateway.BodyBudget
 	ConnLimit  *gateway.ConnLimit
+	// TenantMetrics are the per-tenant and per-class series every rule's
+	// handler shares.
+	TenantMetrics *gateway.TenantMetrics
 	// BindRetry is how often a rule whose VIP:port could not be bound tries
 	// again; 0 means 5 s.
 	BindRetry time.Duration
@@ -262,6 +265,8 @@ func (rs *ruleSet) handler(live *liveRule) (*gateway.Handler, error) {
 		LoRAOf:  live.lora.loraOf,
 		Budget:  rs.cfg.BodyBudget,
 		Conns:   rs.cfg.ConnLimit,
+
+		TenantMetrics: rs.cfg.TenantMetrics,
 	}
 	if c.Spec.KVExactMode != ladder.KVOff {
 		tok, err := rs.ruleTokenizer(c, live.met)
