@@ -219,8 +219,8 @@ func (t *Rules) hostHint(k rule.RuleKey) string {
 	for _, r := range t.order {
 		o := r.Rule.Key
 		if o.VIP == k.VIP && o.Port == k.Port && o.Protocol == k.Protocol && o != k {
-			return fmt.Sprintf(" (rule %s exists: its host, block or portmax differ; delete it with "+
-				"/hosturl/{host}/externalipaddress/... and ?block= as needed, hosturl \"any\" meaning no host)", o)
+			return fmt.Sprintf(" (rule %s exists: its host, block, portmax, path or model differ; delete it with "+
+				"/hosturl/{host}/externalipaddress/... and ?block=, ?path_prefix=&path_match_mode=&model_name= as needed, hosturl \"any\" meaning no host)", o)
 		}
 	}
 	return ""

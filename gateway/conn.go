@@ -171,7 +171,7 @@ func (cc *clientConn) sniffH2(timeout time.Duration) (bool, error) {
 // serveFast serves one request of the HTTP/1.1 front end (fasthttp) on
 // client connection cc. The response is sent by the server after it
 // returns; a streamed body ends the exchange when the server has written it.
-func (h *Handler) serveFast(rc *fasthttp.RequestCtx, cc *clientConn, stopping bool) {
+func (h *Handler) serveFast(rc *fasthttp.RequestCtx, cc *clientConn, stopping bool, pre *ClientError) {
 	x := h.begin()
 	x.in, x.out, x.ctx = &rc.Request, &rc.Response, cc.ctx
 	x.remote, x.ip = cc.remote, cc.ip
@@ -190,6 +190,13 @@ func (h *Handler) serveFast(rc *fasthttp.RequestCtx, cc *clientConn, stopping bo
 	}
 	if cc.reserved > 0 {
 		cc.trimReservation(int64(len(rc.Request.Body())))
+	}
+	if pre != nil {
+		// No rule on the listener takes the request (ruletable.go).
+		x.api = apiOfPath(x.in.URI().PathOriginal())
+		x.fail(pre)
+		h.done(x)
+		return
 	}
 	x.cc = cc
 	cc.begin(x)

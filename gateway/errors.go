@@ -92,6 +92,10 @@ const (
 	// already forwarded it (an endpoint that leads back to llb), or passed
 	// through more than MaxHops instances (508, never forwarded).
 	CodeLoopDetected = "loop_detected"
+	// CodeModelUnavailable: several rules share the address and none
+	// takes the request's host, path and model (X-Model, else the body's
+	// model), and no wildcard rule does (503; LoxiLB's model routing).
+	CodeModelUnavailable = "model_unavailable"
 	// CodeStreamDuration: max_stream_duration_sec passed before the first
 	// byte reached the client (504).
 	CodeStreamDuration = "max_stream_duration_exceeded"

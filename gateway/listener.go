@@ -1,13 +1,16 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,7 +20,8 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Listener serving: one listener per mode:4 rule on externalIP:port.
+// Listener serving: one listener per externalIP:port of mode:4 rules (the
+// rules sharing it in a RuleTable).
 //
 // Each accepted connection is sniffed for the HTTP/2 preface: h2c with
 // prior knowledge goes to a net/http server (fasthttp has no HTTP/2), every
@@ -47,14 +51,15 @@ const (
 // runtime reports it in the rule's REST status (other rules keep running).
 var ErrBind = errors.New("gateway: cannot listen")
 
-// Listener is one rule's listener: HTTP/1.1 and cleartext HTTP/2 with
+// Listener is the listener of the rules on one VIP:port: HTTP/1.1 and cleartext HTTP/2 with
 // prior knowledge (h2c), serving the rule's Handler.
 //
 // Lifecycle: NewListener → Start (once) → Shutdown or Close (once; later
 // calls return the first result). Safe for concurrent use.
 type Listener struct {
-	h      atomic.Pointer[Handler] // the handler new requests get
-	limit  *ConnLimit              // the process's connection limit (nil: none)
+	h      atomic.Pointer[Handler]   // the default handler (connection bounds, errors)
+	table  atomic.Pointer[RuleTable] // the rules on the address; new requests pick theirs
+	limit  *ConnLimit                // the process's connection limit (nil: none)
 	addr   netip.AddrPort
 	fast   *fasthttp.Server
 	h2     *http.Server
@@ -87,10 +92,12 @@ func NewListener(h *Handler) *Listener {
 	l := &Listener{addr: netip.AddrPortFrom(h.rule.VIP, h.rule.Port), limit: h.conns, base: base, cancel: cancel, log: h.log,
 		done: make(chan struct{}), conns: map[*clientConn]struct{}{}}
 	l.h.Store(h)
+	l.table.Store(NewRuleTable([]*Handler{h}))
 	l.acceptLog = &serverErrorLog{log: l.log}
 	l.fast = &fasthttp.Server{
 		Handler: func(rc *fasthttp.RequestCtx) {
-			l.h.Load().serveFast(rc, rc.Conn().(*clientConn), l.stopping.Load())
+			h, pre := l.pick(&rc.Request)
+			h.serveFast(rc, rc.Conn().(*clientConn), l.stopping.Load(), pre)
 		},
 		ErrorHandler:                 l.requestError,
 		HeaderReceived:               l.headerReceived,
@@ -109,7 +116,10 @@ func NewListener(h *Handler) *Listener {
 	protos.SetHTTP1(true)
 	protos.SetUnencryptedHTTP2(true)
 	l.h2 = &http.Server{
-		Handler:   http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { l.h.Load().ServeHTTP(w, r) }),
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h, pre := l.pickNet(r)
+			h.serveHTTP(w, r, pre)
+		}),
 		Protocols: &protos,
 		// Each stream may hold an upstream connection: bound them per
 		// connection. A stream the client takes no byte of is reset at the
@@ -134,10 +144,83 @@ func (l *Listener) Handler() *Handler { return l.h.Load() }
 // for them with old.Drain before releasing what the old handler uses.
 func (l *Listener) Swap(h *Handler) (old *Handler) {
 	old = l.h.Swap(h)
+	l.table.Store(NewRuleTable([]*Handler{h}))
 	l.mu.Lock()
 	l.retired = append(l.retired, old)
 	l.mu.Unlock()
 	return old
+}
+
+// SetTable makes the rules of t share the listener: every request accepted
+// from now on goes to the handler its host, path and model select
+// (RuleTable). The first handler of t becomes the default. Handlers that
+// leave the table are retired: requests inside them finish there.
+func (l *Listener) SetTable(t *RuleTable) {
+	old := l.table.Swap(t)
+	l.h.Store(t.rules[0].h)
+	keep := map[*Handler]bool{}
+	for _, h := range t.Handlers() {
+		keep[h] = true
+	}
+	l.mu.Lock()
+	for _, h := range old.Handlers() {
+		if !keep[h] {
+			l.retired = append(l.retired, h)
+		}
+	}
+	l.mu.Unlock()
+}
+
+// Table returns the rules on the listener.
+func (l *Listener) Table() *RuleTable { return l.table.Load() }
+
+// errNoRule is the answer when no rule on the address takes a request.
+func errNoRule(model string) *ClientError {
+	msg := "no rule on this address takes the request's host, path and model"
+	if model != "" {
+		msg = "no rule on this address serves model " + strconv.Quote(model) + " (X-Model, else the body's model) for this host and path, and no wildcard rule does"
+	}
+	return planeError(http.StatusServiceUnavailable, CodeModelUnavailable, msg)
+}
+
+// pick returns the handler of the rule that takes in, or the default
+// handler and the error to answer when none does.
+func (l *Listener) pick(in *fasthttp.Request) (*Handler, *ClientError) {
+	t := l.table.Load()
+	if t.open {
+		return t.rules[0].h, nil
+	}
+	model := ""
+	if t.needsModel {
+		model = requestModel(in)
+	}
+	if h := t.Pick(requestHost(in), string(in.URI().PathOriginal()), model); h != nil {
+		return h, nil
+	}
+	return l.h.Load(), errNoRule(model)
+}
+
+// pickNet is pick for an h2c request. When the rules differ by model and
+// the request has no X-Model, its body is read first (bounded by the
+// default handler's body limit) and put back for the handler to read.
+func (l *Listener) pickNet(r *http.Request) (*Handler, *ClientError) {
+	t := l.table.Load()
+	if t.open {
+		return t.rules[0].h, nil
+	}
+	var in fasthttp.Request
+	in.Header.SetHost(r.Host)
+	in.Header.SetRequestURI(r.RequestURI)
+	in.Header.Set(HeaderModel, r.Header.Get(HeaderModel))
+	in.Header.SetContentType(r.Header.Get("Content-Type"))
+	if t.needsModel && strings.TrimSpace(r.Header.Get(HeaderModel)) == "" && r.Body != nil && r.Body != http.NoBody {
+		body, err := io.ReadAll(io.LimitReader(r.Body, l.h.Load().bodyLimit+1))
+		if err == nil {
+			in.SetBodyRaw(body)
+		}
+		r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), r.Body))
+	}
+	return l.pick(&in)
 }
 
 // Start binds VIP:port and serves in the background. A bind failure is

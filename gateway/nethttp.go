@@ -20,7 +20,11 @@ import (
 // clients speak HTTP/1.1), so the copies cost little overall.
 
 // ServeHTTP serves one request through net/http.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.serveHTTP(w, r, nil) }
+
+// serveHTTP is ServeHTTP answering pre, when set, instead of serving the
+// request (no rule on the listener takes it).
+func (h *Handler) serveHTTP(w http.ResponseWriter, r *http.Request, pre *ClientError) {
 	x := h.begin()
 	in, out := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(in)
@@ -86,7 +90,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 		}
 	}
-	h.serve(x)
+	if pre != nil {
+		x.api = apiOfPath(x.in.URI().PathOriginal())
+		x.fail(pre)
+	} else {
+		h.serve(x)
+	}
 	h.writeNetHTTP(w, x)
 }
 

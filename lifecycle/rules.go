@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -70,6 +71,7 @@ type ruleSet struct {
 
 	mu     sync.Mutex
 	rules  map[string]*liveRule
+	addrs  map[netip.AddrPort]*addrGroup // the listeners, by VIP:port (listeners.go)
 	closed bool
 
 	// tokenizers shares loaded tokenizer directories across rules.
@@ -94,11 +96,9 @@ type liveRule struct {
 	watch   *gateway.EndpointWatch
 	router  *swapRouter
 	svc     *actors.Service
-	ln      *gateway.Listener // nil while the address cannot be bound
-	bindErr error
+	h       *gateway.Handler // the rule's data plane, in its address's listener
 	started time.Time
 	met     *gateway.Metrics
-	stop    chan struct{} // closed on removal (ends the bind retry loop)
 	// models is the rule's endpoints' /v1/models catalog; modelsStop ends
 	// its refresh.
 	models     *modelCatalog
@@ -148,6 +148,7 @@ func newRuleSet(cfg ruleSetConfig) (*ruleSet, error) {
 		log:    cfg.Log.With().Str(logfield.Component, "lifecycle").Logger(),
 		scrape: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: time.Minute}},
 		rules:  make(map[string]*liveRule),
+		addrs:  make(map[netip.AddrPort]*addrGroup),
 
 		tokenizers: tokenizer.NewRegistry(),
 	}, nil
@@ -189,7 +190,7 @@ func (rs *ruleSet) complete(s runSpec, old *liveRule) (*liveRule, error) {
 	if c == nil || s.service.Rule == nil {
 		return nil, fmt.Errorf("lifecycle: a rule without its compiled form: %w", gateway.ErrInvalidConfig)
 	}
-	live := &liveRule{spec: s, watch: gateway.NewEndpointWatch(), stop: make(chan struct{})}
+	live := &liveRule{spec: s, watch: gateway.NewEndpointWatch()}
 	sc := &live.spec.service
 	sc.OnEndpointDown = live.watch.EndpointDown
 	if c.Spec.KVExactMode != ladder.KVOff {
@@ -249,8 +250,9 @@ func (rs *ruleSet) create(live *liveRule) error {
 		live.met.Unregister()
 		return err
 	}
+	live.h = h
 	rs.rules[key] = live
-	rs.listen(live, h)
+	rs.join(live)
 	rs.log.Info().Str(logfield.Rule, key).Int(logfield.Endpoints, len(live.spec.rule.Endpoints)).Msg("rule running")
 	return nil
 }
@@ -281,59 +283,6 @@ func (rs *ruleSet) handler(live *liveRule) (*gateway.Handler, error) {
 	return gateway.NewHandler(c, rs.cfg.Options, deps)
 }
 
-// listen binds the rule's address, or records the error and retries in the
-// background until it binds or the rule goes away.
-func (rs *ruleSet) listen(live *liveRule, h *gateway.Handler) {
-	ln, err := startListener(h)
-	if err == nil {
-		live.ln, live.bindErr = ln, nil
-		return
-	}
-	live.bindErr = err
-	rs.log.Warn().Err(err).Str(logfield.Rule, live.key()).Msg("rule address cannot be bound; retrying")
-	go func() {
-		t := time.NewTicker(rs.cfg.BindRetry)
-		defer t.Stop()
-		for {
-			select {
-			case <-live.stop:
-				return
-			case <-t.C:
-			}
-			rs.mu.Lock()
-			if rs.rules[live.key()] != live || live.ln != nil {
-				rs.mu.Unlock()
-				return
-			}
-			// Its previous listener never existed: build a fresh handler.
-			cur, err := rs.handler(live)
-			if err == nil {
-				var ln *gateway.Listener
-				if ln, err = startListener(cur); err == nil {
-					live.ln, live.bindErr = ln, nil
-					rs.log.Info().Str(logfield.Rule, live.key()).Msg("rule address bound")
-				}
-			}
-			if err != nil {
-				live.bindErr = err
-			}
-			rs.mu.Unlock()
-			if err == nil {
-				return
-			}
-		}
-	}()
-}
-
-// startListener binds and serves h on its rule's VIP:port.
-func startListener(h *gateway.Handler) (*gateway.Listener, error) {
-	l := gateway.NewListener(h)
-	if err := l.Start(); err != nil {
-		return nil, err
-	}
-	return l, nil
-}
-
 // replace hands the rule over to its new configuration next on the same
 // listener. Requests that arrive meanwhile wait (briefly) for the new
 // service; requests already admitted by the old service finish on their
@@ -344,7 +293,7 @@ func (rs *ruleSet) replace(ctx context.Context, live, next *liveRule) error {
 	defer cancel()
 	key := next.key()
 	router := &swapRouter{held: make(chan struct{})}
-	next.router, next.started, next.met, next.stop = router, live.started, live.met, live.stop
+	next.router, next.started, next.met = router, live.started, live.met
 	rs.startModels(next)
 	h, err := rs.handler(next)
 	if err != nil {
@@ -373,26 +322,18 @@ func (rs *ruleSet) replace(ctx context.Context, live, next *liveRule) error {
 		live.svc = old
 		live.models.attach(old)
 		live.router = router
-		if live.ln != nil {
-			if oh, herr := rs.handler(live); herr == nil {
-				live.ln.Swap(oh)
-			}
+		if oh, herr := rs.handler(live); herr == nil {
+			live.h = oh
+			rs.swap(live, live)
 		}
 		return err
 	}
 	next.models.attach(svc)
 	router.set(svc)
 	live.stopModels()
-	next.svc = svc
-	next.ln, next.bindErr = live.ln, live.bindErr
+	next.svc, next.h = svc, h
 	rs.rules[key] = next
-	if next.ln != nil {
-		next.ln.Swap(h)
-	} else {
-		// Still unbound: the predecessor's retry loop ends (the rule map no
-		// longer holds it); retry with the new handler.
-		rs.listen(next, h)
-	}
+	rs.swap(live, next)
 	rs.log.Info().Str(logfield.Rule, key).Bool("warm", warm != nil).Msg("rule replaced")
 	return nil
 }
@@ -419,19 +360,30 @@ func (rs *ruleSet) remove(ctx context.Context, key string) error {
 	rs.mu.Lock()
 	live := rs.rules[key]
 	delete(rs.rules, key)
+	var ln *gateway.Listener
+	shared := false
+	if live != nil {
+		ln, shared = rs.leave(live)
+	}
 	rs.mu.Unlock()
 	if live == nil {
 		return nil
 	}
-	return rs.stopRule(ctx, live)
+	return rs.stopRule(ctx, live, ln, shared)
 }
 
-func (rs *ruleSet) stopRule(ctx context.Context, live *liveRule) error {
-	close(live.stop)
+// stopRule stops a rule that left its listener: ln, when it was the
+// listener's last rule, drains and closes; when other rules keep the
+// listener (shared), the rule's own requests drain.
+func (rs *ruleSet) stopRule(ctx context.Context, live *liveRule, ln *gateway.Listener, shared bool) error {
 	live.stopModels()
 	var errs []error
-	if live.ln != nil {
-		if err := live.ln.Shutdown(ctx); err != nil {
+	if ln != nil {
+		if err := ln.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("drain: %w", err))
+		}
+	} else if shared {
+		if err := drainHandler(ctx, live.h); err != nil {
 			errs = append(errs, fmt.Errorf("drain: %w", err))
 		}
 	}
@@ -450,9 +402,15 @@ func (rs *ruleSet) stopRule(ctx context.Context, live *liveRule) error {
 func (rs *ruleSet) close(ctx context.Context) error {
 	rs.mu.Lock()
 	rs.closed = true
-	lives := make([]*liveRule, 0, len(rs.rules))
+	type leaving struct {
+		l      *liveRule
+		ln     *gateway.Listener
+		shared bool
+	}
+	lives := make([]leaving, 0, len(rs.rules))
 	for k, l := range rs.rules {
-		lives = append(lives, l)
+		ln, shared := rs.leave(l)
+		lives = append(lives, leaving{l, ln, shared})
 		delete(rs.rules, k)
 	}
 	rs.mu.Unlock()
@@ -460,7 +418,7 @@ func (rs *ruleSet) close(ctx context.Context) error {
 	errs := make([]error, len(lives))
 	for i, l := range lives {
 		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = rs.stopRule(ctx, l) }()
+		go func() { defer wg.Done(); errs[i] = rs.stopRule(ctx, l.l, l.ln, l.shared) }()
 	}
 	wg.Wait()
 	return errors.Join(errs...)
@@ -493,14 +451,15 @@ func (rs *ruleSet) status(key string) (liveStatus, bool) {
 		rs.mu.Unlock()
 		return liveStatus{}, false
 	}
-	st := liveStatus{BindError: live.bindErr, Started: live.started}
-	ln, svc := live.ln, live.svc
+	ln, bindErr := rs.groupOf(live)
+	st := liveStatus{BindError: bindErr, Started: live.started}
+	svc, h := live.svc, live.h
 	rs.mu.Unlock()
 	if ln != nil {
 		if a := ln.Addr(); a != nil {
 			st.Addr = a.String()
 		}
-		st.Requests = ln.Handler().Stats()
+		st.Requests = h.Stats()
 	}
 	st.Service, st.ServiceOK = svc.Status(250 * time.Millisecond)
 	return st, true

@@ -128,7 +128,8 @@ func notFoundOr(c echo.Context, err error) error {
 	return c.NoContent(http.StatusNotFound)
 }
 
-// deleteByKey deletes by VIP/port[/portmax]/proto[, hosturl][?block=].
+// deleteByKey deletes by VIP/port[/portmax]/proto[, hosturl][?block=]
+// [&path_prefix=&path_match_mode=&model_name=].
 // Without /hosturl/ the host is "", and hosturl "any" also means "".
 func (s *Server) deleteByKey(c echo.Context) error {
 	k, err := pathKey(c)
@@ -223,6 +224,15 @@ func pathKey(c echo.Context) (rule.RuleKey, error) {
 			return k, fmt.Errorf("%w: query parameter block=%q is not an integer in 0..4294967295", ErrMalformedRequest, b)
 		}
 		k.Block = uint32(n)
+	}
+	// The inference gateway's L7 key: ?path_prefix=&path_match_mode=&model_name=.
+	k.PathPrefix, k.ModelName = c.QueryParam("path_prefix"), c.QueryParam("model_name")
+	switch m := c.QueryParam("path_match_mode"); m {
+	case "", "disabled":
+	case "prefix", "exact":
+		k.PathMatchMode = m
+	default:
+		return k, fmt.Errorf("%w: query parameter path_match_mode=%q is not disabled, prefix or exact", ErrMalformedRequest, m)
 	}
 	return k, nil
 }

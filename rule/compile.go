@@ -104,6 +104,7 @@ func Compile(r *Rule, d Defaults) (*Compiled, error) {
 		VIP:               r.Key.VIP,
 		Port:              r.Key.Port,
 		Paused:            !eff.AdminUp,
+		Route:             Route{Host: r.Key.Host, PathPrefix: r.Key.PathPrefix, PathMode: r.Key.PathMatchMode, Model: r.Key.ModelName},
 		SessionHeaderName: sa.SessionHeaderName,
 		PrefixHash:        PrefixHash{Level: eff.CHWBL.Level, Flags: int(eff.CHWBL.Flags)},
 		Spec: ladder.ServiceSpec{

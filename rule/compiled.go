@@ -21,6 +21,10 @@ type Compiled struct {
 	// Paused is adminStateUp:false: the listener stays bound but every new
 	// request is answered 503 service_unavailable.
 	Paused bool
+	// Route is which requests on VIP:port the rule takes when several
+	// rules share it (LoxiLB's host, path_prefix, path_match_mode and
+	// model_name).
+	Route Route
 	// Endpoints are the rule's endpoints in stored order; an index is the
 	// endpoint's identity everywhere (ladder decisions, metrics ep_idx).
 	Endpoints []CompiledEndpoint
@@ -43,6 +47,26 @@ type Compiled struct {
 	// Breaker configures the per-endpoint circuit breakers.
 	Breaker Breaker
 }
+
+// Route is the part of a rule's key that picks, among the rules on one
+// VIP:port, the rule a request goes to (gateway.RuleTable).
+type Route struct {
+	// Host is the Host header the rule takes ("" = any).
+	Host string
+	// PathPrefix and PathMode restrict the request path: PathPrefix with
+	// its descendants ("prefix"), PathPrefix alone ("exact"); any path
+	// when PathMode is "".
+	PathPrefix, PathMode string
+	// Model is the model the rule takes (X-Model, else the body's model);
+	// "" is the wildcard rule.
+	Model string
+}
+
+// Restricts reports whether the route narrows the requests its rule takes
+// by path or model. A rule alone on its VIP:port that does not takes every
+// request, whatever its host (as llb did before it shared addresses: a
+// host equal to the VIP is common in LoxiLB's examples).
+func (r Route) Restricts() bool { return r.PathMode != "" || r.Model != "" }
 
 // CompiledEndpoint is one endpoint of a Compiled rule.
 type CompiledEndpoint struct {

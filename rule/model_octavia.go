@@ -22,11 +22,12 @@ type OctaviaArguments struct {
 	TimeoutMemberData int64 `json:"timeoutMemberData,omitempty"`
 	// TimeoutTCPInspect is the header-read deadline in milliseconds (0 = default).
 	TimeoutTCPInspect int64 `json:"timeoutTcpInspect,omitempty"`
-	// PathPrefix is a URL path prefix for L7 routing (stored; not part of llb's rule key).
+	// PathPrefix is a URL path prefix for L7 routing (part of the rule key).
 	PathPrefix string `json:"path_prefix,omitempty"`
 	// PathMatchMode is disabled, prefix or exact; "disabled" when absent.
 	PathMatchMode *string `json:"path_match_mode,omitempty"`
-	// ModelName is a model-name pool key (stored; not part of llb's rule key).
+	// ModelName is a model-name pool key (part of the rule key; "" is the
+	// wildcard pool).
 	ModelName string `json:"model_name,omitempty"`
 	// TraceType names a tracing catalog (stored only).
 	TraceType string `json:"trace_type,omitempty"`

@@ -9,12 +9,12 @@ import (
 	"strings"
 )
 
-// RuleKey identifies a rule. llb's key is VIP + protocol + port + portMax +
-// block + host, LoxiLB's upstream key. The inference gateway also keys on
-// path_prefix, path_match_mode and model_name; llb stores those but does not
-// key on them, because its data plane runs one listener per VIP:port and does
-// no model-name pool routing. Two POSTs that differ only in them therefore
-// address the same rule (the second replaces the first).
+// RuleKey identifies a rule: VIP + protocol + port + portMax + block + host,
+// LoxiLB's upstream key, and the inference gateway's path_prefix,
+// path_match_mode and model_name. Rules whose keys differ only in host,
+// path or model share their VIP:port: each request goes to the rule its
+// Host, path and model select (gateway.RuleMatch, LoxiLB's
+// find_endpoint_lpm).
 //
 // RuleKey is comparable and usable as a map key.
 type RuleKey struct {
@@ -30,11 +30,18 @@ type RuleKey struct {
 	Block uint32
 	// Host is serviceArguments.host; "" = no host.
 	Host string
+	// PathPrefix is serviceArguments.path_prefix; "" = none.
+	PathPrefix string
+	// PathMatchMode is path_match_mode: "disabled" (the default, stored
+	// as ""), "prefix" or "exact".
+	PathMatchMode string
+	// ModelName is model_name; "" = the wildcard pool.
+	ModelName string
 }
 
 // String prints the key as "tcp:127.0.0.1:2020", with "-<portMax>",
-// "/block=<n>" and "@<host>" suffixes when those are set; IPv6 VIPs are
-// bracketed.
+// "/block=<n>", "@<host>", "|<mode>:<path_prefix>" and "|model=<name>"
+// suffixes when those are set; IPv6 VIPs are bracketed.
 func (k RuleKey) String() string {
 	var b strings.Builder
 	b.WriteString(k.Protocol)
@@ -52,7 +59,24 @@ func (k RuleKey) String() string {
 		b.WriteByte('@')
 		b.WriteString(k.Host)
 	}
+	if k.PathPrefix != "" || k.PathMatchMode != "" {
+		b.WriteByte('|')
+		b.WriteString(cmpOr(k.PathMatchMode, "disabled"))
+		b.WriteByte(':')
+		b.WriteString(k.PathPrefix)
+	}
+	if k.ModelName != "" {
+		b.WriteString("|model=")
+		b.WriteString(k.ModelName)
+	}
 	return b.String()
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
 
 // Rule is a validated, normalized rule: what the table stores, the state file
@@ -174,7 +198,19 @@ func keyOf(sa *ServiceArguments, vip netip.Addr) RuleKey {
 		PortMax:  uint16(sa.PortMax),
 		Block:    uint32(sa.Block),
 		Host:     sa.Host,
+
+		PathPrefix:    sa.PathPrefix,
+		PathMatchMode: pathMode(sa.PathMatchMode),
+		ModelName:     sa.ModelName,
 	}
+}
+
+// pathMode is a key's path_match_mode: "" for disabled.
+func pathMode(m *string) string {
+	if m == nil || *m == "disabled" {
+		return ""
+	}
+	return *m
 }
 
 func ptr[T any](v T) *T { return &v }
