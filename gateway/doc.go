@@ -1,7 +1,8 @@
 // Package gateway is llb's data plane: one HTTP listener per VIP:port of
 // mode:4 rules (several rules may share one, RuleTable picking each
-// request's rule by host, path and model) that parses OpenAI requests, builds the routing input, asks the rule's
-// router (actors.Router) where each request goes and proxies it — straight
+// request's rule by host, path and model) that parses OpenAI requests,
+// builds the routing input, asks the rule's router (actors.Router) where
+// each request goes and proxies it — straight
 // through for a single pool, in the engine's P/D protocol for a P/D pair —
 // reporting the first byte, every leg and the end through the ticket the
 // router handed back (actors.Ticket).
