@@ -81,6 +81,7 @@ func (h *Handler) record(x *exchange) {
 		m.aiDuration.Update(seconds(dur))
 		h.recordTenant(x)
 	}
+	h.chargeKey(x)
 	if x.ttft > 0 {
 		m.ttfb.Update(seconds(x.ttft))
 	}

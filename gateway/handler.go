@@ -17,6 +17,7 @@ import (
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/rule"
+	"github.com/llbproject/llb/tenant"
 	"github.com/llbproject/llb/tokenizer"
 )
 
@@ -58,6 +59,9 @@ type Deps struct {
 	// TenantMetrics receives the per-tenant and per-class series, shared
 	// by every rule; nil keeps them in a private set.
 	TenantMetrics *TenantMetrics
+	// Keys are the API keys and tenant limits a rule with sse_mode
+	// enforces; nil: none.
+	Keys *tenant.Gate
 }
 
 // Handler is one rule's data plane. Both front ends (the HTTP/1.1 server
@@ -79,6 +83,7 @@ type Handler struct {
 	input       *routeInput
 	met         *Metrics
 	tmet        *TenantMetrics
+	keys        *tenant.Gate
 	log         zerolog.Logger
 	hopID       string // this instance in X-Llb-Hop
 	watch       *EndpointWatch
@@ -167,6 +172,7 @@ func NewHandler(c *rule.Compiled, opts Options, deps Deps) (*Handler, error) {
 		input:           input,
 		met:             deps.Metrics,
 		tmet:            deps.TenantMetrics,
+		keys:            deps.Keys,
 		log:             deps.Log,
 		maxStream:       t.MaxStream,
 		prefillTimeout:  t.Prefill,
@@ -328,7 +334,7 @@ func (h *Handler) serve(x *exchange) {
 		return
 	}
 	method, path := x.in.Header.Method(), x.in.URI().PathOriginal()
-	if !x.classify() {
+	if !x.classify() || h.keysEnforced() && !x.authenticate() {
 		x.api = apiOfPath(path)
 		return
 	}
@@ -368,6 +374,19 @@ func (x *exchange) serveGenerate(kind APIKind) {
 	if v := x.in.Header.Peek(HeaderConversationID); len(v) > 0 {
 		req.ConversationID = string(v)
 	}
+	if len(x.in.Header.Peek(HeaderModel)) == 0 && !x.allowModel(req.Model) || !x.admitKey() {
+		return
+	}
+	if x.h.rule.EnginePriority {
+		// The engine schedules by priority: the class decides it, not the
+		// client (a key's class caps what a request may ask for).
+		nb, err := withMember(req.Body, "priority", strconv.AppendInt(nil, int64(x.class.EnginePriority()), 10))
+		if err != nil {
+			x.fail(requestError(http.StatusBadRequest, CodeInvalidJSON, "", err.Error()))
+			return
+		}
+		req.Body = nb
+	}
 	x.model, x.wantStream = req.Model, req.Stream
 	rr := &actors.RouteRequest{}
 	x.h.input.build(x.ctx, x.in, x.remote, x.ip, req, rr)
@@ -379,6 +398,9 @@ func (x *exchange) serveGenerate(kind APIKind) {
 // servePassthrough forwards GET /v1/models and /health to an available
 // endpoint chosen by the router (so health and breaker state apply).
 func (x *exchange) servePassthrough() {
+	if !x.admitKey() {
+		return
+	}
 	rr := &actors.RouteRequest{Passthrough: true}
 	x.h.input.buildBasic(x.in, x.remote, x.ip, rr)
 	x.tag(rr)
