@@ -6,10 +6,12 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/llbproject/llb/simulate/engine"
 	"github.com/llbproject/llb/simulate/fleet"
@@ -269,4 +271,76 @@ func TestE2E_LoxiLBAIAPIKeyScenario(t *testing.T) {
 		t.Errorf("DP-T12: %d %s", code, body)
 	}
 	c.do(http.MethodDelete, "/netlox/v1/config/ai/apikey/"+id12, "")
+}
+
+// TestE2E_LoxiLBAIAPIKeyScenarioCLI is validate_cli.sh: every mutation
+// through llbctl (loxicmd's commands and flags), read back through REST.
+func TestE2E_LoxiLBAIAPIKeyScenarioCLI(t *testing.T) {
+	c, _, tokenPath := startKeyedDaemon(t, "127.0.0.94")
+	bin := buildCtl(t)
+	ctl := func(args ...string) (int, string, string) {
+		t.Helper()
+		cmd := exec.Command(bin, append([]string{"--server", c.base, "--token-file", tokenPath}, args...)...)
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("llbctl: %v", err)
+		}
+		return code, out.String(), errb.String()
+	}
+	tenant := fmt.Sprintf("cli-apikey-%d", time.Now().Unix())
+	// T-CLI-1: create through the CLI, read through REST.
+	if code, out, errs := ctl("create", "apikey", "--tenant-id="+tenant, "--name=cli-key", "--rps=10", "--burst=20", "--tokens-per-min=5000", "-o", "json"); code != 0 {
+		t.Fatalf("T-CLI-1 create: %d %s %s", code, out, errs)
+	}
+	_, list, _ := c.do(http.MethodGet, "/netlox/v1/config/ai/apikey?tenant_id="+tenant, "")
+	var keys []map[string]any
+	if err := json.Unmarshal([]byte(list), &keys); err != nil || len(keys) != 1 ||
+		!strings.Contains(list, `"rate_limit_rps":10`) || !strings.Contains(list, `"tokens_per_min":5000`) || strings.Contains(list, "key_hash") {
+		t.Fatalf("T-CLI-1 REST oracle: %s", list)
+	}
+	id := keys[0]["key_id"].(string)
+	// T-CLI-2: the CLI's get matches.
+	if code, out, _ := ctl("get", "apikey", id, "-o", "json"); code != 0 || !strings.Contains(out, id) || !strings.Contains(out, tenant) || strings.Contains(out, "key_hash") {
+		t.Fatalf("T-CLI-2: %d %s", code, out)
+	}
+	// T-CLI-3: tenant limit through the CLI.
+	if code, out, errs := ctl("set", "ratelimit", "--tenant-id="+tenant, "--rps=200", "--tokens-per-min=100000"); code != 0 {
+		t.Fatalf("T-CLI-3 set: %d %s %s", code, out, errs)
+	}
+	if _, rl, _ := c.do(http.MethodGet, "/netlox/v1/config/ai/tenant/ratelimit/"+tenant, ""); !strings.Contains(rl, `"rps":200`) || !strings.Contains(rl, "100000") {
+		t.Fatalf("T-CLI-3 REST oracle: %s", rl)
+	}
+	if code, out, _ := ctl("get", "ratelimit", tenant, "-o", "json"); code != 0 || !strings.Contains(out, "200") {
+		t.Fatalf("T-CLI-3 get: %d %s", code, out)
+	}
+	// T-CLI-4: disable (still listed, enabled false), enable again.
+	if code, out, errs := ctl("set", "apikey", id, "--enabled=false"); code != 0 {
+		t.Fatalf("T-CLI-4 disable: %d %s %s", code, out, errs)
+	}
+	if code, body, _ := c.do(http.MethodGet, "/netlox/v1/config/ai/apikey/"+id, ""); code != 200 || !strings.Contains(body, `"enabled":false`) {
+		t.Fatalf("T-CLI-4 disabled view: %d %s", code, body)
+	}
+	ctl("set", "apikey", id, "--enabled=true")
+	if _, body, _ := c.do(http.MethodGet, "/netlox/v1/config/ai/apikey/"+id, ""); !strings.Contains(body, `"enabled":true`) {
+		t.Fatalf("T-CLI-4 enabled again: %s", body)
+	}
+	// T-CLI-5: delete through the CLI, then 404.
+	if code, out, errs := ctl("delete", "apikey", id); code != 0 {
+		t.Fatalf("T-CLI-5 delete: %d %s %s", code, out, errs)
+	}
+	if code, _, _ := c.do(http.MethodGet, "/netlox/v1/config/ai/apikey/"+id, ""); code != 404 {
+		t.Fatalf("T-CLI-5 after delete: %d", code)
+	}
+	// T-CLI-6: no tenant: refused with "tenant-id is required", nothing created.
+	if code, out, errs := ctl("create", "apikey", "--name=empty-tenant"); code == 0 || !strings.Contains(errs, "tenant-id is required") {
+		t.Fatalf("T-CLI-6: %d %s %s", code, out, errs)
+	}
+	if _, all, _ := c.do(http.MethodGet, "/netlox/v1/config/ai/apikey", ""); strings.Contains(all, "empty-tenant") {
+		t.Fatalf("T-CLI-6 created a key: %s", all)
+	}
 }
