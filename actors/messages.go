@@ -28,6 +28,9 @@ type routeMsg struct {
 	scored    ladder.EndpointSet
 	overlaps  [ladder.MaxEndpoints]uint32
 	offloaded [ladder.MaxEndpoints]uint32
+	// pin is the session table's answer for rr.Pin (the endpoint holding
+	// the stored response the request names).
+	pin ladder.SessionLookup
 }
 
 // routeReply is the router's answer on routeMsg.reply.
@@ -56,6 +59,12 @@ type concludeMsg struct {
 
 // firstByteMsg carries Service.FirstByte.
 type firstByteMsg struct{ t Ticket }
+
+// pinMsg carries Service.Pin.
+type pinMsg struct {
+	t   Ticket
+	key string
+}
 
 // finishMsg carries Service.Finish.
 type finishMsg struct {

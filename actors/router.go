@@ -27,6 +27,7 @@ func newRouterActor(svc *Service) actor.Actor {
 	lad := svc.lad.Fresh() // validated once, by Start
 	a := &routerActor{svc: svc, log: svc.log.With().Str(logfield.Actor, "router").Logger()}
 	a.core = newRouterCore(&svc.cfg, lad, a, svc.metrics, svc.ctrl)
+	a.core.served = &svc.served
 	return a
 }
 
@@ -49,6 +50,8 @@ func (a *routerActor) Receive(ctx actor.Context) {
 		c.report(now, m.o)
 	case firstByteMsg:
 		c.firstByte(m.t)
+	case pinMsg:
+		c.pinResponse(m.t, m.key)
 	case finishMsg:
 		c.finish(m.t, m.res)
 	case concludeMsg:

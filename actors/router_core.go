@@ -2,6 +2,7 @@ package actors
 
 import (
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/llbproject/llb/ladder"
@@ -157,6 +158,10 @@ type routerCore struct {
 	// peer is the peers' load and health (cluster mode; see peers.go).
 	peer peerState
 
+	// served is the service's served-model table (Service.SetServedModels;
+	// nil in unit tests: no model restriction). Read per decision.
+	served *atomic.Pointer[ladder.ServedModels]
+
 	stats coreStats
 }
 
@@ -211,22 +216,34 @@ func newRouterCore(cfg *ServiceConfig, lad *ladder.Router, ports routerPorts, m 
 	return c
 }
 
-// route starts a decision: it fans out the session lookup and the inventory
-// scores, or decides at once when there is nothing to ask.
+// pinLookupIDBit marks the session lookup of a request's RouteRequest.Pin
+// (decision ids never set it; truthCheckIDBit is bit 63).
+const pinLookupIDBit = 1 << 62
+
+// route starts a decision: it fans out the session lookups and the
+// inventory scores, or decides at once when there is nothing to ask.
 func (c *routerCore) route(now time.Time, m *routeMsg) {
-	if m.rr.Passthrough {
+	rr := m.rr
+	if _, ok := c.modelSet(rr.Model); !ok {
+		c.notServed(m)
+		return
+	}
+	if rr.Passthrough && rr.Pin == "" {
 		c.passthrough(now, m)
 		return
 	}
 	p := c.newPending(m)
-	rr := m.rr
-	if c.cfg.Rule.Spec.PDDisagg && rr.Req.SessionKey != "" {
+	if rr.Pin != "" {
+		c.ports.lookupSession(m.id|pinLookupIDBit, rr.Pin)
+		p.awaiting++
+	} else if c.cfg.Rule.Spec.PDDisagg && rr.Req.SessionKey != "" {
 		c.ports.lookupSession(m.id, rr.Req.SessionKey)
 		p.awaiting++
 	}
-	if c.cfg.Rule.Spec.KVExactMode != ladder.KVOff && len(rr.Chain) > 0 && rr.Req.KV.Guard == ladder.ReasonNone {
+	if !rr.Passthrough && c.cfg.Rule.Spec.KVExactMode != ladder.KVOff && len(rr.Chain) > 0 && rr.Req.KV.Guard == ladder.ReasonNone {
+		excl := c.excluded(m)
 		for i := range c.views {
-			if !c.scoreSet.Has(i) || c.unusable(i, rr.Avoid) {
+			if !c.scoreSet.Has(i) || c.unusable(i, excl) {
 				continue
 			}
 			c.ports.score(i, m.id, rr.Chain)
@@ -242,13 +259,76 @@ func (c *routerCore) route(now time.Time, m *routeMsg) {
 	p.stop = c.ports.deadline(m.id, c.cfg.DecisionTimeout)
 }
 
+// modelSet returns the endpoints that serve model (all of them when the
+// service has no table or the request names no model) and whether any
+// does.
+func (c *routerCore) modelSet(model string) (ladder.EndpointSet, bool) {
+	var t *ladder.ServedModels
+	if c.served != nil {
+		t = c.served.Load()
+	}
+	return t.Eligible(model, len(c.views))
+}
+
+// notServed answers a request whose model no endpoint serves.
+func (c *routerCore) notServed(m *routeMsg) {
+	c.stats.decisions++
+	d := ladder.Decision{Prefill: -1, Decode: -1, ParkOn: -1, Unavailable: ladder.ReasonModelNotServed}
+	m.reply <- routeReply{route: Route{Decision: d}}
+}
+
+// excluded is the mask of endpoints the request may not use: the retry's
+// avoid set, the endpoints that do not serve its model, and, when the
+// session table pins the stored response it names, every other endpoint
+// (on a P/D rule, every other endpoint of the pinned one's role).
+func (c *routerCore) excluded(m *routeMsg) uint32 {
+	mask := m.rr.Avoid
+	if set, _ := c.modelSet(m.rr.Model); set != ladder.EndpointSet(allBits(len(c.views))) {
+		mask |= ^uint32(set)
+	}
+	if m.pin.Found && m.pin.Pin.Prefill >= 0 && m.pin.Pin.Prefill < len(c.views) {
+		eps := c.cfg.Rule.Endpoints
+		role := eps[m.pin.Pin.Prefill].Role()
+		for i := range eps {
+			if i != m.pin.Pin.Prefill && (!c.cfg.Rule.Spec.PDDisagg || eps[i].Role() == role) {
+				mask |= 1 << uint(i)
+			}
+		}
+	}
+	return mask
+}
+
+// allBits is the mask of endpoints 0..n-1.
+func allBits(n int) uint64 {
+	if n >= 64 {
+		return ^uint64(0)
+	}
+	return 1<<uint(n) - 1
+}
+
+// pinResponse pins key to the endpoint that answers ticket t (its decode
+// endpoint on a P/D pair), so requests naming the stored response go there.
+func (c *routerCore) pinResponse(t Ticket, key string) {
+	tk := c.tickets[t.ID]
+	if tk == nil {
+		c.stats.staleTicket++
+		return
+	}
+	ep := tk.t.Prefill
+	if tk.t.Decode >= 0 {
+		ep = tk.t.Decode
+	}
+	c.ports.pinSession(key, ladder.Pin{Prefill: ep, Decode: -1})
+}
+
 // passthrough admits a non-inference request on the least-loaded available
 // endpoint of any role (ties: lowest index).
 func (c *routerCore) passthrough(now time.Time, m *routeMsg) {
 	best := -1
+	excl := c.excluded(m)
 	for i := range c.views {
 		v := &c.views[i]
-		if c.unusable(i, m.rr.Avoid) || v.Draining || v.Ctrl == ladder.CtrlDraining {
+		if c.unusable(i, excl) || v.Draining || v.Ctrl == ladder.CtrlDraining {
 			continue
 		}
 		if best < 0 || v.ActiveConns+c.peer.load[i] < c.views[best].ActiveConns+c.peer.load[best] {
@@ -297,12 +377,16 @@ func (c *routerCore) scoreReply(now time.Time, r scoreReply) {
 }
 
 func (c *routerCore) sessionReply(now time.Time, r sessionReply) {
-	p := c.pending[r.id]
+	p := c.pending[r.id&^pinLookupIDBit]
 	if p == nil {
 		c.stats.lateReplies++
 		return
 	}
-	p.session = r.lookup
+	if r.id&pinLookupIDBit != 0 {
+		p.msg.pin = r.lookup
+	} else {
+		p.session = r.lookup
+	}
 	c.replied(now, p)
 }
 
@@ -343,6 +427,10 @@ func (c *routerCore) finalize(now time.Time, p *pending) {
 		req.KV.Guard = p.guard
 	}
 	c.recycle(p)
+	if m.rr.Passthrough {
+		c.passthrough(now, m)
+		return
+	}
 	d := c.decide(now, m, func(req *ladder.Request) (ladder.Decision, error) {
 		return c.lad.Decide(now, req, &c.snap)
 	})
@@ -354,7 +442,7 @@ func (c *routerCore) finalize(now time.Time, p *pending) {
 // folded into the views, and restores them.
 func (c *routerCore) decide(now time.Time, m *routeMsg, fn func(*ladder.Request) (ladder.Decision, error)) ladder.Decision {
 	var wasDown uint64
-	touched := uint64(m.rr.Avoid) | uint64(c.peer.excl)
+	touched := uint64(c.excluded(m)) | uint64(c.peer.excl)
 	for i := range c.views {
 		c.views[i].Overlap, c.views[i].OverlapOffloaded = 0, 0
 		if m.scored.Has(i) {
@@ -824,6 +912,7 @@ func (c *routerCore) takePending() []*routeMsg {
 		}
 		m := p.msg
 		m.scored, m.overlaps, m.offloaded = 0, [ladder.MaxEndpoints]uint32{}, [ladder.MaxEndpoints]uint32{}
+		m.pin = ladder.SessionLookup{}
 		out = append(out, m)
 		delete(c.pending, id)
 	}

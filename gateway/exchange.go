@@ -78,6 +78,7 @@ type exchange struct {
 	iovArr  [2][]byte               // iov's storage
 	preHead fasthttp.ResponseHeader // the P/D prefill leg's response head
 	preBody []byte                  // the P/D prefill leg's response body
+	ids     idScan                  // a stored response's id (respstore.go)
 }
 
 // accessRecord is what the client saw, for the access log and metrics.
@@ -224,6 +225,10 @@ func (x *exchange) reset() {
 	}
 	if cap(x.preBody) > maxKeptBodyBuffer {
 		x.preBody = nil
+	}
+	x.ids = idScan{buf: x.ids.buf[:0]}
+	if cap(x.ids.buf) > maxIDScan*2 {
+		x.ids.buf = nil
 	}
 }
 

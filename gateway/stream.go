@@ -161,6 +161,7 @@ func (s *relayStream) release() {
 // observe passes body bytes on their way to the client through the
 // cache-truth observer (when the leg scans) and keeps what it found.
 func (s *relayStream) observe(b []byte) {
+	s.x.ids.write(s.x, b)
 	if s.scan && len(b) > 0 {
 		s.x.usage.Write(b)
 		if s.truth {

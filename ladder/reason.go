@@ -59,6 +59,10 @@ const (
 	// Terminal unavailability (HTTP 503 error codes).
 	ReasonPDPoolUnavailable // P/D rule: no prefill/decode pair and no rescue endpoint
 	ReasonNoHealthyBackend  // single pool: no available endpoint
+	// ReasonModelNotServed: no endpoint of the rule serves the request's
+	// model (every endpoint's /v1/models is known and none lists it); the
+	// client gets vLLM's own 404.
+	ReasonModelNotServed
 
 	reasonCount
 )
@@ -97,6 +101,7 @@ var reasonNames = [reasonCount]string{
 	ReasonDecodeUnavailable:       "decode_unavailable",
 	ReasonPDPoolUnavailable:       "pd_pool_unavailable",
 	ReasonNoHealthyBackend:        "no_healthy_backend",
+	ReasonModelNotServed:          "model_not_served",
 }
 
 // String returns the reason's snake_case name, or "reason(N)" for a value
