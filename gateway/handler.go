@@ -266,11 +266,12 @@ func (h *Handler) serve(x *exchange) {
 		return
 	}
 	method, path := x.in.Header.Method(), x.in.URI().PathOriginal()
+	a := apiFor(path)
+	x.generation = a != nil && a.gen
 	if !x.classify() || h.keysEnforced() && !x.authenticate() {
 		x.api = apiOfPath(path)
 		return
 	}
-	a := apiFor(path)
 	if a == nil {
 		x.api = "unknown"
 		x.fail(requestError(http.StatusNotFound, CodeUnknownURL, "",
@@ -315,7 +316,7 @@ func (x *exchange) serveGenerate(kind APIKind) {
 	if len(x.in.Header.Peek(HeaderModel)) == 0 && !x.allowModel(req.Model) || !x.admitKey() {
 		return
 	}
-	if x.h.rule.EnginePriority {
+	if x.h.rule.EnginePriority && (kind == KindCompletion || kind == KindChat || kind == KindResponses) {
 		// The engine schedules by priority: the class decides it, not the
 		// client (a key's class caps what a request may ask for).
 		nb, err := withMember(req.Body, "priority", strconv.AppendInt(nil, int64(x.class.EnginePriority()), 10))
@@ -347,9 +348,13 @@ func (x *exchange) serveLight(kind APIKind) {
 		x.fail(ce)
 		return
 	}
+	if len(x.in.Header.Peek(HeaderModel)) == 0 && !x.allowModel(req.Model) || !x.admitKey() {
+		return
+	}
 	x.model = req.Model
 	rr := &actors.RouteRequest{Passthrough: true, Model: req.Model}
 	x.h.input.buildBasic(x.in, x.remote, x.ip, rr)
+	x.tag(rr)
 	x.proxy(rr)
 }
 
@@ -367,8 +372,12 @@ func (x *exchange) serveStoredResponse() {
 			"llb serves GET /v1/responses/{id} and POST /v1/responses/{id}/cancel; not "+method+" "+string(x.in.URI().PathOriginal())))
 		return
 	}
+	if !x.admitKey() {
+		return
+	}
 	rr := &actors.RouteRequest{Passthrough: true, Pin: actors.ResponseKey(id)}
 	x.h.input.buildBasic(x.in, x.remote, x.ip, rr)
+	x.tag(rr)
 	x.proxy(rr)
 }
 

@@ -83,6 +83,9 @@ type tenancy struct {
 	// otherwise); headerClass marks a class that came from a header.
 	key         *tenant.Key
 	headerClass bool
+	// generation marks a request to an inference API (counted per
+	// tenant and class).
+	generation bool
 }
 
 // classify settles x's tenant and class from its headers. It answers the
