@@ -6,6 +6,7 @@ import (
 
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/internal/logfield"
+	"github.com/llbproject/llb/ladder"
 )
 
 // The attempt loop: ask the router where the request goes, run the plan
@@ -77,9 +78,12 @@ func (x *exchange) route() bool {
 	x.decision, x.decided, x.parked = route.Decision, true, route.Parked
 	d := &x.decision
 	if !d.Available() {
-		if x.lastErr != nil {
+		switch {
+		case x.lastErr != nil:
 			x.fail(x.lastErr) // the retry found nothing better than what failed
-		} else {
+		case d.Unavailable == ladder.ReasonModelNotServed:
+			x.fail(errModelNotServed(x.req.Kind, x.rr.Model))
+		default:
 			x.fail(errorForDecision(d))
 		}
 		return false

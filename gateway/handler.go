@@ -50,6 +50,10 @@ type Deps struct {
 	// for a base model; nil means no LoRA adapters. The name is folded into
 	// the Tier-1.5 extra keys and the prefix hash.
 	LoRAOf func(model string) string
+	// ModelsBody returns the answer of GET /v1/models: the union of the
+	// endpoints' model lists, each id once (nil while no list is known,
+	// and then the request goes to an endpoint). nil: always an endpoint.
+	ModelsBody func() []byte
 	// Budget is the process-wide request-body budget every listener
 	// shares; nil bounds bodies per request only.
 	Budget *BodyBudget
@@ -80,6 +84,7 @@ type Handler struct {
 	pools       []*upstreamPool // keep-alive connections, by endpoint index
 	router      actors.Router
 	pd          pdDialect // the engines' P/D protocol
+	modelsBody  func() []byte
 	input       *routeInput
 	met         *Metrics
 	tmet        *TenantMetrics
@@ -169,6 +174,7 @@ func NewHandler(c *rule.Compiled, opts Options, deps Deps) (*Handler, error) {
 		opts:            opts,
 		router:          deps.Router,
 		pd:              dialectFor(c),
+		modelsBody:      deps.ModelsBody,
 		input:           input,
 		met:             deps.Metrics,
 		tmet:            deps.TenantMetrics,
@@ -381,9 +387,27 @@ func (x *exchange) serveStoredResponse() {
 	x.proxy(rr)
 }
 
-// serveModels answers GET /v1/models.
+// serveModels answers GET /v1/models with the union of the endpoints'
+// lists, each model id once, as one vLLM server lists its own; before any
+// list is known, an endpoint answers.
 func (x *exchange) serveModels() {
-	x.servePassthrough()
+	var body []byte
+	if f := x.h.modelsBody; f != nil {
+		body = f()
+	}
+	if body == nil {
+		x.servePassthrough()
+		return
+	}
+	x.status = http.StatusOK
+	x.setRouteHeader(&x.out.Header, x.h.clientAddrs)
+	x.out.Header.SetContentType("application/json")
+	if !x.in.Header.IsHead() {
+		x.out.SetBody(body)
+		x.bytes = int64(len(body))
+	} else {
+		x.out.Header.SetContentLength(len(body))
+	}
 }
 
 // servePassthrough forwards GET /health (and /ping, /version) to an

@@ -101,7 +101,8 @@ type Decision struct {
 	// ParkDeadline is when the runtime reaps a parked request (504); zero
 	// when parking is unbounded or the request is not parked.
 	ParkDeadline time.Time
-	// Unavailable is ReasonPDPoolUnavailable or ReasonNoHealthyBackend when
+	// Unavailable is ReasonPDPoolUnavailable, ReasonNoHealthyBackend or
+	// ReasonModelNotServed when
 	// the ladder found nothing to serve the request (answer 503); ReasonNone
 	// otherwise.
 	Unavailable Reason
