@@ -17,6 +17,7 @@ import (
 	"github.com/llbproject/llb/replica"
 	"github.com/llbproject/llb/restapi"
 	"github.com/llbproject/llb/rule"
+	"github.com/llbproject/llb/tenant"
 )
 
 // DataPlane is the restapi.Runtime of a daemon with its data plane: it
@@ -100,6 +101,10 @@ type Config struct {
 	// MaxTenantLabels bounds the tenant label of the per-tenant metrics
 	// (--max-tenant-labels; 0: gateway.DefaultMaxTenantLabels).
 	MaxTenantLabels int
+	// Keys are the API keys and tenant limits rules with sse_mode enforce
+	// (the catalog publishes them); nil: none. In cluster mode the
+	// replicas share their buckets (consumption reports, replica.Usage).
+	Keys *tenant.Gate
 }
 
 // New starts the actor runtime and an empty data plane.
@@ -119,8 +124,8 @@ func New(cfg Config) (*DataPlane, error) {
 	}
 	rt, err := newRuleSet(ruleSetConfig{System: sys, Log: cfg.Log, Metrics: cfg.Metrics, KVMaxMsgSize: cfg.KVMaxMsgSize,
 		Feeds: cfg.Feeds, Drains: drains, BodyBudget: budget, ConnLimit: conns,
-		TenantMetrics: gateway.NewTenantMetrics(cfg.Metrics, cfg.MaxTenantLabels),
-		Options:       gateway.Options{AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs, ClientSendTimeout: sendTimeout(cfg.ClientSendTimeout)}})
+		TenantMetrics: gateway.NewTenantMetrics(cfg.Metrics, cfg.MaxTenantLabels), Keys: cfg.Keys,
+		Options: gateway.Options{AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs, ClientSendTimeout: sendTimeout(cfg.ClientSendTimeout)}})
 	if err != nil {
 		sys.Shutdown()
 		return nil, err
