@@ -202,7 +202,3 @@ func formModel(ct, body []byte) string {
 		}
 	}
 }
-
-// HeaderModel is LoxiLB's model header: it names the model a request's
-// rule is selected by, over the body's model field.
-const HeaderModel = "X-Model"
