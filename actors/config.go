@@ -61,6 +61,9 @@ type EngineStats struct {
 	// KVUsageKnown.
 	KVUsedBlocks uint32
 	KVUsageKnown bool
+	// LoRA is the engine's vllm:lora_requests_info (LoRA.Known false when
+	// it publishes none).
+	LoRA inventory.LoRAInfo
 }
 
 // KVConfig configures the service's inventory actors. Prompt hashing

@@ -31,6 +31,8 @@ type routeMsg struct {
 	// pin is the session table's answer for rr.Pin (the endpoint holding
 	// the stored response the request names).
 	pin ladder.SessionLookup
+	// lora is the LoRA policy's outcome for the request (its adapter).
+	lora ladder.LoRAOutcome
 }
 
 // routeReply is the router's answer on routeMsg.reply.

@@ -94,6 +94,10 @@ type ticket struct {
 	// charged (engineStats ends it at a later one that reports no queue).
 	unstreamed bool
 	scrape     uint32
+	// adapter is the LoRA adapter the request uses, counted on adapterEP
+	// (lora.go); "" for none.
+	adapter   string
+	adapterEP int
 }
 
 // parkRef tracks a request sitting in an endpoint's admission queue.
@@ -161,6 +165,9 @@ type routerCore struct {
 	// served is the service's served-model table (Service.SetServedModels;
 	// nil in unit tests: no model restriction). Read per decision.
 	served *atomic.Pointer[ladder.ServedModels]
+	// lora is each endpoint's LoRA adapter state (lora.go); nil until a
+	// gauge was scraped.
+	lora []loraEP
 
 	stats coreStats
 }
@@ -263,11 +270,20 @@ func (c *routerCore) route(now time.Time, m *routeMsg) {
 // service has no table or the request names no model) and whether any
 // does.
 func (c *routerCore) modelSet(model string) (ladder.EndpointSet, bool) {
-	var t *ladder.ServedModels
-	if c.served != nil {
-		t = c.served.Load()
+	t := c.servedModels()
+	set, ok := t.Eligible(model, len(c.views))
+	if l := c.loadable(model); l != 0 {
+		set, ok = set|ladder.EndpointSet(l), true
 	}
-	return t.Eligible(model, len(c.views))
+	return set, ok
+}
+
+// servedModels is the service's table (nil: none).
+func (c *routerCore) servedModels() *ladder.ServedModels {
+	if c.served == nil {
+		return nil
+	}
+	return c.served.Load()
 }
 
 // notServed answers a request whose model no endpoint serves.
@@ -284,8 +300,9 @@ func (c *routerCore) notServed(m *routeMsg) {
 func (c *routerCore) excluded(m *routeMsg) uint32 {
 	mask := m.rr.Avoid
 	if set, _ := c.modelSet(m.rr.Model); set != ladder.EndpointSet(allBits(len(c.views))) {
-		mask |= ^uint32(set)
+		mask |= ^uint32(set) &^ c.loadable(m.rr.Model)
 	}
+	mask |= c.loraMask(m, mask)
 	if m.pin.Found && m.pin.Pin.Prefill >= 0 && m.pin.Pin.Prefill < len(c.views) {
 		eps := c.cfg.Rule.Endpoints
 		role := eps[m.pin.Pin.Prefill].Role()
@@ -468,6 +485,7 @@ func (c *routerCore) decide(now time.Time, m *routeMsg, fn func(*ladder.Request)
 		}
 	}
 	d, err := fn(&m.rr.Req)
+	d.LoRA = m.lora
 	if c.peer.on {
 		for i := range c.views {
 			c.views[i].ActiveConns -= c.peer.load[i]
@@ -554,6 +572,7 @@ func (c *routerCore) admit(now time.Time, m *routeMsg, d ladder.Decision) {
 		c.claimTrial(d.Decode, m.id)
 	}
 	tk.pred = c.predict(m, d.Prefill)
+	c.loraAdmitted(tk, m.rr.Model)
 	c.tickets[m.id] = tk
 	// Tier 1 learns what llb routed (the trie copies what it keeps), and
 	// so do the peers' tries.
@@ -620,6 +639,7 @@ func (c *routerCore) finish(t Ticket, res Result) {
 		return
 	}
 	c.firstByte(tk.t)
+	c.loraFinished(tk)
 	delete(c.tickets, t.ID)
 	if tk.flowed {
 		c.flow.Done(tk.class, tk.tenant, uint64(tk.completion))
@@ -815,6 +835,7 @@ func (c *routerCore) engineStats(s engineStats) {
 	// the previous scrape are in it now (or finished).
 	v.KVUsedBlocks, v.KVUsageKnown = s.stats.KVUsedBlocks, s.stats.KVUsageKnown
 	c.scheduledPrefills(s.ep, s.stats.Waiting)
+	c.loraGauge(s.ep, s.stats.LoRA)
 }
 
 // chargePrefill counts a new request's uncached prompt blocks against

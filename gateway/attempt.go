@@ -113,6 +113,9 @@ func (x *exchange) route() bool {
 // run runs the plan the attempt's decision calls for.
 func (x *exchange) run() attempt {
 	d := &x.decision
+	if a, ok := x.ensureAdapter(); !ok {
+		return a
+	}
 	switch {
 	case x.rr.Passthrough:
 		kind := actors.LegSingle
@@ -133,6 +136,33 @@ func (x *exchange) run() attempt {
 	}
 	x.prefillEP, x.decodeEP = d.Prefill, -1
 	return x.answer(x.clientLeg(actors.LegSingle, d.Prefill), x.req.Body)
+}
+
+// ensureAdapter makes the endpoint that will answer serve the request's
+// LoRA adapter (a runtime load, LLB_LORA_RUNTIME_LOAD). When it cannot,
+// the ticket is finished and the attempt asks for a route avoiding it (or
+// answers 502 when no retry is left).
+func (x *exchange) ensureAdapter() (attempt, bool) {
+	h, d := x.h, &x.decision
+	if h.ensure == nil || x.rr.Model == "" || h.input.lora(x.rr.Model) == "" {
+		return attempt{}, true
+	}
+	ep := d.Prefill
+	if d.Decode >= 0 {
+		ep = d.Decode
+	}
+	err := h.ensure(x.ctx, ep, x.rr.Model)
+	if err == nil {
+		return attempt{}, true
+	}
+	x.finish(actors.Result{})
+	x.detail = err.Error()
+	ce := errBackendUnreachable("the endpoint could not load LoRA adapter " + x.rr.Model + ": " + err.Error())
+	if x.retriesLeft > 0 {
+		return attempt{retry: true, failedEP: ep, err: ce}, false
+	}
+	x.fail(ce)
+	return attempt{}, false
 }
 
 // reroute prepares the next attempt after a, which asked for a retry.

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -54,6 +55,11 @@ type Deps struct {
 	// endpoints' model lists, each id once (nil while no list is known,
 	// and then the request goes to an endpoint). nil: always an endpoint.
 	ModelsBody func() []byte
+	// EnsureAdapter makes endpoint ep serve LoRA adapter model before a
+	// request for it is sent there (loading it at runtime when the rule
+	// allows); nil when the endpoint serves it or the model is no adapter.
+	// An error reroutes the request away from ep. nil: never called.
+	EnsureAdapter func(ctx context.Context, ep int, model string) error
 	// Budget is the process-wide request-body budget every listener
 	// shares; nil bounds bodies per request only.
 	Budget *BodyBudget
@@ -85,6 +91,7 @@ type Handler struct {
 	router      actors.Router
 	pd          pdDialect // the engines' P/D protocol
 	modelsBody  func() []byte
+	ensure      func(ctx context.Context, ep int, model string) error
 	input       *routeInput
 	met         *Metrics
 	tmet        *TenantMetrics
@@ -175,6 +182,7 @@ func NewHandler(c *rule.Compiled, opts Options, deps Deps) (*Handler, error) {
 		router:          deps.Router,
 		pd:              dialectFor(c),
 		modelsBody:      deps.ModelsBody,
+		ensure:          deps.EnsureAdapter,
 		input:           input,
 		met:             deps.Metrics,
 		tmet:            deps.TenantMetrics,

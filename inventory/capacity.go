@@ -40,6 +40,24 @@ type CacheConfig struct {
 	// summed over its series: one per DP rank); 0 when not reported.
 	// ForBlockSize turns it into blocks.
 	KVTokens int64
+	// LoRA is vllm:lora_requests_info's latest series.
+	LoRA LoRAInfo
+}
+
+// LoRAInfo is what vLLM's vllm:lora_requests_info gauge says: the LoRA
+// adapters of the running and waiting requests and --max-loras. vLLM keeps
+// a series per label combination it ever set, each valued at the time it
+// was last set: the one with the largest value is the current state.
+type LoRAInfo struct {
+	// Known is true when the gauge was found.
+	Known bool
+	// Running and Waiting are the adapters, comma-joined as vLLM sends
+	// them ("" for none).
+	Running, Waiting string
+	// MaxLoRA is the max_lora label (0 when absent).
+	MaxLoRA int
+	// at is the chosen series' value.
+	at float64
 }
 
 // ForBlockSize fills NumGPUBlocks from KVTokens (SGLang reports its pool in
@@ -195,6 +213,10 @@ func ParseCacheConfig(r io.Reader) (CacheConfig, error) {
 			continue
 		}
 		name, rest, ok := bytes.Cut(line, []byte("{"))
+		if ok && string(bytes.TrimSpace(name)) == loraInfoMetric {
+			cfg.LoRA.take(rest)
+			continue
+		}
 		if !ok || string(bytes.TrimSpace(name)) != cacheConfigMetric {
 			continue
 		}
@@ -282,6 +304,29 @@ func parseLabels(s []byte) (map[string]string, error) {
 		}
 		out[key] = v.String()
 	}
+}
+
+// loraInfoMetric is vLLM's LoRA gauge.
+const loraInfoMetric = "vllm:lora_requests_info"
+
+// take keeps the series in rest (the text after '{') when it is newer than
+// the one kept. A malformed series is skipped.
+func (l *LoRAInfo) take(rest []byte) {
+	labels, err := parseLabels(rest)
+	if err != nil {
+		return
+	}
+	end := bytes.LastIndexByte(rest, '}')
+	f := strings.Fields(string(rest[end+1:]))
+	if len(f) == 0 {
+		return
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil || l.Known && v <= l.at {
+		return
+	}
+	n, _ := strconv.Atoi(labels["max_lora"])
+	*l = LoRAInfo{Known: true, Running: labels["running_lora_adapters"], Waiting: labels["waiting_lora_adapters"], MaxLoRA: n, at: v}
 }
 
 func clip(b []byte) string {

@@ -153,3 +153,22 @@ sglang:token_usage{model_name="m",dp_rank="1"} 0.25
 		t.Fatalf("for page size 64: %+v", b)
 	}
 }
+
+func TestParseCacheConfig_LoRAInfoTakesTheNewestSeries(t *testing.T) {
+	text := `# TYPE vllm:lora_requests_info gauge
+vllm:lora_requests_info{max_lora="2",waiting_lora_adapters="",running_lora_adapters="sql"} 1.7e9
+vllm:lora_requests_info{max_lora="2",waiting_lora_adapters="chat",running_lora_adapters="sql,fr"} 1.700000005e9
+vllm:lora_requests_info{max_lora="2",waiting_lora_adapters="",running_lora_adapters=""} 1.700000002e9
+`
+	cfg, err := ParseCacheConfig(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := cfg.LoRA; !l.Known || l.Running != "sql,fr" || l.Waiting != "chat" || l.MaxLoRA != 2 {
+		t.Errorf("LoRA = %+v; want the newest series (sql,fr / chat / 2)", l)
+	}
+	cfg, _ = ParseCacheConfig(strings.NewReader("vllm:num_requests_waiting 0\n"))
+	if cfg.LoRA.Known {
+		t.Errorf("no gauge: %+v; want unknown", cfg.LoRA)
+	}
+}

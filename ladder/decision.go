@@ -106,6 +106,10 @@ type Decision struct {
 	// the ladder found nothing to serve the request (answer 503); ReasonNone
 	// otherwise.
 	Unavailable Reason
+	// LoRA is the LoRA policy's outcome when the request was for an
+	// adapter and the policy kept it to some endpoints (set by the
+	// runtime, which applies LoRAChoice before Decide); 0 otherwise.
+	LoRA LoRAOutcome
 	// EvictSession tells the caller to evict Request.SessionKey from its
 	// shard: the pinned prefill was down, CB-open or masked.
 	EvictSession bool
@@ -179,6 +183,10 @@ func (d *Decision) AppendText(b []byte) []byte {
 	if d.Unavailable != ReasonNone {
 		b = append(b, " unavailable="...)
 		b = append(b, d.Unavailable.String()...)
+	}
+	if d.LoRA != 0 {
+		b = append(b, " lora="...)
+		b = append(b, d.LoRA.String()...)
 	}
 	for i, name := range flagNames {
 		if d.Flags&(1<<i) != 0 {

@@ -126,6 +126,8 @@ const (
 	EnvOriginErrThreshold = "LLB_PD_ORIGIN_ERR_THRESHOLD"
 	EnvOffloadWeightPct   = "LLB_KV_OFFLOAD_WEIGHT_PCT"
 	EnvPredictionDemote   = "LLB_KV_PREDICTION_DEMOTE"
+	EnvLoRAAffinity       = "LLB_LORA_AFFINITY"
+	EnvLoRARuntimeLoad    = "LLB_LORA_RUNTIME_LOAD"
 )
 
 // Env holds the process-wide routing knobs, parsed once at start by ParseEnv
@@ -205,6 +207,18 @@ type Env struct {
 	// metrics and the warning but never demotes. Consumed by the router
 	// actor, not by Decide.
 	PredictionDemote bool
+	// LoRAAffinity is LLB_LORA_AFFINITY: when on (the default), a request
+	// for a LoRA adapter is kept to the endpoints LoRAChoice names (its idle
+	// holders, or endpoints with room for one more adapter). Consumed by
+	// the router actor, not by Decide.
+	LoRAAffinity bool
+	// LoRARuntimeLoad is LLB_LORA_RUNTIME_LOAD: when on (default off), an
+	// endpoint that does not serve an adapter another endpoint serves may
+	// still be picked for it, and llb loads the adapter there first
+	// (POST /v1/load_lora_adapter, which needs the engine started with
+	// VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; an endpoint that refuses is
+	// not asked again).
+	LoRARuntimeLoad bool
 }
 
 // DefaultEnv returns the out-of-box knob values (what an empty environment
@@ -223,6 +237,7 @@ func DefaultEnv() Env {
 		OriginErrThreshold: 3,
 		OffloadWeightPct:   80,
 		PredictionDemote:   true,
+		LoRAAffinity:       true,
 	}
 }
 
@@ -368,12 +383,17 @@ func ParseEnv(getenv func(string) string) (Env, []string, error) {
 	uintVar(EnvMaxTotalInflight, 0, 1999999999, &env.MaxTotalInflight)
 	u32(EnvOriginErrThreshold, 0, 1000, &env.OriginErrThreshold)
 	u32(EnvOffloadWeightPct, 0, 100, &env.OffloadWeightPct)
-	if v := get(EnvPredictionDemote); v != "" {
-		on, ok := parseBool(v)
-		if !ok {
-			errs = append(errs, &EnvError{Var: EnvPredictionDemote, Value: v, Problem: "want 1/true/on/yes or 0/false/off/no"})
-		} else {
-			env.PredictionDemote = on
+	for _, b := range []struct {
+		name string
+		dst  *bool
+	}{{EnvPredictionDemote, &env.PredictionDemote}, {EnvLoRAAffinity, &env.LoRAAffinity}, {EnvLoRARuntimeLoad, &env.LoRARuntimeLoad}} {
+		if v := get(b.name); v != "" {
+			on, ok := parseBool(v)
+			if !ok {
+				errs = append(errs, &EnvError{Var: b.name, Value: v, Problem: "want 1/true/on/yes or 0/false/off/no"})
+			} else {
+				*b.dst = on
+			}
 		}
 	}
 

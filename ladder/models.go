@@ -21,6 +21,9 @@ type ServedModels struct {
 	// vLLM loaded it from) and parent (its base model), as the first
 	// endpoint listing it says.
 	adapters map[string]Adapter
+	// refused is the endpoints that refused to load an adapter at runtime
+	// (their engine does not allow it).
+	refused EndpointSet
 }
 
 // Adapter is a LoRA adapter as /v1/models describes it: a card whose
@@ -105,6 +108,29 @@ func (s *ServedModels) Adapter(model string) (Adapter, bool) {
 	}
 	a, ok := s.adapters[model]
 	return a, ok
+}
+
+// Loadable returns the endpoints among the first n that could load
+// adapter model at runtime: they do not list it but list its base model,
+// and have not refused to load an adapter. Empty for a name that is not
+// an adapter.
+func (s *ServedModels) Loadable(model string, n int) EndpointSet {
+	a, ok := s.Adapter(model)
+	if !ok {
+		return 0
+	}
+	return s.by[a.Parent] &^ s.by[model] &^ s.refused & s.known & allEndpoints(n)
+}
+
+// WithRefused returns a copy of s in which the endpoints of refused have
+// refused runtime loading.
+func (s *ServedModels) WithRefused(refused EndpointSet) *ServedModels {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	c.refused = refused
+	return &c
 }
 
 // Names returns every served name, sorted.

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,10 +41,15 @@ type modelCatalog struct {
 	urls   []string
 	client *http.Client
 
-	mu    sync.Mutex                 // serializes refreshes
-	lists [][]modelEntry             // by endpoint; nil: never read
-	snap  atomic.Pointer[modelsSnap] // what readers see
-	svc   atomic.Pointer[actors.Service]
+	mu      sync.Mutex                 // serializes refreshes
+	lists   [][]modelEntry             // by endpoint; nil: never read
+	refused ladder.EndpointSet         // endpoints that refused a runtime load
+	snap    atomic.Pointer[modelsSnap] // what readers see
+	svc     atomic.Pointer[actors.Service]
+
+	loadMu sync.Mutex              // guards loads
+	loads  map[string]*adapterLoad // runtime loads in progress, by endpoint and adapter
+	loaded atomic.Int64            // adapters llb loaded
 }
 
 // modelEntry is one card of an endpoint's list: what routing reads, and
@@ -180,7 +187,7 @@ func (c *modelCatalog) publish() {
 		}
 	}
 	body.WriteString("]}")
-	s := &modelsSnap{served: ladder.NewServedModels(cards)}
+	s := &modelsSnap{served: ladder.NewServedModels(cards).WithRefused(c.refused)}
 	if read {
 		s.body = body.Bytes()
 	}
@@ -254,4 +261,87 @@ func (c *modelCatalog) fetch(ctx context.Context, url string) ([]modelEntry, err
 		return nil, fmt.Errorf("%s: no model listed", url)
 	}
 	return out, nil
+}
+
+// ensureAdapter implements gateway.Deps.EnsureAdapter: it makes sure
+// endpoint ep serves adapter model before a request for it goes there,
+// loading it with POST /v1/load_lora_adapter (the path another endpoint's
+// card gives as its root) when ep does not list it yet. Concurrent calls
+// for the same endpoint and adapter share one load. An endpoint that
+// answers 404 (runtime updating off) is not asked again.
+func (c *modelCatalog) ensureAdapter(ctx context.Context, ep int, model string) error {
+	s := c.served()
+	a, ok := s.Adapter(model)
+	if !ok || s.Serves(ep, model) || ep < 0 || ep >= len(c.urls) {
+		return nil
+	}
+	key := fmt.Sprintf("%d\x00%s", ep, model)
+	c.loadMu.Lock()
+	if c.loads == nil {
+		c.loads = map[string]*adapterLoad{}
+	}
+	l := c.loads[key]
+	if l == nil {
+		l = &adapterLoad{done: make(chan struct{})}
+		c.loads[key] = l
+		go func() {
+			l.err = c.load(ep, model, a.Root)
+			c.loadMu.Lock()
+			delete(c.loads, key)
+			c.loadMu.Unlock()
+			close(l.done)
+		}()
+	}
+	c.loadMu.Unlock()
+	select {
+	case <-l.done:
+		return l.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// adapterLoad is one load in progress.
+type adapterLoad struct {
+	done chan struct{}
+	err  error
+}
+
+// errRuntimeLoadRefused: the engine does not allow runtime LoRA updating.
+var errRuntimeLoadRefused = errors.New("lifecycle: the endpoint refuses to load LoRA adapters at runtime (VLLM_ALLOW_RUNTIME_LORA_UPDATING is off)")
+
+// adapterLoadTimeout bounds one load (vLLM reads the adapter's weights).
+const adapterLoadTimeout = 30 * time.Second
+
+// load asks endpoint ep to load adapter name from path, then re-reads its
+// list.
+func (c *modelCatalog) load(ep int, name, path string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), adapterLoadTimeout)
+	defer cancel()
+	url := strings.TrimSuffix(c.urls[ep], "/v1/models") + "/v1/load_lora_adapter"
+	body, _ := json.Marshal(map[string]string{"lora_name": name, "lora_path": path})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := c.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("load adapter %s on %s: %w", name, url, err)
+	}
+	msg, _ := io.ReadAll(io.LimitReader(res.Body, 4<<10))
+	res.Body.Close()
+	switch {
+	case res.StatusCode == http.StatusNotFound:
+		c.mu.Lock()
+		c.refused = c.refused.With(ep)
+		c.publish()
+		c.mu.Unlock()
+		return fmt.Errorf("load adapter %s on %s: %w", name, url, errRuntimeLoadRefused)
+	case res.StatusCode == http.StatusOK, bytes.Contains(msg, []byte("already been loaded")):
+	default:
+		return fmt.Errorf("load adapter %s on %s: status %d: %s", name, url, res.StatusCode, msg)
+	}
+	c.loaded.Add(1)
+	return c.refreshEndpoint(ctx, ep)
 }

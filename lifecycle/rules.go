@@ -271,8 +271,14 @@ func (rs *ruleSet) handler(live *liveRule) (*gateway.Handler, error) {
 		Log:        rs.cfg.Log.With().Str(logfield.Component, "gateway").Str(logfield.Rule, c.Key).Logger(),
 		LoRAOf:     live.models.loraOf,
 		ModelsBody: live.models.modelsBody,
-		Budget:     rs.cfg.BodyBudget,
-		Conns:      rs.cfg.ConnLimit,
+		EnsureAdapter: func(ctx context.Context, ep int, model string) error {
+			if !live.spec.service.Env.LoRARuntimeLoad {
+				return nil
+			}
+			return live.models.ensureAdapter(ctx, ep, model)
+		},
+		Budget: rs.cfg.BodyBudget,
+		Conns:  rs.cfg.ConnLimit,
 
 		TenantMetrics: rs.cfg.TenantMetrics,
 		Keys:          rs.cfg.Keys,

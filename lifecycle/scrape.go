@@ -25,6 +25,7 @@ func (rs *ruleSet) scraper(addr string, blockSize int) actors.ScrapeFunc {
 			Waiting:          uint32(min(cc.Waiting, 1<<20)),
 			KVUsedBlocks:     uint32(min(cc.KVUsedBlocks(), ladder.CapacityClampMax)),
 			KVUsageKnown:     cc.HasKVUsage && cc.Known(),
+			LoRA:             cc.LoRA,
 		}, nil
 	}
 }

@@ -126,7 +126,7 @@ func TestDelete(t *testing.T) {
 		{"host rule by hosturl", pd, "/hosturl/127.0.0.1/externalipaddress/127.0.0.1/port/2020/protocol/tcp", 200, "Success"},
 		{"hosturl any means no host", single, "/hosturl/any/externalipaddress/127.0.0.1/port/3000/protocol/tcp", 200, "Success"},
 		{"host rule without hosturl misses with a hint", pd, "/externalipaddress/127.0.0.1/port/2020/protocol/tcp", 404,
-			"no-rule error: no rule tcp:127.0.0.1:2020 (rule tcp:127.0.0.1:2020@127.0.0.1 exists: its host, block or portmax differ"},
+			"no-rule error: no rule tcp:127.0.0.1:2020 (rule tcp:127.0.0.1:2020@127.0.0.1 exists: its host, block, portmax, path or model differ"},
 		{"port range", func(t testing.TB) entry { return single(t).Set("serviceArguments.portMax", 3010) },
 			"/externalipaddress/127.0.0.1/port/3000/portmax/3010/protocol/tcp", 200, "Success"},
 		{"port range with hosturl", func(t testing.TB) entry {

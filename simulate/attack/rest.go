@@ -245,7 +245,19 @@ type storedRule struct {
 		Block      uint32 `json:"block"`
 		Host       string `json:"host"`
 		Name       string `json:"name"`
+		// The inference gateway's L7 key.
+		PathPrefix    string `json:"path_prefix"`
+		PathMatchMode string `json:"path_match_mode"`
+		ModelName     string `json:"model_name"`
 	}
+}
+
+// pathMode is the key's path_match_mode ("" for disabled).
+func (s storedRule) pathMode() string {
+	if s.sa.PathMatchMode == "disabled" {
+		return ""
+	}
+	return s.sa.PathMatchMode
 }
 
 // key is the rule's key as llbd prints it.
@@ -259,6 +271,16 @@ func (s storedRule) key() string {
 	}
 	if s.sa.Host != "" {
 		k += "@" + s.sa.Host
+	}
+	if s.sa.PathPrefix != "" || s.pathMode() != "" {
+		m := s.pathMode()
+		if m == "" {
+			m = "disabled"
+		}
+		k += "|" + m + ":" + s.sa.PathPrefix
+	}
+	if s.sa.ModelName != "" {
+		k += "|model=" + s.sa.ModelName
 	}
 	return k
 }
@@ -281,8 +303,21 @@ func (s storedRule) deletePath() string {
 		p += "/portmax/" + strconv.Itoa(s.sa.PortMax)
 	}
 	p += "/protocol/" + url.PathEscape(s.sa.Protocol)
+	q := url.Values{}
 	if s.sa.Block != 0 {
-		p += "?block=" + strconv.FormatUint(uint64(s.sa.Block), 10)
+		q.Set("block", strconv.FormatUint(uint64(s.sa.Block), 10))
+	}
+	if s.sa.PathPrefix != "" {
+		q.Set("path_prefix", s.sa.PathPrefix)
+	}
+	if m := s.pathMode(); m != "" {
+		q.Set("path_match_mode", m)
+	}
+	if s.sa.ModelName != "" {
+		q.Set("model_name", s.sa.ModelName)
+	}
+	if len(q) > 0 {
+		p += "?" + q.Encode()
 	}
 	return p
 }

@@ -286,6 +286,14 @@ type Config struct {
 	MaxNumBatchedTokens int
 	// Step is the step model's cost of a step.
 	Step StepLatency
+	// MaxLoRAs is --max-loras: at most this many LoRA adapters run at once;
+	// a waiting request whose adapter would be one too many is skipped
+	// until one ends. 0: no limit.
+	MaxLoRAs int
+	// LoRASwapIn is the time an adapter not resident in the GPU's
+	// MaxLoRAs slots costs before its request's prefill (vLLM loading it
+	// from its CPU cache). Scaled by TimeScale. Default 0.
+	LoRASwapIn time.Duration
 }
 
 // DefaultConfig returns the defaults documented on Config's fields.
@@ -316,6 +324,9 @@ func (c Config) Validate() error {
 	}
 	if c.OffloadBlocks < 0 {
 		errs = append(errs, fmt.Errorf("offload blocks %d (want >= 0)", c.OffloadBlocks))
+	}
+	if c.MaxLoRAs < 0 || c.LoRASwapIn < 0 {
+		errs = append(errs, fmt.Errorf("max loras %d, lora swap-in %v (want >= 0)", c.MaxLoRAs, c.LoRASwapIn))
 	}
 	if c.MaxNumSeqs < 1 {
 		errs = append(errs, fmt.Errorf("max num seqs %d (want >= 1)", c.MaxNumSeqs))

@@ -92,6 +92,12 @@ type Stats struct {
 	BlocksStored, BlocksRemoved uint64
 	// PendingEvents is the number of KV events not yet taken.
 	PendingEvents int
+	// RunningLoRAs and WaitingLoRAs are the adapters of the running and
+	// waiting requests, comma-joined in name order (the
+	// vllm:lora_requests_info labels); LoRASwaps counts adapters swapped
+	// into a GPU slot.
+	RunningLoRAs, WaitingLoRAs string
+	LoRASwaps                  uint64
 }
 
 // KVUsage is the fraction of blocks in use (vllm:kv_cache_usage_perc).
@@ -135,6 +141,7 @@ type Engine struct {
 	blockedHead *seqState
 	blockedFree int
 	st          Stats
+	lora        loraState
 }
 
 // New builds an Engine from a validated configuration.
@@ -260,6 +267,7 @@ func (e *Engine) Abort(now time.Time, t Ticket) error {
 		} else {
 			heap.Remove(&e.running, s.heapIdx)
 		}
+		e.loraLeave(s)
 		e.pool.releaseAll(s.blocks)
 		s.blocks = nil
 	}
@@ -366,6 +374,8 @@ func (e *Engine) Stats() Stats {
 	s.OffloadedBlocks = e.offload.len()
 	s.BlocksStored, s.BlocksRemoved = e.pool.stored, e.pool.removed
 	s.PendingEvents = len(e.pool.events)
+	s.RunningLoRAs, s.WaitingLoRAs = e.loraLabels()
+	s.LoRASwaps = e.lora.swaps
 	return s
 }
 

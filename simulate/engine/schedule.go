@@ -2,6 +2,7 @@ package engine
 
 import (
 	"container/heap"
+	"slices"
 	"time"
 
 	"github.com/llbproject/llb/inventory"
@@ -69,6 +70,7 @@ func (e *Engine) step(s *seqState, t time.Time) {
 
 // finish completes a request that generated all its tokens.
 func (e *Engine) finish(s *seqState, t time.Time) {
+	e.loraLeave(s)
 	s.phase = phaseDone
 	s.prog.Done, s.prog.DoneAt, s.prog.Finish = true, t, FinishLength
 	e.st.Finished++
@@ -108,10 +110,14 @@ func (e *Engine) admitWaiting(t time.Time) {
 		}
 		return
 	}
-	for e.running.Len() < e.cfg.MaxNumSeqs && len(e.waiting) > 0 {
-		s := e.waiting[0]
+	for i := 0; e.running.Len() < e.cfg.MaxNumSeqs && i < len(e.waiting); {
+		s := e.waiting[i]
 		if s.phase != phaseWaiting { // aborted while waiting
-			e.popWaiting()
+			e.removeWaiting(i)
+			continue
+		}
+		if !e.loraFits(s) {
+			i++ // vLLM skips it: its adapter would be one too many
 			continue
 		}
 		if s == e.blockedHead && e.pool.free == e.blockedFree {
@@ -122,9 +128,19 @@ func (e *Engine) admitWaiting(t time.Time) {
 			return
 		}
 		e.blockedHead = nil
-		e.popWaiting()
+		e.removeWaiting(i)
 		e.nWait--
 	}
+}
+
+// removeWaiting drops waiting request i (the head, or one the LoRA limit
+// had the scheduler skip past).
+func (e *Engine) removeWaiting(i int) {
+	if i == 0 {
+		e.popWaiting()
+		return
+	}
+	e.waiting = slices.Delete(e.waiting, i, i+1)
 }
 
 // popWaiting drops the queue head.
@@ -167,6 +183,7 @@ func (e *Engine) admit(s *seqState, t time.Time) bool {
 		dur = e.scaled(lat.PrefillOverhead+time.Duration(uncached)*lat.PrefillPerToken+time.Duration(loaded)*lat.KVTransferPerBlock,
 			e.loadFactor(e.running.Len()+1))
 	}
+	dur += e.scaled(e.loraJoin(s), 1)
 	s.phase = phaseRunning
 	s.prog.Admitted, s.prog.AdmittedAt = true, t
 	s.nextAt = t.Add(dur)

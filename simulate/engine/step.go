@@ -41,10 +41,14 @@ func (e *Engine) startStep(t time.Time) {
 		}
 		budget = e.plan(s, budget, &cost)
 	}
-	for budget > 0 && len(e.batch) < e.cfg.MaxNumSeqs && len(e.waiting) > 0 {
-		s := e.waiting[0]
+	for i := 0; budget > 0 && len(e.batch) < e.cfg.MaxNumSeqs && i < len(e.waiting); {
+		s := e.waiting[i]
 		if s.phase != phaseWaiting { // aborted while waiting
-			e.popWaiting()
+			e.removeWaiting(i)
+			continue
+		}
+		if !e.loraFits(s) {
+			i++ // skipped: its adapter would be one too many
 			continue
 		}
 		if s == e.blockedHead && e.pool.free == e.blockedFree {
@@ -55,8 +59,9 @@ func (e *Engine) startStep(t time.Time) {
 			break
 		}
 		e.blockedHead = nil
-		e.popWaiting()
+		e.removeWaiting(i)
 		e.nWait--
+		cost.swap += e.loraJoin(s)
 		e.batch = append(e.batch, s)
 		budget = e.plan(s, budget, &cost)
 	}
@@ -70,6 +75,7 @@ func (e *Engine) startStep(t time.Time) {
 // stepCost accumulates a step's composition.
 type stepCost struct {
 	prefill, decode, context, pairs float64
+	swap                            time.Duration // LoRA adapters swapped in
 }
 
 // plan gives s its share of the step's budget and returns what is left.
@@ -95,7 +101,7 @@ func (e *Engine) plan(s *seqState, budget int, c *stepCost) int {
 func (e *Engine) stepDuration(c stepCost) time.Duration {
 	l := e.cfg.Step
 	us := l.FixedUs + l.PrefillTokenUs*c.prefill + l.DecodeTokenUs*c.decode + l.ContextTokenUs*c.context + l.AttentionPairUs*c.pairs
-	return max(time.Duration(us*1000*e.cfg.Latency.TimeScale), time.Nanosecond)
+	return max(time.Duration((us*1000+float64(c.swap))*e.cfg.Latency.TimeScale), time.Nanosecond)
 }
 
 // admitStep allocates s's blocks and enters it into the batch at t; false

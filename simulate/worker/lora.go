@@ -1,12 +1,13 @@
 package worker
 
 import (
+	"io"
 	"net/http"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // LoRA adapters, as vLLM serves them: every adapter is a model name of its
@@ -26,6 +27,8 @@ type loraState struct {
 	paths map[string]string // adapter name → lora_path (the card's root)
 	order []string          // names in load order (the /v1/models order)
 	next  int
+	// series are vllm:lora_requests_info's label combinations.
+	series []loraSeries
 }
 
 // init loads the configured adapters (--lora-modules name=path: the path
@@ -193,22 +196,53 @@ func (w *Worker) modelCards() []modelCard {
 	return cards
 }
 
-// loraInfo renders vllm:lora_requests_info: one sample (value: the time
-// of the last change, as vLLM's gauge) naming the adapters of the running
-// and waiting requests and max_lora.
-func loraInfo(model string, running, waiting []string, maxLoRA int, at float64) string {
-	sort.Strings(running)
-	sort.Strings(waiting)
+// loraSeries is one label combination of vllm:lora_requests_info and
+// when it was last set.
+type loraSeries struct {
+	running, waiting string
+	at               float64
+}
+
+// maxLoRASeries bounds the combinations the gauge keeps (vLLM's keeps
+// every one it ever set: each is a series of its own whose value is the
+// time it was last set, so a reader takes the one with the largest value).
+const maxLoRASeries = 32
+
+// writeLoRAInfo writes vllm:lora_requests_info as vLLM's Prometheus client
+// does: one series per label combination ever set (max_lora,
+// waiting_lora_adapters, running_lora_adapters), its value the Unix time it
+// was last set. The current combination is set at every scrape, as vLLM
+// sets it at every logging interval.
+func (w *Worker) writeLoRAInfo(rw io.Writer) {
+	if w.cfg.Engine.MaxLoRAs == 0 || w.cfg.Dialect != DialectVLLM {
+		return
+	}
+	st := w.drv.snapshot()
+	l := &w.loras
+	l.mu.Lock()
+	now := float64(time.Now().UnixNano()) / 1e9
+	found := false
+	for i := range l.series {
+		if l.series[i].running == st.RunningLoRAs && l.series[i].waiting == st.WaitingLoRAs {
+			l.series[i].at, found = now, true
+		}
+	}
+	if !found {
+		if len(l.series) == maxLoRASeries {
+			l.series = l.series[1:]
+		}
+		l.series = append(l.series, loraSeries{running: st.RunningLoRAs, waiting: st.WaitingLoRAs, at: now})
+	}
+	series := slices.Clone(l.series)
+	l.mu.Unlock()
 	var b strings.Builder
 	b.WriteString("# HELP vllm:lora_requests_info Running stats on lora requests.\n# TYPE vllm:lora_requests_info gauge\n")
-	b.WriteString("vllm:lora_requests_info{max_lora=")
-	b.WriteString(labelValue(strconv.Itoa(maxLoRA)))
-	b.WriteString(",model_name=" + labelValue(model))
-	b.WriteString(",running_lora_adapters=" + labelValue(strings.Join(running, ",")))
-	b.WriteString(",waiting_lora_adapters=" + labelValue(strings.Join(waiting, ",")))
-	b.WriteString("} ")
-	b.WriteString(strconv.FormatFloat(at, 'f', -1, 64))
-	b.WriteByte('\n')
-	return b.String()
+	for _, s := range series {
+		b.WriteString("vllm:lora_requests_info{max_lora=" + labelValue(strconv.Itoa(w.cfg.Engine.MaxLoRAs)))
+		b.WriteString(",waiting_lora_adapters=" + labelValue(s.waiting))
+		b.WriteString(",running_lora_adapters=" + labelValue(s.running))
+		b.WriteString("} " + strconv.FormatFloat(s.at, 'f', 6, 64) + "\n")
+	}
+	_, _ = io.WriteString(rw, b.String())
 }
 

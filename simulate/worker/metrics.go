@@ -148,6 +148,7 @@ func (w *Worker) handleMetrics(rw http.ResponseWriter, r *http.Request) {
 	}
 	rw.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	w.met.set.WritePrometheus(rw)
+	w.writeLoRAInfo(rw)
 }
 
 // handleIterationStats answers like trtllm-serve's GET /metrics: a JSON

@@ -97,6 +97,12 @@ func Start(cfg Config) (*Worker, error) {
 	w.cfg.Dialect, _ = ParseDialect(string(cfg.Dialect)) // validated
 	ec := cfg.Engine
 	ec.EngineID = w.engineID
+	switch {
+	case cfg.MaxLoRAs > 0:
+		ec.MaxLoRAs = cfg.MaxLoRAs
+	case ec.MaxLoRAs == 0 && (len(cfg.LoRAs) > 0 || cfg.RuntimeLoRA):
+		ec.MaxLoRAs = 1 // vLLM's --max-loras default
+	}
 	ec.Hash.Model = cfg.Model
 	ec.Hash.Algo = w.cfg.Dialect.hashAlgo(ec.Hash.Algo)
 	if cfg.SeedUnset {
