@@ -245,4 +245,3 @@ func (w *Worker) writeLoRAInfo(rw io.Writer) {
 	}
 	_, _ = io.WriteString(rw, b.String())
 }
-

@@ -211,7 +211,7 @@ func (c *genCtx) serveMessages() {
 		writeJSON(c.rw, http.StatusOK, map[string]any{
 			"id": id, "type": "message", "role": "assistant",
 			"content": []any{map[string]any{"type": "text", "text": c.text(run, 0, p.Generated)}},
-			"model": c.g.model, "stop_reason": stopReason(p.Finish.String()), "usage": usage(p.Generated),
+			"model":   c.g.model, "stop_reason": stopReason(p.Finish.String()), "usage": usage(p.Generated),
 		})
 		return
 	}

@@ -387,6 +387,5 @@ func mustJSON(v any) json.RawMessage {
 	return b
 }
 
-
 // StoredResponses is how many Responses API responses the worker keeps.
 func (w *Worker) StoredResponses() int { return w.responses.Len() }
