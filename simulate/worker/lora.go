@@ -245,3 +245,12 @@ func (w *Worker) writeLoRAInfo(rw io.Writer) {
 	}
 	_, _ = io.WriteString(rw, b.String())
 }
+
+// ModelCards is the ids the worker's /v1/models lists.
+func (w *Worker) ModelCards() []string {
+	var ids []string
+	for _, c := range w.modelCards() {
+		ids = append(ids, c.ID)
+	}
+	return ids
+}
