@@ -79,7 +79,8 @@ func (x *exchange) runPrefill(lg *leg, body []byte) (pr prefillAnswer, a attempt
 	if x.observe {
 		x.cached, usage = pr.usage, pr.usage
 	}
-	x.ticket.Report(actors.Outcome{Leg: actors.LegPrefill, Status: pr.status, TTFB: pr.ttfb, Duration: x.prefill, Usage: usage})
+	// The prefill leg computes one token: its answer is its first token.
+	x.ticket.Report(actors.Outcome{Leg: actors.LegPrefill, Status: pr.status, TTFB: pr.ttfb, Duration: x.prefill, TTFT: x.prefill, Usage: usage})
 	if pr.status/100 != 2 {
 		x.finish(actors.Result{})
 		x.relayPrefillError(&pr)
