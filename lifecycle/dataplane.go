@@ -37,6 +37,10 @@ type DataPlane struct {
 	// drains relays TensorRT-LLM drains between replicas (nil on a single
 	// node).
 	drains *drainRelay
+	// keys are the API keys' limits (nil: none); stopUsage ends sharing
+	// their buckets with the peers.
+	keys      *tenant.Gate
+	stopUsage chan struct{}
 
 	mu sync.Mutex
 	// unserved holds rules the data plane keeps but cannot serve (an L4
@@ -139,6 +143,7 @@ func New(cfg Config) (*DataPlane, error) {
 		unserved: make(map[rule.RuleKey]string),
 		served:   make(map[string]struct{}),
 		tables:   make(map[string]string),
+		keys:     cfg.Keys,
 	}
 	if cfg.Cluster != nil {
 		d.drains = drains
@@ -166,6 +171,9 @@ func sendTimeout(d time.Duration) time.Duration {
 func (d *DataPlane) Close(ctx context.Context) {
 	if err := d.rt.close(ctx); err != nil {
 		d.log.Warn().Err(err).Msg("data plane stopped with errors")
+	}
+	if d.stopUsage != nil {
+		close(d.stopUsage)
 	}
 	if d.member != nil {
 		d.member.Stop()
