@@ -519,7 +519,7 @@ func (c *routerCore) act(now time.Time, m *routeMsg, d ladder.Decision) {
 		}
 		c.parked[m.id] = parkRef{ep: d.ParkOn}
 		c.flow.Park(ladder.FlowEntry{ID: m.id, Class: m.rr.Req.Class, Tenant: m.rr.Tenant,
-			Allowed: c.parkable &^ ladder.EndpointSet(m.rr.Avoid)})
+			Allowed: c.parkable &^ ladder.EndpointSet(c.excluded(m))})
 		c.views[d.ParkOn].Parked++
 		c.m.parked()
 		c.ports.park(d.ParkOn, m)

@@ -79,8 +79,11 @@ func (h *Handler) record(x *exchange) {
 	m.status(x.status)
 	if x.api == "completion" || x.api == "chat" {
 		m.aiDuration.Update(seconds(dur))
+	}
+	if x.generation {
 		h.recordTenant(x)
 	}
+	h.chargeKey(x)
 	if x.ttft > 0 {
 		m.ttfb.Update(seconds(x.ttft))
 	}

@@ -156,6 +156,7 @@ func Compile(r *Rule, d Defaults) (*Compiled, error) {
 	if d.OriginErrThreshold != nil {
 		c.Breaker.OriginErrThreshold = *d.OriginErrThreshold
 	}
+	c.APIKeys, c.EnginePriority = sa.SSEMode, sa.PriorityScheduling
 	if !sa.SSEMode { // sse_mode suppresses timeoutMemberData
 		c.Timeouts.Data = time.Duration(sa.TimeoutMemberData) * time.Millisecond
 	}

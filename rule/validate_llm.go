@@ -108,6 +108,7 @@ func llmFieldsSet(sa *ServiceArguments) []string {
 	add("kvReplayPort", x.KVReplayPort != 0)
 	add("kvBlockKey", x.KVBlockKey != "")
 	add("kvTokenizerDir", x.KVTokenizerDir != "")
+	add("priority_scheduling", x.PriorityScheduling)
 	add("fc_mode", a.FCMode != nil)
 	add("fc_max_outstanding", a.FCMaxOutstanding != nil)
 	add("fc_ep_max_inflight", a.FCEpMaxInflight != nil)
