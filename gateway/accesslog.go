@@ -137,6 +137,9 @@ func (h *Handler) record(x *exchange) {
 	if x.decided && x.decision.TTFT.OK {
 		e.Dur(logfield.TTFTPredicted, x.decision.TTFT.Predicted)
 	}
+	if x.objective > 0 {
+		e.Dur(logfield.TTFTObjective, x.objective)
+	}
 	if x.cached.Reported {
 		e.Uint32(logfield.KVCached, x.cached.CachedTokens)
 	}

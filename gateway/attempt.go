@@ -61,6 +61,7 @@ func (x *exchange) proxy(rr *actors.RouteRequest) {
 // not have.
 func (x *exchange) route() bool {
 	h := x.h
+	x.rr.Req.TTFTObjective = x.objectiveLeft()
 	route, err := h.router.Route(x.ctx, x.rr)
 	if err != nil {
 		switch c := x.abortCause(); {

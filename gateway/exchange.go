@@ -84,6 +84,8 @@ type exchange struct {
 // accessRecord is what the client saw, for the access log and metrics.
 type accessRecord struct {
 	tenancy
+	// objective is the request's TTFT objective (0: none; objective.go).
+	objective  time.Duration
 	api        string
 	model      string
 	wantStream bool

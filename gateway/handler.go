@@ -274,7 +274,7 @@ func (h *Handler) serve(x *exchange) {
 	method, path := x.in.Header.Method(), x.in.URI().PathOriginal()
 	a := apiFor(path)
 	x.generation = a != nil && a.gen
-	if !x.classify() || h.keysEnforced() && !x.authenticate() {
+	if !x.classify() || !x.readObjective() || h.keysEnforced() && !x.authenticate() {
 		x.api = apiOfPath(path)
 		return
 	}

@@ -43,6 +43,11 @@ func (r *Router) decidePD(now time.Time, req *Request, snap *Snapshot) Decision 
 			d.Tier = Tier2
 		}
 	}
+	if shed := false; prefill >= 0 {
+		if prefill, shed = r.objective(req, views, elig, prefill, &d); shed {
+			return d
+		}
+	}
 	decode := -1
 	if prefill >= 0 {
 		decode = r.selectDecode(views, excl, drain, decodeHint, &d)

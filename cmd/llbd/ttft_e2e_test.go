@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -120,4 +121,65 @@ func TestTTFTPrediction_LearnsTheFleetAndDetectsAWorkerThatSlowsDown(t *testing.
 	if !f.d.log.has("ttft predictions agree with the engine again") {
 		t.Fatalf("no recovery logged:\n%s", grepLog(f.d.log, "ttft"))
 	}
+}
+
+// askObjective sends a completion with a TTFT objective header (ms) and
+// a priority class; it returns the status, the error code (if llb
+// answered one) and the route header.
+func askObjective(t *testing.T, vip, prompt, objective, class string) (int, string, string) {
+	t.Helper()
+	body := fmt.Sprintf(`{"model":"sim-model","prompt":%q,"max_tokens":2}`, prompt)
+	req, _ := http.NewRequest(http.MethodPost, vip+"/v1/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Llb-Ttft-Objective-Ms", objective)
+	if class != "" {
+		req.Header.Set("X-Llb-Priority", class)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("request: %v", err)
+	}
+	defer res.Body.Close()
+	var e struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	b := new(bytes.Buffer)
+	_, _ = b.ReadFrom(res.Body)
+	if res.StatusCode != http.StatusOK {
+		_ = json.Unmarshal(b.Bytes(), &e)
+	}
+	return res.StatusCode, e.Error.Code, res.Header.Get("X-Llb-Route")
+}
+
+func TestTTFTObjective_ASheddableRequestNoEndpointCanServeInTimeIsRefusedAtOnce(t *testing.T) {
+	f := truthFleet(t, fleetSpec{timeScale: 1})
+	l := newTruthLoad(t, f, 8, "objective")
+	for i := 0; i < 48; i++ {
+		l.send(i % len(l.docs))
+	}
+	if ps := ttftStates(f); ps[0].State != restapi.TTFTPredictionOK || ps[1].State != restapi.TTFTPredictionOK {
+		t.Fatalf("models not trained: %s", ttftString(ps))
+	}
+	prompt := l.docs[0] + " Question: objectives?"
+	// A generous objective: served, where the law would have sent it.
+	if code, errCode, route := askObjective(t, f.vip, prompt, "60000", "sheddable"); code != http.StatusOK || strings.Contains(route, "objective") {
+		t.Fatalf("60 s objective: %d %s %q; want 200 without an objective flag", code, errCode, route)
+	}
+	// 10 µs: nobody is predicted to meet it. A sheddable request is
+	// refused at once; a standard one is served by the fastest prediction.
+	start := time.Now()
+	code, errCode, route := askObjective(t, f.vip, prompt, "0.01", "sheddable")
+	if code != http.StatusTooManyRequests || errCode != "ttft_objective_unreachable" || !strings.Contains(route, "ttft_objective admission=shed") {
+		t.Fatalf("sheddable, 10 µs objective: %d %s %q; want 429 ttft_objective_unreachable", code, errCode, route)
+	}
+	refused := time.Since(start)
+	if code, errCode, route := askObjective(t, f.vip, prompt, "0.01", ""); code != http.StatusOK || !strings.Contains(route, "objective_miss") {
+		t.Fatalf("standard, 10 µs objective: %d %s %q; want 200 flagged objective_miss", code, errCode, route)
+	}
+	if code, errCode, _ := askObjective(t, f.vip, prompt, "soon", ""); code != http.StatusBadRequest || errCode != "invalid_field" {
+		t.Fatalf("malformed objective: %d %s; want 400 invalid_field", code, errCode)
+	}
+	t.Logf("sheddable request refused in %s", refused.Round(time.Millisecond))
 }

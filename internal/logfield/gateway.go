@@ -41,6 +41,8 @@ const (
 	// TTFTPredicted is the time to first token llb predicted on the
 	// prefill (single-pool) endpoint, from sending the leg.
 	TTFTPredicted = "ttft_predicted"
+	// TTFTObjective is the request's TTFT objective (X-Llb-Ttft-Objective-Ms).
+	TTFTObjective = "ttft_objective"
 	// Failure is a leg's failure class (connect, reset, timeout, client_gone).
 	Failure = "failure"
 	// Aborted is true when a response was cut after bytes went out.
