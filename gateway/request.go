@@ -128,6 +128,8 @@ type Request struct {
 	HasMaxCompletionTokens bool
 	// ConversationID is the X-Conversation-Id header.
 	ConversationID string
+	// Cont is what migration needs to know of the request (migrate.go).
+	Cont contInput
 
 	// bodyOwned: Body is this request's alone for good (nothing writes to
 	// it again), so the prompt strings share its bytes instead of copying
@@ -173,7 +175,8 @@ func ParseRequest(kind APIKind, body []byte) (*Request, error) {
 // prompt texts then share the body's bytes where they need no unescaping,
 // so a prompt as large as the body is not held twice.
 func (r *Request) parse(kind APIKind, body []byte, owned bool) error {
-	*r = Request{Kind: kind, Body: body, Texts: r.Texts[:0], Tokens: r.Tokens[:0], Messages: r.Messages[:0], bodyOwned: owned}
+	*r = Request{Kind: kind, Body: body, Texts: r.Texts[:0], Tokens: r.Tokens[:0], Messages: r.Messages[:0], bodyOwned: owned,
+		Cont: contInput{maxTokens: -1, maxCompletionTokens: -1, minTokens: -1}}
 	if !validJSON(body) {
 		return requestError(http.StatusBadRequest, CodeInvalidJSON, "", "the request body is not valid JSON")
 	}
@@ -189,14 +192,18 @@ func (r *Request) parse(kind APIKind, body []byte, owned bool) error {
 		case "stream":
 			err = decodeBool(m, &r.Stream)
 		case "stream_options":
-			err = expectObject(m)
+			if err = expectObject(m); err == nil {
+				r.Cont.readStreamOptions(m.val)
+			}
 		case "kv_transfer_params":
 			err = expectObject(m)
-		case "max_tokens", "min_tokens":
-			err = decodeCount(m)
+		case "max_tokens":
+			r.Cont.maxTokens, err = decodeCount(m)
+		case "min_tokens":
+			r.Cont.minTokens, err = decodeCount(m)
 		case "max_completion_tokens":
 			r.HasMaxCompletionTokens = true
-			err = decodeCount(m)
+			r.Cont.maxCompletionTokens, err = decodeCount(m)
 		case "user_id":
 			err = decodeString(m, &r.UserID)
 		case "user":
@@ -217,14 +224,22 @@ func (r *Request) parse(kind APIKind, body []byte, owned bool) error {
 			r.Tools = keep(m.val)
 		case "add_generation_prompt":
 			r.AddGenerationPrompt = keep(m.val)
+			gen := true
+			_ = decodeBool(m, &gen)
+			r.Cont.noGenPrompt = !gen && !isNull(m.val)
 		case "continue_final_message":
 			r.ContinueFinalMessage = keep(m.val)
+			_ = decodeBool(m, &r.Cont.continueFinal)
 		case "mm_processor_kwargs":
 			r.MMProcessorKwargs = keep(m.val)
 		case "add_special_tokens":
 			r.AddSpecialTokens = keep(m.val)
 		case "truncate_prompt_tokens":
 			r.Truncate = keep(m.val)
+		default:
+			if f := contField(string(m.key)); f != 0 {
+				r.Cont.readField(f, kind, m)
+			}
 		}
 	}
 	if err == nil {
@@ -336,15 +351,19 @@ func expectObject(m *member) error {
 
 // decodeCount checks a token-count field: null or a whole non-negative
 // number below 2^32 (10, 1e1 and 10.0 are all 10, as pydantic accepts them).
-func decodeCount(m *member) error {
+// It returns the number, or -1 for null.
+func decodeCount(m *member) (int64, error) {
 	if isNull(m.val) {
-		return nil
+		return -1, nil
+	}
+	if n, ok := jsonCount(m.val); ok && n < 1<<32 {
+		return n, nil
 	}
 	if len(m.val) > 0 && (m.val[0] == '-' || (m.val[0] >= '0' && m.val[0] <= '9')) {
 		f, err := strconv.ParseFloat(string(m.val), 64)
 		if err == nil && f >= 0 && f < 1<<32 && f == math.Trunc(f) {
-			return nil
+			return int64(f), nil
 		}
 	}
-	return fieldError(string(m.key), string(m.key)+" must be a whole non-negative number below 2^32")
+	return -1, fieldError(string(m.key), string(m.key)+" must be a whole non-negative number below 2^32")
 }
