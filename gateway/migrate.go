@@ -142,7 +142,7 @@ type migration struct {
 
 // reset clears m for a new request, keeping small buffers.
 func (m *migration) reset() {
-	body, text, out := m.body[:0], m.sse.text[:0], m.sse.out[:0]
+	body, text, out, ids := m.body[:0], m.sse.text[:0], m.sse.out[:0], m.sse.ids[:0]
 	if cap(body) > maxKeptBodyBuffer {
 		body = nil
 	}
@@ -152,8 +152,11 @@ func (m *migration) reset() {
 	if cap(out) > maxKeptBodyBuffer {
 		out = nil
 	}
+	if cap(ids) > 1024 {
+		ids = nil
+	}
 	*m = migration{body: body}
-	m.sse.text, m.sse.out = text, out
+	m.sse.text, m.sse.out, m.sse.ids = text, out, ids
 }
 
 // prepare sets up x's migration state once the request is parsed: the
@@ -215,11 +218,11 @@ func (m *migration) withUsage(dst, body []byte, edit func(key string) (val []byt
 	n := 0
 	it := memberIter{doc: body}
 	for it.next() {
-		k := string(it.m.key)
-		if k == "stream_options" {
+		if string(it.m.key) == "stream_options" {
 			continue
 		}
 		if edit != nil {
+			k := string(it.m.key)
 			if v, ok := edit(k); ok {
 				if v != nil && n < len(seen) {
 					seen[n] = k
