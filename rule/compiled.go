@@ -92,7 +92,9 @@ type EndpointProbe struct {
 type Feed struct {
 	// Rank is the data-parallel rank.
 	Rank int
-	// Endpoint is the publisher's ZMQ address, "tcp://<ip>:<kvZmqPort+rank>".
+	// Endpoint is the publisher's ZMQ address, "tcp://<ip>:<kvZmqPort+rank>"
+	// (vLLM, SGLang), or a TensorRT-LLM endpoint's drain,
+	// "http://<ip>:<targetPort>/kv_cache_events" (one for every rank).
 	Endpoint string
 	// ReplayEndpoint is the publisher's replay ROUTER address ("" = none).
 	ReplayEndpoint string

@@ -19,19 +19,24 @@
 // Every Tokenize error is a *GuardError: Tier 1.5 falls through with
 // reason tokenize and the request is still served.
 //
+// Unicode: the package follows Unicode 15.0 (Go's tables), the version of
+// Python 3.12 that vLLM runs; see docs/vllm.md.
+//
 // The Encoder covers the BPE family of today's open models: byte-level BPE
-// (Qwen2, 2.5 and 3, Llama 3.x, DeepSeek V3, GPT-2 style) and
-// sentencepiece-style BPE with byte fallback (Llama 2, Mistral 7B). An
-// encode runs the pipeline of tokenizers:
+// (Qwen2, 2.5 and 3, Llama 3.x, DeepSeek V3, gpt-oss, Mistral Nemo, GPT-2
+// style) and sentencepiece-style BPE with byte fallback (Llama 2, Mistral
+// 7B, Gemma 2 and 3). An encode runs the pipeline of tokenizers:
 //
 //  1. added tokens are split out first, leftmost-longest (special tokens
 //     always, add_special_tokens only decides the post-processor);
-//  2. the remaining text is normalized (NFC, Prepend, Replace, ...);
+//  2. the remaining text is normalized (NFC, Prepend, Replace, ...; the
+//     Unicode forms as Python's unicodedata computes them, unorm.go);
 //  3. pre-tokenizers cut it into words: the split patterns of the known
 //     models run on a hand-written scanner (scan.go, differential-tested
 //     against regexp2), any other pattern on github.com/dlclark/regexp2;
 //  4. each word goes through BPE: bytes (or characters with byte fallback)
-//     merged by rank, leftmost first, with a bounded word cache;
+//     merged by rank, leftmost first, with a bounded word cache; a long
+//     sentencepiece word is cut where no token can span the cut;
 //  5. the post-processor adds BOS/EOS when add_special_tokens is set.
 //
 // The package imports nothing of llb but its jinja subpackage.
