@@ -46,7 +46,7 @@ import (
 // json_schema/json_object, guided_*, structured_outputs, a forced tool
 // choice), echo, token-id or several prompts, a template llb cannot extend,
 // a tool call or reasoning text being streamed, an event llb cannot read,
-// an error the engine reported in the stream. A request whose answering
+// an error the engine reported in the stream, a text over maxTrackedText. A request whose answering
 // leg dies before any byte reached the client (streamed or not) is simply
 // sent again (attempt.go, outcome "resent").
 //
@@ -75,10 +75,16 @@ const (
 	refReasoning                  // reasoning text was streamed
 	refUnreadable                 // an event llb could not read
 	refEngineError                // the engine reported an error in the stream
+	refTooLong                    // the text outgrew maxTrackedText
 )
 
 var refusalNames = [...]string{"", "n", "best_of", "logprobs", "structured_output", "echo",
-	"prompt_form", "template", "tool_call", "reasoning", "unreadable_stream", "engine_error"}
+	"prompt_form", "template", "tool_call", "reasoning", "unreadable_stream", "engine_error", "too_long"}
+
+// maxTrackedText bounds the generated text a stream keeps for a
+// continuation (about 64k tokens of English): a longer answer is no longer
+// followed, and is cut if its worker dies. 100 streams hold at most 25 MiB.
+const maxTrackedText = 256 << 10
 
 // String returns the refusal's access-log name ("" for refNone).
 func (r migrateRefusal) String() string {

@@ -220,7 +220,12 @@ func (t *sseTrack) event(ev []byte) (drop bool) {
 		t.idEnd, t.createdEnd = idE-idS, idE-idS+crE-crS
 	}
 	if c.text != nil {
-		t.text = append(t.text, c.text...)
+		if len(t.text)+len(c.text) > maxTrackedText {
+			t.refuse(refTooLong)
+			t.text = nil
+		} else if t.refusal != refTooLong {
+			t.text = append(t.text, c.text...)
+		}
 		if len(c.text) > 0 {
 			t.legEvents++
 		}
@@ -289,6 +294,10 @@ func (t *sseTrack) add(s, e int, repl []byte) {
 	t.edits[i] = edit{s: s, e: e, repl: repl}
 	t.nedits++
 }
+
+// idle reports whether following the stream no longer serves anything:
+// it cannot be continued, and no event needs an edit.
+func (t *sseTrack) idle() bool { return t.refusal != refNone && !t.strip && !t.splice }
 
 // refuse records the first reason the stream cannot be continued.
 func (t *sseTrack) refuse(r migrateRefusal) {

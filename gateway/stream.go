@@ -76,11 +76,14 @@ func (s *relayStream) WriteTo(w io.Writer) (int64, error) {
 				var used int
 				p, used = s.x.mig.sse.feed(buf[:off+n])
 				carry = off + n - used
-				if carry == len(buf) {
+				switch t := &s.x.mig.sse; {
+				case carry == len(buf):
 					// One event larger than the buffer: it goes as it is,
 					// and the stream is no longer followed.
 					p, carry, s.track = buf, 0, false
-					s.x.mig.sse.refuse(refUnreadable)
+					t.refuse(refUnreadable)
+				case carry == 0 && t.idle():
+					s.track = false // nothing left to follow for
 				}
 			} else {
 				s.observe(p)
