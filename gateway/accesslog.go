@@ -40,7 +40,7 @@ func (x *exchange) appendRoute(b []byte, addrs []string) []byte {
 			b = append(b, " error="...)
 			b = append(b, x.code...)
 		}
-		return b
+		return x.appendTenancy(b)
 	}
 	b = x.decision.AppendText(b)
 	if x.prefillEP >= 0 && x.prefillEP < len(addrs) {
@@ -53,6 +53,7 @@ func (x *exchange) appendRoute(b []byte, addrs []string) []byte {
 	}
 	b = append(b, " retries="...)
 	b = strconv.AppendInt(b, int64(x.retries), 10)
+	b = x.appendTenancy(b)
 	return x.appendTruth(b)
 }
 
@@ -78,6 +79,7 @@ func (h *Handler) record(x *exchange) {
 	m.status(x.status)
 	if x.api == "completion" || x.api == "chat" {
 		m.aiDuration.Update(seconds(dur))
+		h.recordTenant(x)
 	}
 	if x.ttft > 0 {
 		m.ttfb.Update(seconds(x.ttft))

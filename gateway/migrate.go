@@ -76,10 +76,11 @@ const (
 	refUnreadable                 // an event llb could not read
 	refEngineError                // the engine reported an error in the stream
 	refTooLong                    // the text outgrew maxTrackedText
+	refAPI                        // an API other than completions and chat
 )
 
 var refusalNames = [...]string{"", "n", "best_of", "logprobs", "structured_output", "echo",
-	"prompt_form", "template", "tool_call", "reasoning", "unreadable_stream", "engine_error", "too_long"}
+	"prompt_form", "template", "tool_call", "reasoning", "unreadable_stream", "engine_error", "too_long", "api"}
 
 // maxTrackedText bounds the generated text a stream keeps for a
 // continuation (about 64k tokens of English): a longer answer is no longer
@@ -172,6 +173,10 @@ func (x *exchange) prepareMigration() {
 	m, req := &x.mig, &x.req
 	m.left = x.h.migrationLimit
 	if m.left == 0 || !req.Stream {
+		return
+	}
+	if req.Kind != KindCompletion && req.Kind != KindChat {
+		m.why = refAPI // their streams are other formats (Responses, Messages events)
 		return
 	}
 	c := &req.Cont

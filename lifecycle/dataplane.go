@@ -97,6 +97,9 @@ type Config struct {
 	// ClientSendTimeout is the send bound (--client-send-timeout; 0: off).
 	// See gateway.Options.ClientSendTimeout.
 	ClientSendTimeout time.Duration
+	// MaxTenantLabels bounds the tenant label of the per-tenant metrics
+	// (--max-tenant-labels; 0: gateway.DefaultMaxTenantLabels).
+	MaxTenantLabels int
 }
 
 // New starts the actor runtime and an empty data plane.
@@ -116,7 +119,8 @@ func New(cfg Config) (*DataPlane, error) {
 	}
 	rt, err := newRuleSet(ruleSetConfig{System: sys, Log: cfg.Log, Metrics: cfg.Metrics, KVMaxMsgSize: cfg.KVMaxMsgSize,
 		Feeds: cfg.Feeds, Drains: drains, BodyBudget: budget, ConnLimit: conns,
-		Options: gateway.Options{AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs, ClientSendTimeout: sendTimeout(cfg.ClientSendTimeout)}})
+		TenantMetrics: gateway.NewTenantMetrics(cfg.Metrics, cfg.MaxTenantLabels),
+		Options:       gateway.Options{AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs, ClientSendTimeout: sendTimeout(cfg.ClientSendTimeout)}})
 	if err != nil {
 		sys.Shutdown()
 		return nil, err

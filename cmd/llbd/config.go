@@ -83,6 +83,10 @@ type config struct {
 	// h2c stream reset), a stream's upstream leg with it (default
 	// gateway.DefaultClientSendTimeout, 60 s; 0 turns it off).
 	ClientSendTimeout time.Duration
+	// MaxTenantLabels bounds the tenant label of the per-tenant metrics:
+	// the first this many tenants get their own value, later ones count
+	// as "_other" (default gateway.DefaultMaxTenantLabels, 64).
+	MaxTenantLabels int
 	// TokenizerDir is the default Hugging Face tokenizer directory of rules
 	// with Tier 1.5 (kvTokenizerDir overrides it per rule): one model's
 	// directory, or a root of directories named by served model name. ""
@@ -176,6 +180,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		{"body-buffer-bytes", "LLB_BODY_BUFFER_BYTES", "most request-body bytes the data plane holds at once, across every rule; a request over it gets 503 body_buffer_full (0: no bound but each rule's body limit)"},
 		{"max-conns", "LLB_MAX_CONNS", "most data-plane client connections open at once, across every rule; one over it gets 503 too_many_connections and is closed (0: no bound; default derived from the open-file limit)"},
 		{"client-send-timeout", "LLB_CLIENT_SEND_TIMEOUT", "close a data-plane client connection (reset an h2c stream) that accepts no byte of its answer for this long, ending its upstream leg (0: no bound but max_stream_duration)"},
+		{"max-tenant-labels", "LLB_MAX_TENANT_LABELS", "most tenants that get their own tenant label in the llb_tenant_* metrics; later ones count as _other"},
 		{"tokenizer-dir", "LLB_TOKENIZER_DIR", "Hugging Face tokenizer directory (or a root of them named by served model) for Tier 1.5 to tokenize in process; empty: the engines' /tokenize"},
 	}
 	usage := func(name string) string {
@@ -205,6 +210,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.Int64Var(&cfg.BodyBufferBytes, "body-buffer-bytes", gateway.DefaultBodyBufferBytes, usage("body-buffer-bytes"))
 	fs.IntVar(&cfg.MaxConns, "max-conns", gateway.DefaultMaxConns(), usage("max-conns"))
 	fs.DurationVar(&cfg.ClientSendTimeout, "client-send-timeout", gateway.DefaultClientSendTimeout, usage("client-send-timeout"))
+	fs.IntVar(&cfg.MaxTenantLabels, "max-tenant-labels", gateway.DefaultMaxTenantLabels, usage("max-tenant-labels"))
 	var etcdEndpoints, dataBind string
 	fs.StringVar(&cfg.Cluster.Name, "cluster-name", "", usage("cluster-name"))
 	fs.StringVar(&cfg.Cluster.Advertise, "cluster-advertise", "", usage("cluster-advertise"))
@@ -298,6 +304,9 @@ func (c *config) validate() []error {
 	}
 	if c.ClientSendTimeout < 0 || c.ClientSendTimeout > 0 && c.ClientSendTimeout < time.Second {
 		errs = append(errs, fmt.Errorf("--client-send-timeout %s: want 0 (no bound) or at least 1s", c.ClientSendTimeout))
+	}
+	if c.MaxTenantLabels < 1 || c.MaxTenantLabels > 10000 {
+		errs = append(errs, fmt.Errorf("--max-tenant-labels %d: want 1 to 10000", c.MaxTenantLabels))
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, errors.New("--tls-cert and --tls-key go together: give both or neither"))

@@ -205,7 +205,8 @@ func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) strin
 	defaults.TokenizerDir = cfg.TokenizerDir
 	lc := lifecycle.Config{Log: base, Metrics: set, Env: env, Defaults: defaults, KVMaxMsgSize: maxMsg,
 		AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs, DataBind: cfg.DataBind,
-		BodyBufferBytes: cfg.BodyBufferBytes, MaxConns: cfg.MaxConns, ClientSendTimeout: cfg.ClientSendTimeout}
+		BodyBufferBytes: cfg.BodyBufferBytes, MaxConns: cfg.MaxConns, ClientSendTimeout: cfg.ClientSendTimeout,
+		MaxTenantLabels: cfg.MaxTenantLabels}
 	if cl := cfg.Cluster; cl.Name != "" {
 		lc.Cluster = &replica.Config{ClusterName: cl.Name, Advertise: cl.Advertise, Etcd: cl.Etcd, Log: base}
 	}
@@ -287,6 +288,12 @@ func openSharedStore(cfg config, base zerolog.Logger) (shared *catalog.SharedCon
 		_ = cli.Close()
 		return nil, "", nil, err
 	}
-	return &catalog.SharedConfig{Rules: rules, Controller: ctrl, Where: where},
+	opt.Namespace = rulestore.NamespaceTenants
+	keys, err := rulestore.NewEtcd(cli, opt)
+	if err != nil {
+		_ = cli.Close()
+		return nil, "", nil, err
+	}
+	return &catalog.SharedConfig{Rules: rules, Controller: ctrl, Keys: keys, Where: where},
 		"cluster-" + cl.Name + ".rules.json", func() { _ = cli.Close() }, nil
 }
