@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/rs/zerolog"
 
 	"github.com/llbproject/llb/actors"
+	"github.com/llbproject/llb/internal/logfield"
 	"github.com/llbproject/llb/rule"
 )
 
@@ -599,5 +601,48 @@ func TestContinuation_BodiesExtendThePromptAndReduceTheBounds(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestMigration_TheAccessLogCountsMovesAndNamesCuts(t *testing.T) {
+	a, b := newContEngine(t, "a", 2), newContEngine(t, "b", -1)
+	var buf safeBuffer
+	url, fr, _ := migrationGateway(t, nil, Deps{Log: zerolog.New(&buf)}, a, b)
+	res := readStream(t, url, PathCompletions, `{"prompt":"p","max_tokens":4,"stream":true}`)
+	if res.err != nil || res.text != tokens(0, 4) {
+		t.Fatalf("read %q err %v", res.text, res.err)
+	}
+	a.dieAfter = 1
+	b.dieAfter = 1
+	req, _ := http.NewRequest(http.MethodPost, url+PathCompletions, strings.NewReader(`{"prompt":"p","max_tokens":4,"echo":true,"stream":true}`))
+	if resp, err := testClient(t).Do(req); err == nil {
+		_, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	fr.checkTicketsClosed(t, 3)
+	var access []map[string]any
+	for _, l := range buf.lines(t, 2) {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil && m["message"] == "request" {
+			access = append(access, m)
+		}
+	}
+	if len(access) != 2 || access[0][logfield.Migrations] != 1.0 || access[1][logfield.MigrationCut] != "echo" {
+		t.Errorf("access lines %v; want migrations 1, then migration_cut echo", access)
+	}
+}
+
+func TestSSETrack_ALongAnswerIsNoLongerFollowed(t *testing.T) {
+	var m migration
+	m.maxTokens, m.maxCompletion, m.minTokens = -1, -1, -1
+	m.sse.begin(&m)
+	ev := []byte(`data: {"id":"a","created":1,"model":"m","choices":[{"index":0,"text":"` + strings.Repeat("x", 4096) + `"}]}` + "\n\n")
+	for i := 0; i < maxTrackedText/4096+1; i++ {
+		if out, used := m.sse.feed(append([]byte(nil), ev...)); used != len(ev) || len(out) != len(ev) {
+			t.Fatalf("event %d: used %d, out %d; want it relayed as is", i, used, len(out))
+		}
+	}
+	if m.sse.refusal != refTooLong || m.sse.text != nil || !m.sse.idle() {
+		t.Errorf("refusal %v, %d bytes kept, idle %v; want too_long, nothing kept, idle", m.sse.refusal, len(m.sse.text), m.sse.idle())
 	}
 }
