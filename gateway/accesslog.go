@@ -79,8 +79,11 @@ func (h *Handler) record(x *exchange) {
 	m.status(x.status)
 	if x.api == "completion" || x.api == "chat" {
 		m.aiDuration.Update(seconds(dur))
+	}
+	if x.generation {
 		h.recordTenant(x)
 	}
+	h.chargeKey(x)
 	if x.ttft > 0 {
 		m.ttfb.Update(seconds(x.ttft))
 	}
@@ -130,6 +133,9 @@ func (h *Handler) record(x *exchange) {
 	}
 	if x.pred.OK {
 		e.Uint32(logfield.KVPredicted, x.pred.CachedTokens)
+	}
+	if x.decided && x.decision.TTFT.OK {
+		e.Dur(logfield.TTFTPredicted, x.decision.TTFT.Predicted)
 	}
 	if x.cached.Reported {
 		e.Uint32(logfield.KVCached, x.cached.CachedTokens)

@@ -112,12 +112,15 @@ type api struct {
 	prefix  bool
 	methods []string // the first is the one the 404 answer names
 	// name is the request's api in the access log and metrics.
-	name  string
+	name string
+	// gen marks an inference API: its requests are counted per tenant
+	// and class (TenantMetrics).
+	gen   bool
 	serve func(x *exchange)
 }
 
 func generate(k APIKind) api {
-	return api{methods: methodPost, name: k.String(), serve: func(x *exchange) { x.serveGenerate(k) }}
+	return api{methods: methodPost, name: k.String(), gen: true, serve: func(x *exchange) { x.serveGenerate(k) }}
 }
 
 func light(k APIKind) api {

@@ -17,6 +17,7 @@ import (
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/rule"
+	"github.com/llbproject/llb/tenant"
 	"github.com/llbproject/llb/tokenizer"
 )
 
@@ -62,6 +63,9 @@ type Deps struct {
 	// TenantMetrics receives the per-tenant and per-class series, shared
 	// by every rule; nil keeps them in a private set.
 	TenantMetrics *TenantMetrics
+	// Keys are the API keys and tenant limits a rule with sse_mode
+	// enforces; nil: none.
+	Keys *tenant.Gate
 }
 
 // Handler is one rule's data plane. Both front ends (the HTTP/1.1 server
@@ -84,6 +88,7 @@ type Handler struct {
 	input       *routeInput
 	met         *Metrics
 	tmet        *TenantMetrics
+	keys        *tenant.Gate
 	log         zerolog.Logger
 	hopID       string // this instance in X-Llb-Hop
 	watch       *EndpointWatch
@@ -174,6 +179,7 @@ func NewHandler(c *rule.Compiled, opts Options, deps Deps) (*Handler, error) {
 		input:           input,
 		met:             deps.Metrics,
 		tmet:            deps.TenantMetrics,
+		keys:            deps.Keys,
 		log:             deps.Log,
 		maxStream:       t.MaxStream,
 		prefillTimeout:  t.Prefill,
@@ -268,11 +274,12 @@ func (h *Handler) serve(x *exchange) {
 		return
 	}
 	method, path := x.in.Header.Method(), x.in.URI().PathOriginal()
-	if !x.classify() {
+	a := apiFor(path)
+	x.generation = a != nil && a.gen
+	if !x.classify() || h.keysEnforced() && !x.authenticate() {
 		x.api = apiOfPath(path)
 		return
 	}
-	a := apiFor(path)
 	if a == nil {
 		x.api = "unknown"
 		x.fail(requestError(http.StatusNotFound, CodeUnknownURL, "",
@@ -314,6 +321,19 @@ func (x *exchange) serveGenerate(kind APIKind) {
 	if v := x.in.Header.Peek(HeaderConversationID); len(v) > 0 {
 		req.ConversationID = string(v)
 	}
+	if len(x.in.Header.Peek(HeaderModel)) == 0 && !x.allowModel(req.Model) || !x.admitKey() {
+		return
+	}
+	if x.h.rule.EnginePriority && (kind == KindCompletion || kind == KindChat || kind == KindResponses) {
+		// The engine schedules by priority: the class decides it, not the
+		// client (a key's class caps what a request may ask for).
+		nb, err := withMember(req.Body, "priority", strconv.AppendInt(nil, int64(x.class.EnginePriority()), 10))
+		if err != nil {
+			x.fail(requestError(http.StatusBadRequest, CodeInvalidJSON, "", err.Error()))
+			return
+		}
+		req.Body = nb
+	}
 	x.model, x.wantStream = req.Model, req.Stream
 	rr := &actors.RouteRequest{}
 	x.h.input.build(x.ctx, x.in, x.remote, x.ip, req, rr)
@@ -336,9 +356,13 @@ func (x *exchange) serveLight(kind APIKind) {
 		x.fail(ce)
 		return
 	}
+	if len(x.in.Header.Peek(HeaderModel)) == 0 && !x.allowModel(req.Model) || !x.admitKey() {
+		return
+	}
 	x.model = req.Model
 	rr := &actors.RouteRequest{Passthrough: true, Model: req.Model}
 	x.h.input.buildBasic(x.in, x.remote, x.ip, rr)
+	x.tag(rr)
 	x.proxy(rr)
 }
 
@@ -356,8 +380,12 @@ func (x *exchange) serveStoredResponse() {
 			"llb serves GET /v1/responses/{id} and POST /v1/responses/{id}/cancel; not "+method+" "+string(x.in.URI().PathOriginal())))
 		return
 	}
+	if !x.admitKey() {
+		return
+	}
 	rr := &actors.RouteRequest{Passthrough: true, Pin: actors.ResponseKey(id)}
 	x.h.input.buildBasic(x.in, x.remote, x.ip, rr)
+	x.tag(rr)
 	x.proxy(rr)
 }
 
@@ -388,6 +416,9 @@ func (x *exchange) serveModels() {
 // available endpoint chosen by the router (so health and breaker state
 // apply).
 func (x *exchange) servePassthrough() {
+	if !x.admitKey() {
+		return
+	}
 	rr := &actors.RouteRequest{Passthrough: true}
 	x.h.input.buildBasic(x.in, x.remote, x.ip, rr)
 	x.tag(rr)

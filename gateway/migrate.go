@@ -496,6 +496,7 @@ func (s *relayStream) migrate(err error) (ok, done bool) {
 		m.left--
 		rr := &actors.RouteRequest{}
 		x.h.input.build(x.ctx, x.in, x.remote, x.ip, &x.req, rr)
+		x.tag(rr)
 		rr.Avoid = avoid
 		x.rr = rr
 		if !x.route() {

@@ -17,6 +17,7 @@ import (
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/rule"
+	"github.com/llbproject/llb/tenant"
 	"github.com/llbproject/llb/tokenizer"
 )
 
@@ -53,6 +54,8 @@ type ruleSetConfig struct {
 	// TenantMetrics are the per-tenant and per-class series every rule's
 	// handler shares.
 	TenantMetrics *gateway.TenantMetrics
+	// Keys are the API keys and tenant limits (nil: none).
+	Keys *tenant.Gate
 	// BindRetry is how often a rule whose VIP:port could not be bound tries
 	// again; 0 means 5 s.
 	BindRetry time.Duration
@@ -270,6 +273,7 @@ func (rs *ruleSet) handler(live *liveRule) (*gateway.Handler, error) {
 		Conns:      rs.cfg.ConnLimit,
 
 		TenantMetrics: rs.cfg.TenantMetrics,
+		Keys:          rs.cfg.Keys,
 	}
 	if c.Spec.KVExactMode != ladder.KVOff {
 		tok, err := rs.ruleTokenizer(c, live.met)

@@ -173,6 +173,7 @@ func Compile(r *Rule, d Defaults) (*Compiled, error) {
 	case d.MigrationLimit != nil:
 		c.MigrationLimit = *d.MigrationLimit
 	}
+	c.APIKeys, c.EnginePriority = sa.SSEMode, sa.PriorityScheduling
 	if !sa.SSEMode { // sse_mode suppresses timeoutMemberData
 		c.Timeouts.Data = time.Duration(sa.TimeoutMemberData) * time.Millisecond
 	}

@@ -47,6 +47,13 @@ type Compiled struct {
 	// connection (migrationLimit, else LLB_MIGRATION_LIMIT, else
 	// DefaultMigrationLimit); 0 = never: a broken stream is cut.
 	MigrationLimit int
+	// APIKeys is sse_mode: the rule checks API keys and tenant limits
+	// whenever llbd holds at least one key (LoxiLB enforces them on
+	// sse_mode rules).
+	APIKeys bool
+	// EnginePriority is priority_scheduling: the gateway sets the body's
+	// "priority" from the request's class.
+	EnginePriority bool
 }
 
 // CompiledEndpoint is one endpoint of a Compiled rule.

@@ -117,4 +117,11 @@ type LLBArguments struct {
 	// migration off. A pointer because 0 is distinct from "not set";
 	// absent → the daemon default (env LLB_MIGRATION_LIMIT, 3).
 	MigrationLimit *int64 `json:"migrationLimit,omitempty"`
+	// PriorityScheduling says the rule's engines run vLLM's
+	// --scheduling-policy priority: llb then sets each request's
+	// "priority" field from its class (critical -1, standard 0, sheddable
+	// 1; a lower value is served first). Off: the body's priority is left
+	// as the client sent it (vLLM refuses a non-zero one without the
+	// policy).
+	PriorityScheduling bool `json:"priority_scheduling,omitempty"`
 }

@@ -112,6 +112,7 @@ func llmFieldsSet(sa *ServiceArguments) []string {
 	add("kvBlockKey", x.KVBlockKey != "")
 	add("kvTokenizerDir", x.KVTokenizerDir != "")
 	add("migrationLimit", x.MigrationLimit != nil)
+	add("priority_scheduling", x.PriorityScheduling)
 	add("fc_mode", a.FCMode != nil)
 	add("fc_max_outstanding", a.FCMaxOutstanding != nil)
 	add("fc_ep_max_inflight", a.FCEpMaxInflight != nil)
