@@ -73,14 +73,17 @@ func (x *exchange) route() bool {
 		}
 		return false
 	}
+	if !route.Decision.Available() && x.lastErr != nil {
+		// The retry found nothing better than what failed: the client gets
+		// that failure, and X-Llb-Route keeps the decision of the attempt
+		// that ran (the header and the body tell the same story).
+		x.fail(x.lastErr)
+		return false
+	}
 	x.decision, x.decided, x.parked = route.Decision, true, route.Parked
 	d := &x.decision
 	if !d.Available() {
-		if x.lastErr != nil {
-			x.fail(x.lastErr) // the retry found nothing better than what failed
-		} else {
-			x.fail(errorForDecision(d))
-		}
+		x.fail(errorForDecision(d))
 		return false
 	}
 	if d.Prefill >= len(h.addrs) || d.Decode >= len(h.addrs) {

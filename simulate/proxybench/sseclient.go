@@ -52,8 +52,10 @@ type streamLoad struct {
 	connErrors   atomic.Int64 // dials that failed
 	broken       atomic.Int64 // streams that ended early (a reset, a missing event or [DONE])
 	mu           sync.Mutex
-	statuses     map[int]int64 // answers other than 200, by status
-	retryWaiting atomic.Int64  // slots waiting out a Retry-After
+	statuses     map[int]int64     // answers other than 200, by status
+	codes        map[string]int64  // the same by "status code" (the error body's code)
+	samples      map[string]string // the first answer of each, its X-Llb-Route and body
+	retryWaiting atomic.Int64      // slots waiting out a Retry-After
 }
 
 // loadShard holds one shard of the histograms (µs).
@@ -64,7 +66,7 @@ type loadShard struct {
 }
 
 func newStreamLoad(addr string, n, events int, ramp, window time.Duration, streamLen time.Duration) *streamLoad {
-	l := &streamLoad{addr: addr, n: n, events: events, ramp: ramp, statuses: map[int]int64{}}
+	l := &streamLoad{addr: addr, n: n, events: events, ramp: ramp, statuses: map[int]int64{}, codes: map[string]int64{}, samples: map[string]string{}}
 	for i := range l.shards {
 		l.shards[i].delay, l.shards[i].first = newHist(), newHist()
 	}
@@ -163,8 +165,13 @@ func (l *streamLoad) slot(ctx context.Context, i int) {
 			// The proxy closed the idle keep-alive connection as we wrote:
 			// not an error of the stream; send it again on a new one.
 		case res.status != 0 && res.status != 200:
+			key := strconv.Itoa(res.status) + " " + errorCode(res.body)
 			l.mu.Lock()
 			l.statuses[res.status]++
+			l.codes[key]++
+			if _, ok := l.samples[key]; !ok {
+				l.samples[key] = "X-Llb-Route: " + res.route + "; body: " + string(res.body)
+			}
 			l.mu.Unlock()
 		case res.err != nil:
 			if ctx.Err() == nil {
@@ -194,6 +201,9 @@ type streamResult struct {
 	stale      bool          // nothing was read: a closed keep-alive connection
 	retryAfter time.Duration // wait before the next request (error answers)
 	err        error         // the stream broke or was incomplete
+	// body (its first 512 bytes) and route (X-Llb-Route) of an error answer
+	body  []byte
+	route string
 }
 
 // stream sends one request on c and reads its answer.
@@ -207,9 +217,16 @@ func (l *streamLoad) stream(c net.Conn, br *bufio.Reader, sent time.Time, rec *r
 	}
 	res := streamResult{status: h.status, keep: !h.close}
 	if h.status != 200 {
-		if err := h.discardBody(br); err != nil {
+		var keep []byte
+		err := h.readBody(br, chunk, func(b []byte, _ time.Time) {
+			if n := min(len(b), 512-len(keep)); n > 0 {
+				keep = append(keep, b[:n]...)
+			}
+		})
+		if err != nil {
 			res.keep = false
 		}
+		res.body, res.route = keep, h.route
 		res.retryAfter = h.retryAfter
 		if res.retryAfter <= 0 {
 			res.retryAfter = time.Second
@@ -297,6 +314,7 @@ type respHead struct {
 	chunked    bool
 	close      bool
 	retryAfter time.Duration
+	route      string // X-Llb-Route
 }
 
 func readRespHead(br *bufio.Reader) (respHead, error) {
@@ -336,6 +354,8 @@ func readRespHead(br *bufio.Reader) (respHead, error) {
 			h.chunked = bytes.EqualFold(value, []byte("chunked"))
 		case bytes.EqualFold(name, []byte("Connection")):
 			h.close = bytes.EqualFold(value, []byte("close"))
+		case bytes.EqualFold(name, []byte("X-Llb-Route")):
+			h.route = string(value)
 		case bytes.EqualFold(name, []byte("Retry-After")):
 			if s, err := strconv.Atoi(string(value)); err == nil {
 				h.retryAfter = time.Duration(s) * time.Second
@@ -421,10 +441,17 @@ func (h *respHead) readBody(br *bufio.Reader, buf *[]byte, onData func([]byte, t
 	}
 }
 
-// discardBody reads and drops an error answer's body.
-func (h *respHead) discardBody(br *bufio.Reader) error {
-	var buf []byte
-	return h.readBody(br, &buf, func([]byte, time.Time) {})
+// errorCode is the "code" of an OpenAI error body ("" when none).
+func errorCode(body []byte) string {
+	_, rest, ok := bytes.Cut(body, []byte(`"code":`))
+	if !ok {
+		return ""
+	}
+	rest = bytes.TrimLeft(rest, ` "`)
+	if i := bytes.IndexAny(rest, `",}`); i >= 0 {
+		rest = rest[:i]
+	}
+	return string(rest)
 }
 
 // sleepUntil waits until t or ctx's end; false when ctx ended.

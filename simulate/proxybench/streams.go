@@ -205,8 +205,12 @@ type StreamRun struct {
 	RSSBefore, RSSPeak int64
 	// Outcomes: streams read whole, answers other than 200 by status,
 	// streams that broke or missed events, dials that failed.
-	StreamsOK  int64
-	Statuses   map[int]int64
+	StreamsOK int64
+	Statuses  map[int]int64
+	// Codes counts the same answers by "status code" (the error body's
+	// code); Samples holds the first of each (X-Llb-Route and body).
+	Codes      map[string]int64
+	Samples    map[string]string
 	Broken     int64
 	ConnErrors int64
 	// Load1 is the one-minute load average at the end of the run.
@@ -247,7 +251,9 @@ type StreamSummary struct {
 	ProxyCPU, BackendCPU, ClientCPU time.Duration
 	RSSPerStream                    float64
 	Statuses                        map[int]int64 // summed over the rounds
-	Broken, ConnErrors              int64         // summed
+	Codes                           map[string]int64
+	Samples                         map[string]string // the first of each code
+	Broken, ConnErrors              int64             // summed
 }
 
 // NonOK sums the failures over the rounds.
@@ -328,9 +334,12 @@ func RunStreams(ctx context.Context, cfg StreamsConfig) (*StreamsResult, error) 
 					res.Load1Min = run.Load1
 				}
 				res.Load1Max = max(res.Load1Max, run.Load1)
+				for k, v := range run.Samples {
+					cfg.progress("  first %s: %s", k, v)
+				}
 				cfg.progress("%5d streams round %d %-11s %8.0f events/s  delay p50 %-9v p99 %-9v p999 %-9v first p50 %-9v  cpu/event %v (backend %v, client %v)  rss/stream %.1f KiB  ok %d non-200 %v broken %d dial errors %d  load %.1f",
 					n, round, p, run.EventsPerSec, run.Delay.P50, run.Delay.P99, run.Delay.P999, run.First.P50, run.ProxyCPU, run.BackendCPU, run.ClientCPU,
-					run.RSSPerStream()/1024, run.StreamsOK, run.Statuses, run.Broken, run.ConnErrors, run.Load1)
+					run.RSSPerStream()/1024, run.StreamsOK, run.Codes, run.Broken, run.ConnErrors, run.Load1)
 			}
 		}
 	}
@@ -579,7 +588,7 @@ func (e *streamsEnv) run(ctx context.Context, path string, n, round int) StreamR
 	r.Delay, r.First = quantilesOf(delay), quantilesOf(first)
 	r.StreamsOK, r.Broken, r.ConnErrors = l.streamsOK.Load(), l.broken.Load(), l.connErrors.Load()
 	l.mu.Lock()
-	r.Statuses = l.statuses
+	r.Statuses, r.Codes, r.Samples = l.statuses, l.codes, l.samples
 	l.mu.Unlock()
 	r.Load1 = load1()
 	sleepUntil(ctx, time.Now().Add(cfg.Settle))
@@ -623,7 +632,7 @@ func summarize(runs []StreamRun, counts []int, paths []string) []StreamSummary {
 			}
 		}
 		for _, p := range paths {
-			s := StreamSummary{Path: p, Streams: n, Statuses: map[int]int64{}}
+			s := StreamSummary{Path: p, Streams: n, Statuses: map[int]int64{}, Codes: map[string]int64{}, Samples: map[string]string{}}
 			var eps, rss []float64
 			var d50, d99, d999, f50, f99, f999, a50, a99, a999, pc, bc, cc []time.Duration
 			for _, r := range runs {
@@ -644,6 +653,12 @@ func summarize(runs []StreamRun, counts []int, paths []string) []StreamSummary {
 				}
 				for st, v := range r.Statuses {
 					s.Statuses[st] += v
+				}
+				for k, v := range r.Codes {
+					s.Codes[k] += v
+					if _, ok := s.Samples[k]; !ok {
+						s.Samples[k] = r.Samples[k]
+					}
 				}
 				s.Broken += r.Broken
 				s.ConnErrors += r.ConnErrors

@@ -36,7 +36,7 @@ func WriteStreamsReport(w io.Writer, r *StreamsResult) {
 		}
 		fmt.Fprintf(w, "| %d | %s | %.0f | %s / %s / %s | %s | %s / %s | %s / %.1f / %.1f | %s | %s | %d | %d |\n",
 			s.Streams, s.Path, s.EventsPerSec, ms(s.Delay.P50), ms(s.Delay.P99), ms(s.Delay.P999), added,
-			ms(s.First.P50), ms(s.First.P99), proxy, us1(s.BackendCPU), us1(s.ClientCPU), rss, statuses(s.Statuses), s.Broken, s.ConnErrors)
+			ms(s.First.P50), ms(s.First.P99), proxy, us1(s.BackendCPU), us1(s.ClientCPU), rss, codes(s.Codes), s.Broken, s.ConnErrors)
 	}
 	fmt.Fprintln(w)
 	for _, p := range []string{"llbd", "llbd-before"} {
@@ -54,6 +54,20 @@ func WriteStreamsReport(w io.Writer, r *StreamsResult) {
 		}
 		fmt.Fprintln(w)
 	}
+	var failures []string
+	for _, s := range r.Summary {
+		for _, k := range slices.Sorted(maps.Keys(s.Samples)) {
+			failures = append(failures, fmt.Sprintf("- %d streams, %s, %s: %s", s.Streams, s.Path, k, s.Samples[k]))
+		}
+	}
+	if len(failures) > 0 {
+		fmt.Fprintln(w, "### The first answer of each failure")
+		fmt.Fprintln(w)
+		for _, f := range failures {
+			fmt.Fprintln(w, f)
+		}
+		fmt.Fprintln(w)
+	}
 	fmt.Fprintln(w, "### Every run")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| streams | round | path | events/s | delay p50 / p99 / p99.9 | first p50 | CPU µs/event proxy | RSS KiB/stream | streams ok | non-200 | broken | dial errors | load |")
@@ -61,7 +75,7 @@ func WriteStreamsReport(w io.Writer, r *StreamsResult) {
 	for _, x := range r.Runs {
 		fmt.Fprintf(w, "| %d | %d | %s | %.0f | %s / %s / %s | %s | %.1f | %.1f | %d | %s | %d | %d | %.1f |\n",
 			x.Streams, x.Round, x.Path, x.EventsPerSec, ms(x.Delay.P50), ms(x.Delay.P99), ms(x.Delay.P999), ms(x.First.P50),
-			us1(x.ProxyCPU), x.RSSPerStream()/1024, x.StreamsOK, statuses(x.Statuses), x.Broken, x.ConnErrors, x.Load1)
+			us1(x.ProxyCPU), x.RSSPerStream()/1024, x.StreamsOK, codes(x.Codes), x.Broken, x.ConnErrors, x.Load1)
 	}
 }
 
@@ -145,14 +159,15 @@ func mib(b int64) string {
 	return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
 }
 
-// statuses renders failures by status: "0" or "503×12 502×3".
-func statuses(m map[int]int64) string {
+// codes renders failures by status and code: "0" or
+// "502 backend_unreachable ×3, 503 no_healthy_backend ×12".
+func codes(m map[string]int64) string {
 	if len(m) == 0 {
 		return "0"
 	}
 	var parts []string
-	for _, st := range slices.Sorted(maps.Keys(m)) {
-		parts = append(parts, fmt.Sprintf("%d×%d", st, m[st]))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s ×%d", k, m[k]))
 	}
-	return strings.Join(parts, " ")
+	return strings.Join(parts, ", ")
 }
