@@ -17,7 +17,7 @@ func newStreamBenchCmd(stdout, stderr io.Writer) *cobra.Command {
 		Short: "Measure llbd's data plane under thousands of SSE streams against HAProxy (make bench-streams)",
 		Long: `Start a vLLM-shaped SSE backend (a process of its own: 256 chat.completion.chunk
 events per stream at 30/s, each stamped with its send time), HAProxy 2.6
-(http-reuse always, option http-no-delay, GET /health checked as llbd checks it)
+(http-reuse always, option http-no-delay; --haproxy-check adds llbd's default check)
 and llbd (a single-pool rule with its defaults) on loopback, then hold 200,
 1 000, 4 000 and 9 000 concurrent streams, one client connection each, through
 each path in interleaved rounds: direct, HAProxy, llbd (and --before, a second
@@ -61,6 +61,7 @@ Results are Markdown tables on stdout, progress on stderr.`,
 	f.DurationVar(&cfg.IdleCheck, "idle-check", 20*time.Second, "idle time after the last run before llbd's memory is read again (negative: skip)")
 	f.StringSliceVar(&cfg.Paths, "paths", nil, "paths in each round's order (default direct,haproxy,llbd[,llbd-before])")
 	f.IntVar(&cfg.MaxConns, "max-conns", 0, "HAProxy's maxconn and llbd's --max-conns (0: from the open-file limit, at most 9700)")
+	f.BoolVar(&cfg.HAProxyCheck, "haproxy-check", false, "health-check HAProxy's server as llbd probes by default (GET /health every 5 s, 2 s timeout, fall 2)")
 	f.StringSliceVar(&cfg.LLBDArgs, "llbd-arg", nil, "a further llbd flag (repeatable)")
 	f.IntVar(&cfg.BasePort, "base-port", 18100, "first of the four ports used on 127.0.0.31–34")
 	f.BoolVar(&quiet, "quiet", false, "no progress lines")

@@ -36,6 +36,7 @@ const loadShards = 32
 // streamLoad is one run of n streams against one address.
 type streamLoad struct {
 	addr   string
+	local  *net.TCPAddr // the client's source address (nil: any)
 	n      int
 	events int
 	req    []byte // the whole request, head and body
@@ -139,10 +140,18 @@ func (l *streamLoad) slot(ctx context.Context, i int) {
 	for ctx.Err() == nil && time.Now().Before(l.winEnd) {
 		if c == nil {
 			d := net.Dialer{Timeout: 30 * time.Second}
+			if l.local != nil {
+				d.LocalAddr = l.local
+			}
 			nc, err := d.DialContext(ctx, "tcp", l.addr)
 			if err != nil {
 				if ctx.Err() == nil {
 					l.connErrors.Add(1)
+					l.mu.Lock()
+					if _, ok := l.samples["dial"]; !ok {
+						l.samples["dial"] = err.Error()
+					}
+					l.mu.Unlock()
 					sleepUntil(ctx, time.Now().Add(time.Second))
 				}
 				continue

@@ -26,7 +26,7 @@ import (
 // per second, each stamped with its send time; the client (sseclient.go)
 // holds N streams at once, one connection each, through each path in
 // turn: direct to the backend, HAProxy 2.6 (http-reuse always, option
-// http-no-delay, the backend health-checked as llbd checks it) and llbd
+// http-no-delay; optionally the backend health-checked as llbd checks it) and llbd
 // (a single-pool rule with its defaults: GET /health probed every 5 s,
 // 500 ms connect timeout), interleaved, Rounds rounds per count. Each run
 // ramps its streams up over one stream's length, measures a window of
@@ -72,6 +72,10 @@ type StreamsConfig struct {
 	// MaxConns is HAProxy's maxconn and llbd's --max-conns [derived from
 	// the open-file limit: (limit − 600) / 2, at most 9700].
 	MaxConns int
+	// HAProxyCheck health-checks HAProxy's server as llbd probes its
+	// endpoint by default (GET /health every 5 s, 2 s timeout, down after
+	// 2 failures). Off by default: issue 31's HAProxy ran without a check.
+	HAProxyCheck bool
 	// LLBDArgs are more llbd flags (both binaries).
 	LLBDArgs []string
 	// BasePort is the first of four ports on 127.0.0.31–34 [18100].
@@ -274,6 +278,7 @@ type streamsEnv struct {
 	llbd    map[string]*harness.Daemon // by path
 	addrs   map[string]string          // by path
 	logs    []*os.File
+	runs    int // runs so far
 }
 
 // RunStreams runs the streams benchmark.
@@ -441,10 +446,13 @@ func (e *streamsEnv) rule(ctx context.Context, d *harness.Daemon, vip, endpoint 
 
 // startHAProxy runs HAProxy 2.6 in front of the backend: keep-alive both
 // ways with connections reused across clients (http-reuse always), no
-// Nagle delay on streamed answers (option http-no-delay), and the same
-// health check llbd runs by default (GET /health every 5 s, 2 s timeout,
-// down after 2 failures).
+// Nagle delay on streamed answers (option http-no-delay) and, with
+// HAProxyCheck, the health check llbd runs by default.
 func (e *streamsEnv) startHAProxy(backend string) (*exec.Cmd, error) {
+	check := ""
+	if e.cfg.HAProxyCheck {
+		check = " check inter 5s fall 2 rise 1"
+	}
 	conf := fmt.Sprintf(`global
   maxconn %[1]d
 defaults
@@ -463,8 +471,8 @@ frontend fe
 backend be
   balance roundrobin
   option httpchk GET /health
-  server s1 %[3]s check inter 5s fall 2 rise 1
-`, e.cfg.MaxConns, e.addrs["haproxy"], backend)
+  server s1 %[3]s%[4]s
+`, e.cfg.MaxConns, e.addrs["haproxy"], backend, check)
 	path := filepath.Join(e.dir, "haproxy.cfg")
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		return nil, err
@@ -534,6 +542,10 @@ func (e *streamsEnv) run(ctx context.Context, path string, n, round int) StreamR
 		r.RSSBefore = procRSS(proxy)
 	}
 	l := newStreamLoad(e.addrs[path], n, cfg.Events, cfg.Ramp, cfg.Window, cfg.streamLen())
+	// A source address of its own per run: the last runs' connections in
+	// TIME_WAIT never take the ports this one needs.
+	e.runs++
+	l.local = &net.TCPAddr{IP: net.IPv4(127, 0, 1, byte(1+e.runs%250))}
 	type cpus struct{ proxy, backend, client time.Duration }
 	read := func() cpus {
 		c := cpus{backend: harness.ProcCPU(backend), client: selfCPU()}
