@@ -78,6 +78,9 @@ func (s *relayStream) WriteTo(w io.Writer) (int64, error) {
 		s.lg.armRead()
 		off = 0
 		n, rerr = s.body.Read(buf)
+		if n > 0 {
+			s.lg.alive()
+		}
 	}
 	if rerr == io.EOF {
 		return total, nil
@@ -106,6 +109,9 @@ func (s *relayStream) Read(p []byte) (int, error) {
 	}
 	s.lg.armRead()
 	n, err := s.body.Read(p)
+	if n > 0 {
+		s.lg.alive()
+	}
 	s.observe(p[:n])
 	s.x.bytes += int64(n)
 	if err != nil && err != io.EOF {
