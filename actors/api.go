@@ -61,13 +61,43 @@ type RouteRequest struct {
 	// diagnosis: a chat completion (llb applied a chat template), blocks
 	// carrying extra keys (a LoRA adapter or a cache_salt).
 	Chat, ExtraKeys bool
+	// Tenant is the request's fairness identity (the API key's tenant, or
+	// the client's x-gateway-inference-fairness-id when the rule does not
+	// check keys); "" is the anonymous tenant. Within a class, the
+	// admission queue serves the tenant that has received the least
+	// service first (ladder.FlowQueue). The class is Req.Class.
+	Tenant string
+	// PromptTokens is the prompt's size in tokens, exact when the gateway
+	// tokenized it, else estimated (4 bytes a token): what the admission
+	// queue charges the tenant when the request is admitted. Its
+	// completion tokens are charged when it ends (Usage).
+	PromptTokens uint32
 	// Passthrough marks a request that is not inference (GET /v1/models,
-	// /health): it goes to the least-loaded available endpoint of any role,
-	// bypassing the ladder and the admission gate (a health check must not
-	// be parked or shed), and teaches nothing. Its decision has Tier
-	// ladder.TierNone.
+	// /health, /tokenize, GET /v1/responses/{id}): it goes to the
+	// least-loaded available endpoint of any role, bypassing the ladder and
+	// the admission gate (a health check must not be parked or shed), and
+	// teaches nothing. Its decision has Tier ladder.TierNone.
 	Passthrough bool
+	// Model is the served-model name the request asks for (the body's
+	// model, or the multipart form's); "" when it names none, and then any
+	// endpoint may serve it. The router decides among the endpoints whose
+	// /v1/models lists it (Service.SetServedModels; an endpoint whose list
+	// is not known yet counts as serving it); when none does, the decision
+	// is unavailable with ladder.ReasonModelNotServed.
+	Model string
+	// Pin is the session-table key of a stored response the request
+	// continues or names (ResponseKey of a Responses API
+	// previous_response_id, or of GET /v1/responses/{id}); "" for none.
+	// When the table holds the key, only the endpoint that stored the
+	// response may serve the request (on a P/D rule: the only decode
+	// endpoint); when it does not, routing is as usual.
+	Pin string
 }
+
+// ResponseKey is the session-table key under which the endpoint that
+// stored response id is pinned (Ticket.Pin, RouteRequest.Pin). The prefix
+// keeps response ids apart from Tier-0 session keys.
+func ResponseKey(id string) string { return "response\x1f" + id }
 
 // Ticket is an admitted request's claim on the service that admitted it,
 // and the data plane's one way back to that service (grpc's
@@ -126,6 +156,17 @@ func (t Ticket) Conclude(o Outcome, res Result) {
 	}
 }
 
+// Pin records that the ticket's answering endpoint now holds key (a
+// response it stored, ResponseKey): requests naming key (RouteRequest.Pin)
+// go there only, across replicas too (the session table). The data plane
+// pins as soon as it sees the response's id, before the client has the
+// whole answer, so the client's next turn finds the pin.
+func (t Ticket) Pin(key string) {
+	if t.ledger != nil && key != "" {
+		t.ledger.Pin(t, key)
+	}
+}
+
 // Finish ends the ticket: it releases whatever legs were not reported,
 // and when res.OK pins the session and teaches the trie. Every admitted
 // ticket is finished (or concluded) exactly once; later calls are no-ops.
@@ -146,6 +187,7 @@ type Ledger interface {
 	Report(o Outcome)
 	Conclude(o Outcome, res Result)
 	Finish(t Ticket, res Result)
+	Pin(t Ticket, key string)
 }
 
 // Route is the router's answer to Route.
@@ -186,6 +228,10 @@ type Usage struct {
 	CachedTokens uint32
 	// PromptTokens is usage.prompt_tokens (0 when absent).
 	PromptTokens uint32
+	// CompletionTokens is usage.completion_tokens; for a stream without a
+	// usage chunk, the number of content deltas it carried (an engine
+	// streams one token per delta unless told otherwise). 0 when unknown.
+	CompletionTokens uint32
 }
 
 // Leg names the part of a request an Outcome describes.

@@ -63,9 +63,11 @@ func (p *probeCore) nextDelay() time.Duration {
 	return min(d, p.cfg.MaxBackoff)
 }
 
-// parkQueue is an endpoint's FIFO of parked requests (admission's
-// hold-don't-drop queue). Depth is bounded by the ladder (≤ 64), so a slice
-// is the right shape.
+// parkQueue holds an endpoint's parked requests (admission's
+// hold-don't-drop queue): the requests themselves, while the router's
+// admission policy (ladder.FlowQueue) decides which leaves next and names
+// it by id. Depth is bounded by the ladder (≤ 64), so a slice is the right
+// shape.
 //
 // Ownership: the endpoint actor only.
 type parkQueue struct {
@@ -75,17 +77,6 @@ type parkQueue struct {
 func (q *parkQueue) push(m *routeMsg) { q.items = append(q.items, m) }
 
 func (q *parkQueue) len() int { return len(q.items) }
-
-// pop removes and returns the oldest request, or nil.
-func (q *parkQueue) pop() *routeMsg {
-	if len(q.items) == 0 {
-		return nil
-	}
-	m := q.items[0]
-	q.items[0] = nil
-	q.items = q.items[1:]
-	return m
-}
 
 // remove takes request id out of the queue; nil when it is not there.
 func (q *parkQueue) remove(id uint64) *routeMsg {
@@ -176,10 +167,14 @@ func (a *endpointActor) Receive(ctx actor.Context) {
 			time.AfterFunc(time.Until(m.req.deadline), func() { root.Send(self, parkExpired{id: id, gen: gen}) })
 		}
 	case wakeMsg:
-		if r := a.queue.pop(); r != nil {
-			ctx.Send(a.svc.router, resumeMsg{ep: a.ep, req: r})
+		if r := a.queue.remove(m.id); r != nil {
+			ctx.Send(a.svc.router, resumeMsg{ep: m.slot, held: a.ep, req: r})
 		} else {
-			ctx.Send(a.svc.router, wakeEmpty{ep: a.ep})
+			ctx.Send(a.svc.router, wakeEmpty{ep: m.slot, id: m.id})
+		}
+	case evictParked:
+		if r := a.queue.remove(m.id); r != nil {
+			r.reply <- routeReply{route: m.route}
 		}
 	case dropParked:
 		if r := a.queue.remove(m.id); r != nil {

@@ -28,6 +28,9 @@ type routeMsg struct {
 	scored    ladder.EndpointSet
 	overlaps  [ladder.MaxEndpoints]uint32
 	offloaded [ladder.MaxEndpoints]uint32
+	// pin is the session table's answer for rr.Pin (the endpoint holding
+	// the stored response the request names).
+	pin ladder.SessionLookup
 }
 
 // routeReply is the router's answer on routeMsg.reply.
@@ -56,6 +59,12 @@ type concludeMsg struct {
 
 // firstByteMsg carries Service.FirstByte.
 type firstByteMsg struct{ t Ticket }
+
+// pinMsg carries Service.Pin.
+type pinMsg struct {
+	t   Ticket
+	key string
+}
 
 // finishMsg carries Service.Finish.
 type finishMsg struct {
@@ -111,11 +120,12 @@ type inventorySize struct {
 	blocks uint32
 }
 
-// resumeMsg returns a parked request to the router once its endpoint has a
-// free slot.
+// resumeMsg returns a parked request to the router for the slot the
+// router reserved on endpoint ep; held is the endpoint whose queue held it.
 type resumeMsg struct {
-	ep  int
-	req *routeMsg
+	ep   int
+	held int
+	req  *routeMsg
 }
 
 // unparkedMsg tells the router a parked request left its queue without
@@ -180,13 +190,27 @@ type breakerTimer struct{ epoch uint64 }
 // parkMsg hands a request to an endpoint's admission queue.
 type parkMsg struct{ req *routeMsg }
 
-// wakeMsg tells an endpoint actor that one slot freed: resume its oldest
-// parked request.
-type wakeMsg struct{}
+// wakeMsg tells an endpoint actor to hand parked request id back to the
+// router for the slot the router reserved on endpoint slot (the admission
+// policy, ladder.FlowQueue, chose it).
+type wakeMsg struct {
+	id   uint64
+	slot int
+}
 
-// wakeEmpty answers a wake that found the queue empty (its head left in
-// the meantime), so the router can free the slot it reserved.
-type wakeEmpty struct{ ep int }
+// wakeEmpty answers a wake whose request had left the queue meanwhile
+// (timed out, dropped), so the router can free the slot it reserved on ep.
+type wakeEmpty struct {
+	ep int
+	id uint64
+}
+
+// evictParked removes parked request id and answers it with route (a
+// request of a higher class took its place in a full queue: 429).
+type evictParked struct {
+	id    uint64
+	route Route
+}
 
 // scrapeNow asks for an immediate engine-metrics scrape (the endpoint's KV
 // feed reconnected, so the engine may have restarted).

@@ -27,6 +27,7 @@ func newRouterActor(svc *Service) actor.Actor {
 	lad := svc.lad.Fresh() // validated once, by Start
 	a := &routerActor{svc: svc, log: svc.log.With().Str(logfield.Actor, "router").Logger()}
 	a.core = newRouterCore(&svc.cfg, lad, a, svc.metrics, svc.ctrl)
+	a.core.served = &svc.served
 	return a
 }
 
@@ -50,6 +51,8 @@ func (a *routerActor) Receive(ctx actor.Context) {
 		c.report(now, m.o)
 	case firstByteMsg:
 		c.firstByte(m.t)
+	case pinMsg:
+		c.pinResponse(m.t, m.key)
 	case finishMsg:
 		c.finish(m.t, m.res)
 	case concludeMsg:
@@ -60,7 +63,7 @@ func (a *routerActor) Receive(ctx actor.Context) {
 	case resumeMsg:
 		c.resume(now, m)
 	case wakeEmpty:
-		c.wakeEmpty(m.ep)
+		c.wakeEmpty(m)
 	case unparkedMsg:
 		c.unparked(now, m)
 	case probeState:
@@ -190,7 +193,13 @@ func (a *routerActor) teach(prompt []byte, ep int) { a.svc.cfg.Peers.Teach(promp
 
 func (a *routerActor) park(ep int, m *routeMsg) { a.ctx.Send(a.svc.endpoints[ep], parkMsg{req: m}) }
 
-func (a *routerActor) wake(ep int) { a.ctx.Send(a.svc.endpoints[ep], wakeMsg{}) }
+func (a *routerActor) wake(held int, id uint64, slot int) {
+	a.ctx.Send(a.svc.endpoints[held], wakeMsg{id: id, slot: slot})
+}
+
+func (a *routerActor) evictParked(held int, id uint64, r Route) {
+	a.ctx.Send(a.svc.endpoints[held], evictParked{id: id, route: r})
+}
 
 func (a *routerActor) dropParked(ep int, id uint64) {
 	a.ctx.Send(a.svc.endpoints[ep], dropParked{id: id})

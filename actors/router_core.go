@@ -2,6 +2,7 @@ package actors
 
 import (
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/llbproject/llb/ladder"
@@ -21,8 +22,12 @@ type routerPorts interface {
 	evictEndpointSessions(ep int)
 	// park hands m to endpoint ep's admission queue.
 	park(ep int, m *routeMsg)
-	// wake asks endpoint ep to resume its oldest parked request.
-	wake(ep int)
+	// wake asks endpoint held to hand parked request id back for the
+	// slot reserved on endpoint slot.
+	wake(held int, id uint64, slot int)
+	// evictParked asks endpoint held to answer parked request id with r
+	// (it was displaced).
+	evictParked(held int, id uint64, r Route)
 	dropParked(ep int, id uint64)
 	drainParked(ep int)
 	// endpointLost says endpoint ep was just excluded by its probe or its
@@ -75,6 +80,14 @@ type ticket struct {
 	// prefill is the uncached prompt blocks charged to the prefill
 	// endpoint's PrefillBlocks until the first byte (0 once discharged).
 	prefill uint32
+	// class and tenant place the request in the admission policy
+	// (ladder.FlowQueue); charged is the prompt tokens it was charged when
+	// admitted, completion the completion tokens its legs reported.
+	class      ladder.Class
+	tenant     string
+	charged    uint32
+	completion uint32
+	flowed     bool // counted in flight by the FlowQueue (not a passthrough)
 	// unstreamed marks a single-pool charge whose request does not stream
 	// (no first byte before the whole answer); scrape is the number of
 	// engine scrapes of its endpoint the router had seen when it was
@@ -84,9 +97,12 @@ type ticket struct {
 }
 
 // parkRef tracks a request sitting in an endpoint's admission queue.
+// waking is set once the policy chose it for a reserved slot (it has left
+// the FlowQueue; its endpoint is handing it back).
 type parkRef struct {
 	ep        int
 	cancelled bool
+	waking    bool
 }
 
 // routerCore is one service's routing state and the logic that drives the
@@ -118,9 +134,14 @@ type routerCore struct {
 	scrapes    [ladder.MaxEndpoints]uint32
 	unstreamed [ladder.MaxEndpoints]uint32
 	parked     map[uint64]parkRef
-	reserved   [ladder.MaxEndpoints]uint32 // slots held for requests being woken
-	halfOpen   ladder.EndpointSet
-	trial      [ladder.MaxEndpoints]uint64 // ticket in flight on a half-open endpoint
+	// flow orders the parked requests (which leaves next) and keeps the
+	// tenants' fairness counters; parkable are the endpoints a parked
+	// request may be resumed on (the prefill endpoints of a P/D rule).
+	flow     *ladder.FlowQueue
+	parkable ladder.EndpointSet
+	reserved [ladder.MaxEndpoints]uint32 // slots held for requests being woken
+	halfOpen ladder.EndpointSet
+	trial    [ladder.MaxEndpoints]uint64 // ticket in flight on a half-open endpoint
 	// ctrl is the external controller's instructions, per endpoint. The
 	// slice belongs to the Service and outlives router incarnations (and is
 	// handed to a replacing service): an instruction is not soft state.
@@ -136,6 +157,10 @@ type routerCore struct {
 
 	// peer is the peers' load and health (cluster mode; see peers.go).
 	peer peerState
+
+	// served is the service's served-model table (Service.SetServedModels;
+	// nil in unit tests: no model restriction). Read per decision.
+	served *atomic.Pointer[ladder.ServedModels]
 
 	stats coreStats
 }
@@ -167,6 +192,7 @@ func newRouterCore(cfg *ServiceConfig, lad *ladder.Router, ports routerPorts, m 
 		pending:  make(map[uint64]*pending),
 		tickets:  make(map[uint64]*ticket),
 		parked:   make(map[uint64]parkRef),
+		flow:     ladder.NewFlowQueue(),
 		truth:    make([]ladder.TruthTracker, n),
 		checks:   make(map[uint64]*truthCheck),
 	}
@@ -183,26 +209,41 @@ func newRouterCore(cfg *ServiceConfig, lad *ladder.Router, ports routerPorts, m 
 		if len(cfg.Rule.Endpoints[i].Feeds) > 0 {
 			c.scoreSet = c.scoreSet.With(i)
 		}
+		if !cfg.Rule.Spec.PDDisagg || cfg.Rule.Endpoints[i].Role() == ladder.RolePrefill {
+			c.parkable = c.parkable.With(i)
+		}
 	}
 	return c
 }
 
-// route starts a decision: it fans out the session lookup and the inventory
-// scores, or decides at once when there is nothing to ask.
+// pinLookupIDBit marks the session lookup of a request's RouteRequest.Pin
+// (decision ids never set it; truthCheckIDBit is bit 63).
+const pinLookupIDBit = 1 << 62
+
+// route starts a decision: it fans out the session lookups and the
+// inventory scores, or decides at once when there is nothing to ask.
 func (c *routerCore) route(now time.Time, m *routeMsg) {
-	if m.rr.Passthrough {
+	rr := m.rr
+	if _, ok := c.modelSet(rr.Model); !ok {
+		c.notServed(m)
+		return
+	}
+	if rr.Passthrough && rr.Pin == "" {
 		c.passthrough(now, m)
 		return
 	}
 	p := c.newPending(m)
-	rr := m.rr
-	if c.cfg.Rule.Spec.PDDisagg && rr.Req.SessionKey != "" {
+	if rr.Pin != "" {
+		c.ports.lookupSession(m.id|pinLookupIDBit, rr.Pin)
+		p.awaiting++
+	} else if c.cfg.Rule.Spec.PDDisagg && rr.Req.SessionKey != "" {
 		c.ports.lookupSession(m.id, rr.Req.SessionKey)
 		p.awaiting++
 	}
-	if c.cfg.Rule.Spec.KVExactMode != ladder.KVOff && len(rr.Chain) > 0 && rr.Req.KV.Guard == ladder.ReasonNone {
+	if !rr.Passthrough && c.cfg.Rule.Spec.KVExactMode != ladder.KVOff && len(rr.Chain) > 0 && rr.Req.KV.Guard == ladder.ReasonNone {
+		excl := c.excluded(m)
 		for i := range c.views {
-			if !c.scoreSet.Has(i) || c.unusable(i, rr.Avoid) {
+			if !c.scoreSet.Has(i) || c.unusable(i, excl) {
 				continue
 			}
 			c.ports.score(i, m.id, rr.Chain)
@@ -218,13 +259,76 @@ func (c *routerCore) route(now time.Time, m *routeMsg) {
 	p.stop = c.ports.deadline(m.id, c.cfg.DecisionTimeout)
 }
 
+// modelSet returns the endpoints that serve model (all of them when the
+// service has no table or the request names no model) and whether any
+// does.
+func (c *routerCore) modelSet(model string) (ladder.EndpointSet, bool) {
+	var t *ladder.ServedModels
+	if c.served != nil {
+		t = c.served.Load()
+	}
+	return t.Eligible(model, len(c.views))
+}
+
+// notServed answers a request whose model no endpoint serves.
+func (c *routerCore) notServed(m *routeMsg) {
+	c.stats.decisions++
+	d := ladder.Decision{Prefill: -1, Decode: -1, ParkOn: -1, Unavailable: ladder.ReasonModelNotServed}
+	m.reply <- routeReply{route: Route{Decision: d}}
+}
+
+// excluded is the mask of endpoints the request may not use: the retry's
+// avoid set, the endpoints that do not serve its model, and, when the
+// session table pins the stored response it names, every other endpoint
+// (on a P/D rule, every other endpoint of the pinned one's role).
+func (c *routerCore) excluded(m *routeMsg) uint32 {
+	mask := m.rr.Avoid
+	if set, _ := c.modelSet(m.rr.Model); set != ladder.EndpointSet(allBits(len(c.views))) {
+		mask |= ^uint32(set)
+	}
+	if m.pin.Found && m.pin.Pin.Prefill >= 0 && m.pin.Pin.Prefill < len(c.views) {
+		eps := c.cfg.Rule.Endpoints
+		role := eps[m.pin.Pin.Prefill].Role()
+		for i := range eps {
+			if i != m.pin.Pin.Prefill && (!c.cfg.Rule.Spec.PDDisagg || eps[i].Role() == role) {
+				mask |= 1 << uint(i)
+			}
+		}
+	}
+	return mask
+}
+
+// allBits is the mask of endpoints 0..n-1.
+func allBits(n int) uint64 {
+	if n >= 64 {
+		return ^uint64(0)
+	}
+	return 1<<uint(n) - 1
+}
+
+// pinResponse pins key to the endpoint that answers ticket t (its decode
+// endpoint on a P/D pair), so requests naming the stored response go there.
+func (c *routerCore) pinResponse(t Ticket, key string) {
+	tk := c.tickets[t.ID]
+	if tk == nil {
+		c.stats.staleTicket++
+		return
+	}
+	ep := tk.t.Prefill
+	if tk.t.Decode >= 0 {
+		ep = tk.t.Decode
+	}
+	c.ports.pinSession(key, ladder.Pin{Prefill: ep, Decode: -1})
+}
+
 // passthrough admits a non-inference request on the least-loaded available
 // endpoint of any role (ties: lowest index).
 func (c *routerCore) passthrough(now time.Time, m *routeMsg) {
 	best := -1
+	excl := c.excluded(m)
 	for i := range c.views {
 		v := &c.views[i]
-		if c.unusable(i, m.rr.Avoid) || v.Draining || v.Ctrl == ladder.CtrlDraining {
+		if c.unusable(i, excl) || v.Draining || v.Ctrl == ladder.CtrlDraining {
 			continue
 		}
 		if best < 0 || v.ActiveConns+c.peer.load[i] < c.views[best].ActiveConns+c.peer.load[best] {
@@ -273,12 +377,16 @@ func (c *routerCore) scoreReply(now time.Time, r scoreReply) {
 }
 
 func (c *routerCore) sessionReply(now time.Time, r sessionReply) {
-	p := c.pending[r.id]
+	p := c.pending[r.id&^pinLookupIDBit]
 	if p == nil {
 		c.stats.lateReplies++
 		return
 	}
-	p.session = r.lookup
+	if r.id&pinLookupIDBit != 0 {
+		p.msg.pin = r.lookup
+	} else {
+		p.session = r.lookup
+	}
 	c.replied(now, p)
 }
 
@@ -319,6 +427,10 @@ func (c *routerCore) finalize(now time.Time, p *pending) {
 		req.KV.Guard = p.guard
 	}
 	c.recycle(p)
+	if m.rr.Passthrough {
+		c.passthrough(now, m)
+		return
+	}
 	d := c.decide(now, m, func(req *ladder.Request) (ladder.Decision, error) {
 		return c.lad.Decide(now, req, &c.snap)
 	})
@@ -330,7 +442,7 @@ func (c *routerCore) finalize(now time.Time, p *pending) {
 // folded into the views, and restores them.
 func (c *routerCore) decide(now time.Time, m *routeMsg, fn func(*ladder.Request) (ladder.Decision, error)) ladder.Decision {
 	var wasDown uint64
-	touched := uint64(m.rr.Avoid) | uint64(c.peer.excl)
+	touched := uint64(c.excluded(m)) | uint64(c.peer.excl)
 	for i := range c.views {
 		c.views[i].Overlap, c.views[i].OverlapOffloaded = 0, 0
 		if m.scored.Has(i) {
@@ -349,6 +461,7 @@ func (c *routerCore) decide(now time.Time, m *routeMsg, fn func(*ladder.Request)
 		}
 	}
 	c.snap.TotalInflight = uint64(len(c.tickets)+len(c.parked)) + c.peer.total
+	c.snap.ParkedByClass = c.flow.Counts()
 	if c.peer.on {
 		for i := range c.views {
 			c.views[i].ActiveConns += c.peer.load[i]
@@ -385,6 +498,12 @@ func (c *routerCore) act(now time.Time, m *routeMsg, d ladder.Decision) {
 		}
 		c.admit(now, m, d)
 	case ladder.Park:
+		if d.Displace && !c.displace(m, &d) {
+			d.Admission = ladder.Shed
+			c.m.shed(d.Admission)
+			m.reply <- routeReply{route: Route{Decision: d}}
+			return
+		}
 		if m.deadline.IsZero() {
 			m.deadline = d.ParkDeadline
 		}
@@ -393,6 +512,8 @@ func (c *routerCore) act(now time.Time, m *routeMsg, d ladder.Decision) {
 			m.reply <- routeReply{parked: true, parkDeadline: m.deadline}
 		}
 		c.parked[m.id] = parkRef{ep: d.ParkOn}
+		c.flow.Park(ladder.FlowEntry{ID: m.id, Class: m.rr.Req.Class, Tenant: m.rr.Tenant,
+			Allowed: c.parkable &^ ladder.EndpointSet(c.excluded(m))})
 		c.views[d.ParkOn].Parked++
 		c.m.parked()
 		c.ports.park(d.ParkOn, m)
@@ -402,10 +523,28 @@ func (c *routerCore) act(now time.Time, m *routeMsg, d ladder.Decision) {
 	}
 }
 
+// displace makes room for m, which found every queue full, by shedding
+// the parked request of a lower class the policy names (429); m parks on
+// that request's endpoint (d.ParkOn). False when there is none.
+func (c *routerCore) displace(m *routeMsg, d *ladder.Decision) bool {
+	v, ok := c.flow.Victim(m.rr.Req.Class)
+	if !ok {
+		return false
+	}
+	ref := c.parked[v.ID]
+	c.ports.evictParked(ref.ep, v.ID, Route{Decision: ladder.DisplacedDecision()})
+	c.unpark(v.ID)
+	c.m.shed(ladder.Shed)
+	d.ParkOn = ref.ep
+	return true
+}
+
 // admit takes the request's in-flight slots and answers it.
 func (c *routerCore) admit(now time.Time, m *routeMsg, d ladder.Decision) {
 	t := Ticket{ID: m.id, Prefill: d.Prefill, Decode: d.Decode}
-	tk := &ticket{t: t, legs: holdPrefill, sessionKey: m.rr.Req.SessionKey, pin: d.PinSession}
+	tk := &ticket{t: t, legs: holdPrefill, sessionKey: m.rr.Req.SessionKey, pin: d.PinSession,
+		class: m.rr.Req.Class, tenant: m.rr.Tenant, charged: m.rr.PromptTokens, flowed: true}
+	c.flow.Admitted(tk.class, tk.tenant, uint64(tk.charged))
 	c.views[d.Prefill].ActiveConns++
 	c.chargePrefill(m, d.Prefill, tk)
 	c.claimTrial(d.Prefill, m.id)
@@ -454,6 +593,12 @@ func (c *routerCore) report(now time.Time, o Outcome) {
 	if o.Leg != LegDecode {
 		c.checkPrediction(now, ep, &tk.pred, o)
 	}
+	tk.completion = max(tk.completion, o.Usage.CompletionTokens)
+	if p := o.Usage.PromptTokens; p > tk.charged {
+		// The engine counted more prompt tokens than the estimate charged.
+		c.flow.Charge(tk.class, tk.tenant, uint64(p-tk.charged))
+		tk.charged = p
+	}
 	tk.legs &^= bit
 	if bit == holdPrefill {
 		c.firstByte(tk.t)
@@ -476,6 +621,9 @@ func (c *routerCore) finish(t Ticket, res Result) {
 	}
 	c.firstByte(tk.t)
 	delete(c.tickets, t.ID)
+	if tk.flowed {
+		c.flow.Done(tk.class, tk.tenant, uint64(tk.completion))
+	}
 	if tk.legs&holdPrefill != 0 {
 		c.release(tk.t.Prefill)
 	}
@@ -492,19 +640,28 @@ func (c *routerCore) finish(t Ticket, res Result) {
 	}
 }
 
-// release gives back one in-flight slot on ep and, when the endpoint has
-// parked requests and is now under its cap, reserves the slot for the oldest
-// of them.
+// release gives back one in-flight slot on ep and, when ep is now under
+// its cap and a parked request may run there, reserves the slot for the
+// one the admission policy names (ladder.FlowQueue.Next: class, then the
+// tenant with the least service, then the oldest), wherever it is held.
 func (c *routerCore) release(ep int) {
 	v := &c.views[ep]
 	if v.ActiveConns > 0 {
 		v.ActiveConns--
 	}
-	if v.Parked > c.reserved[ep] && (c.maxInflight == 0 || v.ActiveConns < c.maxInflight) {
-		v.ActiveConns++
-		c.reserved[ep]++
-		c.ports.wake(ep)
+	if c.flow.Len() == 0 || (c.maxInflight != 0 && v.ActiveConns >= c.maxInflight) {
+		return
 	}
+	e, ok := c.flow.Next(ep)
+	if !ok {
+		return
+	}
+	ref := c.parked[e.ID]
+	ref.waking = true
+	c.parked[e.ID] = ref
+	v.ActiveConns++
+	c.reserved[ep]++
+	c.ports.wake(ref.ep, e.ID, ep)
 }
 
 // cancel withdraws a request wherever it is.
@@ -521,6 +678,7 @@ func (c *routerCore) cancel(id uint64) {
 	if ref, ok := c.parked[id]; ok {
 		ref.cancelled = true
 		c.parked[id] = ref
+		c.flow.Remove(id)
 		c.ports.dropParked(ref.ep, id)
 		return
 	}
@@ -529,13 +687,13 @@ func (c *routerCore) cancel(id uint64) {
 	}
 }
 
-// resume handles a parked request its endpoint woke: the slot reserved by
-// release now belongs to it.
+// resume handles a parked request its endpoint handed back: the slot
+// reserved on r.ep by release now belongs to it.
 func (c *routerCore) resume(now time.Time, r resumeMsg) {
 	ep, m := r.ep, r.req
 	c.unreserve(ep)
 	ref, known := c.parked[m.id]
-	c.unpark(ep, m.id)
+	c.unpark(m.id)
 	if known && ref.cancelled {
 		c.release(ep)
 		return
@@ -559,11 +717,12 @@ func (c *routerCore) resume(now time.Time, r resumeMsg) {
 	c.act(now, m, d)
 }
 
-// wakeEmpty handles a wake that found the endpoint's queue empty (its head
-// left meanwhile): the reserved slot is freed again.
-func (c *routerCore) wakeEmpty(ep int) {
-	c.unreserve(ep)
-	c.release(ep)
+// wakeEmpty handles a wake whose request had left its queue meanwhile:
+// the reserved slot is freed again (and offered to the next).
+func (c *routerCore) wakeEmpty(w wakeEmpty) {
+	c.unpark(w.id)
+	c.unreserve(w.ep)
+	c.release(w.ep)
 }
 
 func (c *routerCore) unreserve(ep int) {
@@ -573,18 +732,24 @@ func (c *routerCore) unreserve(ep int) {
 }
 
 func (c *routerCore) unparked(now time.Time, u unparkedMsg) {
-	c.unpark(u.ep, u.id)
+	c.unpark(u.id)
 	if u.requeue != nil {
 		c.route(now, u.requeue)
 	}
 }
 
-func (c *routerCore) unpark(ep int, id uint64) {
-	if _, ok := c.parked[id]; ok {
-		delete(c.parked, id)
-		if c.views[ep].Parked > 0 {
-			c.views[ep].Parked--
-		}
+// unpark forgets parked request id: its queue no longer holds it.
+func (c *routerCore) unpark(id uint64) {
+	ref, ok := c.parked[id]
+	if !ok {
+		return
+	}
+	delete(c.parked, id)
+	if !ref.waking {
+		c.flow.Remove(id)
+	}
+	if c.views[ref.ep].Parked > 0 {
+		c.views[ref.ep].Parked--
 	}
 }
 
@@ -747,6 +912,7 @@ func (c *routerCore) takePending() []*routeMsg {
 		}
 		m := p.msg
 		m.scored, m.overlaps, m.offloaded = 0, [ladder.MaxEndpoints]uint32{}, [ladder.MaxEndpoints]uint32{}
+		m.pin = ladder.SessionLookup{}
 		out = append(out, m)
 		delete(c.pending, id)
 	}

@@ -19,7 +19,8 @@ type recorder struct {
 	evicts   []string
 	epEvicts []int
 	parks    []string // "ep/id"
-	wakes    []int
+	wakes    []string // "held/id>slot"
+	evicted  []string // "held/id decision"
 	drops    []string
 	drains   []int
 	lost     []int
@@ -53,7 +54,12 @@ func (r *recorder) evictEndpointSessions(ep int) { r.epEvicts = append(r.epEvict
 func (r *recorder) park(ep int, m *routeMsg) {
 	r.parks = append(r.parks, fmt.Sprintf("%d/%d", ep, m.id))
 }
-func (r *recorder) wake(ep int) { r.wakes = append(r.wakes, ep) }
+func (r *recorder) wake(held int, id uint64, slot int) {
+	r.wakes = append(r.wakes, fmt.Sprintf("%d/%d>%d", held, id, slot))
+}
+func (r *recorder) evictParked(held int, id uint64, rt Route) {
+	r.evicted = append(r.evicted, fmt.Sprintf("%d/%d %s", held, id, rt.Decision.String()))
+}
 func (r *recorder) dropParked(ep int, id uint64) {
 	r.drops = append(r.drops, fmt.Sprintf("%d/%d", ep, id))
 }
@@ -300,7 +306,7 @@ func TestRouterCore_ParkedRequestResumesIntoReservedSlot(t *testing.T) {
 	}
 	// The first request ends: its slot is reserved for the parked one.
 	c.finish(r1.route.Ticket, Result{OK: true})
-	if got, want := fmt.Sprint(rec.wakes), "[0]"; got != want {
+	if got, want := fmt.Sprint(rec.wakes), "[0/2>0]"; got != want {
 		t.Fatalf("wakes %s; want %s", got, want)
 	}
 	// A newcomer cannot take the reserved slot.
@@ -309,7 +315,7 @@ func TestRouterCore_ParkedRequestResumesIntoReservedSlot(t *testing.T) {
 	if got, want := fmt.Sprint(rec.parks), "[0/2 0/3]"; got != want {
 		t.Fatalf("parks %s; want %s (reserved slot respected)", got, want)
 	}
-	c.resume(t0.Add(time.Second), resumeMsg{ep: 0, req: second})
+	c.resume(t0.Add(time.Second), resumeMsg{ep: 0, held: 0, req: second})
 	r2 := final(t, second)
 	if !r2.route.Decision.Available() || r2.route.Decision.Tier != ladder.TierResume {
 		t.Fatalf("second: %s; want resumed", r2.route.Decision.String())

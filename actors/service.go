@@ -95,6 +95,11 @@ type Service struct {
 	// successor's feed continues the sequence.
 	feedMarks [][]feedMark
 
+	// served is which endpoints serve which model names
+	// (SetServedModels); nil until the first list is read. The router
+	// reads it per decision.
+	served atomic.Pointer[ladder.ServedModels]
+
 	gen atomic.Uint64
 	// peersDirty coalesces PeersChanged notifications (cluster mode).
 	peersDirty atomic.Bool
@@ -379,6 +384,22 @@ func (svc *Service) FirstByte(t Ticket) {
 		svc.root.Send(svc.router, firstByteMsg{t: t})
 	}
 }
+
+// Pin implements Ledger.
+func (svc *Service) Pin(t Ticket, key string) {
+	if !svc.stopped.Load() {
+		svc.root.Send(svc.router, pinMsg{t: t, key: key})
+	}
+}
+
+// SetServedModels tells the service which endpoints serve which model
+// names (their /v1/models lists); decisions from then on keep to the
+// endpoints serving the request's model (RouteRequest.Model). Safe for
+// concurrent use; s is not modified afterwards.
+func (svc *Service) SetServedModels(s *ladder.ServedModels) { svc.served.Store(s) }
+
+// ServedModels returns the table SetServedModels last set (nil: none).
+func (svc *Service) ServedModels() *ladder.ServedModels { return svc.served.Load() }
 
 // Finish implements Ledger.
 func (svc *Service) Finish(t Ticket, res Result) {

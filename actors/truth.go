@@ -45,9 +45,12 @@ const (
 )
 
 // predict returns the prediction for endpoint ep when the decision scored
-// it (the chain was hashed and ep mirrors KV events).
+// it (the chain was hashed and ep mirrors KV events). An endpoint with
+// several DP ranks gets none: its inventory is the union of the ranks', and
+// the engine's own DP dispatch picks the rank, whose cache alone is what it
+// reports.
 func (c *routerCore) predict(m *routeMsg, ep int) ticketPrediction {
-	if ep < 0 || !m.scored.Has(ep) {
+	if ep < 0 || !m.scored.Has(ep) || len(c.cfg.Rule.Endpoints[ep].Feeds) > 1 {
 		return ticketPrediction{}
 	}
 	kv := &m.rr.Req.KV

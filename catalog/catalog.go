@@ -14,6 +14,7 @@ import (
 	"github.com/llbproject/llb/catalog/statefs"
 	"github.com/llbproject/llb/internal/logfield"
 	"github.com/llbproject/llb/rule"
+	"github.com/llbproject/llb/tenant"
 )
 
 // Runtime is the data plane as the catalog drives it: every accepted change,
@@ -46,6 +47,9 @@ type Config struct {
 	// Controllers applies the controller instructions a cluster shares
 	// (Shared.Controller); nil when the data plane takes none.
 	Controllers ControllerSetter
+	// Keys receives every accepted table of API keys and tenant limits
+	// (the data plane's tenant.Gate); nil when nothing enforces them.
+	Keys KeysSetter
 	// DecodeEntry decodes a stored rule exactly as a POST body is decoded
 	// (restapi.DecodeEntry), so a restored rule is one the API accepts.
 	DecodeEntry func([]byte) (*rule.LoadbalanceEntry, error)
@@ -104,8 +108,10 @@ type Catalog struct {
 	file *StateFile
 	m    *catalogMetrics
 
-	// rules is the current rule table.
+	// rules is the current rule table; keys the current API keys and
+	// tenant limits.
 	rules atomic.Pointer[Rules]
+	keys  atomic.Pointer[tenant.Table]
 	// writeMu serializes writes: decide, persist, publish, apply.
 	writeMu sync.Mutex
 	// ready opens writes once Restore has finished.
@@ -183,7 +189,7 @@ func (c *Catalog) Write(ctx context.Context, decide Decide) ([]Change, error) {
 	if err != nil || len(changes) == 0 {
 		return nil, err
 	}
-	if err := c.file.save(next); err != nil {
+	if err := c.file.save(next, c.Keys()); err != nil {
 		c.m.stateWriteErrs.Inc()
 		return nil, fmt.Errorf("restapi: state write failed, the change was not made: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/llbproject/llb/catalog/statefs"
+	"github.com/llbproject/llb/tenant"
 )
 
 // State file layout.
@@ -29,6 +30,10 @@ type stateEnvelope struct {
 	Version int          `json:"version"` // 1; another version is moved aside, not guessed at
 	SavedAt time.Time    `json:"savedAt"` // when the file was written
 	Rules   []storedRule `json:"rules"`   // in creation order
+	// APIKeys and TenantLimits are the AI gateway's keys (their SHA-256,
+	// never the raw key) and tenant limits; absent when there are none.
+	APIKeys      []tenant.Key   `json:"apiKeys,omitempty"`
+	TenantLimits []tenant.Limit `json:"tenantLimits,omitempty"`
 }
 
 // storedRule is one rule in the state file.
@@ -38,8 +43,8 @@ type storedRule struct {
 }
 
 // StateFile persists the catalog to <dir>/rules.json: a versioned envelope with
-// one section per kind of record (rules). A kind joins by adding its section
-// to stateEnvelope and to encodeState, next to "rules".
+// one section per kind of record (rules; API keys and tenant limits). A kind
+// joins by adding its section to stateEnvelope and to encodeState.
 //
 // Save is atomic and durable: the new content goes to a temporary file in the
 // same directory, which is fsynced, closed and renamed over rules.json, and
@@ -65,9 +70,13 @@ func (s *StateFile) Path() string { return filepath.Join(s.dir, s.name) }
 // tempPrefix names the temporary files of a save.
 func (s *StateFile) tempPrefix() string { return s.name + ".tmp-" }
 
-// save writes t durably; see StateFile.
-func (s *StateFile) save(t *Rules) (err error) {
-	data := encodeState(s.now(), t.order)
+// save writes the rules t and the keys k (nil: none) durably; see
+// StateFile.
+func (s *StateFile) save(t *Rules, k *tenant.Table) (err error) {
+	data, err := encodeState(s.now(), t.order, k)
+	if err != nil {
+		return err
+	}
 
 	f, err := s.fs.CreateTemp(s.dir, s.tempPrefix()+"*")
 	if err != nil {
@@ -107,10 +116,29 @@ func (s *StateFile) save(t *Rules) (err error) {
 // encodeState writes the envelope by hand, one rule per line, from each
 // record's cached JSON: a save costs a copy of the bytes, not a re-encode.
 // The result is the stateEnvelope's JSON.
-func encodeState(savedAt time.Time, recs []*RuleRecord) []byte {
+func encodeState(savedAt time.Time, recs []*RuleRecord, k *tenant.Table) ([]byte, error) {
 	n := 128
 	for _, r := range recs {
 		n += len(r.encoded) + 64
+	}
+	var keys, limits [][]byte
+	if k != nil {
+		for _, key := range k.Keys("") {
+			b, err := json.Marshal(key)
+			if err != nil {
+				return nil, fmt.Errorf("restapi: encode API key %s: %w", key.ID, err)
+			}
+			keys = append(keys, b)
+			n += len(b) + 8
+		}
+		for _, l := range k.Limits() {
+			b, err := json.Marshal(l)
+			if err != nil {
+				return nil, fmt.Errorf("restapi: encode tenant limit %s: %w", l.TenantID, err)
+			}
+			limits = append(limits, b)
+			n += len(b) + 8
+		}
 	}
 	b := make([]byte, 0, n)
 	b = fmt.Appendf(b, "{\n  \"format\": %q,\n  \"version\": %d,\n  \"savedAt\": %q,\n  \"rules\": [",
@@ -123,12 +151,32 @@ func encodeState(savedAt time.Time, recs []*RuleRecord) []byte {
 		b = append(b, r.encoded...)
 		b = append(b, '}')
 	}
-	return append(b, "\n  ]\n}\n"...)
+	b = append(b, "\n  ]"...)
+	for _, sec := range []struct {
+		name string
+		recs [][]byte
+	}{{"apiKeys", keys}, {"tenantLimits", limits}} {
+		if len(sec.recs) == 0 {
+			continue
+		}
+		b = fmt.Appendf(b, ",\n  %q: [", sec.name)
+		for i, r := range sec.recs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, "\n    "...)
+			b = append(b, r...)
+		}
+		b = append(b, "\n  ]"...)
+	}
+	return append(b, "\n}\n"...), nil
 }
 
 // loaded is what load found on disk.
 type loaded struct {
-	rules []storedRule
+	rules  []storedRule
+	keys   []tenant.Key
+	limits []tenant.Limit
 	// movedTo is where an unusable rules.json was moved, and problem why.
 	movedTo, problem string
 	// staleTemps counts leftover temporary files removed (a crash mid-save).
@@ -171,7 +219,7 @@ func (s *StateFile) load() (loaded, error) {
 		return s.moveAside(res, fmt.Sprintf("unknown format %q version %d (this llbd reads %q version %d)",
 			env.Format, env.Version, stateFormat, stateVersion))
 	}
-	res.rules = env.Rules
+	res.rules, res.keys, res.limits = env.Rules, env.APIKeys, env.TenantLimits
 	return res, nil
 }
 
@@ -203,10 +251,11 @@ func (s *StateFile) asideName(what string) string {
 	return name
 }
 
-// saveRejected writes rules that no longer validate to
+// saveRejected writes records that no longer validate to
 // rules.json.rejected-<timestamp>, durably, so a restore never drops them.
-func (s *StateFile) saveRejected(rules []storedRule) (string, error) {
-	env := stateEnvelope{Format: stateFormat, Version: stateVersion, SavedAt: s.now().UTC(), Rules: rules}
+func (s *StateFile) saveRejected(rules []storedRule, keys []tenant.Key, limits []tenant.Limit) (string, error) {
+	env := stateEnvelope{Format: stateFormat, Version: stateVersion, SavedAt: s.now().UTC(), Rules: rules,
+		APIKeys: keys, TenantLimits: limits}
 	data, err := json.MarshalIndent(&env, "", "  ")
 	if err != nil {
 		return "", fmt.Errorf("restapi: encode rejected rules: %w", err)

@@ -54,11 +54,11 @@ func TestSave_CrashAtEveryStepLeavesOldOrNewConfig(t *testing.T) {
 	steps := 0
 	for crashAfter := 1; ; crashAfter++ {
 		m := memfs.New()
-		if err := newFile(m, memDir, testNow).save(oldRecs); err != nil {
+		if err := newFile(m, memDir, testNow).save(oldRecs, nil); err != nil {
 			t.Fatal(err)
 		}
 		m.CrashAfter = m.Ops() + crashAfter
-		err := newFile(m, memDir, testNow).save(newRecs)
+		err := newFile(m, memDir, testNow).save(newRecs, nil)
 		if err == nil && !m.Crashed() {
 			// Past the last step: a save that returned nil must be durable.
 			for i, img := range m.Images() {
@@ -124,12 +124,12 @@ func TestSave_FailureRemovesTheTempFileAndKeepsTheOldConfig(t *testing.T) {
 		t.Run(op, func(t *testing.T) {
 			m := memfs.New()
 			s := newFile(m, memDir, testNow)
-			if err := s.save(rulesOf(t, pdExample)); err != nil {
+			if err := s.save(rulesOf(t, pdExample), nil); err != nil {
 				t.Fatal(err)
 			}
 			before := m.Content(s.Path())
 			m.Fail[op] = errors.New("disk on fire")
-			if err := s.save(rulesOf(t, pdExample, chwblExample)); err == nil || !strings.Contains(err.Error(), "disk on fire") {
+			if err := s.save(rulesOf(t, pdExample, chwblExample), nil); err == nil || !strings.Contains(err.Error(), "disk on fire") {
 				t.Fatalf("save: got %v; want the injected error", err)
 			}
 			delete(m.Fail, op)
@@ -154,7 +154,7 @@ func TestRestore_RulesThatNoLongerValidateAreKeptAside(t *testing.T) {
 	if recs[1], err = newRecord(bad, testEpoch); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.save(newRules(recs)); err != nil {
+	if err := s.save(newRules(recs), nil); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := newTestCatalog(t, m, memDir).Restore(context.Background())

@@ -27,6 +27,10 @@ type RestoreReport struct {
 	Problem string `json:"problem,omitempty"`
 	// StaleTempsRemoved counts temporary files left by a crash mid-save.
 	StaleTempsRemoved int `json:"staleTempsRemoved,omitempty"`
+	// APIKeys is how many API keys were restored; RejectedKeys how many
+	// stored keys and tenant limits no longer checked (logged, left out).
+	APIKeys      int `json:"apiKeys,omitempty"`
+	RejectedKeys int `json:"rejectedKeys,omitempty"`
 	// At is when the restore finished.
 	At time.Time `json:"at"`
 }
@@ -70,6 +74,9 @@ func (c *Catalog) Restore(ctx context.Context) (RestoreReport, error) {
 		c.log.Info().Int(logfield.Count, ld.staleTemps).Msg("removed temporary state files left by an interrupted save")
 	}
 
+	rejKeys := c.restoreKeys(ld)
+	rep.RejectedKeys = len(rejKeys.Errs)
+	rep.APIKeys = c.Keys().Len()
 	t := newRules(nil)
 	var rejected []storedRule
 	for i, sr := range ld.rules {
@@ -84,8 +91,8 @@ func (c *Catalog) Restore(ctx context.Context) (RestoreReport, error) {
 		}
 		t = next
 	}
-	if len(rejected) > 0 {
-		path, err := c.file.saveRejected(rejected)
+	if len(rejected) > 0 || rep.RejectedKeys > 0 {
+		path, err := c.file.saveRejected(rejected, rejKeys.Keys, rejKeys.Limits)
 		if err != nil {
 			return rep, fmt.Errorf("restapi: %d stored rules no longer validate and could not be saved aside: %w", len(rejected), err)
 		}
@@ -96,8 +103,8 @@ func (c *Catalog) Restore(ctx context.Context) (RestoreReport, error) {
 				Msg("stored rule no longer validates: not restored, kept in the rejected file")
 		}
 	}
-	if len(rejected) > 0 || ld.movedTo != "" {
-		if err := c.file.save(t); err != nil {
+	if len(rejected) > 0 || ld.movedTo != "" || rep.RejectedKeys > 0 {
+		if err := c.file.save(t, c.Keys()); err != nil {
 			return rep, err
 		}
 	}

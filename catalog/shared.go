@@ -54,6 +54,9 @@ type SharedConfig struct {
 	// Controller holds the external controller's instructions; nil keeps
 	// them local to each replica, as on one node.
 	Controller rulestore.Store
+	// Keys holds the API keys and tenant limits (keys.go); nil keeps them
+	// in each replica's state file, as on one node.
+	Keys rulestore.Store
 	// Where names the store in messages, e.g. "etcd at http://10.0.0.5:2379".
 	Where string
 	// ReadYourWrites bounds how long a write waits, after the store
@@ -70,6 +73,7 @@ type kind int
 const (
 	kindRules      kind = iota // the rules (SharedConfig.Rules)
 	kindController             // controller instructions (SharedConfig.Controller)
+	kindKeys                   // API keys and tenant limits (SharedConfig.Keys)
 	numKinds
 )
 
@@ -88,6 +92,7 @@ type sharedState struct {
 	lastErr   error
 	failSince time.Time
 	ctrl      map[string]ctrlRecord
+	keys      keysShared
 	events    uint64
 	rejected  uint64
 }
@@ -99,7 +104,8 @@ func newSharedState(cfg SharedConfig) *sharedState {
 	if cfg.Where == "" {
 		cfg.Where = "the shared store"
 	}
-	return &sharedState{cfg: cfg, advanced: make(chan struct{}), ctrl: map[string]ctrlRecord{}}
+	return &sharedState{cfg: cfg, advanced: make(chan struct{}), ctrl: map[string]ctrlRecord{},
+		keys: keysShared{keys: map[string]storedKey{}, limits: map[string]storedLimit{}}}
 }
 
 // advance moves kind k's revision forward and wakes the waiters.
@@ -183,6 +189,8 @@ type StoreView struct {
 	// ControllerRevision that of the controller instructions.
 	Revision           int64 `json:"revision"`
 	ControllerRevision int64 `json:"controllerRevision"`
+	// KeysRevision is that of the API keys and tenant limits.
+	KeysRevision int64 `json:"keysRevision"`
 	// Synced is true once the rules were read from the store.
 	Synced bool `json:"synced"`
 	// OK is false while the last store call failed; Error says why and
@@ -199,7 +207,7 @@ type StoreView struct {
 func (sh *sharedState) view() *StoreView {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	v := &StoreView{Where: sh.cfg.Where, Revision: sh.rev[kindRules], ControllerRevision: sh.rev[kindController], Synced: sh.synced,
+	v := &StoreView{Where: sh.cfg.Where, Revision: sh.rev[kindRules], ControllerRevision: sh.rev[kindController], KeysRevision: sh.rev[kindKeys], Synced: sh.synced,
 		OK: sh.lastErr == nil, FailingSince: sh.failSince, Events: sh.events, Rejected: sh.rejected}
 	if sh.lastErr != nil {
 		v.Error = sh.lastErr.Error()

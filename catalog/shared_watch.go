@@ -17,9 +17,12 @@ import (
 // runShared applies the shared stores' changes until ctx ends.
 func (c *Catalog) runShared(ctx context.Context) {
 	rules := c.shared.cfg.Rules.Watch(ctx, 0)
-	var ctrl <-chan rulestore.Event
+	var ctrl, keys <-chan rulestore.Event
 	if c.shared.cfg.Controller != nil {
 		ctrl = c.shared.cfg.Controller.Watch(ctx, 0)
+	}
+	if c.shared.cfg.Keys != nil {
+		keys = c.shared.cfg.Keys.Watch(ctx, 0)
 	}
 	for {
 		select {
@@ -36,6 +39,12 @@ func (c *Catalog) runShared(ctx context.Context) {
 				continue
 			}
 			c.applyCtrlEvent(ev)
+		case ev, ok := <-keys:
+			if !ok {
+				keys = nil
+				continue
+			}
+			c.applyKeyEvent(ev)
 		}
 	}
 }
@@ -64,7 +73,7 @@ func (c *Catalog) applyRuleEvent(ctx context.Context, ev rulestore.Event) {
 	if next != nil {
 		c.publish(ctx, next, changes)
 		if len(changes) > 0 || ev.Kind == rulestore.EventResync {
-			if err := c.file.save(next); err != nil {
+			if err := c.file.save(next, c.Keys()); err != nil {
 				c.log.Warn().Err(err).Msg("could not save the local cache of the shared rules (a restart while the store is down would start without them)")
 			}
 		}

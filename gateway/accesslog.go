@@ -42,7 +42,7 @@ func (x *exchange) appendRoute(b []byte, addrs []string) []byte {
 			b = append(b, " error="...)
 			b = append(b, x.code...)
 		}
-		return b
+		return x.appendTenancy(b)
 	}
 	b = x.decision.AppendText(b)
 	if x.prefillEP >= 0 && x.prefillEP < len(addrs) {
@@ -59,6 +59,7 @@ func (x *exchange) appendRoute(b []byte, addrs []string) []byte {
 		b = append(b, " error="...)
 		b = append(b, x.code...)
 	}
+	b = x.appendTenancy(b)
 	return x.appendTruth(b)
 }
 
@@ -85,6 +86,10 @@ func (h *Handler) record(x *exchange) {
 	if x.api == "completion" || x.api == "chat" {
 		m.aiDuration.Update(seconds(dur))
 	}
+	if x.generation {
+		h.recordTenant(x)
+	}
+	h.chargeKey(x)
 	if x.ttft > 0 {
 		m.ttfb.Update(seconds(x.ttft))
 	}

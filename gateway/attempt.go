@@ -6,6 +6,7 @@ import (
 
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/internal/logfield"
+	"github.com/llbproject/llb/ladder"
 )
 
 // The attempt loop: ask the router where the request goes, run the plan
@@ -13,9 +14,10 @@ import (
 // route again avoiding an endpoint that never answered. The plans:
 //
 //   - one leg that answers the client (relay.go): a single pool, a P/D
-//     rescue to a role-0 endpoint, a pass-through API, and a multi-prompt
-//     completion on a P/D rule, which goes whole to the decision's decode
-//     endpoint (it computes the prefill itself; see doc.go);
+//     rescue to a role-0 endpoint, a pass-through API, and on a P/D rule a
+//     multi-prompt completion or an API other than completions and chat,
+//     which go whole to the decision's decode endpoint (it computes the
+//     prefill itself; see doc.go);
 //   - a P/D pair: the rule's engine dialect runs the legs (pd.go).
 //
 // What may be retried: a leg whose endpoint never answered — refused the
@@ -83,7 +85,12 @@ func (x *exchange) route() bool {
 	x.decision, x.decided, x.parked = route.Decision, true, route.Parked
 	d := &x.decision
 	if !d.Available() {
-		x.fail(errorForDecision(d))
+		switch {
+		case d.Unavailable == ladder.ReasonModelNotServed:
+			x.fail(errModelNotServed(x.req.Kind, x.rr.Model))
+		default:
+			x.fail(errorForDecision(d))
+		}
 		return false
 	}
 	if d.Prefill >= len(h.addrs) || d.Decode >= len(h.addrs) {
@@ -118,8 +125,12 @@ func (x *exchange) run() attempt {
 			kind = actors.LegPrefill
 		}
 		x.prefillEP, x.decodeEP = d.Prefill, -1
-		return x.answer(x.clientLeg(kind, d.Prefill), nil)
-	case d.Decode >= 0 && x.req.PromptCount() > 1:
+		var body []byte
+		if b := x.in.Body(); len(b) > 0 {
+			body = b
+		}
+		return x.answer(x.clientLeg(kind, d.Prefill), body)
+	case d.Decode >= 0 && (x.req.PromptCount() > 1 || !x.req.Kind.splitsOnPD()):
 		x.prefillEP, x.decodeEP = -1, d.Decode
 		return x.answer(x.clientLeg(actors.LegDecode, d.Decode), x.req.Body)
 	case d.Decode >= 0:

@@ -48,7 +48,7 @@ type clientConn struct {
 	closed   atomic.Bool
 
 	// send is the send bound on the connection's writes (sendbound.go;
-	// serving goroutine only).
+	// the writing goroutine only).
 	send sendClock
 	// hijacked is closed when an HTTP/1.0 stream written past the server
 	// is over (stream.go, writeUntilClose); nil when none was.

@@ -32,9 +32,13 @@
 //     X-Llb-Hop (headers.go), to a paused rule, in an HTTP version llb does
 //     not speak or with a target it cannot forward (target.go) is answered
 //     at once; the rest is dispatched by method and path through the API
-//     table. A generation API parses the body (request.go)
-//     and builds the routing input (route_input.go; Tier 1.5 tokenizes and
-//     hashes the prompt in kvinput.go).
+//     table (apis.go: every route of vLLM's server llb proxies). An
+//     inference API parses the body (request.go; the Responses and
+//     Anthropic Messages APIs become vLLM's chat messages in
+//     api_responses.go and api_messages.go, audio forms are read in
+//     api_audio.go) and builds the routing input (route_input.go; Tier 1.5
+//     tokenizes and hashes the prompt in kvinput.go). A Responses answer's
+//     id is pinned to its endpoint as it passes (respstore.go).
 //   - attempt.go is the attempt loop: Router.Route, the plan the decision
 //     calls for, and a new route avoiding an endpoint that never answered,
 //     while the client has no byte.

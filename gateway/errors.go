@@ -120,6 +120,35 @@ type ClientError struct {
 	// RetryAfter, when positive, is sent as a Retry-After header (seconds,
 	// rounded up).
 	RetryAfter time.Duration
+	// Shape is the body's shape: llb's own (the zero value), or the
+	// engine's when llb answers for it (a model no endpoint serves).
+	Shape ErrorShape
+}
+
+// ErrorShape is the JSON shape of a client error.
+type ErrorShape uint8
+
+// Error shapes.
+const (
+	// ShapeLLB is llb's: OpenAI's, with a string code.
+	ShapeLLB ErrorShape = iota
+	// ShapeVLLM is vLLM's ErrorResponse: code is the HTTP status.
+	ShapeVLLM
+	// ShapeAnthropic is Anthropic's, as vLLM's /v1/messages answers:
+	// {"type":"error","error":{"type","message"}}.
+	ShapeAnthropic
+)
+
+// errModelNotServed answers a request whose model no endpoint serves
+// with vLLM's own 404 (Anthropic's shape on the Messages API), as the
+// engine would have.
+func errModelNotServed(kind APIKind, model string) *ClientError {
+	e := &ClientError{Status: http.StatusNotFound, Type: "NotFoundError", Code: "model_not_served", Param: "model",
+		Message: "The model `" + model + "` does not exist.", Shape: ShapeVLLM}
+	if kind == KindMessages || kind == KindCountTokens {
+		e.Shape = ShapeAnthropic
+	}
+	return e
 }
 
 // Error returns "code: message".
@@ -133,8 +162,26 @@ func planeError(status int, code, msg string) *ClientError {
 	return &ClientError{Status: status, Type: code, Code: code, Message: msg}
 }
 
-// AppendJSON appends the OpenAI error body.
+// AppendJSON appends the error body in its shape.
 func (e *ClientError) AppendJSON(b []byte) []byte {
+	switch e.Shape {
+	case ShapeVLLM:
+		b = append(b, `{"error":{"message":`...)
+		b = strconv.AppendQuote(b, e.Message)
+		b = append(b, `,"type":`...)
+		b = strconv.AppendQuote(b, e.Type)
+		b = append(b, `,"param":`...)
+		b = strconv.AppendQuote(b, e.Param)
+		b = append(b, `,"code":`...)
+		b = strconv.AppendInt(b, int64(e.Status), 10)
+		return append(b, "}}\n"...)
+	case ShapeAnthropic:
+		b = append(b, `{"type":"error","error":{"type":`...)
+		b = strconv.AppendQuote(b, e.Type)
+		b = append(b, `,"message":`...)
+		b = strconv.AppendQuote(b, e.Message)
+		return append(b, "}}\n"...)
+	}
 	b = append(b, `{"error":{"message":`...)
 	b = strconv.AppendQuote(b, e.Message)
 	b = append(b, `,"type":`...)
@@ -172,7 +219,14 @@ func (e *ClientError) write(r *fasthttp.Response, scratch []byte) int {
 func errorForDecision(d *ladder.Decision) *ClientError {
 	switch d.Admission {
 	case ladder.Shed:
-		e := planeError(http.StatusTooManyRequests, CodeOverloaded, "all prefill endpoints are at capacity; retry later")
+		msg := "all prefill endpoints are at capacity; retry later"
+		switch d.Trace.Reason(ladder.TierAdmission) {
+		case ladder.ReasonSheddable:
+			msg = "all prefill endpoints are at capacity and the request's class is sheddable, so it was not queued; retry later"
+		case ladder.ReasonDisplaced:
+			msg = "all prefill endpoints are at capacity and a request of a higher class took this one's place in the admission queue; retry later"
+		}
+		e := planeError(http.StatusTooManyRequests, CodeOverloaded, msg)
 		e.RetryAfter = DefaultRetryAfter
 		return e
 	case ladder.Refuse:

@@ -78,10 +78,12 @@ type exchange struct {
 	iovArr  [2][]byte               // iov's storage
 	preHead fasthttp.ResponseHeader // the P/D prefill leg's response head
 	preBody []byte                  // the P/D prefill leg's response body
+	ids     idScan                  // a stored response's id (respstore.go)
 }
 
 // accessRecord is what the client saw, for the access log and metrics.
 type accessRecord struct {
+	tenancy
 	api        string
 	model      string
 	wantStream bool
@@ -118,6 +120,10 @@ type accessRecord struct {
 	observe bool
 	usage   usageScanner
 	cached  actors.Usage
+	// tokens is the answering leg's usage (prompt and completion tokens,
+	// the completion counted from the stream's deltas when the engine
+	// sent no usage): what the tenant is charged.
+	tokens actors.Usage
 }
 
 // begin takes an exchange for a new request.
@@ -194,7 +200,7 @@ func (x *exchange) clearResponse() {
 
 // resetTruth starts an attempt's cache-truth bookkeeping.
 func (x *exchange) resetTruth(p actors.Prediction, observe bool) {
-	x.pred, x.observe, x.usage, x.cached = p, observe && p.OK, usageScanner{}, actors.Usage{}
+	x.pred, x.observe, x.usage, x.cached, x.tokens = p, observe && p.OK, usageScanner{}, actors.Usage{}, actors.Usage{}
 }
 
 // reset clears x for a new request, keeping its buffers.
@@ -219,6 +225,10 @@ func (x *exchange) reset() {
 	}
 	if cap(x.preBody) > maxKeptBodyBuffer {
 		x.preBody = nil
+	}
+	x.ids = idScan{buf: x.ids.buf[:0]}
+	if cap(x.ids.buf) > maxIDScan*2 {
+		x.ids.buf = nil
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/rule"
+	"github.com/llbproject/llb/tenant"
 	"github.com/llbproject/llb/tokenizer"
 )
 
@@ -49,12 +50,22 @@ type Deps struct {
 	// for a base model; nil means no LoRA adapters. The name is folded into
 	// the Tier-1.5 extra keys and the prefix hash.
 	LoRAOf func(model string) string
+	// ModelsBody returns the answer of GET /v1/models: the union of the
+	// endpoints' model lists, each id once (nil while no list is known,
+	// and then the request goes to an endpoint). nil: always an endpoint.
+	ModelsBody func() []byte
 	// Budget is the process-wide request-body budget every listener
 	// shares; nil bounds bodies per request only.
 	Budget *BodyBudget
 	// Conns is the process-wide client connection limit every listener
 	// shares; nil sets none.
 	Conns *ConnLimit
+	// TenantMetrics receives the per-tenant and per-class series, shared
+	// by every rule; nil keeps them in a private set.
+	TenantMetrics *TenantMetrics
+	// Keys are the API keys and tenant limits a rule with sse_mode
+	// enforces; nil: none.
+	Keys *tenant.Gate
 }
 
 // Handler is one rule's data plane. Both front ends (the HTTP/1.1 server
@@ -73,8 +84,11 @@ type Handler struct {
 	pools       []*upstreamPool // keep-alive connections, by endpoint index
 	router      actors.Router
 	pd          pdDialect // the engines' P/D protocol
+	modelsBody  func() []byte
 	input       *routeInput
 	met         *Metrics
+	tmet        *TenantMetrics
+	keys        *tenant.Gate
 	log         zerolog.Logger
 	hopID       string // this instance in X-Llb-Hop
 	watch       *EndpointWatch
@@ -160,8 +174,11 @@ func NewHandler(c *rule.Compiled, opts Options, deps Deps) (*Handler, error) {
 		opts:            opts,
 		router:          deps.Router,
 		pd:              dialectFor(c),
+		modelsBody:      deps.ModelsBody,
 		input:           input,
 		met:             deps.Metrics,
+		tmet:            deps.TenantMetrics,
+		keys:            deps.Keys,
 		log:             deps.Log,
 		maxStream:       t.MaxStream,
 		prefillTimeout:  t.Prefill,
@@ -191,6 +208,9 @@ func NewHandler(c *rule.Compiled, opts Options, deps Deps) (*Handler, error) {
 	if h.met == nil {
 		h.met = NewMetrics(nil, c.Key)
 	}
+	if h.tmet == nil {
+		h.tmet = NewTenantMetrics(nil, 0)
+	}
 	h.bufs.New = func() any { b := make([]byte, copyBufSize); return &b }
 	return h, nil
 }
@@ -214,74 +234,6 @@ func (h *Handler) closeIdle() {
 // path through the API table. Routed on the path as sent: "//v1/models" or
 // "/v1/../v1/completions" are not the API's paths (fasthttp's Path() would
 // clean them, and the backend would see the raw form).
-
-// api is one entry of the front door's table: a path, the methods it
-// takes and what serves a request to it.
-type api struct {
-	path    string
-	methods []string // the first is the one the 404 answer names
-	// name is the request's api in the access log and metrics.
-	name  string
-	serve func(x *exchange)
-}
-
-// apis is the front door's table. A request to another path is answered
-// 404 unknown_url; to a listed path with another method, 405 with Allow.
-var apis = [...]api{
-	{path: PathCompletions, methods: []string{fasthttp.MethodPost}, name: KindCompletion.String(),
-		serve: func(x *exchange) { x.serveGenerate(KindCompletion) }},
-	{path: PathChatCompletions, methods: []string{fasthttp.MethodPost}, name: KindChat.String(),
-		serve: func(x *exchange) { x.serveGenerate(KindChat) }},
-	{path: PathModels, methods: []string{fasthttp.MethodGet, fasthttp.MethodHead}, name: "passthrough",
-		serve: (*exchange).servePassthrough},
-	{path: PathHealth, methods: []string{fasthttp.MethodGet, fasthttp.MethodHead}, name: "passthrough",
-		serve: (*exchange).servePassthrough},
-}
-
-// apiFor returns the table's entry for path, or nil.
-func apiFor(path []byte) *api {
-	for i := range apis {
-		if apis[i].path == string(path) {
-			return &apis[i]
-		}
-	}
-	return nil
-}
-
-// takes reports whether the API accepts method.
-func (a *api) takes(method []byte) bool {
-	for _, m := range a.methods {
-		if m == string(method) {
-			return true
-		}
-	}
-	return false
-}
-
-// served lists the table for the 404 answer: "POST /v1/completions, …
-// and GET /health".
-var served = func() string {
-	var b strings.Builder
-	for i := range apis {
-		switch {
-		case i == len(apis)-1:
-			b.WriteString(" and ")
-		case i > 0:
-			b.WriteString(", ")
-		}
-		b.WriteString(apis[i].methods[0] + " " + apis[i].path)
-	}
-	return b.String()
-}()
-
-// apiOfPath is the access log's api for a request refused before it was
-// parsed.
-func apiOfPath(path []byte) string {
-	if a := apiFor(path); a != nil {
-		return a.name
-	}
-	return "unknown"
-}
 
 // serve answers the request of x: it dispatches x to its API, which leaves
 // the answer in x.out (x.stream set when the body is streamed).
@@ -321,6 +273,11 @@ func (h *Handler) serve(x *exchange) {
 	}
 	method, path := x.in.Header.Method(), x.in.URI().PathOriginal()
 	a := apiFor(path)
+	x.generation = a != nil && a.gen
+	if !x.classify() || h.keysEnforced() && !x.authenticate() {
+		x.api = apiOfPath(path)
+		return
+	}
 	if a == nil {
 		x.api = "unknown"
 		x.fail(requestError(http.StatusNotFound, CodeUnknownURL, "",
@@ -337,15 +294,21 @@ func (h *Handler) serve(x *exchange) {
 	a.serve(x)
 }
 
-// serveGenerate serves the completion and chat APIs: it parses the
-// request, builds its routing input and proxies it.
+// serveGenerate serves the inference APIs: it parses the request, builds
+// its routing input and proxies it.
 func (x *exchange) serveGenerate(kind APIKind) {
 	x.h.met.aiRequests.Inc()
 	req := &x.req
 	// A body over maxKeptBodyBuffer is not reused (serveFast releases it;
 	// the h2c front end reads every body into a fresh buffer).
 	body := x.in.Body()
-	if err := req.parse(kind, body, cap(body) > maxKeptBodyBuffer); err != nil {
+	var err error
+	if kind.multipart() {
+		err = req.parseMultipart(kind, body, x.in.Header.ContentType())
+	} else {
+		err = req.parse(kind, body, cap(body) > maxKeptBodyBuffer)
+	}
+	if err != nil {
 		var ce *ClientError
 		if !errors.As(err, &ce) {
 			ce = requestError(http.StatusBadRequest, CodeInvalidJSON, "", err.Error())
@@ -356,17 +319,106 @@ func (x *exchange) serveGenerate(kind APIKind) {
 	if v := x.in.Header.Peek(HeaderConversationID); len(v) > 0 {
 		req.ConversationID = string(v)
 	}
+	if len(x.in.Header.Peek(HeaderModel)) == 0 && !x.allowModel(req.Model) || !x.admitKey() {
+		return
+	}
+	if x.h.rule.EnginePriority && (kind == KindCompletion || kind == KindChat || kind == KindResponses) {
+		// The engine schedules by priority: the class decides it, not the
+		// client (a key's class caps what a request may ask for).
+		nb, err := withMember(req.Body, "priority", strconv.AppendInt(nil, int64(x.class.EnginePriority()), 10))
+		if err != nil {
+			x.fail(requestError(http.StatusBadRequest, CodeInvalidJSON, "", err.Error()))
+			return
+		}
+		req.Body = nb
+	}
 	x.model, x.wantStream = req.Model, req.Stream
 	rr := &actors.RouteRequest{}
 	x.h.input.build(x.ctx, x.in, x.remote, x.ip, req, rr)
 	x.kvGuard = rr.Req.KV.Guard
+	x.tag(rr)
 	x.proxy(rr)
 }
 
-// servePassthrough forwards GET /v1/models and /health to an available
-// endpoint chosen by the router (so health and breaker state apply).
+// serveLight serves the model-aware APIs that are not inference
+// (/tokenize, /detokenize, count_tokens): the least-loaded available
+// endpoint serving the request's model answers, without admission.
+func (x *exchange) serveLight(kind APIKind) {
+	req := &x.req
+	body := x.in.Body()
+	if err := req.parse(kind, body, cap(body) > maxKeptBodyBuffer); err != nil {
+		var ce *ClientError
+		if !errors.As(err, &ce) {
+			ce = requestError(http.StatusBadRequest, CodeInvalidJSON, "", err.Error())
+		}
+		x.fail(ce)
+		return
+	}
+	if len(x.in.Header.Peek(HeaderModel)) == 0 && !x.allowModel(req.Model) || !x.admitKey() {
+		return
+	}
+	x.model = req.Model
+	rr := &actors.RouteRequest{Passthrough: true, Model: req.Model}
+	x.h.input.buildBasic(x.in, x.remote, x.ip, rr)
+	x.tag(rr)
+	x.proxy(rr)
+}
+
+// serveStoredResponse serves GET /v1/responses/{id} and POST
+// /v1/responses/{id}/cancel: the endpoint that stored the response
+// answers (its pin), else any available endpoint (which answers vLLM's
+// 404 when it does not hold the response).
+func (x *exchange) serveStoredResponse() {
+	rest := string(x.in.URI().PathOriginal()[len(PathResponses)+1:])
+	id, op, _ := strings.Cut(rest, "/")
+	method := string(x.in.Header.Method())
+	if id == "" || !(op == "" && method == fasthttp.MethodGet || op == "cancel" && method == fasthttp.MethodPost) {
+		x.api = "unknown"
+		x.fail(requestError(http.StatusNotFound, CodeUnknownURL, "",
+			"llb serves GET /v1/responses/{id} and POST /v1/responses/{id}/cancel; not "+method+" "+string(x.in.URI().PathOriginal())))
+		return
+	}
+	if !x.admitKey() {
+		return
+	}
+	rr := &actors.RouteRequest{Passthrough: true, Pin: actors.ResponseKey(id)}
+	x.h.input.buildBasic(x.in, x.remote, x.ip, rr)
+	x.tag(rr)
+	x.proxy(rr)
+}
+
+// serveModels answers GET /v1/models with the union of the endpoints'
+// lists, each model id once, as one vLLM server lists its own; before any
+// list is known, an endpoint answers.
+func (x *exchange) serveModels() {
+	var body []byte
+	if f := x.h.modelsBody; f != nil {
+		body = f()
+	}
+	if body == nil {
+		x.servePassthrough()
+		return
+	}
+	x.status = http.StatusOK
+	x.setRouteHeader(&x.out.Header, x.h.clientAddrs)
+	x.out.Header.SetContentType("application/json")
+	if !x.in.Header.IsHead() {
+		x.out.SetBody(body)
+		x.bytes = int64(len(body))
+	} else {
+		x.out.Header.SetContentLength(len(body))
+	}
+}
+
+// servePassthrough forwards GET /health (and /ping, /version) to an
+// available endpoint chosen by the router (so health and breaker state
+// apply).
 func (x *exchange) servePassthrough() {
+	if !x.admitKey() {
+		return
+	}
 	rr := &actors.RouteRequest{Passthrough: true}
 	x.h.input.buildBasic(x.in, x.remote, x.ip, rr)
+	x.tag(rr)
 	x.proxy(rr)
 }

@@ -121,7 +121,10 @@ func TestHandler_RejectsBadRequestsWithOpenAIErrors(t *testing.T) {
 		{"malformed JSON", "POST", PathCompletions, `{"prompt":`, 400, CodeInvalidJSON},
 		{"bad field", "POST", PathChatCompletions, `{"messages":"x"}`, 400, CodeInvalidField},
 		{"body too large", "POST", PathCompletions, `{"prompt":"` + strings.Repeat("x", 100) + `"}`, 413, CodeBodyTooLarge},
-		{"unknown path", "POST", "/v1/embeddings", `{}`, 404, CodeUnknownURL},
+		{"unknown path", "POST", "/v1/assistants", `{}`, 404, CodeUnknownURL},
+		{"an admin route of one engine", "POST", "/v1/load_lora_adapter", `{}`, 404, CodeUnknownURL},
+		{"responses sub-path", "DELETE", "/v1/responses/resp_1", ``, 405, CodeMethodNotAllowed},
+		{"responses unknown op", "POST", "/v1/responses/resp_1/delete", `{}`, 404, CodeUnknownURL},
 		{"wrong method", "GET", PathCompletions, ``, 405, CodeMethodNotAllowed},
 		{"wrong method on passthrough", "POST", PathHealth, `{}`, 405, CodeMethodNotAllowed},
 	}

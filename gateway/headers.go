@@ -155,7 +155,7 @@ func (x *exchange) appendRequestHead(dst []byte, lg *leg, bodyLen int) []byte {
 		conns = in.PeekAll("Connection")
 	}
 	for k, v := range in.All() {
-		if skipOutbound(k, own, trust) || (conns != nil && connectionNames(conns, k)) {
+		if skipOutbound(k, own, trust) || (conns != nil && connectionNames(conns, k)) || x.key != nil && isKeyHeader(k, v) {
 			continue
 		}
 		dst = appendHeaderLine(dst, k, v)

@@ -39,6 +39,7 @@ type fakeRouter struct {
 	nextID   uint64
 	finished chan uint64 // one value per Finish call
 	firsts   []uint64    // FirstByte calls, by ticket ID
+	pins     []fakePin   // Pin calls
 }
 
 // FirstByte implements actors.Ledger.
@@ -46,6 +47,19 @@ func (f *fakeRouter) FirstByte(t actors.Ticket) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.firsts = append(f.firsts, t.ID)
+}
+
+// Pin implements actors.Ledger.
+func (f *fakeRouter) Pin(t actors.Ticket, key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pins = append(f.pins, fakePin{ticket: t.ID, key: key})
+}
+
+// fakePin is one Pin call.
+type fakePin struct {
+	ticket uint64
+	key    string
 }
 
 func newFakeRouter(decide func(rr *actors.RouteRequest, n int) (actors.Route, error)) *fakeRouter {

@@ -230,3 +230,21 @@ func topLevelValue(doc []byte, key string) ([]byte, error) {
 	})
 	return v, err
 }
+
+// withMember returns doc (a valid JSON object) with its top-level key set
+// to raw: every member named key is dropped and "key":raw appended; the
+// rest is copied byte-for-byte, in order. key must not need escaping.
+func withMember(doc []byte, key string, raw []byte) ([]byte, error) {
+	ed := newObjectEditor(len(doc) + len(key) + len(raw) + 4)
+	err := forEachMember(doc, func(m *member) error {
+		if string(m.key) != key {
+			ed.copyMember(doc, m)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	ed.add(key, raw)
+	return ed.bytes(), nil
+}

@@ -35,10 +35,15 @@ func newKVInput(hasher inventory.ChainHasher, tok tokenizer.Tokenizer, timeout t
 // endpoint; see servePD).
 func (k *kvInput) compute(ctx context.Context, req *Request, lora string, pd bool) ([]uint64, ladder.KVInput) {
 	guard := func(r ladder.Reason) ([]uint64, ladder.KVInput) { return nil, ladder.KVInput{Guard: r} }
+	if req.guard != ladder.ReasonNone {
+		return guard(req.guard)
+	}
 	if k.hasher == nil || req.PromptEmbeds {
 		return guard(ladder.ReasonHashContract)
 	}
-	if req.PromptCount() > 1 && pd {
+	if pd && (req.PromptCount() > 1 || !req.Kind.splitsOnPD()) {
+		// Served whole by the decode endpoint: the prefill endpoints'
+		// caches say nothing about it.
 		return guard(ladder.ReasonHashContract)
 	}
 	extra := inventory.ExtraKeys{LoRAName: lora, CacheSalt: req.CacheSalt}
@@ -46,7 +51,7 @@ func (k *kvInput) compute(ctx context.Context, req *Request, lora string, pd boo
 	switch {
 	case req.Form == PromptTokens || req.Form == PromptTokenLists:
 		toks = req.Tokens[0]
-	case req.Kind == KindChat:
+	case req.chatForm():
 		empty := true
 		for i := range req.Messages {
 			if req.Messages[i].Media {
@@ -72,6 +77,8 @@ func (k *kvInput) compute(ctx context.Context, req *Request, lora string, pd boo
 			return guard(ladder.ReasonTokenize)
 		}
 		*bp = toks
+	case req.Form == PromptNone:
+		return guard(ladder.ReasonEmptyText)
 	default:
 		if req.Texts[0] == "" {
 			return guard(ladder.ReasonEmptyText)

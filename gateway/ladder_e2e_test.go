@@ -97,6 +97,9 @@ func (l *ladderRouter) Route(_ context.Context, rr *actors.RouteRequest) (actors
 // FirstByte implements actors.Ledger.
 func (*ladderRouter) FirstByte(actors.Ticket) {}
 
+// Pin implements actors.Ledger.
+func (*ladderRouter) Pin(actors.Ticket, string) {}
+
 // Report implements actors.Ledger.
 func (l *ladderRouter) Report(o actors.Outcome) {
 	l.mu.Lock()

@@ -75,9 +75,11 @@ func (x *exchange) runPrefill(lg *leg, body []byte) (pr prefillAnswer, a attempt
 		return pr, attempt{}, false
 	}
 	h.met.prefillDuration.Update(seconds(x.prefill))
-	var usage actors.Usage
+	usage := pr.usage
 	if x.observe {
-		x.cached, usage = pr.usage, pr.usage
+		x.cached = pr.usage
+	} else {
+		usage.Reported, usage.CachedTokens = false, 0 // counted, not compared
 	}
 	x.ticket.Report(actors.Outcome{Leg: actors.LegPrefill, Status: pr.status, TTFB: pr.ttfb, Duration: x.prefill, Usage: usage})
 	if pr.status/100 != 2 {

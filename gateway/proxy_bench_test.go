@@ -29,6 +29,7 @@ func (r *instantRouter) Route(context.Context, *actors.RouteRequest) (actors.Rou
 	return actors.Route{Decision: r.d, Ticket: actors.NewTicket(r, 1, r.d.Prefill, r.d.Decode)}, nil
 }
 func (*instantRouter) FirstByte(actors.Ticket)                {}
+func (*instantRouter) Pin(actors.Ticket, string)              {}
 func (*instantRouter) Report(actors.Outcome)                  {}
 func (*instantRouter) Conclude(actors.Outcome, actors.Result) {}
 func (*instantRouter) Finish(actors.Ticket, actors.Result)    {}

@@ -66,8 +66,10 @@ func (x *exchange) deliver(lg leg, ttfb time.Duration) attempt {
 	s.x, s.lg, s.ttfb = x, lg, ttfb
 	s.status = out.StatusCode()
 	s.decode = lg.kind == actors.LegDecode
-	s.scan = x.observe && lg.kind == actors.LegSingle
+	s.truth = x.observe && lg.kind == actors.LegSingle
+	s.scan = s.truth || !x.rr.Passthrough
 	s.sse = isEventStream(out.ContentType())
+	x.ids.start(x, s.status)
 	stripResponseHop(out)
 	s.body.reset(lg.c.br, out, x.in.Header.IsHead())
 	cl := out.ContentLength()
@@ -98,7 +100,7 @@ func (x *exchange) deliver(lg leg, ttfb time.Duration) attempt {
 		x.unwatch()
 		// The whole answer is in: X-Llb-Route can carry the engine's cached
 		// tokens.
-		s.observe(x.out.Body())
+		s.observe(x.out.Body()) // and pins a stored response's id
 		x.commit()
 		s.finish(actors.FailNone)
 		return attempt{}

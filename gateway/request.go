@@ -7,6 +7,8 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+
+	"github.com/llbproject/llb/ladder"
 )
 
 // OpenAI request parsing. Only what routing needs is read; the body itself
@@ -15,43 +17,12 @@ import (
 // encoding/json would also bind "Model" to model) and, like Python's json,
 // the last of duplicate keys wins.
 
-// Paths the gateway serves.
-const (
-	// PathCompletions is the OpenAI completions API.
-	PathCompletions = "/v1/completions"
-	// PathChatCompletions is the OpenAI chat completions API.
-	PathChatCompletions = "/v1/chat/completions"
-	// PathModels is passed through to an available endpoint (GET).
-	PathModels = "/v1/models"
-	// PathHealth is passed through to an available endpoint (GET).
-	PathHealth = "/health"
-)
-
 // HeaderConversationID is the client's conversation id header: the Tier-0
 // key when present (it overrides user_id), and the CHWBL fallback key.
 const HeaderConversationID = "X-Conversation-Id"
 
 // DefaultBodyLimit bounds a request body when Options.BodyLimit is 0.
 const DefaultBodyLimit = 16 << 20
-
-// APIKind is which generation API a request uses.
-type APIKind uint8
-
-// API kinds.
-const (
-	// KindCompletion is POST /v1/completions.
-	KindCompletion APIKind = iota
-	// KindChat is POST /v1/chat/completions.
-	KindChat
-)
-
-// String returns "completion" or "chat".
-func (k APIKind) String() string {
-	if k == KindChat {
-		return "chat"
-	}
-	return "completion"
-}
 
 // PromptForm is the shape of a completion's prompt field.
 type PromptForm uint8
@@ -128,12 +99,27 @@ type Request struct {
 	HasMaxCompletionTokens bool
 	// ConversationID is the X-Conversation-Id header.
 	ConversationID string
+	// PreviousResponseID is a Responses API request's previous_response_id:
+	// the stored response it continues ("" for none).
+	PreviousResponseID string
+	// Store is a Responses API request's store field (true when absent):
+	// whether the engine keeps the response for later requests to name.
+	Store bool
+
+	// guard, when set, is the Tier-1.5 guard reason the request gets
+	// whatever its prompt: llb cannot reproduce the engine's prompt (a
+	// Responses API continuation, a shape the conversion does not take).
+	guard ladder.Reason
 
 	// bodyOwned: Body is this request's alone for good (nothing writes to
 	// it again), so the prompt strings share its bytes instead of copying
 	// them (see parse).
 	bodyOwned bool
 }
+
+// chatForm reports whether the request's prompt is chat messages (chat,
+// the Responses and Messages APIs, the chat form of the pooling APIs).
+func (r *Request) chatForm() bool { return len(r.Messages) > 0 }
 
 // PromptCount returns how many prompts a completion carries (1 for chat).
 func (r *Request) PromptCount() int {
@@ -173,59 +159,15 @@ func ParseRequest(kind APIKind, body []byte) (*Request, error) {
 // prompt texts then share the body's bytes where they need no unescaping,
 // so a prompt as large as the body is not held twice.
 func (r *Request) parse(kind APIKind, body []byte, owned bool) error {
-	*r = Request{Kind: kind, Body: body, Texts: r.Texts[:0], Tokens: r.Tokens[:0], Messages: r.Messages[:0], bodyOwned: owned}
+	*r = Request{Kind: kind, Body: body, Texts: r.Texts[:0], Tokens: r.Tokens[:0], Messages: r.Messages[:0], bodyOwned: owned, Store: true}
 	if !validJSON(body) {
 		return requestError(http.StatusBadRequest, CodeInvalidJSON, "", "the request body is not valid JSON")
 	}
-	var prompt, messages []byte
-	var hasPrompt, hasMessages bool
+	var f bodyFields
 	var err error
 	it := memberIter{doc: body}
 	for err == nil && it.next() {
-		m := &it.m
-		switch string(m.key) {
-		case "model":
-			err = decodeString(m, &r.Model)
-		case "stream":
-			err = decodeBool(m, &r.Stream)
-		case "stream_options":
-			err = expectObject(m)
-		case "kv_transfer_params":
-			err = expectObject(m)
-		case "max_tokens", "min_tokens":
-			err = decodeCount(m)
-		case "max_completion_tokens":
-			r.HasMaxCompletionTokens = true
-			err = decodeCount(m)
-		case "user_id":
-			err = decodeString(m, &r.UserID)
-		case "user":
-			err = decodeString(m, &r.User)
-		case "cache_salt":
-			err = decodeString(m, &r.CacheSalt)
-		case "prompt":
-			prompt, hasPrompt = m.val, !isNull(m.val)
-		case "prompt_embeds":
-			r.PromptEmbeds = !isNull(m.val)
-		case "messages":
-			messages, hasMessages = m.val, !isNull(m.val)
-		case "chat_template":
-			r.ChatTemplate = keep(m.val)
-		case "chat_template_kwargs":
-			r.ChatTemplateKwargs = keep(m.val)
-		case "tools":
-			r.Tools = keep(m.val)
-		case "add_generation_prompt":
-			r.AddGenerationPrompt = keep(m.val)
-		case "continue_final_message":
-			r.ContinueFinalMessage = keep(m.val)
-		case "mm_processor_kwargs":
-			r.MMProcessorKwargs = keep(m.val)
-		case "add_special_tokens":
-			r.AddSpecialTokens = keep(m.val)
-		case "truncate_prompt_tokens":
-			r.Truncate = keep(m.val)
-		}
+		err = r.member(&it.m, &f)
 	}
 	if err == nil {
 		err = it.err
@@ -237,20 +179,163 @@ func (r *Request) parse(kind APIKind, body []byte, owned bool) error {
 		}
 		return requestError(http.StatusBadRequest, CodeInvalidJSON, "", "the request body must be a JSON object")
 	}
+	return r.prompt(kind, &f)
+}
+
+// bodyFields are the raw values of the members that hold a request's
+// prompt, by API (nil when absent or null).
+type bodyFields struct {
+	prompt, messages, input, instructions, system, tools, query, text1 []byte
+}
+
+// member reads one top-level member of a request body.
+func (r *Request) member(m *member, f *bodyFields) error {
+	raw := func() []byte {
+		if isNull(m.val) {
+			return nil
+		}
+		return m.val
+	}
+	switch string(m.key) {
+	case "model":
+		return decodeString(m, &r.Model)
+	case "stream":
+		return decodeBool(m, &r.Stream)
+	case "stream_options":
+		return expectObject(m)
+	case "kv_transfer_params":
+		return expectObject(m)
+	case "max_tokens", "min_tokens":
+		return decodeCount(m)
+	case "max_completion_tokens":
+		r.HasMaxCompletionTokens = true
+		return decodeCount(m)
+	case "user_id":
+		return decodeString(m, &r.UserID)
+	case "user":
+		return decodeString(m, &r.User)
+	case "cache_salt":
+		return decodeString(m, &r.CacheSalt)
+	case "prompt":
+		f.prompt = raw()
+	case "prompt_embeds":
+		r.PromptEmbeds = !isNull(m.val)
+	case "messages":
+		f.messages = raw()
+	case "input":
+		f.input = raw()
+	case "instructions":
+		f.instructions = raw()
+	case "system":
+		f.system = raw()
+	case "query":
+		f.query = raw()
+	case "text_1", "queries":
+		f.text1 = raw()
+	case "previous_response_id":
+		return decodeString(m, &r.PreviousResponseID)
+	case "store":
+		if isNull(m.val) {
+			r.Store = true
+			return nil
+		}
+		return decodeBool(m, &r.Store)
+	case "metadata":
+		return r.metadata(m)
+	case "chat_template":
+		r.ChatTemplate = keep(m.val)
+	case "chat_template_kwargs":
+		r.ChatTemplateKwargs = keep(m.val)
+	case "tools":
+		r.Tools = keep(m.val)
+		f.tools = raw()
+	case "add_generation_prompt":
+		r.AddGenerationPrompt = keep(m.val)
+	case "continue_final_message":
+		r.ContinueFinalMessage = keep(m.val)
+	case "mm_processor_kwargs":
+		r.MMProcessorKwargs = keep(m.val)
+	case "add_special_tokens":
+		r.AddSpecialTokens = keep(m.val)
+	case "truncate_prompt_tokens":
+		r.Truncate = keep(m.val)
+	}
+	return nil
+}
+
+// metadata reads Anthropic's metadata.user_id (the Tier-0 user of a
+// Messages API request); other APIs' metadata is not read.
+func (r *Request) metadata(m *member) error {
+	if r.Kind != KindMessages || isNull(m.val) {
+		return nil
+	}
+	if m.val[0] != '{' {
+		return fieldError("metadata", "metadata must be an object")
+	}
+	var err error
+	_ = forEachMember(m.val, func(u *member) error {
+		if string(u.key) == "user_id" {
+			if u.val[0] == '"' {
+				r.User = unquote(u.val)
+			} else if !isNull(u.val) {
+				err = fieldError("metadata.user_id", "metadata.user_id must be a string")
+			}
+		}
+		return nil
+	})
+	return err
+}
+
+// prompt reads the request's prompt from the members of its API.
+func (r *Request) prompt(kind APIKind, f *bodyFields) error {
 	switch kind {
 	case KindCompletion:
-		if hasPrompt {
-			return r.parsePrompt(prompt)
+		if f.prompt != nil {
+			return r.parsePrompt(f.prompt)
 		} else if !r.PromptEmbeds {
 			return requestError(http.StatusBadRequest, CodeMissingField, "prompt", "a completion request needs a prompt (or prompt_embeds)")
 		}
 	case KindChat:
-		if !hasMessages {
+		if f.messages == nil {
 			return requestError(http.StatusBadRequest, CodeMissingField, "messages", "a chat completion request needs a messages array")
 		}
-		return r.parseMessages(messages)
+		return r.parseMessages(f.messages)
+	case KindResponses:
+		r.Tools = nil // Responses tools are not chat tools; with tools the template differs
+		if f.tools != nil && len(f.tools) > 2 {
+			r.guard = ladder.ReasonTokenize
+		}
+		return r.parseResponses(f.input, f.instructions)
+	case KindMessages:
+		r.Tools = nil
+		return r.parseMessagesAPI(f.messages, f.system, f.tools)
+	case KindEmbeddings, KindPooling, KindClassify:
+		// vLLM's chat form (messages) or its input: the shapes of a
+		// completion prompt. Other shapes are the engine's to judge.
+		if f.messages != nil {
+			if err := r.parseMessages(f.messages); err != nil {
+				return err
+			}
+			return nil
+		}
+		r.loosePrompt(f.input)
+	case KindScore:
+		r.loosePrompt(f.text1)
+	case KindRerank:
+		r.loosePrompt(f.query)
 	}
 	return nil
+}
+
+// loosePrompt reads v as a prompt when it has one of a completion
+// prompt's shapes, and leaves the request without a prompt otherwise.
+func (r *Request) loosePrompt(v []byte) {
+	if v == nil {
+		return
+	}
+	if r.parsePrompt(v) != nil {
+		r.Form, r.Texts, r.Tokens = PromptNone, r.Texts[:0], r.Tokens[:0]
+	}
 }
 
 // forget drops what r references of its request — the body, the prompt

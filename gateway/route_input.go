@@ -148,8 +148,8 @@ type rendering struct {
 // bytes — immutable, and not copied again, as a prompt may be as large as
 // the body (the ladder only reads Prompt; the trie copies what it keeps).
 func renderPrompt(req *Request) rendering {
-	switch req.Kind {
-	case KindChat:
+	switch {
+	case req.chatForm():
 		n := 0
 		for i := range req.Messages {
 			n += len(req.Messages[i].Role) + len(req.Messages[i].Text) + 2
@@ -242,9 +242,13 @@ func (ri *routeInput) build(ctx context.Context, in *fasthttp.Request, remote, i
 	lr.PrefixHash, lr.HasPrefixHash = ladder.PrefixHash(&key), true
 	if ri.kv != nil {
 		rr.Chain, lr.KV = ri.kv.compute(ctx, req, lora, ri.pd)
-		rr.Chat, rr.ExtraKeys = req.Kind == KindChat, lora != "" || req.CacheSalt != ""
+		rr.Chat, rr.ExtraKeys = req.chatForm(), lora != "" || req.CacheSalt != ""
 	}
 	rr.Streamed = req.Stream
+	rr.Model = req.Model
+	if req.Kind == KindResponses && req.PreviousResponseID != "" {
+		rr.Pin = actors.ResponseKey(req.PreviousResponseID)
+	}
 }
 
 // buildBasic fills the client keys, the only input of pass-through routes.

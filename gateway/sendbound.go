@@ -17,12 +17,16 @@ import (
 // client-gone, no health penalty), and llb_client_send_timeouts_total
 // counts it.
 //
-// "Accepts no byte" is measured at the socket: a write that the kernel
-// cannot take any of (the client's receive window and llb's send buffer
-// are full) for the bound. A slow reader that keeps taking bytes is never
-// cut by it, however long its answer lasts. It costs a clock read per
-// write and, at most every 1/64 of the bound, a deadline update; no timer
-// or goroutine of its own.
+// "Accepts no byte" is measured where a write waits on a full socket: on
+// HTTP/1.1, no byte of the socket's unacknowledged data acknowledged by
+// the client's TCP for the bound, from the start of the write (checked
+// every eighth of the bound, so a stall is cut within 9/8 of it; see
+// clientConn.Write); on h2c, one write (at most one upstream read) that
+// the stream's flow control or the connection keeps waiting for the
+// bound. A slow reader that keeps taking bytes is never cut by it,
+// however long its answer lasts. It costs a clock read per write and, at
+// most every 1/64 of the bound, a deadline update; no timer or goroutine
+// of its own.
 
 // DefaultClientSendTimeout is the send bound's default (nginx's
 // send_timeout).
@@ -57,13 +61,15 @@ type sendClock struct {
 	stalls *metrics.Counter
 }
 
-// next returns the write deadline a write starting at now needs, and
-// whether it must be set (the armed one is more than 1/64 of the bound
-// stale, or later than needed). ok is false when no deadline applies.
-func (c *sendClock) next(now time.Time) (d time.Time, set, ok bool) {
+// next returns the write deadline a write starting at now needs — the
+// nearer of now + span (the bound, or the period a clientConn checks for
+// progress in) and the stream's limit — and whether it must be set (the
+// armed one is more than 1/64 of the bound stale, or later than needed).
+// ok is false when no deadline applies.
+func (c *sendClock) next(now time.Time, span time.Duration) (d time.Time, set, ok bool) {
 	c.bounded = c.timeout > 0
 	if c.bounded {
-		d = now.Add(c.timeout)
+		d = now.Add(span)
 	}
 	if !c.limit.IsZero() && (!c.bounded || c.limit.Before(d)) {
 		d, c.bounded = c.limit, false
@@ -94,32 +100,56 @@ func stallDetail(d time.Duration) string {
 	return "the client accepted no byte of its answer for " + d.String() + " (client send timeout)"
 }
 
-// Write implements net.Conn for the HTTP/1.1 server: the send bound and a
-// stream's limit are armed before the write, and a write that made
-// progress before the bound fired goes on with a fresh bound.
+// Write implements net.Conn for the HTTP/1.1 server under the send bound
+// and a stream's limit. While the socket is full, the write deadline
+// comes every eighth of the bound to see whether the client took bytes
+// meanwhile: whether the socket's unacknowledged bytes fell (SIOCOUTQ,
+// what the client's TCP acknowledged). Neither the kernel waking the
+// writer nor the socket taking bytes tells: it wakes a writer only once a
+// third of a full buffer is free, which a slow but steady reader can take
+// far longer than the bound to free, and its send buffer goes on growing
+// (up to tcp_wmem's maximum) for a client that reads nothing. Where the
+// acknowledged bytes are unknown, bytes the socket took count. The bound
+// counts from the start of the write or the last progress seen.
 func (cc *clientConn) Write(p []byte) (int, error) {
 	s := &cc.send
 	if s.timeout <= 0 && s.limit.IsZero() && s.armed.IsZero() {
 		return cc.Conn.Write(p)
 	}
 	done := 0
+	last := time.Now()
+	// unsent is the socket's unacknowledged bytes at the last check
+	// (marked), added what was written since.
+	unsent, added, marked := 0, 0, false
 	for {
-		now := time.Now()
-		d, set, _ := s.next(now)
-		if set {
+		if d, set, _ := s.next(time.Now(), s.timeout/8); set {
 			_ = cc.Conn.SetWriteDeadline(d)
 			s.armed = d
 		}
 		n, err := cc.Conn.Write(p[done:])
 		done += n
-		if err == nil || !isTimeout(err) {
+		if err == nil || !isTimeout(err) || !s.bounded {
 			return done, err
 		}
-		if n > 0 && s.bounded {
-			continue // bytes went out: the bound starts again
+		now := time.Now()
+		added += n
+		u, known := 0, false
+		if cc.raw != nil {
+			u, known = unsentBytes(cc.raw)
 		}
-		s.fired()
-		return done, err
+		switch {
+		case known:
+			if marked && u < unsent+added {
+				last = now // acknowledged by the client
+			}
+			unsent, added, marked = u, 0, true
+		case n > 0:
+			last = now
+		}
+		if now.Sub(last) >= s.timeout {
+			s.fired()
+			return done, err
+		}
 	}
 }
 
@@ -150,7 +180,7 @@ type netHTTPSend struct {
 
 // arm sets the write deadline a write starting now needs.
 func (s *netHTTPSend) arm() {
-	if d, set, ok := s.clock.next(time.Now()); ok && set {
+	if d, set, ok := s.clock.next(time.Now(), s.clock.timeout); ok && set {
 		_ = s.rc.SetWriteDeadline(d)
 		s.clock.armed = d
 	}

@@ -23,23 +23,23 @@ import (
 func TestSendClock_ArmsTheNearerBoundAndSkipsFreshDeadlines(t *testing.T) {
 	now := time.Unix(1000, 0)
 	c := sendClock{timeout: 64 * time.Second}
-	d, set, ok := c.next(now)
+	d, set, ok := c.next(now, c.timeout)
 	if !ok || !set || !d.Equal(now.Add(64*time.Second)) || !c.bounded {
 		t.Fatalf("first write: deadline %v set %v ok %v bounded %v; want now+64s, set, by the send bound", d, set, ok, c.bounded)
 	}
 	c.armed = d
-	if _, set, _ := c.next(now.Add(500 * time.Millisecond)); set {
+	if _, set, _ := c.next(now.Add(500*time.Millisecond), c.timeout); set {
 		t.Error("re-armed within 1/64 of the bound; want the armed deadline kept")
 	}
-	if _, set, _ := c.next(now.Add(2 * time.Second)); !set {
+	if _, set, _ := c.next(now.Add(2*time.Second), c.timeout); !set {
 		t.Error("kept a deadline more than 1/64 of the bound stale; want it re-armed")
 	}
 	c.limit = now.Add(10 * time.Second)
-	if d, set, _ := c.next(now.Add(time.Second)); !set || !d.Equal(c.limit) || c.bounded {
+	if d, set, _ := c.next(now.Add(time.Second), c.timeout); !set || !d.Equal(c.limit) || c.bounded {
 		t.Errorf("deadline %v set %v bounded %v; want the nearer stream limit", d, set, c.bounded)
 	}
 	c = sendClock{armed: now}
-	if _, set, ok := c.next(now); ok || !set {
+	if _, set, ok := c.next(now, c.timeout); ok || !set {
 		t.Errorf("no bound: set %v ok %v; want the old deadline cleared", set, ok)
 	}
 }
@@ -127,6 +127,25 @@ func TestSendBound_AWriteGoesOnWhileTheClientTakesBytes(t *testing.T) {
 	}
 	if !cc.send.stalled || stalls.Get() != 1 {
 		t.Errorf("stalled %v, counted %d; want the stall marked and counted once", cc.send.stalled, stalls.Get())
+	}
+}
+
+// The bound counts from the last byte the client took, not from the start
+// of a write that took some: a write whose first bytes went and that then
+// stalls fails one bound after the stall (it failed after two).
+func TestSendBound_AStallIsCutOneBoundAfterTheLastByteTaken(t *testing.T) {
+	server, client := net.Pipe()
+	defer client.Close()
+	cc := &clientConn{Conn: server, send: sendClock{timeout: time.Second}}
+	go func() {
+		buf := make([]byte, 512)
+		time.Sleep(50 * time.Millisecond)
+		_, _ = io.ReadFull(client, buf) // then never again
+	}()
+	start := time.Now()
+	n, err := cc.Write(make([]byte, 8<<10))
+	if took := time.Since(start); !isTimeout(err) || n != 512 || took < 900*time.Millisecond || took > 1600*time.Millisecond {
+		t.Fatalf("write stalled after 512 bytes at 50 ms: %d bytes, %v after %v; want a timeout about 1 s after the stall (bound 1 s)", n, err, took)
 	}
 }
 

@@ -61,3 +61,17 @@ func waitPeerGone(rc syscall.RawConn) bool {
 
 // peerWatchSupported reports whether clientConn can watch for departures.
 const peerWatchSupported = true
+
+// unsentBytes returns how many bytes written to rc's socket its peer has
+// not acknowledged yet (SIOCOUTQ): when it falls while nothing is written,
+// the peer is taking bytes.
+func unsentBytes(rc syscall.RawConn) (int, bool) {
+	var n int32
+	var errno syscall.Errno
+	if err := rc.Control(func(fd uintptr) {
+		_, _, errno = syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCOUTQ, uintptr(unsafe.Pointer(&n)))
+	}); err != nil || errno != 0 {
+		return 0, false
+	}
+	return int(n), true
+}

@@ -32,8 +32,10 @@ type relayStream struct {
 	decode bool
 	sse    bool
 	// scan passes every body byte through the exchange's usage scanner
-	// (the cache-truth observer; a single leg with a prediction).
-	scan bool
+	// (every answering leg of a generation request: its tokens are
+	// counted); truth also keeps what it found for the cache-truth check
+	// (a single leg with a prediction).
+	scan, truth bool
 	// firstByte is when the first body byte was read from the backend
 	// (zero when none was).
 	firstByte time.Time
@@ -165,9 +167,12 @@ func (s *relayStream) release() {
 // observe passes body bytes on their way to the client through the
 // cache-truth observer (when the leg scans) and keeps what it found.
 func (s *relayStream) observe(b []byte) {
+	s.x.ids.write(s.x, b)
 	if s.scan && len(b) > 0 {
 		s.x.usage.Write(b)
-		s.x.cached = s.x.usage.Usage()
+		if s.truth {
+			s.x.cached = s.x.usage.Usage()
+		}
 	}
 }
 
@@ -187,7 +192,13 @@ func (s *relayStream) finish(fail actors.Failure) {
 	}
 	var usage actors.Usage
 	if s.scan {
-		usage = x.cached
+		usage = x.usage.Usage()
+		x.tokens = usage
+		if !s.truth {
+			// Counted, not compared: the cache-truth check reads cached
+			// tokens only from a leg it predicted.
+			usage.Reported, usage.CachedTokens = false, 0
+		}
 	}
 	x.conclude(actors.Outcome{Leg: s.lg.kind, Status: s.status, Failure: fail, TTFB: s.ttfb, Duration: time.Since(s.lg.start), Usage: usage},
 		actors.Result{OK: fail == actors.FailNone && s.status/100 == 2})

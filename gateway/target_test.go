@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bufio"
 	"io"
 	"net/http"
 	"net/url"
@@ -65,17 +64,7 @@ func TestListener_RefusesTargetsARequestLineCannotCarry(t *testing.T) {
 	}
 	for _, target := range []string{"/v1/models?a=\xff\xfe", "/v1/models#frag"} {
 		t.Run("HTTP/1.1 "+target, func(t *testing.T) {
-			c := rawConn(t, base)
-			if _, err := io.WriteString(c, "GET "+target+" HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-				t.Fatal(err)
-			}
-			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			resp, body, _ := rawExchange(t, rawConn(t, base), "GET "+target+" HTTP/1.1\r\nHost: x\r\n\r\n")
 			if e := decodeError(t, body); resp.StatusCode != http.StatusBadRequest || e.Error.Code != CodeBadRequest || !resp.Close {
 				t.Errorf("%d %s (close %v); want 400 %s and the connection closed", resp.StatusCode, body, resp.Close, CodeBadRequest)
 			}

@@ -22,6 +22,13 @@ import (
 // input_tokens_details.cached_tokens in the Responses API, which means the
 // same). The last value seen wins: vLLM's continuous_usage_stats repeats
 // usage in every chunk, the final one counting the whole prompt.
+//
+// It also reads usage.completion_tokens, and counts the "content" and
+// "text" keys it passes (one per choice in each chunk of a stream): a
+// stream whose engine sends no usage chunk (the client did not ask for
+// stream_options.include_usage, and vLLM was not started with
+// --enable-force-include-usage) is charged one completion token per
+// content delta, which is what vLLM streams by default.
 
 // usageScanner observes one response body. The zero value is ready.
 type usageScanner struct {
@@ -30,14 +37,16 @@ type usageScanner struct {
 	escaped bool
 	// key capture: the current string's first bytes while outside a value
 	// we already know is not a key of interest.
-	key    [len(keyPromptTokens)]byte
+	key    [len(keyCompletionTokens)]byte
 	keyLen int
 	keyBad bool
 	field  usageField
 	num    uint64
 
-	cached, prompt         uint32
-	haveCached, havePrompt bool
+	cached, prompt, completion        uint32
+	haveCached, havePrompt, haveCompl bool
+	// deltas counts "content"/"text" keys (content deltas of a stream).
+	deltas uint32
 }
 
 type usState uint8
@@ -55,11 +64,14 @@ const (
 	fieldNone usageField = iota
 	fieldCached
 	fieldPrompt
+	fieldCompletion
+	fieldDelta
 )
 
 const (
-	keyCachedTokens = "cached_tokens"
-	keyPromptTokens = "prompt_tokens"
+	keyCachedTokens     = "cached_tokens"
+	keyPromptTokens     = "prompt_tokens"
+	keyCompletionTokens = "completion_tokens"
 )
 
 // Write observes p, the next bytes of the body. It never fails and never
@@ -111,6 +123,11 @@ func (s *usageScanner) Write(p []byte) {
 			case ' ', '\t', '\r', '\n':
 				continue
 			case ':':
+				if s.field == fieldDelta {
+					s.deltas++
+					s.st, s.field = usText, fieldNone
+					continue
+				}
 				s.st = usColon
 				continue
 			}
@@ -149,6 +166,10 @@ func (s *usageScanner) closeString() {
 		s.field = fieldCached
 	case keyPromptTokens:
 		s.field = fieldPrompt
+	case keyCompletionTokens:
+		s.field = fieldCompletion
+	case "content", "text":
+		s.field = fieldDelta
 	default:
 		return
 	}
@@ -162,6 +183,8 @@ func (s *usageScanner) commit() {
 		s.cached, s.haveCached = uint32(s.num), true
 	case fieldPrompt:
 		s.prompt, s.havePrompt = uint32(s.num), true
+	case fieldCompletion:
+		s.completion, s.haveCompl = uint32(s.num), true
 	}
 	s.st, s.field = usText, fieldNone
 }
@@ -176,6 +199,10 @@ func (s *usageScanner) Usage() actors.Usage {
 	u := actors.Usage{Reported: s.haveCached, CachedTokens: s.cached}
 	if s.havePrompt {
 		u.PromptTokens = s.prompt
+	}
+	u.CompletionTokens = s.deltas
+	if s.haveCompl {
+		u.CompletionTokens = s.completion
 	}
 	return u
 }

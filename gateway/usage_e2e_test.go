@@ -53,7 +53,7 @@ func TestCacheTruth_NonStreamAnswerReportsUsageAndHeaderCarriesBoth(t *testing.T
 	}
 	fr.checkTicketsClosed(t, 1)
 	_, outcomes, _ := fr.snapshot()
-	if len(outcomes) != 1 || outcomes[0].Usage != (actors.Usage{Reported: true, CachedTokens: 48, PromptTokens: 70}) {
+	if len(outcomes) != 1 || outcomes[0].Usage != (actors.Usage{Reported: true, CachedTokens: 48, PromptTokens: 70, CompletionTokens: 1}) {
 		t.Fatalf("outcomes %+v; want the engine's usage", outcomes)
 	}
 }
@@ -87,7 +87,7 @@ func TestCacheTruth_StreamWithIncludeUsageReportsTheFinalChunk(t *testing.T) {
 	}
 	fr.checkTicketsClosed(t, 1)
 	_, outcomes, _ := fr.snapshot()
-	if len(outcomes) != 1 || outcomes[0].Usage != (actors.Usage{Reported: true, CachedTokens: 64, PromptTokens: 70}) {
+	if len(outcomes) != 1 || outcomes[0].Usage != (actors.Usage{Reported: true, CachedTokens: 64, PromptTokens: 70, CompletionTokens: 3}) {
 		t.Fatalf("outcomes %+v; want the final chunk's usage", outcomes)
 	}
 	// The access log explains the request end to end, the stream included.
@@ -122,7 +122,7 @@ func TestCacheTruth_PDPrefillLegReportsUsageBeforeTheDecodeHeaders(t *testing.T)
 	}
 	fr.checkTicketsClosed(t, 1)
 	_, outcomes, _ := fr.snapshot()
-	if len(outcomes) != 2 || outcomes[0].Leg != actors.LegPrefill || outcomes[0].Usage != (actors.Usage{Reported: true, CachedTokens: 32, PromptTokens: 70}) ||
+	if len(outcomes) != 2 || outcomes[0].Leg != actors.LegPrefill || outcomes[0].Usage != (actors.Usage{Reported: true, CachedTokens: 32, PromptTokens: 70, CompletionTokens: 1}) ||
 		outcomes[1].Leg != actors.LegDecode || outcomes[1].Usage.Reported {
 		t.Fatalf("outcomes %+v; want the prefill leg's usage, none on the decode leg", outcomes)
 	}

@@ -17,7 +17,7 @@ func TestUsageScanner_FindsCachedTokensInEveryResponseShape(t *testing.T) {
 			name: "vLLM completion",
 			give: `{"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":" hi","finish_reason":"length"}],` +
 				`"usage":{"prompt_tokens":120,"total_tokens":121,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":96}}}`,
-			want: actors.Usage{Reported: true, CachedTokens: 96, PromptTokens: 120},
+			want: actors.Usage{Reported: true, CachedTokens: 96, PromptTokens: 120, CompletionTokens: 1},
 		},
 		{
 			name: "pretty-printed, details before prompt_tokens",
@@ -27,12 +27,12 @@ func TestUsageScanner_FindsCachedTokensInEveryResponseShape(t *testing.T) {
 		{
 			name: "details disabled (no --enable-prompt-tokens-details)",
 			give: `{"usage":{"prompt_tokens":120,"total_tokens":121,"completion_tokens":1,"prompt_tokens_details":null}}`,
-			want: actors.Usage{PromptTokens: 120},
+			want: actors.Usage{PromptTokens: 120, CompletionTokens: 1},
 		},
 		{
 			name: "generated text quoting the keys never matches",
 			give: `{"choices":[{"text":"say \"cached_tokens\": 999 and \"prompt_tokens\":7"}],"usage":{"prompt_tokens":5,"prompt_tokens_details":{"cached_tokens":0}}}`,
-			want: actors.Usage{Reported: true, CachedTokens: 0, PromptTokens: 5},
+			want: actors.Usage{Reported: true, CachedTokens: 0, PromptTokens: 5, CompletionTokens: 1}, // one "text" delta, no completion_tokens
 		},
 		{
 			name: "a value string equal to a key name is not a key",
@@ -45,7 +45,7 @@ func TestUsageScanner_FindsCachedTokensInEveryResponseShape(t *testing.T) {
 				"data: {\"choices\":[{\"text\":\"b\"}],\"usage\":null}\n\n" +
 				"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":80,\"completion_tokens\":2,\"total_tokens\":82,\"prompt_tokens_details\":{\"cached_tokens\":64}}}\n\n" +
 				"data: [DONE]\n\n",
-			want: actors.Usage{Reported: true, CachedTokens: 64, PromptTokens: 80},
+			want: actors.Usage{Reported: true, CachedTokens: 64, PromptTokens: 80, CompletionTokens: 2},
 		},
 		{
 			name: "continuous usage stats: the last chunk wins",
@@ -55,13 +55,13 @@ func TestUsageScanner_FindsCachedTokensInEveryResponseShape(t *testing.T) {
 		},
 		{
 			name: "stream without usage",
-			give: "data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: [DONE]\n\n",
-			want: actors.Usage{},
+			give: "data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\ndata: [DONE]\n\n",
+			want: actors.Usage{CompletionTokens: 2}, // one token per content delta
 		},
 		{
 			name: "escaped backslash before a closing quote",
 			give: `{"text":"a\\","usage":{"prompt_tokens_details":{"cached_tokens":48}}}`,
-			want: actors.Usage{Reported: true, CachedTokens: 48},
+			want: actors.Usage{Reported: true, CachedTokens: 48, CompletionTokens: 1},
 		},
 		{
 			name: "body ends right after the digits",

@@ -2,6 +2,7 @@ package ladder
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,10 +43,22 @@ import (
 //	                         a session table with the rule's TTL (0 → 300 s)
 //	sput key=K pin=P,D now=N / sget key=K now=N / sevict-ep ep=N / ssweep now=N
 //	sessionkey [user=U] [conv=C]   SessionKeyFor
+//	decide ... [class=C] [parked=(c, s, h)]
+//	                         the request's class; the snapshot's parked
+//	                         requests by class (critical, standard, sheddable)
+//	fpark id=N [class=C] [tenant=T] [allowed=(e, ...)]
+//	                         FlowQueue.Park (allowed: every endpoint when absent)
+//	fnext ep=N / fpeek ep=N  FlowQueue.Next / Peek
+//	fremove id=N / fvictim class=C
+//	fadmit|fdone [class=C] [tenant=T] tokens=N
+//	                         FlowQueue.Admitted / Done
+//	fstate                   every class's tenants: counter, in flight, parked ids
 
 var goldenEpoch = time.Unix(1_000_000, 0)
 
 type goldenState struct {
+	flow    *FlowQueue
+	flowLog map[string]bool // tenants seen, for fstate
 	table   *SessionTable
 	env     Env
 	svc     ServiceSpec
@@ -207,6 +220,8 @@ func (st *goldenState) run(t *testing.T, d *datadriven.TestData) string {
 			}
 		}
 		return fmt.Sprintf("evicted=%d\n", n)
+	case "fpark", "fnext", "fpeek", "fremove", "fvictim", "fadmit", "fdone", "fstate":
+		return st.flowCmd(t, d)
 	case "adaptive":
 		var b strings.Builder
 		arg, _ := d.Arg("loads")
@@ -310,6 +325,13 @@ func (st *goldenState) request(t *testing.T, d *datadriven.TestData) Request {
 	if arg, ok := d.Arg("ckey"); ok {
 		req.ClientKey = arg.SingleVal(t)
 	}
+	if arg, ok := d.Arg("class"); ok {
+		c, ok := ParseClass(arg.SingleVal(t))
+		if !ok {
+			d.Fatalf(t, "bad class %q", arg.SingleVal(t))
+		}
+		req.Class = c
+	}
 	return req
 }
 
@@ -322,6 +344,11 @@ func (st *goldenState) decide(t *testing.T, d *datadriven.TestData) string {
 	for k := 0; k < repeat; k++ {
 		req := st.request(t, d)
 		snap := Snapshot{Endpoints: st.views, TotalInflight: uint64(intArg(t, d, "total", 0))}
+		if arg, ok := d.Arg("parked"); ok {
+			for i, v := range arg.Vals {
+				snap.ParkedByClass[i] = uint32(atoi(t, d, v))
+			}
+		}
 		dec, err := st.router.Decide(st.now(t, d), &req, &snap)
 		if err != nil {
 			fmt.Fprintf(&b, "error: %v\n", err)
@@ -491,4 +518,84 @@ func nonEmptyLines(s string) []string {
 		}
 	}
 	return out
+}
+
+// flowCmd runs the FlowQueue commands.
+func (st *goldenState) flowCmd(t *testing.T, d *datadriven.TestData) string {
+	if st.flow == nil {
+		st.flow, st.flowLog = NewFlowQueue(), map[string]bool{}
+	}
+	q := st.flow
+	class := ClassStandard
+	if arg, ok := d.Arg("class"); ok {
+		c, ok := ParseClass(arg.SingleVal(t))
+		if !ok {
+			d.Fatalf(t, "bad class %q", arg.SingleVal(t))
+		}
+		class = c
+	}
+	tenant := ""
+	if arg, ok := d.Arg("tenant"); ok {
+		tenant = arg.SingleVal(t)
+	}
+	st.flowLog[tenant] = true
+	entry := func(e FlowEntry, ok bool) string {
+		if !ok {
+			return "none\n"
+		}
+		return fmt.Sprintf("id=%d class=%s tenant=%q seq=%d\n", e.ID, e.Class, e.Tenant, e.Seq)
+	}
+	switch d.Cmd {
+	case "fpark":
+		allowed := ^EndpointSet(0)
+		if arg, ok := d.Arg("allowed"); ok {
+			allowed = 0
+			for _, v := range arg.Vals {
+				allowed = allowed.With(atoi(t, d, v))
+			}
+		}
+		e, ok := q.Park(FlowEntry{ID: uint64(intArg(t, d, "id", 0)), Class: class, Tenant: tenant, Allowed: allowed})
+		if !ok {
+			return "duplicate\n"
+		}
+		return fmt.Sprintf("parked seq=%d counter=%d\n", e.Seq, q.Counter(class, tenant))
+	case "fnext":
+		return entry(q.Next(intArg(t, d, "ep", 0)))
+	case "fpeek":
+		return entry(q.Peek(intArg(t, d, "ep", 0)))
+	case "fremove":
+		return entry(q.Remove(uint64(intArg(t, d, "id", 0))))
+	case "fvictim":
+		return entry(q.Victim(class))
+	case "fadmit":
+		q.Admitted(class, tenant, uint64(intArg(t, d, "tokens", 0)))
+		return fmt.Sprintf("counter=%d\n", q.Counter(class, tenant))
+	case "fdone":
+		q.Done(class, tenant, uint64(intArg(t, d, "tokens", 0)))
+		return fmt.Sprintf("counter=%d\n", q.Counter(class, tenant))
+	}
+	// fstate
+	var b strings.Builder
+	names := make([]string, 0, len(st.flowLog))
+	for n := range st.flowLog {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	fmt.Fprintf(&b, "parked=%d\n", q.Len())
+	for ci := 0; ci < NumClasses; ci++ {
+		c := ClassAt(ci)
+		band := &q.bands[ci]
+		for _, n := range names {
+			tq := band.tenants[n]
+			if tq == nil {
+				continue
+			}
+			ids := make([]string, len(tq.items))
+			for i, e := range tq.items {
+				ids[i] = strconv.FormatUint(e.ID, 10)
+			}
+			fmt.Fprintf(&b, "%s %q counter=%d inflight=%d parked=[%s]\n", c, n, tq.counter, tq.inflight, strings.Join(ids, " "))
+		}
+	}
+	return b.String()
 }

@@ -93,10 +93,16 @@ type Decision struct {
 	// ParkOn is the endpoint whose queue holds the request when Admission is
 	// Park; -1 otherwise.
 	ParkOn int
+	// Displace is set with Park when every queue is full: the request
+	// takes the place of the parked request FlowQueue.Victim names (of a
+	// lower class), which is shed; ParkOn is then -1 and the runtime parks
+	// it where the victim was.
+	Displace bool
 	// ParkDeadline is when the runtime reaps a parked request (504); zero
 	// when parking is unbounded or the request is not parked.
 	ParkDeadline time.Time
-	// Unavailable is ReasonPDPoolUnavailable or ReasonNoHealthyBackend when
+	// Unavailable is ReasonPDPoolUnavailable, ReasonNoHealthyBackend or
+	// ReasonModelNotServed when
 	// the ladder found nothing to serve the request (answer 503); ReasonNone
 	// otherwise.
 	Unavailable Reason
@@ -108,6 +114,15 @@ type Decision struct {
 	PinSession bool
 	// KV records the Tier-1.5 law's inputs when it ran.
 	KV KVDetail
+}
+
+// DisplacedDecision is the decision a parked request receives when a
+// request of a higher class takes its place (Decision.Displace): shed.
+func DisplacedDecision() Decision {
+	d := newDecision()
+	d.Admission = Shed
+	d.Trace.add(TierAdmission, ReasonDisplaced)
+	return d
 }
 
 func newDecision() Decision {
@@ -156,6 +171,9 @@ func (d *Decision) AppendText(b []byte) []byte {
 		if d.Admission == Park {
 			b = append(b, " park="...)
 			b = strconv.AppendInt(b, int64(d.ParkOn), 10)
+			if d.Displace {
+				b = append(b, " displace"...)
+			}
 		}
 	}
 	if d.Unavailable != ReasonNone {

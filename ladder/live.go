@@ -102,6 +102,19 @@ type Snapshot struct {
 	// TotalInflight is the in-flight plus parked requests the global valve
 	// (LLB_PD_MAX_TOTAL_INFLIGHT) compares against.
 	TotalInflight uint64
+	// ParkedByClass counts the parked requests by class (Class.Index): a
+	// request that finds every queue full displaces one of a lower class.
+	ParkedByClass [NumClasses]uint32
+}
+
+// parkedBelow reports whether a request of a class lower than c is parked.
+func (s *Snapshot) parkedBelow(c Class) bool {
+	for i := c.Index() + 1; i < NumClasses; i++ {
+		if s.ParkedByClass[i] > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Pin is a Tier-0 session's pinned endpoint pair. Decode is -1 when none.
@@ -161,4 +174,8 @@ type Request struct {
 	ClientKey string
 	// KV holds the Tier-1.5 inputs.
 	KV KVInput
+	// Class is the request's priority class: admission refuses a
+	// sheddable request instead of parking it, and a request that finds
+	// every queue full displaces a parked one of a lower class.
+	Class Class
 }

@@ -18,7 +18,7 @@ func (r *Router) decidePD(now time.Time, req *Request, snap *Snapshot) Decision 
 	views := snap.Endpoints
 	excl, drain := foldMasks(views)
 
-	capped, stop := r.admission(now, snap, excl, drain, &d)
+	capped, stop := r.admission(now, req, snap, excl, drain, &d)
 	if stop {
 		return d
 	}
@@ -59,8 +59,11 @@ func (r *Router) decidePD(now time.Time, req *Request, snap *Snapshot) Decision 
 // admission applies the gate. It returns the capped prefill endpoints, or
 // stop=true with d filled in when the request is refused, shed or parked.
 // With the per-EP cap and the global valve both 0 (the default) it does
-// nothing at all.
-func (r *Router) admission(now time.Time, snap *Snapshot, excl, drain EndpointSet, d *Decision) (capped EndpointSet, stop bool) {
+// nothing at all. When every eligible endpoint is capped, a sheddable
+// request is shed at once (ReasonSheddable); any other parks on the
+// shortest queue, or, when every queue is full, displaces a parked
+// request of a lower class (Decision.Displace), else is shed.
+func (r *Router) admission(now time.Time, req *Request, snap *Snapshot, excl, drain EndpointSet, d *Decision) (capped EndpointSet, stop bool) {
 	if r.maxTotal > 0 && snap.TotalInflight >= r.maxTotal {
 		d.Admission = Refuse
 		d.Trace.add(TierAdmission, ReasonGlobalValve)
@@ -80,6 +83,11 @@ func (r *Router) admission(now time.Time, snap *Snapshot, excl, drain EndpointSe
 		return capped, false
 	}
 	// Every eligible prefill endpoint is at its cap.
+	if req.Class.Sheddable() {
+		d.Admission = Shed
+		d.Trace.add(TierAdmission, ReasonSheddable)
+		return capped, true
+	}
 	if r.queueDepth == 0 {
 		d.Admission = Shed
 		d.Trace.add(TierAdmission, ReasonAllCapped)
@@ -91,7 +99,7 @@ func (r *Router) admission(now time.Time, snap *Snapshot, excl, drain EndpointSe
 			park = i
 		}
 	}
-	if park < 0 {
+	if park < 0 && !snap.parkedBelow(req.Class) {
 		d.Admission = Shed
 		d.Trace.add(TierAdmission, ReasonQueuesFull)
 		return capped, true
@@ -100,6 +108,11 @@ func (r *Router) admission(now time.Time, snap *Snapshot, excl, drain EndpointSe
 	d.ParkOn = park
 	if r.maxPark > 0 {
 		d.ParkDeadline = now.Add(r.maxPark)
+	}
+	if park < 0 {
+		d.Displace = true
+		d.Trace.add(TierAdmission, ReasonQueuesFull)
+		return capped, true
 	}
 	d.Trace.add(TierAdmission, ReasonAllCapped)
 	return capped, true

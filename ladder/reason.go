@@ -15,6 +15,8 @@ const (
 	ReasonAllCapped   // every eligible prefill endpoint is at its in-flight cap
 	ReasonQueuesFull  // ... and every parked queue is full too
 	ReasonGlobalValve // the total in-flight bound is reached
+	ReasonSheddable   // every eligible endpoint is capped and the request is sheddable: refused, not parked
+	ReasonDisplaced   // the request was parked, and a request of a higher class took its place in a full queue
 
 	// Tier 0.
 	ReasonNoSessionKey            // the request has no stickiness key
@@ -57,6 +59,10 @@ const (
 	// Terminal unavailability (HTTP 503 error codes).
 	ReasonPDPoolUnavailable // P/D rule: no prefill/decode pair and no rescue endpoint
 	ReasonNoHealthyBackend  // single pool: no available endpoint
+	// ReasonModelNotServed: no endpoint of the rule serves the request's
+	// model (every endpoint's /v1/models is known and none lists it); the
+	// client gets vLLM's own 404.
+	ReasonModelNotServed
 
 	reasonCount
 )
@@ -66,6 +72,8 @@ var reasonNames = [reasonCount]string{
 	ReasonAllCapped:               "all_capped",
 	ReasonQueuesFull:              "queues_full",
 	ReasonGlobalValve:             "global_valve",
+	ReasonSheddable:               "sheddable",
+	ReasonDisplaced:               "displaced",
 	ReasonNoSessionKey:            "no_session_key",
 	ReasonSessionMiss:             "session_miss",
 	ReasonSessionEvictedUnhealthy: "session_evicted_unhealthy",
@@ -93,6 +101,7 @@ var reasonNames = [reasonCount]string{
 	ReasonDecodeUnavailable:       "decode_unavailable",
 	ReasonPDPoolUnavailable:       "pd_pool_unavailable",
 	ReasonNoHealthyBackend:        "no_healthy_backend",
+	ReasonModelNotServed:          "model_not_served",
 }
 
 // String returns the reason's snake_case name, or "reason(N)" for a value

@@ -17,6 +17,7 @@ import (
 	"github.com/llbproject/llb/replica"
 	"github.com/llbproject/llb/restapi"
 	"github.com/llbproject/llb/rule"
+	"github.com/llbproject/llb/tenant"
 )
 
 // DataPlane is the restapi.Runtime of a daemon with its data plane: it
@@ -36,6 +37,10 @@ type DataPlane struct {
 	// drains relays TensorRT-LLM drains between replicas (nil on a single
 	// node).
 	drains *drainRelay
+	// keys are the API keys' limits (nil: none); stopUsage ends sharing
+	// their buckets with the peers.
+	keys      *tenant.Gate
+	stopUsage chan struct{}
 
 	mu sync.Mutex
 	// unserved holds rules the data plane keeps but cannot serve (an L4
@@ -103,6 +108,13 @@ type Config struct {
 	// RouteTimeout bounds the wait for a routing decision while the router
 	// handles no message (--route-timeout; 0: actors.DefaultRouteTimeout).
 	RouteTimeout time.Duration
+	// MaxTenantLabels bounds the tenant label of the per-tenant metrics
+	// (--max-tenant-labels; 0: gateway.DefaultMaxTenantLabels).
+	MaxTenantLabels int
+	// Keys are the API keys and tenant limits rules with sse_mode enforce
+	// (the catalog publishes them); nil: none. In cluster mode the
+	// replicas share their buckets (consumption reports, replica.Usage).
+	Keys *tenant.Gate
 }
 
 // New starts the actor runtime and an empty data plane.
@@ -122,6 +134,7 @@ func New(cfg Config) (*DataPlane, error) {
 	}
 	rt, err := newRuleSet(ruleSetConfig{System: sys, Log: cfg.Log, Metrics: cfg.Metrics, KVMaxMsgSize: cfg.KVMaxMsgSize,
 		Feeds: cfg.Feeds, Drains: drains, BodyBudget: budget, ConnLimit: conns,
+		TenantMetrics: gateway.NewTenantMetrics(cfg.Metrics, cfg.MaxTenantLabels), Keys: cfg.Keys,
 		Options: gateway.Options{AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs, ClientSendTimeout: sendTimeout(cfg.ClientSendTimeout)}})
 	if err != nil {
 		sys.Shutdown()
@@ -136,6 +149,7 @@ func New(cfg Config) (*DataPlane, error) {
 		unserved: make(map[rule.RuleKey]string),
 		served:   make(map[string]struct{}),
 		tables:   make(map[string]string),
+		keys:     cfg.Keys,
 	}
 	if cfg.Cluster != nil {
 		d.drains = drains
@@ -163,6 +177,9 @@ func sendTimeout(d time.Duration) time.Duration {
 func (d *DataPlane) Close(ctx context.Context) {
 	if err := d.rt.close(ctx); err != nil {
 		d.log.Warn().Err(err).Msg("data plane stopped with errors")
+	}
+	if d.stopUsage != nil {
+		close(d.stopUsage)
 	}
 	if d.member != nil {
 		d.member.Stop()

@@ -17,6 +17,7 @@ import (
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/rule"
+	"github.com/llbproject/llb/tenant"
 	"github.com/llbproject/llb/tokenizer"
 )
 
@@ -50,6 +51,11 @@ type ruleSetConfig struct {
 	// gateway.NewConnLimit); nil sets none.
 	BodyBudget *gateway.BodyBudget
 	ConnLimit  *gateway.ConnLimit
+	// TenantMetrics are the per-tenant and per-class series every rule's
+	// handler shares.
+	TenantMetrics *gateway.TenantMetrics
+	// Keys are the API keys and tenant limits (nil: none).
+	Keys *tenant.Gate
 	// BindRetry is how often a rule whose VIP:port could not be bound tries
 	// again; 0 means 5 s.
 	BindRetry time.Duration
@@ -96,25 +102,26 @@ type liveRule struct {
 	started time.Time
 	met     *gateway.Metrics
 	stop    chan struct{} // closed on removal (ends the bind retry loop)
-	// lora is the rule's adapter catalog; loraStop ends its refresh.
-	lora     *loraCatalog
-	loraStop context.CancelFunc
+	// models is the rule's endpoints' /v1/models catalog; modelsStop ends
+	// its refresh.
+	models     *modelCatalog
+	modelsStop context.CancelFunc
 }
 
 func (l *liveRule) key() string { return l.spec.rule.Key }
 
-// startLoRA gives the rule a LoRA catalog refreshed from its engines'
-// /v1/models, running until the rule is replaced or removed.
-func (rs *ruleSet) startLoRA(live *liveRule) {
-	live.lora = newLoRACatalog(live.spec.rule.Endpoints, rs.scrape)
+// startModels gives the rule a catalog of its endpoints' served models,
+// refreshed from their /v1/models until the rule is replaced or removed.
+func (rs *ruleSet) startModels(live *liveRule) {
+	live.models = newModelCatalog(live.spec.rule.Endpoints, rs.scrape)
 	ctx, cancel := context.WithCancel(context.Background())
-	live.loraStop = cancel
-	go live.lora.run(ctx, DefaultLoRARefresh)
+	live.modelsStop = cancel
+	go live.models.run(ctx, DefaultModelsRefresh)
 }
 
-func (l *liveRule) stopLoRA() {
-	if l.loraStop != nil {
-		l.loraStop()
+func (l *liveRule) stopModels() {
+	if l.modelsStop != nil {
+		l.modelsStop()
 	}
 }
 
@@ -238,10 +245,11 @@ func (rs *ruleSet) create(live *liveRule) error {
 	live.svc, live.started = svc, time.Now()
 	live.router = &swapRouter{svc: svc}
 	live.met = gateway.NewMetrics(rs.cfg.Metrics, key)
-	rs.startLoRA(live)
+	rs.startModels(live)
+	live.models.attach(svc)
 	h, err := rs.handler(live)
 	if err != nil {
-		live.stopLoRA()
+		live.stopModels()
 		_ = svc.Stop(context.Background())
 		live.met.Unregister()
 		return err
@@ -256,14 +264,18 @@ func (rs *ruleSet) create(live *liveRule) error {
 func (rs *ruleSet) handler(live *liveRule) (*gateway.Handler, error) {
 	c := live.spec.rule
 	deps := gateway.Deps{
-		Router:  live.router,
-		Hasher:  live.hasher,
-		Watch:   live.watch,
-		Metrics: live.met,
-		Log:     rs.cfg.Log.With().Str(logfield.Component, "gateway").Str(logfield.Rule, c.Key).Logger(),
-		LoRAOf:  live.lora.loraOf,
-		Budget:  rs.cfg.BodyBudget,
-		Conns:   rs.cfg.ConnLimit,
+		Router:     live.router,
+		Hasher:     live.hasher,
+		Watch:      live.watch,
+		Metrics:    live.met,
+		Log:        rs.cfg.Log.With().Str(logfield.Component, "gateway").Str(logfield.Rule, c.Key).Logger(),
+		LoRAOf:     live.models.loraOf,
+		ModelsBody: live.models.modelsBody,
+		Budget:     rs.cfg.BodyBudget,
+		Conns:      rs.cfg.ConnLimit,
+
+		TenantMetrics: rs.cfg.TenantMetrics,
+		Keys:          rs.cfg.Keys,
 	}
 	if c.Spec.KVExactMode != ladder.KVOff {
 		tok, err := rs.ruleTokenizer(c, live.met)
@@ -339,10 +351,10 @@ func (rs *ruleSet) replace(ctx context.Context, live, next *liveRule) error {
 	key := next.key()
 	router := &swapRouter{held: make(chan struct{})}
 	next.router, next.started, next.met, next.stop = router, live.started, live.met, live.stop
-	rs.startLoRA(next)
+	rs.startModels(next)
 	h, err := rs.handler(next)
 	if err != nil {
-		next.stopLoRA()
+		next.stopModels()
 		return err
 	}
 	compatible := sameEndpoints(live.spec.rule.Endpoints, next.spec.rule.Endpoints)
@@ -357,7 +369,7 @@ func (rs *ruleSet) replace(ctx context.Context, live, next *liveRule) error {
 		// The new configuration passed validation, so this is a runtime
 		// fault; keep serving the old configuration, cold.
 		rs.log.Error().Err(err).Str(logfield.Rule, key).Msg("replace failed; restarting the previous configuration")
-		next.stopLoRA()
+		next.stopModels()
 		old, err2 := rs.cfg.System.Start(live.spec.service, nil)
 		if err2 != nil {
 			router.set(nil)
@@ -365,6 +377,7 @@ func (rs *ruleSet) replace(ctx context.Context, live, next *liveRule) error {
 		}
 		router.set(old)
 		live.svc = old
+		live.models.attach(old)
 		live.router = router
 		if live.ln != nil {
 			if oh, herr := rs.handler(live); herr == nil {
@@ -373,8 +386,9 @@ func (rs *ruleSet) replace(ctx context.Context, live, next *liveRule) error {
 		}
 		return err
 	}
+	next.models.attach(svc)
 	router.set(svc)
-	live.stopLoRA()
+	live.stopModels()
 	next.svc = svc
 	next.ln, next.bindErr = live.ln, live.bindErr
 	rs.rules[key] = next
@@ -420,7 +434,7 @@ func (rs *ruleSet) remove(ctx context.Context, key string) error {
 
 func (rs *ruleSet) stopRule(ctx context.Context, live *liveRule) error {
 	close(live.stop)
-	live.stopLoRA()
+	live.stopModels()
 	var errs []error
 	if live.ln != nil {
 		if err := live.ln.Shutdown(ctx); err != nil {

@@ -97,6 +97,9 @@ type ErrorBody struct {
 // text is not disclosed beyond what the caller already knows.
 func errorResponse(err error) (int, ErrorBody) {
 	var ve *rule.ValidationError
+	if status, body, ok := aiKeyErrorResponse(err); ok {
+		return status, body
+	}
 	switch {
 	case errors.As(err, &ve):
 		return validationResponse(ve)

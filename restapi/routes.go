@@ -55,6 +55,14 @@ func (s *Server) routeTable() []route {
 		{http.MethodGet, basePath + "/metrics", s.getMetrics},
 		{http.MethodGet, "/metrics", s.getMetrics},
 		{http.MethodGet, clusterPath, s.getCluster},
+		{http.MethodPost, apikeyPath, s.postAPIKey},
+		{http.MethodGet, apikeyPath, s.getAPIKeys},
+		{http.MethodGet, apikeyPath + "/:key_id", s.getAPIKey},
+		{http.MethodPatch, apikeyPath + "/:key_id", s.patchAPIKey},
+		{http.MethodDelete, apikeyPath + "/:key_id", s.deleteAPIKey},
+		{http.MethodPost, ratelimitPath, s.postRateLimit},
+		{http.MethodGet, ratelimitPath, s.getRateLimits},
+		{http.MethodGet, ratelimitPath + "/:tenant_id", s.getRateLimit},
 	}
 	if _, ok := s.cfg.Runtime.(InventoryViewer); ok {
 		rs = append(rs, route{http.MethodGet, kvInventoryPath, s.getInventory})

@@ -56,6 +56,10 @@ type Config struct {
 	// a cluster share (etcd) instead of the rules file, which then only
 	// caches it (see package catalog). nil: a single node.
 	Shared *catalog.SharedConfig
+	// Keys receives every accepted table of API keys and tenant limits (the
+	// data plane's tenant.Gate); nil: they are stored and served, not
+	// enforced.
+	Keys catalog.KeysSetter
 	// FS is the file system of StateDir; nil means statefs.OSFS.
 	FS statefs.FS
 	// Token, when non-empty, is the bearer token every request must carry.
@@ -181,7 +185,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	ctl, _ := cfg.Runtime.(ControllerRuntime)
 	cat, err := catalog.New(catalog.Config{
-		Logger: s.log, Metrics: cfg.Metrics, Runtime: cfg.Runtime, Controllers: ctl, DecodeEntry: DecodeEntry,
+		Logger: s.log, Metrics: cfg.Metrics, Runtime: cfg.Runtime, Controllers: ctl, Keys: cfg.Keys, DecodeEntry: DecodeEntry,
 		FS: cfg.FS, StateDir: cfg.StateDir, StateFile: cfg.StateFile, Shared: cfg.Shared,
 		Now: cfg.Now, NewID: cfg.NewID, ApplyTimeout: cfg.ApplyTimeout,
 	})

@@ -156,6 +156,7 @@ func Compile(r *Rule, d Defaults) (*Compiled, error) {
 	if d.OriginErrThreshold != nil {
 		c.Breaker.OriginErrThreshold = *d.OriginErrThreshold
 	}
+	c.APIKeys, c.EnginePriority = sa.SSEMode, sa.PriorityScheduling
 	if !sa.SSEMode { // sse_mode suppresses timeoutMemberData
 		c.Timeouts.Data = time.Duration(sa.TimeoutMemberData) * time.Millisecond
 	}
@@ -172,7 +173,13 @@ func Compile(r *Rule, d Defaults) (*Compiled, error) {
 				ExpectedCodes: src.ExpectedCodes, HTTPVersion: src.HTTPVersion, DomainName: src.DomainName,
 			},
 		}
-		if mirrored, _ := eff.MirrorsKV(i); mirrored {
+		mirrored, _ := eff.MirrorsKV(i)
+		switch {
+		case mirrored && eff.KV.Engine == EngineTRTLLM:
+			// TensorRT-LLM publishes nothing: its serving port's POST
+			// /kv_cache_events is drained (every attention-DP rank in one).
+			ce.Feeds = []Feed{{Endpoint: "http://" + ep.Addr.String() + "/kv_cache_events"}}
+		case mirrored:
 			host := ep.Addr.Addr().String()
 			for rank := 0; rank < max(eff.KV.DPRanks, 1); rank++ {
 				f := Feed{Rank: rank, Endpoint: feedEndpoint(host, int(eff.KV.ZmqPort), rank)}

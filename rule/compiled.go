@@ -42,6 +42,13 @@ type Compiled struct {
 	Probe Probe
 	// Breaker configures the per-endpoint circuit breakers.
 	Breaker Breaker
+	// APIKeys is sse_mode: the rule checks API keys and tenant limits
+	// whenever llbd holds at least one key (LoxiLB enforces them on
+	// sse_mode rules).
+	APIKeys bool
+	// EnginePriority is priority_scheduling: the gateway sets the body's
+	// "priority" from the request's class.
+	EnginePriority bool
 }
 
 // CompiledEndpoint is one endpoint of a Compiled rule.
@@ -87,7 +94,9 @@ type EndpointProbe struct {
 type Feed struct {
 	// Rank is the data-parallel rank.
 	Rank int
-	// Endpoint is the publisher's ZMQ address, "tcp://<ip>:<kvZmqPort+rank>".
+	// Endpoint is the publisher's ZMQ address, "tcp://<ip>:<kvZmqPort+rank>"
+	// (vLLM, SGLang), or a TensorRT-LLM endpoint's drain,
+	// "http://<ip>:<targetPort>/kv_cache_events" (one for every rank).
 	Endpoint string
 	// ReplayEndpoint is the publisher's replay ROUTER address ("" = none).
 	ReplayEndpoint string

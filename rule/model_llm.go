@@ -106,4 +106,11 @@ type LLBArguments struct {
 	// root of such directories named by served model name. Absent → the
 	// daemon default; neither → the engine's /tokenize.
 	KVTokenizerDir string `json:"kvTokenizerDir,omitempty"`
+	// PriorityScheduling says the rule's engines run vLLM's
+	// --scheduling-policy priority: llb then sets each request's
+	// "priority" field from its class (critical -1, standard 0, sheddable
+	// 1; a lower value is served first). Off: the body's priority is left
+	// as the client sent it (vLLM refuses a non-zero one without the
+	// policy).
+	PriorityScheduling bool `json:"priority_scheduling,omitempty"`
 }

@@ -108,6 +108,7 @@ func llmFieldsSet(sa *ServiceArguments) []string {
 	add("kvReplayPort", x.KVReplayPort != 0)
 	add("kvBlockKey", x.KVBlockKey != "")
 	add("kvTokenizerDir", x.KVTokenizerDir != "")
+	add("priority_scheduling", x.PriorityScheduling)
 	add("fc_mode", a.FCMode != nil)
 	add("fc_max_outstanding", a.FCMaxOutstanding != nil)
 	add("fc_ep_max_inflight", a.FCEpMaxInflight != nil)
@@ -238,9 +239,12 @@ func checkKV(c *Checker, sa *ServiceArguments) {
 	if sa.PDBootstrapPort != 0 && !(pd && engine == EngineSGLang) {
 		c.Semantic(SAField("pdBootstrapPort"), "pd-bootstrap-port requires pd_disagg_mode=true and kv-engine-type sglang")
 	}
-	if (engine == EngineSGLang || engine == EngineTRTLLM) && (pd || sa.KVExactMode != KVExactOff) {
-		c.Semantic(SAField("kvEngineType"), "kv-engine-type %q with P/D or kvExactMode is valid in LoxiLB but not implemented by llb, "+
-			"which speaks the vLLM KV-event and NIXL P/D dialect only; use kvEngineType \"vllm\" or omit it", engine)
+	if (engine == EngineSGLang || engine == EngineTRTLLM) && pd {
+		c.Semantic(SAField("kvEngineType"), "kv-engine-type %q with pd_disagg_mode is valid in LoxiLB but not served by llb yet: "+
+			"its P/D path speaks vLLM's NIXL protocol only (%s Tier 1.5 on a single pool, kvExactMode 3, is served)", engine, engine)
+	}
+	if engine == EngineTRTLLM && sa.KVReplayPort != 0 {
+		c.Semantic(SAField("kvReplayPort"), "kvReplayPort is not used by trtllm (its events are drained over HTTP); omit it")
 	}
 	checkKVPorts(c, sa)
 }

@@ -529,9 +529,23 @@ func TestValidate_Rules(t *testing.T) {
 		},
 			wantStatus: bad, wantCode: 400, wantField: "serviceArguments.pdBootstrapPort",
 			wantMsg: "pd-bootstrap-port requires pd_disagg_mode=true and kv-engine-type sglang"},
-		{name: "sglang p/d not implemented by llb", give: func(t testing.TB) ruletest.Entry {
+		{name: "sglang p/d not served yet", give: func(t testing.TB) ruletest.Entry {
 			return ruletest.PDEntry(t).Set("serviceArguments.kvEngineType", "sglang").Del("serviceArguments.kvHashAlgo").Set("serviceArguments.pdBootstrapPort", 8998)
-		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.kvEngineType", wantMsg: "not implemented by llb"},
+		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.kvEngineType", wantMsg: "not served by llb yet"},
+		{name: "trtllm p/d not served yet", give: func(t testing.TB) ruletest.Entry {
+			return ruletest.PDEntry(t).Set("serviceArguments.kvEngineType", "trtllm").Del("serviceArguments.kvHashAlgo").Del("serviceArguments.kvZmqPort")
+		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.kvEngineType", wantMsg: "not served by llb yet"},
+		{name: "sglang kv-exact single pool accepted", give: func(t testing.TB) ruletest.Entry {
+			return ruletest.SingleEntry(t).Set("serviceArguments.kvEngineType", "sglang").Set("serviceArguments.kvExactMode", 3).
+				Set("serviceArguments.kvDpRankCount", 3).Set("serviceArguments.kvZmqPort", 5561)
+		}, wantStatus: ok},
+		{name: "trtllm kv-exact single pool accepted", give: func(t testing.TB) ruletest.Entry {
+			return ruletest.SingleEntry(t).Set("serviceArguments.kvEngineType", "trtllm").Set("serviceArguments.kvExactMode", 3).
+				Set("serviceArguments.kvBlockSize", 32).Set("serviceArguments.kvHashAlgo", "blockhash_trtllm")
+		}, wantStatus: ok},
+		{name: "trtllm has no replay port", give: func(t testing.TB) ruletest.Entry {
+			return ruletest.SingleEntry(t).Set("serviceArguments.kvEngineType", "trtllm").Set("serviceArguments.kvExactMode", 3).Set("serviceArguments.kvReplayPort", 5558)
+		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.kvReplayPort", wantMsg: "kvReplayPort is not used by trtllm"},
 		{name: "ring fields with another selector are stored and inert", give: func(t testing.TB) ruletest.Entry {
 			return ruletest.SingleEntry(t).Set("serviceArguments.sel", 9).Set("serviceArguments.chwbl_mean_load_factor", 150).Set("serviceArguments.chwbl_replication", 64)
 		}, wantStatus: ok},

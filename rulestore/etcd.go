@@ -26,6 +26,8 @@ const (
 	NamespaceRules = "rules"
 	// NamespaceController holds external controller instructions.
 	NamespaceController = "controller"
+	// NamespaceTenants holds API keys and tenant limits.
+	NamespaceTenants = "tenants"
 )
 
 // Defaults of EtcdOptions.
@@ -104,7 +106,7 @@ func NewEtcd(cli *clientv3.Client, opt EtcdOptions) (*Etcd, error) {
 	if err := ValidClusterName(opt.Cluster); err != nil {
 		return nil, err
 	}
-	if opt.Namespace != NamespaceRules && opt.Namespace != NamespaceController {
+	if opt.Namespace != NamespaceRules && opt.Namespace != NamespaceController && opt.Namespace != NamespaceTenants {
 		return nil, fmt.Errorf("rulestore: unknown namespace %q", opt.Namespace)
 	}
 	if opt.Timeout <= 0 {

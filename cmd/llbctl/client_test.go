@@ -116,7 +116,7 @@ func TestGlobalFlags_BadValuesAreUsageErrors(t *testing.T) {
 		{"token_file_empty", []string{"--server", nowhere, "--token-file", empty, "get", "lb"}, "is empty"},
 		{"token_file_missing", []string{"--server", nowhere, "--token-file", "/nonexistent/token", "get", "lb"}, "--token-file: restapi: read token file"},
 		{"unknown_command", []string{"--server", nowhere, "frobnicate"}, `unknown command "frobnicate"`},
-		{"group_without_subcommand", []string{"--server", nowhere, "get"}, "get needs a subcommand: cluster, controller, endpoints, kv, lb"},
+		{"group_without_subcommand", []string{"--server", nowhere, "get"}, "get needs a subcommand: apikey, cluster, controller, endpoints, kv, lb, ratelimit"},
 		{"wrong_arg_count", []string{"--server", nowhere, "get", "lb", "127.0.0.1", "2020"}, "get lb: got 2 arguments"},
 		{"bad_rule_ref", []string{"--server", nowhere, "get", "endpoints", "lb1", "99999", "http"},
 			`"lb1" is not an IP address; port: 99999 is outside 0–65535; protocol "http"`},

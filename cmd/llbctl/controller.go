@@ -50,7 +50,7 @@ func (a *app) setCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "set",
 		Short: "Change runtime settings",
-		Args:  usageArgs(cobra.NoArgs, "llbctl set controller ..."),
+		Args:  usageArgs(cobra.NoArgs, "llbctl set controller|apikey|ratelimit ..."),
 		RunE:  func(cmd *cobra.Command, _ []string) error { return needSubcommand(cmd) },
 	}
 	var u controllerUpdate
@@ -133,7 +133,7 @@ rule id.`,
 	ctl.Flags().Int64Var(&weight, "weight", 0, "capacity weight 0–100 (100 is neutral)")
 	ctl.Flags().Int64Var(&epoch, "epoch", 0, "controller epoch of this update")
 	ctl.Flags().BoolVar(&dryRun, "dry-run", false, "print the JSON that would be posted and exit")
-	c.AddCommand(ctl)
+	c.AddCommand(ctl, a.setAPIKeyCmd(), a.setRateLimitCmd())
 	return c
 }
 

@@ -50,7 +50,7 @@ func (a *app) createCmd() *cobra.Command {
 		Args:  usageArgs(cobra.NoArgs, "llbctl create lb ..."),
 		RunE:  func(cmd *cobra.Command, _ []string) error { return needSubcommand(cmd) },
 	}
-	c.AddCommand(a.createLBCmd())
+	c.AddCommand(a.createLBCmd(), a.createAPIKeyCmd())
 	return c
 }
 

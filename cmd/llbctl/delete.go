@@ -57,7 +57,7 @@ A rule created with --host is keyed by it: give the same --host to delete it
 	f.StringVar(&o.name, "name", "", "delete every rule with this name")
 	f.BoolVar(&o.all, "all", false, "delete every rule")
 	f.BoolVar(&o.ignoreNotFound, "ignore-not-found", false, "with --name: succeed when no rule has the name")
-	c.AddCommand(lb)
+	c.AddCommand(lb, a.deleteAPIKeyCmd())
 	return c
 }
 

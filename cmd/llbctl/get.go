@@ -24,7 +24,7 @@ func (a *app) getCmd() *cobra.Command {
 		Args:  usageArgs(cobra.NoArgs, "llbctl get lb|endpoints|kv|controller|cluster ..."),
 		RunE:  func(cmd *cobra.Command, _ []string) error { return needSubcommand(cmd) },
 	}
-	c.AddCommand(a.getLBCmd(), a.getEndpointsCmd(), a.getKVCmd(), a.getControllerCmd(), a.getClusterCmd())
+	c.AddCommand(a.getLBCmd(), a.getEndpointsCmd(), a.getKVCmd(), a.getControllerCmd(), a.getClusterCmd(), a.getAPIKeyCmd(), a.getRateLimitCmd())
 	return c
 }
 

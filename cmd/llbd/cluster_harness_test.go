@@ -61,6 +61,12 @@ type replicaProc struct {
 type rigConfig struct {
 	replicas, etcdMembers int
 	prefill, decode       int
+	// single is a number of role-less workers (a single-pool rule).
+	single int
+	// dialect is the engine the workers speak as ("": vLLM); blockSize,
+	// when set, their tokens per block.
+	dialect   worker.Dialect
+	blockSize int
 	// scale is the workers' latency time scale (1 = an H100's speed).
 	scale float64
 }
@@ -76,8 +82,14 @@ func startRig(t *testing.T, rc rigConfig) *clusterRig {
 	r.name = fmt.Sprintf("t%d-%d", r.net.a, r.net.b)
 	r.vip = r.net.ip(1)
 	r.etcd = etcdtest.Start(t, etcdtest.Options{Members: rc.etcdMembers})
+	tmpl := worker.DefaultConfig()
+	tmpl.Dialect = rc.dialect
+	if rc.blockSize != 0 {
+		tmpl.Engine.BlockSize = rc.blockSize
+	}
 	fl, err := fleet.Start(fleet.Config{
-		Prefill: rc.prefill, Decode: rc.decode, BaseIP: r.net.ip(10), HTTPPort: chaosHTTPPort,
+		Prefill: rc.prefill, Decode: rc.decode, Single: rc.single, BaseIP: r.net.ip(10), HTTPPort: chaosHTTPPort,
+		Template:  &tmpl,
 		Customize: func(_ int, _ ladder.Role, c *worker.Config) { c.Engine.Latency.TimeScale = rc.scale },
 	})
 	if err != nil {

@@ -89,6 +89,10 @@ type config struct {
 	// router that is slow but moving is waited for (default
 	// actors.DefaultRouteTimeout, 2 s; at least 10 ms).
 	RouteTimeout time.Duration
+	// MaxTenantLabels bounds the tenant label of the per-tenant metrics:
+	// the first this many tenants get their own value, later ones count
+	// as "_other" (default gateway.DefaultMaxTenantLabels, 64).
+	MaxTenantLabels int
 	// TokenizerDir is the default Hugging Face tokenizer directory of rules
 	// with Tier 1.5 (kvTokenizerDir overrides it per rule): one model's
 	// directory, or a root of directories named by served model name. ""
@@ -183,6 +187,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		{"max-conns", "LLB_MAX_CONNS", "most data-plane client connections open at once, across every rule; one over it gets 503 too_many_connections and is closed (0: no bound; default derived from the open-file limit)"},
 		{"client-send-timeout", "LLB_CLIENT_SEND_TIMEOUT", "close a data-plane client connection (reset an h2c stream) that accepts no byte of its answer for this long, ending its upstream leg (0: no bound but max_stream_duration)"},
 		{"route-timeout", "LLB_ROUTE_TIMEOUT", "answer 503 service_unavailable when the router handled no message for this long while a request waited for its decision (a slow but moving router is waited for)"},
+		{"max-tenant-labels", "LLB_MAX_TENANT_LABELS", "most tenants that get their own tenant label in the llb_tenant_* metrics; later ones count as _other"},
 		{"tokenizer-dir", "LLB_TOKENIZER_DIR", "Hugging Face tokenizer directory (or a root of them named by served model) for Tier 1.5 to tokenize in process; empty: the engines' /tokenize"},
 	}
 	usage := func(name string) string {
@@ -213,6 +218,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&cfg.MaxConns, "max-conns", gateway.DefaultMaxConns(), usage("max-conns"))
 	fs.DurationVar(&cfg.ClientSendTimeout, "client-send-timeout", gateway.DefaultClientSendTimeout, usage("client-send-timeout"))
 	fs.DurationVar(&cfg.RouteTimeout, "route-timeout", actors.DefaultRouteTimeout, usage("route-timeout"))
+	fs.IntVar(&cfg.MaxTenantLabels, "max-tenant-labels", gateway.DefaultMaxTenantLabels, usage("max-tenant-labels"))
 	var etcdEndpoints, dataBind string
 	fs.StringVar(&cfg.Cluster.Name, "cluster-name", "", usage("cluster-name"))
 	fs.StringVar(&cfg.Cluster.Advertise, "cluster-advertise", "", usage("cluster-advertise"))
@@ -309,6 +315,9 @@ func (c *config) validate() []error {
 	}
 	if c.RouteTimeout < 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("--route-timeout %s: want at least 10ms", c.RouteTimeout))
+	}
+	if c.MaxTenantLabels < 1 || c.MaxTenantLabels > 10000 {
+		errs = append(errs, fmt.Errorf("--max-tenant-labels %d: want 1 to 10000", c.MaxTenantLabels))
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, errors.New("--tls-cert and --tls-key go together: give both or neither"))

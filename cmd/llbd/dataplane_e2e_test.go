@@ -50,6 +50,15 @@ func ruleJSON(t *testing.T, f *fleet.Fleet, vip string, port int, extra map[stri
 	if frag.PDDisaggMode {
 		sa["pd_disagg_mode"] = true
 	}
+	if frag.KVEngineType != "" {
+		sa["kvEngineType"] = frag.KVEngineType
+	}
+	if frag.KVDpRankCount != 0 {
+		sa["kvDpRankCount"] = frag.KVDpRankCount
+	}
+	if frag.PDBootstrapPort != 0 {
+		sa["pdBootstrapPort"] = frag.PDBootstrapPort
+	}
 	for k, v := range extra {
 		sa[k] = v
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/llbproject/llb/restapi"
 	"github.com/llbproject/llb/rule"
 	"github.com/llbproject/llb/rulestore"
+	"github.com/llbproject/llb/tenant"
 )
 
 // exitCode maps run's error to the process exit status, printing it.
@@ -89,7 +90,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer closeStore()
-	rt, closeRuntime, err := newRuntime(base, set, getenv, cfg)
+	// The API keys and tenant limits: the catalog publishes them, the data
+	// plane enforces them.
+	keys := tenant.NewGate()
+	rt, closeRuntime, err := newRuntime(base, set, getenv, cfg, keys)
 	if err != nil {
 		return err
 	}
@@ -124,6 +128,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		StateDir:       stateDir,
 		StateFile:      stateFile,
 		Shared:         shared,
+		Keys:           keys,
 		Token:          token,
 		BodyLimit:      cfg.BodyLimit,
 		SelfAddrs:      selfAddrs,
@@ -181,7 +186,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // environment (read once, here). With noDataPlane it returns
 // restapi.NoDataPlane instead and says so. The returned func drains and
 // stops every rule.
-func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) string, cfg config) (restapi.Runtime, func(context.Context), error) {
+func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) string, cfg config, keys *tenant.Gate) (restapi.Runtime, func(context.Context), error) {
 	log := base.With().Str(logfield.Component, "llbd").Logger()
 	if cfg.NoDataPlane {
 		log.Warn().Msg("--no-data-plane: rules are validated, persisted and listed, but no traffic is served and every endpoint reports inactive")
@@ -205,7 +210,8 @@ func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) strin
 	defaults.TokenizerDir = cfg.TokenizerDir
 	lc := lifecycle.Config{Log: base, Metrics: set, Env: env, Defaults: defaults, KVMaxMsgSize: maxMsg,
 		AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs, DataBind: cfg.DataBind,
-		BodyBufferBytes: cfg.BodyBufferBytes, MaxConns: cfg.MaxConns, ClientSendTimeout: cfg.ClientSendTimeout, RouteTimeout: cfg.RouteTimeout}
+		BodyBufferBytes: cfg.BodyBufferBytes, MaxConns: cfg.MaxConns, ClientSendTimeout: cfg.ClientSendTimeout,
+		MaxTenantLabels: cfg.MaxTenantLabels, Keys: keys, RouteTimeout: cfg.RouteTimeout}
 	if cl := cfg.Cluster; cl.Name != "" {
 		lc.Cluster = &replica.Config{ClusterName: cl.Name, Advertise: cl.Advertise, Etcd: cl.Etcd, Log: base}
 	}
@@ -287,6 +293,12 @@ func openSharedStore(cfg config, base zerolog.Logger) (shared *catalog.SharedCon
 		_ = cli.Close()
 		return nil, "", nil, err
 	}
-	return &catalog.SharedConfig{Rules: rules, Controller: ctrl, Where: where},
+	opt.Namespace = rulestore.NamespaceTenants
+	keys, err := rulestore.NewEtcd(cli, opt)
+	if err != nil {
+		_ = cli.Close()
+		return nil, "", nil, err
+	}
+	return &catalog.SharedConfig{Rules: rules, Controller: ctrl, Keys: keys, Where: where},
 		"cluster-" + cl.Name + ".rules.json", func() { _ = cli.Close() }, nil
 }

@@ -3,7 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"encoding/binary"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/llbproject/llb/simulate/attack"
 )
 
 // Large streams through the real llbd, and clients that do not read them
@@ -246,7 +248,15 @@ func TestE2E_ClientsThatStopReadingAreCutAtTheSendBound(t *testing.T) {
 		}
 	}
 	// One h2c connection, its windows never opened, read (it stays alive).
-	resets := h2cUnreadStreams(t, vip, h2)
+	bodies := make([][]byte, h2)
+	for i := range bodies {
+		bodies[i] = []byte(`{"model":"m","prompt":"p","max_tokens":100000,"stream":true}`)
+	}
+	h2c, resets, err := attack.SilentH2(context.Background(), vip, bodies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h2c.Close() })
 
 	waitUntil(t, "every request streaming", 20*time.Second, func() bool { return w.streams.Load() == h11+h10+h2 })
 	held := time.Now()
@@ -267,60 +277,6 @@ func TestE2E_ClientsThatStopReadingAreCutAtTheSendBound(t *testing.T) {
 			t.Errorf("client %d: %v; want its connection closed by llbd", i, err)
 		}
 	}
-}
-
-// h2cUnreadStreams opens an h2c connection with n streamed completions
-// and never opens its flow-control windows; it reads the connection and
-// counts the streams the server resets.
-func h2cUnreadStreams(t *testing.T, vip string, n int) *atomic.Int64 {
-	t.Helper()
-	c, err := net.Dial("tcp", vip)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	frame := func(typ, flags byte, stream uint32, p []byte) []byte {
-		b := []byte{byte(len(p) >> 16), byte(len(p) >> 8), byte(len(p)), typ, flags, 0, 0, 0, 0}
-		binary.BigEndian.PutUint32(b[5:], stream)
-		return append(b, p...)
-	}
-	var hdrs []byte
-	for _, kv := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/v1/completions"}, {":authority", vip}, {"content-type", "application/json"}} {
-		hdrs = append(hdrs, 0x00, byte(len(kv[0])))
-		hdrs = append(hdrs, kv[0]...)
-		hdrs = append(hdrs, byte(len(kv[1])))
-		hdrs = append(hdrs, kv[1]...)
-	}
-	body := []byte(`{"model":"m","prompt":"p","max_tokens":100000,"stream":true}`)
-	out := append([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), frame(0x4, 0, 0, nil)...)
-	for i := range n {
-		id := uint32(2*i + 1)
-		out = append(out, frame(0x1, 0x4, id, hdrs)...)
-		out = append(out, frame(0x0, 0x1, id, body)...)
-	}
-	if _, err := c.Write(out); err != nil {
-		t.Fatal(err)
-	}
-	var resets atomic.Int64
-	go func() {
-		br := bufio.NewReader(c)
-		for {
-			var h [9]byte
-			if _, err := io.ReadFull(br, h[:]); err != nil {
-				return
-			}
-			if _, err := io.CopyN(io.Discard, br, int64(h[0])<<16|int64(h[1])<<8|int64(h[2])); err != nil {
-				return
-			}
-			switch {
-			case h[3] == 0x4 && h[4]&0x1 == 0:
-				_, _ = c.Write(frame(0x4, 0x1, 0, nil)) // SETTINGS ack
-			case h[3] == 0x3:
-				resets.Add(1)
-			}
-		}
-	}()
-	return &resets
 }
 
 // grepLines is text's lines that contain sub.

@@ -3,7 +3,7 @@ package logfield
 // Field names used by the data plane (gateway/): the access log and the
 // decision traces.
 const (
-	// API is the request's API: "completion", "chat", "passthrough", "unknown".
+	// API is the request's API: "completion", "chat", "responses", "messages", "embeddings", …, "models", "passthrough", "unknown" (gateway/apis.go).
 	API = "api"
 	// Model is the request's model field.
 	Model = "model"

@@ -406,7 +406,7 @@ func forgedHopCase(rng *rand.Rand, host string) dpCase {
 func methodPathCase(rng *rand.Rand, host string) dpCase {
 	paths := []string{"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/v1/../v1/completions", "/v1/completions/",
 		"/V1/COMPLETIONS", "/v1/completions?x=%zz", "/v1/completions?" + strings.Repeat("q=1&", 5000), "/%2e%2e/admin", "/metrics",
-		"/v1/embeddings", "//v1/completions", "/v1/completions#frag", "/debug/pprof/"}
+		"/v1/assistants", "//v1/completions", "/v1/completions#frag", "/debug/pprof/"}
 	methods := []string{"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "TRACE", "FOO"}
 	m, p := methods[rng.IntN(len(methods))], paths[rng.IntN(len(paths))]
 	o := reqOpts{method: m, path: p}

@@ -149,20 +149,32 @@ func (f *dpFamily) nonReaderCase(ctx context.Context) {
 		fmt.Sprintf("20 s after the case: %v; before it %v (slack 8 fds, 40 goroutines)", u, before), "")
 }
 
-// silentH2 opens an h2c connection with dpSilentH2 streamed completions
-// and never opens their windows; it reads the connection (acking the
-// server's SETTINGS) and counts the streams the server resets.
+// silentH2 opens non_reader's h2c connection.
 func (f *dpFamily) silentH2(ctx context.Context) (net.Conn, *atomic.Int64, error) {
+	bodies := make([][]byte, dpSilentH2)
+	for i := range bodies {
+		bodies[i] = silentBody(dpSilentH11 + dpSilentH10 + i)
+	}
+	return SilentH2(ctx, f.vip, bodies)
+}
+
+// SilentH2 opens an h2c connection to vip with one POST
+// /v1/completions stream per body, and never opens their flow-control
+// windows: a client that never reads its streams. It reads the
+// connection (acking the server's SETTINGS, so the connection stays
+// alive) and counts the streams the server resets. Close the connection
+// to end it.
+func SilentH2(ctx context.Context, vip string, bodies [][]byte) (net.Conn, *atomic.Int64, error) {
 	var resets atomic.Int64
-	c, err := (&net.Dialer{Timeout: 3 * time.Second}).DialContext(ctx, "tcp", f.vip)
+	c, err := (&net.Dialer{Timeout: 3 * time.Second}).DialContext(ctx, "tcp", vip)
 	if err != nil {
 		return nil, &resets, err
 	}
 	out := append([]byte(h2Preface), h2Frame(0x4, 0, 0, nil)...)
-	for i := range dpSilentH2 {
+	for i, body := range bodies {
 		id := uint32(2*i + 1)
-		out = append(out, h2Frame(0x1, 0x4, id, h2Headers("/v1/completions", f.vip))...)   // HEADERS, END_HEADERS
-		out = append(out, h2Frame(0x0, 0x1, id, silentBody(dpSilentH11+dpSilentH10+i))...) // DATA, END_STREAM
+		out = append(out, h2Frame(0x1, 0x4, id, h2Headers("/v1/completions", vip))...) // HEADERS, END_HEADERS
+		out = append(out, h2Frame(0x0, 0x1, id, body)...)                              // DATA, END_STREAM
 	}
 	if _, err := c.Write(out); err != nil {
 		return c, &resets, err

@@ -32,6 +32,9 @@ func (r *instantRouter) Route(context.Context, *actors.RouteRequest) (actors.Rou
 // FirstByte implements actors.Ledger.
 func (*instantRouter) FirstByte(actors.Ticket) {}
 
+// Pin implements actors.Ledger.
+func (*instantRouter) Pin(actors.Ticket, string) {}
+
 // Report implements actors.Ledger.
 func (*instantRouter) Report(actors.Outcome) {}
 

@@ -118,7 +118,7 @@ func parseContent(m *Message, raw json.RawMessage) error {
 			return fmt.Errorf("part %d: %w: %w", j, ErrInvalidChat, err)
 		}
 		switch wp.Type {
-		case "text":
+		case "text", "input_text", "output_text": // the Responses API's part types render as text (vLLM chat_utils)
 			if wp.Text == nil {
 				return fmt.Errorf("part %d: text part without text: %w", j, ErrInvalidChat)
 			}

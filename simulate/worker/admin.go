@@ -31,15 +31,10 @@ type modelCard struct {
 	Permission  []any   `json:"permission"`
 }
 
-// handleModels serves GET /v1/models: the model and its LoRAs.
+// handleModels serves GET /v1/models: the model under each served name
+// and its LoRA adapters.
 func (w *Worker) handleModels(rw http.ResponseWriter, r *http.Request) {
-	created := w.started.Unix()
-	cards := []modelCard{{ID: w.cfg.Model, Object: "model", Created: created, OwnedBy: "vllm", Root: w.cfg.Model, MaxModelLen: w.cfg.Engine.MaxModelLen, Permission: []any{}}}
-	for _, l := range w.cfg.LoRAs {
-		parent := w.cfg.Model
-		cards = append(cards, modelCard{ID: l, Object: "model", Created: created, OwnedBy: "vllm", Root: l, Parent: &parent, MaxModelLen: w.cfg.Engine.MaxModelLen, Permission: []any{}})
-	}
-	writeJSON(rw, http.StatusOK, map[string]any{"object": "list", "data": cards})
+	writeJSON(rw, http.StatusOK, map[string]any{"object": "list", "data": w.modelCards()})
 }
 
 // handleReset serves POST /reset_prefix_cache: AllBlocksCleared on success,

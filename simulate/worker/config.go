@@ -48,6 +48,23 @@ type Config struct {
 	// LoRAs are LoRA adapter names also served; a request whose "model" is
 	// one of them hashes with that lora_name (and lora_id = index+1).
 	LoRAs []string
+	// Aliases are more names the base model is served under
+	// (--served-model-name with several names: each is a card of
+	// /v1/models, and a request may name any of them).
+	Aliases []string
+	// MaxLoRAs is vLLM's --max-loras: at most this many adapters in one
+	// batch; a request whose adapter would exceed it waits. 0 means 1 when
+	// LoRAs are served (vLLM's default), no limit otherwise.
+	MaxLoRAs int
+	// RuntimeLoRA allows POST /v1/load_lora_adapter and
+	// /v1/unload_lora_adapter (VLLM_ALLOW_RUNTIME_LORA_UPDATING=True);
+	// without it both answer 404 as vLLM does.
+	RuntimeLoRA bool
+	// NoResponseStore turns the Responses API's store off
+	// (VLLM_ENABLE_RESPONSES_API_STORE unset): responses are not kept, a
+	// previous_response_id is never found. The simulator stores by
+	// default, to play multi-turn Responses conversations.
+	NoResponseStore bool
 	// IP is the address every socket of the worker binds (HTTP, ZMQ, NIXL);
 	// each worker of a fleet gets its own 127.0.0.x. Default 127.0.0.1.
 	IP string

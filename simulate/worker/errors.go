@@ -74,6 +74,8 @@ func (w *Worker) writeReqError(rw http.ResponseWriter, e *reqError) {
 	switch {
 	case e.raw:
 		writeJSON(rw, e.status, map[string]string{"error": e.msg})
+	case e.anthropic:
+		writeJSON(rw, e.status, map[string]any{"type": "error", "error": map[string]string{"type": errorType(e.status), "message": e.msg}})
 	case w.cfg.Dialect == DialectVLLM:
 		writeError(rw, e.status, e.msg)
 	default:

@@ -43,6 +43,7 @@ type genCtx struct {
 	wrote   int        // tokens written (for mid-stream drops)
 	room    *roomState // an SGLang prefill leg's bootstrap room
 	ctxID   int64      // a TensorRT-LLM context_only leg's ctx_request_id
+	api     any        // what another API's answer needs (apis.go)
 }
 
 // requestID returns the client's X-Request-Id or a fresh random one.

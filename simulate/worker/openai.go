@@ -23,6 +23,9 @@ type reqError struct {
 	status int
 	msg    string
 	raw    bool
+	// anthropic selects Anthropic's shape (the Messages API's handler
+	// errors): {"type":"error","error":{"type","message"}}.
+	anthropic bool
 }
 
 // Error implements error.
@@ -154,19 +157,6 @@ func decodeBody(body []byte, v any) *reqError {
 		return badRequest("malformed JSON body: %v", err)
 	}
 	return nil
-}
-
-// resolveModel checks the requested model and returns the LoRA it names.
-func (w *Worker) resolveModel(m *string) (name string, loraName string, loraID int, rerr *reqError) {
-	if m == nil || *m == "" || *m == w.cfg.Model {
-		return w.cfg.Model, "", 0, nil
-	}
-	for i, l := range w.cfg.LoRAs {
-		if *m == l {
-			return l, l, i + 1, nil
-		}
-	}
-	return "", "", 0, &reqError{status: http.StatusNotFound, msg: fmt.Sprintf("The model `%s` does not exist.", *m)}
 }
 
 // parseKV reads kv_transfer_params (absent or null: none).

@@ -49,6 +49,8 @@ type Worker struct {
 	faults     *faultState
 	met        *workerMetrics
 	receipts   *receiptLog
+	responses  responseStore // the Responses API's stored responses
+	loras      loraState     // loaded LoRA adapters and the lora_requests_info gauge
 	log        *zerolog.Logger
 	started    time.Time
 	pullClient *http.Client
@@ -118,6 +120,7 @@ func Start(cfg Config) (*Worker, error) {
 		w.dpRanks = append(w.dpRanks, rp)
 	}
 	w.faults = newFaultState(cfg.Faults, cfg.FaultSeed)
+	w.loras.init(cfg.LoRAs)
 	w.pullClient = newPullClient(cfg.PullTimeout)
 
 	if w.ln, err = net.Listen("tcp", net.JoinHostPort(cfg.IP, strconv.Itoa(cfg.HTTPPort))); err != nil {
@@ -231,6 +234,7 @@ func (w *Worker) routes() http.Handler {
 		mux.HandleFunc("GET /prometheus/metrics", w.handleMetrics)
 	}
 	mux.HandleFunc("/reset_prefix_cache", w.handleReset)
+	w.apiRoutes(mux)
 	mux.HandleFunc("/_sim/faults", w.handleFaults)
 	mux.HandleFunc("GET /_sim/debug", w.handleDebug)
 	mux.HandleFunc("/", func(rw http.ResponseWriter, r *http.Request) {

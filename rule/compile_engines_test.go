@@ -1,0 +1,62 @@
+package rule_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/llbproject/llb/rule"
+	"github.com/llbproject/llb/rule/ruletest"
+)
+
+// compileEntry validates, normalizes and compiles an entry.
+func compileEntry(t *testing.T, e ruletest.Entry) *rule.Compiled {
+	t.Helper()
+	var le rule.LoadbalanceEntry
+	if err := json.Unmarshal([]byte(e.JSON(t)), &le); err != nil {
+		t.Fatal(err)
+	}
+	if err := rule.Validate(&le); err != nil {
+		t.Fatalf("validate: %v", err)
+	}
+	r, err := rule.NormalizeEntry(&le)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := rule.Compile(&r, rule.Defaults{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestCompile_EngineFeeds: an SGLang endpoint subscribes to one publisher
+// per DP rank on kvZmqPort + rank; a TensorRT-LLM endpoint is drained on its
+// own serving port; each rule's contract names its engine's hash.
+func TestCompile_EngineFeeds(t *testing.T) {
+	sg := compileEntry(t, ruletest.SingleEntry(t).Set("serviceArguments.kvEngineType", "sglang").Set("serviceArguments.kvExactMode", 3).
+		Set("serviceArguments.kvDpRankCount", 3).Set("serviceArguments.kvZmqPort", 5561))
+	if sg.KV.Algo != "sha256_sglang" || sg.KV.TokenKeyed {
+		t.Errorf("sglang contract %+v", sg.KV)
+	}
+	for i, ep := range sg.Endpoints {
+		if len(ep.Feeds) != 3 {
+			t.Fatalf("sglang endpoint %d feeds %+v; want 3 ranks", i, ep.Feeds)
+		}
+		for r, f := range ep.Feeds {
+			want := "tcp://" + ep.Addr.Addr().String() + ":" + []string{"5561", "5562", "5563"}[r]
+			if f.Rank != r || f.Endpoint != want {
+				t.Errorf("sglang endpoint %d rank %d feed %+v; want %s", i, r, f, want)
+			}
+		}
+	}
+	tr := compileEntry(t, ruletest.SingleEntry(t).Set("serviceArguments.kvEngineType", "trtllm").Set("serviceArguments.kvExactMode", 3).
+		Set("serviceArguments.kvBlockSize", 32))
+	if tr.KV.Algo != "blockhash_trtllm" || tr.KV.BlockSize != 32 {
+		t.Errorf("trtllm contract %+v", tr.KV)
+	}
+	for i, ep := range tr.Endpoints {
+		if want := "http://" + ep.Addr.String() + "/kv_cache_events"; len(ep.Feeds) != 1 || ep.Feeds[0].Endpoint != want {
+			t.Errorf("trtllm endpoint %d feeds %+v; want one drain of %s", i, ep.Feeds, want)
+		}
+	}
+}
