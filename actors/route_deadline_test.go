@@ -16,19 +16,23 @@ import (
 func TestService_SlowRouterIsWaitedForWhileItMoves(t *testing.T) {
 	sys := newTestSystem(t)
 	cfg := *poolConfig(2, ladder.SelRR)
-	cfg.RouteTimeout = 25 * time.Millisecond
+	cfg.RouteTimeout = 50 * time.Millisecond
 	svc := startService(t, sys, cfg)
 	route(t, svc, &RouteRequest{}) // started
-	// A queue the router needs several RouteTimeouts to work through:
-	// queued while the router is held (a status request nobody reads yet),
-	// then released just before the request.
-	const queued = 400_000
-	held := make(chan ServiceStatus)
-	svc.root.Send(svc.router, statusReq{reply: held})
+	// Twenty messages ahead of the request, each holding the router 10 ms
+	// (status requests answered 10 ms late): the router needs four
+	// RouteTimeouts to reach the request, and moves five times in each.
+	const queued = 20
+	slow := make(chan ServiceStatus)
 	for range queued {
-		svc.root.Send(svc.router, inventorySize{ep: 0, blocks: 1})
+		svc.root.Send(svc.router, statusReq{reply: slow})
 	}
-	<-held
+	go func() {
+		for range queued {
+			time.Sleep(10 * time.Millisecond)
+			<-slow
+		}
+	}()
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
