@@ -140,6 +140,9 @@ func (h *Handler) record(x *exchange) {
 	if x.pred.OK {
 		e.Uint32(logfield.KVPredicted, x.pred.CachedTokens)
 	}
+	if x.decided && x.decision.TTFT.OK {
+		e.Dur(logfield.TTFTPredicted, x.decision.TTFT.Predicted)
+	}
 	if x.cached.Reported {
 		e.Uint32(logfield.KVCached, x.cached.CachedTokens)
 	}

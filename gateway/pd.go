@@ -81,7 +81,8 @@ func (x *exchange) runPrefill(lg *leg, body []byte) (pr prefillAnswer, a attempt
 	} else {
 		usage.Reported, usage.CachedTokens = false, 0 // counted, not compared
 	}
-	x.ticket.Report(actors.Outcome{Leg: actors.LegPrefill, Status: pr.status, TTFB: pr.ttfb, Duration: x.prefill, Usage: usage})
+	// The prefill leg computes one token: its answer is its first token.
+	x.ticket.Report(actors.Outcome{Leg: actors.LegPrefill, Status: pr.status, TTFB: pr.ttfb, Duration: x.prefill, TTFT: x.prefill, Usage: usage})
 	if pr.status/100 != 2 {
 		x.finish(actors.Result{})
 		x.relayPrefillError(&pr)

@@ -200,7 +200,11 @@ func (s *relayStream) finish(fail actors.Failure) {
 			usage.Reported, usage.CachedTokens = false, 0
 		}
 	}
-	x.conclude(actors.Outcome{Leg: s.lg.kind, Status: s.status, Failure: fail, TTFB: s.ttfb, Duration: time.Since(s.lg.start), Usage: usage},
+	var ttft time.Duration
+	if s.sse && !s.decode && !s.firstByte.IsZero() {
+		ttft = s.firstByte.Sub(s.lg.start) // a stream's first body byte is its first token
+	}
+	x.conclude(actors.Outcome{Leg: s.lg.kind, Status: s.status, Failure: fail, TTFB: s.ttfb, Duration: time.Since(s.lg.start), TTFT: ttft, Usage: usage},
 		actors.Result{OK: fail == actors.FailNone && s.status/100 == 2})
 }
 

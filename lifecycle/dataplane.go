@@ -314,6 +314,9 @@ func (d *DataPlane) Status(k rule.RuleKey) (restapi.RuleStatus, bool) {
 			}
 			es.KVPrediction = kvPrediction(e.Prediction)
 		}
+		if cfg.Rule.Endpoints[i].Role() != ladder.RoleDecode {
+			es.TTFTPrediction = ttftPrediction(e.TTFT)
+		}
 		out.Endpoints = append(out.Endpoints, es)
 	}
 	return out, true

@@ -169,6 +169,8 @@ type endpointState struct {
 	OffloadBlocks   int                   `json:"offloadBlocks"`
 	KVIgnored       []restapi.KVIgnored   `json:"kvIgnored"`
 	KVPrediction    *restapi.KVPrediction `json:"kvPrediction"`
+	// The TTFT prediction record (issue 30).
+	TTFTPrediction *restapi.TTFTPrediction `json:"ttftPrediction"`
 }
 
 // status reads the rule's endpoint states (the router's live view).

@@ -38,6 +38,9 @@ const (
 	// (usage.prompt_tokens_details.cached_tokens).
 	KVPredicted = "kv_predicted"
 	KVCached    = "kv_cached"
+	// TTFTPredicted is the time to first token llb predicted on the
+	// prefill (single-pool) endpoint, from sending the leg.
+	TTFTPredicted = "ttft_predicted"
 	// Failure is a leg's failure class (connect, reset, timeout, client_gone).
 	Failure = "failure"
 	// Aborted is true when a response was cut after bytes went out.
