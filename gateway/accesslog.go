@@ -149,6 +149,12 @@ func (h *Handler) record(x *exchange) {
 	if x.parked > 0 {
 		e.Dur(logfield.Parked, x.parked)
 	}
+	if x.mig.count > 0 {
+		e.Int(logfield.Migrations, x.mig.count)
+	}
+	if x.mig.cut != "" {
+		e.Str(logfield.MigrationCut, x.mig.cut)
+	}
 	if x.code != "" {
 		e.Str(logfield.Code, x.code)
 	}

@@ -103,6 +103,7 @@ type Handler struct {
 	bodyReadTimeout time.Duration
 	maxRetries      int
 	sendTimeout     time.Duration // the send bound (0: off)
+	migrationLimit  int           // migrations per request (0: none)
 
 	// Process-wide bounds (shared by every handler; nil: none).
 	budget *BodyBudget
@@ -188,6 +189,7 @@ func NewHandler(c *rule.Compiled, opts Options, deps Deps) (*Handler, error) {
 		bodyLimit:       opts.BodyLimit,
 		bodyReadTimeout: opts.BodyReadTimeout,
 		maxRetries:      opts.MaxConnectRetries,
+		migrationLimit:  c.MigrationLimit,
 		sendTimeout:     max(opts.ClientSendTimeout, 0),
 		hopID:           opts.HopID,
 		watch:           deps.Watch,

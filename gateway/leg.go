@@ -45,6 +45,17 @@ func (c failCause) retryable() bool {
 	return c == causeConnect || c == causeDown || c == causeFirstByte
 }
 
+// workerFault reports whether a leg that failed this way failed because
+// of its endpoint (not the client, the listener or the request's own
+// deadline): a migrated stream's next leg may then go elsewhere.
+func (c failCause) workerFault() bool {
+	switch c {
+	case causeClient, causeCut, causeDeadline, causeNone:
+		return false
+	}
+	return true
+}
+
 // leg is one upstream request in progress.
 type leg struct {
 	x     *exchange

@@ -45,6 +45,13 @@ const (
 	Failure = "failure"
 	// Aborted is true when a response was cut after bytes went out.
 	Aborted = "aborted"
+	// Migrations is how many times a request moved to another endpoint
+	// after its worker failed (a stream continued, or an answer that had
+	// sent nothing sent again); MigrationCut why a broken stream was not
+	// continued (n, logprobs, structured_output, tool_call, limit, failed,
+	// ...).
+	Migrations   = "migrations"
+	MigrationCut = "migration_cut"
 	// Parked is how long admission held the request.
 	Parked = "parked"
 	// RequestID is the X-Request-Id sent upstream.
