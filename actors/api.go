@@ -25,9 +25,9 @@ var (
 	// ErrStopped: the service is stopping or stopped (answer 503
 	// service_unavailable).
 	ErrStopped = errors.New("actors: service stopped")
-	// ErrRouterTimeout: the router actor did not answer within the
-	// decision deadline (answer 503; counted — it means the router is
-	// overloaded or was restarted mid-decision).
+	// ErrRouterTimeout: the router actor handled no message for a whole
+	// RouteTimeout while the request waited for its decision (answer 503;
+	// counted — the router is stuck; a merely slow one is waited for).
 	ErrRouterTimeout = errors.New("actors: router did not answer in time")
 )
 

@@ -33,6 +33,7 @@ func newRouterActor(svc *Service) actor.Actor {
 
 // Receive implements actor.Actor.
 func (a *routerActor) Receive(ctx actor.Context) {
+	a.svc.handled.Add(1) // the router moves (Service.Route's deadline)
 	a.ctx = ctx
 	defer func() { a.ctx = nil }()
 	now := time.Now()

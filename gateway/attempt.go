@@ -84,12 +84,17 @@ func (x *exchange) route() bool {
 		}
 		return false
 	}
+	if !route.Decision.Available() && x.lastErr != nil {
+		// The retry found nothing better than what failed: the client gets
+		// that failure, and X-Llb-Route keeps the decision of the attempt
+		// that ran (the header and the body tell the same story).
+		x.fail(x.lastErr)
+		return false
+	}
 	x.decision, x.decided, x.parked = route.Decision, true, route.Parked
 	d := &x.decision
 	if !d.Available() {
 		switch {
-		case x.lastErr != nil:
-			x.fail(x.lastErr) // the retry found nothing better than what failed
 		case d.Unavailable == ladder.ReasonModelNotServed:
 			x.fail(errModelNotServed(x.req.Kind, x.rr.Model))
 		default:

@@ -21,9 +21,14 @@ import (
 // (no allocation, no map); a leg leaves the list when it commits to the
 // client or fails. Safe for concurrent use. EndpointDown never blocks for
 // long (the router actor calls it).
+//
+// It also keeps each endpoint's signs of life (liveness.go): the legs note
+// the response bytes they read, and the endpoint's probe and dials read
+// them.
 type EndpointWatch struct {
 	mu   [ladder.MaxEndpoints]sync.Mutex
 	legs [ladder.MaxEndpoints]*watchedLeg // list heads, guarded by mu[ep]
+	life [ladder.MaxEndpoints]lifeSigns
 }
 
 // NewEndpointWatch returns an empty watch.

@@ -121,6 +121,7 @@ func (x *exchange) deliver(lg leg, ttfb time.Duration) attempt {
 	n, rerr := readSome(&s.body, *bp)
 	if n > 0 {
 		s.firstByte = time.Now()
+		h.pools[lg.ep].life.note(s.firstByte)
 		s.lg.begin()
 		if !s.decode {
 			x.ticket.FirstByte() // the prefill is over: the router stops counting it as queued

@@ -138,8 +138,11 @@ func (s *relayStream) WriteTo(w io.Writer) (int64, error) {
 		off = 0
 		var nr int
 		nr, rerr = s.body.Read(buf[carry:])
-		if nr > 0 && s.firstByte.IsZero() {
-			s.legStarted()
+		if nr > 0 {
+			s.lg.alive()
+			if s.firstByte.IsZero() {
+				s.legStarted()
+			}
 		}
 		n = carry + nr
 		if nr == 0 {
@@ -183,6 +186,9 @@ func (s *relayStream) Read(p []byte) (int, error) {
 	}
 	s.lg.armRead()
 	n, err := s.body.Read(p)
+	if n > 0 {
+		s.lg.alive()
+	}
 	s.observe(p[:n])
 	s.x.bytes += int64(n)
 	if err != nil && err != io.EOF {
