@@ -30,9 +30,16 @@ func (d *DataPlane) startMember(cfg replica.Config) error {
 	if d.drains != nil {
 		cfg.OnKVDrain = d.drains.received
 	}
+	if d.keys != nil {
+		cfg.OnUsage = peerUsage(d.keys)
+	}
 	m, err := replica.Start(cfg)
 	if err != nil {
 		return err
+	}
+	if d.keys != nil {
+		d.stopUsage = make(chan struct{})
+		go shareUsage(m, d.keys, d.stopUsage)
 	}
 	if d.drains != nil {
 		d.drains.member.Store(m)

@@ -78,6 +78,9 @@ type Config struct {
 	// TensorRT-LLM endpoint's /kv_cache_events (from an actor goroutine:
 	// must not block).
 	OnKVDrain func(from string, d KVDrain)
+	// OnUsage, when set, receives a peer's totals of the shared limit
+	// buckets (from an actor goroutine: must not block long).
+	OnUsage func(from string, us []BucketUsage)
 }
 
 func (c *Config) setDefaults() {

@@ -253,6 +253,8 @@ func (a *peerActor) Receive(ctx actor.Context) {
 			a.inc.m.Load.receivedHealth(msg.From, b.Health)
 		case *replicapb.PeerMessage_Trie:
 			a.inc.m.Teacher.received(msg.From, b.Trie)
+		case *replicapb.PeerMessage_Usage:
+			a.inc.m.receivedUsage(msg.From, b.Usage)
 		case *replicapb.PeerMessage_KvDrain:
 			if f := a.inc.m.cfg.OnKVDrain; f != nil && b.KvDrain != nil {
 				f(msg.From, KVDrain{Service: b.KvDrain.Service, Addr: b.KvDrain.Addr, Body: b.KvDrain.Body})
