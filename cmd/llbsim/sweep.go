@@ -112,11 +112,12 @@ func (f *sweepFlags) plan() (des.Plan, error) {
 	if len(f.scenarios) > 0 {
 		var keep []des.Scenario
 		for _, name := range f.scenarios {
-			i := slices.IndexFunc(p.Scenarios, func(s des.Scenario) bool { return s.Name == name })
+			all := append(p.Scenarios, des.LoRAScenarios(n, f.seed)...) // the LoRA scenario runs on demand
+			i := slices.IndexFunc(all, func(s des.Scenario) bool { return s.Name == name })
 			if i < 0 {
 				return p, &usageError{fmt.Errorf("--scenarios: unknown scenario %q", name)}
 			}
-			keep = append(keep, p.Scenarios[i])
+			keep = append(keep, all[i])
 		}
 		p.Scenarios = keep
 	}

@@ -77,6 +77,9 @@ type RunConfig struct {
 	// decision trace llbd would put in X-Llb-Route, for tests and
 	// debugging. Off in sweeps (it allocates a string per request).
 	RecordRoutes bool
+	// NoLoRAAffinity turns llb's LoRA policy off (LLB_LORA_AFFINITY=0):
+	// adapter requests are routed like any other.
+	NoLoRAAffinity bool
 }
 
 // DefaultGossip is RunConfig.GossipEvery's default: llbd's cluster

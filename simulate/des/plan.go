@@ -76,6 +76,10 @@ type EngineOverrides struct {
 	TimeFactorUnderLoad float64
 	// MaxModelLen is the longest prompt plus output (--max-model-len).
 	MaxModelLen int
+	// MaxLoRAs is --max-loras (engine.Config.MaxLoRAs) and LoRASwapIn an
+	// adapter's swap-in time (engine.Config.LoRASwapIn).
+	MaxLoRAs   int
+	LoRASwapIn time.Duration
 }
 
 // Plan is a whole sweep: scenarios × strategies × loads, plus the ε and λ
@@ -302,6 +306,7 @@ func (p *Plan) Execute(exec Executor, progress func(string)) ([]ScenarioOutcome,
 		pooled.Fleet.Engine.NumBlocks = fleet.CacheBlocks()
 		pooled.Fleet.Engine.MaxNumSeqs = fleet.Workers * fleet.Engine.MaxNumSeqs
 		pooled.Fleet.Engine.MaxNumBatchedTokens = fleet.Workers * fleet.Engine.MaxNumBatchedTokens
+		pooled.Fleet.Engine.MaxLoRAs = fleet.Workers * fleet.Engine.MaxLoRAs
 		pooled.Replicas = 0
 		pooled.Strategy, _ = strategy.ByName(strategy.NameRR)
 		so.PooledLoad = pooledLoad(p.Loads)
@@ -405,6 +410,7 @@ func (sc *Scenario) Fleet(t *Trace) (Fleet, error) {
 		if o.MaxModelLen > 0 {
 			f.Engine.MaxModelLen = o.MaxModelLen
 		}
+		f.Engine.MaxLoRAs, f.Engine.LoRASwapIn = o.MaxLoRAs, o.LoRASwapIn
 	}
 	f.Engine.Scheduler = sc.Model
 	if sc.CachePressure > 0 {

@@ -18,6 +18,9 @@ type replica struct {
 	// prefill is, per worker, the uncached prompt blocks of this
 	// replica's requests that have no first token yet (llb only).
 	prefill []uint32
+	// lora counts, per worker, this replica's requests in flight by
+	// adapter (nil until the first adapter request).
+	lora []map[string]int
 }
 
 // newReplicas builds the run's router replicas.
@@ -111,7 +114,12 @@ func (s *sim) pickPeer(ri, i int, at time.Time) int {
 		}
 		s.peerEps[wi] = e
 	}
+	if tr.LoRA != "" {
+		for wi := range s.workers {
+			s.peerEps[wi].LoRAStale = s.loraGauge(wi, at.Sub(epoch)).stale
+		}
+	}
 	req := peers.Request{ID: i, Text: k.Prompt, Chain: k.Chain, PromptTokens: tr.PromptTokens,
-		OutputTokens: tr.OutputTokens, BlockSize: s.tr.Config.BlockSize}
+		OutputTokens: tr.OutputTokens, BlockSize: s.tr.Config.BlockSize, Adapter: tr.LoRA}
 	return s.replicas[ri].peer.Pick(at, &req, s.peerEps)
 }

@@ -48,6 +48,8 @@ type worker struct {
 	scrapedUsed, sinceScrape uint32
 	scrapedAt                time.Duration
 	hasScrape                bool
+	// lora is its LoRA gauge as last read (lora.go).
+	lora loraScrape
 }
 
 // reqState is one request's life in a run. Times are offsets from epoch;
@@ -99,6 +101,7 @@ type sim struct {
 	nextTurn []int32
 	events   int64
 	kvScore  bool // Tier 1.5 on: score the mirrors per request
+	loraIDs  map[string]int
 }
 
 // Run simulates one run of trace t under cfg and returns its measurements.
@@ -145,6 +148,7 @@ func newSim(t *Trace, cfg RunConfig) (*sim, error) {
 		views:   make([]ladder.EndpointView, views),
 		peerEps: make([]peers.Endpoint, n),
 		kvScore: scoresMirrors(&cfg.Strategy),
+		loraIDs: loraIDs(t),
 	}
 	s.gossip = make([][]uint32, len(replicas))
 	for i := range s.gossip {
@@ -383,6 +387,9 @@ func (s *sim) progress(wi int, now time.Duration, p *engine.Progress) error {
 	s.setActive(w, now, w.active-1)
 	rep := &s.replicas[r.replica]
 	rep.active[wi]--
+	if a := s.tr.Requests[idx].LoRA; a != "" && rep.lora != nil {
+		rep.lora[wi][a]--
+	}
 	if rep.peer != nil {
 		rep.peer.Done(p.DoneAt, idx)
 	}
@@ -457,6 +464,7 @@ func (s *sim) arrive(i int, at time.Time) error {
 	w := &s.workers[ep]
 	tk, err := w.eng.Submit(at, engine.Request{
 		ID: strconv.Itoa(i), Tokens: tr.Tokens, MaxTokens: tr.OutputTokens, Digests: s.tr.Keys[i].Digests,
+		LoRAID: s.loraIDs[tr.LoRA], Extra: inventory.ExtraKeys{LoRAName: tr.LoRA},
 	})
 	if err != nil {
 		if errors.Is(err, engine.ErrInvalidRequest) {
@@ -476,6 +484,16 @@ func (s *sim) arrive(i int, at time.Time) error {
 		w.sinceScrape += r.backlog
 	}
 	s.replicas[ri].active[ep]++
+	if tr.LoRA != "" {
+		rep := &s.replicas[ri]
+		if rep.lora == nil {
+			rep.lora = make([]map[string]int, n)
+			for k := range rep.lora {
+				rep.lora[k] = map[string]int{}
+			}
+		}
+		rep.lora[ep][tr.LoRA]++
+	}
 	s.setActive(w, at.Sub(epoch), w.active+1)
 	// Submit admits at once when there is room: collect that Progress now
 	// so the admission time is the submission time.
@@ -519,7 +537,14 @@ func (s *sim) decideLLB(ri, i int, at time.Time) (ladder.Decision, error) {
 		req.SessionKey = k.SessionKey
 		req.Session = s.session.Get(at, k.SessionKey)
 	}
+	why, masked := s.loraMask(ri, tr.LoRA, at.Sub(epoch))
 	d, err := s.replicas[ri].llb.Decide(at, &req, &ladder.Snapshot{Endpoints: s.views})
+	for wi := range s.views {
+		if masked&(1<<uint(wi)) != 0 {
+			s.views[wi].Down = false
+		}
+	}
+	d.LoRA = why
 	if err != nil {
 		return d, fmt.Errorf("request %d: decide: %w: %w", i, ErrInvariant, err)
 	}

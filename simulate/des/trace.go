@@ -100,11 +100,12 @@ func NewTrace(cfg TraceConfig) (*Trace, error) {
 		if err != nil {
 			return nil, fmt.Errorf("trace %q request %d: %w", c.Name, i, err)
 		}
-		k.Digests, err = eh.AppendDigests(nil, r.Tokens, inventory.ExtraKeys{})
+		extra := inventory.ExtraKeys{LoRAName: r.LoRA}
+		k.Digests, err = eh.AppendDigests(nil, r.Tokens, extra)
 		if err != nil {
 			return nil, fmt.Errorf("trace %q request %d: %w: %w", c.Name, i, ErrConfig, err)
 		}
-		k.Chain = lh.AppendBlockKeys(make([]uint64, 0, len(k.Digests)), r.Tokens, inventory.ExtraKeys{})
+		k.Chain = lh.AppendBlockKeys(make([]uint64, 0, len(k.Digests)), r.Tokens, extra)
 		t.Keys[i] = k
 	}
 	return t, nil

@@ -42,8 +42,11 @@ type FleetConfig struct {
 	HTTPPort int
 	// Engine configures every serving worker: cache size, batch limit,
 	// latency model (Latency.TimeScale is the run's time scale), block size
-	// and hash contract. KVRole is set by the harness.
+	// and hash contract. KVRole is set by the harness. Engine.MaxLoRAs is
+	// --max-loras when LoRAs are served.
 	Engine engine.Config
+	// LoRAs are LoRA adapters every serving worker serves (--lora-modules).
+	LoRAs []string
 }
 
 // DefaultBaseIP is FleetConfig.BaseIP's default.
@@ -95,6 +98,7 @@ func startFleet(c *FleetConfig, shape strategy.Shape) (*fleet.Fleet, error) {
 	tmpl.Engine.KVRole = engine.KVNone
 	tmpl.KVEvents = true
 	tmpl.ReportQueueWait = true // each request's queue wait, for saturation.Criterion
+	tmpl.LoRAs = c.LoRAs
 	fc := fleet.Config{BaseIP: c.BaseIP, HTTPPort: c.HTTPPort, Template: &tmpl}
 	if fc.BaseIP == "" {
 		fc.BaseIP = DefaultBaseIP

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,6 +39,8 @@ type peerRouter struct {
 	keys    []des.RequestKeys
 	prompts []int
 	outputs []int
+	loras   []string // each request's adapter
+	stale   []peers.LoRAGauge
 	bs      int
 	workers []*worker.Worker
 	client  *http.Client
@@ -72,6 +75,7 @@ func startPeerRouter(kind peers.Kind, fl *fleet.Fleet, serving []*worker.Worker,
 	for i := range tr.Trace.Requests {
 		p.prompts = append(p.prompts, tr.Trace.Requests[i].PromptTokens)
 		p.outputs = append(p.outputs, tr.Trace.Requests[i].OutputTokens)
+		p.loras = append(p.loras, tr.Trace.Requests[i].LoRA)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p.stop = cancel
@@ -130,6 +134,28 @@ func (p *peerRouter) subscribe(ctx context.Context, fl *fleet.Fleet, serving []*
 	return nil
 }
 
+// loraGauge is worker i's vllm:lora_requests_info as llm-d's scraper
+// keeps it: the newest state naming some adapter (a state with none is
+// skipped). p.mu held.
+func (p *peerRouter) loraGauge(i int, wk *worker.Worker, running, waiting string) peers.LoRAGauge {
+	if p.stale == nil {
+		p.stale = make([]peers.LoRAGauge, len(p.workers))
+	}
+	g := &p.stale[i]
+	g.Max = wk.Config().Engine.MaxLoRAs
+	if running != "" || waiting != "" {
+		g.Running, g.Waiting = splitList(running), splitList(waiting)
+	}
+	return *g
+}
+
+func splitList(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
 // close stops the proxy and the feeds.
 func (p *peerRouter) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -159,10 +185,11 @@ func (p *peerRouter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if p.kind.UsesMetrics() {
 			st := wk.Stats()
 			e.Waiting, e.KVUsage = st.Waiting, st.KVUsage()
+			e.LoRAStale = p.loraGauge(i, wk, st.RunningLoRAs, st.WaitingLoRAs)
 		}
 		p.eps[i] = e
 	}
-	req := peers.Request{ID: id, Text: k.Prompt, Chain: k.Chain, PromptTokens: p.prompts[seq], OutputTokens: p.outputs[seq], BlockSize: p.bs}
+	req := peers.Request{ID: id, Text: k.Prompt, Chain: k.Chain, PromptTokens: p.prompts[seq], OutputTokens: p.outputs[seq], BlockSize: p.bs, Adapter: p.loras[seq]}
 	ep := p.pol.Pick(time.Now(), &req, p.eps)
 	p.mu.Unlock()
 	defer func() {

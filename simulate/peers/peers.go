@@ -42,6 +42,9 @@ type Request struct {
 	// PromptTokens and OutputTokens size the request; BlockSize is the
 	// engines' tokens per block.
 	PromptTokens, OutputTokens, BlockSize int
+	// Adapter is the LoRA adapter the request names ("" for the base
+	// model).
+	Adapter string
 }
 
 // Endpoint is what a router sees of one endpoint when it routes a request.
@@ -55,6 +58,16 @@ type Endpoint struct {
 	// them.
 	Waiting int
 	KVUsage float64
+	// LoRAStale is the endpoint's vllm:lora_requests_info as llm-d reads
+	// it (the newest series naming some adapter); only llm-d-lora reads it.
+	LoRAStale LoRAGauge
+}
+
+// LoRAGauge is an engine's vllm:lora_requests_info: the adapters of its
+// running and waiting requests, and max_lora.
+type LoRAGauge struct {
+	Running, Waiting []string
+	Max              int
 }
 
 // Policy is one router's placement policy.
@@ -79,18 +92,21 @@ const (
 	SGLang Kind = "sglang"
 	AIBrix Kind = "aibrix"
 	KubeAI Kind = "kubeai"
+	// LLMDLoRA is llm-d's default profile with its LoRA affinity scorer.
+	LLMDLoRA Kind = "llm-d-lora"
 )
 
-// Kinds lists every policy, in report order.
+// Kinds lists the policies of the standard comparison, in report order
+// (LLMDLoRA, for LoRA workloads, is selected by name).
 func Kinds() []Kind { return []Kind{Dynamo, LLMD, SGLang, AIBrix, KubeAI} }
 
 // UsesKVEvents reports whether the policy reads Endpoint.Overlap (the
 // caller need not score mirrors for the others).
-func (k Kind) UsesKVEvents() bool { return k == Dynamo || k == LLMD }
+func (k Kind) UsesKVEvents() bool { return k == Dynamo || k == LLMD || k == LLMDLoRA }
 
 // UsesMetrics reports whether the policy reads Endpoint.Waiting and
 // KVUsage.
-func (k Kind) UsesMetrics() bool { return k == LLMD }
+func (k Kind) UsesMetrics() bool { return k == LLMD || k == LLMDLoRA }
 
 // New builds a policy for n endpoints with the project's defaults; seed
 // drives its tie-breaks. addrs (one per endpoint, may be nil) seed
@@ -111,8 +127,10 @@ func New(k Kind, n int, seed uint64, addrs []string) (Policy, error) {
 		return newAIBrix(n, rng), nil
 	case KubeAI:
 		return newKubeAI(n, addrs), nil
+	case LLMDLoRA:
+		return newLLMDLoRA(rng), nil
 	}
-	return nil, fmt.Errorf("policy %q (want dynamo, llm-d, sglang, aibrix or kubeai): %w", k, ErrConfig)
+	return nil, fmt.Errorf("policy %q (want dynamo, llm-d, sglang, aibrix, kubeai or llm-d-lora): %w", k, ErrConfig)
 }
 
 // inflight is the per-endpoint count of requests a router sent and has

@@ -72,6 +72,8 @@ type TraceRequest struct {
 	// Tokens is the prompt as the worker tokenizes it; nil unless
 	// TraceConfig.KeepTokens.
 	Tokens []uint32
+	// LoRA is the request's adapter ("" for the base model).
+	LoRA string
 }
 
 // Trace is a generated request sequence with unit-rate arrival offsets. It
@@ -159,7 +161,7 @@ func NewTrace(cfg TraceConfig) (*Trace, error) {
 			Seq: i, UnitAt: at, Path: w.Path, Body: w.Body, Header: w.Header,
 			Workload: w.Workload, Group: w.Group,
 			PromptTokens: w.PromptTokens, ReusableTokens: w.ReusableTokens, OutputTokens: w.OutputTokens,
-			Tokens: w.Tokens,
+			Tokens: w.Tokens, LoRA: w.LoRA,
 		})
 		t.MaxBlocks = max(t.MaxBlocks, (w.PromptTokens+w.OutputTokens+bs-1)/bs)
 		t.PromptTokens += int64(w.PromptTokens)

@@ -70,6 +70,9 @@ type Request struct {
 	// stream's KeepTokens is set (a discrete-event simulator submits them
 	// to engines directly); nil otherwise.
 	Tokens []uint32
+	// LoRA is the LoRA adapter the request is for ("" for the base model):
+	// its model field, and the lora_name its blocks hash with.
+	LoRA string
 }
 
 // Item is what a Source produces: a request's content, before the stream
@@ -91,6 +94,8 @@ type Item struct {
 	OutputTokens int
 	// Tokens is the prompt as the worker tokenizes it (for the oracle).
 	Tokens []uint32
+	// LoRA is Request.LoRA.
+	LoRA string
 }
 
 // Source produces request contents, one after another. Sources are
@@ -152,9 +157,9 @@ func (s *Stream) Next(r *rand.Rand) (Request, error) {
 	req := Request{
 		Seq: s.seq, At: s.at, Path: it.Path, Body: it.Body, Header: it.Header,
 		Workload: it.Workload, Group: it.Group, Session: it.Session,
-		PromptTokens: len(it.Tokens), OutputTokens: it.OutputTokens,
+		PromptTokens: len(it.Tokens), OutputTokens: it.OutputTokens, LoRA: it.LoRA,
 	}
-	req.ReusableTokens = s.reusable(it.Tokens)
+	req.ReusableTokens = s.reusable(it.Tokens, it.LoRA)
 	if s.KeepTokens {
 		req.Tokens = it.Tokens
 	}
@@ -167,9 +172,9 @@ func (s *Stream) Next(r *rand.Rand) (Request, error) {
 func (s *Stream) DistinctBlocks() int { return len(s.seen) }
 
 // reusable counts the leading blocks already seen and records all blocks.
-func (s *Stream) reusable(tokens []uint32) int {
+func (s *Stream) reusable(tokens []uint32, lora string) int {
 	bs := s.keys.BlockSize()
-	s.chain = s.keys.AppendBlockKeys(s.chain[:0], tokens, inventory.ExtraKeys{})
+	s.chain = s.keys.AppendBlockKeys(s.chain[:0], tokens, inventory.ExtraKeys{LoRAName: lora})
 	limit := 0
 	if len(tokens) > 0 {
 		limit = (len(tokens) - 1) / bs // vLLM never hits the last prompt token
