@@ -147,7 +147,7 @@ type flowSim struct {
 	res      FlowResult
 	// fairness bookkeeping: per class, the counters of every tenant when
 	// the current both-backlogged interval began (nil: not in one).
-	since [ladder.NumClasses]map[string]uint64
+	since   [ladder.NumClasses]map[string]uint64
 	sinceAt [ladder.NumClasses]time.Duration
 	tenants []string
 }
@@ -511,7 +511,7 @@ func (s *flowSim) measure() {
 			answered++
 			ttft[r.stream] = append(ttft[r.stream], (r.first - r.arrive).Seconds())
 			if r.parkedAt > 0 {
-				parked[r.stream] = append(parked[r.stream], (r.first-r.parkedAt).Seconds())
+				parked[r.stream] = append(parked[r.stream], (r.first - r.parkedAt).Seconds())
 			}
 			tokens[r.stream] += r.prompt + r.output
 			last = max(last, r.end)
