@@ -6,7 +6,7 @@ BIN       ?= bin
 TESTFLAGS ?= -timeout 20m
 export CGO_ENABLED := 1
 
-.PHONY: all deps build run test bench fuzz lint chaos attack cache-truth-soak sim traces bench-sim bench-proxy client-test cluster-test proto tokenizer-parity tokenizer-bench clean
+.PHONY: all deps build run test bench fuzz lint chaos attack cache-truth-soak sim traces bench-sim bench-proxy bench-streams client-test cluster-test proto tokenizer-parity tokenizer-bench clean
 
 all: build
 
@@ -140,13 +140,13 @@ bench-sim: build
 		--out bench/results.jsonl --append --commit "$$(git rev-parse --short HEAD 2>/dev/null)" $(BENCHSIMFLAGS)
 
 # bench-proxy measures llbd's data plane side by side with HAProxy 2.6 and a
-# direct path, on loopback in one run (simulate/proxybench): wrk -t1 -c32 with
-# a small POST /v1/completions against nginx answering a fixed completion,
+# direct path, on loopback in one run (simulate/proxybench): wrk -t1 -c32 and
+# -c256 with a small POST /v1/completions against nginx answering a fixed completion,
 # direct / HAProxy (roundrobin, http-reuse always) / llbd (a single-pool RR
 # rule created over REST) in interleaved rounds; then llbd's added latency at
 # 2000 req/s open loop and its added delay per chunk of a streamed 256-token
 # SSE response. It installs haproxy, nginx and wrk with apt-get when missing.
-# About three minutes; docs/performance.md has the figures.
+# About five minutes; docs/performance.md has the figures.
 PROXYBENCHFLAGS ?=
 bench-proxy: build
 	@missing=; for t in haproxy nginx wrk; do \
@@ -158,6 +158,29 @@ bench-proxy: build
 		|| { $$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; }; \
 	fi
 	$(BIN)/llbsim proxybench --llbd $(BIN)/llbd $(PROXYBENCHFLAGS)
+
+# bench-streams measures llbd's data plane under LLM-shaped load, side by
+# side with HAProxy 2.6 in one run (llbsim streambench,
+# simulate/proxybench/streams.go): a vLLM-shaped SSE backend (a process of
+# its own) streaming 256 chat chunks per stream at 30/s, each stamped with
+# its send time; 200, 1 000, 4 000 and 9 000 concurrent streams, one client
+# connection each, direct / HAProxy (http-reuse always, option
+# http-no-delay) / llbd (a single-pool rule with its defaults) in 3
+# interleaved rounds. It reports events/s, each event's delay p50/p99/p99.9
+# and what each proxy adds, the first event's delay, each process's CPU per
+# event, the proxy's RSS per stream, every non-200 by status, llbd against
+# HAProxy with issue 31's targets, and llbd's memory after idling. The top
+# count needs an open-file limit of 20 000. It installs haproxy with apt-get
+# when missing. About 20 minutes; docs/performance.md has the figures.
+# STREAMSFLAGS="--before OLD/llbd" adds a second llbd to the same rounds.
+STREAMSFLAGS ?=
+bench-streams: build
+	@command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || { \
+		echo "llb: installing haproxy"; \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y haproxy \
+		|| { $$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y haproxy; }; }
+	$(BIN)/llbsim streambench --llbd $(BIN)/llbd $(STREAMSFLAGS)
 
 # client-test drives llbd with the official openai npm client
 # (clients/openai-node): completions and chat, streamed and not, a single

@@ -25,9 +25,9 @@ var (
 	// ErrStopped: the service is stopping or stopped (answer 503
 	// service_unavailable).
 	ErrStopped = errors.New("actors: service stopped")
-	// ErrRouterTimeout: the router actor did not answer within the
-	// decision deadline (answer 503; counted — it means the router is
-	// overloaded or was restarted mid-decision).
+	// ErrRouterTimeout: the router actor handled no message for a whole
+	// RouteTimeout while the request waited for its decision (answer 503;
+	// counted — the router is stuck; a merely slow one is waited for).
 	ErrRouterTimeout = errors.New("actors: router did not answer in time")
 )
 
@@ -305,6 +305,12 @@ type Outcome struct {
 	TTFB time.Duration
 	// Duration is the leg's total time.
 	Duration time.Duration
+	// TTFT is the leg's measured time to first token, from sending it:
+	// a streamed single leg's first body byte (its first token), a P/D
+	// prefill leg's whole answer (it computes one token). 0 when not
+	// measured (an answer that does not stream comes whole at the end).
+	// The router compares it with the decision's TTFT prediction.
+	TTFT time.Duration
 	// Usage is the engine's usage report, when the leg's response carried
 	// one (single and prefill legs). The router compares its cached tokens
 	// with the ticket's Prediction.

@@ -46,6 +46,7 @@ type svcMetrics struct {
 	up                                              []*metrics.Gauge
 	trie, sessions                                  *metrics.Gauge
 	truth                                           []truthMetrics
+	ttft                                            []*signedHistogram
 }
 
 func newSvcMetrics(set *metrics.Set, svcKey string, svc *Service) *svcMetrics {
@@ -73,7 +74,13 @@ func newSvcMetrics(set *metrics.Set, svcKey string, svc *Service) *svcMetrics {
 		m.cbState[i] = m.gauge(mCBState, ep, nil)
 		m.up[i] = m.gauge(mEndpointUp, ep, nil)
 		m.up[i].Set(1)
-		if ec := &svc.cfg.Rule.Endpoints[i]; len(ec.Feeds) > 0 {
+		ec := &svc.cfg.Rule.Endpoints[i]
+		if ec.Spec.Role == ladder.RoleDecode {
+			m.ttft = append(m.ttft, nil)
+		} else {
+			m.ttft = append(m.ttft, m.newTTFTMetrics(i, ec.Addr.String()))
+		}
+		if len(ec.Feeds) > 0 {
 			m.truth = append(m.truth, m.newTruthMetrics(i, ec.Addr.String()))
 		} else {
 			m.truth = append(m.truth, truthMetrics{})

@@ -33,6 +33,7 @@ func newRouterActor(svc *Service) actor.Actor {
 
 // Receive implements actor.Actor.
 func (a *routerActor) Receive(ctx actor.Context) {
+	a.svc.handled.Add(1) // the router moves (Service.Route's deadline)
 	a.ctx = ctx
 	defer func() { a.ctx = nil }()
 	now := time.Now()
@@ -249,4 +250,18 @@ func typeName(m any) string {
 		return t.String()
 	}
 	return fmt.Sprintf("%T", m)
+}
+
+func (a *routerActor) ttftChanged(ep int, v ladder.TTFTVerdict) {
+	addr := a.svc.cfg.Rule.Endpoints[ep].Addr.String()
+	if !v.Drifting {
+		a.log.Info().Int(logfield.EndpointIndex, ep).Str(logfield.Endpoint, addr).Int(logfield.Count, v.Samples).
+			Msg("ttft predictions agree with the engine again; decisions rely on them again")
+		return
+	}
+	a.log.Warn().Int(logfield.EndpointIndex, ep).Str(logfield.Endpoint, addr).Int(logfield.Count, v.Wrong).
+		Msgf("ttft predictions keep missing the measured first tokens (%d of the last %d off by more than half, median error %+.0f%%): "+
+			"the engine's timing depends on something llb does not see (other clients, preemption, a throttled GPU) or llb's count of the prefill work it sent is off; "+
+			"its model starts again and decisions (ttft objectives) do not rely on its predictions until they agree",
+			v.Wrong, v.Samples, v.Bias*100)
 }

@@ -49,6 +49,9 @@ type routerPorts interface {
 	// truthChanged says endpoint ep's cache predictions turned wrong (or
 	// right again): the shell logs it once.
 	truthChanged(ep int, v ladder.TruthVerdict, demoted bool)
+	// ttftChanged says endpoint ep's TTFT predictions began or stopped
+	// drifting: the shell logs it once.
+	ttftChanged(ep int, v ladder.TTFTVerdict)
 }
 
 // pending is a decision waiting for its fan-out replies.
@@ -77,6 +80,9 @@ type ticket struct {
 	// pred is the prediction for the prefill (single-pool) endpoint,
 	// compared with the engine's usage when its leg reports.
 	pred ticketPrediction
+	// ttft is the decision's TTFT prediction for the prefill (single-pool)
+	// endpoint, handed back with the leg's measured TTFT.
+	ttft ladder.TTFTPrediction
 	// prefill is the uncached prompt blocks charged to the prefill
 	// endpoint's PrefillBlocks until the first byte (0 once discharged).
 	prefill uint32
@@ -555,6 +561,7 @@ func (c *routerCore) admit(now time.Time, m *routeMsg, d ladder.Decision) {
 		c.claimTrial(d.Decode, m.id)
 	}
 	tk.pred = c.predict(m, d.Prefill)
+	tk.ttft = d.TTFT
 	c.tickets[m.id] = tk
 	// Tier 1 learns what llb routed (the trie copies what it keeps), and
 	// so do the peers' tries.
@@ -593,6 +600,7 @@ func (c *routerCore) report(now time.Time, o Outcome) {
 	}
 	if o.Leg != LegDecode {
 		c.checkPrediction(now, ep, &tk.pred, o)
+		c.checkTTFT(now, ep, &tk.ttft, o)
 	}
 	tk.completion = max(tk.completion, o.Usage.CompletionTokens)
 	if p := o.Usage.PromptTokens; p > tk.charged {

@@ -36,6 +36,7 @@ type recorder struct {
 	peerExcl    ladder.EndpointSet
 	peerTotal   uint64
 	truth       []string // "ep:distrusted/cause demoted"
+	ttft        []string // "ep:drifting"
 }
 
 func newRecorder() *recorder { return &recorder{armed: map[uint64]bool{}} }
@@ -94,6 +95,10 @@ func (r *recorder) teach(prompt []byte, ep int) {
 
 func (r *recorder) truthChanged(ep int, v ladder.TruthVerdict, demoted bool) {
 	r.truth = append(r.truth, fmt.Sprintf("%d:%v/%s %v", ep, v.Distrusted, v.Cause, demoted))
+}
+
+func (r *recorder) ttftChanged(ep int, v ladder.TTFTVerdict) {
+	r.ttft = append(r.ttft, fmt.Sprintf("%d:%v", ep, v.Drifting))
 }
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)

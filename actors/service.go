@@ -109,6 +109,9 @@ type Service struct {
 	stopped    atomic.Bool
 
 	replies sync.Pool // of chan routeReply
+	// handled counts the messages the router actor took from its mailbox:
+	// a Route still waiting at its RouteTimeout waits on while it moves.
+	handled atomic.Uint64
 	timers  sync.Pool // of *time.Timer, stopped (Route's deadline)
 	sweep   *time.Ticker
 	done    chan struct{}
@@ -314,6 +317,7 @@ func (svc *Service) Route(ctx context.Context, rr *RouteRequest) (Route, error) 
 		timer.Stop()
 		svc.timers.Put(timer)
 	}()
+	seen := svc.handled.Load()
 	for {
 		select {
 		case r := <-reply:
@@ -338,6 +342,17 @@ func (svc *Service) Route(ctx context.Context, rr *RouteRequest) (Route, error) 
 			svc.root.Send(svc.router, cancelMsg{id: id})
 			return Route{}, ctx.Err()
 		case <-timer.C:
+			if h := svc.handled.Load(); h != seen {
+				// A slow router is not a stuck one: it handled messages
+				// since the last look, so its queue moves towards this
+				// request. Saturation slows routing down; only a router
+				// that stops is a failure (issue 31). The client's
+				// leaving and the max stream duration still end the wait
+				// (ctx).
+				seen = h
+				timer.Reset(svc.cfg.RouteTimeout)
+				continue
+			}
 			svc.root.Send(svc.router, cancelMsg{id: id})
 			svc.metrics.routeTimeout()
 			return Route{}, ErrRouterTimeout

@@ -39,6 +39,8 @@ type EndpointStatus struct {
 	// Prediction is the endpoint's cache-truth record (zero when its KV
 	// events are not mirrored).
 	Prediction PredictionStatus
+	// TTFT is the endpoint's TTFT prediction record.
+	TTFT TTFTPredictionStatus
 }
 
 // Available reports whether the endpoint can take new work.
@@ -92,7 +94,7 @@ func (c *routerCore) status() ServiceStatus {
 			Up: !v.Down, Breaker: b, Ctrl: v.Ctrl, CtrlWeight: v.CtrlWeight,
 			ActiveConns: v.ActiveConns - uint32(min(c.reserved[i], v.ActiveConns)), Parked: v.Parked,
 			Queued: v.QueuedRequests, KVCapacityBlocks: v.KVCapacityBlocks, InventoryBlocks: v.InventoryBlocks,
-			Controller: ctrl[i], Prediction: c.predictionStatus(i),
+			Controller: ctrl[i], Prediction: c.predictionStatus(i), TTFT: c.ttftStatus(i),
 			PeerInFlight: c.peer.load[i], PeerExcluded: c.peer.excl.Has(i),
 		}
 	}

@@ -160,21 +160,22 @@ const (
 
 // predictionErrorBuckets are the upper bounds of mPredictionError, in
 // tokens: ±16·2^k up to ±8192 around 0.
-var predictionErrorBuckets = []int64{-8192, -4096, -2048, -1024, -512, -256, -128, -64, -32, -16, 0, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192}
+var predictionErrorBuckets = []float64{-8192, -4096, -2048, -1024, -512, -256, -128, -64, -32, -16, 0, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192}
 
 // signedHistogram is a Prometheus histogram that accepts negative values
 // (VictoriaMetrics' PrometheusHistogram drops them): cumulative _bucket
 // counters, a _sum and a _count, with the owner's labels.
 type signedHistogram struct {
+	bounds  []float64
 	buckets []*metrics.Counter // one per bound, then +Inf
 	sum     *metrics.FloatCounter
 	count   *metrics.Counter
 }
 
-func (m *svcMetrics) signedHistogram(base, labels string) *signedHistogram {
-	h := &signedHistogram{buckets: make([]*metrics.Counter, 0, len(predictionErrorBuckets)+1)}
-	for _, ub := range predictionErrorBuckets {
-		h.buckets = append(h.buckets, m.counter(base+"_bucket", labels+`,le="`+strconv.FormatInt(ub, 10)+`"`))
+func (m *svcMetrics) signedHistogram(base, labels string, bounds []float64) *signedHistogram {
+	h := &signedHistogram{bounds: bounds, buckets: make([]*metrics.Counter, 0, len(bounds)+1)}
+	for _, ub := range bounds {
+		h.buckets = append(h.buckets, m.counter(base+"_bucket", labels+`,le="`+strconv.FormatFloat(ub, 'g', -1, 64)+`"`))
 	}
 	h.buckets = append(h.buckets, m.counter(base+"_bucket", labels+`,le="+Inf"`))
 	n := m.name(base+"_sum", labels)
@@ -183,14 +184,14 @@ func (m *svcMetrics) signedHistogram(base, labels string) *signedHistogram {
 	return h
 }
 
-func (h *signedHistogram) update(v int64) {
-	for i, ub := range predictionErrorBuckets {
+func (h *signedHistogram) update(v float64) {
+	for i, ub := range h.bounds {
 		if v <= ub {
 			h.buckets[i].Inc()
 		}
 	}
-	h.buckets[len(predictionErrorBuckets)].Inc()
-	h.sum.Add(float64(v))
+	h.buckets[len(h.bounds)].Inc()
+	h.sum.Add(v)
 	h.count.Inc()
 }
 
@@ -206,7 +207,7 @@ func (m *svcMetrics) newTruthMetrics(i int, addr string) truthMetrics {
 	for o := ladder.PredictionMatch; o <= ladder.PredictionUnder; o++ {
 		t.outcomes[o] = m.counter(mPrediction, labels+`,outcome="`+o.String()+`"`)
 	}
-	t.errs = m.signedHistogram(mPredictionError, labels)
+	t.errs = m.signedHistogram(mPredictionError, labels, predictionErrorBuckets)
 	return t
 }
 
@@ -216,5 +217,5 @@ func (m *svcMetrics) prediction(ep int, o ladder.PredictionOutcome, diff int64) 
 		return
 	}
 	m.truth[ep].outcomes[o].Inc()
-	m.truth[ep].errs.update(diff)
+	m.truth[ep].errs.update(float64(diff))
 }

@@ -20,7 +20,9 @@ import (
 //
 //	tier=1.5 prefill=0 decode=2 via=session_miss,trie_miss prefill_addr=10.0.0.1:8100 decode_addr=10.0.0.3:8200 retries=0 kv_predicted=96 kv_cached=96
 //
-// Responses llb answers without a decision carry "tier=none error=<code>".
+// Responses llb answers without a decision carry "tier=none error=<code>";
+// an error llb answers after a decision adds " error=<code>" to it (the
+// decision of the attempt that failed, when a retry found nothing better).
 const HeaderRoute = "X-Llb-Route"
 
 // StatusClientGone is the status logged and counted when the client left
@@ -53,6 +55,10 @@ func (x *exchange) appendRoute(b []byte, addrs []string) []byte {
 	}
 	b = append(b, " retries="...)
 	b = strconv.AppendInt(b, int64(x.retries), 10)
+	if x.code != "" {
+		b = append(b, " error="...)
+		b = append(b, x.code...)
+	}
 	b = x.appendTenancy(b)
 	return x.appendTruth(b)
 }
@@ -134,11 +140,23 @@ func (h *Handler) record(x *exchange) {
 	if x.pred.OK {
 		e.Uint32(logfield.KVPredicted, x.pred.CachedTokens)
 	}
+	if x.decided && x.decision.TTFT.OK {
+		e.Dur(logfield.TTFTPredicted, x.decision.TTFT.Predicted)
+	}
+	if x.objective > 0 {
+		e.Dur(logfield.TTFTObjective, x.objective)
+	}
 	if x.cached.Reported {
 		e.Uint32(logfield.KVCached, x.cached.CachedTokens)
 	}
 	if x.parked > 0 {
 		e.Dur(logfield.Parked, x.parked)
+	}
+	if x.mig.count > 0 {
+		e.Int(logfield.Migrations, x.mig.count)
+	}
+	if x.mig.cut != "" {
+		e.Str(logfield.MigrationCut, x.mig.cut)
 	}
 	if x.code != "" {
 		e.Str(logfield.Code, x.code)

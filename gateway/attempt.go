@@ -36,6 +36,11 @@ type attempt struct {
 	failedEP int
 	// prefill is true when the failed leg was a P/D prefill.
 	prefill bool
+	// resend: the retry is a resend that spends a migration (migrate.go).
+	resend bool
+	// follow: a leg continuing a migrated stream answered; the relay reads
+	// it (x.relay).
+	follow bool
 	// err is the answer if no retry can be made.
 	err *ClientError
 }
@@ -45,6 +50,9 @@ type attempt struct {
 func (x *exchange) proxy(rr *actors.RouteRequest) {
 	x.rr = rr
 	x.retriesLeft, x.prefillRetries, x.lastErr = x.h.maxRetries, 1, nil
+	if !rr.Passthrough {
+		x.prepareMigration()
+	}
 	for x.route() {
 		a := x.run()
 		if !a.retry {
@@ -61,6 +69,7 @@ func (x *exchange) proxy(rr *actors.RouteRequest) {
 // not have.
 func (x *exchange) route() bool {
 	h := x.h
+	x.rr.Req.TTFTObjective = x.objectiveLeft()
 	route, err := h.router.Route(x.ctx, x.rr)
 	if err != nil {
 		switch c := x.abortCause(); {
@@ -75,12 +84,17 @@ func (x *exchange) route() bool {
 		}
 		return false
 	}
+	if !route.Decision.Available() && x.lastErr != nil {
+		// The retry found nothing better than what failed: the client gets
+		// that failure, and X-Llb-Route keeps the decision of the attempt
+		// that ran (the header and the body tell the same story).
+		x.fail(x.lastErr)
+		return false
+	}
 	x.decision, x.decided, x.parked = route.Decision, true, route.Parked
 	d := &x.decision
 	if !d.Available() {
 		switch {
-		case x.lastErr != nil:
-			x.fail(x.lastErr) // the retry found nothing better than what failed
 		case d.Unavailable == ladder.ReasonModelNotServed:
 			x.fail(errModelNotServed(x.req.Kind, x.rr.Model))
 		default:
@@ -101,7 +115,7 @@ func (x *exchange) route() bool {
 	x.ticket = route.Ticket
 	// Multi-prompt requests are predicted on their first prompt only: the
 	// engine's usage sums them all, so they are not compared.
-	x.resetTruth(route.Prediction, !x.rr.Passthrough && x.req.PromptCount() <= 1)
+	x.resetTruth(route.Prediction, !x.rr.Passthrough && x.req.PromptCount() <= 1 && !x.following)
 	h.met.decision(d)
 	if e := h.log.Debug(); e.Enabled() {
 		e.Str(logfield.LLBRoute, d.String()).Uint64(logfield.Ticket, route.Ticket.ID).Int(logfield.Retries, x.retries).
@@ -145,11 +159,17 @@ func (x *exchange) reroute(a attempt) {
 	}
 	x.rr = &next
 	x.retries++
-	x.h.met.connectFailover.Inc()
 	x.lastErr = a.err
-	if a.prefill {
+	switch {
+	case a.resend:
+		x.mig.left--
+		x.mig.count++
+		x.h.met.migration(migResent)
+	case a.prefill:
+		x.h.met.connectFailover.Inc()
 		x.prefillRetries--
-	} else {
+	default:
+		x.h.met.connectFailover.Inc()
 		x.retriesLeft--
 	}
 }
@@ -166,9 +186,19 @@ func (x *exchange) legFailed(lg *leg, fail actors.Failure, cause failCause, err 
 	if err != nil {
 		x.detail = err.Error()
 	}
+	if x.following {
+		// A leg continuing a migrated stream: another endpoint may take
+		// it, within the migration limit (migrate.go).
+		return attempt{retry: cause.workerFault(), failedEP: lg.ep}
+	}
 	if cause.retryable() && x.retriesLeft > 0 {
 		x.clearResponse()
 		return attempt{retry: true, failedEP: lg.ep, err: x.clientErrorFor(cause, lg.kind, err)}
+	}
+	if cause == causeReset && x.mig.left > 0 && !x.rr.Passthrough {
+		// The worker died mid-generation; the client has nothing yet.
+		x.clearResponse()
+		return attempt{retry: true, resend: true, failedEP: lg.ep, err: x.clientErrorFor(cause, lg.kind, err)}
 	}
 	x.answerLeg(fail, cause, lg.kind, err)
 	return attempt{}

@@ -40,13 +40,16 @@
 //     tokenizes and hashes the prompt in kvinput.go). A Responses answer's
 //     id is pinned to its endpoint as it passes (respstore.go).
 //   - attempt.go is the attempt loop: Router.Route, the plan the decision
-//     calls for, and a new route avoiding an endpoint that never answered,
-//     while the client has no byte.
+//     calls for, and a new route avoiding an endpoint that never answered
+//     (or died mid-answer), while the client has no byte.
 //   - pd.go runs a P/D pair in the rule's engine dialect (pdDialect):
 //     pd_nixl.go is vLLM's NIXL two-leg protocol.
 //   - relay.go runs the leg that answers the client and relays its answer:
 //     a small body with its head, anything else streamed by stream.go
 //     after the handler returned.
+//   - migrate.go continues a stream whose worker died, froze or dropped
+//     the connection on another endpoint, spliced into the client's stream
+//     (ssetrack.go follows its events), from inside stream.go's relay.
 //   - leg.go is one upstream request and its deadlines, on the keep-alive
 //     connections of upstream.go; legwatch.go cancels the legs of an
 //     endpoint the router takes out of service.
@@ -129,9 +132,12 @@
 //     reset when the upstream broke); fasthttp cannot frame a body so, and
 //     the connection is hijacked for it (stream.go).
 //     Response trailers are dropped (vLLM sends none).
-//   - Connection-level failures after the first byte abort the client
-//     connection (the server closes it without ending the chunked body); a
-//     stream is never ended as if it were complete.
+//   - Connection-level failures after the first byte migrate a stream to
+//     another endpoint (migrate.go) when the request can be continued and
+//     its rule's migrationLimit allows; otherwise they abort the client
+//     connection (the server closes it without ending the chunked body). A
+//     stream is never ended as if it were complete: llb writes [DONE]
+//     itself only for a stream whose finish_reason went out.
 //   - A client that leaves cancels every upstream leg and is reported as
 //     FailClientGone (no health penalty); it is logged and counted as
 //     status 499. A client that stops reading pins a connection for the

@@ -226,7 +226,11 @@ func errorForDecision(d *ladder.Decision) *ClientError {
 		case ladder.ReasonDisplaced:
 			msg = "all prefill endpoints are at capacity and a request of a higher class took this one's place in the admission queue; retry later"
 		}
-		e := planeError(http.StatusTooManyRequests, CodeOverloaded, msg)
+		code := CodeOverloaded
+		if d.Trace.Reason(ladder.TierAdmission) == ladder.ReasonTTFTObjective {
+			code, msg = CodeTTFTObjective, "no endpoint is predicted to give the first token within the request's TTFT objective and its class is sheddable, so it was not queued; retry later or with a longer objective"
+		}
+		e := planeError(http.StatusTooManyRequests, code, msg)
 		e.RetryAfter = DefaultRetryAfter
 		return e
 	case ladder.Refuse:

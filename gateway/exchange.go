@@ -69,6 +69,12 @@ type exchange struct {
 	retriesLeft    int
 	prefillRetries int
 	lastErr        *ClientError
+	// following is set while a migrated stream's next leg is routed and
+	// started (migrate.go): nothing may touch the client's response, whose
+	// head and first events went out.
+	following bool
+	// mig is the request's migration state.
+	mig migration
 
 	// Kept across requests (buffers).
 	req     Request                 // the parsed request (parse resets it)
@@ -77,6 +83,7 @@ type exchange struct {
 	iov     net.Buffers             // head and body of an upstream request
 	iovArr  [2][]byte               // iov's storage
 	preHead fasthttp.ResponseHeader // the P/D prefill leg's response head
+	legHead fasthttp.ResponseHeader // the head of a leg continuing a migrated stream
 	preBody []byte                  // the P/D prefill leg's response body
 	ids     idScan                  // a stored response's id (respstore.go)
 }
@@ -84,6 +91,8 @@ type exchange struct {
 // accessRecord is what the client saw, for the access log and metrics.
 type accessRecord struct {
 	tenancy
+	// objective is the request's TTFT objective (0: none; objective.go).
+	objective  time.Duration
 	api        string
 	model      string
 	wantStream bool
@@ -184,8 +193,14 @@ func (h *Handler) recoverPanic(x *exchange, p any) {
 	h.inflight.Done()
 }
 
-// fail answers the client with e (nothing was sent yet).
+// fail answers the client with e (nothing was sent yet). While a migrated
+// stream is following on, the client's answer is under way: e is only the
+// detail.
 func (x *exchange) fail(e *ClientError) {
+	if x.following {
+		x.detail = e.Message
+		return
+	}
 	x.status, x.code = e.Status, e.Code
 	x.setRouteHeader(&x.out.Header, x.h.clientAddrs)
 	x.bytes += int64(e.write(x.out, x.scratch[:0]))
@@ -194,6 +209,9 @@ func (x *exchange) fail(e *ClientError) {
 // clearResponse drops what a failed leg left in the client response (an
 // upstream head) before an error is written.
 func (x *exchange) clearResponse() {
+	if x.following {
+		return
+	}
 	x.out.Reset()
 	x.out.Header.SetNoDefaultContentType(true)
 }
@@ -213,6 +231,9 @@ func (x *exchange) reset() {
 	x.stream = nil
 	x.accessRecord = accessRecord{prefillEP: -1, decodeEP: -1}
 	x.rr, x.ticket, x.lastErr = nil, actors.Ticket{}, nil
+	x.following = false
+	x.mig.reset()
+	x.legHead.Reset()
 	x.scratch = x.scratch[:0]
 	x.iov, x.iovArr = x.iov[:0], [2][]byte{}
 	x.preHead.Reset()
@@ -348,6 +369,9 @@ func (x *exchange) finish(res actors.Result) {
 
 // clientGone records that the client left before an answer.
 func (x *exchange) clientGone() {
+	if x.following {
+		return
+	}
 	x.status = StatusClientGone
 	x.failure = actors.FailClientGone
 }

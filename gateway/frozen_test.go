@@ -115,6 +115,7 @@ func TestSinglePool_AStreamThatGoesSilentIsCutAfterTheIdleBound(t *testing.T) {
 	}
 	cfg := singlePool(be.addr())
 	cfg.Timeouts.StreamIdle = 150 * time.Millisecond
+	cfg.MigrationLimit = 0 // otherwise the stream goes on elsewhere (migrate_test.go)
 	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
 	url, _ := startGateway(t, cfg, Deps{Router: fr})
 	req, _ := http.NewRequest(http.MethodPost, url+PathCompletions, strings.NewReader(`{"model":"m","prompt":"p","stream":true}`))

@@ -103,6 +103,7 @@ type Handler struct {
 	bodyReadTimeout time.Duration
 	maxRetries      int
 	sendTimeout     time.Duration // the send bound (0: off)
+	migrationLimit  int           // migrations per request (0: none)
 
 	// Process-wide bounds (shared by every handler; nil: none).
 	budget *BodyBudget
@@ -188,6 +189,7 @@ func NewHandler(c *rule.Compiled, opts Options, deps Deps) (*Handler, error) {
 		bodyLimit:       opts.BodyLimit,
 		bodyReadTimeout: opts.BodyReadTimeout,
 		maxRetries:      opts.MaxConnectRetries,
+		migrationLimit:  c.MigrationLimit,
 		sendTimeout:     max(opts.ClientSendTimeout, 0),
 		hopID:           opts.HopID,
 		watch:           deps.Watch,
@@ -200,7 +202,7 @@ func NewHandler(c *rule.Compiled, opts Options, deps Deps) (*Handler, error) {
 	for i := range c.Endpoints {
 		a := c.Endpoints[i].Addr.String()
 		h.addrs = append(h.addrs, a)
-		h.pools = append(h.pools, newUpstreamPool(a, t.Connect))
+		h.pools = append(h.pools, newUpstreamPool(a, t.Connect, h.watch.signs(i)))
 	}
 	if !opts.HideBackendAddrs {
 		h.clientAddrs = h.addrs
@@ -274,7 +276,7 @@ func (h *Handler) serve(x *exchange) {
 	method, path := x.in.Header.Method(), x.in.URI().PathOriginal()
 	a := apiFor(path)
 	x.generation = a != nil && a.gen
-	if !x.classify() || h.keysEnforced() && !x.authenticate() {
+	if !x.classify() || !x.readObjective() || h.keysEnforced() && !x.authenticate() {
 		x.api = apiOfPath(path)
 		return
 	}

@@ -45,6 +45,17 @@ func (c failCause) retryable() bool {
 	return c == causeConnect || c == causeDown || c == causeFirstByte
 }
 
+// workerFault reports whether a leg that failed this way failed because
+// of its endpoint (not the client, the listener or the request's own
+// deadline): a migrated stream's next leg may then go elsewhere.
+func (c failCause) workerFault() bool {
+	switch c {
+	case causeClient, causeCut, causeDeadline, causeNone:
+		return false
+	}
+	return true
+}
+
 // leg is one upstream request in progress.
 type leg struct {
 	x     *exchange
@@ -141,6 +152,14 @@ func (l *leg) armRead() {
 	}
 }
 
+// alive notes that the leg read response bytes: a sign of its endpoint's
+// life (liveness.go).
+func (l *leg) alive() {
+	if l.c != nil {
+		l.c.pool.life.note(time.Now())
+	}
+}
+
 // inlineBody is the largest request body copied behind its head for one
 // write; larger ones go out with the head in one writev.
 const inlineBody = 4 << 10
@@ -186,6 +205,7 @@ func (l *leg) send(head, body []byte, dst *fasthttp.ResponseHeader) error {
 			err = c.readHead(dst)
 		}
 		if err == nil {
+			pool.life.note(time.Now()) // the endpoint answers (liveness.go)
 			return nil
 		}
 		l.end(false)

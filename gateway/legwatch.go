@@ -14,15 +14,21 @@ import (
 // accepts connections and never answers; without this, a request routed
 // to it before its probe failed would wait for the max stream duration.
 // Legs whose response already reached the client are left alone (the
-// stream's idle bound ends them).
+// stream's idle bound ends them), except a stream that migration follows
+// (migrate.go): it is cut too, and goes on on another endpoint.
 //
 // A watched leg is a node in a per-endpoint list embedded in its exchange
 // (no allocation, no map); a leg leaves the list when it commits to the
 // client or fails. Safe for concurrent use. EndpointDown never blocks for
 // long (the router actor calls it).
+//
+// It also keeps each endpoint's signs of life (liveness.go): the legs note
+// the response bytes they read, and the endpoint's probe and dials read
+// them.
 type EndpointWatch struct {
 	mu   [ladder.MaxEndpoints]sync.Mutex
 	legs [ladder.MaxEndpoints]*watchedLeg // list heads, guarded by mu[ep]
+	life [ladder.MaxEndpoints]lifeSigns
 }
 
 // NewEndpointWatch returns an empty watch.
@@ -33,6 +39,7 @@ const (
 	legWaiting   = iota // no byte went to the client yet
 	legCommitted        // the response is going to the client
 	legCancelled        // EndpointDown cancelled it first
+	legStreaming        // a migratable stream is going to the client
 )
 
 // watchedLeg is an exchange's entry in the watch (one leg at a time).
@@ -88,8 +95,15 @@ func (n *watchedLeg) commit() bool {
 	return n.state.CompareAndSwap(legWaiting, legCommitted) || n.state.Load() == legCommitted
 }
 
+// stream marks the leg as a migratable stream going to the client; false
+// when the endpoint watch cancelled it first.
+func (n *watchedLeg) stream() bool {
+	return n.state.CompareAndSwap(legWaiting, legStreaming) || n.state.Load() == legStreaming
+}
+
 // EndpointDown cancels every leg to ep that has not answered the client
-// yet. Wire it to actors.ServiceConfig.OnEndpointDown.
+// yet, and every migratable stream from it. Wire it to
+// actors.ServiceConfig.OnEndpointDown.
 func (w *EndpointWatch) EndpointDown(ep int) {
 	if w == nil || ep < 0 || ep >= ladder.MaxEndpoints {
 		return
@@ -97,7 +111,7 @@ func (w *EndpointWatch) EndpointDown(ep int) {
 	w.mu[ep].Lock()
 	defer w.mu[ep].Unlock()
 	for n := w.legs[ep]; n != nil; n = n.next {
-		if n.state.CompareAndSwap(legWaiting, legCancelled) {
+		if n.state.CompareAndSwap(legWaiting, legCancelled) || n.state.Load() == legStreaming {
 			n.x.abortLeg(causeDown)
 		}
 	}

@@ -45,6 +45,10 @@ import (
 //	llb_loop_detected_total                       requests refused with 508 (X-Llb-Hop loop)
 //	llb_client_send_timeouts_total                answers cut because the client accepted no
 //	                                              byte for the send bound (sendbound.go)
+//	llb_migrations_total{outcome}                 requests whose worker failed mid-answer
+//	                                              (migrate.go): migrated (a stream went on
+//	                                              elsewhere), resent (nothing had reached the
+//	                                              client), and cut: unsupported, limit, failed
 type Metrics struct {
 	set     *metrics.Set
 	service string
@@ -69,6 +73,9 @@ type Metrics struct {
 	// Refusals and cuts.
 	loops        *metrics.Counter
 	sendTimeouts *metrics.Counter
+
+	// Migration, by outcome.
+	migrations [numMigOutcomes]*metrics.Counter
 
 	// Generic proxy.
 	aiRequests    *metrics.Counter
@@ -114,6 +121,9 @@ func NewMetrics(set *metrics.Set, service string) *Metrics {
 	m.connectFailover = m.counter("loxilb_pd_connect_failover_total", "")
 	m.loops = m.counter("llb_loop_detected_total", "")
 	m.sendTimeouts = m.counter("llb_client_send_timeouts_total", "")
+	for i, name := range migOutcomeNames {
+		m.migrations[i] = m.counter("llb_migrations_total", `outcome="`+name+`"`)
+	}
 	m.aiRequests = m.counter("loxilb_ai_requests_total", "")
 	m.aiDuration = m.histogram("loxilb_ai_request_duration_seconds")
 	m.ttfb = m.histogram("loxilb_proxy_http_ttfb_seconds")
@@ -186,6 +196,9 @@ func (m *Metrics) lazy(slot *atomic.Pointer[metrics.Counter], base, extra string
 	slot.Store(c)
 	return c
 }
+
+// migration counts one migration outcome (migMigrated, ...).
+func (m *Metrics) migration(outcome int) { m.migrations[outcome].Inc() }
 
 // status counts one response to a client by HTTP status (499: the client
 // left before an answer).

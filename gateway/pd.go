@@ -3,6 +3,7 @@ package gateway
 import (
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/llbproject/llb/actors"
@@ -68,6 +69,9 @@ func (x *exchange) runPrefill(lg *leg, body []byte) (pr prefillAnswer, a attempt
 			h.met.prefillDied.Inc()
 		}
 		x.detail = err.Error()
+		if x.following {
+			return pr, attempt{retry: cause.workerFault(), failedEP: lg.ep, prefill: true}, false
+		}
 		if died && x.prefillRetries > 0 {
 			return pr, attempt{retry: true, failedEP: lg.ep, prefill: true, err: x.clientErrorFor(cause, actors.LegPrefill, err)}, false
 		}
@@ -81,7 +85,8 @@ func (x *exchange) runPrefill(lg *leg, body []byte) (pr prefillAnswer, a attempt
 	} else {
 		usage.Reported, usage.CachedTokens = false, 0 // counted, not compared
 	}
-	x.ticket.Report(actors.Outcome{Leg: actors.LegPrefill, Status: pr.status, TTFB: pr.ttfb, Duration: x.prefill, Usage: usage})
+	// The prefill leg computes one token: its answer is its first token.
+	x.ticket.Report(actors.Outcome{Leg: actors.LegPrefill, Status: pr.status, TTFB: pr.ttfb, Duration: x.prefill, TTFT: x.prefill, Usage: usage})
 	if pr.status/100 != 2 {
 		x.finish(actors.Result{})
 		x.relayPrefillError(&pr)
@@ -141,6 +146,11 @@ const maxKeptPrefillBuf = 64 << 10
 // relayPrefillError sends the prefill's non-2xx answer to the client as the
 // client's answer (status, headers and body).
 func (x *exchange) relayPrefillError(pr *prefillAnswer) {
+	if x.following {
+		// The client's answer is under way: the continuation failed.
+		x.detail = "the continuation's prefill was answered " + strconv.Itoa(pr.status)
+		return
+	}
 	x.preHead.CopyTo(&x.out.Header)
 	x.out.Header.SetNoDefaultContentType(true)
 	stripResponseHop(&x.out.Header)

@@ -153,7 +153,9 @@ func mapsEqual(a, b map[string]string) bool {
 }
 
 func TestPD_StreamsTheDecodeAsIs(t *testing.T) {
-	f := newPDFleet(t, []bool{false}, nil)
+	// Without migration: a migratable stream asks for usage in every
+	// chunk (migrate_test.go).
+	f := newPDFleet(t, []bool{false}, func(c *rule.Compiled) { c.MigrationLimit = 0 })
 	f.decode.events = 5
 	body := `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"include_usage":true},"max_completion_tokens":64}`
 	req, _ := http.NewRequest(http.MethodPost, f.url+PathChatCompletions, strings.NewReader(body))

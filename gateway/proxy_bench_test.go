@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"io"
@@ -174,6 +175,55 @@ func BenchmarkHandler(b *testing.B) {
 		_, l := startBenchGateway(b, pdPool([]netip.AddrPort{be}, []netip.AddrPort{be}), &instantRouter{d: decision(ladder.Tier2, 0, 1)})
 		benchHandler(b, l, `{"model":"m","prompt":"`+strings.Repeat("a", 4096)+`","max_tokens":1}`)
 	})
+	// Streams of 64 chat events: with migration (the default) the events
+	// are followed and, max_tokens being set, the engine is asked for usage
+	// in every chunk, which is deleted from what the client gets; without
+	// it they are relayed untouched.
+	sbe := streamBackendFast(b, 64)
+	for _, mig := range []int{rule.DefaultMigrationLimit, 0} {
+		b.Run("stream/events=64/migration="+strconv.Itoa(mig), func(b *testing.B) {
+			cfg := singlePool(sbe)
+			cfg.MigrationLimit = mig
+			_, l := startBenchGateway(b, cfg, &instantRouter{d: decision(ladder.TierSelector, 0, -1)})
+			benchHandlerPath(b, l, PathChatCompletions, `{"model":"m","messages":[{"role":"user","content":"`+strings.Repeat("a", 1024)+`"}],"max_tokens":64,"stream":true}`)
+		})
+	}
+}
+
+// streamBackendFast is a fasthttp backend streaming n chat chunks, with
+// usage in each when the request asks for continuous usage (as vLLM).
+func streamBackendFast(b *testing.B, n int) netip.AddrPort {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	plain := make([][]byte, n)
+	usage := make([][]byte, n)
+	for i := range n {
+		ev := `data: {"id":"chatcmpl-0123456789abcdef","object":"chat.completion.chunk","created":1700000000,"model":"m","choices":[{"index":0,"delta":{"content":" tok"},"logprobs":null,"finish_reason":null}]`
+		plain[i] = []byte(ev + "}\n\n")
+		usage[i] = []byte(ev + `,"usage":{"prompt_tokens":300,"total_tokens":` + strconv.Itoa(301+i) + `,"completion_tokens":` + strconv.Itoa(i+1) + "}}\n\n")
+	}
+	done := []byte("data: [DONE]\n\n")
+	srv := &fasthttp.Server{Handler: func(rc *fasthttp.RequestCtx) {
+		evs := plain
+		if bytes.Contains(rc.PostBody(), []byte(`"continuous_usage_stats":true`)) {
+			evs = usage
+		}
+		rc.SetContentType("text/event-stream")
+		rc.SetBodyStreamWriter(func(w *bufio.Writer) {
+			for _, ev := range evs {
+				_, _ = w.Write(ev)
+				_ = w.Flush()
+			}
+			_, _ = w.Write(done)
+			_ = w.Flush()
+		})
+	}}
+	go func() { _ = srv.Serve(ln) }()
+	b.Cleanup(func() { _ = srv.Shutdown() })
+	return netip.MustParseAddrPort(ln.Addr().String())
 }
 
 // benchListener builds an unbound listener for cfg over router r.
@@ -199,12 +249,17 @@ func startBenchGateway(b *testing.B, cfg *rule.Compiled, r actors.Router) (strin
 
 func benchHandler(b *testing.B, l *Listener, body string) {
 	b.Helper()
+	benchHandlerPath(b, l, PathCompletions, body)
+}
+
+func benchHandlerPath(b *testing.B, l *Listener, path, body string) {
+	b.Helper()
 	c := &fasthttp.HostClient{Addr: l.Addr().String()}
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(http.MethodPost)
-	req.SetRequestURI("http://" + l.Addr().String() + PathCompletions)
+	req.SetRequestURI("http://" + l.Addr().String() + path)
 	req.Header.SetContentType("application/json")
 	req.SetBodyString(body)
 	do := func() {

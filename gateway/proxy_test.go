@@ -207,7 +207,9 @@ func TestSinglePool_BackendDeathBeforeFirstByteIs502(t *testing.T) {
 			be := newFakeVLLM(t)
 			be.answer = abortAfter("", tt.headers)
 			fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
-			url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+			cfg := singlePool(be.addr())
+			cfg.MigrationLimit = 0 // otherwise the request is resent (migrate_test.go)
+			url, _ := startGateway(t, cfg, Deps{Router: fr})
 			resp, body := post(t, testClient(t), url+PathCompletions, `{"model":"m","prompt":"p","stream":true}`)
 			if e := decodeError(t, body); resp.StatusCode != 502 || e.Error.Code != CodeBackendUnreachable {
 				t.Errorf("got %d %s; want 502 %s", resp.StatusCode, e.Error.Code, CodeBackendUnreachable)

@@ -34,16 +34,26 @@ const maxBufferedBody = 1 << 20
 // ends (at once, or for a stream when the server has written it). A leg
 // whose endpoint never answered may ask for a re-route (attempt.go). The
 // caller has set x.prefillEP/x.decodeEP.
+//
+// While a migrated stream follows on (x.following), the leg's head goes to
+// x.legHead instead, and the leg is handed to the running relay (follow).
 func (x *exchange) answer(lg leg, body []byte) attempt {
 	h := x.h
 	h.watch.add(&x.watched, x, lg.ep)
+	dst := &x.out.Header
+	if x.following {
+		dst = &x.legHead
+	}
 	x.scratch = x.appendRequestHead(x.scratch[:0], &lg, len(body))
-	if err := lg.send(x.scratch, body, &x.out.Header); err != nil {
+	if err := lg.send(x.scratch, body, dst); err != nil {
 		fail, cause := lg.failure(err)
 		x.unwatch()
 		return x.legFailed(&lg, fail, cause, err)
 	}
 	now := time.Now()
+	if x.following {
+		return x.follow(lg, now.Sub(lg.start))
+	}
 	x.ttfb = now.Sub(x.start)
 	return x.deliver(lg, now.Sub(lg.start))
 }
@@ -111,6 +121,7 @@ func (x *exchange) deliver(lg leg, ttfb time.Duration) attempt {
 	n, rerr := readSome(&s.body, *bp)
 	if n > 0 {
 		s.firstByte = time.Now()
+		h.pools[lg.ep].life.note(s.firstByte)
 		s.lg.begin()
 		if !s.decode {
 			x.ticket.FirstByte() // the prefill is over: the router stops counting it as queued
@@ -129,10 +140,15 @@ func (x *exchange) deliver(lg leg, ttfb time.Duration) attempt {
 			return uncommitted(fail, cause, rerr)
 		}
 	}
-	if !x.watched.commit() {
+	// A stream migration follows stays watched: its endpoint going down
+	// cuts the leg, and the stream goes on elsewhere.
+	s.track = x.mig.track && s.sse
+	if s.track && !x.watched.stream() || !s.track && !x.watched.commit() {
 		return uncommitted(actors.FailTimeout, causeDown, nil)
 	}
-	x.unwatch()
+	if !s.track {
+		x.unwatch()
+	}
 	s.n, s.rerr = n, rerr
 	// -1: each upstream read is one chunk, flushed; an HTTP/1.0 client,
 	// which cannot read chunks, gets them unframed, the body ending with

@@ -106,6 +106,9 @@ type Request struct {
 	// whether the engine keeps the response for later requests to name.
 	Store bool
 
+	// Cont is what migration needs to know of the request (migrate.go).
+	Cont contInput
+
 	// guard, when set, is the Tier-1.5 guard reason the request gets
 	// whatever its prompt: llb cannot reproduce the engine's prompt (a
 	// Responses API continuation, a shape the conversion does not take).
@@ -159,7 +162,8 @@ func ParseRequest(kind APIKind, body []byte) (*Request, error) {
 // prompt texts then share the body's bytes where they need no unescaping,
 // so a prompt as large as the body is not held twice.
 func (r *Request) parse(kind APIKind, body []byte, owned bool) error {
-	*r = Request{Kind: kind, Body: body, Texts: r.Texts[:0], Tokens: r.Tokens[:0], Messages: r.Messages[:0], bodyOwned: owned, Store: true}
+	*r = Request{Kind: kind, Body: body, Texts: r.Texts[:0], Tokens: r.Tokens[:0], Messages: r.Messages[:0], bodyOwned: owned, Store: true,
+		Cont: contInput{maxTokens: -1, maxCompletionTokens: -1, minTokens: -1}}
 	if !validJSON(body) {
 		return requestError(http.StatusBadRequest, CodeInvalidJSON, "", "the request body is not valid JSON")
 	}
@@ -167,7 +171,7 @@ func (r *Request) parse(kind APIKind, body []byte, owned bool) error {
 	var err error
 	it := memberIter{doc: body}
 	for err == nil && it.next() {
-		err = r.member(&it.m, &f)
+		err = r.member(kind, &it.m, &f)
 	}
 	if err == nil {
 		err = it.err
@@ -189,7 +193,7 @@ type bodyFields struct {
 }
 
 // member reads one top-level member of a request body.
-func (r *Request) member(m *member, f *bodyFields) error {
+func (r *Request) member(kind APIKind, m *member, f *bodyFields) error {
 	raw := func() []byte {
 		if isNull(m.val) {
 			return nil
@@ -202,14 +206,25 @@ func (r *Request) member(m *member, f *bodyFields) error {
 	case "stream":
 		return decodeBool(m, &r.Stream)
 	case "stream_options":
-		return expectObject(m)
+		if err := expectObject(m); err != nil {
+			return err
+		}
+		r.Cont.readStreamOptions(m.val)
 	case "kv_transfer_params":
 		return expectObject(m)
-	case "max_tokens", "min_tokens":
-		return decodeCount(m)
+	case "max_tokens":
+		var err error
+		r.Cont.maxTokens, err = decodeCount(m)
+		return err
+	case "min_tokens":
+		var err error
+		r.Cont.minTokens, err = decodeCount(m)
+		return err
 	case "max_completion_tokens":
 		r.HasMaxCompletionTokens = true
-		return decodeCount(m)
+		var err error
+		r.Cont.maxCompletionTokens, err = decodeCount(m)
+		return err
 	case "user_id":
 		return decodeString(m, &r.UserID)
 	case "user":
@@ -251,14 +266,22 @@ func (r *Request) member(m *member, f *bodyFields) error {
 		f.tools = raw()
 	case "add_generation_prompt":
 		r.AddGenerationPrompt = keep(m.val)
+		gen := true
+		_ = decodeBool(m, &gen)
+		r.Cont.noGenPrompt = !gen && !isNull(m.val)
 	case "continue_final_message":
 		r.ContinueFinalMessage = keep(m.val)
+		_ = decodeBool(m, &r.Cont.continueFinal)
 	case "mm_processor_kwargs":
 		r.MMProcessorKwargs = keep(m.val)
 	case "add_special_tokens":
 		r.AddSpecialTokens = keep(m.val)
 	case "truncate_prompt_tokens":
 		r.Truncate = keep(m.val)
+	default:
+		if c := contField(string(m.key)); c != 0 {
+			r.Cont.readField(c, kind, m)
+		}
 	}
 	return nil
 }
@@ -421,15 +444,19 @@ func expectObject(m *member) error {
 
 // decodeCount checks a token-count field: null or a whole non-negative
 // number below 2^32 (10, 1e1 and 10.0 are all 10, as pydantic accepts them).
-func decodeCount(m *member) error {
+// It returns the number, or -1 for null.
+func decodeCount(m *member) (int64, error) {
 	if isNull(m.val) {
-		return nil
+		return -1, nil
+	}
+	if n, ok := jsonCount(m.val); ok && n < 1<<32 {
+		return n, nil
 	}
 	if len(m.val) > 0 && (m.val[0] == '-' || (m.val[0] >= '0' && m.val[0] <= '9')) {
 		f, err := strconv.ParseFloat(string(m.val), 64)
 		if err == nil && f >= 0 && f < 1<<32 && f == math.Trunc(f) {
-			return nil
+			return int64(f), nil
 		}
 	}
-	return fieldError(string(m.key), string(m.key)+" must be a whole non-negative number below 2^32")
+	return -1, fieldError(string(m.key), string(m.key)+" must be a whole non-negative number below 2^32")
 }

@@ -47,6 +47,10 @@ type relayStream struct {
 	// deferDone leaves ending the exchange to the caller of CloseWithError
 	// (the net/http front end, which still reads it).
 	deferDone bool
+	// track: migration follows the stream's events (migrate.go); ended:
+	// the current leg was ended (endLeg); completed: llb ended the stream
+	// itself after its leg broke past the last token.
+	track, ended, completed bool
 }
 
 func (s *relayStream) reset() { *s = relayStream{} }
@@ -57,40 +61,114 @@ func (s *relayStream) SupportsBodyWriteTo() bool { return true }
 
 // WriteTo writes the body to w, one upstream read per Write. It returns
 // the upstream's error when the backend broke (the server then closes the
-// client connection without ending the body), or w's error.
+// client connection without ending the body), or w's error. A stream that
+// migration follows (s.track) is written event by event (see ssetrack.go)
+// and, when its leg breaks, goes on on another endpoint (migrate.go).
 func (s *relayStream) WriteTo(w io.Writer) (int64, error) {
 	var total int64
 	buf := *s.buf
 	off, n, rerr := s.off, s.n, s.rerr
 	s.n, s.rerr = 0, nil
+	carry := 0 // buf[:carry]: the start of an event, held for its end
 	for {
 		if n > 0 {
-			s.observe(buf[off : off+n])
-			wn, werr := w.Write(buf[off : off+n])
-			total += int64(wn)
-			s.x.bytes += int64(wn)
-			if werr != nil {
-				s.writeErr = true
-				return total, werr
+			p := buf[off : off+n]
+			if s.track {
+				s.observe(buf[carry : off+n]) // the engine's bytes, before edits
+				var used int
+				p, used = s.x.mig.sse.feed(buf[:off+n])
+				carry = off + n - used
+				switch t := &s.x.mig.sse; {
+				case carry == len(buf):
+					// One event larger than the buffer: it goes as it is,
+					// and the stream is no longer followed.
+					p, carry, s.track = buf, 0, false
+					t.refuse(refUnreadable)
+				case carry == 0 && t.idle():
+					s.track = false // nothing left to follow for
+				}
+			} else {
+				s.observe(p)
+			}
+			if len(p) > 0 {
+				wn, werr := w.Write(p)
+				total += int64(wn)
+				s.x.bytes += int64(wn)
+				if werr != nil {
+					s.writeErr = true
+					return total, werr
+				}
+			}
+			if carry > 0 {
+				copy(buf, buf[off+n-carry:off+n])
 			}
 		}
 		if rerr != nil {
-			break
+			if rerr == io.EOF && (!s.track || s.x.mig.sse.done && carry == 0) {
+				return total, nil
+			}
+			if !s.track {
+				s.cutUntracked(rerr)
+				break
+			}
+			ok, done := s.migrate(rerr)
+			if done {
+				end := s.x.mig.sse.appendEnd(s.x.mig.sse.out[:0])
+				s.x.mig.sse.out = end
+				wn, werr := w.Write(end)
+				total += int64(wn)
+				s.x.bytes += int64(wn)
+				s.completed = werr == nil
+				if werr != nil {
+					s.writeErr = true
+					return total, werr
+				}
+				return total, nil
+			}
+			if !ok {
+				if rerr == io.EOF {
+					// The engine ended the body: so does the relay.
+					return total, nil
+				}
+				break
+			}
+			off, carry, n, rerr = 0, 0, 0, nil
 		}
 		s.lg.armRead()
 		off = 0
-		n, rerr = s.body.Read(buf)
-	}
-	if rerr == io.EOF {
-		return total, nil
+		var nr int
+		nr, rerr = s.body.Read(buf[carry:])
+		if nr > 0 {
+			s.lg.alive()
+			if s.firstByte.IsZero() {
+				s.legStarted()
+			}
+		}
+		n = carry + nr
+		if nr == 0 {
+			n = 0 // nothing new: the carried bytes wait
+		}
 	}
 	s.upErr = rerr
 	return total, rerr
 }
 
+// legStarted records the first body byte of a leg continuing a migrated
+// stream (the first leg's was read before the head went out).
+func (s *relayStream) legStarted() {
+	s.firstByte = time.Now()
+	s.lg.begin()
+	if !s.decode {
+		s.x.ticket.FirstByte()
+	}
+}
+
 // Read implements io.Reader for servers that pull instead (fasthttp does
 // for some clients).
 func (s *relayStream) Read(p []byte) (int, error) {
+	// Events are not followed here: migration needs WriteTo, which every
+	// front end uses for streams.
+	s.track = false
 	if s.n > 0 {
 		n := copy(p, (*s.buf)[s.off:s.off+s.n])
 		s.observe(p[:n])
@@ -108,6 +186,9 @@ func (s *relayStream) Read(p []byte) (int, error) {
 	}
 	s.lg.armRead()
 	n, err := s.body.Read(p)
+	if n > 0 {
+		s.lg.alive()
+	}
 	s.observe(p[:n])
 	s.x.bytes += int64(n)
 	if err != nil && err != io.EOF {
@@ -127,6 +208,8 @@ func (s *relayStream) CloseWithError(wErr error) error {
 	x := s.x
 	fail := actors.FailNone
 	switch {
+	case s.completed:
+		// llb ended the stream after its leg broke past the last token.
 	case s.upErr != nil:
 		fail, _ = s.lg.failure(s.upErr)
 		x.detail = s.upErr.Error()
@@ -170,17 +253,31 @@ func (s *relayStream) observe(b []byte) {
 	}
 }
 
-// finish ends the leg: the connection back to the pool (when the body was
-// read to its end) or closed, the decode TTFT, the outcome (with the
-// engine's usage when the leg scanned) and the ticket.
+// finish ends the stream: its leg (endLeg), the relay buffer, the
+// endpoint watch of a followed stream.
 func (s *relayStream) finish(fail actors.Failure) {
+	x := s.x
+	s.endLeg(fail)
+	s.release()
+	if s.sse && x.stream == s {
+		x.h.met.activeStreams.Dec()
+	}
+	if x.mig.track {
+		x.unwatch()
+	}
+}
+
+// endLeg ends the current leg, once: the connection back to the pool
+// (when the body was read to its end) or closed, the decode TTFT, the
+// outcome (with the engine's usage when the leg scanned) and the ticket.
+func (s *relayStream) endLeg(fail actors.Failure) {
+	if s.ended {
+		return
+	}
+	s.ended = true
 	x := s.x
 	h := x.h
 	s.lg.end(fail == actors.FailNone && s.body.reusable())
-	s.release()
-	if s.sse && x.stream == s {
-		h.met.activeStreams.Dec()
-	}
 	if s.decode && !s.firstByte.IsZero() {
 		h.met.decodeTTFT.Update(seconds(s.firstByte.Sub(s.lg.start)))
 	}
@@ -194,7 +291,11 @@ func (s *relayStream) finish(fail actors.Failure) {
 			usage.Reported, usage.CachedTokens = false, 0
 		}
 	}
-	x.conclude(actors.Outcome{Leg: s.lg.kind, Status: s.status, Failure: fail, TTFB: s.ttfb, Duration: time.Since(s.lg.start), Usage: usage},
+	var ttft time.Duration
+	if s.sse && !s.decode && !s.firstByte.IsZero() {
+		ttft = s.firstByte.Sub(s.lg.start) // a stream's first body byte is its first token
+	}
+	x.conclude(actors.Outcome{Leg: s.lg.kind, Status: s.status, Failure: fail, TTFB: s.ttfb, Duration: time.Since(s.lg.start), TTFT: ttft, Usage: usage},
 		actors.Result{OK: fail == actors.FailNone && s.status/100 == 2})
 }
 

@@ -54,10 +54,16 @@ func (e *dialError) Unwrap() error { return e.err }
 // upstreamPool holds the idle keep-alive connections to one endpoint.
 // Safe for concurrent use.
 type upstreamPool struct {
-	addr    string
-	dialer  net.Dialer
-	maxIdle int
-	idleTTL time.Duration
+	addr           string
+	dialer         net.Dialer // bounded by connectTimeout
+	busyDialer     net.Dialer // bounded by dialBusy (liveness.go)
+	connectTimeout time.Duration
+	maxIdle        int
+	idleTTL        time.Duration
+	// life is the endpoint's signs of life: legs note the response bytes
+	// they read, a dial past its timeout waits on while they come (nil:
+	// the connect timeout bounds every dial).
+	life *lifeSigns
 
 	mu     sync.Mutex // guards idle, closed, sweeping
 	idle   []*upConn  // LIFO: the most recently used last
@@ -66,12 +72,15 @@ type upstreamPool struct {
 	armed  bool
 }
 
-func newUpstreamPool(addr string, connectTimeout time.Duration) *upstreamPool {
+func newUpstreamPool(addr string, connectTimeout time.Duration, life *lifeSigns) *upstreamPool {
 	return &upstreamPool{
-		addr:    addr,
-		dialer:  net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second},
-		maxIdle: DefaultMaxIdleConnsPerHost,
-		idleTTL: DefaultIdleConnTimeout,
+		addr:           addr,
+		dialer:         net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second},
+		busyDialer:     net.Dialer{Timeout: max(busyConnectMax, connectTimeout), KeepAlive: 30 * time.Second},
+		connectTimeout: connectTimeout,
+		maxIdle:        DefaultMaxIdleConnsPerHost,
+		idleTTL:        DefaultIdleConnTimeout,
+		life:           life,
 	}
 }
 
@@ -132,7 +141,13 @@ func (p *upstreamPool) get(ctx context.Context, now time.Time) (*upConn, error) 
 }
 
 func (p *upstreamPool) dial(ctx context.Context) (*upConn, error) {
-	nc, err := p.dialer.DialContext(ctx, "tcp", p.addr)
+	var nc net.Conn
+	var err error
+	if p.life != nil && p.connectTimeout > 0 {
+		nc, err = p.dialBusy(ctx)
+	} else {
+		nc, err = p.dialer.DialContext(ctx, "tcp", p.addr)
+	}
 	if err != nil {
 		return nil, &dialError{err: err}
 	}

@@ -28,12 +28,15 @@ import (
 //	set                      same line format, updates only the named fields
 //	decide [key=K] [pin=P,D] [blocks=N] [tokens=N] [guard=R] [now=N]
 //	       [prefix=H] [conv=H] [client=H] [ckey=K] [total=N] [repeat=N]
-//	       [load] [pinned]
+//	       [load] [pinned] [class=C] [objective=MS]
 //	                         the input, if any, is the prompt; load adds each
 //	                         admitted decision to the chosen endpoints'
 //	                         conns; pinned feeds back PinSession/EvictSession
 //	resume ep=N [key=K] [pin=P,D]
 //	learn ep=N               input is the prompt; teaches the Tier-1 trie
+//	ttft ep=N actual=MS [u=N] [q=N] [n=N] [repeat=N]
+//	                         the endpoint's TTFT model learns a measured TTFT
+//	                         (Router.ObserveTTFT) for that input
 //	remove ep=N              Router.RemoveEndpoint
 //	law mode=M [factor=N] [lambda=N] [blocks=N]
 //	                         input lines "<ep> overlap=N load=N cap=N [room=N]";
@@ -169,6 +172,17 @@ func (st *goldenState) run(t *testing.T, d *datadriven.TestData) string {
 			return fmt.Sprintf("error: %v\n", err)
 		}
 		return formatDecision(&dec)
+	case "ttft":
+		ep := intArg(t, d, "ep", -1)
+		in := TTFTInput{Uncached: uint32(intArg(t, d, "u", 0)), Queued: uint32(intArg(t, d, "q", 0)), Running: uint32(intArg(t, d, "n", 0))}
+		actual := time.Duration(intArg(t, d, "actual", 0)) * time.Millisecond
+		var step TTFTStep
+		for range intArg(t, d, "repeat", 1) {
+			p, _ := st.router.PredictTTFT(ep, in)
+			step = st.router.ObserveTTFT(goldenEpoch, ep, TTFTPrediction{OK: true, Input: in, Predicted: p}, actual)
+		}
+		p, trusted := st.router.PredictTTFT(ep, in)
+		return fmt.Sprintf("predicted=%v trusted=%t drifting=%t\n", p.Round(100*time.Microsecond), trusted, step.Verdict.Drifting)
 	case "learn":
 		st.router.Learn([]byte(strings.TrimSuffix(d.Input, "\n")), intArg(t, d, "ep", -1))
 		if tr := st.router.Trie(); tr != nil {
@@ -332,6 +346,7 @@ func (st *goldenState) request(t *testing.T, d *datadriven.TestData) Request {
 		}
 		req.Class = c
 	}
+	req.TTFTObjective = time.Duration(intArg(t, d, "objective", 0)) * time.Millisecond
 	return req
 }
 
@@ -358,6 +373,9 @@ func (st *goldenState) decide(t *testing.T, d *datadriven.TestData) string {
 			fmt.Fprintf(&b, "#%d ", k+1)
 		}
 		b.WriteString(formatDecision(&dec))
+		if req.TTFTObjective > 0 && dec.TTFT.OK {
+			fmt.Fprintf(&b, "  ttft: predicted=%v trusted=%t objective=%v\n", dec.TTFT.Predicted.Round(100*time.Microsecond), dec.TTFT.Trusted, req.TTFTObjective)
+		}
 		if d.HasArg("load") && dec.Available() {
 			st.views[dec.Prefill].ActiveConns++
 			if dec.Decode >= 0 {

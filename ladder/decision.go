@@ -114,6 +114,9 @@ type Decision struct {
 	PinSession bool
 	// KV records the Tier-1.5 law's inputs when it ran.
 	KV KVDetail
+	// TTFT is the predicted time to first token on Prefill, when the
+	// decision chose an endpoint.
+	TTFT TTFTPrediction
 }
 
 // DisplacedDecision is the decision a parked request receives when a

@@ -1,5 +1,7 @@
 package ladder
 
+import "time"
+
 // CtrlState is the optional external controller's per-endpoint instruction.
 type CtrlState uint8
 
@@ -182,4 +184,10 @@ type Request struct {
 	// share of its class's slots (FlowQueue.UnderShare): the request may
 	// use the headroom above the cap (Router.CapFor).
 	UnderShare bool
+	// TTFTObjective is the time left, at the decision, for the request's
+	// first token (its TTFT objective minus the time it already spent);
+	// 0: none. The ladder prefers an endpoint predicted to meet it and
+	// sheds a sheddable request no endpoint is predicted to meet
+	// (objective.go).
+	TTFTObjective time.Duration
 }

@@ -43,6 +43,11 @@ func (r *Router) decidePD(now time.Time, req *Request, snap *Snapshot) Decision 
 			d.Tier = Tier2
 		}
 	}
+	if shed := false; prefill >= 0 {
+		if prefill, shed = r.objective(req, views, elig, prefill, &d); shed {
+			return d
+		}
+	}
 	decode := -1
 	if prefill >= 0 {
 		decode = r.selectDecode(views, excl, drain, decodeHint, &d)
@@ -324,12 +329,8 @@ func (r *Router) rescue(views []EndpointView, excl, drain EndpointSet, d *Decisi
 	d.Unavailable = ReasonPDPoolUnavailable
 }
 
-// Resume decides for a request that admission parked on endpoint ep, now
-// that ep has capacity: the prefill is ep (Tier "resume") and the decode is
-// selected as usual. If ep can no longer serve (not a prefill endpoint, or
-// excluded) the full ladder runs again instead, so the request may park
-// again, be shed, or go elsewhere.
-func (r *Router) Resume(now time.Time, req *Request, snap *Snapshot, ep int) (Decision, error) {
+// resume is Resume's ladder.
+func (r *Router) resume(now time.Time, req *Request, snap *Snapshot, ep int) (Decision, error) {
 	if err := r.checkInput(req, snap); err != nil {
 		d := newDecision()
 		d.Unavailable = ReasonNoHealthyBackend

@@ -31,7 +31,7 @@ func (r *Router) decidePool(now time.Time, req *Request, snap *Snapshot) Decisio
 	if r.svc.KVExactMode == KVSinglePool {
 		if ep := r.tier15(now, req, views, avail, tierSet, &d); ep >= 0 {
 			d.Prefill, d.Tier = ep, Tier15
-			return d
+			return r.objectivePool(req, views, avail, d)
 		}
 	}
 	// The pool lives in the router's scratch so the interface call does not
@@ -41,5 +41,17 @@ func (r *Router) decidePool(now time.Time, req *Request, snap *Snapshot) Decisio
 	r.pool = Pool{} // drop the references to the caller's request and views
 	d.Prefill, d.Tier, d.Selector = ep, TierSelector, r.svc.Selector
 	d.Flags |= f
+	return r.objectivePool(req, views, avail, d)
+}
+
+// objectivePool applies the request's TTFT objective to a single pool's
+// pick (objective).
+func (r *Router) objectivePool(req *Request, views []EndpointView, avail EndpointSet, d Decision) Decision {
+	ep, shed := r.objective(req, views, avail, d.Prefill, &d)
+	if shed {
+		d.Prefill, d.Tier = -1, TierNone
+		return d
+	}
+	d.Prefill = ep
 	return d
 }

@@ -17,6 +17,9 @@ const (
 	ReasonGlobalValve // the total in-flight bound is reached
 	ReasonSheddable   // every eligible endpoint is capped and the request is sheddable: refused, not parked
 	ReasonDisplaced   // the request was parked, and a request of a higher class took its place in a full queue
+	// ReasonTTFTObjective: the request is sheddable and no eligible
+	// endpoint is predicted to meet its TTFT objective: refused at once.
+	ReasonTTFTObjective
 
 	// Tier 0.
 	ReasonNoSessionKey            // the request has no stickiness key
@@ -74,6 +77,7 @@ var reasonNames = [reasonCount]string{
 	ReasonGlobalValve:             "global_valve",
 	ReasonSheddable:               "sheddable",
 	ReasonDisplaced:               "displaced",
+	ReasonTTFTObjective:           "ttft_objective",
 	ReasonNoSessionKey:            "no_session_key",
 	ReasonSessionMiss:             "session_miss",
 	ReasonSessionEvictedUnhealthy: "session_evicted_unhealthy",
@@ -152,7 +156,7 @@ func (t Tier) String() string {
 
 // Flags are the deliberate trade-offs a decision made, for metrics and the
 // route header.
-type Flags uint16
+type Flags uint32
 
 // Decision flags.
 const (
@@ -202,9 +206,15 @@ const (
 	// the request joins more than BalanceMarginBlocks less prefill work
 	// (rebalance).
 	FlagBalance
+	// FlagObjective: the pick was predicted to miss the request's TTFT
+	// objective; it moved to an endpoint predicted to meet it.
+	FlagObjective
+	// FlagObjectiveMiss: no eligible endpoint was predicted to meet the
+	// request's TTFT objective; it went to the lowest prediction.
+	FlagObjectiveMiss
 )
 
-var flagNames = [...]string{"spill", "relief", "cold_seed", "rescue", "rr_tie", "decode_rr_tie", "excluded_winner", "backup", "bound_walk", "saturated", "pending", "least_kv", "held", "refit", "balance"}
+var flagNames = [...]string{"spill", "relief", "cold_seed", "rescue", "rr_tie", "decode_rr_tie", "excluded_winner", "backup", "bound_walk", "saturated", "pending", "least_kv", "held", "refit", "balance", "objective", "objective_miss"}
 
 // Has reports whether every flag in f2 is set.
 func (f Flags) Has(f2 Flags) bool { return f&f2 == f2 }

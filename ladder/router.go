@@ -80,6 +80,8 @@ type Router struct {
 	// foot remembers which prefix keys each endpoint served lately and
 	// their sizes (headroom law with Tier 1.5 on only; nil otherwise).
 	foot *footprintTable
+	// ttft is each endpoint's TTFT model and its check (ttft.go).
+	ttft []ttftEndpoint
 
 	// Scratch, overwritten by every decision.
 	cands [MaxEndpoints]Candidate
@@ -114,6 +116,7 @@ func build(svc ServiceSpec, eps []EndpointSpec, env Env, cfg RouterConfig) *Rout
 		law: LawParams{Mode: env.LBMode, FactorPct: env.MeanLoadFactorPct, Lambda: env.LoadPenalty},
 
 		autoFactor: AutoFactorMax,
+		ttft:       make([]ttftEndpoint, len(eps)),
 	}
 	switch env.SpillRelief {
 	case TriOn:
@@ -243,11 +246,27 @@ func (r *Router) Decide(now time.Time, req *Request, snap *Snapshot) (Decision, 
 	} else {
 		d = r.decidePool(now, req, snap)
 	}
+	if d.Available() {
+		d.TTFT = r.predictFor(snap.Endpoints, d.Prefill, r.PromptBlocks(req))
+	}
 	if r.pending != nil && req.HasPrefixHash && d.Available() {
 		r.pending.note(now, req.PrefixHash, d.Prefill)
 		r.foot.note(now, req.PrefixHash, d.Prefill, r.PromptBlocks(req))
 	}
 	return d, nil
+}
+
+// Resume decides for a request that admission parked on endpoint ep, now
+// that ep has capacity: the prefill is ep (Tier "resume") and the decode is
+// selected as usual. If ep can no longer serve (not a prefill endpoint, or
+// excluded) the full ladder runs again instead, so the request may park
+// again, be shed, or go elsewhere.
+func (r *Router) Resume(now time.Time, req *Request, snap *Snapshot, ep int) (Decision, error) {
+	d, err := r.resume(now, req, snap, ep)
+	if err == nil && d.Available() {
+		d.TTFT = r.predictFor(snap.Endpoints, d.Prefill, r.PromptBlocks(req))
+	}
+	return d, err
 }
 
 // Learn teaches the Tier-1 trie that prompt was routed to prefill endpoint

@@ -59,6 +59,9 @@ type ruleDefaults struct {
 	Env ladder.Env
 	// Rule is what rule.Compile takes from the environment.
 	Rule rule.Defaults
+	// RouteTimeout is every service's actors.ServiceConfig.RouteTimeout
+	// (0: actors.DefaultRouteTimeout).
+	RouteTimeout time.Duration
 }
 
 // Config configures a DataPlane.
@@ -102,6 +105,9 @@ type Config struct {
 	// ClientSendTimeout is the send bound (--client-send-timeout; 0: off).
 	// See gateway.Options.ClientSendTimeout.
 	ClientSendTimeout time.Duration
+	// RouteTimeout bounds the wait for a routing decision while the router
+	// handles no message (--route-timeout; 0: actors.DefaultRouteTimeout).
+	RouteTimeout time.Duration
 	// MaxTenantLabels bounds the tenant label of the per-tenant metrics
 	// (--max-tenant-labels; 0: gateway.DefaultMaxTenantLabels).
 	MaxTenantLabels int
@@ -138,7 +144,7 @@ func New(cfg Config) (*DataPlane, error) {
 		rt:       rt,
 		sys:      sys,
 		log:      cfg.Log.With().Str(logfield.Component, "lifecycle").Logger(),
-		defaults: ruleDefaults{Env: cfg.Env, Rule: cfg.Defaults},
+		defaults: ruleDefaults{Env: cfg.Env, Rule: cfg.Defaults, RouteTimeout: cfg.RouteTimeout},
 		dataBind: cfg.DataBind,
 		unserved: make(map[rule.RuleKey]string),
 		served:   make(map[string]struct{}),
@@ -211,6 +217,9 @@ func (d *DataPlane) Apply(ctx context.Context, r rule.Rule) error {
 		rc = &bound
 	}
 	sc := actors.NewServiceConfig(rc, d.defaults.Env)
+	if d.defaults.RouteTimeout > 0 {
+		sc.RouteTimeout = d.defaults.RouteTimeout
+	}
 	if d.member != nil {
 		port := newClusterPort(d.member, rc)
 		sc.Peers = port
@@ -304,6 +313,9 @@ func (d *DataPlane) Status(k rule.RuleKey) (restapi.RuleStatus, bool) {
 				}
 			}
 			es.KVPrediction = kvPrediction(e.Prediction)
+		}
+		if cfg.Rule.Endpoints[i].Role() != ladder.RoleDecode {
+			es.TTFTPrediction = ttftPrediction(e.TTFT)
 		}
 		out.Endpoints = append(out.Endpoints, es)
 	}

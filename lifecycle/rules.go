@@ -218,7 +218,9 @@ func (rs *ruleSet) complete(s runSpec, old *liveRule) (*liveRule, error) {
 		case err != nil:
 			return nil, fmt.Errorf("lifecycle: rule %s endpoint %d probe: %w", c.Key, i, err)
 		default:
-			sc.Probes[i] = actors.ProbeFunc(p)
+			// A probe that times out while the endpoint answers other
+			// requests passes: busy is not down (gateway/liveness.go).
+			sc.Probes[i] = actors.ProbeFunc(live.watch.Probe(i, p))
 		}
 		// TensorRT-LLM's GET /metrics is JSON iteration stats, handed out
 		// once like its events: llb leaves it to the operator's monitoring.

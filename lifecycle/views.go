@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/llbproject/llb/actors"
@@ -105,6 +106,24 @@ func kvPrediction(p actors.PredictionStatus) *restapi.KVPrediction {
 	}
 	return out
 }
+
+// ttftPrediction is an endpoint's TTFT prediction record in restapi's
+// shape.
+func ttftPrediction(p actors.TTFTPredictionStatus) *restapi.TTFTPrediction {
+	out := &restapi.TTFTPrediction{
+		Compared: p.Compared, Wrong: p.Wrong, State: restapi.TTFTPredictionOK, BiasPct: math.Round(p.Bias*1000) / 10,
+		OverheadMs: round2(p.OverheadMs), UncachedMsPer1kBlocks: round2(p.UncachedMs), QueuedMsPer1kBlocks: round2(p.QueuedMs),
+	}
+	switch {
+	case p.Drifting:
+		out.State = restapi.TTFTPredictionDrifting
+	case !p.Trained:
+		out.State = restapi.TTFTPredictionLearning
+	}
+	return out
+}
+
+func round2(v float64) float64 { return math.Round(v*100) / 100 }
 
 // SetController implements restapi.ControllerRuntime.
 func (d *DataPlane) SetController(k rule.RuleKey, ep int, u restapi.ControllerUpdate) error {

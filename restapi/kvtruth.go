@@ -97,3 +97,34 @@ func FormatKVPrediction(p *KVPrediction) string {
 	}
 	return s
 }
+
+// TTFTPrediction is an endpoint's TTFT prediction record: llb's predicted
+// time to first token against the measured one (docs/routing.md, TTFT
+// predictions).
+type TTFTPrediction struct {
+	// Compared counts the requests whose measured TTFT was compared with
+	// the prediction; Wrong those off by more than half of it.
+	Compared uint64 `json:"compared"`
+	Wrong    uint64 `json:"wrong"`
+	// State is "ok", "learning" (fewer than 16 samples since the model
+	// last started) or "drifting" (predictions keep missing: decisions do
+	// not rely on them).
+	State string `json:"state"`
+	// BiasPct is the median relative error of the last 16 comparisons, in
+	// percent (positive: llb predicted later first tokens than came).
+	BiasPct float64 `json:"biasPct"`
+	// OverheadMs, UncachedMsPer1kBlocks and QueuedMsPer1kBlocks are the
+	// endpoint's learned model at an empty batch: its fixed cost, and the
+	// cost of 1000 uncached prompt blocks of the request and of 1000 blocks
+	// of prefill work queued ahead of it.
+	OverheadMs            float64 `json:"overheadMs"`
+	UncachedMsPer1kBlocks float64 `json:"uncachedMsPer1kBlocks"`
+	QueuedMsPer1kBlocks   float64 `json:"queuedMsPer1kBlocks"`
+}
+
+// TTFT prediction states (TTFTPrediction.State).
+const (
+	TTFTPredictionOK       = "ok"
+	TTFTPredictionLearning = "learning"
+	TTFTPredictionDrifting = "drifting"
+)

@@ -111,6 +111,9 @@ type EndpointStatus struct {
 	// KVPrediction is the cache-truth record; nil when the endpoint is not
 	// mirrored.
 	KVPrediction *KVPrediction
+	// TTFTPrediction is the TTFT prediction record; nil for decode
+	// endpoints.
+	TTFTPrediction *TTFTPrediction
 	// Controller is the external controller's instruction for the
 	// endpoint; nil when the data plane has no controller (or did not
 	// answer).

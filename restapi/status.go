@@ -66,6 +66,9 @@ type EndpointStatusView struct {
 	// KVPrediction compares llb's cached-token predictions with what the
 	// engine reports; absent when the endpoint is not mirrored.
 	KVPrediction *KVPrediction `json:"kvPrediction,omitempty"`
+	// TTFTPrediction compares llb's predicted times to first token with
+	// the measured ones; absent for decode endpoints.
+	TTFTPrediction *TTFTPrediction `json:"ttftPrediction,omitempty"`
 	// Controller is the external controller's instruction; absent without
 	// a controller-capable data plane.
 	Controller *ControllerStatus `json:"controller,omitempty"`
@@ -187,6 +190,7 @@ func statusView(r *rule.Rule, updated time.Time, st RuleStatus, applyErr string)
 			OffloadBlocks:    e.OffloadBlocks,
 			KVIgnored:        e.KVIgnored,
 			KVPrediction:     e.KVPrediction,
+			TTFTPrediction:   e.TTFTPrediction,
 			Controller:       e.Controller,
 		}
 		if e.Inventory || e.InventoryBlocks > 0 {

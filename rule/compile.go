@@ -54,6 +54,12 @@ const (
 	DefaultBreakerOpen = 30 * time.Second
 	// DefaultOriginErrThreshold is LLB_PD_ORIGIN_ERR_THRESHOLD's default.
 	DefaultOriginErrThreshold = 3
+	// DefaultMigrationLimit is how many times a request may move to
+	// another endpoint when neither the rule (migrationLimit) nor
+	// LLB_MIGRATION_LIMIT says (Dynamo's examples use 3).
+	DefaultMigrationLimit = 3
+	// MaxMigrationLimit bounds migrationLimit and LLB_MIGRATION_LIMIT.
+	MaxMigrationLimit = 16
 	// DefaultPersistTTL is the persist selector's (sel:3) sliding pin
 	// lifetime (LoxiLB's persistence timeout of 10800 s; no rule field sets
 	// it).
@@ -81,6 +87,10 @@ type Defaults struct {
 	// directory of rules without kvTokenizerDir ("" = the engines'
 	// /tokenize).
 	TokenizerDir string
+	// MigrationLimit is LLB_MIGRATION_LIMIT, the migration limit of rules
+	// without migrationLimit; nil takes DefaultMigrationLimit, 0 turns
+	// migration off.
+	MigrationLimit *int
 }
 
 // ErrNotServed classifies a rule that is valid and stored but that llb's
@@ -143,6 +153,7 @@ func Compile(r *Rule, d Defaults) (*Compiled, error) {
 			Retries:        eff.ProbeRetries,
 			MaxBackoff:     ProbeMaxBackoffPeriods * eff.ProbePeriod,
 		},
+		MigrationLimit: DefaultMigrationLimit,
 		Breaker: Breaker{
 			Enabled:            eff.BreakerEnabled,
 			Threshold:          DefaultBreakerThreshold,
@@ -155,6 +166,12 @@ func Compile(r *Rule, d Defaults) (*Compiled, error) {
 	}
 	if d.OriginErrThreshold != nil {
 		c.Breaker.OriginErrThreshold = *d.OriginErrThreshold
+	}
+	switch {
+	case sa.MigrationLimit != nil:
+		c.MigrationLimit = int(*sa.MigrationLimit)
+	case d.MigrationLimit != nil:
+		c.MigrationLimit = *d.MigrationLimit
 	}
 	c.APIKeys, c.EnginePriority = sa.SSEMode, sa.PriorityScheduling
 	if !sa.SSEMode { // sse_mode suppresses timeoutMemberData

@@ -42,6 +42,11 @@ type Compiled struct {
 	Probe Probe
 	// Breaker configures the per-endpoint circuit breakers.
 	Breaker Breaker
+	// MigrationLimit is how many times one request may be sent on to
+	// another endpoint after its worker died, froze or dropped the
+	// connection (migrationLimit, else LLB_MIGRATION_LIMIT, else
+	// DefaultMigrationLimit); 0 = never: a broken stream is cut.
+	MigrationLimit int
 	// APIKeys is sse_mode: the rule checks API keys and tenant limits
 	// whenever llbd holds at least one key (LoxiLB enforces them on
 	// sse_mode rules).

@@ -15,6 +15,7 @@ const (
 	EnvPrefillTimeout   = "LLB_PD_PREFILL_TIMEOUT_SEC"
 	EnvDecodeTimeout    = "LLB_PD_DECODE_TIMEOUT_SEC"
 	EnvStreamIdle       = "LLB_PD_IDLE_TIMEOUT_SEC"
+	EnvMigrationLimit   = "LLB_MIGRATION_LIMIT"
 	maxEnvTimeoutSecond = 86400
 )
 
@@ -58,5 +59,13 @@ func DefaultsFromEnv(getenv func(string) string, originErr int) (Defaults, error
 	d.PrefillTimeout = seconds(EnvPrefillTimeout, false)
 	d.DecodeTimeout = seconds(EnvDecodeTimeout, true)
 	d.StreamIdleTimeout = seconds(EnvStreamIdle, true)
+	if v := strings.TrimSpace(getenv(EnvMigrationLimit)); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > MaxMigrationLimit {
+			errs = append(errs, fmt.Errorf("%s=%q: want a whole number 0–%d (0 turns migration off): %w", EnvMigrationLimit, v, MaxMigrationLimit, ErrEnv))
+		} else {
+			d.MigrationLimit = &n
+		}
+	}
 	return d, errors.Join(errs...)
 }

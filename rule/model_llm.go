@@ -90,7 +90,12 @@ type LLMArguments struct {
 //     engine's /tokenize (LoxiLB always calls /tokenize); overrides the
 //     daemon's --tokenizer-dir / LLB_TOKENIZER_DIR.
 //
-// All four need kvExactMode 1 or 3.
+// Those four need kvExactMode 1 or 3. One more is not about the KV side:
+//
+//   - migrationLimit: how many times one request may move to another
+//     endpoint when its worker dies, freezes or drops the connection
+//     mid-answer (request migration, gateway/migrate.go); LoxiLB cuts such
+//     a stream. Absent → the daemon's LLB_MIGRATION_LIMIT (3).
 type LLBArguments struct {
 	// KVNoneHashSeed is the PYTHONHASHSEED value the rule's vLLM workers run
 	// with. A pointer because "" is a valid seed distinct from "not set";
@@ -106,6 +111,12 @@ type LLBArguments struct {
 	// root of such directories named by served model name. Absent → the
 	// daemon default; neither → the engine's /tokenize.
 	KVTokenizerDir string `json:"kvTokenizerDir,omitempty"`
+	// MigrationLimit is how many times one request may be sent on to
+	// another endpoint after its stream broke (or, before any byte reached
+	// the client, after its worker died), 0–MaxMigrationLimit; 0 turns
+	// migration off. A pointer because 0 is distinct from "not set";
+	// absent → the daemon default (env LLB_MIGRATION_LIMIT, 3).
+	MigrationLimit *int64 `json:"migrationLimit,omitempty"`
 	// PriorityScheduling says the rule's engines run vLLM's
 	// --scheduling-policy priority: llb then sets each request's
 	// "priority" field from its class (critical -1, standard 0, sheddable

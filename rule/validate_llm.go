@@ -35,6 +35,9 @@ func checkLLMSchema(c *Checker, sa *ServiceArguments) {
 	c.BetweenOrZero(SAField("kvDpRankCount"), sa.KVDpRankCount, 1, 8)
 	c.Between(SAField("kvReplayPort"), sa.KVReplayPort, 0, MaxUint16)
 	c.OneOfString(SAField("kvBlockKey"), sa.KVBlockKey, BlockKeyHash, BlockKeyTokens)
+	if v := sa.MigrationLimit; v != nil {
+		c.Between(SAField("migrationLimit"), *v, 0, MaxMigrationLimit)
+	}
 	if d := sa.KVTokenizerDir; d != "" && (!filepath.IsAbs(d) || len(d) > 4096 || strings.ContainsAny(d, "\x00\r\n")) {
 		c.Semantic(SAField("kvTokenizerDir"), "kvTokenizerDir %q: want an absolute directory path on the llbd host", d)
 	}
@@ -108,6 +111,7 @@ func llmFieldsSet(sa *ServiceArguments) []string {
 	add("kvReplayPort", x.KVReplayPort != 0)
 	add("kvBlockKey", x.KVBlockKey != "")
 	add("kvTokenizerDir", x.KVTokenizerDir != "")
+	add("migrationLimit", x.MigrationLimit != nil)
 	add("priority_scheduling", x.PriorityScheduling)
 	add("fc_mode", a.FCMode != nil)
 	add("fc_max_outstanding", a.FCMaxOutstanding != nil)

@@ -36,14 +36,18 @@ const pdBase = ip(91, 2); // 2 prefill + 2 decode workers
 const spBase = ip(92, 2); // 2 single-pool workers
 const deadIP = (host) => ip(93, host); // nothing listens there
 const vip = ip(94, 1);
+const migBase = (h) => ip(95, h); // migration: one process per worker
 
 const env = { PATH: process.env.PATH ?? '/usr/bin:/bin' };
+// llbd: a stream that stays silent for 10 s moves on (the probe, every
+// second, usually takes a frozen worker out first).
+const llbdEnv = { ...env, LLB_PD_IDLE_TIMEOUT_SEC: '10' };
 
-function start(name, args) {
+function start(name, args, childEnv = env) {
   const log = join(work, `${name}.log`);
   const out = join(work, `${name}.out`);
   const child = spawn(join(bin, args[0]), args.slice(1), {
-    env,
+    env: childEnv,
     stdio: ['ignore', openSync(out, 'w'), openSync(log, 'w')],
   });
   child.on('error', (err) => console.error(`client-test: ${name}: ${err.message}`));
@@ -125,19 +129,36 @@ function exited() {
 // A fleet prints its rule fragment as JSON on stdout once it serves.
 async function fleet(name, args) {
   const f = start(name, ['llbsim', 'fleet', ...args, '--log-level', 'warn']);
-  return until(`${name} to serve`, () => {
+  const frag = await until(`${name} to serve`, () => {
     exited();
     return JSON.parse(readFileSync(f.out, 'utf8'));
   });
+  frag.pid = f.child.pid;
+  return frag;
+}
+
+// The migration fleets: every worker its own process, so that a test can
+// SIGKILL or SIGSTOP one; 40 ms per token so that streams are under way
+// when it does.
+const migArgs = ['--http-port', '0', '--no-kv-events', '--itl', '40ms', '--nixl-port', '0'];
+async function migrationFleets() {
+  const single = await Promise.all([0, 1, 2, 3].map((i) => fleet(`mig-single-${i}`, ['--single', '1', '--base-ip', migBase(10 + i), ...migArgs])));
+  // P/D: three processes of one prefill and one decode worker each (a
+  // fleet runs both roles); killing one kills a pair.
+  const pairs = await Promise.all([0, 1, 2].map((i) => fleet(`mig-pd-${i}`, ['--prefill', '1', '--decode', '1', '--base-ip', migBase(20 + 2 * i), ...migArgs])));
+  const workers = (frags) => frags.flatMap((f) => f.endpoints.map((ep) => ({ ...ep, pid: f.pid })));
+  const pd = workers(pairs);
+  return { single: workers(single), prefill: pd.filter((ep) => ep.ep_role === 1), decode: pd.filter((ep) => ep.ep_role === 2) };
 }
 
 async function main() {
-  const [pd, sp] = await Promise.all([
+  const [pd, sp, mig] = await Promise.all([
     fleet('pd-fleet', ['--prefill', '2', '--decode', '2', '--base-ip', pdBase, '--http-port', '0', '--kv-port', '0', '--nixl-port', '0']),
     fleet('sp-fleet', ['--single', '2', '--base-ip', spBase, '--http-port', '0', '--no-kv-events']),
+    migrationFleets(),
   ]);
 
-  const llbd = start('llbd', ['llbd', '--listen', '127.0.0.1:0', '--state-dir', join(work, 'state'), '--log-format', 'json']);
+  const llbd = start('llbd', ['llbd', '--listen', '127.0.0.1:0', '--state-dir', join(work, 'state'), '--log-format', 'json'], llbdEnv);
   const rest = await until('llbd to listen', () => {
     exited();
     for (const line of readFileSync(llbd.log, 'utf8').split('\n')) {
@@ -150,7 +171,9 @@ async function main() {
   const pdKV = { pd_disagg_mode: true, kvExactMode: 1, kvZmqPort: pd.kvZmqPort, kvBlockSize: pd.kvBlockSize, kvHashAlgo: pd.kvHashAlgo, kvWarmupSec: 1 };
   if (pd.kvNoneHashSeed !== undefined) pdKV.kvNoneHashSeed = pd.kvNoneHashSeed;
   const ports = {};
-  for (const name of ['single', 'pd', 'singleDead', 'pdCapped', 'pdDead']) ports[name] = await freePort(vip);
+  for (const name of ['single', 'pd', 'singleDead', 'pdCapped', 'pdDead', 'singleMig', 'pdMig']) ports[name] = await freePort(vip);
+  // Migration rules: probes every second, down after two failures.
+  const migSA = { probeTimeout: 1, probeRetries: 2, max_stream_duration_sec: 120 };
   const rules = [
     { serviceArguments: sa(ports.single, { sel: 8, name: 'single' }), endpoints: sp.endpoints },
     { serviceArguments: sa(ports.pd, { ...pdKV, name: 'pd' }), endpoints: pd.endpoints },
@@ -165,6 +188,11 @@ async function main() {
         { endpointIP: deadIP(4), targetPort: 8100, weight: 1, ep_role: 1 },
         { endpointIP: deadIP(5), targetPort: 8100, weight: 1, ep_role: 2 },
       ],
+    },
+    { serviceArguments: sa(ports.singleMig, { ...migSA, name: 'single-mig' }), endpoints: mig.single.map(({ pid, ...ep }) => ep) },
+    {
+      serviceArguments: sa(ports.pdMig, { ...migSA, pd_disagg_mode: true, name: 'pd-mig' }),
+      endpoints: [...mig.prefill, ...mig.decode].map(({ pid, ...ep }) => ep),
     },
   ];
   for (const r of rules) {
@@ -188,7 +216,7 @@ async function main() {
     const st = await status(port);
     return st?.endpoints?.length > 0 && st.endpoints.every((e) => e.probe === want) && !st.listenError && !st.applyError;
   };
-  for (const port of [ports.single, ports.pd, ports.pdCapped]) await until(`rule ${port} up`, () => probed('up')(port));
+  for (const port of [ports.single, ports.pd, ports.pdCapped, ports.singleMig, ports.pdMig]) await until(`rule ${port} up`, () => probed('up')(port));
   for (const port of [ports.singleDead, ports.pdDead]) await until(`rule ${port} down`, () => probed('down')(port));
   await until('the P/D rule to mirror KV feeds', async () => {
     for (const ep of [0, 1]) {
@@ -207,6 +235,8 @@ async function main() {
     LLB_TEST_PD_WORKERS: JSON.stringify(pd.endpoints),
     LLB_TEST_SP_WORKERS: JSON.stringify(sp.endpoints),
     LLB_TEST_MODEL: 'sim-model',
+    LLB_TEST_REST: rest,
+    LLB_TEST_MIG_WORKERS: JSON.stringify(mig),
   };
   console.log(`client-test: llbd ${rest}, rules on ${vip}:${Object.values(ports).join(',')}, logs in ${work}`);
   const code = await new Promise((done) => {

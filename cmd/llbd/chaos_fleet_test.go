@@ -18,12 +18,14 @@ import (
 // The chaos fleet: worker processes for a P/D rule, the llbd in front of
 // them, and what a test reads back from llbd (status, metrics, debug).
 
-// pdFleet is a P/D fleet of worker processes and the llbd in front of it.
+// pdFleet is a P/D fleet of worker processes and the llbd in front of it
+// (or, with fleetSpec.single, a single pool).
 type pdFleet struct {
 	t       *testing.T
 	net     chaosNet
 	prefill []*procWorker
 	decode  []*procWorker
+	single  []*procWorker // role-less workers of a single-pool rule
 	d       *daemon
 	debug   string // the debug listener's address
 	vip     string // http://VIP:port
@@ -33,7 +35,10 @@ type pdFleet struct {
 // fleetSpec sizes a pdFleet.
 type fleetSpec struct {
 	prefill, decode int
-	timeScale       float64
+	// single, instead of prefill and decode, runs that many role-less
+	// workers behind a single-pool rule (sel 0).
+	single    int
+	timeScale float64
 	// prefillLatencyMS is a fault latency on every prefill worker.
 	prefillLatencyMS float64
 	// env is the daemon's extra environment (K=V).
@@ -52,6 +57,12 @@ func startPDFleet(t *testing.T, fs fleetSpec) *pdFleet {
 	t.Helper()
 	f := &pdFleet{t: t, net: newChaosNet()}
 	host := 10
+	for i := 0; i < fs.single; i++ {
+		f.single = append(f.single, startProcWorker(t, procSpec{
+			Name: fmt.Sprintf("worker-%d", i), IP: f.net.ip(host), Role: "none", TimeScale: fs.timeScale,
+		}))
+		host++
+	}
 	for i := 0; i < fs.prefill; i++ {
 		spec := procSpec{
 			Name: fmt.Sprintf("prefill-%d", i), IP: f.net.ip(host), Role: "prefill", KVEvents: true,
@@ -97,6 +108,11 @@ func (f *pdFleet) startDaemon(fs fleetSpec) {
 		// Every request ends within 20 s whatever happens upstream.
 		"max_stream_duration_sec": 20,
 	}
+	if fs.single > 0 {
+		for _, k := range []string{"pd_disagg_mode", "kvExactMode", "kvZmqPort", "kvHashAlgo", "kvBlockSize", "kvNoneHashSeed"} {
+			delete(sa, k)
+		}
+	}
 	for k, v := range fs.rule {
 		if v == nil {
 			delete(sa, k)
@@ -105,6 +121,9 @@ func (f *pdFleet) startDaemon(fs fleetSpec) {
 		sa[k] = v
 	}
 	var eps []map[string]any
+	for _, p := range f.single {
+		eps = append(eps, map[string]any{"endpointIP": p.spec.IP, "targetPort": chaosHTTPPort, "weight": 1})
+	}
 	for _, p := range f.prefill {
 		eps = append(eps, map[string]any{"endpointIP": p.spec.IP, "targetPort": chaosHTTPPort, "weight": 1, "ep_role": 1, "nixl_port": chaosNIXLPort})
 	}
@@ -122,12 +141,16 @@ func (f *pdFleet) startDaemon(fs fleetSpec) {
 				return false
 			}
 		}
-		return len(eps) == len(f.prefill)+len(f.decode)
+		return len(eps) == len(f.single)+len(f.prefill)+len(f.decode)
 	})
 }
 
-// worker returns endpoint i's worker (prefill first, then decode).
+// worker returns endpoint i's worker (prefill first, then decode; or the
+// single pool's).
 func (f *pdFleet) worker(i int) *procWorker {
+	if len(f.single) > 0 {
+		return f.single[i]
+	}
 	if i < len(f.prefill) {
 		return f.prefill[i]
 	}
@@ -169,6 +192,8 @@ type endpointState struct {
 	OffloadBlocks   int                   `json:"offloadBlocks"`
 	KVIgnored       []restapi.KVIgnored   `json:"kvIgnored"`
 	KVPrediction    *restapi.KVPrediction `json:"kvPrediction"`
+	// The TTFT prediction record (issue 30).
+	TTFTPrediction *restapi.TTFTPrediction `json:"ttftPrediction"`
 }
 
 // status reads the rule's endpoint states (the router's live view).

@@ -90,7 +90,7 @@ const (
 type procSpec struct {
 	Name string `json:"name"`
 	IP   string `json:"ip"`
-	// Role is "prefill" or "decode".
+	// Role is "prefill", "decode" or "none" (a single pool's worker).
 	Role string `json:"role"`
 	// KVEvents turns the ZMQ publisher on (on chaosKVPort).
 	KVEvents bool `json:"kv_events"`
@@ -123,8 +123,11 @@ func chaosWorkerMain(raw string) int {
 	c.Name, c.IP, c.HTTPPort, c.NIXLPort = s.Name, s.IP, chaosHTTPPort, chaosNIXLPort
 	c.KVEvents, c.KVPort = s.KVEvents, chaosKVPort
 	c.Engine.KVRole = engine.KVRoleFor(ladder.RoleDecode)
-	if s.Role == ladder.RolePrefill.String() {
+	switch s.Role {
+	case ladder.RolePrefill.String():
 		c.Engine.KVRole = engine.KVRoleFor(ladder.RolePrefill)
+	case "none":
+		c.Engine.KVRole = engine.KVRoleFor(ladder.RoleNone)
 	}
 	c.Engine.Latency.TimeScale = s.TimeScale
 	if s.Seed != nil {

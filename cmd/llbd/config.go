@@ -16,6 +16,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/gateway"
 	"github.com/llbproject/llb/internal/etcdconn"
 	"github.com/llbproject/llb/replica"
@@ -83,6 +84,11 @@ type config struct {
 	// h2c stream reset), a stream's upstream leg with it (default
 	// gateway.DefaultClientSendTimeout, 60 s; 0 turns it off).
 	ClientSendTimeout time.Duration
+	// RouteTimeout is how long a request waits for its routing decision
+	// while the router handles no message at all (a stuck router); a
+	// router that is slow but moving is waited for (default
+	// actors.DefaultRouteTimeout, 2 s; at least 10 ms).
+	RouteTimeout time.Duration
 	// MaxTenantLabels bounds the tenant label of the per-tenant metrics:
 	// the first this many tenants get their own value, later ones count
 	// as "_other" (default gateway.DefaultMaxTenantLabels, 64).
@@ -180,6 +186,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		{"body-buffer-bytes", "LLB_BODY_BUFFER_BYTES", "most request-body bytes the data plane holds at once, across every rule; a request over it gets 503 body_buffer_full (0: no bound but each rule's body limit)"},
 		{"max-conns", "LLB_MAX_CONNS", "most data-plane client connections open at once, across every rule; one over it gets 503 too_many_connections and is closed (0: no bound; default derived from the open-file limit)"},
 		{"client-send-timeout", "LLB_CLIENT_SEND_TIMEOUT", "close a data-plane client connection (reset an h2c stream) that accepts no byte of its answer for this long, ending its upstream leg (0: no bound but max_stream_duration)"},
+		{"route-timeout", "LLB_ROUTE_TIMEOUT", "answer 503 service_unavailable when the router handled no message for this long while a request waited for its decision (a slow but moving router is waited for)"},
 		{"max-tenant-labels", "LLB_MAX_TENANT_LABELS", "most tenants that get their own tenant label in the llb_tenant_* metrics; later ones count as _other"},
 		{"tokenizer-dir", "LLB_TOKENIZER_DIR", "Hugging Face tokenizer directory (or a root of them named by served model) for Tier 1.5 to tokenize in process; empty: the engines' /tokenize"},
 	}
@@ -210,6 +217,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.Int64Var(&cfg.BodyBufferBytes, "body-buffer-bytes", gateway.DefaultBodyBufferBytes, usage("body-buffer-bytes"))
 	fs.IntVar(&cfg.MaxConns, "max-conns", gateway.DefaultMaxConns(), usage("max-conns"))
 	fs.DurationVar(&cfg.ClientSendTimeout, "client-send-timeout", gateway.DefaultClientSendTimeout, usage("client-send-timeout"))
+	fs.DurationVar(&cfg.RouteTimeout, "route-timeout", actors.DefaultRouteTimeout, usage("route-timeout"))
 	fs.IntVar(&cfg.MaxTenantLabels, "max-tenant-labels", gateway.DefaultMaxTenantLabels, usage("max-tenant-labels"))
 	var etcdEndpoints, dataBind string
 	fs.StringVar(&cfg.Cluster.Name, "cluster-name", "", usage("cluster-name"))
@@ -304,6 +312,9 @@ func (c *config) validate() []error {
 	}
 	if c.ClientSendTimeout < 0 || c.ClientSendTimeout > 0 && c.ClientSendTimeout < time.Second {
 		errs = append(errs, fmt.Errorf("--client-send-timeout %s: want 0 (no bound) or at least 1s", c.ClientSendTimeout))
+	}
+	if c.RouteTimeout < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--route-timeout %s: want at least 10ms", c.RouteTimeout))
 	}
 	if c.MaxTenantLabels < 1 || c.MaxTenantLabels > 10000 {
 		errs = append(errs, fmt.Errorf("--max-tenant-labels %d: want 1 to 10000", c.MaxTenantLabels))

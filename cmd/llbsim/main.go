@@ -19,10 +19,12 @@ import (
 
 	"github.com/llbproject/llb/internal/command"
 	"github.com/llbproject/llb/simulate/attack"
+	"github.com/llbproject/llb/simulate/proxybench"
 )
 
 func main() {
-	attack.ServeWorkerIfAsked() // a worker process of "llbsim attack" (faults family)
+	attack.ServeWorkerIfAsked()         // a worker process of "llbsim attack" (faults family)
+	proxybench.ServeSSEBackendIfAsked() // the backend process of "llbsim streambench"
 	command.Main(func(ctx context.Context) int {
 		return exitCode(newRootCmd(os.Stdout, os.Stderr).ExecuteContext(ctx), os.Stderr)
 	})
@@ -61,6 +63,6 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
-	root.AddCommand(newDemoCmd(stdout, stderr), newFleetCmd(stdout, stderr), newWorkloadCmd(stdout, stderr), newSweepCmd(stdout, stderr), newReportCmd(stdout), newCompareCmd(stdout), newBenchCmd(stdout, stderr), newAttackCmd(stdout, stderr), newProxyBenchCmd(stdout, stderr), newFlowCmd(stdout))
+	root.AddCommand(newDemoCmd(stdout, stderr), newFleetCmd(stdout, stderr), newWorkloadCmd(stdout, stderr), newSweepCmd(stdout, stderr), newReportCmd(stdout), newCompareCmd(stdout), newBenchCmd(stdout, stderr), newAttackCmd(stdout, stderr), newProxyBenchCmd(stdout, stderr), newStreamBenchCmd(stdout, stderr), newFlowCmd(stdout))
 	return root
 }

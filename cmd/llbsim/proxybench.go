@@ -19,7 +19,7 @@ func newProxyBenchCmd(stdout, stderr io.Writer) *cobra.Command {
 a streaming SSE backend and llbd (a single-pool RR rule posted over REST) on
 loopback, then measure side by side in one run:
 
-  - wrk -t1 -c32 with a small POST /v1/completions, direct / HAProxy / llbd /
+  - wrk -t1 -c32 and -c256 with a small POST /v1/completions, direct / HAProxy / llbd /
     llbd's data plane alone (its gateway in this process with a router that
     answers at once) in interleaved rounds: req/s, p50, p99, CPU per request
     and the ratios to HAProxy (medians of the rounds);
@@ -49,7 +49,7 @@ Results are Markdown tables on stdout, progress on stderr.`,
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "each wrk run")
 	f.DurationVar(&cfg.Warmup, "warmup", 2*time.Second, "warm-up before each path's first run")
 	f.IntVar(&cfg.Rounds, "rounds", 3, "interleaved wrk rounds")
-	f.IntVar(&cfg.Connections, "connections", 32, "wrk -c")
+	f.IntSliceVar(&cfg.Connections, "connections", []int{32, 256}, "wrk -c, one throughput table each")
 	f.IntVar(&cfg.Threads, "threads", 1, "wrk -t")
 	f.IntVar(&cfg.Rate, "rate", 2000, "open-loop request rate of the added-latency test (per second)")
 	f.DurationVar(&cfg.RateDuration, "rate-duration", 5*time.Second, "each path's share of an added-latency round (two rounds)")

@@ -309,6 +309,10 @@ func runRecord(scenario string, ro des.RunOutcome) report.Run {
 		KVDecisions: r.KVDecisions, MeanFactorPct: r.MeanFactorPct, MeanLambda: r.MeanLambda, MeanKVLoad: r.MeanKVLoad,
 		LoadSkew: r.LoadSkew, ServedSkew: r.ServedSkew, Hottest: r.Hottest, HottestTTFTP90: r.HottestTTFTP90,
 	}
+	if r.TTFTPredError.P90 > 0 {
+		e := lat(r.TTFTPredError)
+		out.TTFTPredError = &e
+	}
 	for _, w := range r.PerWorker {
 		out.Workers = append(out.Workers, report.Worker{Requests: w.Requests, TTFTP90: w.TTFT.P90, HitRate: w.HitRate, MeanActive: w.MeanActive})
 	}

@@ -38,10 +38,22 @@ const (
 	// (usage.prompt_tokens_details.cached_tokens).
 	KVPredicted = "kv_predicted"
 	KVCached    = "kv_cached"
+	// TTFTPredicted is the time to first token llb predicted on the
+	// prefill (single-pool) endpoint, from sending the leg.
+	TTFTPredicted = "ttft_predicted"
+	// TTFTObjective is the request's TTFT objective (X-Llb-Ttft-Objective-Ms).
+	TTFTObjective = "ttft_objective"
 	// Failure is a leg's failure class (connect, reset, timeout, client_gone).
 	Failure = "failure"
 	// Aborted is true when a response was cut after bytes went out.
 	Aborted = "aborted"
+	// Migrations is how many times a request moved to another endpoint
+	// after its worker failed (a stream continued, or an answer that had
+	// sent nothing sent again); MigrationCut why a broken stream was not
+	// continued (n, logprobs, structured_output, tool_call, limit, failed,
+	// ...).
+	Migrations   = "migrations"
+	MigrationCut = "migration_cut"
 	// Parked is how long admission held the request.
 	Parked = "parked"
 	// RequestID is the X-Request-Id sent upstream.

@@ -1,6 +1,7 @@
 package des
 
 import (
+	"math"
 	"time"
 
 	"github.com/llbproject/llb/ladder"
@@ -46,6 +47,7 @@ func (s *sim) result() *Result {
 	perPrompt := make([]int64, n)
 	var cached, prompt, outTokens int64
 	var good int
+	var predErr, predSigned []float64
 	var sumFactor, sumLambda, sumLoad float64
 	start, last := s.reqs[cfg.Warmup].arrive, time.Duration(0)
 	for i := cfg.Warmup; i < len(s.reqs); i++ {
@@ -57,6 +59,10 @@ func (s *sim) result() *Result {
 		wait = append(wait, (r.admit - r.arrive).Seconds())
 		if r.first-r.arrive <= slo {
 			good++
+		}
+		if r.ttft.OK {
+			e := ladder.TTFTRelError(r.ttft.Predicted, r.first-r.arrive)
+			predErr, predSigned = append(predErr, math.Abs(e)), append(predSigned, e)
 		}
 		last = max(last, r.end)
 		w := int(r.worker)
@@ -85,6 +91,7 @@ func (s *sim) result() *Result {
 		}
 	}
 	res.TTFT, res.E2E, res.QueueWait = summarize(ttft), summarize(e2e), summarize(wait)
+	res.TTFTPredError, res.TTFTPredBias = summarize(predErr), summarize(predSigned).P50
 	if window := (last - start).Seconds(); window > 0 {
 		res.Throughput = float64(res.Requests) / window
 		res.TokensPerSec = float64(outTokens) / window

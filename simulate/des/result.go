@@ -78,6 +78,12 @@ type Result struct {
 	// (first measured arrival to last measured completion); TokensPerSec is
 	// output tokens per second of that window.
 	Throughput, TokensPerSec float64
+	// TTFTPredError summarises the relative error of llb's TTFT
+	// predictions over measured requests, |predicted − actual| / actual
+	// (ladder.TTFTRelError); zero for peers. TTFTPredBias is the median of
+	// the signed error (positive: predicted later than came).
+	TTFTPredError Latency
+	TTFTPredBias  float64
 	// Goodput is measured requests per second whose TTFT met TTFTSLO.
 	Goodput float64
 	// TTFTSLO is the objective goodput used (seconds).

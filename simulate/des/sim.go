@@ -65,7 +65,9 @@ type reqState struct {
 	backlog uint32
 	kv      ladder.KVDetail
 	overlap uint32
-	route   string // the decision's text, when recording routes
+	// ttft is the decision's TTFT prediction (llb strategies).
+	ttft  ladder.TTFTPrediction
+	route string // the decision's text, when recording routes
 }
 
 // sim is one run's whole state. It is single-threaded and owns everything
@@ -361,6 +363,9 @@ func (s *sim) progress(wi int, now time.Duration, p *engine.Progress) error {
 	if !p.FirstTokenAt.IsZero() && r.first == notYet {
 		r.first = p.FirstTokenAt.Sub(epoch)
 		s.replicas[r.replica].prefill[wi] -= r.backlog
+		if llb := s.replicas[r.replica].llb; llb != nil && r.ttft.OK {
+			llb.ObserveTTFT(p.FirstTokenAt, wi, r.ttft, r.first-r.arrive)
+		}
 		s.served(idx, wi, r)
 	}
 	if !p.Done {
@@ -433,7 +438,7 @@ func (s *sim) arrive(i int, at time.Time) error {
 			return fmt.Errorf("request %d: decision %q names no worker: %w", i, d.String(), ErrInvariant)
 		}
 		r.tier, r.flags, r.kv = d.Tier, d.Flags, d.KV
-		r.pin, r.overlap = d.PinSession, s.views[ep].Overlap
+		r.pin, r.overlap, r.ttft = d.PinSession, s.views[ep].Overlap, d.TTFT
 		if s.cfg.RecordRoutes {
 			r.route = d.String()
 		}

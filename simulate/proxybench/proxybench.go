@@ -1,7 +1,7 @@
 // Package proxybench measures llbd's data plane against HAProxy and against
 // no proxy at all, side by side on loopback in one run (make bench-proxy):
 //
-//   - throughput: wrk -t1 -c32 with a small POST /v1/completions against
+//   - throughput: wrk -t1 -c32 and -c256 with a small POST /v1/completions against
 //     nginx answering a fixed ~210-byte completion, directly, through
 //     HAProxy 2.6 (roundrobin, http-reuse always) and through llbd (a
 //     single-pool RR rule created over REST; optionally a second llbd with
@@ -52,8 +52,10 @@ type Config struct {
 	// run [2s]; Rounds is how many interleaved rounds run [3].
 	Duration, Warmup time.Duration
 	Rounds           int
-	// Connections and Threads are wrk's -c [32] and -t [1].
-	Connections, Threads int
+	// Connections are wrk's -c, one throughput table each [32, 256];
+	// Threads is wrk's -t [1].
+	Connections []int
+	Threads     int
 	// Rate is the open-loop request rate of the added-latency test
 	// [2000/s]; RateDuration how long each path runs per round [5s], in
 	// two interleaved rounds.
@@ -91,7 +93,9 @@ func (c *Config) defaults() {
 	def(&c.RateDuration, 5*time.Second)
 	def(&c.TokenGap, 4*time.Millisecond)
 	defInt(&c.Rounds, 3)
-	defInt(&c.Connections, 32)
+	if len(c.Connections) == 0 {
+		c.Connections = []int{32, 256}
+	}
 	defInt(&c.Threads, 1)
 	defInt(&c.Rate, 2000)
 	defInt(&c.Streams, 10)
@@ -136,9 +140,9 @@ func newAddrs(base int) addrs {
 
 // Result is everything a run measured.
 type Result struct {
-	// Paths are the throughput results: direct, haproxy, llbd, dataplane
-	// (llbd's gateway alone, with a router that answers at once) and, with
-	// AccessLog, llbd+log.
+	// Paths are the throughput results, per connection count: direct,
+	// haproxy, llbd, dataplane (llbd's gateway alone, with a router that
+	// answers at once) and, with AccessLog, llbd+log.
 	Paths []PathResult
 	// Rate is the added latency at a fixed rate.
 	Rate RateResult
@@ -148,9 +152,9 @@ type Result struct {
 	Config Config
 }
 
-// Path returns the named path's result.
-func (r *Result) Path(name string) (PathResult, bool) {
-	i := slices.IndexFunc(r.Paths, func(p PathResult) bool { return p.Name == name })
+// Path returns the named path's result at wrk's connection count conns.
+func (r *Result) Path(name string, conns int) (PathResult, bool) {
+	i := slices.IndexFunc(r.Paths, func(p PathResult) bool { return p.Name == name && p.Connections == conns })
 	if i < 0 {
 		return PathResult{}, false
 	}

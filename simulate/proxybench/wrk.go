@@ -31,6 +31,8 @@ type WrkRun struct {
 type PathResult struct {
 	// Name is "direct", "haproxy", "llbd", "dataplane" or "llbd+log".
 	Name string
+	// Connections is wrk's -c.
+	Connections int
 	// Median of the rounds (each figure's own median).
 	ReqPerSec float64
 	P50, P99  time.Duration
@@ -60,19 +62,36 @@ func (e *env) targets() []target {
 	return ts
 }
 
-// throughput runs the interleaved wrk rounds.
+// throughput runs the interleaved wrk rounds at each connection count.
 func (e *env) throughput(ctx context.Context) ([]PathResult, error) {
 	script := filepath.Join(e.dir, "post.lua")
 	lua := fmt.Sprintf("wrk.method = \"POST\"\nwrk.body = %q\nwrk.headers[\"Content-Type\"] = \"application/json\"\n", requestBody)
 	if err := os.WriteFile(script, []byte(lua), 0o644); err != nil {
 		return nil, err
 	}
+	var all []PathResult
+	for i, conns := range e.cfg.Connections {
+		res, err := e.throughputAt(ctx, script, conns, i == 0)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, res...)
+	}
+	return all, nil
+}
+
+// throughputAt runs the interleaved rounds at conns connections; the first
+// count's also warms every path and takes the profile.
+func (e *env) throughputAt(ctx context.Context, script string, conns int, first bool) ([]PathResult, error) {
 	ts := e.targets()
 	res := make([]PathResult, len(ts))
 	for i, t := range ts {
-		res[i].Name = t.name
+		res[i].Name, res[i].Connections = t.name, conns
+		if !first {
+			continue
+		}
 		e.cfg.progress("warming %s for %v", t.name, e.cfg.Warmup)
-		if _, err := e.wrk(ctx, script, t.url, e.cfg.Warmup); err != nil {
+		if _, err := e.wrk(ctx, script, t.url, conns, e.cfg.Warmup); err != nil {
 			return nil, err
 		}
 	}
@@ -83,10 +102,10 @@ func (e *env) throughput(ctx context.Context) ([]PathResult, error) {
 				before = t.cpu()
 			}
 			var prof chan error
-			if r == 0 && t.name == "llbd" && e.debug != "" {
+			if first && r == 0 && t.name == "llbd" && e.debug != "" {
 				prof = e.profile(ctx, e.cfg.Duration)
 			}
-			run, err := e.wrk(ctx, script, t.url, e.cfg.Duration)
+			run, err := e.wrk(ctx, script, t.url, conns, e.cfg.Duration)
 			if err != nil {
 				return nil, err
 			}
@@ -98,7 +117,7 @@ func (e *env) throughput(ctx context.Context) ([]PathResult, error) {
 					e.cfg.progress("profile: %v", err)
 				}
 			}
-			e.cfg.progress("round %d %-8s %8.0f req/s  p50 %-8v p99 %-8v errors %d", r+1, t.name, run.ReqPerSec, run.P50, run.P99, run.Errors)
+			e.cfg.progress("-c%d round %d %-8s %8.0f req/s  p50 %-8v p99 %-8v errors %d", conns, r+1, t.name, run.ReqPerSec, run.P50, run.P99, run.Errors)
 			res[i].Rounds = append(res[i].Rounds, run)
 		}
 	}
@@ -158,13 +177,13 @@ func (e *env) profile(ctx context.Context, d time.Duration) chan error {
 }
 
 // wrk runs wrk once and parses its report.
-func (e *env) wrk(ctx context.Context, script, url string, d time.Duration) (WrkRun, error) {
+func (e *env) wrk(ctx context.Context, script, url string, conns int, d time.Duration) (WrkRun, error) {
 	bin, err := lookTool("wrk")
 	if err != nil {
 		return WrkRun{}, err
 	}
 	secs := max(int(d/time.Second), 1)
-	cmd := exec.CommandContext(ctx, bin, "-t"+strconv.Itoa(e.cfg.Threads), "-c"+strconv.Itoa(e.cfg.Connections),
+	cmd := exec.CommandContext(ctx, bin, "-t"+strconv.Itoa(e.cfg.Threads), "-c"+strconv.Itoa(conns),
 		"-d"+strconv.Itoa(secs)+"s", "--latency", "-s", script, url)
 	out, err := cmd.CombinedOutput()
 	if err != nil {

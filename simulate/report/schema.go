@@ -214,6 +214,10 @@ type Run struct {
 	HottestTTFTP90 float64 `json:"hottest_ttft_p90_s"`
 	// Workers are the per-worker figures.
 	Workers []Worker `json:"workers,omitempty"`
+	// TTFTPredError summarises the relative error of llb's TTFT
+	// predictions, |predicted − actual| / actual (nil for peers and for
+	// runs that compared none).
+	TTFTPredError *Latency `json:"ttft_pred_error,omitempty"`
 }
 
 // Dataset is everything a report is made from.

@@ -20,6 +20,7 @@ type seqRun struct {
 	p       prompt
 	id      string
 	seed    uint64
+	offset  int // output tokens the prompt already holds (outputStart)
 	tr      *tracker
 	ticket  engine.Ticket
 	sent    int  // tokens written to the client (stream)
@@ -224,7 +225,12 @@ func (c *genCtx) submit() *reqError {
 			}
 			req.Digests = d
 		}
-		run := &seqRun{p: p, id: req.ID, seed: outputSeed(p.tokens), tr: &tracker{notify: c.notify}, started: time.Now()}
+		run := &seqRun{p: p, id: req.ID, tr: &tracker{notify: c.notify}, started: time.Now()}
+		if p.text != "" {
+			run.seed, run.offset = outputStart(p, func(s string) []uint32 { return w.encodeText(s, p.addSpecial) })
+		} else {
+			run.seed = outputSeed(p.tokens)
+		}
 		t, err := w.drv.submit(c.r.Context(), req, run.tr)
 		if err != nil {
 			w.met.rejected.Inc()
@@ -398,7 +404,7 @@ func (c *genCtx) serveWhole() {
 func (c *genCtx) text(run *seqRun, from, to int) string {
 	var sb strings.Builder
 	for k := from; k < to; k++ {
-		sb.WriteString(outputPiece(run.seed, k))
+		sb.WriteString(outputPiece(run.seed, run.offset+k))
 	}
 	return sb.String()
 }

@@ -38,6 +38,9 @@ func badRequest(format string, args ...any) *reqError {
 // streamOptions is the OpenAI stream_options object.
 type streamOptions struct {
 	IncludeUsage bool `json:"include_usage"`
+	// ContinuousUsageStats puts usage in every chunk (vLLM: only with
+	// IncludeUsage).
+	ContinuousUsageStats bool `json:"continuous_usage_stats"`
 }
 
 // completionWire is the part of a /v1/completions body the simulator reads;
@@ -123,8 +126,12 @@ func (p *kvParams) blockIDs() ([]int, error) {
 // prompt is one sequence of a generation request.
 type prompt struct {
 	tokens []uint32
-	text   string // the prompt text (for echo); "" for token-id prompts
-	extra  inventory.ExtraKeys
+	// text is the prompt text (a completion's, echoed; a chat's rendered
+	// template); "" for token-id prompts.
+	text  string
+	extra inventory.ExtraKeys
+	// addSpecial is how text was tokenized (add_special_tokens).
+	addSpecial bool
 }
 
 // genRequest is a parsed generation request.
@@ -136,11 +143,13 @@ type genRequest struct {
 	maxTokens    int
 	stream       bool
 	includeUsage bool
-	echo         bool
-	kv           *kvParams
-	rawKV        json.RawMessage
-	boot         *bootstrapTriple // SGLang P/D
-	disagg       *disaggParams    // TensorRT-LLM P/D
+	// continuousUsage puts usage in every streamed chunk.
+	continuousUsage bool
+	echo            bool
+	kv              *kvParams
+	rawKV           json.RawMessage
+	boot            *bootstrapTriple // SGLang P/D
+	disagg          *disaggParams    // TensorRT-LLM P/D
 }
 
 // decodeBody unmarshals a JSON object body into v, classifying errors.
@@ -201,7 +210,7 @@ func (w *Worker) parseCompletion(body []byte) (*genRequest, *reqError) {
 		if len(toks) == 0 {
 			return nil, badRequest("prompt cannot be empty")
 		}
-		g.prompts = append(g.prompts, prompt{tokens: toks, text: t, extra: extra})
+		g.prompts = append(g.prompts, prompt{tokens: toks, text: t, extra: extra, addSpecial: addSpecial})
 	}
 	for _, toks := range tokenPrompts {
 		g.prompts = append(g.prompts, prompt{tokens: toks, extra: extra})
@@ -335,6 +344,7 @@ func (g *genRequest) common(w *Worker, maxTokens *int, stream *bool, so *streamO
 			return badRequest("stream_options can only be set when stream is true")
 		}
 		g.includeUsage = so.IncludeUsage
+		g.continuousUsage = so.IncludeUsage && so.ContinuousUsageStats
 	}
 	kv, rerr := parseKV(rawKV)
 	if rerr != nil {
@@ -406,7 +416,8 @@ func (w *Worker) chatPrompt(rawMessages json.RawMessage, f chatFlags) (prompt, *
 		if err != nil {
 			return prompt{}, badRequest("%v", err)
 		}
-		return prompt{tokens: real.Encode(text, f.addSpecialTokens != nil && *f.addSpecialTokens, nil), text: text}, nil
+		addSpecial := f.addSpecialTokens != nil && *f.addSpecialTokens
+		return prompt{tokens: real.Encode(text, addSpecial, nil), text: text, addSpecial: addSpecial}, nil
 	}
 	msgs, err := tokenizer.ParseMessages(rawMessages)
 	if err != nil {
@@ -426,7 +437,7 @@ func (w *Worker) chatPrompt(rawMessages json.RawMessage, f chatFlags) (prompt, *
 	}
 	addSpecial := f.addSpecialTokens != nil && *f.addSpecialTokens
 	toks := tokenizer.Encode(nil, r.Text, addSpecial)
-	p := prompt{tokens: toks, text: r.Text}
+	p := prompt{tokens: toks, text: r.Text, addSpecial: addSpecial}
 	k := 0
 	for i, t := range toks {
 		if (t == tokenizer.ImagePad || t == tokenizer.AudioPad) && k < len(r.MM) {
@@ -455,6 +466,32 @@ func outputSeed(tokens []uint32) uint64 {
 	return xxh3.Hash(buf)
 }
 
+// Generated text is built from a quarter of the synthetic vocabulary, the
+// words whose hash is 0 mod 4, so that a prompt which ends with generated
+// text — a request a router migrated to this worker after another one
+// died mid-answer, the prompt extended with what that one had generated —
+// can be told from another prompt cheaply (only a trailing run of such
+// words is a candidate) and continued exactly where the dead worker
+// stopped (outputStart).
+var (
+	// outputPieces are " "+word for the output words, each one token.
+	outputPieces = func() []string {
+		seen := map[string]bool{}
+		var out []string
+		for k := 0; k < tokenizer.NumWords; k++ {
+			w := tokenizer.Word(uint64(k))
+			if !seen[w] && isOutputWord(w) {
+				seen[w] = true
+				out = append(out, " "+w)
+			}
+		}
+		return out
+	}()
+)
+
+// isOutputWord reports whether w is one of the words output is made of.
+func isOutputWord(w string) bool { return w != "" && xxh3.HashString(w)%4 == 0 }
+
 // outputPiece is the text of output token k for a prompt seed: one word,
 // so one token of the worker's tokenizer.
 func outputPiece(seed uint64, k int) string {
@@ -462,5 +499,43 @@ func outputPiece(seed uint64, k int) string {
 	x ^= x >> 31
 	x *= 0xbf58476d1ce4e5b9
 	x ^= x >> 29
-	return " " + tokenizer.Word(x)
+	return outputPieces[x%uint64(len(outputPieces))]
+}
+
+// outputStart returns the seed a prompt generates from and how many of its
+// output tokens the prompt already holds: a prompt P followed by the first
+// k pieces P generates (a migrated request: completions append the text to
+// the prompt; chat continues the partial assistant message, which renders
+// as the original template followed by the text) goes on from piece k of
+// P's output, so that the two legs' text is exactly what one worker would
+// have generated. encode tokenizes a prefix of the text as the prompt was.
+func outputStart(p prompt, encode func(string) []uint32) (seed uint64, k int) {
+	text := p.text
+	// Candidate starts of generated text: the spaces before a trailing run
+	// of output words, latest first.
+	var cands []int
+	for end := len(text); ; {
+		i := strings.LastIndexByte(text[:end], ' ')
+		if i < 0 || !isOutputWord(text[i+1:end]) {
+			break
+		}
+		cands = append(cands, i)
+		end = i
+	}
+	for c := len(cands) - 1; c >= 0; c-- { // the longest continuation first
+		j := cands[c]
+		s := outputSeed(encode(text[:j]))
+		rest, n := text[j:], 0
+		for rest != "" {
+			piece := outputPiece(s, n)
+			if !strings.HasPrefix(rest, piece) {
+				break
+			}
+			rest, n = rest[len(piece):], n+1
+		}
+		if rest == "" {
+			return s, n
+		}
+	}
+	return outputSeed(p.tokens), 0
 }

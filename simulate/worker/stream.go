@@ -31,15 +31,15 @@ func (c *genCtx) serveStream() {
 	open := func() {
 		opened = true
 		if c.g.chat {
-			for i := range c.runs {
+			for i, run := range c.runs {
 				empty := ""
 				ch := choice{Index: i, Delta: &chatDelta{Role: "assistant", Content: &empty}}
-				c.event(ch, nil)
+				c.event(ch, nil, c.chunkUsage(run))
 			}
 		} else if c.g.echo {
 			for i, run := range c.runs {
 				text := run.p.text
-				c.event(choice{Index: i, Text: &text}, nil)
+				c.event(choice{Index: i, Text: &text}, nil, c.chunkUsage(run))
 			}
 		}
 	}
@@ -51,7 +51,7 @@ func (c *genCtx) serveStream() {
 		for i, run := range c.runs {
 			p, _ := run.tr.get()
 			for run.sent < p.Generated {
-				piece := outputPiece(run.seed, run.sent)
+				piece := outputPiece(run.seed, run.offset+run.sent)
 				run.sent++
 				ch := choice{Index: i}
 				if c.g.chat {
@@ -67,7 +67,7 @@ func (c *genCtx) serveStream() {
 						kv = c.w.transferParams(p.Remote, c.queueWait(run, p))
 					}
 				}
-				c.event(ch, kv)
+				c.event(ch, kv, c.chunkUsage(run))
 				flush()
 				c.wrote++
 				if c.fault.kind == faultDrop && c.fault.mode == DropMidStream && c.wrote >= c.fault.dropAfter {
@@ -124,12 +124,24 @@ func (c *genCtx) base(chunk bool) response {
 	return response{ID: c.idBase + "-0", Object: obj, Created: c.created, Model: c.g.model}
 }
 
-// event writes one streamed choice.
-func (c *genCtx) event(ch choice, kv json.RawMessage) {
+// event writes one streamed choice (with u, the usage so far, when the
+// client asked for usage in every chunk).
+func (c *genCtx) event(ch choice, kv json.RawMessage, u *usage) {
 	resp := c.base(true)
 	resp.Choices = []choice{ch}
 	resp.KVTransferParams = kv
+	resp.Usage = u
 	c.writeData(resp)
+}
+
+// chunkUsage is a run's usage so far for a chunk, as vLLM's
+// continuous_usage_stats reports it (no prompt details); nil unless asked.
+func (c *genCtx) chunkUsage(run *seqRun) *usage {
+	if !c.g.continuousUsage {
+		return nil
+	}
+	n := len(run.p.tokens)
+	return &usage{PromptTokens: n, CompletionTokens: run.sent, TotalTokens: n + run.sent}
 }
 
 // writeData writes one SSE data event.

@@ -227,7 +227,7 @@ describe('single pool (sel:8 CHWBL), two workers', () => {
 
 describe('P/D (kvExactMode 1), two prefill and two decode workers', () => {
   const route = (h) =>
-    assert.match(h ?? '', /^tier=(0|1\.5|2) prefill=[01] decode=[23] .*prefill_addr=\S+ decode_addr=\S+ retries=0$/);
+    assert.match(h ?? '', /^tier=(0|1\.5|2) prefill=[01] decode=[23] .*prefill_addr=\S+ decode_addr=\S+ retries=0( kv_predicted=\d+( kv_cached=\d+)?)?$/);
 
   generationSuite(ports.pd, route);
 
@@ -311,3 +311,185 @@ describe('no healthy endpoint: 503 surfaces as the client\'s APIError', () => {
   });
 });
 
+
+// ---- Request migration (issue 28) ------------------------------------------
+//
+// 200 streams over four worker processes (single pool), then over three
+// processes of a prefill and a decode worker each (P/D); once every stream
+// is under way one process is SIGKILLed and another SIGSTOPped. Every
+// stream must end whole: the SDK reports no error, each chat stream has one
+// role delta, every stream its full token count and a finish_reason; half
+// of them are read raw, where the SSE sequence must carry one id and end
+// with exactly one [DONE]; and the text is exactly what an undisturbed
+// worker generates for the same request. Streams that cannot be continued
+// (echo) are cut when their worker dies, and counted.
+
+const rest = process.env.LLB_TEST_REST;
+const mig = JSON.parse(process.env.LLB_TEST_MIG_WORKERS ?? '{}');
+const MIG_STREAMS = 200;
+const MIG_UNSUPPORTED = 16;
+const MIG_TOKENS = 48;
+const addrOf = (w) => `${w.endpointIP}:${w.targetPort}`;
+
+// migrations reads llb_migrations_total{outcome} of the rule on port.
+async function migrations(port, outcome) {
+  const text = await (await fetch(`${rest}/metrics`)).text();
+  const want = `llb_migrations_total{service="tcp:${vip}:${port}",outcome="${outcome}"} `;
+  const line = text.split('\n').find((l) => l.startsWith(want));
+  return line ? Number(line.slice(want.length)) : 0;
+}
+
+// reference asks an undisturbed worker for the whole answer.
+async function reference(w, chat, prompt) {
+  const path = chat ? 'chat/completions' : 'completions';
+  const body = chat
+    ? { model, messages: [{ role: 'user', content: prompt }], max_tokens: MIG_TOKENS }
+    : { model, prompt, max_tokens: MIG_TOKENS };
+  const res = await fetch(`http://${addrOf(w)}/v1/${path}`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
+  const v = await res.json();
+  return chat ? v.choices[0].message.content : v.choices[0].text;
+}
+
+// oneStream runs stream i: chat or completions, through the SDK or read
+// raw; started is called after its third token.
+async function oneStream(c, port, i, unsupported, started) {
+  const chat = !unsupported && i % 2 === 1;
+  const sdk = unsupported || i % 4 < 2;
+  const prompt = `${system} Migration question ${i}: count from ${i} to ${i + MIG_TOKENS}.`;
+  const r = { i, chat, sdk, prompt, unsupported, text: '', pieces: 0, roles: 0, finish: null, done: 0, ids: new Set(), error: null, route: '' };
+  let signalled = false;
+  const piece = (p) => {
+    if (!p) return;
+    r.text += p;
+    r.pieces++;
+    if (r.pieces === 3 && !signalled) {
+      signalled = true;
+      started();
+    }
+  };
+  try {
+    if (sdk) {
+      const params = { model, max_tokens: MIG_TOKENS, stream: true };
+      const create = chat
+        ? c.chat.completions.create({ ...params, messages: [{ role: 'user', content: prompt }] })
+        : c.completions.create({ ...params, prompt, ...(unsupported ? { echo: true } : {}) });
+      const { data: stream, response } = await create.withResponse();
+      r.route = response.headers.get('x-llb-route') ?? '';
+      for await (const chunk of stream) {
+        r.ids.add(`${chunk.id}/${chunk.created}/${chunk.model}`);
+        for (const ch of chunk.choices) {
+          if (ch.delta?.role) r.roles++;
+          piece(chat ? ch.delta?.content : ch.text);
+          if (ch.finish_reason) r.finish = ch.finish_reason;
+        }
+      }
+    } else {
+      const path = chat ? 'chat/completions' : 'completions';
+      const body = chat
+        ? { model, messages: [{ role: 'user', content: prompt }], max_tokens: MIG_TOKENS, stream: true }
+        : { model, prompt, max_tokens: MIG_TOKENS, stream: true };
+      const res = await fetch(`http://${vip}:${port}/v1/${path}`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
+      r.route = res.headers.get('x-llb-route') ?? '';
+      assert.equal(res.status, 200);
+      const dec = new TextDecoder();
+      let buf = '';
+      for await (const bytes of res.body) {
+        buf += dec.decode(bytes, { stream: true });
+        let k;
+        while ((k = buf.indexOf('\n\n')) >= 0) {
+          const ev = buf.slice(0, k);
+          buf = buf.slice(k + 2);
+          assert.match(ev, /^data: /, `event ${JSON.stringify(ev)}`);
+          const data = ev.slice('data: '.length);
+          if (r.done > 0) throw new Error(`an event after [DONE]: ${data}`);
+          if (data === '[DONE]') {
+            r.done++;
+            continue;
+          }
+          const chunk = JSON.parse(data);
+          r.ids.add(`${chunk.id}/${chunk.created}/${chunk.model}`);
+          for (const ch of chunk.choices) {
+            if (ch.delta?.role) r.roles++;
+            piece(chat ? ch.delta?.content : ch.text);
+            if (ch.finish_reason) r.finish = ch.finish_reason;
+          }
+        }
+      }
+      assert.equal(buf, '', 'the stream ends with a whole event');
+    }
+  } catch (err) {
+    r.error = err;
+  }
+  if (!signalled) started();
+  return r;
+}
+
+// migrationRun runs the streams on port, kills one process and stops
+// another once all are under way, and checks every stream. onDead tells
+// whether a stream's route header names a worker of those processes.
+async function migrationRun(port, kill, stop, onDead) {
+  const c = new OpenAI({ baseURL: `http://${vip}:${port}/v1`, apiKey: 'sk-llb-client-test', maxRetries: 0, timeout: 120_000 });
+  const before = { migrated: await migrations(port, 'migrated'), unsupported: await migrations(port, 'unsupported') };
+  let under = 0;
+  const runs = [];
+  for (let i = 0; i < MIG_STREAMS + MIG_UNSUPPORTED; i++) runs.push(oneStream(c, port, i, i >= MIG_STREAMS, () => under++));
+  const deadline = Date.now() + 60_000;
+  while (under < runs.length) {
+    assert.ok(Date.now() < deadline, `only ${under} of ${runs.length} streams under way within 60 s`);
+    await new Promise((done) => setTimeout(done, 20));
+  }
+  process.kill(kill, 'SIGKILL');
+  process.kill(stop, 'SIGSTOP');
+  let results;
+  try {
+    results = await Promise.all(runs);
+  } finally {
+    process.kill(stop, 'SIGCONT');
+  }
+  const ref = mig.single[2]; // never disturbed
+  const want = await Promise.all(results.map((r) => (r.unsupported ? null : reference(ref, r.chat, r.prompt))));
+  let moved = 0;
+  let cut = 0;
+  for (const r of results) {
+    const what = `stream ${r.i} (${r.sdk ? 'SDK' : 'raw'} ${r.chat ? 'chat' : 'completion'}, ${r.route})`;
+    if (r.unsupported) {
+      if (onDead(r.route)) {
+        assert.ok(r.error, `${what} cannot be continued and its worker died: it must fail`);
+        cut++;
+      }
+      continue;
+    }
+    if (onDead(r.route)) moved++;
+    assert.equal(r.error, null, `${what}: ${r.error?.stack ?? r.error}`);
+    assert.equal(r.pieces, MIG_TOKENS, `${what}: token deltas`);
+    assert.equal(r.finish, 'length', `${what}: finish_reason`);
+    assert.equal(r.ids.size, 1, `${what}: ids ${[...r.ids]}`);
+    if (r.chat) assert.equal(r.roles, 1, `${what}: role deltas`);
+    if (!r.sdk) assert.equal(r.done, 1, `${what}: [DONE]`);
+    assert.equal(r.text, want[r.i], `${what}: text`);
+  }
+  assert.ok(moved > 0, 'no stream was on the killed or the stopped worker');
+  const migrated = (await migrations(port, 'migrated')) - before.migrated;
+  const unsupported = (await migrations(port, 'unsupported')) - before.unsupported;
+  assert.ok(migrated >= moved, `${migrated} migrations for ${moved} streams on the dead workers`);
+  assert.equal(unsupported, cut, 'streams that cannot be continued, cut and counted');
+  console.log(`  migration on port ${port}: ${MIG_STREAMS} streams, ${moved} on the dead workers moved (${migrated} migrations), ${cut} that cannot be continued cut`);
+}
+
+describe('migration: streams survive a SIGKILLed and a SIGSTOPped worker', () => {
+  it('single pool: four worker processes', { timeout: 180_000 }, async () => {
+    const dead = new Set([addrOf(mig.single[0]), addrOf(mig.single[1])]);
+    await migrationRun(ports.singleMig, mig.single[0].pid, mig.single[1].pid, (route) => {
+      const m = /prefill_addr=(\S+)/.exec(route);
+      return m !== null && dead.has(m[1]);
+    });
+  });
+
+  it('P/D: three processes of a prefill and a decode worker', { timeout: 180_000 }, async () => {
+    const dead = new Set([addrOf(mig.decode[0]), addrOf(mig.decode[1])]);
+    await migrationRun(ports.pdMig, mig.decode[0].pid, mig.decode[1].pid, (route) => {
+      const m = /decode_addr=(\S+)/.exec(route);
+      return m !== null && dead.has(m[1]);
+    });
+  });
+});

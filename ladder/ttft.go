@@ -1,0 +1,276 @@
+package ladder
+
+import (
+	"math"
+	"time"
+)
+
+// TTFT prediction. For every request it routes, llb predicts the time to
+// first token on the endpoint it picked from what it knows at the
+// decision — the request's uncached prompt blocks there, the prefill work
+// it sent the endpoint that has not answered yet, and its requests in
+// flight there — through a linear model of each endpoint learned online
+// from the TTFTs the data plane measures. The prediction is checked as
+// cache truth checks cached tokens (TTFTCheck): an endpoint whose
+// predictions keep missing is demoted, and decisions stop relying on its
+// predictions until they agree again.
+//
+// The model, per endpoint, with u = the request's uncached blocks, q = the
+// queued prefill blocks ahead of it, n = llb's requests in flight there:
+//
+//	TTFT = θ0 + θ1·u + θ2·q + θ3·n + θ4·n·u + θ5·n·q       every θ ≥ 0
+//
+// (u and q in units of TTFTBlockUnit blocks, n in units of TTFTBatchUnit
+// requests, θ in seconds). It covers both ways engines spend a prefill:
+// vLLM's step scheduler computes the queued prefill chunks ahead of a
+// request first (θ2, with the decodes of the batch in every step: θ5),
+// while an engine that runs each request on its own clock
+// (llm-d-inference-sim) costs only the request's own tokens slowed by the
+// batch (θ1, θ4). θ is fitted by least squares on the relative error —
+// each sample weighted by 1/TTFT², so a 20 ms hit weighs as much as a 2 s
+// miss — with exponential forgetting (TTFTMemory) so the model follows an
+// engine whose speed changes, non-negative because no work makes a first
+// token come sooner, and pulled weakly towards a prior (TTFTPrior) so a
+// coefficient the traffic never exercises keeps a plausible value.
+
+// TTFTInput is what llb knows, at a decision, of the prefill work a
+// request joins on one endpoint.
+type TTFTInput struct {
+	// Uncached is the request's uncached prompt blocks there: its prompt
+	// blocks minus the endpoint's overlap.
+	Uncached uint32
+	// Queued is the endpoint's PrefillBlocks before the request: the
+	// uncached blocks of the requests llb sent it that have not answered a
+	// first byte.
+	Queued uint32
+	// Running is llb's requests in flight on the endpoint before the
+	// request (ActiveConns).
+	Running uint32
+}
+
+// TTFTInputFor is the TTFTInput of a request of promptBlocks blocks that
+// holds overlap of them on the endpoint of view v.
+func TTFTInputFor(v *EndpointView, promptBlocks, overlap uint32) TTFTInput {
+	return TTFTInput{Uncached: promptBlocks - min(overlap, promptBlocks), Queued: v.PrefillBlocks, Running: v.ActiveConns}
+}
+
+// Model tuning.
+const (
+	// TTFTBlockUnit and TTFTBatchUnit scale the features to about 1 (256
+	// blocks: 4096 tokens at vLLM's block size; 32 requests), which keeps
+	// the normal equations well conditioned.
+	TTFTBlockUnit = 256
+	TTFTBatchUnit = 32
+	// TTFTMemory is the number of samples whose weight halves: each sample
+	// decays the earlier ones by 2^(−1/TTFTMemory).
+	TTFTMemory = 128
+	// TTFTTrained is how many samples an endpoint's model needs before
+	// decisions rely on its predictions (they are made and checked from
+	// the first request).
+	TTFTTrained = 16
+	// ttftFloor bounds a prediction and a sample's weight from below: a
+	// first token in less than 0.1 ms is measurement noise.
+	ttftFloor = 100 * time.Microsecond
+	// ttftRidge damps each coefficient towards the prior in proportion to
+	// the information the samples hold about it; ttftPriorWeight is the
+	// prior's own weight, what pins a coefficient no sample exercised.
+	ttftRidge       = 1e-3
+	ttftPriorWeight = 1e-2
+	// ttftSweeps is the projected Gauss–Seidel sweeps per sample (warm
+	// started from the previous fit).
+	ttftSweeps = 8
+)
+
+// ttftFeatures is the model's dimension.
+const ttftFeatures = 6
+
+// TTFTPrior is the model an endpoint starts from, in seconds: 20 ms of
+// overhead and 0.3 ms per uncached or queued block (17 µs a token: an 8B
+// model on an H100), nothing for the batch. The first measured TTFTs
+// replace it.
+var TTFTPrior = [ttftFeatures]float64{0.020, 0.3e-3 * TTFTBlockUnit, 0.3e-3 * TTFTBlockUnit, 0, 0, 0}
+
+// features are the model's regressors of in.
+func (in TTFTInput) features() [ttftFeatures]float64 {
+	u := float64(in.Uncached) / TTFTBlockUnit
+	q := float64(in.Queued) / TTFTBlockUnit
+	n := float64(in.Running) / TTFTBatchUnit
+	return [ttftFeatures]float64{1, u, q, n, n * u, n * q}
+}
+
+// TTFTModel is one endpoint's learned model. The zero value predicts
+// with TTFTPrior. Single owner; no clocks, no I/O.
+//
+// Invariant: a and b are the decayed weighted normal equations of the
+// samples (a = Σ γ^k·w·x·xᵀ, b = Σ γ^k·w·x·y, w = 1/y²), theta their
+// non-negative damped solution, every theta[j] ≥ 0.
+type TTFTModel struct {
+	a       [ttftFeatures][ttftFeatures]float64
+	b       [ttftFeatures]float64
+	theta   [ttftFeatures]float64
+	samples uint64
+	fitted  bool
+}
+
+// ttftDecay is γ = 2^(−1/TTFTMemory).
+var ttftDecay = math.Exp2(-1.0 / TTFTMemory)
+
+// Predict is the model's TTFT for in, at least 0.1 ms.
+func (m *TTFTModel) Predict(in TTFTInput) time.Duration {
+	th := &m.theta
+	if !m.fitted {
+		th = &TTFTPrior
+	}
+	x := in.features()
+	var s float64
+	for j := range x {
+		s += th[j] * x[j]
+	}
+	d := time.Duration(math.Min(s, 3600) * float64(time.Second))
+	return max(d, ttftFloor)
+}
+
+// Trained reports whether the model has learned from at least
+// TTFTTrained samples.
+func (m *TTFTModel) Trained() bool { return m.samples >= TTFTTrained }
+
+// Samples is how many samples the model has learned from.
+func (m *TTFTModel) Samples() uint64 { return m.samples }
+
+// Coefficients returns θ in seconds (per TTFTBlockUnit blocks and
+// TTFTBatchUnit requests): overhead, uncached, queued, running,
+// running×uncached, running×queued.
+func (m *TTFTModel) Coefficients() [ttftFeatures]float64 {
+	if !m.fitted {
+		return TTFTPrior
+	}
+	return m.theta
+}
+
+// Learn adds one measured TTFT of a request whose input at its decision
+// was in, and refits.
+func (m *TTFTModel) Learn(in TTFTInput, actual time.Duration) {
+	y := max(actual, ttftFloor).Seconds()
+	w := 1 / (y * y)
+	x := in.features()
+	for i := range x {
+		m.b[i] = m.b[i]*ttftDecay + w*x[i]*y
+		for j := range x {
+			m.a[i][j] = m.a[i][j]*ttftDecay + w*x[i]*x[j]
+		}
+	}
+	m.samples++
+	if !m.fitted {
+		m.theta, m.fitted = TTFTPrior, true
+	}
+	m.solve()
+}
+
+// Forget drops what the model learned and starts again from the prior:
+// its predictions drifted, so the samples behind them describe an engine
+// that is no longer there.
+func (m *TTFTModel) Forget() { *m = TTFTModel{} }
+
+// solve refits theta: projected Gauss–Seidel on the damped normal
+// equations (a + R)·θ = b + R·θprior, θ ≥ 0, with R = diag(ttftRidge·a_jj +
+// ttftPriorWeight).
+func (m *TTFTModel) solve() {
+	var r [ttftFeatures]float64
+	for j := range r {
+		r[j] = ttftRidge*m.a[j][j] + ttftPriorWeight
+	}
+	for range ttftSweeps {
+		for j := range m.theta {
+			s := m.b[j] + r[j]*TTFTPrior[j]
+			for k := range m.theta {
+				if k != j {
+					s -= m.a[j][k] * m.theta[k]
+				}
+			}
+			m.theta[j] = max(s/(m.a[j][j]+r[j]), 0)
+		}
+	}
+}
+
+// TTFTPrediction is a decision's prediction of the time to first token
+// on its prefill (single-pool: its) endpoint.
+type TTFTPrediction struct {
+	// OK is false when the decision chose no endpoint.
+	OK bool
+	// Input is what the prediction was made from; the runtime hands it
+	// back with the measured TTFT (Router.ObserveTTFT).
+	Input TTFTInput
+	// Predicted is the endpoint model's TTFT for Input.
+	Predicted time.Duration
+	// Trusted is true when the endpoint's model is trained (TTFTTrained)
+	// and its predictions are not drifting: decisions rely only on
+	// trusted predictions.
+	Trusted bool
+}
+
+// ttftEndpoint is one endpoint's model and check.
+type ttftEndpoint struct {
+	model TTFTModel
+	check TTFTCheck
+}
+
+// PredictTTFT is endpoint ep's predicted TTFT for in and whether
+// decisions may rely on it (trained, not drifting).
+func (r *Router) PredictTTFT(ep int, in TTFTInput) (time.Duration, bool) {
+	if ep < 0 || ep >= len(r.ttft) {
+		return 0, false
+	}
+	e := &r.ttft[ep]
+	return e.model.Predict(in), e.model.Trained() && !e.check.verdict.Drifting
+}
+
+// predictFor is the prediction for a request of promptBlocks blocks sent
+// to ep.
+func (r *Router) predictFor(views []EndpointView, ep int, promptBlocks uint32) TTFTPrediction {
+	if ep < 0 || ep >= len(views) {
+		return TTFTPrediction{}
+	}
+	in := TTFTInputFor(&views[ep], promptBlocks, views[ep].Overlap)
+	d, ok := r.PredictTTFT(ep, in)
+	return TTFTPrediction{OK: true, Input: in, Predicted: d, Trusted: ok}
+}
+
+// ObserveTTFT takes the TTFT measured at now for a request whose decision
+// predicted p on endpoint ep: the endpoint's model learns it and its check
+// compares it with the prediction. When the check turns drifting the
+// model forgets what it learned and starts again from the prior.
+func (r *Router) ObserveTTFT(now time.Time, ep int, p TTFTPrediction, actual time.Duration) TTFTStep {
+	if !p.OK || ep < 0 || ep >= len(r.ttft) {
+		return TTFTStep{}
+	}
+	e := &r.ttft[ep]
+	step := e.check.Observe(now, p.Predicted, actual)
+	if step.Changed && step.Verdict.Drifting {
+		e.model.Forget()
+	}
+	e.model.Learn(p.Input, actual)
+	return step
+}
+
+// TTFTStatus is one endpoint's TTFT prediction record.
+type TTFTStatus struct {
+	// Verdict is the check's standing.
+	Verdict TTFTVerdict
+	// Compared and Wrong count the predictions compared and those off by
+	// more than TTFTWrongPct.
+	Compared, Wrong uint64
+	// Samples is how many TTFTs the model learned from since it last
+	// started again; Coefficients its fit (TTFTModel.Coefficients).
+	Samples      uint64
+	Coefficients [ttftFeatures]float64
+}
+
+// TTFTStatus returns endpoint ep's record.
+func (r *Router) TTFTStatus(ep int) TTFTStatus {
+	if ep < 0 || ep >= len(r.ttft) {
+		return TTFTStatus{}
+	}
+	e := &r.ttft[ep]
+	c, w := e.check.Totals()
+	return TTFTStatus{Verdict: e.check.Verdict(), Compared: c, Wrong: w, Samples: e.model.Samples(), Coefficients: e.model.Coefficients()}
+}

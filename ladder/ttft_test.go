@@ -1,0 +1,209 @@
+package ladder
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+)
+
+// The TTFT golden files under testdata/ttft/ drive a TTFTModel and a
+// TTFTCheck through a small command language (`go test ./ladder -run
+// TestTTFTGolden -rewrite` regenerates them):
+//
+//	model                                fresh model (the prior)
+//	learn u=N q=N n=N actual=D [repeat=N] learn a sample (repeatedly)
+//	predict u=N q=N n=N                  the prediction and whether trained
+//	coef                                 the fitted coefficients
+//	check                                fresh check at the test epoch
+//	observe pred=D actual=D [every=D] [repeat=N]
+//	                                     one sample every D (1 s); prints the
+//	                                     sample that flipped the verdict and
+//	                                     the standing after the last
+func TestTTFTGolden(t *testing.T) {
+	datadriven.Walk(t, "testdata/ttft", func(t *testing.T, path string) {
+		var m TTFTModel
+		var c TTFTCheck
+		now := goldenEpoch
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			args := map[string]string{}
+			for _, a := range d.CmdArgs {
+				args[a.Key] = strings.Join(a.Vals, ",")
+			}
+			u32 := func(k string) uint32 {
+				v, _ := strconv.ParseUint(args[k], 10, 32)
+				return uint32(v)
+			}
+			dur := func(k string, def time.Duration) time.Duration {
+				if args[k] == "" {
+					return def
+				}
+				v, err := time.ParseDuration(args[k])
+				if err != nil {
+					t.Fatalf("%s: %v", k, err)
+				}
+				return v
+			}
+			n := max(int(u32("repeat")), 1)
+			in := TTFTInput{Uncached: u32("u"), Queued: u32("q"), Running: u32("n")}
+			switch d.Cmd {
+			case "model":
+				m = TTFTModel{}
+				return "ok"
+			case "learn":
+				for range n {
+					m.Learn(in, dur("actual", 0))
+				}
+				return fmt.Sprintf("samples=%d trained=%t", m.Samples(), m.Trained())
+			case "predict":
+				return fmt.Sprintf("%v trained=%t", m.Predict(in).Round(10*time.Microsecond), m.Trained())
+			case "coef":
+				th := m.Coefficients()
+				var b strings.Builder
+				for j, name := range []string{"overhead", "uncached", "queued", "running", "running*uncached", "running*queued"} {
+					fmt.Fprintf(&b, "%s %.4f\n", name, th[j])
+				}
+				return b.String()
+			case "check":
+				c, now = TTFTCheck{}, goldenEpoch
+				return "ok"
+			case "observe":
+				every := dur("every", time.Second)
+				var last TTFTStep
+				var b strings.Builder
+				for i := range n {
+					now = now.Add(every)
+					last = c.Observe(now, dur("pred", 0), dur("actual", 0))
+					if last.Changed {
+						fmt.Fprintf(&b, "sample %d: drifting=%t\n", i+1, last.Verdict.Drifting)
+					}
+				}
+				v := last.Verdict
+				fmt.Fprintf(&b, "err=%+.2f wrong=%t verdict: drifting=%t wrong=%d/%d bias=%+.2f", last.RelError, last.Wrong, v.Drifting, v.Wrong, v.Samples, v.Bias)
+				return b.String()
+			}
+			t.Fatalf("unknown command %q", d.Cmd)
+			return ""
+		})
+	})
+}
+
+// linearEngine is a TTFT that the model's form describes exactly.
+func linearEngine(th [ttftFeatures]float64, in TTFTInput) time.Duration {
+	x := in.features()
+	var s float64
+	for j := range x {
+		s += th[j] * x[j]
+	}
+	return time.Duration(s * float64(time.Second))
+}
+
+func randomInput(rng *rand.Rand) TTFTInput {
+	return TTFTInput{Uncached: uint32(rng.IntN(2048)), Queued: uint32(rng.IntN(4096)), Running: uint32(rng.IntN(128))}
+}
+
+func TestTTFTModel_LearnsALinearEngine(t *testing.T) {
+	engines := []struct {
+		name string
+		th   [ttftFeatures]float64
+	}{
+		{"step scheduler: queued work counts", [ttftFeatures]float64{0.008, 0.07, 0.07, 0.002, 0.001, 0.001}},
+		{"own clock: only its own tokens and the batch", [ttftFeatures]float64{0.030, 0.82, 0, 0.004, 0.1, 0}},
+	}
+	for _, e := range engines {
+		t.Run(e.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(1, 2))
+			var m TTFTModel
+			for range 400 {
+				in := randomInput(rng)
+				m.Learn(in, linearEngine(e.th, in))
+			}
+			for range 100 {
+				in := randomInput(rng)
+				want := linearEngine(e.th, in)
+				if got := m.Predict(in); math.Abs(TTFTRelError(got, want)) > 0.02 {
+					t.Fatalf("Predict(%+v) = %v; want %v within 2 %% (coefficients %v)", in, got, want, m.Coefficients())
+				}
+			}
+		})
+	}
+}
+
+func TestTTFTModel_FollowsAnEngineThatSlowsDown(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	th := [ttftFeatures]float64{0.008, 0.07, 0.07, 0, 0, 0}
+	var m TTFTModel
+	for range 300 {
+		in := randomInput(rng)
+		m.Learn(in, linearEngine(th, in))
+	}
+	for j := range th {
+		th[j] *= 2
+	}
+	for range 4 * TTFTMemory {
+		in := randomInput(rng)
+		m.Learn(in, linearEngine(th, in))
+	}
+	in := TTFTInput{Uncached: 512, Queued: 1024}
+	if got, want := m.Predict(in), linearEngine(th, in); math.Abs(TTFTRelError(got, want)) > 0.1 {
+		t.Fatalf("after the engine slowed down: Predict = %v; want %v within 10 %%", got, want)
+	}
+}
+
+func TestTTFTModel_CoefficientsStayNonNegative(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	var m TTFTModel
+	for range 1000 {
+		in := randomInput(rng)
+		// Noise that a free fit would explain with negative slopes.
+		m.Learn(in, time.Duration(rng.Float64()*float64(50*time.Millisecond))+time.Millisecond)
+		for j, c := range m.Coefficients() {
+			if c < 0 || math.IsNaN(c) {
+				t.Fatalf("coefficient %d = %v; want a non-negative number", j, c)
+			}
+		}
+	}
+}
+
+func TestRouter_ObserveTTFTForgetsWhenPredictionsDrift(t *testing.T) {
+	r, err := NewRouter(ServiceSpec{Name: "t", Selector: SelRR}, []EndpointSpec{{}, {}}, DefaultEnv(), RouterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := TTFTInput{Uncached: 100}
+	now := goldenEpoch
+	for range 2 * TTFTTrained {
+		now = now.Add(time.Second)
+		d, _ := r.PredictTTFT(0, in)
+		r.ObserveTTFT(now, 0, TTFTPrediction{OK: true, Input: in, Predicted: d}, 50*time.Millisecond)
+	}
+	if _, ok := r.PredictTTFT(0, in); !ok {
+		t.Fatal("a trained, agreeing endpoint is not trusted")
+	}
+	drifted := false
+	for range 3 * TTFTWindow {
+		now = now.Add(time.Second)
+		st := r.ObserveTTFT(now, 0, TTFTPrediction{OK: true, Input: in, Predicted: 50 * time.Millisecond}, 500*time.Millisecond)
+		if st.Changed && st.Verdict.Drifting {
+			drifted = true
+			break
+		}
+	}
+	if !drifted {
+		t.Fatal("predictions ten times too short never drifted")
+	}
+	if _, ok := r.PredictTTFT(0, in); ok {
+		t.Fatal("a drifting endpoint's predictions are trusted")
+	}
+	if s := r.TTFTStatus(0).Samples; s != 1 {
+		t.Fatalf("samples after the drift = %d; want 1 (the model started again)", s)
+	}
+	if _, ok := r.PredictTTFT(1, in); ok {
+		t.Fatal("an untrained endpoint's predictions are trusted")
+	}
+}
