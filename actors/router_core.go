@@ -485,6 +485,7 @@ func (c *routerCore) decide(now time.Time, m *routeMsg, fn func(*ladder.Request)
 	}
 	c.snap.TotalInflight = uint64(len(c.tickets)+len(c.parked)) + c.peer.total
 	c.snap.ParkedByClass = c.flow.Counts()
+	m.rr.Req.UnderShare = c.flow.UnderShare(m.rr.Req.Class, m.rr.Tenant, c.lad.Slots())
 	if c.peer.on {
 		for i := range c.views {
 			c.views[i].ActiveConns += c.peer.load[i]
@@ -677,13 +678,17 @@ func (c *routerCore) release(ep int) {
 	if v.ActiveConns > 0 {
 		v.ActiveConns--
 	}
-	if c.flow.Len() == 0 || (c.maxInflight != 0 && v.ActiveConns >= c.maxInflight) {
+	if c.flow.Len() == 0 {
 		return
 	}
-	e, ok := c.flow.Next(ep)
+	e, ok := c.flow.Peek(ep)
 	if !ok {
 		return
 	}
+	if limit := c.lad.CapFor(e.Class, c.flow.UnderShare(e.Class, e.Tenant, c.lad.Slots())); limit != 0 && v.ActiveConns >= limit {
+		return
+	}
+	c.flow.Next(ep)
 	ref := c.parked[e.ID]
 	ref.waking = true
 	c.parked[e.ID] = ref

@@ -35,8 +35,15 @@ func fill(t *testing.T, c *routerCore, ids ...uint64) []routeReply {
 	return out
 }
 
+// noHeadroom is admissionEnv without the critical class's headroom.
+func noHeadroom(capPerEP, depth uint32, park time.Duration) ladder.Env {
+	env := admissionEnv(capPerEP, depth, park)
+	env.CriticalHeadroomPct = 0
+	return env
+}
+
 func TestRouterFlow_HigherClassLeavesFirst(t *testing.T) {
-	c, rec := newTestCore(t, pdConfig(1, 1, admissionEnv(1, 8, 0)))
+	c, rec := newTestCore(t, pdConfig(1, 1, noHeadroom(1, 8, 0)))
 	busy := fill(t, c, 1)
 	c.route(t0, newMsg(2, classed(ladder.ClassStandard, "", 10)))
 	c.route(t0, newMsg(3, classed(ladder.ClassCritical, "", 10)))
@@ -84,7 +91,7 @@ func TestRouterFlow_SlotOnAnyPrefillEndpointTakesTheNextParked(t *testing.T) {
 }
 
 func TestRouterFlow_TenantWithLessServiceGoesFirst(t *testing.T) {
-	c, rec := newTestCore(t, pdConfig(1, 1, admissionEnv(1, 8, 0)))
+	c, rec := newTestCore(t, pdConfig(1, 1, noHeadroom(1, 8, 0)))
 	busy := fill(t, c, 1)
 	// The flooding tenant parks three long requests, then the other one.
 	first := newMsg(10, classed(ladder.ClassStandard, "flood", 4000))
@@ -121,7 +128,7 @@ func TestRouterFlow_CompletionTokensChargedAtFinish(t *testing.T) {
 }
 
 func TestRouterFlow_FullQueuesDisplaceALowerClass(t *testing.T) {
-	c, rec := newTestCore(t, pdConfig(1, 1, admissionEnv(1, 1, time.Minute)))
+	c, rec := newTestCore(t, pdConfig(1, 1, noHeadroom(1, 1, time.Minute)))
 	fill(t, c, 1)
 	victim := newMsg(2, classed(ladder.ClassStandard, "", 10))
 	c.route(t0, victim)
@@ -143,5 +150,53 @@ func TestRouterFlow_FullQueuesDisplaceALowerClass(t *testing.T) {
 	}
 	if _, ok := c.parked[2]; ok || c.views[0].Parked != 1 || c.flow.Len() != 1 {
 		t.Fatalf("parked map %v, count %d, flow %d; want only request 4", c.parked, c.views[0].Parked, c.flow.Len())
+	}
+}
+
+func TestRouterFlow_CriticalHeadroomAboveTheCap(t *testing.T) {
+	// Cap 4, headroom 25 %: a critical request may take a fifth slot.
+	c, rec := newTestCore(t, pdConfig(1, 1, admissionEnv(4, 8, 0)))
+	busy := fill(t, c, 1, 2, 3, 4)
+	std := newMsg(5, classed(ladder.ClassStandard, "", 10))
+	c.route(t0, std)
+	crit := newMsg(6, classed(ladder.ClassCritical, "", 10))
+	c.route(t0, crit)
+	if r := final(t, crit); !r.route.Decision.Available() {
+		t.Fatalf("critical at the cap: %s; want admitted in the headroom", r.route.Decision.String())
+	}
+	if got := fmt.Sprint(rec.parks); got != "[0/5]" {
+		t.Fatalf("parks %s; want only the standard request", got)
+	}
+	// A slot frees: 5 in flight is still over the standard cap of 4.
+	c.finish(busy[0].route.Ticket, Result{OK: true})
+	if len(rec.wakes) != 0 {
+		t.Fatalf("wakes %v; want none while over the standard cap", rec.wakes)
+	}
+	c.finish(busy[1].route.Ticket, Result{OK: true})
+	if got := fmt.Sprint(rec.wakes); got != "[0/5>0]" {
+		t.Fatalf("wakes %s; want the standard request once under its cap", got)
+	}
+}
+
+func TestRouterFlow_UnderShareTenantUsesTheHeadroom(t *testing.T) {
+	// Cap 4 on one endpoint, headroom 1: the flooding tenant holds every
+	// slot; the other tenant is under its share (2 of 4) and takes the
+	// headroom slot; the flooding tenant parks.
+	c, rec := newTestCore(t, pdConfig(1, 1, admissionEnv(4, 8, 0)))
+	for id := uint64(1); id <= 4; id++ {
+		m := newMsg(id, classed(ladder.ClassStandard, "flood", 100))
+		c.route(t0, m)
+		if r := final(t, m); !r.route.Decision.Available() {
+			t.Fatalf("flood %d: %s", id, r.route.Decision.String())
+		}
+	}
+	c.route(t0, newMsg(5, classed(ladder.ClassStandard, "flood", 100)))
+	calm := newMsg(6, classed(ladder.ClassStandard, "calm", 100))
+	c.route(t0, calm)
+	if r := final(t, calm); !r.route.Decision.Available() {
+		t.Fatalf("calm tenant: %s; want admitted in the headroom", r.route.Decision.String())
+	}
+	if got := fmt.Sprint(rec.parks); got != "[0/5]" {
+		t.Fatalf("parks %s; want the flooding tenant's fifth request only", got)
 	}
 }

@@ -128,6 +128,7 @@ const (
 	EnvPredictionDemote   = "LLB_KV_PREDICTION_DEMOTE"
 	EnvLoRAAffinity       = "LLB_LORA_AFFINITY"
 	EnvLoRARuntimeLoad    = "LLB_LORA_RUNTIME_LOAD"
+	EnvCriticalHeadroom   = "LLB_FC_CRITICAL_HEADROOM_PCT"
 )
 
 // Env holds the process-wide routing knobs, parsed once at start by ParseEnv
@@ -219,6 +220,14 @@ type Env struct {
 	// VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; an endpoint that refuses is
 	// not asked again).
 	LoRARuntimeLoad bool
+	// CriticalHeadroomPct is LLB_FC_CRITICAL_HEADROOM_PCT: how far above
+	// the per-endpoint in-flight cap a critical request may still be
+	// admitted, in percent of the cap (at least one request): the slots
+	// between the cap and cap + headroom are the critical class's alone,
+	// so it does not wait for lower classes' requests to finish when the
+	// fleet is saturated (Router.CapFor). Default 25, range 0–100; 0 holds
+	// every class to the cap.
+	CriticalHeadroomPct uint32
 }
 
 // DefaultEnv returns the out-of-box knob values (what an empty environment
@@ -238,6 +247,8 @@ func DefaultEnv() Env {
 		OffloadWeightPct:   80,
 		PredictionDemote:   true,
 		LoRAAffinity:       true,
+
+		CriticalHeadroomPct: 25,
 	}
 }
 
@@ -286,6 +297,9 @@ func (e *Env) Validate() error {
 	}
 	if e.OffloadWeightPct > 100 {
 		bad(EnvOffloadWeightPct, e.OffloadWeightPct, "want an integer 0–100")
+	}
+	if e.CriticalHeadroomPct > 100 {
+		bad(EnvCriticalHeadroom, e.CriticalHeadroomPct, "want an integer 0–100")
 	}
 	return errors.Join(errs...)
 }
@@ -383,6 +397,7 @@ func ParseEnv(getenv func(string) string) (Env, []string, error) {
 	uintVar(EnvMaxTotalInflight, 0, 1999999999, &env.MaxTotalInflight)
 	u32(EnvOriginErrThreshold, 0, 1000, &env.OriginErrThreshold)
 	u32(EnvOffloadWeightPct, 0, 100, &env.OffloadWeightPct)
+	u32(EnvCriticalHeadroom, 0, 100, &env.CriticalHeadroomPct)
 	for _, b := range []struct {
 		name string
 		dst  *bool

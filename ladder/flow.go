@@ -71,6 +71,21 @@ type flowBand struct {
 	backlog []*flowTenant
 	// lastLeft is the counter of the tenant that left the backlog last.
 	lastLeft uint64
+	// active counts the tenants with a request parked or in flight.
+	active int
+}
+
+// live reports whether t has a request parked or in flight.
+func (t *flowTenant) live() bool { return t.backlogged || t.inflight > 0 }
+
+// track updates b.active after t changed from wasLive.
+func (b *flowBand) track(t *flowTenant, wasLive bool) {
+	switch now := t.live(); {
+	case now && !wasLive:
+		b.active++
+	case !now && wasLive:
+		b.active--
+	}
 }
 
 // FlowQueue is the policy's state: parked requests by class and tenant,
@@ -131,6 +146,7 @@ func (q *FlowQueue) Park(e FlowEntry) (FlowEntry, bool) {
 	}
 	b := &q.bands[e.Class.Index()]
 	t := q.tenant(e.Class, e.Tenant)
+	defer b.track(t, t.live())
 	if !t.backlogged {
 		floor, any := uint64(0), false
 		for _, o := range b.backlog {
@@ -182,6 +198,7 @@ func (q *FlowQueue) take(t *flowTenant, c Class, i int) {
 	}
 	b := &q.bands[c.Index()]
 	t.backlogged = false
+	b.track(t, true)
 	b.lastLeft = t.counter
 	for j, o := range b.backlog {
 		if o == t {
@@ -277,7 +294,9 @@ func (q *FlowQueue) Victim(c Class) (FlowEntry, bool) {
 func (q *FlowQueue) Admitted(c Class, tenant string, promptTokens uint64) {
 	t := q.tenant(c, tenant)
 	t.counter = satAdd64(t.counter, promptTokens)
+	was := t.live()
 	t.inflight++
+	q.bands[c.Index()].track(t, was)
 }
 
 // Charge adds tokens to tenant's counter in class c, when the queue
@@ -299,7 +318,9 @@ func (q *FlowQueue) Done(c Class, tenant string, completionTokens uint64) {
 	}
 	t.counter = satAdd64(t.counter, completionTokens)
 	if t.inflight > 0 {
+		was := t.live()
 		t.inflight--
+		b.track(t, was)
 	}
 	if t.inflight == 0 && !t.backlogged && len(b.tenants) > MaxFlowTenants/2 {
 		delete(b.tenants, tenant)
@@ -323,3 +344,39 @@ func satAdd64(a, b uint64) uint64 {
 	}
 	return ^uint64(0)
 }
+
+// TenantParked is how many requests tenant has parked in class c.
+func (q *FlowQueue) TenantParked(c Class, tenant string) int {
+	if t := q.bands[c.Index()].tenants[tenant]; t != nil {
+		return len(t.items)
+	}
+	return 0
+}
+
+// UnderShare reports whether tenant holds fewer than its fair share of a
+// class's slots: slots (the in-flight capacity the class may use) over the
+// tenants of the class with a request parked or in flight (tenant
+// counted). A tenant alone in its class has no share to be under. Such a
+// tenant's requests may use the headroom above the cap (Router.CapFor),
+// so a tenant that floods its class does not make the others wait for
+// its requests to finish.
+func (q *FlowQueue) UnderShare(c Class, tenant string, slots uint32) bool {
+	b := &q.bands[c.Index()]
+	t := b.tenants[tenant]
+	active := b.active
+	if t == nil || !t.live() {
+		active++
+	}
+	if active < 2 {
+		return false
+	}
+	in := 0
+	if t != nil {
+		in = t.inflight
+	}
+	return uint64(in)*uint64(active) < uint64(slots)
+}
+
+// Active is how many tenants of class c have a request parked or in
+// flight.
+func (q *FlowQueue) Active(c Class) int { return q.bands[c.Index()].active }

@@ -180,6 +180,10 @@ type Request struct {
 	// sheddable request instead of parking it, and a request that finds
 	// every queue full displaces a parked one of a lower class.
 	Class Class
+	// UnderShare is set when the request's tenant holds less than its fair
+	// share of its class's slots (FlowQueue.UnderShare): the request may
+	// use the headroom above the cap (Router.CapFor).
+	UnderShare bool
 	// TTFTObjective is the time left, at the decision, for the request's
 	// first token (its TTFT objective minus the time it already spent);
 	// 0: none. The ladder prefers an endpoint predicted to meet it and

@@ -79,8 +79,9 @@ func (r *Router) admission(now time.Time, req *Request, snap *Snapshot, excl, dr
 	}
 	views := snap.Endpoints
 	healthy := r.prefill &^ excl &^ drain
+	limit := r.CapFor(req.Class, req.UnderShare)
 	for i := healthy.next(0); i >= 0; i = healthy.next(i + 1) {
-		if views[i].ActiveConns >= r.maxInflight {
+		if views[i].ActiveConns >= limit {
 			capped = capped.With(i)
 		}
 	}

@@ -54,6 +54,7 @@ type Router struct {
 	maxNumSeqs     uint32
 	offloadPct     uint32
 	maxInflight    uint32
+	headroomCap    uint32 // maxInflight plus the headroom (Env.CriticalHeadroomPct)
 	queueDepth     uint32
 	maxPark        time.Duration
 	maxTotal       uint64
@@ -132,6 +133,12 @@ func build(svc ServiceSpec, eps []EndpointSpec, env Env, cfg RouterConfig) *Rout
 	if a := svc.Admission.MaxInflightPerEP; a > 0 {
 		r.maxInflight = uint32(a)
 	}
+	if r.maxInflight > 0 {
+		r.headroomCap = r.maxInflight + max(1, r.maxInflight*env.CriticalHeadroomPct/100)
+		if env.CriticalHeadroomPct == 0 {
+			r.headroomCap = r.maxInflight
+		}
+	}
 	r.queueDepth = env.QueueDepthPerEP
 	if a := svc.Admission.QueueDepthPerEP; a > 0 {
 		r.queueDepth = uint32(a)
@@ -191,6 +198,28 @@ func (r *Router) Endpoint(i int) EndpointSpec { return r.eps[i] }
 // MaxInflightPerEP is the per-endpoint admission cap in force: the rule's
 // Admission.MaxInflightPerEP, else the env's; 0 = no cap.
 func (r *Router) MaxInflightPerEP() uint32 { return r.maxInflight }
+
+// CapFor is the per-endpoint in-flight cap a request is held to (0:
+// admission is off): the cap, or the cap plus the headroom
+// (Env.CriticalHeadroomPct of it, at least one more) for a critical
+// request and for a non-sheddable request whose tenant holds less than
+// its fair share of the class's slots (underShare, FlowQueue.UnderShare
+// over Slots). The headroom keeps the critical class and the tenants that
+// do not flood from waiting for a flooding tenant's requests to finish.
+// A slot freed on an endpoint goes to a parked request only while the
+// endpoint is under that request's cap.
+func (r *Router) CapFor(c Class, underShare bool) uint32 {
+	if c.Index() == 0 || underShare && !c.Sheddable() {
+		return r.headroomCap
+	}
+	return r.maxInflight
+}
+
+// Slots is the in-flight capacity admission shares out: the cap times the
+// prefill endpoints (0 when admission is off).
+func (r *Router) Slots() uint32 {
+	return r.maxInflight * uint32(r.prefill.Count())
+}
 
 // Env returns the env the router resolved its knobs from.
 func (r *Router) Env() Env { return r.env }

@@ -64,6 +64,7 @@ func (o *createOpts) register(fs *pflag.FlagSet) {
 	f.boolean("hsts-preload", "hsts_preload", func(s *sa, v bool) { s.HSTSPreload = v })
 	// SSE and breaker.
 	f.boolean("sse-mode", "SSE streaming mode, sse_mode (alias --sse)", func(s *sa, v bool) { s.SSEMode = v })
+	f.boolean("priority-scheduling", "the engines run vLLM's --scheduling-policy priority: set each request's priority from its class (llb), priority_scheduling", func(s *sa, v bool) { s.PriorityScheduling = v })
 	f.int64("max-stream-duration", "max_stream_duration_sec", func(s *sa, v int64) { s.MaxStreamDurationSec = v })
 	f.int64("backend-keepalive-interval", "backend_keepalive_interval_sec", func(s *sa, v int64) { s.BackendKeepaliveIntervalSec = v })
 	f.boolean("cb-enable", "per-endpoint circuit breaker, cb_enable (alias --cb)", func(s *sa, v bool) { s.CBEnable = v })
