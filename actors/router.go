@@ -139,8 +139,8 @@ func (a *routerActor) score(ep int, id uint64, chain []uint64) {
 // Sessions live in the local shard actors on a single node, and in the
 // cluster's session grains in cluster mode.
 
-//
-// In a cluster a stored response's pin travels from the replica that saw
+// lookupSession asks key's shard for its pin. In a cluster a stored
+// response's pin travels from the replica that saw
 // the response start to its shard's owner while the client reads the
 // answer and sends the next turn, possibly through the owner itself: a
 // pin lookup that misses asks again every pinRetryGap while its deadline
