@@ -140,12 +140,12 @@ func (a *routerActor) score(ep int, id uint64, chain []uint64) {
 // cluster's session grains in cluster mode.
 
 // lookupSession asks key's shard for its pin. In a cluster a stored
-// response's pin travels from the replica that saw
-// the response start to its shard's owner while the client reads the
-// answer and sends the next turn, possibly through the owner itself: a
-// pin lookup that misses asks again every pinRetryGap while its deadline
-// leaves room, so the pin may land first. (On a single node the router
-// sends pins and lookups to the shard actor in order.)
+// response's pin travels from the replica that saw the response start to its
+// shard's owner while the client reads the answer and sends the next turn,
+// possibly through the owner itself: a pin lookup that misses asks again
+// every pinRetryGap while its deadline leaves room, so the pin may land
+// first. (On a single node the router sends pins and lookups to the shard
+// actor in order.)
 func (a *routerActor) lookupSession(id uint64, key string) {
 	if p := a.svc.cfg.Peers; p != nil {
 		self, root := a.ctx.Self(), a.svc.root
