@@ -53,6 +53,10 @@ func (x *exchange) appendRoute(b []byte, addrs []string) []byte {
 		b = append(b, " decode_addr="...)
 		b = append(b, addrs[x.decodeEP]...)
 	}
+	if x.pd && x.h.pdEngine != "" {
+		b = append(b, " engine="...)
+		b = append(b, x.h.pdEngine...)
+	}
 	b = append(b, " retries="...)
 	b = strconv.AppendInt(b, int64(x.retries), 10)
 	if x.code != "" {
@@ -131,7 +135,10 @@ func (h *Handler) record(x *exchange) {
 	if x.ttft > 0 {
 		e.Dur(logfield.TTFT, x.ttft)
 	}
-	if x.pd {
+	switch {
+	case x.pd && h.pdEngine != "":
+		e.Dur(logfield.PrefillDuration, x.prefill).Str(logfield.Engine, h.pdEngine)
+	case x.pd:
 		e.Dur(logfield.PrefillDuration, x.prefill).Str(logfield.KVParams, x.kvOut.String())
 	}
 	if x.kvGuard != ladder.ReasonNone {

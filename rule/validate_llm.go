@@ -243,7 +243,7 @@ func checkKV(c *Checker, sa *ServiceArguments) {
 	if sa.PDBootstrapPort != 0 && !(pd && engine == EngineSGLang) {
 		c.Semantic(SAField("pdBootstrapPort"), "pd-bootstrap-port requires pd_disagg_mode=true and kv-engine-type sglang")
 	}
-	if (engine == EngineSGLang || engine == EngineTRTLLM) && pd {
+	if engine == EngineTRTLLM && pd {
 		c.Semantic(SAField("kvEngineType"), "kv-engine-type %q with pd_disagg_mode is valid in LoxiLB but not served by llb yet: "+
 			"its P/D path speaks vLLM's NIXL protocol only (%s Tier 1.5 on a single pool, kvExactMode 3, is served)", engine, engine)
 	}
