@@ -135,11 +135,14 @@ func (h *Handler) record(x *exchange) {
 	if x.ttft > 0 {
 		e.Dur(logfield.TTFT, x.ttft)
 	}
-	switch {
-	case x.pd && h.pdEngine != "":
-		e.Dur(logfield.PrefillDuration, x.prefill).Str(logfield.Engine, h.pdEngine)
-	case x.pd:
-		e.Dur(logfield.PrefillDuration, x.prefill).Str(logfield.KVParams, x.kvOut.String())
+	if x.pd {
+		e.Dur(logfield.PrefillDuration, x.prefill)
+		if h.pdEngine != "" {
+			e.Str(logfield.Engine, h.pdEngine)
+		}
+		if _, dual := h.pd.(sglang); !dual { // a bootstrap room passes no params
+			e.Str(logfield.KVParams, x.kvOut.String())
+		}
 	}
 	if x.kvGuard != ladder.ReasonNone {
 		e.Str(logfield.KVGuard, x.kvGuard.String())

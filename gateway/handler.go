@@ -227,7 +227,7 @@ func NewHandler(c *rule.Compiled, opts Options, deps Deps) (*Handler, error) {
 	if h.met == nil {
 		h.met = NewMetrics(nil, c.Key)
 	}
-	if h.pdEngine != "" {
+	if _, dual := h.pd.(sglang); dual {
 		for i, leg := range [...]string{"decode", "prefill"} {
 			h.pairCuts[i] = h.met.counter("llb_pd_pair_cuts_total", `engine="`+h.pdEngine+`",leg="`+leg+`"`)
 		}

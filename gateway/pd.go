@@ -13,8 +13,9 @@ import (
 // Prefill/decode disaggregation. A P/D decision names a prefill and a
 // decode endpoint; how the two are driven is the engine's protocol, its
 // dialect. Each dialect is a small type in a file of its own
-// (pd_nixl.go: vLLM's NIXL two-leg protocol; pd_sglang.go: SGLang's
-// concurrent dual dispatch through a bootstrap room) behind pdDialect. What the
+// (pd_nixl.go: vLLM's NIXL two-leg protocol; pd_trtllm.go: TensorRT-LLM's
+// context_only / generation_only; pd_sglang.go: SGLang's concurrent dual
+// dispatch through a bootstrap room) behind pdDialect. What the
 // dialects share is here — the prefill leg whose answer llb reads whole,
 // its failure rules, the relay of its error answer — and in the attempt
 // loop and the legs: the leg that answers the client (relay.go) with its
@@ -38,7 +39,10 @@ type pdDialect interface {
 // dialectFor returns the P/D dialect of rule c's engines: the one that
 // serves a decision naming a decode endpoint.
 func dialectFor(c *rule.Compiled) pdDialect {
-	if c.Engine == rule.EngineSGLang {
+	switch c.Engine {
+	case rule.EngineTRTLLM:
+		return trtllmPD{}
+	case rule.EngineSGLang:
 		return sglang{port: c.BootstrapPort}
 	}
 	return nixl{}

@@ -536,9 +536,9 @@ func TestValidate_Rules(t *testing.T) {
 			return ruletest.PDEntry(t).Set("serviceArguments.kvEngineType", "sglang").Set("serviceArguments.kvHashAlgo", "sha256_sglang").
 				Set("serviceArguments.kvExactMode", 1).Set("serviceArguments.kvDpRankCount", 2)
 		}, wantStatus: ok},
-		{name: "trtllm p/d not served yet", give: func(t testing.TB) ruletest.Entry {
+		{name: "trtllm p/d accepted", give: func(t testing.TB) ruletest.Entry {
 			return ruletest.PDEntry(t).Set("serviceArguments.kvEngineType", "trtllm").Del("serviceArguments.kvHashAlgo").Del("serviceArguments.kvZmqPort")
-		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.kvEngineType", wantMsg: "not served by llb yet"},
+		}, wantStatus: ok},
 		{name: "sglang kv-exact single pool accepted", give: func(t testing.TB) ruletest.Entry {
 			return ruletest.SingleEntry(t).Set("serviceArguments.kvEngineType", "sglang").Set("serviceArguments.kvExactMode", 3).
 				Set("serviceArguments.kvDpRankCount", 3).Set("serviceArguments.kvZmqPort", 5561)

@@ -32,7 +32,7 @@ const (
 	// KVParams says what the prefill returned: found, missing, oversize, invalid.
 	KVParams = "kv_params"
 	// Engine names a P/D pair's engine dialect when it is not vLLM's
-	// (sglang: bootstrap-room dual dispatch).
+	// (sglang, trtllm).
 	Engine = "engine"
 	// KVGuard is the Tier-1.5 guard the gateway set (tokenize, hash_contract, ...).
 	KVGuard = "kv_guard"
