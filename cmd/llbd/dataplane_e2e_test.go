@@ -295,7 +295,7 @@ func burstOnTheOwner(t *testing.T, mode string, port int, wantFlag string, wantS
 	body := func(i int) string {
 		return fmt.Sprintf(`{"model":"sim-model","prompt":%q,"max_tokens":2}`, long+strconv.Itoa(i))
 	}
-	owner := d.routesToOwnerByTierOneFive(vip, body)
+	owner := routesToOwnerByTierOneFive(t, d, vip, body)
 	var mu sync.Mutex
 	flagged, spills, onOwner := 0, 0, 0
 	var routes []string
@@ -361,26 +361,26 @@ func TestE2E_TierOneFiveMatchesLoRABlocks(t *testing.T) {
 	}
 	// The engine hashed the blocks with lora_name "sql-lora"; llb learns the
 	// adapter from /v1/models and hashes the prompt the same way.
-	d.routesToOwnerByTierOneFive(vip, body)
+	routesToOwnerByTierOneFive(t, d, vip, body)
 }
 
 // routesToOwnerByTierOneFive sends body(0), whose worker becomes the owner
 // of the prompt's blocks (or, when Tier 1.5 routed it, holds them already),
 // waits until llb's mirror of the owner has taken in their KV events, then
-// sends body(1) (same prefix), which Tier 1.5 must route to the owner. It returns the owner's endpoint index. (A follow-up
-// sent before the events arrive is routed by another tier, and the worker
-// it reaches computes the prefix too: the owner is no longer the only one.)
-func (d *daemon) routesToOwnerByTierOneFive(vip string, body func(int) string) int {
-	d.t.Helper()
-	owner, _ := d.routesToOwnerByTierOneFiveAt(vip, "/v1/completions", body)
+// sends body(1) (same prefix), which Tier 1.5 must route to the owner. It
+// returns the owner's endpoint index. (A follow-up sent before the events
+// arrive is routed by another tier, and the worker it reaches computes the
+// prefix too: the owner is no longer the only one.)
+func routesToOwnerByTierOneFive(t *testing.T, d *daemon, vip string, body func(int) string) int {
+	t.Helper()
+	owner, _ := routesToOwnerByTierOneFiveAt(t, d, vip, "/v1/completions", body)
 	return owner
 }
 
 // routesToOwnerByTierOneFiveAt is routesToOwnerByTierOneFive for any
 // OpenAI path (/v1/completions, /v1/chat/completions); it also returns the
 // follow-up's X-Llb-Route.
-func (d *daemon) routesToOwnerByTierOneFiveAt(vip, path string, body func(int) string) (int, string) {
-	t := d.t
+func routesToOwnerByTierOneFiveAt(t *testing.T, d *daemon, vip, path string, body func(int) string) (int, string) {
 	t.Helper()
 	key := "tcp:" + strings.TrimPrefix(vip, "http://")
 	before := d.mirroredBlocks(key)

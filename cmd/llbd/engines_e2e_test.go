@@ -68,11 +68,11 @@ var kvTruthRE = regexp.MustCompile(`kv_predicted=(\d+) kv_cached=(\d+)`)
 // tierOneFiveHit is routesToOwnerByTierOneFive that also checks that the
 // owner reported as cached what llb predicted from its mirror (the blocks
 // were really there). It returns the owner.
-func (d *daemon) tierOneFiveHit(vip string, body func(int) string) int {
-	d.t.Helper()
-	owner, route := d.routesToOwnerByTierOneFiveAt(vip, "/v1/completions", body)
+func tierOneFiveHit(t *testing.T, d *daemon, vip string, body func(int) string) int {
+	t.Helper()
+	owner, route := routesToOwnerByTierOneFiveAt(t, d, vip, "/v1/completions", body)
 	if m := kvTruthRE.FindStringSubmatch(route); m == nil || m[1] != m[2] || m[1] == "0" {
-		d.t.Fatalf("tier 1.5 to %d: %q; want the engine's cached tokens equal to llb's prediction", owner, route)
+		t.Fatalf("tier 1.5 to %d: %q; want the engine's cached tokens equal to llb's prediction", owner, route)
 	}
 	return owner
 }
@@ -164,7 +164,7 @@ func TestE2E_SGLangTierOneFiveFollowsItsPageEvents(t *testing.T) {
 	f := engineFleet(t, worker.DialectSGLang, fleet.Config{Single: 2, BaseIP: "127.0.0.70"}, 16)
 	d := startDataPlane(t, "LOXILB_KV_COLDSTART_SEED_N=0")
 	key, vip := d.servePool(f, 1, nil)
-	owner := d.tierOneFiveHit(vip, func(i int) string { return textPrompt("an sglang page-hash preamble", i) })
+	owner := tierOneFiveHit(t, d, vip, func(i int) string { return textPrompt("an sglang page-hash preamble", i) })
 	v := d.inventory(key, owner)
 	if v.HashAlgo != "sha256_sglang" || v.Total == 0 {
 		t.Fatalf("inventory hash_algo %q total %d; want sha256_sglang and the owner's pages", v.HashAlgo, v.Total)
@@ -215,7 +215,7 @@ func TestE2E_TRTLLMDrainSurvivesASecondConsumer(t *testing.T) {
 	f := engineFleet(t, worker.DialectTRTLLM, fleet.Config{Single: 2, BaseIP: "127.0.0.76"}, 32)
 	d := startDataPlane(t, "LOXILB_KV_COLDSTART_SEED_N=0")
 	key, vip := d.servePool(f, 1, nil)
-	owner := d.tierOneFiveHit(vip, func(i int) string { return tokenPrompt(1000, 96, i) })
+	owner := tierOneFiveHit(t, d, vip, func(i int) string { return tokenPrompt(1000, 96, i) })
 	if v := d.inventory(key, owner); v.LLB.Ranks[0].Feed.Gaps != 0 || v.Total == 0 {
 		t.Fatalf("before the thief: gaps %d, total %d", v.LLB.Ranks[0].Feed.Gaps, v.Total)
 	}
@@ -260,7 +260,7 @@ func TestE2E_TRTLLMDrainSurvivesASecondConsumer(t *testing.T) {
 		return gaps > 0, fmt.Sprintf("gaps %d after %d stolen drains", gaps, stolen.Load())
 	})
 	// Hits recover for prompts stored after the thief stopped.
-	d.tierOneFiveHit(vip, func(i int) string { return tokenPrompt(20000, 96, i) })
+	tierOneFiveHit(t, d, vip, func(i int) string { return tokenPrompt(20000, 96, i) })
 	t.Logf("%d drains stolen, %d gaps detected; Tier 1.5 hits again afterwards", stolen.Load(), gaps)
 }
 
@@ -285,7 +285,7 @@ func TestE2E_OneDaemonServesVLLMSGLangAndTRTLLMRules(t *testing.T) {
 	}
 	owners := map[string]int{}
 	for _, s := range svcs {
-		owners[s.name] = d.tierOneFiveHit(s.vip, s.body)
+		owners[s.name] = tierOneFiveHit(t, d, s.vip, s.body)
 	}
 	// Isolated inventories: each rule mirrors its own engines only, with
 	// its own contract.
