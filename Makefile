@@ -75,9 +75,10 @@ chaos: deps
 
 # flow-test runs the tenant and priority-class scenarios through the real
 # llbd at full length (simulate/harness flow_test.go with LLB_FLOW_LONG=1:
-# capacity, a 5x flood on three seeds, three classes at six loads, 60 model
-# seconds a run; docs/performance.md). A short version runs in make test.
-# About 20 minutes on 2 cores; the report is in the -v output.
+# capacity, a 5x flood on three seeds, three classes at four loads, 30 model
+# seconds a run at a quarter of real time; docs/performance.md). A short
+# version runs in make test. About 25 minutes on 2 cores; the report is in
+# the -v output.
 FLOWFLAGS ?= -timeout 60m
 flow-test: deps
 	LLB_FLOW_LONG=1 $(GO) test -count=1 -v -run '^TestFlowPlan_' $(FLOWFLAGS) ./simulate/harness/

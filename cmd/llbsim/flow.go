@@ -34,7 +34,7 @@ gap against the VTC bound. Prints a markdown report.
 With --harness the same scenarios (except the fairness gap, which needs the
 queue's counters) run through a real llbd built from this module, in front
 of simulated vLLM workers over HTTP, with the tenant and class sent as
-headers; this takes wall time (about 20 minutes for the standard plan).`,
+headers; this takes wall time (about 25 minutes for the standard plan).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			start := time.Now()

@@ -63,7 +63,7 @@ func TestDealTrace_MarksEveryRequestAndOnlyKeepsArrivalTimes(t *testing.T) {
 func TestFlowPlan_TenantsAndClassesThroughTheRealDaemon(t *testing.T) {
 	p := StandardFlowPlan()
 	p.Daemon.Bin, p.WorkDir = llbdBin(t), t.TempDir()
-	p.Seeds, p.Loads, p.Duration = []uint64{1}, []float64{0.7, 1.3}, 20*time.Second
+	p.Seeds, p.Loads, p.Duration = []uint64{1}, []float64{0.7, 1.3}, 10*time.Second
 	if os.Getenv("LLB_FLOW_LONG") == "1" {
 		p = StandardFlowPlan()
 		p.Daemon.Bin, p.WorkDir = llbdBin(t), t.TempDir()
