@@ -137,3 +137,80 @@ func TestE2E_TenantAndClassMetricsAndClassOrder(t *testing.T) {
 		t.Errorf("no team-a request parked: routes %q", routes)
 	}
 }
+
+// TestE2E_AFloodCannotKeepAFairTenantOutOfFullQueues: with a cap of one and
+// a parking queue of two, tenant team-a fills the slot and the queue; a
+// fourth team-a request is shed (queues full), but team-b's request takes
+// the place of team-a's youngest parked one (429 via=displaced) and is
+// served. (With one team-a request parked, VTC's lift would put team-b
+// level with team-a and behind it in the queue: nothing to displace.)
+func TestE2E_AFloodCannotKeepAFairTenantOutOfFullQueues(t *testing.T) {
+	tmpl := workerCfg("", 0, engine.KVNone, 0, 1)
+	f, err := fleet.Start(fleet.Config{Prefill: 1, Decode: 1, BaseIP: "127.0.38.10", Template: &tmpl})
+	if err != nil {
+		t.Fatalf("fleet: %v", err)
+	}
+	t.Cleanup(func() { _ = f.Stop(t.Context()) })
+	// No headroom: the first team-a request holds the only slot.
+	d := startDataPlane(t, "LLB_FC_CRITICAL_HEADROOM_PCT=0")
+	port := freePort(t)
+	d.post(ruleJSON(t, f, "127.0.0.1", port, map[string]any{"fc_prefill_max_inflight": 1, "fc_max_queue_depth": 2, "fc_max_queue_wait_ms": 30000}))
+	d.waitActive(port)
+	vip := "http://127.0.0.1:" + strconv.Itoa(port)
+	prompt := strings.Repeat("one tenant floods the queue ", 500) // ~4000 tokens: ~0.8 s of prefill
+	send := func(tenant string) (int, string, string) {
+		body := fmt.Sprintf(`{"model":"sim-model","prompt":%q,"max_tokens":2}`, prompt+tenant+strconv.FormatInt(time.Now().UnixNano(), 10))
+		req, _ := http.NewRequest(http.MethodPost, vip+"/v1/completions", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Gateway-Inference-Fairness-Id", tenant)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Errorf("%s: %v", tenant, err)
+			return 0, "", ""
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, res.Header.Get("X-Llb-Route"), string(b)
+	}
+	queued := func() float64 {
+		_, text := d.do(http.MethodGet, "/metrics", "")
+		for k, v := range parseProm(text) {
+			if strings.HasPrefix(k, "loxilb_pd_admission_queued_total{") {
+				return v
+			}
+		}
+		return 0
+	}
+	type answer struct {
+		code        int
+		route, body string
+	}
+	first, older, younger := make(chan answer, 1), make(chan answer, 1), make(chan answer, 1)
+	go func() { c, r, b := send("team-a"); first <- answer{c, r, b} }()
+	time.Sleep(150 * time.Millisecond) // the first is admitted before the others arrive
+	go func() { c, r, b := send("team-a"); older <- answer{c, r, b} }()
+	eventually(t, "team-a's second request parks", func() (bool, string) {
+		v := queued()
+		return v >= 1, fmt.Sprint("queued ", v)
+	})
+	go func() { c, r, b := send("team-a"); younger <- answer{c, r, b} }()
+	eventually(t, "team-a's third request parks", func() (bool, string) {
+		v := queued()
+		return v >= 2, fmt.Sprint("queued ", v)
+	})
+	if code, route, body := send("team-a"); code != 429 || !strings.Contains(route, "via=queues_full") {
+		t.Errorf("team-a's fourth: %d %s %s; want 429 queues_full (its own tenant is never displaced)", code, route, body)
+	}
+	code, route, body := send("team-b")
+	if code != 200 || !strings.Contains(route, "tier=resume") || !strings.Contains(route, "tenant=team-b") {
+		t.Errorf("team-b: %d %s %s; want 200 after parking in team-a's place", code, route, body)
+	}
+	if a := <-younger; a.code != 429 || !strings.Contains(a.route, "via=displaced") || !strings.Contains(a.body, "pd_overloaded") {
+		t.Errorf("team-a's youngest parked request: %d %s %s; want 429 pd_overloaded via=displaced", a.code, a.route, a.body)
+	}
+	for _, a := range []answer{<-first, <-older} {
+		if a.code != 200 {
+			t.Errorf("team-a's first two: %d %s", a.code, a.body)
+		}
+	}
+}
