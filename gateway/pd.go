@@ -13,7 +13,8 @@ import (
 // Prefill/decode disaggregation. A P/D decision names a prefill and a
 // decode endpoint; how the two are driven is the engine's protocol, its
 // dialect. Each dialect is a small type in a file of its own
-// (pd_nixl.go: vLLM's NIXL two-leg protocol) behind pdDialect. What the
+// (pd_nixl.go: vLLM's NIXL two-leg protocol; pd_trtllm.go: TensorRT-LLM's
+// context_only / generation_only) behind pdDialect. What the
 // dialects share is here — the prefill leg whose answer llb reads whole,
 // its failure rules, the relay of its error answer — and in the attempt
 // loop and the legs: the leg that answers the client (relay.go) with its
@@ -35,8 +36,14 @@ type pdDialect interface {
 }
 
 // dialectFor returns the P/D dialect of rule c's engines: the one that
-// serves a decision naming a decode endpoint. vLLM's is the only one.
-func dialectFor(*rule.Compiled) pdDialect { return nixl{} }
+// serves a decision naming a decode endpoint.
+func dialectFor(c *rule.Compiled) pdDialect {
+	switch c.Engine {
+	case rule.EngineTRTLLM:
+		return trtllmPD{}
+	}
+	return nixl{}
+}
 
 // prefillAnswer is what a prefill leg answered.
 type prefillAnswer struct {

@@ -31,6 +31,9 @@ type Compiled struct {
 	// Spec is the ladder's view of the rule: selector, P/D, tiers,
 	// admission.
 	Spec ladder.ServiceSpec
+	// Engine is kvEngineType (vllm when absent): how the engines are
+	// spoken to, their P/D dialect first.
+	Engine string
 	// KV is the Tier-1.5 hash contract (meaningful when Spec.KVExactMode
 	// is on).
 	KV KVContract

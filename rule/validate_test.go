@@ -532,9 +532,9 @@ func TestValidate_Rules(t *testing.T) {
 		{name: "sglang p/d not served yet", give: func(t testing.TB) ruletest.Entry {
 			return ruletest.PDEntry(t).Set("serviceArguments.kvEngineType", "sglang").Del("serviceArguments.kvHashAlgo").Set("serviceArguments.pdBootstrapPort", 8998)
 		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.kvEngineType", wantMsg: "not served by llb yet"},
-		{name: "trtllm p/d not served yet", give: func(t testing.TB) ruletest.Entry {
+		{name: "trtllm p/d accepted", give: func(t testing.TB) ruletest.Entry {
 			return ruletest.PDEntry(t).Set("serviceArguments.kvEngineType", "trtllm").Del("serviceArguments.kvHashAlgo").Del("serviceArguments.kvZmqPort")
-		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.kvEngineType", wantMsg: "not served by llb yet"},
+		}, wantStatus: ok},
 		{name: "sglang kv-exact single pool accepted", give: func(t testing.TB) ruletest.Entry {
 			return ruletest.SingleEntry(t).Set("serviceArguments.kvEngineType", "sglang").Set("serviceArguments.kvExactMode", 3).
 				Set("serviceArguments.kvDpRankCount", 3).Set("serviceArguments.kvZmqPort", 5561)
@@ -546,18 +546,6 @@ func TestValidate_Rules(t *testing.T) {
 		{name: "trtllm has no replay port", give: func(t testing.TB) ruletest.Entry {
 			return ruletest.SingleEntry(t).Set("serviceArguments.kvEngineType", "trtllm").Set("serviceArguments.kvExactMode", 3).Set("serviceArguments.kvReplayPort", 5558)
 		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.kvReplayPort", wantMsg: "kvReplayPort is not used by trtllm"},
-		{name: "priority scheduling on a vllm rule accepted", give: func(t testing.TB) ruletest.Entry {
-			return ruletest.PDEntry(t).Set("serviceArguments.priority_scheduling", true)
-		}, wantStatus: ok},
-		{name: "priority scheduling not for sglang", give: func(t testing.TB) ruletest.Entry {
-			return ruletest.SingleEntry(t).Set("serviceArguments.kvEngineType", "sglang").Set("serviceArguments.priority_scheduling", true)
-		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.priority_scheduling", wantMsg: `needs kv-engine-type vllm, got "sglang"`},
-		{name: "priority scheduling not for trtllm", give: func(t testing.TB) ruletest.Entry {
-			return ruletest.SingleEntry(t).Set("serviceArguments.kvEngineType", "trtllm").Set("serviceArguments.priority_scheduling", true)
-		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.priority_scheduling", wantMsg: `needs kv-engine-type vllm, got "trtllm"`},
-		{name: "priority scheduling not for llamacpp", give: func(t testing.TB) ruletest.Entry {
-			return ruletest.SingleEntry(t).Set("serviceArguments.kvEngineType", "llamacpp").Set("serviceArguments.priority_scheduling", true)
-		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.priority_scheduling", wantMsg: `needs kv-engine-type vllm, got "llamacpp"`},
 		{name: "ring fields with another selector are stored and inert", give: func(t testing.TB) ruletest.Entry {
 			return ruletest.SingleEntry(t).Set("serviceArguments.sel", 9).Set("serviceArguments.chwbl_mean_load_factor", 150).Set("serviceArguments.chwbl_replication", 64)
 		}, wantStatus: ok},

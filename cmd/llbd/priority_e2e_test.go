@@ -16,8 +16,8 @@ import (
 // vLLM's priority field through the real llbd: a rule with
 // priority_scheduling sets it from the request's class (critical −1,
 // standard 0, sheddable 1) on completions and chat; a rule without it
-// passes the client's own; a TensorRT-LLM or SGLang rule with it is
-// refused, so those engines never get the field.
+// passes the client's own; an SGLang rule with it sets none (neither does
+// a TensorRT-LLM one: trtllm_pd_e2e_test.go).
 func TestE2E_EnginePriorityOnlyWherePriorityScheduling(t *testing.T) {
 	var mu sync.Mutex
 	var seen []map[string]any
@@ -52,17 +52,13 @@ func TestE2E_EnginePriorityOnlyWherePriorityScheduling(t *testing.T) {
 		b, _ := json.Marshal(map[string]any{"serviceArguments": m, "endpoints": []map[string]any{{"endpointIP": "127.0.39.2", "targetPort": bePort, "weight": 1}}})
 		return string(b)
 	}
-	withPolicy, without := freePort(t), freePort(t)
+	withPolicy, without, sglang := freePort(t), freePort(t), freePort(t)
 	d.post(rule(withPolicy, map[string]any{"priority_scheduling": true}))
 	d.post(rule(without, nil))
+	d.post(rule(sglang, map[string]any{"priority_scheduling": true, "kvEngineType": "sglang"}))
 	d.waitActive(withPolicy)
 	d.waitActive(without)
-	for _, engine := range []string{"trtllm", "sglang"} {
-		code, body := d.do(http.MethodPost, "/netlox/v1/config/loadbalancer", rule(freePort(t), map[string]any{"priority_scheduling": true, "kvEngineType": engine}))
-		if code != 400 || !strings.Contains(body, "priority_scheduling") {
-			t.Errorf("a %s rule with priority_scheduling: %d %s; want 400 naming the field", engine, code, body)
-		}
-	}
+	d.waitActive(sglang)
 
 	tests := []struct {
 		name, path, body, class string
@@ -74,6 +70,8 @@ func TestE2E_EnginePriorityOnlyWherePriorityScheduling(t *testing.T) {
 		{"sheddable replaces the client's", "/v1/completions", `{"model":"m","prompt":"hi","max_tokens":1,"priority":-100}`, "sheddable", withPolicy, 1.0},
 		{"no policy: the client's as sent", "/v1/completions", `{"model":"m","prompt":"hi","max_tokens":1,"priority":7}`, "critical", without, 7.0},
 		{"no policy: none added", "/v1/completions", `{"model":"m","prompt":"hi","max_tokens":1}`, "critical", without, nil},
+		{"sglang: none added", "/v1/completions", `{"model":"m","prompt":"hi","max_tokens":1}`, "critical", sglang, nil},
+		{"sglang: the client's as sent", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":1,"priority":3}`, "sheddable", sglang, 3.0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
