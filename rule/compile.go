@@ -181,6 +181,7 @@ func Compile(r *Rule, d Defaults) (*Compiled, error) {
 	// priorities by its own flag and llama.cpp has none. So only a vLLM
 	// rule gets it.
 	c.APIKeys, c.EnginePriority = sa.SSEMode, sa.PriorityScheduling && eff.KV.Engine == EngineVLLM
+	c.BootstrapPort = eff.PD.BootstrapPort
 	if !sa.SSEMode { // sse_mode suppresses timeoutMemberData
 		c.Timeouts.Data = time.Duration(sa.TimeoutMemberData) * time.Millisecond
 	}
