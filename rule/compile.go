@@ -178,6 +178,7 @@ func Compile(r *Rule, d Defaults) (*Compiled, error) {
 	// TensorRT-LLM's priority is another field (a float in [0, 1], in
 	// recent versions only): vLLM's integer would be refused.
 	c.APIKeys, c.EnginePriority = sa.SSEMode, sa.PriorityScheduling && eff.KV.Engine != EngineTRTLLM
+	c.BootstrapPort = eff.PD.BootstrapPort
 	if !sa.SSEMode { // sse_mode suppresses timeoutMemberData
 		c.Timeouts.Data = time.Duration(sa.TimeoutMemberData) * time.Millisecond
 	}
