@@ -186,3 +186,31 @@ func TestE2E_SGLangPDDecodeDeathMigratesTheStream(t *testing.T) {
 		return v == 1, fmt.Sprint(v)
 	})
 }
+
+// TestE2E_SGLangPDDecodeDeathCutsAStreamThatCannotGoOn: a stream whose
+// request cannot be continued faithfully (echo) is cut when its decode
+// dies mid-stream, never ended as if it were complete, and counted.
+func TestE2E_SGLangPDDecodeDeathCutsAStreamThatCannotGoOn(t *testing.T) {
+	f, d, _, vip := sglangPD(t, "127.0.0.140", nil)
+	faulty := f.Members()[3].Worker()
+	if err := faulty.SetFaults(worker.Faults{DropNext: 1, DropMode: worker.DropMidStream, DropAfterTokens: 3}); err != nil {
+		t.Fatal(err)
+	}
+	cut := false
+	for i := 0; i < 30 && injected(t, faulty, "drop") == 0; i++ {
+		res, body := complete(t, vip, `{"model":"sim-model","prompt":"an echoed stream `+strconv.Itoa(i)+`","max_tokens":12,"stream":true,"echo":true}`)
+		if res.StatusCode != 200 {
+			t.Fatalf("stream %d: %d %s", i, res.StatusCode, body)
+		}
+		if _, _, dc := routeOf(t, res.Header); dc == 3 {
+			cut = !strings.Contains(body, "[DONE]")
+		}
+	}
+	if injected(t, faulty, "drop") != 1 || !cut {
+		t.Fatalf("drops injected %d, stream cut %v; want the faulty decode's stream cut", injected(t, faulty, "drop"), cut)
+	}
+	eventually(t, "the cut counted as unsupported", func() (bool, string) {
+		v := d.metricValue("llb_migrations_total", `outcome="unsupported"`)
+		return v == 1, fmt.Sprint(v)
+	})
+}
