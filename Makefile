@@ -82,11 +82,15 @@ chaos: deps
 # cases need ATTACKTIME >= 3m20s. It prints per family the cases tried,
 # refused cleanly and served, and every defect with its reproducer, and
 # fails on any defect. A short run of every family is part of make test.
-ATTACKTIME  ?= 4m
-ATTACKSEED  ?= 1
-ATTACKFLAGS ?=
+# ATTACKENGINE (vllm, sglang, trtllm) is the engine the workers speak and the
+# rules name; families an engine does not run are left out (the kv family is
+# vLLM's ZMQ wire; SGLang runs rest and dataplane only).
+ATTACKTIME   ?= 4m
+ATTACKSEED   ?= 1
+ATTACKENGINE ?= vllm
+ATTACKFLAGS  ?=
 attack: build
-	$(BIN)/llbsim attack --llbd $(BIN)/llbd --duration $(ATTACKTIME) --seed $(ATTACKSEED) $(ATTACKFLAGS)
+	$(BIN)/llbsim attack --llbd $(BIN)/llbd --duration $(ATTACKTIME) --seed $(ATTACKSEED) --engine $(ATTACKENGINE) $(ATTACKFLAGS)
 
 # cache-truth-soak runs a healthy simulated fleet behind the real daemon for
 # CACHETRUTHSOAK (10 minutes) with 4 concurrent clients on shared prefixes

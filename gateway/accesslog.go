@@ -45,6 +45,10 @@ func (x *exchange) appendRoute(b []byte, addrs []string) []byte {
 		return x.appendTenancy(b)
 	}
 	b = x.decision.AppendText(b)
+	if e := x.h.engine; e != "" {
+		b = append(b, " engine="...)
+		b = append(b, e...)
+	}
 	if x.prefillEP >= 0 && x.prefillEP < len(addrs) {
 		b = append(b, " prefill_addr="...)
 		b = append(b, addrs[x.prefillEP]...)

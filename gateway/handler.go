@@ -90,6 +90,7 @@ type Handler struct {
 	pools       []*upstreamPool // keep-alive connections, by endpoint index
 	router      actors.Router
 	pd          pdDialect // the engines' P/D protocol
+	engine      string    // the rule's engine when not vLLM (X-Llb-Route names it)
 	modelsBody  func() []byte
 	ensure      func(ctx context.Context, ep int, model string) error
 	input       *routeInput
@@ -217,6 +218,10 @@ func NewHandler(c *rule.Compiled, opts Options, deps Deps) (*Handler, error) {
 	}
 	if h.met == nil {
 		h.met = NewMetrics(nil, c.Key)
+	}
+	h.met.engine(c.Engine)
+	if c.Engine != rule.EngineVLLM {
+		h.engine = c.Engine
 	}
 	if h.tmet == nil {
 		h.tmet = NewTenantMetrics(nil, 0)
