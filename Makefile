@@ -35,7 +35,8 @@ build: deps
 # run starts the demo (llbsim demo): a simulated vLLM fleet (2 prefill
 # workers publishing KV events, 2 decode workers) behind a real llbd with a
 # P/D rule on 127.0.0.1:2020, REST on 127.0.0.1:11111. It prints commands to
-# try. llbd itself links no simulator.
+# try. llbd itself links no simulator. RUNFLAGS="--listen 127.0.0.1:11111
+# --engine trtllm" (or sglang) runs the other engines' dialects.
 RUNFLAGS ?= --listen 127.0.0.1:11111
 run: build
 	$(BIN)/llbsim demo --llbd $(BIN)/llbd $(RUNFLAGS)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -18,10 +19,11 @@ import (
 	"github.com/llbproject/llb/simulate/worker"
 )
 
-// llbsim demo: a simulated vLLM fleet (2 prefill workers publishing KV
-// events over ZMQ, 2 decode workers), a real llbd in front of it, a P/D rule
-// with Tier 1.5 created through llbd's REST API, and commands to try.
-// `make run` uses it. (llbd itself links no simulator.)
+// llbsim demo: a simulated fleet (2 prefill workers whose KV events llb
+// mirrors, 2 decode workers) speaking vLLM's, SGLang's or TensorRT-LLM's
+// dialect (--engine), a real llbd in front of it, a P/D rule with Tier 1.5
+// created through llbd's REST API, and commands to try. `make run` uses
+// it. (llbd itself links no simulator.)
 
 // Demo layout: by default the rule listens where the seed page's P/D example
 // does (demoFlags can move it).
@@ -48,6 +50,7 @@ type demoFlags struct {
 	bin, listen, logLevel string
 	vip, baseIP           string
 	port                  int
+	engine                string
 }
 
 func newDemoCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -55,11 +58,15 @@ func newDemoCmd(stdout, stderr io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run llbd in front of a simulated P/D fleet with a Tier-1.5 rule, and print commands to try",
-		Long: `Start 2 prefill workers (KV events over ZMQ) and 2 decode workers on
-127.0.0.2 and up, start llbd (--llbd) with its REST API on --listen and a
-temporary state directory, create a P/D rule with Tier 1.5 on 127.0.0.1:2020
+		Long: `Start 2 prefill workers (their KV events mirrored by llb) and 2 decode
+workers on 127.0.0.2 and up, speaking --engine's dialect (vLLM: events over
+ZMQ, NIXL P/D; TensorRT-LLM: events drained from POST /kv_cache_events,
+context_only/generation_only P/D; SGLang: page events over ZMQ, a single
+pool of 4 for now), start llbd (--llbd) with its REST API on --listen and a
+temporary state directory, create a rule with Tier 1.5 on 127.0.0.1:2020
 through the REST API, print curl commands, and serve until SIGINT or SIGTERM.`,
-		Example: `  llbsim demo --llbd bin/llbd`,
+		Example: `  llbsim demo --llbd bin/llbd
+  llbsim demo --llbd bin/llbd --engine trtllm`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDemo(cmd.Context(), f, stdout, stderr)
@@ -71,6 +78,7 @@ through the REST API, print curl commands, and serve until SIGINT or SIGTERM.`,
 	cmd.Flags().StringVar(&f.vip, "vip", "127.0.0.1", "the rule's externalIP")
 	cmd.Flags().IntVar(&f.port, "port", 2020, "the rule's port")
 	cmd.Flags().StringVar(&f.baseIP, "base-ip", "127.0.0.2", "the first worker's address (the others follow)")
+	cmd.Flags().StringVar(&f.engine, "engine", "vllm", "the engine the workers speak as and the rule names: vllm, sglang (a single pool of 4 until llb serves SGLang's P/D) or trtllm")
 	return cmd
 }
 
@@ -94,6 +102,9 @@ func runDemo(ctx context.Context, f demoFlags, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(state) // the demo rule must not outlive the demo's fleet
+	if _, err := worker.ParseDialect(f.engine); err != nil {
+		return &usageError{err}
+	}
 	d, err := startDemo(f, log)
 	if err != nil {
 		return err
@@ -123,11 +134,20 @@ func runDemo(ctx context.Context, f demoFlags, stdout, stderr io.Writer) error {
 
 // startDemo starts the simulated fleet.
 func startDemo(flags demoFlags, log zerolog.Logger) (*demo, error) {
+	dialect, _ := worker.ParseDialect(flags.engine) // runDemo checked it
 	tmpl := worker.DefaultConfig()
 	tmpl.Engine.Latency.TimeScale = demoTimeScale
 	tmpl.Engine.NumBlocks = demoCacheBlock
 	tmpl.KVEvents = true
-	f, err := fleet.Start(fleet.Config{Prefill: 2, Decode: 2, BaseIP: flags.baseIP, Template: &tmpl})
+	tmpl.Dialect = dialect
+	if dialect == worker.DialectTRTLLM {
+		tmpl.Engine.BlockSize = 32 // TensorRT-LLM's default tokens_per_block
+	}
+	layout := fleet.Config{Prefill: 2, Decode: 2, BaseIP: flags.baseIP, Template: &tmpl}
+	if !demoPD(dialect) {
+		layout = fleet.Config{Single: 4, BaseIP: flags.baseIP, Template: &tmpl}
+	}
+	f, err := fleet.Start(layout)
 	if err != nil {
 		return nil, fmt.Errorf("demo fleet: %w", err)
 	}
@@ -138,17 +158,33 @@ func startDemo(flags demoFlags, log zerolog.Logger) (*demo, error) {
 	return &demo{flags: flags, fleet: f, log: log}, nil
 }
 
-// rule is the demo's P/D rule: Tier 0 sessions and Tier 1.5 KV-exact over
-// the prefill workers' events, with a short warm-up. Tier 1 (the trie,
+// demoPD reports whether the demo runs a P/D fleet for an engine: llb does
+// not serve SGLang's P/D yet, so SGLang's demo is a single pool.
+func demoPD(d worker.Dialect) bool { return d != worker.DialectSGLang }
+
+// rule is the demo's rule: on P/D, Tier 0 sessions and Tier 1.5 KV-exact
+// over the prefill workers' events; on a single pool, Tier 1.5 over every
+// worker's (kvExactMode 3); a short warm-up either way. Tier 1 (the trie,
 // pd_cache_aware_mode) is left off so that the KV-exact tier, the one that
 // mirrors the workers' real caches, is the one the demo shows.
 func (d *demo) rule() ([]byte, error) {
 	frag := d.fleet.Rule()
 	sa := map[string]any{
 		"externalIP": d.flags.vip, "port": d.flags.port, "protocol": "tcp", "sel": 0, "mode": 4,
-		"name": "llb-demo", "pd_disagg_mode": true,
-		"kvExactMode": 1, "kvZmqPort": frag.KVZmqPort, "kvHashAlgo": frag.KVHashAlgo,
+		"name": "llb-demo", "kvExactMode": 3, "kvHashAlgo": frag.KVHashAlgo,
 		"kvBlockSize": frag.KVBlockSize, "kvWarmupSec": demoWarmupSec,
+	}
+	if frag.PDDisaggMode {
+		sa["pd_disagg_mode"], sa["kvExactMode"] = true, 1
+	}
+	if frag.KVZmqPort != 0 {
+		sa["kvZmqPort"] = frag.KVZmqPort
+	}
+	if frag.KVEngineType != "" {
+		sa["kvEngineType"] = frag.KVEngineType
+	}
+	if frag.PDBootstrapPort != 0 {
+		sa["pdBootstrapPort"] = frag.PDBootstrapPort
 	}
 	if frag.KVNoneHashSeed != nil {
 		sa["kvNoneHashSeed"] = *frag.KVNoneHashSeed
@@ -156,20 +192,54 @@ func (d *demo) rule() ([]byte, error) {
 	return json.Marshal(map[string]any{"serviceArguments": sa, "endpoints": frag.Endpoints})
 }
 
+// demoPrompt is the "prompt" member of a printed completion: the shared
+// system prompt followed by a question, or on TensorRT-LLM, which has no
+// /tokenize (llb could not key a text prompt's blocks), the same as token
+// ids: 96 shared ids, then the question's.
+func demoPrompt(d worker.Dialect, question int) string {
+	if d != worker.DialectTRTLLM {
+		q := [...]string{"What is a KV cache?", "What is prefix caching?"}[question%2]
+		return fmt.Sprintf("%q", demoSystemPrompt+" "+q)
+	}
+	var b strings.Builder
+	b.WriteByte('[')
+	for i := range 96 {
+		fmt.Fprintf(&b, "%d,", 1000+i)
+	}
+	fmt.Fprintf(&b, "%d,%d]", 5000+question, 6000+question)
+	return b.String()
+}
+
+// demoFleetText describes the fleet in the printed banner.
+func demoFleetText(d worker.Dialect) string {
+	switch d {
+	case worker.DialectTRTLLM:
+		return "TensorRT-LLM workers (events drained from POST /kv_cache_events, context_only/generation_only P/D)"
+	case worker.DialectSGLang:
+		return "SGLang workers (page events over ZMQ; a single pool: llb does not serve SGLang's P/D yet)"
+	}
+	return "vLLM workers (KV events over ZMQ, NIXL P/D)"
+}
+
 // printTryIt prints the commands a newcomer can paste.
 func (d *demo) printTryIt(w io.Writer, restURL string) {
 	vip := fmt.Sprintf("http://%s:%d", d.flags.vip, d.flags.port)
+	dialect := d.fleet.Dialect()
+	layout := "a P/D rule on %[1]s in front of 2 prefill + 2 decode"
+	if !demoPD(dialect) {
+		layout = "a single-pool rule on %[1]s in front of 4"
+	}
 	fmt.Fprintf(w, `
-llb demo is running: a P/D rule on %[1]s in front of 2 prefill + 2 decode simulated
-vLLM workers (KV events over ZMQ, Tier 1.5 on after a %[3]ds warm-up). Try:
+llb demo is running: `+layout+` simulated
+%[6]s, Tier 1.5 on after a %[3]ds warm-up. Try:
 
   # a completion; the X-Llb-Route header says which tier routed it and why
   curl -si %[1]s/v1/completions -H 'Content-Type: application/json' \
-    -d '{"model":"sim-model","prompt":"%[6]s What is a KV cache?","max_tokens":16}'
+    -d '{"model":"sim-model","prompt":%[7]s,"max_tokens":16}'
 
   # the same system prompt again: Tier 1.5 sends it to the worker whose cache holds it
   curl -si %[1]s/v1/completions -H 'Content-Type: application/json' \
-    -d '{"model":"sim-model","prompt":"%[6]s What is prefix caching?","max_tokens":16}'
+    -d '{"model":"sim-model","prompt":%[8]s,"max_tokens":16}'
 
   # a streamed chat pinned to a conversation (Tier 0)
   curl -sN %[1]s/v1/chat/completions -H 'Content-Type: application/json' -H 'X-Conversation-Id: demo-1' \
@@ -181,7 +251,7 @@ vLLM workers (KV events over ZMQ, Tier 1.5 on after a %[3]ds warm-up). Try:
   curl -s %[2]s/metrics | grep -E 'loxilb_pd_kv_tier15|llb_route_tier'
 
 Stop with Ctrl-C.
-`, vip, restURL, demoWarmupSec, d.flags.vip, d.flags.port, demoSystemPrompt)
+`, vip, restURL, demoWarmupSec, d.flags.vip, d.flags.port, demoFleetText(dialect), demoPrompt(dialect, 0), demoPrompt(dialect, 1))
 }
 
 // stop stops llbd (SIGTERM, drain) and then the fleet.
