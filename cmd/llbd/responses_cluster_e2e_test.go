@@ -48,6 +48,10 @@ func TestE2E_AResponsesChainStaysOnItsWorkerAcrossThreeReplicas(t *testing.T) {
 		out, _ := io.ReadAll(res.Body)
 		res.Body.Close()
 		if res.StatusCode != 200 {
+			for _, q := range r.replicas {
+				_, v := q.do(http.MethodGet, "/netlox/v1/config/ai/cluster", "")
+				t.Logf("replica %d: %s", q.idx, v)
+			}
 			t.Fatalf("turn %d through replica %d: %d %s (route %s)", turn, p.idx, res.StatusCode, out, res.Header.Get("X-Llb-Route"))
 		}
 		_, ep, _ := routeOf(t, res.Header)
