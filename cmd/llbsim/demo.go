@@ -67,7 +67,7 @@ temporary state directory, create a rule with Tier 1.5 on 127.0.0.1:2020
 through the REST API, print curl commands, and serve until SIGINT or SIGTERM.`,
 		Example: `  llbsim demo --llbd bin/llbd
   llbsim demo --llbd bin/llbd --engine trtllm`,
-		Args:    cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDemo(cmd.Context(), f, stdout, stderr)
 		},
