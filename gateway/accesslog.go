@@ -45,10 +45,6 @@ func (x *exchange) appendRoute(b []byte, addrs []string) []byte {
 		return x.appendTenancy(b)
 	}
 	b = x.decision.AppendText(b)
-	if e := x.h.engine; e != "" {
-		b = append(b, " engine="...)
-		b = append(b, e...)
-	}
 	if x.prefillEP >= 0 && x.prefillEP < len(addrs) {
 		b = append(b, " prefill_addr="...)
 		b = append(b, addrs[x.prefillEP]...)
@@ -56,6 +52,10 @@ func (x *exchange) appendRoute(b []byte, addrs []string) []byte {
 	if x.decodeEP >= 0 && x.decodeEP < len(addrs) {
 		b = append(b, " decode_addr="...)
 		b = append(b, addrs[x.decodeEP]...)
+	}
+	if x.h.pdEngine != "" {
+		b = append(b, " engine="...)
+		b = append(b, x.h.pdEngine...)
 	}
 	b = append(b, " retries="...)
 	b = strconv.AppendInt(b, int64(x.retries), 10)
@@ -136,7 +136,13 @@ func (h *Handler) record(x *exchange) {
 		e.Dur(logfield.TTFT, x.ttft)
 	}
 	if x.pd {
-		e.Dur(logfield.PrefillDuration, x.prefill).Str(logfield.KVParams, x.kvOut.String())
+		e.Dur(logfield.PrefillDuration, x.prefill)
+		if h.pdEngine != "" {
+			e.Str(logfield.Engine, h.pdEngine)
+		}
+		if _, dual := h.pd.(sglang); !dual { // a bootstrap room passes no params
+			e.Str(logfield.KVParams, x.kvOut.String())
+		}
 	}
 	if x.kvGuard != ladder.ReasonNone {
 		e.Str(logfield.KVGuard, x.kvGuard.String())

@@ -61,6 +61,10 @@ type Compiled struct {
 	// EnginePriority is priority_scheduling: the gateway sets the body's
 	// "priority" from the request's class.
 	EnginePriority bool
+	// BootstrapPort is SGLang's disaggregation bootstrap port
+	// (pdBootstrapPort, 0 → DefaultPDBootstrapPort): the bootstrap_port
+	// the SGLang P/D dialect names with each prefill endpoint's address.
+	BootstrapPort uint16
 }
 
 // Route is the part of a rule's key that picks, among the rules on one

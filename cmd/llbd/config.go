@@ -85,8 +85,9 @@ type config struct {
 	// gateway.DefaultClientSendTimeout, 60 s; 0 turns it off).
 	ClientSendTimeout time.Duration
 	// RouteTimeout is how long a request waits for its routing decision
-	// while the router handles no message at all (a stuck router); a
-	// router that is slow but moving is waited for (default
+	// while the router is stuck (inside one message, or silent after
+	// taking the request); a router that is slow but moving is waited for,
+	// one that does not run at all up to 10 times as long (default
 	// actors.DefaultRouteTimeout, 2 s; at least 10 ms).
 	RouteTimeout time.Duration
 	// MaxTenantLabels bounds the tenant label of the per-tenant metrics:
@@ -186,7 +187,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		{"body-buffer-bytes", "LLB_BODY_BUFFER_BYTES", "most request-body bytes the data plane holds at once, across every rule; a request over it gets 503 body_buffer_full (0: no bound but each rule's body limit)"},
 		{"max-conns", "LLB_MAX_CONNS", "most data-plane client connections open at once, across every rule; one over it gets 503 too_many_connections and is closed (0: no bound; default derived from the open-file limit)"},
 		{"client-send-timeout", "LLB_CLIENT_SEND_TIMEOUT", "close a data-plane client connection (reset an h2c stream) that accepts no byte of its answer for this long, ending its upstream leg (0: no bound but max_stream_duration)"},
-		{"route-timeout", "LLB_ROUTE_TIMEOUT", "answer 503 service_unavailable when the router handled no message for this long while a request waited for its decision (a slow but moving router is waited for)"},
+		{"route-timeout", "LLB_ROUTE_TIMEOUT", "answer 503 service_unavailable when the router was stuck this long (inside one message, or silent after taking the request) while a request waited for its decision (a slow but moving router is waited for, one that does not run at all up to 10 times this long)"},
 		{"max-tenant-labels", "LLB_MAX_TENANT_LABELS", "most tenants that get their own tenant label in the llb_tenant_* metrics; later ones count as _other"},
 		{"tokenizer-dir", "LLB_TOKENIZER_DIR", "Hugging Face tokenizer directory (or a root of them named by served model) for Tier 1.5 to tokenize in process; empty: the engines' /tokenize"},
 	}

@@ -61,8 +61,8 @@ func newDemoCmd(stdout, stderr io.Writer) *cobra.Command {
 		Long: `Start 2 prefill workers (their KV events mirrored by llb) and 2 decode
 workers on 127.0.0.2 and up, speaking --engine's dialect (vLLM: events over
 ZMQ, NIXL P/D; TensorRT-LLM: events drained from POST /kv_cache_events,
-context_only/generation_only P/D; SGLang: page events over ZMQ, a single
-pool of 4 for now), start llbd (--llbd) with its REST API on --listen and a
+context_only/generation_only P/D; SGLang: page events over ZMQ, bootstrap
+rooms), start llbd (--llbd) with its REST API on --listen and a
 temporary state directory, create a rule with Tier 1.5 on 127.0.0.1:2020
 through the REST API, print curl commands, and serve until SIGINT or SIGTERM.`,
 		Example: `  llbsim demo --llbd bin/llbd
@@ -78,7 +78,7 @@ through the REST API, print curl commands, and serve until SIGINT or SIGTERM.`,
 	cmd.Flags().StringVar(&f.vip, "vip", "127.0.0.1", "the rule's externalIP")
 	cmd.Flags().IntVar(&f.port, "port", 2020, "the rule's port")
 	cmd.Flags().StringVar(&f.baseIP, "base-ip", "127.0.0.2", "the first worker's address (the others follow)")
-	cmd.Flags().StringVar(&f.engine, "engine", "vllm", "the engine the workers speak as and the rule names: vllm, sglang (a single pool of 4 until llb serves SGLang's P/D) or trtllm")
+	cmd.Flags().StringVar(&f.engine, "engine", "vllm", "the engine the workers speak as and the rule names: vllm, sglang or trtllm")
 	return cmd
 }
 
@@ -143,11 +143,7 @@ func startDemo(flags demoFlags, log zerolog.Logger) (*demo, error) {
 	if dialect == worker.DialectTRTLLM {
 		tmpl.Engine.BlockSize = 32 // TensorRT-LLM's default tokens_per_block
 	}
-	layout := fleet.Config{Prefill: 2, Decode: 2, BaseIP: flags.baseIP, Template: &tmpl}
-	if !demoPD(dialect) {
-		layout = fleet.Config{Single: 4, BaseIP: flags.baseIP, Template: &tmpl}
-	}
-	f, err := fleet.Start(layout)
+	f, err := fleet.Start(fleet.Config{Prefill: 2, Decode: 2, BaseIP: flags.baseIP, Template: &tmpl})
 	if err != nil {
 		return nil, fmt.Errorf("demo fleet: %w", err)
 	}
@@ -158,24 +154,17 @@ func startDemo(flags demoFlags, log zerolog.Logger) (*demo, error) {
 	return &demo{flags: flags, fleet: f, log: log}, nil
 }
 
-// demoPD reports whether the demo runs a P/D fleet for an engine: llb does
-// not serve SGLang's P/D yet, so SGLang's demo is a single pool.
-func demoPD(d worker.Dialect) bool { return d != worker.DialectSGLang }
-
-// rule is the demo's rule: on P/D, Tier 0 sessions and Tier 1.5 KV-exact
-// over the prefill workers' events; on a single pool, Tier 1.5 over every
-// worker's (kvExactMode 3); a short warm-up either way. Tier 1 (the trie,
-// pd_cache_aware_mode) is left off so that the KV-exact tier, the one that
-// mirrors the workers' real caches, is the one the demo shows.
+// rule is the demo's P/D rule: Tier 0 sessions and Tier 1.5 KV-exact over
+// the prefill workers' events, with a short warm-up, in the engine's
+// dialect. Tier 1 (the trie, pd_cache_aware_mode) is left off so that the
+// KV-exact tier, the one that mirrors the workers' real caches, is the one
+// the demo shows.
 func (d *demo) rule() ([]byte, error) {
 	frag := d.fleet.Rule()
 	sa := map[string]any{
 		"externalIP": d.flags.vip, "port": d.flags.port, "protocol": "tcp", "sel": 0, "mode": 4,
-		"name": "llb-demo", "kvExactMode": 3, "kvHashAlgo": frag.KVHashAlgo,
+		"name": "llb-demo", "pd_disagg_mode": true, "kvExactMode": 1, "kvHashAlgo": frag.KVHashAlgo,
 		"kvBlockSize": frag.KVBlockSize, "kvWarmupSec": demoWarmupSec,
-	}
-	if frag.PDDisaggMode {
-		sa["pd_disagg_mode"], sa["kvExactMode"] = true, 1
 	}
 	if frag.KVZmqPort != 0 {
 		sa["kvZmqPort"] = frag.KVZmqPort
@@ -216,7 +205,7 @@ func demoFleetText(d worker.Dialect) string {
 	case worker.DialectTRTLLM:
 		return "TensorRT-LLM workers (events drained from POST /kv_cache_events, context_only/generation_only P/D)"
 	case worker.DialectSGLang:
-		return "SGLang workers (page events over ZMQ; a single pool: llb does not serve SGLang's P/D yet)"
+		return "SGLang workers (page events over ZMQ, bootstrap-room P/D)"
 	}
 	return "vLLM workers (KV events over ZMQ, NIXL P/D)"
 }
@@ -225,12 +214,8 @@ func demoFleetText(d worker.Dialect) string {
 func (d *demo) printTryIt(w io.Writer, restURL string) {
 	vip := fmt.Sprintf("http://%s:%d", d.flags.vip, d.flags.port)
 	dialect := d.fleet.Dialect()
-	layout := "a P/D rule on %[1]s in front of 2 prefill + 2 decode"
-	if !demoPD(dialect) {
-		layout = "a single-pool rule on %[1]s in front of 4"
-	}
 	fmt.Fprintf(w, `
-llb demo is running: `+layout+` simulated
+llb demo is running: a P/D rule on %[1]s in front of 2 prefill + 2 decode simulated
 %[6]s, Tier 1.5 on after a %[3]ds warm-up. Try:
 
   # a completion; the X-Llb-Route header says which tier routed it and why

@@ -104,8 +104,8 @@ func runDemoOnce(ctx context.Context, t *testing.T, bin string, engine worker.Di
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if strings.Contains(route, "decode=-1") == demoPD(engine) {
-		t.Errorf("route %q; want a P/D pair: %v", route, demoPD(engine))
+	if strings.Contains(route, "decode=-1") {
+		t.Errorf("route %q; want a P/D pair", route)
 	}
 	if wantEngine := engine != worker.DialectVLLM; strings.Contains(route, "engine="+string(engine)) != wantEngine {
 		t.Errorf("route %q; want engine=%s named: %v", route, engine, wantEngine)

@@ -74,7 +74,7 @@ type Config struct {
 // engineFamilies are the families each engine runs: the kv family's
 // hostile publisher speaks the ZMQ wire of vLLM's events (TensorRT-LLM has
 // no publisher; SGLang's page events are not forged yet), and the faults
-// family runs a P/D fleet (llb does not serve SGLang's P/D yet).
+// family's worker processes serve no SGLang bootstrap room yet.
 var engineFamilies = map[worker.Dialect][]string{
 	worker.DialectVLLM:   Families,
 	worker.DialectTRTLLM: {FamilyREST, FamilyDataPlane, FamilyFaults},
