@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/simulate/fleet"
@@ -33,6 +34,9 @@ func sglangPD(t *testing.T, baseIP string, custom func(int, ladder.Role, *worker
 	d.waitActive(port)
 	key := fmt.Sprintf("tcp:127.0.0.1:%d", port)
 	d.feedsConnected(key, 2, 1) // the prefill side publishes
+	// kvWarmupSec runs on llbd's wall clock from the rule's start, with no
+	// state to poll.
+	time.Sleep(1100 * time.Millisecond)
 	return f, d, key, fmt.Sprintf("http://127.0.0.1:%d", port)
 }
 
@@ -95,7 +99,7 @@ func TestE2E_SGLangPDAnswersStreamedAndNotAndHitsTierOneFive(t *testing.T) {
 		t.Fatalf("decode legs served from a prefill's KV: %d; want 2", pulled)
 	}
 
-	owner := tierOneFiveHit(t, vip, func(i int) string { return textPrompt("an sglang P/D rule's shared preamble", i) })
+	owner := tierOneFiveHit(t, d, vip, func(i int) string { return textPrompt("an sglang P/D rule's shared preamble", i) })
 	if owner > 1 {
 		t.Fatalf("tier 1.5 chose endpoint %d; want a prefill endpoint", owner)
 	}

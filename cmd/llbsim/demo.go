@@ -210,33 +210,61 @@ func demoFleetText(d worker.Dialect) string {
 	return "vLLM workers (KV events over ZMQ, NIXL P/D)"
 }
 
+// demoExample is one request printTryIt shows (and the demo test sends).
+type demoExample struct {
+	comment, flags, path, header, body string
+}
+
+// demoExamples are the requests a newcomer can paste: the routing tiers on
+// completions and chat (the completions' prompts in engine d's form,
+// demoPrompt), and on vLLM its other APIs through the same rule (the
+// simulated SGLang and TensorRT-LLM workers serve completions and chat).
+func demoExamples(d worker.Dialect) []demoExample {
+	ex := []demoExample{
+		{"a completion; the X-Llb-Route header says which tier routed it and why", "-si", "/v1/completions", "",
+			`{"model":"sim-model","prompt":` + demoPrompt(d, 0) + `,"max_tokens":16}`},
+		{"the same system prompt again: Tier 1.5 sends it to the worker whose cache holds it", "-si", "/v1/completions", "",
+			`{"model":"sim-model","prompt":` + demoPrompt(d, 1) + `,"max_tokens":16}`},
+		{"a streamed chat pinned to a conversation (Tier 0)", "-sN", "/v1/chat/completions", "X-Conversation-Id: demo-1",
+			`{"model":"sim-model","messages":[{"role":"user","content":"Hello!"}],"max_tokens":8,"stream":true}`},
+	}
+	if d != worker.DialectVLLM {
+		return ex
+	}
+	return append(ex, []demoExample{
+		{"the Responses API; a follow-up naming the answer's id (previous_response_id) goes to the worker that stored it", "-si", "/v1/responses", "",
+			`{"model":"sim-model","instructions":"` + demoSystemPrompt + `","input":"What is a KV cache?","max_output_tokens":16}`},
+		{"Anthropic's Messages API, streamed", "-sN", "/v1/messages", "",
+			`{"model":"sim-model","system":"` + demoSystemPrompt + `","max_tokens":8,"stream":true,"messages":[{"role":"user","content":"Hello!"}]}`},
+		{"embeddings, and the models the rule's workers serve", "-s", "/v1/embeddings", "",
+			`{"model":"sim-model","input":["a KV cache","prefix caching"]}`},
+	}...)
+}
+
 // printTryIt prints the commands a newcomer can paste.
 func (d *demo) printTryIt(w io.Writer, restURL string) {
 	vip := fmt.Sprintf("http://%s:%d", d.flags.vip, d.flags.port)
 	dialect := d.fleet.Dialect()
 	fmt.Fprintf(w, `
 llb demo is running: a P/D rule on %[1]s in front of 2 prefill + 2 decode simulated
-%[6]s, Tier 1.5 on after a %[3]ds warm-up. Try:
-
-  # a completion; the X-Llb-Route header says which tier routed it and why
-  curl -si %[1]s/v1/completions -H 'Content-Type: application/json' \
-    -d '{"model":"sim-model","prompt":%[7]s,"max_tokens":16}'
-
-  # the same system prompt again: Tier 1.5 sends it to the worker whose cache holds it
-  curl -si %[1]s/v1/completions -H 'Content-Type: application/json' \
-    -d '{"model":"sim-model","prompt":%[8]s,"max_tokens":16}'
-
-  # a streamed chat pinned to a conversation (Tier 0)
-  curl -sN %[1]s/v1/chat/completions -H 'Content-Type: application/json' -H 'X-Conversation-Id: demo-1' \
-    -d '{"model":"sim-model","messages":[{"role":"user","content":"Hello!"}],"max_tokens":8,"stream":true}'
+%[3]s, Tier 1.5 on after a %[2]ds warm-up. Try:
+`, vip, demoWarmupSec, demoFleetText(dialect))
+	for _, e := range demoExamples(dialect) {
+		header := ""
+		if e.header != "" {
+			header = fmt.Sprintf(" -H '%s'", e.header)
+		}
+		fmt.Fprintf(w, "\n  # %s\n  curl %s %s%s -H 'Content-Type: application/json'%s \\\n    -d '%s'\n", e.comment, e.flags, vip, e.path, header, e.body)
+	}
+	fmt.Fprintf(w, `  curl -s %[1]s/v1/models
 
   # the rule, its endpoints' health and its status (LoxiLB's REST API)
   curl -s %[2]s/netlox/v1/config/loadbalancer/all
-  curl -s %[2]s/netlox/v1/config/loadbalancer/externalipaddress/%[4]s/port/%[5]d/protocol/tcp/status
+  curl -s %[2]s/netlox/v1/config/loadbalancer/externalipaddress/%[3]s/port/%[4]d/protocol/tcp/status
   curl -s %[2]s/metrics | grep -E 'loxilb_pd_kv_tier15|llb_route_tier'
 
 Stop with Ctrl-C.
-`, vip, restURL, demoWarmupSec, d.flags.vip, d.flags.port, demoFleetText(dialect), demoPrompt(dialect, 0), demoPrompt(dialect, 1))
+`, vip, restURL, d.flags.vip, d.flags.port)
 }
 
 // stop stops llbd (SIGTERM, drain) and then the fleet.

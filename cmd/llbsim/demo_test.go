@@ -38,7 +38,7 @@ func (l *lockedBuffer) String() string {
 // The demo end to end, for each engine: a real llbd (built here) in front
 // of the simulated fleet, the rule created over REST, the completion the
 // printed commands promise through the VIP (a Tier-1.5 hit for its
-// follow-up), then a clean stop.
+// follow-up), every other printed request answered, then a clean stop.
 func TestDemo_RunsARealLLBDInFrontOfTheFleet(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
@@ -80,13 +80,13 @@ func runDemoOnce(ctx context.Context, t *testing.T, bin string, engine worker.Di
 		time.Sleep(50 * time.Millisecond)
 	}
 	time.Sleep(demoWarmupSec * time.Second)
-	url := fmt.Sprintf("http://%s:%d/v1/completions", f.vip, f.port)
+	vip := fmt.Sprintf("http://%s:%d", f.vip, f.port)
+	examples := demoExamples(engine)
 	var route string
 	for i := 0; ; i++ {
-		// The printed commands: the first question, then the second
-		// until Tier 1.5 routes it by the first one's cached blocks.
-		q := min(i, 1)
-		res, err := http.Post(url, "application/json", strings.NewReader(`{"model":"sim-model","prompt":`+demoPrompt(engine, q)+`,"max_tokens":4}`))
+		// The first two printed requests: the first question, then the
+		// second until Tier 1.5 routes it by the first one's cached blocks.
+		res, err := http.Post(vip+examples[min(i, 1)].path, "application/json", strings.NewReader(examples[min(i, 1)].body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +110,28 @@ func runDemoOnce(ctx context.Context, t *testing.T, bin string, engine worker.Di
 	if wantEngine := engine != worker.DialectVLLM; strings.Contains(route, "engine="+string(engine)) != wantEngine {
 		t.Errorf("route %q; want engine=%s named: %v", route, engine, wantEngine)
 	}
-	if !strings.Contains(stdout.String(), "curl -si "+fmt.Sprintf("http://%s:%d", f.vip, f.port)) || !strings.Contains(stdout.String(), demoPrompt(engine, 1)) {
-		t.Errorf("the printed commands do not name the rule's address and prompts:\n%s", stdout.String())
+	if !strings.Contains(stdout.String(), "curl -si "+vip) {
+		t.Errorf("the printed commands do not name the rule's address:\n%s", stdout.String())
+	}
+	// Every printed request is answered through the demo's rule.
+	for _, e := range examples {
+		if !strings.Contains(stdout.String(), e.body) {
+			t.Errorf("%s: not printed", e.path)
+		}
+		req, _ := http.NewRequest(http.MethodPost, vip+e.path, strings.NewReader(e.body))
+		req.Header.Set("Content-Type", "application/json")
+		if k, v, ok := strings.Cut(e.header, ": "); ok {
+			req.Header.Set(k, v)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Errorf("%s: %v", e.path, err)
+			continue
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 || res.Header.Get("X-Llb-Route") == "" {
+			t.Errorf("%s through the demo rule: %d %s (route %q)", e.path, res.StatusCode, body, res.Header.Get("X-Llb-Route"))
+		}
 	}
 }
