@@ -187,7 +187,10 @@ func TestE2E_AFloodCannotKeepAFairTenantOutOfFullQueues(t *testing.T) {
 	}
 	first, older, younger := make(chan answer, 1), make(chan answer, 1), make(chan answer, 1)
 	go func() { c, r, b := send("team-a"); first <- answer{c, r, b} }()
-	time.Sleep(150 * time.Millisecond) // the first is admitted before the others arrive
+	eventually(t, "team-a's first request runs on the prefill worker", func() (bool, string) {
+		st := f.Workers()[0].Stats()
+		return st.Running+st.Waiting >= 1, fmt.Sprintf("%+v", st)
+	})
 	go func() { c, r, b := send("team-a"); older <- answer{c, r, b} }()
 	eventually(t, "team-a's second request parks", func() (bool, string) {
 		v := queued()
