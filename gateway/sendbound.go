@@ -13,9 +13,9 @@ import (
 // reading held its client connection and, for a stream, the upstream
 // connection and the engine's request until the max stream duration (a
 // day by default). When it fires, the write fails: the client
-// connection is closed, a stream's upstream leg with it (reported
-// client-gone, no health penalty), and llb_client_send_timeouts_total
-// counts it.
+// connection is closed — on HTTP/1 with a reset (clientConn.resetOnClose)
+// — a stream's upstream leg with it (reported client-gone, no health
+// penalty), and llb_client_send_timeouts_total counts it.
 //
 // "Accepts no byte" is measured where a write waits on a full socket: on
 // HTTP/1.1, no byte of the socket's unacknowledged data acknowledged by
@@ -148,8 +148,25 @@ func (cc *clientConn) Write(p []byte) (int, error) {
 		}
 		if now.Sub(last) >= s.timeout {
 			s.fired()
+			cc.resetOnClose()
 			return done, err
 		}
+	}
+}
+
+// resetOnClose makes the connection's close a reset (SO_LINGER 0, nginx's
+// reset_timedout_connection): a client cut by the send bound reads nothing,
+// so a graceful close would leave its unsent answer (up to the socket's
+// send buffer, 4 MiB) queued in an orphaned socket behind a zero window.
+// The kernel gives up on such a socket after its zero-window probes,
+// silently: the client, were it to read later, would get the bytes its
+// own buffer held and then neither an end nor an error; and the end of an
+// HTTP/1.0 stream delimited by the close would read as complete. A reset
+// frees the bytes at once and tells the client its answer was cut.
+func (cc *clientConn) resetOnClose() {
+	cc.linger = false // nothing to linger for: the client reads nothing
+	if tc, ok := cc.Conn.(interface{ SetLinger(sec int) error }); ok {
+		_ = tc.SetLinger(0)
 	}
 }
 

@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -64,38 +66,48 @@ func endlessStream(gone chan<- struct{}) func(w http.ResponseWriter, r *http.Req
 }
 
 // A client that stops reading a stream is cut at the send bound: its
-// connection closed, the upstream leg ended (reported client-gone), the
+// connection reset, the upstream leg ended (reported client-gone), the
 // cut counted. Before the bound, only the max stream duration (a day)
-// ended such a stream (issue 23).
+// ended such a stream. The cut is a reset, not a close: a graceful close
+// left the unsent answer in an orphaned socket that the kernel drops
+// silently after its zero-window probes, so a client reading later got
+// neither an end nor an error (and an HTTP/1.0 stream, delimited by the
+// close, would have read as complete).
 func TestSendBound_AClientThatStopsReadingIsCutAtTheBound(t *testing.T) {
-	be := newFakeVLLM(t)
-	gone := make(chan struct{})
-	be.answer = endlessStream(gone)
-	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
-	url, l := startGatewayWith(t, singlePool(be.addr()), Options{ClientSendTimeout: 300 * time.Millisecond}, Deps{Router: fr})
-	c := rawConn(t, url)
-	body := `{"model":"m","prompt":"p","stream":true}`
-	if _, err := io.WriteString(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	select {
-	case <-gone:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the upstream stream still runs 5 s after its client stopped reading (send bound 300 ms)")
-	}
-	t.Logf("upstream ended %v after the request", time.Since(start).Round(time.Millisecond))
-	fr.waitFinished(t, 1)
-	if _, outcomes, _ := fr.snapshot(); len(outcomes) != 1 || outcomes[0].Failure != actors.FailClientGone {
-		t.Errorf("outcomes %+v; want the leg reported client-gone", outcomes)
-	}
-	if n := l.Handler().met.sendTimeouts.Get(); n != 1 {
-		t.Errorf("llb_client_send_timeouts_total %d; want 1", n)
-	}
-	// The client connection is closed: what it did not read, then EOF.
-	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.Copy(io.Discard, c); err != nil {
-		t.Errorf("reading the rest: %v; want the connection closed by llb", err)
+	for _, proto := range []string{"HTTP/1.1", "HTTP/1.0"} {
+		t.Run(proto, func(t *testing.T) {
+			be := newFakeVLLM(t)
+			gone := make(chan struct{})
+			be.answer = endlessStream(gone)
+			fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+			url, l := startGatewayWith(t, singlePool(be.addr()), Options{ClientSendTimeout: 300 * time.Millisecond}, Deps{Router: fr})
+			c := rawConn(t, url)
+			body := `{"model":"m","prompt":"p","stream":true}`
+			if _, err := io.WriteString(c, "POST /v1/completions "+proto+"\r\nHost: x\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			select {
+			case <-gone:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the upstream stream still runs 5 s after its client stopped reading (send bound 300 ms)")
+			}
+			t.Logf("upstream ended %v after the request", time.Since(start).Round(time.Millisecond))
+			fr.waitFinished(t, 1)
+			if _, outcomes, _ := fr.snapshot(); len(outcomes) != 1 || outcomes[0].Failure != actors.FailClientGone {
+				t.Errorf("outcomes %+v; want the leg reported client-gone", outcomes)
+			}
+			if n := l.Handler().met.sendTimeouts.Get(); n != 1 {
+				t.Errorf("llb_client_send_timeouts_total %d; want 1", n)
+			}
+			// The client connection is reset: what its own buffer held, then
+			// ECONNRESET — not the rest of the answer and a clean end.
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			n, err := io.Copy(io.Discard, c)
+			if !errors.Is(err, syscall.ECONNRESET) {
+				t.Errorf("reading the rest: %d bytes, then %v; want the connection reset by llb", n, err)
+			}
+		})
 	}
 }
 
