@@ -172,7 +172,7 @@
 //     status 499. A client that stops reading pins a connection for the
 //     send bound at most (Options.ClientSendTimeout, 60 s; sendbound.go):
 //     a write that the client takes no byte of for that long fails, the
-//     client connection (an h2c stream) is cut, a stream's upstream leg
+//     client connection is reset (an h2c stream), a stream's upstream leg
 //     ends with it, and llb_client_send_timeouts_total counts it. The
 //     max stream duration and a shutdown cut bound the writes too. An h2c
 //     connection carries at most 100 streams at once.

@@ -21,7 +21,7 @@ import (
 //     with a 16 KiB receive buffer, and one h2c connection with dpSilentH2
 //     streams whose flow-control windows it never opens (it reads the
 //     connection, so it stays alive), each asking for a long stream and
-//     never reading it. Each must be cut — the HTTP/1 connections closed
+//     never reading it. Each must be cut — the HTTP/1 connections reset
 //     by llbd, the h2c streams reset — within dpSilentWithin (the bound,
 //     and the time the sockets take to fill first);
 //     llb_client_send_timeouts_total grows by one per stream;
