@@ -175,6 +175,7 @@ func Compile(r *Rule, d Defaults) (*Compiled, error) {
 		c.MigrationLimit = *d.MigrationLimit
 	}
 	c.APIKeys, c.EnginePriority = sa.SSEMode, sa.PriorityScheduling
+	c.Engine = eff.KV.Engine
 	if !sa.SSEMode { // sse_mode suppresses timeoutMemberData
 		c.Timeouts.Data = time.Duration(sa.TimeoutMemberData) * time.Millisecond
 	}

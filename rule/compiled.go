@@ -58,6 +58,10 @@ type Compiled struct {
 	// EnginePriority is priority_scheduling: the gateway sets the body's
 	// "priority" from the request's class.
 	EnginePriority bool
+	// Engine is kvEngineType (vllm when absent): which engine's OpenAI
+	// server the endpoints run. Migration continues a request only in
+	// fields that engine accepts.
+	Engine string
 }
 
 // Route is the part of a rule's key that picks, among the rules on one
