@@ -4,15 +4,30 @@ import (
 	"hash/maphash"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
-// wordCache maps a word to its BPE ids. It is sharded so concurrent
-// encodes rarely meet on a lock; a full shard is cleared (words repeat, a
-// cleared shard refills from the next requests).
+// wordCache maps a word to its BPE ids. In front, a direct-mapped table
+// of recent words read without a lock (one hash, one load, one compare:
+// the common words of a request are found there); behind it, maps sharded
+// so concurrent encodes rarely meet on a lock, where a full shard is
+// cleared (words repeat, a cleared shard refills from the next requests).
+// A word's hash picks both its slot and its shard.
 type wordCache struct {
 	seed     maphash.Seed
 	perShard int
+	hot      [hotSlots]atomic.Pointer[hotWord]
 	shards   [cacheShards]cacheShard
+}
+
+// hotSlots is the front table's size (a power of two): the distinct words
+// of a few 8k-token requests.
+const hotSlots = 1 << 13
+
+// hotWord is one front-table entry; never modified once stored.
+type hotWord struct {
+	word string
+	ids  []uint32
 }
 
 const cacheShards = 16
@@ -31,20 +46,28 @@ func newWordCache(capacity int) *wordCache {
 	return c
 }
 
-func (c *wordCache) shard(w string) *cacheShard {
-	return &c.shards[maphash.String(c.seed, w)%cacheShards]
-}
+// hash is w's hash, for get and put.
+func (c *wordCache) hash(w string) uint64 { return maphash.String(c.seed, w) }
 
-func (c *wordCache) get(w string) ([]uint32, bool) {
-	s := c.shard(w)
+// get returns w's ids (h: its hash). The slice is shared: callers copy it.
+func (c *wordCache) get(w string, h uint64) ([]uint32, bool) {
+	if e := c.hot[h%hotSlots].Load(); e != nil && e.word == w {
+		return e.ids, true
+	}
+	s := &c.shards[(h/hotSlots)%cacheShards]
 	s.mu.RLock()
 	ids, ok := s.m[w]
 	s.mu.RUnlock()
+	if ok {
+		// A clone: the entry keeps no reference to the caller's text.
+		c.hot[h%hotSlots].Store(&hotWord{word: strings.Clone(w), ids: ids})
+	}
 	return ids, ok
 }
 
-func (c *wordCache) put(w string, ids []uint32) {
-	s := c.shard(w)
+// put records w's ids (h: its hash); ids is copied.
+func (c *wordCache) put(w string, h uint64, ids []uint32) {
+	s := &c.shards[(h/hotSlots)%cacheShards]
 	v := append([]uint32(nil), ids...)
 	k := strings.Clone(w)
 	s.mu.Lock()
@@ -53,6 +76,7 @@ func (c *wordCache) put(w string, ids []uint32) {
 	}
 	s.m[k] = v
 	s.mu.Unlock()
+	c.hot[h%hotSlots].Store(&hotWord{word: k, ids: v})
 }
 
 // len counts the cached words.
