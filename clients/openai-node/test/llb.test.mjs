@@ -452,12 +452,12 @@ async function migrationRun(port, kill, stop, onDead) {
   const want = await Promise.all(results.map((r) => (r.unsupported ? null : reference(ref, r.chat, r.prompt))));
   let moved = 0;
   let cut = 0;
-  let before = 0;
+  let endedBefore = 0;
   for (const r of results) {
     const what = `stream ${r.i} (${r.sdk ? 'SDK' : 'raw'} ${r.chat ? 'chat' : 'completion'}, ${r.route})`;
     // A stream that ended before the kill was not under way on it.
     const onDeadWorker = (route) => r.ended >= killedAt && onDead(route);
-    if (r.ended < killedAt) before++;
+    if (r.ended < killedAt) endedBefore++;
     if (r.unsupported) {
       if (onDeadWorker(r.route)) {
         assert.ok(r.error, `${what} cannot be continued and its worker died: it must fail`);
@@ -479,7 +479,7 @@ async function migrationRun(port, kill, stop, onDead) {
   const unsupported = (await migrations(port, 'unsupported')) - before.unsupported;
   assert.ok(migrated >= moved, `${migrated} migrations for ${moved} streams on the dead workers`);
   assert.equal(unsupported, cut, 'streams that cannot be continued, cut and counted');
-  console.log(`  migration on port ${port}: ${MIG_STREAMS} streams (${before} ended before the kill), ${moved} under way on the dead workers moved (${migrated} migrations), ${cut} that cannot be continued cut`);
+  console.log(`  migration on port ${port}: ${MIG_STREAMS} streams (${endedBefore} ended before the kill), ${moved} under way on the dead workers moved (${migrated} migrations), ${cut} that cannot be continued cut`);
 }
 
 describe('migration: streams survive a SIGKILLed and a SIGSTOPped worker', () => {
