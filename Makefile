@@ -182,14 +182,16 @@ bench-streams: build
 		|| { $$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y haproxy; }; }
 	$(BIN)/llbsim streambench --llbd $(BIN)/llbd $(STREAMSFLAGS)
 
-# client-test drives llbd with the official openai npm client
-# (clients/openai-node): completions and chat, streamed and not, a single
-# pool and a P/D rule over simulated workers, and the client-side error types
-# of llb's 400/429/503 answers. It needs Node 20+ and npm's registry (npm ci),
-# so it is not part of test. The test itself runs in about 5 s.
+# client-test drives llbd with the official npm SDKs (clients/openai-node):
+# openai's completions and chat, streamed and not, on a single pool and a P/D
+# rule over simulated workers, the client-side error types of llb's
+# 400/429/503 answers, streams surviving killed workers; openai's Responses
+# API and embeddings and @anthropic-ai/sdk's Messages API (test/apis.test.mjs,
+# which make test also runs, as TestE2E_OfficialSDKsThroughLLBD, wherever
+# node is installed). It needs Node 20+ and npm's registry (npm ci).
 client-test: build
 	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { echo "llb: client-test needs node and npm (Node 20 or newer)"; exit 1; }
-	cd clients/openai-node && npm ci --no-audit --no-fund && BIN="$(abspath $(BIN))" node run.mjs
+	cd clients/openai-node && npm ci --ignore-scripts --no-audit --no-fund && BIN="$(abspath $(BIN))" node run.mjs
 
 # cluster-test runs the long cluster soaks (LLB_CLUSTER_LONG=1), each
 # printing FIGURE lines (docs/scale-out.md quotes them):

@@ -18,6 +18,12 @@ const (
 	// inventory and session replies of one decision; a reply that misses it
 	// counts as a miss (overlap 0 / no session), never as a stall.
 	DefaultDecisionTimeout = 5 * time.Millisecond
+	// PinLookupTimeout bounds instead the session lookup of a request
+	// naming a stored response (RouteRequest.Pin). Its miss is no cache
+	// miss: the request would go to a worker that does not hold the
+	// response and be answered 404, so the decision waits for the owner of
+	// the pin longer (in a cluster it is another replica's shard).
+	PinLookupTimeout = 250 * time.Millisecond
 	// DefaultRouteTimeout bounds how long Service.Route waits for the router
 	// actor (outside admission parking) while the router handles no
 	// message at all: a router that is slow but moving is waited for, one
@@ -193,6 +199,15 @@ func (c *ServiceConfig) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// lookupTimeout is how long a decision waits for its session lookup: the
+// decision timeout, or PinLookupTimeout for a stored response's pin.
+func (c *ServiceConfig) lookupTimeout(pin bool) time.Duration {
+	if pin {
+		return max(c.DecisionTimeout, PinLookupTimeout)
+	}
+	return c.DecisionTimeout
 }
 
 // sessionConfig is the Tier-0 table's configuration: Sessions' size, the

@@ -269,7 +269,7 @@ func (c *routerCore) route(now time.Time, m *routeMsg) {
 		return
 	}
 	c.pending[m.id] = p
-	p.stop = c.ports.deadline(m.id, c.cfg.DecisionTimeout)
+	p.stop = c.ports.deadline(m.id, c.cfg.lookupTimeout(rr.Pin != ""))
 }
 
 // modelSet returns the endpoints that serve model (all of them when the

@@ -54,6 +54,11 @@ func (x *exchange) answer(lg leg, body []byte) attempt {
 	if x.following {
 		return x.follow(lg, now.Sub(lg.start))
 	}
+	if x.pair != nil {
+		if a, done := x.pairAnswered(&lg, now.Sub(lg.start)); done {
+			return a
+		}
+	}
 	x.ttfb = now.Sub(x.start)
 	return x.deliver(lg, now.Sub(lg.start))
 }
@@ -107,6 +112,9 @@ func (x *exchange) deliver(lg leg, ttfb time.Duration) attempt {
 		if !x.watched.commit() {
 			return uncommitted(actors.FailTimeout, causeDown, nil)
 		}
+		if !x.pairCommit() {
+			return uncommitted(actors.FailClientGone, causePair, nil)
+		}
 		x.unwatch()
 		// The whole answer is in: X-Llb-Route can carry the engine's cached
 		// tokens.
@@ -145,6 +153,9 @@ func (x *exchange) deliver(lg leg, ttfb time.Duration) attempt {
 	s.track = x.mig.track && s.sse
 	if s.track && !x.watched.stream() || !s.track && !x.watched.commit() {
 		return uncommitted(actors.FailTimeout, causeDown, nil)
+	}
+	if !x.pairCommit() {
+		return uncommitted(actors.FailClientGone, causePair, nil)
 	}
 	if !s.track {
 		x.unwatch()

@@ -131,6 +131,7 @@ func Compile(r *Rule, d Defaults) (*Compiled, error) {
 			Admission:           admissionSpec(&eff.Admission),
 			PersistTTL:          DefaultPersistTTL,
 		},
+		Engine: eff.KV.Engine,
 		KV: KVContract{
 			Algo:         eff.KV.HashAlgo,
 			BlockSize:    eff.KV.BlockSize,
@@ -174,8 +175,10 @@ func Compile(r *Rule, d Defaults) (*Compiled, error) {
 	case d.MigrationLimit != nil:
 		c.MigrationLimit = *d.MigrationLimit
 	}
-	c.APIKeys, c.EnginePriority = sa.SSEMode, sa.PriorityScheduling
-	c.Engine = eff.KV.Engine
+	// TensorRT-LLM's priority is another field (a float in [0, 1], in
+	// recent versions only): vLLM's integer would be refused.
+	c.APIKeys, c.EnginePriority = sa.SSEMode, sa.PriorityScheduling && eff.KV.Engine != EngineTRTLLM
+	c.BootstrapPort = eff.PD.BootstrapPort
 	if !sa.SSEMode { // sse_mode suppresses timeoutMemberData
 		c.Timeouts.Data = time.Duration(sa.TimeoutMemberData) * time.Millisecond
 	}

@@ -1,6 +1,6 @@
 // Driver of the openai-node client test: starts two simulated vLLM fleets
 // (llbsim fleet) and llbd, posts the rules the tests need through llbd's REST
-// API, waits until the rules are serving, runs `node --test test/`, and stops
+// API, waits until the rules are serving, runs `node --test` on test/*.test.mjs, and stops
 // every process it started, on success, failure, Ctrl-C or SIGTERM.
 //
 // Usage: node run.mjs            (BIN=<dir of llbd and llbsim>, default ../../bin)
@@ -240,7 +240,8 @@ async function main() {
   };
   console.log(`client-test: llbd ${rest}, rules on ${vip}:${Object.values(ports).join(',')}, logs in ${work}`);
   const code = await new Promise((done) => {
-    const t = spawn(process.execPath, ['--test', '--test-reporter=spec', join(here, 'test', 'llb.test.mjs')], { env: testEnv, stdio: 'inherit' });
+    const files = ['llb.test.mjs', 'apis.test.mjs'].map((f) => join(here, 'test', f));
+    const t = spawn(process.execPath, ['--test', '--test-reporter=spec', ...files], { env: testEnv, stdio: 'inherit' });
     children.push({ name: 'node --test', child: t, log: '(stdout)' });
     t.on('exit', (c, sig) => done(c ?? (sig ? 1 : 0)));
   });

@@ -300,8 +300,7 @@ func readCounters(ws []*worker.Worker) counters {
 
 // raw is what drive collects for measure.
 type raw struct {
-	// warmOnce guards atWarm: in a closed loop the warm-up boundary's
-	// request may be sent from any client goroutine.
+	// warmOnce guards atWarm, read before the first measured send.
 	warmOnce     sync.Once
 	records      []Record
 	samples      []sample
@@ -357,7 +356,10 @@ func drive(ctx context.Context, c *RunConfig, fl *fleet.Fleet, daemonCPU func() 
 	var wg sync.WaitGroup
 	var completed atomic.Int64
 	send := func(i int, at time.Duration) {
-		if i == c.Warmup {
+		if i >= c.Warmup {
+			// The counter window opens before any measured request leaves:
+			// the goroutine or client carrying a later request may run
+			// before the boundary's, and the Once holds it until the read.
 			r.warmOnce.Do(func() { r.atWarm = readCounters(serving) })
 		}
 		rec := &r.records[i]
