@@ -24,7 +24,8 @@ type wordCache struct {
 // of a few 8k-token requests.
 const hotSlots = 1 << 13
 
-// hotWord is one front-table entry; never modified once stored.
+// hotWord is one cached word; never modified once stored. The front
+// table and the shards share it, so promoting a word costs no allocation.
 type hotWord struct {
 	word string
 	ids  []uint32
@@ -34,14 +35,14 @@ const cacheShards = 16
 
 type cacheShard struct {
 	mu sync.RWMutex
-	m  map[string][]uint32
+	m  map[string]*hotWord
 }
 
 // newWordCache bounds the cache to about capacity words.
 func newWordCache(capacity int) *wordCache {
 	c := &wordCache{seed: maphash.MakeSeed(), perShard: max(capacity/cacheShards, 1)}
 	for i := range c.shards {
-		c.shards[i].m = make(map[string][]uint32)
+		c.shards[i].m = make(map[string]*hotWord)
 	}
 	return c
 }
@@ -56,27 +57,26 @@ func (c *wordCache) get(w string, h uint64) ([]uint32, bool) {
 	}
 	s := &c.shards[(h/hotSlots)%cacheShards]
 	s.mu.RLock()
-	ids, ok := s.m[w]
+	e, ok := s.m[w]
 	s.mu.RUnlock()
-	if ok {
-		// A clone: the entry keeps no reference to the caller's text.
-		c.hot[h%hotSlots].Store(&hotWord{word: strings.Clone(w), ids: ids})
+	if !ok {
+		return nil, false
 	}
-	return ids, ok
+	c.hot[h%hotSlots].Store(e)
+	return e.ids, true
 }
 
 // put records w's ids (h: its hash); ids is copied.
 func (c *wordCache) put(w string, h uint64, ids []uint32) {
 	s := &c.shards[(h/hotSlots)%cacheShards]
-	v := append([]uint32(nil), ids...)
-	k := strings.Clone(w)
+	e := &hotWord{word: strings.Clone(w), ids: append([]uint32(nil), ids...)}
 	s.mu.Lock()
 	if len(s.m) >= c.perShard {
 		clear(s.m)
 	}
-	s.m[k] = v
+	s.m[e.word] = e
 	s.mu.Unlock()
-	c.hot[h%hotSlots].Store(&hotWord{word: k, ids: v})
+	c.hot[h%hotSlots].Store(e)
 }
 
 // len counts the cached words.
