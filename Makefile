@@ -6,7 +6,7 @@ BIN       ?= bin
 TESTFLAGS ?= -timeout 20m
 export CGO_ENABLED := 1
 
-.PHONY: all deps build run test bench fuzz lint chaos attack cache-truth-soak sim traces bench-sim bench-proxy bench-streams client-test cluster-test proto tokenizer-parity tokenizer-bench clean
+.PHONY: all deps build run test bench fuzz lint chaos flow-test attack cache-truth-soak sim traces bench-sim bench-proxy bench-streams client-test cluster-test proto tokenizer-parity tokenizer-bench clean
 
 all: build
 
@@ -72,6 +72,16 @@ lint: deps
 CHAOSFLAGS ?= -timeout 40m
 chaos: deps
 	LLB_CHAOS_LONG=1 $(GO) test -count=1 -v -run '^TestChaos_' $(CHAOSFLAGS) ./cmd/llbd/
+
+# flow-test runs the tenant and priority-class scenarios through the real
+# llbd at full length (simulate/harness flow_test.go with LLB_FLOW_LONG=1:
+# capacity, a 5x flood on three seeds, three classes at four loads, 30 model
+# seconds a run at a quarter of real time; docs/performance.md). A short
+# version runs in make test. About 25 minutes on 2 cores; the report is in
+# the -v output.
+FLOWFLAGS ?= -timeout 60m
+flow-test: deps
+	LLB_FLOW_LONG=1 $(GO) test -count=1 -v -run '^TestFlowPlan_' $(FLOWFLAGS) ./simulate/harness/
 
 # attack runs seeded, reproducible attacks on loopback, each family against
 # a fresh bin/llbd (simulate/attack, docs/security.md): rest (thousands of

@@ -108,6 +108,15 @@
 //     body buffer up to 64 KiB, a pooled exchange no reference to its last
 //     body or prompt, so a burst of large bodies leaves nothing behind
 //     (bodybudget.go, memtrim.go).
+//   - Buffers only while data waits: a stream between two events holds no
+//     read buffer (the server's, ReduceMemoryUsage; the upstream
+//     connection's, upConn.waitReadable) and no relay buffer (taken from
+//     the pool per chunk in flight); an idle pooled upstream connection
+//     and a keep-alive client connection hold none either. What a stream
+//     keeps is the server's 4 KiB write buffer, its exchange and request
+//     context, and two goroutines (the connection's and the departure
+//     watch). After a wave of connections the memory goes back to the OS
+//     (wavetrim.go).
 //   - Process-wide bounds shared by every listener: the request-body budget
 //     (bodybudget.go; HTTP/1.1 reserves at the head, found from fasthttp's
 //     HeaderReceived hook through headerctx.go; h2c as the body arrives)

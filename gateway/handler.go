@@ -150,7 +150,8 @@ func (h *Handler) Stats() HandlerStats {
 	return HandlerStats{Total: h.total.Load(), Active: h.active.Load(), BytesIn: h.bytesIn.Load(), BytesOut: h.bytesOut.Load()}
 }
 
-// copyBufSize is the relay buffer size (one per streamed response).
+// copyBufSize is the relay buffer size. A stream holds one only while a
+// chunk is in flight (relayStream.WriteTo), not while it waits for the next.
 const copyBufSize = 32 << 10
 
 // shortStream: when max_stream_duration is below this, each request gets

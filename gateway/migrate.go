@@ -572,7 +572,7 @@ func (x *exchange) follow(lg leg, ttfb time.Duration) attempt {
 	s.lg, s.ttfb, s.status, s.ended = lg, ttfb, status, false
 	s.decode = lg.kind == actors.LegDecode
 	s.scan, s.firstByte = false, time.Time{}
-	s.body.reset(lg.c.br, hd, false)
+	s.body.reset(lg.c, hd, false)
 	return attempt{follow: true}
 }
 

@@ -133,7 +133,7 @@ func (x *exchange) sendPrefill(lg *leg, head, body []byte) (prefillAnswer, error
 	pr.ttfb = time.Since(lg.start)
 	pr.status = x.preHead.StatusCode()
 	var br bodyReader
-	br.reset(lg.c.br, &x.preHead, false)
+	br.reset(lg.c, &x.preHead, false)
 	b := x.preBody[:0]
 	for {
 		if len(b) == cap(b) {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -384,5 +386,92 @@ func TestBootstrapHostAndRoom(t *testing.T) {
 			t.Fatalf("room %d: out of int64 range or drawn twice", r)
 		}
 		seen[r] = true
+	}
+}
+
+func TestSGLangPD_AClientThatLeavesCancelsBothLegs(t *testing.T) {
+	gone := make(chan string, 2)
+	hang := func(leg string) answerFn {
+		return func(_ http.ResponseWriter, r *http.Request, _ []byte) {
+			<-r.Context().Done() // the gateway must cancel us
+			gone <- leg
+		}
+	}
+	f := newSGFleet(t, 1, 1, map[int]answerFn{0: hang("prefill")}, map[int]answerFn{0: hang("decode")})
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.url+PathCompletions, strings.NewReader(`{"model":"m","prompt":"p","stream":true}`))
+	go func() {
+		time.Sleep(400 * time.Millisecond) // past the departure watch's start
+		cancel()
+	}()
+	if resp, err := testClient(t).Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("got %d; want the request cancelled", resp.StatusCode)
+	}
+	for range 2 {
+		select {
+		case <-gone:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a leg was not cancelled after the client left")
+		}
+	}
+	f.router.checkTicketsClosed(t, 1)
+	_, outs, _ := f.router.snapshot()
+	for leg, o := range legOutcomes(outs, 1) {
+		if o.Failure != actors.FailClientGone {
+			t.Errorf("%v outcome %+v; want FailClientGone (no health penalty)", leg, o)
+		}
+	}
+}
+
+// TestSGLangPD_ConcurrentPairsWithFailingPrefills: many pairs at once, one
+// prefill failing every other request: every client gets an answer, every
+// ticket is finished exactly once, after both its legs were reported.
+func TestSGLangPD_ConcurrentPairsWithFailingPrefills(t *testing.T) {
+	var n atomic.Int64
+	f := newSGFleet(t, 2, 2, nil, nil)
+	// Both fakes share one room registry: the fleet's.
+	f.prefill[0].answer = func(w http.ResponseWriter, r *http.Request, body []byte) {
+		if n.Add(1)%2 == 0 {
+			http.Error(w, `{"error":"boom"}`, http.StatusInternalServerError)
+			return
+		}
+		f.rooms.sgPrefill(t)(w, r, body)
+	}
+	const reqs = 40
+	var wg sync.WaitGroup
+	errs := make(chan string, reqs)
+	for i := range reqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := fmt.Sprintf(`{"model":"m","prompt":"p%d","max_tokens":3,"stream":%v}`, i, i%2 == 0)
+			resp, got := post(t, testClient(t), f.url+PathCompletions, body)
+			if resp.StatusCode != 200 || !strings.Contains(string(got), "decoded") && !strings.Contains(string(got), "t2") {
+				errs <- fmt.Sprintf("request %d: %d %s", i, resp.StatusCode, got)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	_, outs, fin := f.router.snapshot()
+	f.router.checkTicketsClosed(t, len(fin))
+	for id := range fin {
+		pre, dec := -1, -1
+		for i, o := range outs {
+			switch {
+			case o.Ticket.ID != id:
+			case o.Leg == actors.LegPrefill:
+				pre = i
+			case o.Leg == actors.LegDecode:
+				dec = i
+			}
+		}
+		if pre < 0 || dec < pre {
+			t.Errorf("ticket %d: prefill reported at %d, decode concluded at %d; want the prefill first", id, pre, dec)
+		}
 	}
 }

@@ -86,7 +86,7 @@ func (x *exchange) deliver(lg leg, ttfb time.Duration) attempt {
 	s.sse = isEventStream(out.ContentType())
 	x.ids.start(x, s.status)
 	stripResponseHop(out)
-	s.body.reset(lg.c.br, out, x.in.Header.IsHead())
+	s.body.reset(lg.c, out, x.in.Header.IsHead())
 	cl := out.ContentLength()
 	// uncommitted ends the leg before anything went to the client.
 	uncommitted := func(fail actors.Failure, cause failCause, err error) attempt {
@@ -101,7 +101,7 @@ func (x *exchange) deliver(lg leg, ttfb time.Duration) attempt {
 			if s.lg.first == 0 {
 				s.lg.begin() // a buffered body follows its head: the idle bound
 			}
-			if err := x.out.ReadBody(lg.c.br, cl); err != nil {
+			if err := x.out.ReadBody(lg.c.reader(), cl); err != nil {
 				fail, cause := s.lg.failure(err)
 				return uncommitted(fail, cause, err)
 			}
@@ -124,6 +124,9 @@ func (x *exchange) deliver(lg leg, ttfb time.Duration) attempt {
 		return attempt{}
 	}
 
+	if s.body.drained() {
+		s.body.wait() // the first token may be a prefill away: no buffer meanwhile
+	}
 	bp := h.bufs.Get().(*[]byte)
 	s.buf = bp
 	n, rerr := readSome(&s.body, *bp)

@@ -175,9 +175,12 @@ func Compile(r *Rule, d Defaults) (*Compiled, error) {
 	case d.MigrationLimit != nil:
 		c.MigrationLimit = *d.MigrationLimit
 	}
-	// TensorRT-LLM's priority is another field (a float in [0, 1], in
-	// recent versions only): vLLM's integer would be refused.
-	c.APIKeys, c.EnginePriority = sa.SSEMode, sa.PriorityScheduling && eff.KV.Engine != EngineTRTLLM
+	// The priority field set is vLLM's (an integer, lower first).
+	// TensorRT-LLM's is another field (a float in [0, 1], in recent
+	// versions only): vLLM's integer would be refused; SGLang orders its
+	// priorities by its own flag and llama.cpp has none. So only a vLLM
+	// rule gets it.
+	c.APIKeys, c.EnginePriority = sa.SSEMode, sa.PriorityScheduling && eff.KV.Engine == EngineVLLM
 	c.BootstrapPort = eff.PD.BootstrapPort
 	if !sa.SSEMode { // sse_mode suppresses timeoutMemberData
 		c.Timeouts.Data = time.Duration(sa.TimeoutMemberData) * time.Millisecond

@@ -108,3 +108,21 @@ func TestCompile_TRTLLMPDDrainsItsContextEndpoints(t *testing.T) {
 		t.Errorf("a rule without kvEngineType compiles to engine %q; want vllm", v.Engine)
 	}
 }
+
+func TestCompile_EnginePriorityOnlyOnVLLMRules(t *testing.T) {
+	tests := []struct {
+		engine string // "" leaves kvEngineType absent (vLLM)
+		want   bool
+	}{{"", true}, {"vllm", true}, {"sglang", false}, {"trtllm", false}, {"llamacpp", false}}
+	for _, tt := range tests {
+		t.Run(tt.engine, func(t *testing.T) {
+			e := ruletest.SingleEntry(t).Set("serviceArguments.priority_scheduling", true)
+			if tt.engine != "" {
+				e = e.Set("serviceArguments.kvEngineType", tt.engine)
+			}
+			if c := compileEntry(t, e); c.EnginePriority != tt.want {
+				t.Fatalf("EnginePriority %v; want %v", c.EnginePriority, tt.want)
+			}
+		})
+	}
+}

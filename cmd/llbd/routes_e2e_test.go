@@ -140,18 +140,18 @@ func TestE2E_EveryRouteVLLMServesThroughLLBD(t *testing.T) {
 }
 
 func TestE2E_ResponsesAndMessagesAreRoutedByTierOneFive(t *testing.T) {
-	startRouteFleet(t, 2, "127.0.26.12", "127.0.26.11", 2026)
+	_, d := startRouteFleet(t, 2, "127.0.26.12", "127.0.26.11", 2026)
 	const vip = "http://127.0.26.11:2026"
 	long := strings.Repeat("you answer questions about the orders table in precise SQL ", 30)
 	// The engine renders a Responses request's instructions and input with
 	// the chat template; llb renders the same messages and tokenizes them
 	// through the engines' /tokenize: the follow-up is a Tier-1.5 hit on the
 	// endpoint that holds the blocks.
-	routesToOwnerByTierOneFiveAt(t, vip, "/v1/responses", func(i int) string {
+	routesToOwnerByTierOneFiveAt(t, d, vip, "/v1/responses", func(i int) string {
 		b, _ := json.Marshal(map[string]any{"model": "sim-model", "instructions": long, "input": fmt.Sprintf("question %d", i), "max_output_tokens": 2})
 		return string(b)
 	})
-	routesToOwnerByTierOneFiveAt(t, vip, "/v1/messages", func(i int) string {
+	routesToOwnerByTierOneFiveAt(t, d, vip, "/v1/messages", func(i int) string {
 		b, _ := json.Marshal(map[string]any{"model": "sim-model", "system": "anthropic " + long, "max_tokens": 2,
 			"messages": []any{map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": fmt.Sprintf("question %d", i)}}}}})
 		return string(b)

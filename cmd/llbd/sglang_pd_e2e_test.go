@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/simulate/fleet"
@@ -33,6 +34,9 @@ func sglangPD(t *testing.T, baseIP string, custom func(int, ladder.Role, *worker
 	d.waitActive(port)
 	key := fmt.Sprintf("tcp:127.0.0.1:%d", port)
 	d.feedsConnected(key, 2, 1) // the prefill side publishes
+	// kvWarmupSec runs on llbd's wall clock from the rule's start, with no
+	// state to poll.
+	time.Sleep(1100 * time.Millisecond)
 	return f, d, key, fmt.Sprintf("http://127.0.0.1:%d", port)
 }
 
@@ -95,7 +99,7 @@ func TestE2E_SGLangPDAnswersStreamedAndNotAndHitsTierOneFive(t *testing.T) {
 		t.Fatalf("decode legs served from a prefill's KV: %d; want 2", pulled)
 	}
 
-	owner := tierOneFiveHit(t, vip, func(i int) string { return textPrompt("an sglang P/D rule's shared preamble", i) })
+	owner := tierOneFiveHit(t, d, vip, func(i int) string { return textPrompt("an sglang P/D rule's shared preamble", i) })
 	if owner > 1 {
 		t.Fatalf("tier 1.5 chose endpoint %d; want a prefill endpoint", owner)
 	}
@@ -183,6 +187,34 @@ func TestE2E_SGLangPDDecodeDeathMigratesTheStream(t *testing.T) {
 	}
 	eventually(t, "the broken stream counted as migrated", func() (bool, string) {
 		v := d.metricValue("llb_migrations_total", `outcome="migrated"`)
+		return v == 1, fmt.Sprint(v)
+	})
+}
+
+// TestE2E_SGLangPDDecodeDeathCutsAStreamThatCannotGoOn: a stream whose
+// request cannot be continued faithfully (echo) is cut when its decode
+// dies mid-stream, never ended as if it were complete, and counted.
+func TestE2E_SGLangPDDecodeDeathCutsAStreamThatCannotGoOn(t *testing.T) {
+	f, d, _, vip := sglangPD(t, "127.0.0.140", nil)
+	faulty := f.Members()[3].Worker()
+	if err := faulty.SetFaults(worker.Faults{DropNext: 1, DropMode: worker.DropMidStream, DropAfterTokens: 3}); err != nil {
+		t.Fatal(err)
+	}
+	cut := false
+	for i := 0; i < 30 && injected(t, faulty, "drop") == 0; i++ {
+		res, body := complete(t, vip, `{"model":"sim-model","prompt":"an echoed stream `+strconv.Itoa(i)+`","max_tokens":12,"stream":true,"echo":true}`)
+		if res.StatusCode != 200 {
+			t.Fatalf("stream %d: %d %s", i, res.StatusCode, body)
+		}
+		if _, _, dc := routeOf(t, res.Header); dc == 3 {
+			cut = !strings.Contains(body, "[DONE]")
+		}
+	}
+	if injected(t, faulty, "drop") != 1 || !cut {
+		t.Fatalf("drops injected %d, stream cut %v; want the faulty decode's stream cut", injected(t, faulty, "drop"), cut)
+	}
+	eventually(t, "the cut counted as unsupported", func() (bool, string) {
+		v := d.metricValue("llb_migrations_total", `outcome="unsupported"`)
 		return v == 1, fmt.Sprint(v)
 	})
 }

@@ -144,7 +144,7 @@ func TestE2E_TRTLLMPDThroughTheDaemon(t *testing.T) {
 	})
 
 	t.Run("tier 1.5 on the context side", func(t *testing.T) {
-		owner := tierOneFiveHit(t, vip, func(i int) string { return tokenPrompt(7000, 96, i) })
+		owner := tierOneFiveHit(t, d, vip, func(i int) string { return tokenPrompt(7000, 96, i) })
 		if owner > 1 {
 			t.Fatalf("tier 1.5 chose endpoint %d; want a context endpoint", owner)
 		}
@@ -154,7 +154,7 @@ func TestE2E_TRTLLMPDThroughTheDaemon(t *testing.T) {
 	})
 
 	t.Run("a context leg that dies is retried on the other", func(t *testing.T) {
-		owner := tierOneFiveHit(t, vip, func(i int) string { return tokenPrompt(9000, 96, i) })
+		owner := tierOneFiveHit(t, d, vip, func(i int) string { return tokenPrompt(9000, 96, i) })
 		// Two drops: a reused connection that breaks before any answer is
 		// sent again on a fresh one to the same endpoint first.
 		if err := pd.Workers()[owner].SetFaults(worker.Faults{DropNext: 2}); err != nil {

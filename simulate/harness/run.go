@@ -58,6 +58,10 @@ type RunConfig struct {
 	Fleet FleetConfig
 	// Daemon is where llbd comes from.
 	Daemon DaemonSource
+	// RuleArgs are serviceArguments added to the strategy's rule (for
+	// instance admission's fc_* keys); they may not replace the strategy's
+	// own.
+	RuleArgs map[string]any
 	// Replicas runs the rule on several llbd processes (independent, or
 	// one router in cluster mode) with the trace spread round-robin over
 	// them; zero is one llbd.
@@ -185,7 +189,7 @@ func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vip port: %w: %w", ErrDaemon, err)
 	}
-	rule, err := RuleJSON(s, fl, vip, port)
+	rule, err := c.rule(fl, vip, port)
 	if err != nil {
 		return nil, err
 	}
