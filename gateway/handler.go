@@ -91,8 +91,9 @@ type Handler struct {
 	pools       []*upstreamPool // keep-alive connections, by endpoint index
 	router      actors.Router
 	pd          pdDialect // the engines' P/D protocol
-	// pdEngine names the P/D dialect in X-Llb-Route, the access log and
-	// the pair metrics when it is not vLLM's ("" for vLLM).
+	// pdEngine names the rule's engine (its P/D dialect) in X-Llb-Route,
+	// the access log and the pair metrics when it is not vLLM ("" for
+	// vLLM).
 	pdEngine string
 	// pairCuts count the legs of concurrent P/D pairs cut because the
 	// other leg failed first: [0] decode legs, [1] prefill legs (nil
@@ -230,6 +231,7 @@ func NewHandler(c *rule.Compiled, opts Options, deps Deps) (*Handler, error) {
 	if h.met == nil {
 		h.met = NewMetrics(nil, c.Key)
 	}
+	h.met.engine(c.Engine)
 	if _, dual := h.pd.(sglang); dual {
 		for i, leg := range [...]string{"decode", "prefill"} {
 			h.pairCuts[i] = h.met.counter("llb_pd_pair_cuts_total", `engine="`+h.pdEngine+`",leg="`+leg+`"`)
