@@ -11,7 +11,7 @@ import (
 	"github.com/llbproject/llb/internal/logfield"
 )
 
-// Request migration (issue 28): a stream survives its worker.
+// Request migration: a stream survives its worker.
 //
 // When the upstream leg of a streamed answer breaks after the client got
 // bytes — the connection reset or closed early (a killed worker), the
