@@ -6,7 +6,7 @@ BIN       ?= bin
 TESTFLAGS ?= -timeout 20m
 export CGO_ENABLED := 1
 
-.PHONY: all deps build run test bench fuzz lint chaos attack cache-truth-soak sim traces bench-sim bench-proxy bench-streams client-test cluster-test proto tokenizer-parity tokenizer-bench clean
+.PHONY: all deps build run test bench fuzz lint chaos flow-test attack cache-truth-soak sim traces bench-sim bench-proxy bench-streams client-test cluster-test proto tokenizer-parity tokenizer-bench clean
 
 all: build
 
@@ -72,6 +72,16 @@ lint: deps
 CHAOSFLAGS ?= -timeout 40m
 chaos: deps
 	LLB_CHAOS_LONG=1 $(GO) test -count=1 -v -run '^TestChaos_' $(CHAOSFLAGS) ./cmd/llbd/
+
+# flow-test runs the tenant and priority-class scenarios through the real
+# llbd at full length (simulate/harness flow_test.go with LLB_FLOW_LONG=1:
+# capacity, a 5x flood on three seeds, three classes at four loads, 30 model
+# seconds a run at a quarter of real time; docs/performance.md). A short
+# version runs in make test. About 25 minutes on 2 cores; the report is in
+# the -v output.
+FLOWFLAGS ?= -timeout 60m
+flow-test: deps
+	LLB_FLOW_LONG=1 $(GO) test -count=1 -v -run '^TestFlowPlan_' $(FLOWFLAGS) ./simulate/harness/
 
 # attack runs seeded, reproducible attacks on loopback, each family against
 # a fresh bin/llbd (simulate/attack, docs/security.md): rest (thousands of
@@ -182,14 +192,16 @@ bench-streams: build
 		|| { $$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y haproxy; }; }
 	$(BIN)/llbsim streambench --llbd $(BIN)/llbd $(STREAMSFLAGS)
 
-# client-test drives llbd with the official openai npm client
-# (clients/openai-node): completions and chat, streamed and not, a single
-# pool and a P/D rule over simulated workers, and the client-side error types
-# of llb's 400/429/503 answers. It needs Node 20+ and npm's registry (npm ci),
-# so it is not part of test. The test itself runs in about 5 s.
+# client-test drives llbd with the official npm SDKs (clients/openai-node):
+# openai's completions and chat, streamed and not, on a single pool and a P/D
+# rule over simulated workers, the client-side error types of llb's
+# 400/429/503 answers, streams surviving killed workers; openai's Responses
+# API and embeddings and @anthropic-ai/sdk's Messages API (test/apis.test.mjs,
+# which make test also runs, as TestE2E_OfficialSDKsThroughLLBD, wherever
+# node is installed). It needs Node 20+ and npm's registry (npm ci).
 client-test: build
 	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { echo "llb: client-test needs node and npm (Node 20 or newer)"; exit 1; }
-	cd clients/openai-node && npm ci --no-audit --no-fund && BIN="$(abspath $(BIN))" node run.mjs
+	cd clients/openai-node && npm ci --ignore-scripts --no-audit --no-fund && BIN="$(abspath $(BIN))" node run.mjs
 
 # cluster-test runs the long cluster soaks (LLB_CLUSTER_LONG=1), each
 # printing FIGURE lines (docs/scale-out.md quotes them):

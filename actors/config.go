@@ -18,10 +18,17 @@ const (
 	// inventory and session replies of one decision; a reply that misses it
 	// counts as a miss (overlap 0 / no session), never as a stall.
 	DefaultDecisionTimeout = 5 * time.Millisecond
-	// DefaultRouteTimeout bounds how long Service.Route waits for the router
-	// actor (outside admission parking) while the router handles no
-	// message at all: a router that is slow but moving is waited for, one
-	// that stopped answers ErrRouterTimeout (llbd --route-timeout).
+	// PinLookupTimeout bounds instead the session lookup of a request
+	// naming a stored response (RouteRequest.Pin). Its miss is no cache
+	// miss: the request would go to a worker that does not hold the
+	// response and be answered 404, so the decision waits for the owner of
+	// the pin longer (in a cluster it is another replica's shard).
+	PinLookupTimeout = 250 * time.Millisecond
+	// DefaultRouteTimeout bounds how long Service.Route waits for a stuck
+	// router actor (outside admission parking): inside one message, or
+	// silent after taking the request. A router that is slow but moving is
+	// waited for, one that does not run at all up to 10 times as long;
+	// then ErrRouterTimeout (llbd --route-timeout).
 	DefaultRouteTimeout = 2 * time.Second
 	// DefaultScrapeInterval is the /metrics scrape period (capacity, queue
 	// depth, KV usage). The headroom law reads the queue and the KV usage
@@ -134,9 +141,10 @@ type ServiceConfig struct {
 	// DecisionTimeout bounds fan-out replies per decision (positive).
 	DecisionTimeout time.Duration
 	// RouteTimeout bounds a Route call outside parking while the router
-	// handles no message (positive): a Route whose answer is late waits
-	// another RouteTimeout each time the router handled messages in the
-	// last one, so saturation slows routing down without failing it.
+	// is stuck (positive): a Route whose answer is late waits another
+	// RouteTimeout each time the router handled messages in the last one,
+	// or did not run at all (up to 10 times), so saturation slows routing
+	// down without failing it.
 	RouteTimeout time.Duration
 	// Peers links the service to the same rule on the other replicas of a
 	// router that runs as several llbd processes (cluster mode; see
@@ -193,6 +201,15 @@ func (c *ServiceConfig) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// lookupTimeout is how long a decision waits for its session lookup: the
+// decision timeout, or PinLookupTimeout for a stored response's pin.
+func (c *ServiceConfig) lookupTimeout(pin bool) time.Duration {
+	if pin {
+		return max(c.DecisionTimeout, PinLookupTimeout)
+	}
+	return c.DecisionTimeout
 }
 
 // sessionConfig is the Tier-0 table's configuration: Sessions' size, the

@@ -81,6 +81,9 @@ func TestRouterCore_AStoredResponsePinsItsRequestsToItsEndpoint(t *testing.T) {
 		cont := newMsg(id, &RouteRequest{Pin: key, Passthrough: i == 2})
 		c.route(t0, cont)
 		noReply(t, cont)
+		if rec.waits[id] != PinLookupTimeout {
+			t.Fatalf("continuation %d waits %v for its pin; want %v (a miss is a 404, not a cache miss)", i, rec.waits[id], PinLookupTimeout)
+		}
 		c.sessionReply(t0, sessionReply{id: id | pinLookupIDBit, lookup: ladder.SessionLookup{Found: true, Pin: ladder.Pin{Prefill: holder, Decode: -1}}})
 		r := final(t, cont)
 		if r.route.Ticket.Prefill != holder {

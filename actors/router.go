@@ -34,12 +34,14 @@ func newRouterActor(svc *Service) actor.Actor {
 // Receive implements actor.Actor.
 func (a *routerActor) Receive(ctx actor.Context) {
 	a.svc.handled.Add(1) // the router moves (Service.Route's deadline)
+	a.svc.receiving.Store(true)
 	a.ctx = ctx
-	defer func() { a.ctx = nil }()
+	defer func() { a.ctx = nil; a.svc.receiving.Store(false) }()
 	now := time.Now()
 	c := a.core
 	switch m := ctx.Message().(type) {
 	case *routeMsg:
+		m.taken.Store(true)
 		c.route(now, m)
 	case scoreReply:
 		c.scoreReply(now, m)
@@ -139,19 +141,39 @@ func (a *routerActor) score(ep int, id uint64, chain []uint64) {
 // Sessions live in the local shard actors on a single node, and in the
 // cluster's session grains in cluster mode.
 
+// lookupSession asks key's shard for its pin. In a cluster a stored
+// response's pin travels from the replica that saw the response start to its
+// shard's owner while the client reads the answer and sends the next turn,
+// possibly through the owner itself: a pin lookup that misses asks again
+// every pinRetryGap while its deadline leaves room, so the pin may land
+// first. (On a single node the router sends pins and lookups to the shard
+// actor in order.)
 func (a *routerActor) lookupSession(id uint64, key string) {
 	if p := a.svc.cfg.Peers; p != nil {
 		self, root := a.ctx.Self(), a.svc.root
-		p.LookupSession(key, time.Now().Add(a.svc.cfg.DecisionTimeout), func(l ladder.SessionLookup, err error) {
-			if err != nil {
-				l = ladder.SessionLookup{}
-			}
-			root.Send(self, sessionReply{id: id, lookup: l})
-		})
+		pin := id&pinLookupIDBit != 0
+		deadline := time.Now().Add(a.svc.cfg.lookupTimeout(pin))
+		var ask func()
+		ask = func() {
+			p.LookupSession(key, deadline, func(l ladder.SessionLookup, err error) {
+				if err != nil {
+					l = ladder.SessionLookup{}
+				}
+				if pin && !l.Found && time.Until(deadline) > 2*pinRetryGap {
+					time.AfterFunc(pinRetryGap, ask)
+					return
+				}
+				root.Send(self, sessionReply{id: id, lookup: l})
+			})
+		}
+		ask()
 		return
 	}
 	a.ctx.Request(a.svc.sessionPID(key), sessionLookup{id: id, key: key})
 }
+
+// pinRetryGap spaces a missed pin lookup's retries (see lookupSession).
+const pinRetryGap = 10 * time.Millisecond
 
 func (a *routerActor) pinSession(key string, pin ladder.Pin) {
 	if p := a.svc.cfg.Peers; p != nil {

@@ -269,7 +269,7 @@ func (c *routerCore) route(now time.Time, m *routeMsg) {
 		return
 	}
 	c.pending[m.id] = p
-	p.stop = c.ports.deadline(m.id, c.cfg.DecisionTimeout)
+	p.stop = c.ports.deadline(m.id, c.cfg.lookupTimeout(rr.Pin != ""))
 }
 
 // modelSet returns the endpoints that serve model (all of them when the
@@ -486,6 +486,7 @@ func (c *routerCore) decide(now time.Time, m *routeMsg, fn func(*ladder.Request)
 	c.snap.TotalInflight = uint64(len(c.tickets)+len(c.parked)) + c.peer.total
 	c.snap.ParkedByClass = c.flow.Counts()
 	m.rr.Req.UnderShare = c.flow.UnderShare(m.rr.Req.Class, m.rr.Tenant, c.lad.Slots())
+	m.rr.Req.OutranksParked = c.flow.Outranks(m.rr.Req.Class, m.rr.Tenant)
 	if c.peer.on {
 		for i := range c.views {
 			c.views[i].ActiveConns += c.peer.load[i]
@@ -549,10 +550,11 @@ func (c *routerCore) act(now time.Time, m *routeMsg, d ladder.Decision) {
 }
 
 // displace makes room for m, which found every queue full, by shedding
-// the parked request of a lower class the policy names (429); m parks on
-// that request's endpoint (d.ParkOn). False when there is none.
+// the parked request the policy names (429): one of a lower class, or of
+// m's class whose tenant has received more service; m parks on that
+// request's endpoint (d.ParkOn). False when there is none.
 func (c *routerCore) displace(m *routeMsg, d *ladder.Decision) bool {
-	v, ok := c.flow.Victim(m.rr.Req.Class)
+	v, ok := c.flow.Victim(m.rr.Req.Class, m.rr.Tenant)
 	if !ok {
 		return false
 	}

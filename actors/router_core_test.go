@@ -26,6 +26,7 @@ type recorder struct {
 	lost     []int
 	feed     []string // breaker feed, "ep/class"
 	armed    map[uint64]bool
+	waits    map[uint64]time.Duration // each decision's deadline
 
 	// Cluster mode: what the core published and taught, and the peers'
 	// load it reads.
@@ -39,7 +40,9 @@ type recorder struct {
 	ttft        []string // "ep:drifting"
 }
 
-func newRecorder() *recorder { return &recorder{armed: map[uint64]bool{}} }
+func newRecorder() *recorder {
+	return &recorder{armed: map[uint64]bool{}, waits: map[uint64]time.Duration{}}
+}
 
 func (r *recorder) score(ep int, id uint64, _ []uint64) {
 	r.scores = append(r.scores, fmt.Sprintf("%d/%d", ep, id))
@@ -69,8 +72,9 @@ func (r *recorder) endpointLost(ep int) { r.lost = append(r.lost, ep) }
 func (r *recorder) breaker(ep int, c outcomeClass) {
 	r.feed = append(r.feed, fmt.Sprintf("%d/%d", ep, c))
 }
-func (r *recorder) deadline(id uint64, _ time.Duration) func() bool {
+func (r *recorder) deadline(id uint64, d time.Duration) func() bool {
 	r.armed[id] = true
+	r.waits[id] = d
 	return func() bool { delete(r.armed, id); return true }
 }
 

@@ -111,10 +111,13 @@ type Service struct {
 	replies sync.Pool // of chan routeReply
 	// handled counts the messages the router actor took from its mailbox:
 	// a Route still waiting at its RouteTimeout waits on while it moves.
-	handled atomic.Uint64
-	timers  sync.Pool // of *time.Timer, stopped (Route's deadline)
-	sweep   *time.Ticker
-	done    chan struct{}
+	// receiving is true while the router is inside one of them: one that
+	// outlasts a RouteTimeout is a stuck router.
+	handled   atomic.Uint64
+	receiving atomic.Bool
+	timers    sync.Pool // of *time.Timer, stopped (Route's deadline)
+	sweep     *time.Ticker
+	done      chan struct{}
 }
 
 // Start validates cfg and starts its service. cfg.Rule.Spec.StartedAt is set to
@@ -296,6 +299,12 @@ func (svc *Service) halt(ctx context.Context) error {
 	}
 }
 
+// maxUnreached bounds how many RouteTimeouts a Route waits for a router
+// that neither handles a message nor is inside one (20 s by default): a
+// process starved of CPU gets there; an actor that will never run again
+// does not hold its requests for longer.
+const maxUnreached = 10
+
 // Route implements Router.
 func (svc *Service) Route(ctx context.Context, rr *RouteRequest) (Route, error) {
 	if svc.stopped.Load() {
@@ -303,7 +312,8 @@ func (svc *Service) Route(ctx context.Context, rr *RouteRequest) (Route, error) 
 	}
 	id := svc.sys.nextID.Add(1)
 	reply := svc.replies.Get().(chan routeReply)
-	svc.root.Send(svc.router, &routeMsg{id: id, rr: rr, reply: reply})
+	msg := &routeMsg{id: id, rr: rr, reply: reply}
+	svc.root.Send(svc.router, msg)
 	// A pooled timer: creating one per call was a third of Route's cost.
 	// Since Go 1.23 a stopped or reset timer delivers no stale tick, so a
 	// timer stopped on the way out can serve the next call.
@@ -318,6 +328,7 @@ func (svc *Service) Route(ctx context.Context, rr *RouteRequest) (Route, error) 
 		svc.timers.Put(timer)
 	}()
 	seen := svc.handled.Load()
+	unreached := 0 // RouteTimeouts the router spent not running at all
 	for {
 		select {
 		case r := <-reply:
@@ -342,17 +353,31 @@ func (svc *Service) Route(ctx context.Context, rr *RouteRequest) (Route, error) 
 			svc.root.Send(svc.router, cancelMsg{id: id})
 			return Route{}, ctx.Err()
 		case <-timer.C:
-			if h := svc.handled.Load(); h != seen {
-				// A slow router is not a stuck one: it handled messages
-				// since the last look, so its queue moves towards this
-				// request. Saturation slows routing down; only a router
-				// that stops is a failure (issue 31). The client's
-				// leaving and the max stream duration still end the wait
-				// (ctx).
+			// A slow router is not a stuck one. Saturation slows routing
+			// down; only a router that stops is a failure. The client's
+			// leaving and the max stream duration still end the wait
+			// (ctx).
+			h := svc.handled.Load()
+			switch {
+			case h != seen:
+				// It handled messages since the last look: its queue
+				// moves towards this request.
 				seen = h
+				unreached = 0
+				timer.Reset(svc.cfg.RouteTimeout)
+				continue
+			case !msg.taken.Load() && !svc.receiving.Load() && unreached < maxUnreached:
+				// It handled nothing, but is not inside a message either,
+				// and has not reached this one: its goroutine waits for a
+				// CPU (a saturated process, where Go's scheduling latency
+				// reaches seconds), or its mailbox waits for a restart.
+				unreached++
 				timer.Reset(svc.cfg.RouteTimeout)
 				continue
 			}
+			// Stuck inside one message for a whole RouteTimeout, or it
+			// took this request and no answer came (lost in a restart),
+			// or it did not run at all for maxUnreached RouteTimeouts.
 			svc.root.Send(svc.router, cancelMsg{id: id})
 			svc.metrics.routeTimeout()
 			return Route{}, ErrRouterTimeout

@@ -53,6 +53,10 @@ func (x *exchange) appendRoute(b []byte, addrs []string) []byte {
 		b = append(b, " decode_addr="...)
 		b = append(b, addrs[x.decodeEP]...)
 	}
+	if x.pd && x.h.pdEngine != "" {
+		b = append(b, " engine="...)
+		b = append(b, x.h.pdEngine...)
+	}
 	b = append(b, " retries="...)
 	b = strconv.AppendInt(b, int64(x.retries), 10)
 	if x.code != "" {
@@ -132,7 +136,13 @@ func (h *Handler) record(x *exchange) {
 		e.Dur(logfield.TTFT, x.ttft)
 	}
 	if x.pd {
-		e.Dur(logfield.PrefillDuration, x.prefill).Str(logfield.KVParams, x.kvOut.String())
+		e.Dur(logfield.PrefillDuration, x.prefill)
+		if h.pdEngine != "" {
+			e.Str(logfield.Engine, h.pdEngine)
+		}
+		if _, dual := h.pd.(sglang); !dual { // a bootstrap room passes no params
+			e.Str(logfield.KVParams, x.kvOut.String())
+		}
 	}
 	if x.kvGuard != ladder.ReasonNone {
 		e.Str(logfield.KVGuard, x.kvGuard.String())

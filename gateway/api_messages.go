@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/llbproject/llb/internal/pyjson"
 	"github.com/llbproject/llb/ladder"
 )
 
@@ -17,8 +18,10 @@ import (
 // a system message; each message keeps a string content; of a list of
 // blocks, text blocks become text parts (one alone becomes the content
 // string), thinking blocks the message's reasoning, tool_use blocks
-// assistant tool calls, and a user's tool_result blocks tool messages
-// placed before it; a message left with nothing is dropped. The tools
+// assistant tool calls (their arguments json.dumps(block.input): Python's
+// spacing and escapes, internal/pyjson), and a user's tool_result blocks
+// tool messages (tool_call_id its tool_use_id) placed before it; a message
+// left with nothing is dropped. The tools
 // become chat tools. llb builds the same messages and tools
 // (Request.RawMessages, Request.Tools) so Tier 1.5 tokenizes what the
 // engine will. metadata.user_id is the Tier-0 user. Images, and shapes the
@@ -108,9 +111,9 @@ func joinTextBlocks(list []byte) ([]byte, bool) {
 
 // block is the part of a content block the conversion reads (raw values).
 type block struct {
-	typ                                   string
-	text, thinking, id, name, input, body []byte
-	image                                 bool
+	typ                                              string
+	text, thinking, id, toolUseID, name, input, body []byte
+	image                                            bool
 }
 
 func readBlock(e []byte) block {
@@ -132,6 +135,10 @@ func readBlock(e []byte) block {
 		case "id":
 			if m.val[0] == '"' && len(m.val) > 2 {
 				blk.id = m.val
+			}
+		case "tool_use_id":
+			if m.val[0] == '"' && len(m.val) > 2 {
+				blk.toolUseID = m.val
 			}
 		case "name":
 			blk.name = m.val
@@ -229,9 +236,19 @@ func appendAnthropicMessage(b, e []byte) ([]byte, bool) {
 				calls = append(calls, blk.name...)
 			}
 			calls = append(calls, `,"arguments":`...)
-			args := blk.input
-			if args == nil || isNull(args) {
-				args = []byte("{}")
+			// vLLM's arguments are json.dumps(block.input or {}): Python's
+			// spacing and escapes, not the client's.
+			args := []byte("{}")
+			if blk.input != nil && !isNull(blk.input) {
+				if blk.input[0] != '{' {
+					ok = false
+					return errContentShape
+				}
+				var err error
+				if args, err = pyjson.Dumps(nil, blk.input); err != nil {
+					ok = false
+					return errContentShape
+				}
 			}
 			calls = strconv.AppendQuote(calls, string(args))
 			calls = append(calls, "}}"...)
@@ -255,7 +272,7 @@ func appendAnthropicMessage(b, e []byte) ([]byte, bool) {
 				lastText = strconv.AppendQuote(nil, string(text))
 				return nil
 			}
-			id := blk.id
+			id := blk.toolUseID
 			if id == nil {
 				id = []byte(`""`)
 			}

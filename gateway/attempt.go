@@ -209,6 +209,9 @@ func (x *exchange) reroute(a attempt) {
 // (the endpoint never answered, and retries are left) or answers the
 // client (answerLeg).
 func (x *exchange) legFailed(lg *leg, fail actors.Failure, cause failCause, err error) attempt {
+	if cause == causePair {
+		return x.pairFailed(lg) // the pair's prefill failed first (pd_sglang.go)
+	}
 	x.conclude(actors.Outcome{Leg: lg.kind, Failure: fail, Duration: time.Since(lg.start)}, actors.Result{})
 	if lg.kind == actors.LegDecode && fail != actors.FailClientGone {
 		x.h.met.decodeDied.Inc()

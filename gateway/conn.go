@@ -3,7 +3,9 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -22,9 +24,11 @@ import (
 // the watch state, which the watch callback and Listener cuts also touch.
 type clientConn struct {
 	net.Conn
-	// prefix holds the bytes the protocol sniff read; Read returns them
-	// first.
+	// prefix holds the bytes the protocol sniff or readFirst read; Read
+	// returns them first. early is readFirst's pooled buffer under prefix,
+	// given back once prefix is read.
 	prefix []byte
+	early  *[]byte
 	raw    syscall.RawConn // nil when the departure watch is unsupported
 	remote string          // ip:port
 	ip     string
@@ -98,6 +102,7 @@ func (cc *clientConn) Close() error {
 	if !cc.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	defer waves.closed()
 	defer cc.limit.release()
 	if cc.linger {
 		lingerClose(cc.Conn, lingerTimeout, lingerMaxBytes)
@@ -137,14 +142,73 @@ func (cc *clientConn) endRequest() {
 	cc.budget, cc.reserved, cc.refused = nil, 0, false
 }
 
-// Read implements net.Conn, returning the sniffed bytes first.
+// Read implements net.Conn, returning the sniffed or early-read bytes
+// first.
 func (cc *clientConn) Read(p []byte) (int, error) {
 	if len(cc.prefix) > 0 {
 		n := copy(p, cc.prefix)
 		cc.prefix = cc.prefix[n:]
+		if len(cc.prefix) == 0 && cc.early != nil {
+			earlyReads.Put(cc.early)
+			cc.early = nil
+		}
 		return n, nil
 	}
+	if len(p) == 1 && cc.raw != nil {
+		return cc.readFirst(p)
+	}
 	return cc.Conn.Read(p)
+}
+
+// earlyReads pools the buffers of readFirst, the size of the server's
+// request read buffer.
+var earlyReads = sync.Pool{New: func() any { b := make([]byte, readBufferSize); return &b }}
+
+// readFirst reads a request's first byte. The HTTP/1.1 server holds no
+// buffer for a connection between requests (ReduceMemoryUsage): it reads
+// the first byte alone, then takes its read buffer for the rest, which
+// would cost a second system call per request. readFirst waits holding no
+// buffer too, then reads whatever arrived in one system call into a pooled
+// buffer, returns its first byte and keeps the rest for the server's next
+// Read (which gives the buffer back).
+func (cc *clientConn) readFirst(p []byte) (int, error) {
+	var (
+		bp   *[]byte
+		n    int
+		rerr error
+	)
+	err := cc.raw.Read(func(fd uintptr) bool {
+		bp = earlyReads.Get().(*[]byte)
+		for {
+			n, rerr = syscall.Read(int(fd), *bp)
+			if rerr != syscall.EINTR {
+				break
+			}
+		}
+		if rerr == syscall.EAGAIN {
+			earlyReads.Put(bp)
+			bp = nil
+			return false // wait for readability
+		}
+		return true
+	})
+	switch {
+	case err != nil:
+		return 0, err // the deadline, or a closed connection
+	case rerr != nil:
+		earlyReads.Put(bp)
+		return 0, os.NewSyscallError("read", rerr)
+	case n <= 0:
+		earlyReads.Put(bp)
+		return 0, io.EOF
+	}
+	p[0] = (*bp)[0]
+	if n == 1 {
+		earlyReads.Put(bp)
+		return 1, nil
+	}
+	cc.early, cc.prefix = bp, (*bp)[1:n]
+	return 1, nil
 }
 
 // sniffH2 reads the first bytes of the connection and reports whether they

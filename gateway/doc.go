@@ -45,7 +45,10 @@
 //     calls for, and a new route avoiding an endpoint that never answered
 //     (or died mid-answer), while the client has no byte.
 //   - pd.go runs a P/D pair in the rule's engine dialect (pdDialect):
-//     pd_nixl.go is vLLM's NIXL two-leg protocol.
+//     pd_nixl.go is vLLM's NIXL two-leg protocol, pd_sglang.go SGLang's
+//     concurrent dual dispatch through a bootstrap room (its prefill leg
+//     runs beside the answering leg, in a goroutine of its own, and is
+//     settled before the ticket is concluded).
 //   - relay.go runs the leg that answers the client and relays its answer:
 //     a small body with its head, anything else streamed by stream.go
 //     after the handler returned.
@@ -87,7 +90,8 @@
 //     A read that hits one is classified by which bound was nearest. No
 //     timer, goroutine or context per request (a request gets a context of
 //     its own only when max_stream_duration is under 10 minutes, so a
-//     routing park ends at it too).
+//     routing park ends at it too; an SGLang P/D pair runs its prefill leg
+//     in a goroutine, as the protocol needs both legs at once).
 //   - A leg is cancelled from outside by putting its connection's deadline
 //     in the past (exchange.abort, abortLeg): when the client leaves, when
 //     the listener cuts, when the EndpointWatch takes the endpoint out. The
@@ -104,6 +108,15 @@
 //     body buffer up to 64 KiB, a pooled exchange no reference to its last
 //     body or prompt, so a burst of large bodies leaves nothing behind
 //     (bodybudget.go, memtrim.go).
+//   - Buffers only while data waits: a stream between two events holds no
+//     read buffer (the server's, ReduceMemoryUsage; the upstream
+//     connection's, upConn.waitReadable) and no relay buffer (taken from
+//     the pool per chunk in flight); an idle pooled upstream connection
+//     and a keep-alive client connection hold none either. What a stream
+//     keeps is the server's 4 KiB write buffer, its exchange and request
+//     context, and two goroutines (the connection's and the departure
+//     watch). After a wave of connections the memory goes back to the OS
+//     (wavetrim.go).
 //   - Process-wide bounds shared by every listener: the request-body budget
 //     (bodybudget.go; HTTP/1.1 reserves at the head, found from fasthttp's
 //     HeaderReceived hook through headerctx.go; h2c as the body arrives)

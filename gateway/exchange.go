@@ -75,6 +75,11 @@ type exchange struct {
 	following bool
 	// mig is the request's migration state.
 	mig migration
+	// pair is the P/D prefill leg running beside the answering leg
+	// (SGLang's dual dispatch, pd_sglang.go; nil otherwise); set and
+	// cleared under mu, its storage pairSt.
+	pair   *pairLeg
+	pairSt pairLeg
 
 	// Kept across requests (buffers).
 	req     Request                 // the parsed request (parse resets it)
@@ -233,6 +238,11 @@ func (x *exchange) reset() {
 	x.rr, x.ticket, x.lastErr = nil, actors.Ticket{}, nil
 	x.following = false
 	x.mig.reset()
+	x.pair = nil
+	x.pairSt = pairLeg{head: x.pairSt.head[:0]}
+	if cap(x.pairSt.head) > maxKeptBodyBuffer {
+		x.pairSt.head = nil
+	}
 	x.legHead.Reset()
 	x.scratch = x.scratch[:0]
 	x.iov, x.iovArr = x.iov[:0], [2][]byte{}
@@ -269,6 +279,9 @@ func (x *exchange) abort(c failCause, err error) {
 		x.cause = c
 	}
 	x.killUp()
+	if x.pair != nil {
+		x.pair.kill(c)
+	}
 	cancel, cc := x.cancelCtx, x.cc
 	x.mu.Unlock()
 	if cancel != nil {
@@ -355,14 +368,17 @@ func (x *exchange) abortCause() failCause {
 	return x.cause
 }
 
-// conclude reports o, the ticket's last leg, and finishes the ticket.
+// conclude reports o, the ticket's last leg, and finishes the ticket
+// (a pair's prefill leg reported first).
 func (x *exchange) conclude(o actors.Outcome, res actors.Result) {
+	x.settlePair(res.OK)
 	x.ticket.Conclude(o, res)
 	x.ticket = actors.Ticket{}
 }
 
 // finish ends the ticket (its legs reported, or never run).
 func (x *exchange) finish(res actors.Result) {
+	x.settlePair(res.OK)
 	x.ticket.Finish(res)
 	x.ticket = actors.Ticket{}
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
@@ -90,15 +91,22 @@ type Handler struct {
 	pools       []*upstreamPool // keep-alive connections, by endpoint index
 	router      actors.Router
 	pd          pdDialect // the engines' P/D protocol
-	modelsBody  func() []byte
-	ensure      func(ctx context.Context, ep int, model string) error
-	input       *routeInput
-	met         *Metrics
-	tmet        *TenantMetrics
-	keys        *tenant.Gate
-	log         zerolog.Logger
-	hopID       string // this instance in X-Llb-Hop
-	watch       *EndpointWatch
+	// pdEngine names the P/D dialect in X-Llb-Route, the access log and
+	// the pair metrics when it is not vLLM's ("" for vLLM).
+	pdEngine string
+	// pairCuts count the legs of concurrent P/D pairs cut because the
+	// other leg failed first: [0] decode legs, [1] prefill legs (nil
+	// without such a dialect).
+	pairCuts   [2]*metrics.Counter
+	modelsBody func() []byte
+	ensure     func(ctx context.Context, ep int, model string) error
+	input      *routeInput
+	met        *Metrics
+	tmet       *TenantMetrics
+	keys       *tenant.Gate
+	log        zerolog.Logger
+	hopID      string // this instance in X-Llb-Hop
+	watch      *EndpointWatch
 
 	// The rule's bounds and the options, copied for the request path.
 	maxStream       time.Duration
@@ -141,7 +149,8 @@ func (h *Handler) Stats() HandlerStats {
 	return HandlerStats{Total: h.total.Load(), Active: h.active.Load(), BytesIn: h.bytesIn.Load(), BytesOut: h.bytesOut.Load()}
 }
 
-// copyBufSize is the relay buffer size (one per streamed response).
+// copyBufSize is the relay buffer size. A stream holds one only while a
+// chunk is in flight (relayStream.WriteTo), not while it waits for the next.
 const copyBufSize = 32 << 10
 
 // shortStream: when max_stream_duration is below this, each request gets
@@ -182,6 +191,7 @@ func NewHandler(c *rule.Compiled, opts Options, deps Deps) (*Handler, error) {
 		opts:            opts,
 		router:          deps.Router,
 		pd:              dialectFor(c),
+		pdEngine:        pdEngineName(c),
 		modelsBody:      deps.ModelsBody,
 		ensure:          deps.EnsureAdapter,
 		input:           input,
@@ -217,6 +227,11 @@ func NewHandler(c *rule.Compiled, opts Options, deps Deps) (*Handler, error) {
 	}
 	if h.met == nil {
 		h.met = NewMetrics(nil, c.Key)
+	}
+	if _, dual := h.pd.(sglang); dual {
+		for i, leg := range [...]string{"decode", "prefill"} {
+			h.pairCuts[i] = h.met.counter("llb_pd_pair_cuts_total", `engine="`+h.pdEngine+`",leg="`+leg+`"`)
+		}
 	}
 	if h.tmet == nil {
 		h.tmet = NewTenantMetrics(nil, 0)

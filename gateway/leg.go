@@ -35,6 +35,7 @@ const (
 	causePrefill             // the prefill deadline passed
 	causeConnect             // no connection
 	causeReset               // the connection broke
+	causePair                // the other leg of a concurrent P/D pair failed first (pd_sglang.go)
 )
 
 // retryable reports whether a leg that failed this way, before the client
@@ -77,6 +78,10 @@ type leg struct {
 	idle       time.Duration
 	started    bool      // a body byte arrived: the idle bound applies
 	bound      failCause // which bound the last arm chose
+	// pair is set on a prefill leg running beside the answering leg
+	// (pd_sglang.go): its connection, cut and scratch buffers are the
+	// pair's, not the exchange's.
+	pair *pairLeg
 }
 
 // newLeg starts a leg with no silence bounds (see clientLeg).
@@ -182,24 +187,28 @@ func (l *leg) send(head, body []byte, dst *fasthttp.ResponseHeader) error {
 		if err != nil {
 			return err
 		}
-		if cause, ok := x.attach(c); !ok {
+		if cause, ok := l.attach(c); !ok {
 			_ = c.nc.Close()
 			return &abortError{cause: cause}
 		}
 		l.c = c
 		l.arm(now)
+		scratch, iov, iovArr := &x.scratch, &x.iov, &x.iovArr
+		if l.pair != nil {
+			scratch, iov, iovArr = &l.pair.head, &l.pair.iov, &l.pair.iovArr
+		}
 		if len(body) <= inlineBody {
 			// One write of head and body copied together costs less than
 			// a writev for small bodies. The copy goes behind the head in
-			// the exchange's scratch buffer, which keeps what it grew to.
+			// the scratch buffer, which keeps what it grew to.
 			buf := append(head, body...)
 			head = buf[:len(head)]
-			x.scratch = head
+			*scratch = head
 			_, err = c.nc.Write(buf)
 		} else {
-			x.iovArr = [2][]byte{head, body}
-			x.iov = x.iovArr[:]
-			_, err = x.iov.WriteTo(c.nc)
+			*iovArr = [2][]byte{head, body}
+			*iov = iovArr[:]
+			_, err = iov.WriteTo(c.nc)
 		}
 		if err == nil {
 			err = c.readHead(dst)
@@ -222,11 +231,37 @@ func (l *leg) end(reusable bool) {
 	if l.c == nil {
 		return
 	}
-	if l.x.detach() {
+	if l.detach() {
 		reusable = false
 	}
 	l.c.release(reusable)
 	l.c = nil
+}
+
+// attach registers c as the leg's connection, so that an abort reaches
+// it: the exchange's (the answering leg's), or the pair's.
+func (l *leg) attach(c *upConn) (failCause, bool) {
+	if l.pair != nil {
+		return l.pair.attach(c)
+	}
+	return l.x.attach(c)
+}
+
+// detach ends attach's registration; killed reports that an abort reached
+// the connection meanwhile.
+func (l *leg) detach() (killed bool) {
+	if l.pair != nil {
+		return l.pair.detach()
+	}
+	return l.x.detach()
+}
+
+// cutCause is why this leg alone was cut (causeNone: it was not).
+func (l *leg) cutCause() failCause {
+	if l.pair != nil {
+		return l.pair.cutCause()
+	}
+	return l.x.legAbortCause(false)
 }
 
 // abortError is a leg refused because its exchange was already aborted.
@@ -259,8 +294,11 @@ func (l *leg) failure(err error) (actors.Failure, failCause) {
 	case causeClient, causeCut:
 		return actors.FailClientGone, c
 	}
-	if l.x.legAbortCause(false) == causeDown {
+	switch l.cutCause() {
+	case causeDown:
 		return actors.FailTimeout, causeDown
+	case causePair:
+		return actors.FailClientGone, causePair // not this endpoint's doing
 	}
 	var ae *abortError
 	if errors.As(err, &ae) {

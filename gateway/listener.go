@@ -111,6 +111,13 @@ func NewListener(h *Handler) *Listener {
 		LazyRequestTime:              true, // the handler keeps its own clock
 		SecureErrorLogMessage:        true, // parse errors do not echo the request's bytes
 		Logger:                       fastLogger{l.log},
+		// A connection holds its read buffer only while a request is read,
+		// its write buffer only while an answer is written, its request
+		// context only while a request is served: a keep-alive connection
+		// waiting holds none of them (clientConn.readFirst reads the next
+		// request's first byte without a buffer of its own), a stream
+		// relayed for minutes only the 4 KiB write buffer.
+		ReduceMemoryUsage: true,
 	}
 	var protos http.Protocols
 	protos.SetHTTP1(true)
@@ -272,6 +279,7 @@ func (l *Listener) accept(ln net.Listener) {
 			continue
 		}
 		cc := newClientConn(c, l.base)
+		waves.opened() // closed by cc.Close
 		cc.limit = l.limit
 		h := l.h.Load()
 		cc.send = sendClock{timeout: h.sendTimeout, stalls: h.met.sendTimeouts}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/internal/logfield"
+	"github.com/llbproject/llb/rule"
 )
 
 // Request migration (issue 28): a stream survives its worker.
@@ -28,7 +29,7 @@ import (
 //     final message);
 //   - max_tokens / max_completion_tokens and min_tokens reduced by the
 //     tokens already produced (a completion without max_tokens has vLLM's
-//     default of 16);
+//     default of 16; on TensorRT-LLM it is continued without one);
 //   - the new leg's events carry the first leg's id, created and model, its
 //     role chunk is dropped, and usage counts both legs (prompt tokens of
 //     the first, completion tokens of all).
@@ -45,7 +46,8 @@ import (
 // restart) and prompt_logprobs, structured output (response_format
 // json_schema/json_object, guided_*, structured_outputs, a forced tool
 // choice), echo, token-id or several prompts, a template llb cannot extend,
-// a tool call or reasoning text being streamed, an event llb cannot read,
+// a chat on TensorRT-LLM (no continue_final_message), a tool call or
+// reasoning text being streamed, an event llb cannot read,
 // an error the engine reported in the stream, a text over maxTrackedText. A request whose answering
 // leg dies before any byte reached the client (streamed or not) is simply
 // sent again (attempt.go, outcome "resent").
@@ -138,6 +140,9 @@ type migration struct {
 	maxCompletion   int64  // max_completion_tokens (-1: absent)
 	minTokens       int64  // min_tokens (-1: absent)
 	continueFinal   bool   // continue_final_message
+	// engineDefaultMax: a completion without max_tokens is continued
+	// without one (the engine's own default, not vLLM's 16, applies).
+	engineDefaultMax bool
 	// inject: llb asked the engine for usage in every chunk that the
 	// client did not ask for; it is deleted from what the client gets.
 	inject bool
@@ -186,10 +191,15 @@ func (x *exchange) prepareMigration() {
 			m.why = refTemplate
 		}
 	}
+	trtllm := x.h.rule != nil && x.h.rule.Engine == rule.EngineTRTLLM
+	if m.why == refNone && req.Kind == KindChat && trtllm {
+		m.why = refTemplate // trtllm-serve's chat has no continue_final_message
+	}
 	if m.why != refNone {
 		return
 	}
 	m.track, m.chat, m.orig = true, req.Kind == KindChat, req.Body
+	m.engineDefaultMax = trtllm
 	m.includeUsage, m.continuousUsage = c.includeUsage, c.includeUsage && c.continuousUsage
 	m.maxTokens, m.maxCompletion, m.minTokens = c.maxTokens, c.maxCompletionTokens, c.minTokens
 	m.continueFinal = c.continueFinal
@@ -306,7 +316,7 @@ func (m *migration) continuation(req *Request) (body []byte, why migrateRefusal)
 		return strconv.AppendInt(nums[i][:0], max(v-done, floor), 10)
 	}
 	maxTokens := m.maxTokens
-	if !m.chat && maxTokens < 0 {
+	if !m.chat && maxTokens < 0 && !m.engineDefaultMax {
 		maxTokens = vllmDefaultMaxTokens
 	}
 	edit := func(key string) ([]byte, bool) {
@@ -565,7 +575,7 @@ func (x *exchange) follow(lg leg, ttfb time.Duration) attempt {
 	s.lg, s.ttfb, s.status, s.ended = lg, ttfb, status, false
 	s.decode = lg.kind == actors.LegDecode
 	s.scan, s.firstByte = false, time.Time{}
-	s.body.reset(lg.c.br, hd, false)
+	s.body.reset(lg.c, hd, false)
 	return attempt{follow: true}
 }
 

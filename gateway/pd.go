@@ -13,7 +13,9 @@ import (
 // Prefill/decode disaggregation. A P/D decision names a prefill and a
 // decode endpoint; how the two are driven is the engine's protocol, its
 // dialect. Each dialect is a small type in a file of its own
-// (pd_nixl.go: vLLM's NIXL two-leg protocol) behind pdDialect. What the
+// (pd_nixl.go: vLLM's NIXL two-leg protocol; pd_trtllm.go: TensorRT-LLM's
+// context_only / generation_only; pd_sglang.go: SGLang's concurrent dual
+// dispatch through a bootstrap room) behind pdDialect. What the
 // dialects share is here — the prefill leg whose answer llb reads whole,
 // its failure rules, the relay of its error answer — and in the attempt
 // loop and the legs: the leg that answers the client (relay.go) with its
@@ -35,8 +37,25 @@ type pdDialect interface {
 }
 
 // dialectFor returns the P/D dialect of rule c's engines: the one that
-// serves a decision naming a decode endpoint. vLLM's is the only one.
-func dialectFor(*rule.Compiled) pdDialect { return nixl{} }
+// serves a decision naming a decode endpoint.
+func dialectFor(c *rule.Compiled) pdDialect {
+	switch c.Engine {
+	case rule.EngineTRTLLM:
+		return trtllmPD{}
+	case rule.EngineSGLang:
+		return sglang{port: c.BootstrapPort}
+	}
+	return nixl{}
+}
+
+// pdEngineName is the name X-Llb-Route and the access log give rule c's
+// P/D dialect: its engine, "" for vLLM's (the default, left unnamed).
+func pdEngineName(c *rule.Compiled) string {
+	if c.Engine == rule.EngineVLLM {
+		return ""
+	}
+	return c.Engine
+}
 
 // prefillAnswer is what a prefill leg answered.
 type prefillAnswer struct {
@@ -98,15 +117,23 @@ func (x *exchange) runPrefill(lg *leg, body []byte) (pr prefillAnswer, a attempt
 // readPrefill sends the prefill leg and reads its whole (bounded) answer
 // into x.preHead (head) and x.preBody.
 func (x *exchange) readPrefill(lg *leg, body []byte) (prefillAnswer, error) {
-	var pr prefillAnswer
 	x.scratch = x.appendRequestHead(x.scratch[:0], lg, len(body))
-	if err := lg.send(x.scratch, body, &x.preHead); err != nil {
+	return x.sendPrefill(lg, x.scratch, body)
+}
+
+// sendPrefill sends the prefill leg's request (head, then body) and reads
+// its whole (bounded) answer into x.preHead and x.preBody. It touches
+// nothing else of x's but its deadline and abort state, so a pair's
+// prefill leg runs it in a goroutine of its own (pd_sglang.go).
+func (x *exchange) sendPrefill(lg *leg, head, body []byte) (prefillAnswer, error) {
+	var pr prefillAnswer
+	if err := lg.send(head, body, &x.preHead); err != nil {
 		return pr, err
 	}
 	pr.ttfb = time.Since(lg.start)
 	pr.status = x.preHead.StatusCode()
 	var br bodyReader
-	br.reset(lg.c.br, &x.preHead, false)
+	br.reset(lg.c, &x.preHead, false)
 	b := x.preBody[:0]
 	for {
 		if len(b) == cap(b) {

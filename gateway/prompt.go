@@ -148,7 +148,8 @@ func renderContent(c []byte, owned bool) (string, bool, error) {
 			return errContentShape
 		}
 		switch {
-		case typ == "text" || typ == "input_text" || typ == "refusal" || (typ == "" && text != nil):
+		// vLLM's chat_utils parses the Responses API's part types as text.
+		case typ == "text" || typ == "input_text" || typ == "output_text" || typ == "refusal" || (typ == "" && text != nil):
 			if text != nil && !isNull(text) {
 				b = append(b, unquote(text)...)
 			}

@@ -54,6 +54,11 @@ func (x *exchange) answer(lg leg, body []byte) attempt {
 	if x.following {
 		return x.follow(lg, now.Sub(lg.start))
 	}
+	if x.pair != nil {
+		if a, done := x.pairAnswered(&lg, now.Sub(lg.start)); done {
+			return a
+		}
+	}
 	x.ttfb = now.Sub(x.start)
 	return x.deliver(lg, now.Sub(lg.start))
 }
@@ -81,7 +86,7 @@ func (x *exchange) deliver(lg leg, ttfb time.Duration) attempt {
 	s.sse = isEventStream(out.ContentType())
 	x.ids.start(x, s.status)
 	stripResponseHop(out)
-	s.body.reset(lg.c.br, out, x.in.Header.IsHead())
+	s.body.reset(lg.c, out, x.in.Header.IsHead())
 	cl := out.ContentLength()
 	// uncommitted ends the leg before anything went to the client.
 	uncommitted := func(fail actors.Failure, cause failCause, err error) attempt {
@@ -96,7 +101,7 @@ func (x *exchange) deliver(lg leg, ttfb time.Duration) attempt {
 			if s.lg.first == 0 {
 				s.lg.begin() // a buffered body follows its head: the idle bound
 			}
-			if err := x.out.ReadBody(lg.c.br, cl); err != nil {
+			if err := x.out.ReadBody(lg.c.reader(), cl); err != nil {
 				fail, cause := s.lg.failure(err)
 				return uncommitted(fail, cause, err)
 			}
@@ -107,6 +112,9 @@ func (x *exchange) deliver(lg leg, ttfb time.Duration) attempt {
 		if !x.watched.commit() {
 			return uncommitted(actors.FailTimeout, causeDown, nil)
 		}
+		if !x.pairCommit() {
+			return uncommitted(actors.FailClientGone, causePair, nil)
+		}
 		x.unwatch()
 		// The whole answer is in: X-Llb-Route can carry the engine's cached
 		// tokens.
@@ -116,6 +124,9 @@ func (x *exchange) deliver(lg leg, ttfb time.Duration) attempt {
 		return attempt{}
 	}
 
+	if s.body.drained() {
+		s.body.wait() // the first token may be a prefill away: no buffer meanwhile
+	}
 	bp := h.bufs.Get().(*[]byte)
 	s.buf = bp
 	n, rerr := readSome(&s.body, *bp)
@@ -145,6 +156,9 @@ func (x *exchange) deliver(lg leg, ttfb time.Duration) attempt {
 	s.track = x.mig.track && s.sse
 	if s.track && !x.watched.stream() || !s.track && !x.watched.commit() {
 		return uncommitted(actors.FailTimeout, causeDown, nil)
+	}
+	if !x.pairCommit() {
+		return uncommitted(actors.FailClientGone, causePair, nil)
 	}
 	if !s.track {
 		x.unwatch()

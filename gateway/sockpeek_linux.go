@@ -75,3 +75,10 @@ func unsentBytes(rc syscall.RawConn) (int, bool) {
 	}
 	return int(n), true
 }
+
+// readable reports, without waiting, whether fd has something to read:
+// bytes, an end of stream or an error.
+func readable(fd uintptr) bool {
+	_, errno := peek1(fd)
+	return errno != syscall.EAGAIN && errno != syscall.EINTR
+}

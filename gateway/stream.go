@@ -136,6 +136,16 @@ func (s *relayStream) WriteTo(w io.Writer) (int64, error) {
 		}
 		s.lg.armRead()
 		off = 0
+		if carry == 0 && s.body.drained() {
+			// Nothing of the next event is here yet: wait for it holding
+			// neither the relay buffer nor the connection's read buffer.
+			// A stream spends nearly all its life here; its buffers are
+			// taken again only while a chunk is in flight.
+			s.release()
+			s.body.wait()
+			s.buf = s.x.h.bufs.Get().(*[]byte)
+			buf = *s.buf
+		}
 		var nr int
 		nr, rerr = s.body.Read(buf[carry:])
 		if nr > 0 {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -43,6 +44,13 @@ const (
 	// the response head (ErrSmallBuffer beyond it).
 	upReadBufSize = 16 << 10
 )
+
+// upReaders pools the upstream read buffers. A connection holds one only
+// while response bytes wait in it or a read is under way: not while it
+// idles in its pool, waits for a response head, or waits for a stream's
+// next event (waitReadable). Thousands of streams at a few dozen events a
+// second then share a few buffers instead of holding 16 KiB each.
+var upReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, upReadBufSize) }}
 
 // dialError marks a failure to connect: the request never reached the
 // backend, so it may be retried elsewhere (FailConnect).
@@ -86,7 +94,12 @@ func newUpstreamPool(addr string, connectTimeout time.Duration, life *lifeSigns)
 
 // upConn is one connection to an endpoint, owned by one leg at a time.
 type upConn struct {
-	nc     net.Conn
+	nc net.Conn
+	// raw waits for readability without a buffer (nil where the platform
+	// cannot peek: reads then wait with their buffer).
+	raw syscall.RawConn
+	// br is the read buffer, from upReaders; nil while none is held
+	// (reader attaches one, shed gives it back).
 	br     *bufio.Reader
 	pool   *upstreamPool
 	idleAt time.Time
@@ -151,7 +164,62 @@ func (p *upstreamPool) dial(ctx context.Context) (*upConn, error) {
 	if err != nil {
 		return nil, &dialError{err: err}
 	}
-	return &upConn{nc: nc, br: bufio.NewReaderSize(nc, upReadBufSize), pool: p}, nil
+	c := &upConn{nc: nc, pool: p}
+	if sc, ok := nc.(syscall.Conn); ok && peerWatchSupported {
+		c.raw, _ = sc.SyscallConn()
+	}
+	return c, nil
+}
+
+// reader returns the connection's read buffer, taking one from the pool
+// when none is held.
+func (c *upConn) reader() *bufio.Reader {
+	if c.br == nil {
+		c.br = upReaders.Get().(*bufio.Reader)
+		c.br.Reset(c.nc)
+	}
+	return c.br
+}
+
+// buffered returns how many response bytes were read and not yet consumed.
+func (c *upConn) buffered() int {
+	if c.br == nil {
+		return 0
+	}
+	return c.br.Buffered()
+}
+
+// shed gives the read buffer back to the pool, unless bytes wait in it.
+func (c *upConn) shed() {
+	if c.br != nil && c.br.Buffered() == 0 {
+		c.br.Reset(nil)
+		upReaders.Put(c.br)
+		c.br = nil
+	}
+}
+
+// waitReadable waits, holding no read buffer, until the connection has
+// something to read: bytes, an end, an error, or the armed deadline (which
+// the read that follows then reports). It costs no system call over a
+// blocking read: the check replaces the read that would have found
+// nothing, and the wake-up is trusted (a spurious one only makes the next
+// read wait with its buffer).
+func (c *upConn) waitReadable() {
+	if c.buffered() > 0 {
+		return
+	}
+	c.shed()
+	if c.raw == nil {
+		return
+	}
+	woke := false
+	_ = c.raw.Read(func(fd uintptr) bool {
+		if woke {
+			return true
+		}
+		woke = true
+		return readable(fd)
+	})
 }
 
 // put returns a connection whose last response was read to its end.
@@ -218,10 +286,17 @@ func (p *upstreamPool) close() {
 
 // release ends the connection's use by a leg: back to the pool when the
 // response was read to its end on a reusable connection, closed otherwise.
+// Either way its read buffer goes back to upReaders.
 func (c *upConn) release(reusable bool) {
-	if reusable && c.br.Buffered() == 0 {
+	if reusable && c.buffered() == 0 {
+		c.shed()
 		c.pool.put(c, time.Now())
 		return
+	}
+	if c.br != nil {
+		c.br.Reset(nil)
+		upReaders.Put(c.br)
+		c.br = nil
 	}
 	_ = c.nc.Close()
 }
@@ -229,8 +304,9 @@ func (c *upConn) release(reusable bool) {
 // readHead reads the response head into h, skipping interim (1xx)
 // responses other than 101.
 func (c *upConn) readHead(h *fasthttp.ResponseHeader) error {
+	c.waitReadable() // a long prefill or generation waits without a buffer
 	for range 100 {
-		if err := h.Read(c.br); err != nil {
+		if err := h.Read(c.reader()); err != nil {
 			return err
 		}
 		if sc := h.StatusCode(); sc >= 200 || sc == fasthttp.StatusSwitchingProtocols {
@@ -256,17 +332,17 @@ var errBadChunk = errors.New("gateway: malformed chunked response body")
 // handed on as soon as it arrives. Chunk extensions and trailer fields are
 // read and dropped.
 type bodyReader struct {
-	br      *bufio.Reader
+	c       *upConn
 	framing int
 	left    int64 // framingLength: bytes left; framingChunked: left in the chunk
 	inChunk bool
 	eof     bool
 }
 
-// reset prepares r for the body that follows head h on br. head tells
+// reset prepares r for the body that follows head h on c. head tells
 // whether the request was a HEAD request.
-func (r *bodyReader) reset(br *bufio.Reader, h *fasthttp.ResponseHeader, head bool) {
-	*r = bodyReader{br: br}
+func (r *bodyReader) reset(c *upConn, h *fasthttp.ResponseHeader, head bool) {
+	*r = bodyReader{c: c}
 	sc := h.StatusCode()
 	switch cl := h.ContentLength(); {
 	case head || sc < 200 || sc == 204 || sc == 304:
@@ -284,6 +360,14 @@ func (r *bodyReader) reset(br *bufio.Reader, h *fasthttp.ResponseHeader, head bo
 // the body was read to its end.
 func (r *bodyReader) reusable() bool { return r.eof && r.framing != framingClose }
 
+// drained reports whether the next Read would wait on the connection:
+// the body goes on and none of it is buffered.
+func (r *bodyReader) drained() bool { return !r.eof && r.c.buffered() == 0 }
+
+// wait waits for the body's next bytes holding no read buffer
+// (upConn.waitReadable).
+func (r *bodyReader) wait() { r.c.waitReadable() }
+
 // Read implements io.Reader.
 func (r *bodyReader) Read(p []byte) (int, error) {
 	if r.eof {
@@ -294,7 +378,7 @@ func (r *bodyReader) Read(p []byte) (int, error) {
 	}
 	switch r.framing {
 	case framingLength:
-		n, err := r.br.Read(p[:min(int64(len(p)), r.left)])
+		n, err := r.c.reader().Read(p[:min(int64(len(p)), r.left)])
 		r.left -= int64(n)
 		if r.left == 0 {
 			r.eof = true
@@ -305,7 +389,7 @@ func (r *bodyReader) Read(p []byte) (int, error) {
 		}
 		return n, err
 	case framingClose:
-		n, err := r.br.Read(p)
+		n, err := r.c.reader().Read(p)
 		if err == io.EOF {
 			r.eof = true
 		}
@@ -325,7 +409,7 @@ func (r *bodyReader) Read(p []byte) (int, error) {
 		}
 		r.left, r.inChunk = size, true
 	}
-	n, err := r.br.Read(p[:min(int64(len(p)), r.left)])
+	n, err := r.c.reader().Read(p[:min(int64(len(p)), r.left)])
 	r.left -= int64(n)
 	if r.left == 0 {
 		r.inChunk = false
@@ -341,7 +425,7 @@ func (r *bodyReader) Read(p []byte) (int, error) {
 
 // chunkSize reads a chunk-size line: hex digits, optional extensions, CRLF.
 func (r *bodyReader) chunkSize() (int64, error) {
-	line, err := r.br.ReadSlice('\n')
+	line, err := r.c.reader().ReadSlice('\n')
 	if err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
@@ -375,7 +459,7 @@ func (r *bodyReader) chunkSize() (int64, error) {
 
 // crlf reads the CRLF that ends a chunk's data.
 func (r *bodyReader) crlf() error {
-	line, err := r.br.ReadSlice('\n')
+	line, err := r.c.reader().ReadSlice('\n')
 	if err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
@@ -391,7 +475,7 @@ func (r *bodyReader) crlf() error {
 // trailer reads (and drops) trailer fields up to the empty line.
 func (r *bodyReader) trailer() error {
 	for range 100 {
-		line, err := r.br.ReadSlice('\n')
+		line, err := r.c.reader().ReadSlice('\n')
 		if err != nil {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF

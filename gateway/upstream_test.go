@@ -29,7 +29,7 @@ func readResponse(t *testing.T, raw string, head bool) (reads []string, err erro
 		t.Fatalf("head of %q: %v", raw, err)
 	}
 	var r bodyReader
-	r.reset(br, &h, head)
+	r.reset(&upConn{br: br}, &h, head)
 	buf := make([]byte, 64)
 	for range 100 {
 		n, err := r.Read(buf)

@@ -234,7 +234,7 @@ func (st *goldenState) run(t *testing.T, d *datadriven.TestData) string {
 			}
 		}
 		return fmt.Sprintf("evicted=%d\n", n)
-	case "fpark", "fnext", "fpeek", "fremove", "fvictim", "fadmit", "fdone", "fstate":
+	case "fpark", "fnext", "fpeek", "fremove", "fvictim", "foutranks", "fadmit", "fdone", "fstate":
 		return st.flowCmd(t, d)
 	case "adaptive":
 		var b strings.Builder
@@ -347,6 +347,7 @@ func (st *goldenState) request(t *testing.T, d *datadriven.TestData) Request {
 		req.Class = c
 	}
 	req.TTFTObjective = time.Duration(intArg(t, d, "objective", 0)) * time.Millisecond
+	req.OutranksParked = d.HasArg("outranks")
 	return req
 }
 
@@ -584,7 +585,9 @@ func (st *goldenState) flowCmd(t *testing.T, d *datadriven.TestData) string {
 	case "fremove":
 		return entry(q.Remove(uint64(intArg(t, d, "id", 0))))
 	case "fvictim":
-		return entry(q.Victim(class))
+		return entry(q.Victim(class, tenant))
+	case "foutranks":
+		return fmt.Sprintf("%v\n", q.Outranks(class, tenant))
 	case "fadmit":
 		q.Admitted(class, tenant, uint64(intArg(t, d, "tokens", 0)))
 		return fmt.Sprintf("counter=%d\n", q.Counter(class, tenant))

@@ -265,28 +265,77 @@ func firstAllowed(items []FlowEntry, ep int) int {
 	return -1
 }
 
-// Victim picks the parked request a request of class c displaces when
-// every queue is full: the youngest request of the lowest class below c
-// that has one, of that class's tenant with the largest counter (ties: the
-// later-parked request). It removes and returns it; ok is false when no
-// class below c has a parked request.
-func (q *FlowQueue) Victim(c Class) (FlowEntry, bool) {
+// Victim picks the parked request a request of class c and tenant
+// displaces when every queue is full: the youngest request of the lowest
+// class below c that has one, of that class's tenant with the largest
+// counter (ties: the later-parked request); with none below c, the
+// youngest request of class c of the tenant with the largest counter, when
+// that tenant outranks tenant (Outranks). It removes and returns it; ok is
+// false when there is none.
+func (q *FlowQueue) Victim(c Class, tenant string) (FlowEntry, bool) {
 	for ci := NumClasses - 1; ci > c.Index(); ci-- {
-		var worst *flowTenant
-		for _, t := range q.bands[ci].backlog {
-			if worst == nil || t.counter > worst.counter ||
-				(t.counter == worst.counter && t.items[len(t.items)-1].Seq > worst.items[len(worst.items)-1].Seq) {
-				worst = t
-			}
-		}
-		if worst != nil {
-			i := len(worst.items) - 1
-			e := worst.items[i]
-			q.take(worst, e.Class, i)
-			return e, true
+		if worst := q.worst(ci); worst != nil {
+			return q.takeYoungest(worst), true
 		}
 	}
+	if worst := q.outranked(c, tenant); worst != nil {
+		return q.takeYoungest(worst), true
+	}
 	return FlowEntry{}, false
+}
+
+// Outranks reports whether a request of class c and tenant would displace
+// a parked request of its own class (Victim): the class's backlogged
+// tenant with the most service has received more than tenant — counted as
+// tenant's counter would be were it to park now (VTC's lift) — or as much
+// and has more than one request parked beyond tenant's. The queue would
+// serve tenant's request before that tenant's youngest anyway.
+func (q *FlowQueue) Outranks(c Class, tenant string) bool {
+	return q.counts[c.Index()] > 0 && q.outranked(c, tenant) != nil
+}
+
+func (q *FlowQueue) outranked(c Class, tenant string) *flowTenant {
+	b := &q.bands[c.Index()]
+	worst := q.worst(c.Index())
+	if worst == nil || worst.name == tenant {
+		return nil
+	}
+	own, parked := uint64(0), 0
+	t := b.tenants[tenant]
+	if t != nil {
+		own, parked = t.counter, len(t.items)
+	}
+	if t == nil || !t.backlogged {
+		floor := worst.counter
+		for _, o := range b.backlog {
+			floor = min(floor, o.counter)
+		}
+		own = max(own, floor)
+	}
+	if worst.counter > own || worst.counter == own && len(worst.items) > parked+1 {
+		return worst
+	}
+	return nil
+}
+
+// worst is class index ci's backlogged tenant with the largest counter
+// (ties: the one whose youngest request parked later), or nil.
+func (q *FlowQueue) worst(ci int) *flowTenant {
+	var worst *flowTenant
+	for _, t := range q.bands[ci].backlog {
+		if worst == nil || t.counter > worst.counter ||
+			(t.counter == worst.counter && t.items[len(t.items)-1].Seq > worst.items[len(worst.items)-1].Seq) {
+			worst = t
+		}
+	}
+	return worst
+}
+
+func (q *FlowQueue) takeYoungest(t *flowTenant) FlowEntry {
+	i := len(t.items) - 1
+	e := t.items[i]
+	q.take(t, e.Class, i)
+	return e
 }
 
 // Admitted charges a request of tenant in class c that got a slot (from

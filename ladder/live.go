@@ -178,12 +178,19 @@ type Request struct {
 	KV KVInput
 	// Class is the request's priority class: admission refuses a
 	// sheddable request instead of parking it, and a request that finds
-	// every queue full displaces a parked one of a lower class.
+	// every queue full displaces a parked one of a lower class (or of its
+	// own class, see OutranksParked).
 	Class Class
 	// UnderShare is set when the request's tenant holds less than its fair
 	// share of its class's slots (FlowQueue.UnderShare): the request may
 	// use the headroom above the cap (Router.CapFor).
 	UnderShare bool
+	// OutranksParked is set when a request of its own class is parked
+	// whose tenant has received more service than the request's
+	// (FlowQueue.Outranks): when every queue is full the request displaces
+	// it rather than being shed, so a flooding tenant's backlog cannot
+	// keep a fair tenant out of the queues.
+	OutranksParked bool
 	// TTFTObjective is the time left, at the decision, for the request's
 	// first token (its TTFT objective minus the time it already spent);
 	// 0: none. The ladder prefers an endpoint predicted to meet it and

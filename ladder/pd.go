@@ -67,7 +67,9 @@ func (r *Router) decidePD(now time.Time, req *Request, snap *Snapshot) Decision 
 // nothing at all. When every eligible endpoint is capped, a sheddable
 // request is shed at once (ReasonSheddable); any other parks on the
 // shortest queue, or, when every queue is full, displaces a parked
-// request of a lower class (Decision.Displace), else is shed.
+// request of a lower class, or of its own class whose tenant has received
+// more service (RouteInput.OutranksParked; Decision.Displace), else is
+// shed.
 func (r *Router) admission(now time.Time, req *Request, snap *Snapshot, excl, drain EndpointSet, d *Decision) (capped EndpointSet, stop bool) {
 	if r.maxTotal > 0 && snap.TotalInflight >= r.maxTotal {
 		d.Admission = Refuse
@@ -105,7 +107,7 @@ func (r *Router) admission(now time.Time, req *Request, snap *Snapshot, excl, dr
 			park = i
 		}
 	}
-	if park < 0 && !snap.parkedBelow(req.Class) {
+	if park < 0 && !snap.parkedBelow(req.Class) && !req.OutranksParked {
 		d.Admission = Shed
 		d.Trace.add(TierAdmission, ReasonQueuesFull)
 		return capped, true

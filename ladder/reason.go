@@ -16,7 +16,7 @@ const (
 	ReasonQueuesFull  // ... and every parked queue is full too
 	ReasonGlobalValve // the total in-flight bound is reached
 	ReasonSheddable   // every eligible endpoint is capped and the request is sheddable: refused, not parked
-	ReasonDisplaced   // the request was parked, and a request of a higher class took its place in a full queue
+	ReasonDisplaced   // the request was parked, and a request of a higher class, or of a tenant of its class with less service, took its place in a full queue
 	// ReasonTTFTObjective: the request is sheddable and no eligible
 	// endpoint is predicted to meet its TTFT objective: refused at once.
 	ReasonTTFTObjective

@@ -62,6 +62,9 @@ type ruleDefaults struct {
 	// RouteTimeout is every service's actors.ServiceConfig.RouteTimeout
 	// (0: actors.DefaultRouteTimeout).
 	RouteTimeout time.Duration
+	// DecisionTimeout is every service's actors.ServiceConfig.DecisionTimeout
+	// (0: actors.DefaultDecisionTimeout).
+	DecisionTimeout time.Duration
 }
 
 // Config configures a DataPlane.
@@ -108,6 +111,9 @@ type Config struct {
 	// RouteTimeout bounds the wait for a routing decision while the router
 	// handles no message (--route-timeout; 0: actors.DefaultRouteTimeout).
 	RouteTimeout time.Duration
+	// DecisionTimeout bounds a decision's wait for the inventory and
+	// session replies (--decision-timeout; 0: actors.DefaultDecisionTimeout).
+	DecisionTimeout time.Duration
 	// MaxTenantLabels bounds the tenant label of the per-tenant metrics
 	// (--max-tenant-labels; 0: gateway.DefaultMaxTenantLabels).
 	MaxTenantLabels int
@@ -144,7 +150,7 @@ func New(cfg Config) (*DataPlane, error) {
 		rt:       rt,
 		sys:      sys,
 		log:      cfg.Log.With().Str(logfield.Component, "lifecycle").Logger(),
-		defaults: ruleDefaults{Env: cfg.Env, Rule: cfg.Defaults, RouteTimeout: cfg.RouteTimeout},
+		defaults: ruleDefaults{Env: cfg.Env, Rule: cfg.Defaults, RouteTimeout: cfg.RouteTimeout, DecisionTimeout: cfg.DecisionTimeout},
 		dataBind: cfg.DataBind,
 		unserved: make(map[rule.RuleKey]string),
 		served:   make(map[string]struct{}),
@@ -219,6 +225,9 @@ func (d *DataPlane) Apply(ctx context.Context, r rule.Rule) error {
 	sc := actors.NewServiceConfig(rc, d.defaults.Env)
 	if d.defaults.RouteTimeout > 0 {
 		sc.RouteTimeout = d.defaults.RouteTimeout
+	}
+	if d.defaults.DecisionTimeout > 0 {
+		sc.DecisionTimeout = d.defaults.DecisionTimeout
 	}
 	if d.member != nil {
 		port := newClusterPort(d.member, rc)

@@ -131,6 +131,7 @@ func Compile(r *Rule, d Defaults) (*Compiled, error) {
 			Admission:           admissionSpec(&eff.Admission),
 			PersistTTL:          DefaultPersistTTL,
 		},
+		Engine: eff.KV.Engine,
 		KV: KVContract{
 			Algo:         eff.KV.HashAlgo,
 			BlockSize:    eff.KV.BlockSize,
@@ -174,7 +175,13 @@ func Compile(r *Rule, d Defaults) (*Compiled, error) {
 	case d.MigrationLimit != nil:
 		c.MigrationLimit = *d.MigrationLimit
 	}
-	c.APIKeys, c.EnginePriority = sa.SSEMode, sa.PriorityScheduling
+	// The priority field set is vLLM's (an integer, lower first).
+	// TensorRT-LLM's is another field (a float in [0, 1], in recent
+	// versions only): vLLM's integer would be refused; SGLang orders its
+	// priorities by its own flag and llama.cpp has none. So only a vLLM
+	// rule gets it.
+	c.APIKeys, c.EnginePriority = sa.SSEMode, sa.PriorityScheduling && eff.KV.Engine == EngineVLLM
+	c.BootstrapPort = eff.PD.BootstrapPort
 	if !sa.SSEMode { // sse_mode suppresses timeoutMemberData
 		c.Timeouts.Data = time.Duration(sa.TimeoutMemberData) * time.Millisecond
 	}

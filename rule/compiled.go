@@ -31,6 +31,9 @@ type Compiled struct {
 	// Spec is the ladder's view of the rule: selector, P/D, tiers,
 	// admission.
 	Spec ladder.ServiceSpec
+	// Engine is kvEngineType (vllm when absent): how the engines are
+	// spoken to, their P/D dialect first.
+	Engine string
 	// KV is the Tier-1.5 hash contract (meaningful when Spec.KVExactMode
 	// is on).
 	KV KVContract
@@ -58,6 +61,10 @@ type Compiled struct {
 	// EnginePriority is priority_scheduling: the gateway sets the body's
 	// "priority" from the request's class.
 	EnginePriority bool
+	// BootstrapPort is SGLang's disaggregation bootstrap port
+	// (pdBootstrapPort, 0 → DefaultPDBootstrapPort): the bootstrap_port
+	// the SGLang P/D dialect names with each prefill endpoint's address.
+	BootstrapPort uint16
 }
 
 // Route is the part of a rule's key that picks, among the rules on one

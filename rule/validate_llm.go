@@ -243,10 +243,6 @@ func checkKV(c *Checker, sa *ServiceArguments) {
 	if sa.PDBootstrapPort != 0 && !(pd && engine == EngineSGLang) {
 		c.Semantic(SAField("pdBootstrapPort"), "pd-bootstrap-port requires pd_disagg_mode=true and kv-engine-type sglang")
 	}
-	if (engine == EngineSGLang || engine == EngineTRTLLM) && pd {
-		c.Semantic(SAField("kvEngineType"), "kv-engine-type %q with pd_disagg_mode is valid in LoxiLB but not served by llb yet: "+
-			"its P/D path speaks vLLM's NIXL protocol only (%s Tier 1.5 on a single pool, kvExactMode 3, is served)", engine, engine)
-	}
 	if engine == EngineTRTLLM && sa.KVReplayPort != 0 {
 		c.Semantic(SAField("kvReplayPort"), "kvReplayPort is not used by trtllm (its events are drained over HTTP); omit it")
 	}

@@ -529,12 +529,16 @@ func TestValidate_Rules(t *testing.T) {
 		},
 			wantStatus: bad, wantCode: 400, wantField: "serviceArguments.pdBootstrapPort",
 			wantMsg: "pd-bootstrap-port requires pd_disagg_mode=true and kv-engine-type sglang"},
-		{name: "sglang p/d not served yet", give: func(t testing.TB) ruletest.Entry {
-			return ruletest.PDEntry(t).Set("serviceArguments.kvEngineType", "sglang").Del("serviceArguments.kvHashAlgo").Set("serviceArguments.pdBootstrapPort", 8998)
-		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.kvEngineType", wantMsg: "not served by llb yet"},
-		{name: "trtllm p/d not served yet", give: func(t testing.TB) ruletest.Entry {
+		{name: "sglang p/d with its bootstrap port accepted", give: func(t testing.TB) ruletest.Entry {
+			return ruletest.PDEntry(t).Set("serviceArguments.kvEngineType", "sglang").Del("serviceArguments.kvHashAlgo").Set("serviceArguments.pdBootstrapPort", 9100)
+		}, wantStatus: ok},
+		{name: "sglang p/d with kv-exact on the prefill side accepted", give: func(t testing.TB) ruletest.Entry {
+			return ruletest.PDEntry(t).Set("serviceArguments.kvEngineType", "sglang").Set("serviceArguments.kvHashAlgo", "sha256_sglang").
+				Set("serviceArguments.kvExactMode", 1).Set("serviceArguments.kvDpRankCount", 2)
+		}, wantStatus: ok},
+		{name: "trtllm p/d accepted", give: func(t testing.TB) ruletest.Entry {
 			return ruletest.PDEntry(t).Set("serviceArguments.kvEngineType", "trtllm").Del("serviceArguments.kvHashAlgo").Del("serviceArguments.kvZmqPort")
-		}, wantStatus: bad, wantCode: 400, wantField: "serviceArguments.kvEngineType", wantMsg: "not served by llb yet"},
+		}, wantStatus: ok},
 		{name: "sglang kv-exact single pool accepted", give: func(t testing.TB) ruletest.Entry {
 			return ruletest.SingleEntry(t).Set("serviceArguments.kvEngineType", "sglang").Set("serviceArguments.kvExactMode", 3).
 				Set("serviceArguments.kvDpRankCount", 3).Set("serviceArguments.kvZmqPort", 5561)

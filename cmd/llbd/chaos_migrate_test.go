@@ -51,7 +51,13 @@ type migStream struct {
 	status            int
 	firstAddr         string // the endpoint that answered first (X-Llb-Route)
 	usage             map[string]any
+	ended             time.Time // when the client read the end of the body
 }
+
+// deathGrace is how long after a worker's death bytes it had already sent
+// may still reach a client: a stream that ended within it finished on that
+// worker before the death could touch it.
+const deathGrace = time.Second
 
 // migrationRequest builds stream i's body: chat and completions
 // alternate; an unsupported one asks for echo or a JSON schema.
@@ -156,6 +162,7 @@ func readMigStream(c *http.Client, base, path string, body map[string]any, addrR
 	if s.err == nil {
 		s.err = sc.Err()
 	}
+	s.ended = time.Now()
 	return s
 }
 
@@ -234,7 +241,11 @@ func runMigrationChaos(t *testing.T, f *pdFleet, load migrationLoad, kill, stop 
 	var moved, cut, unsupportedOnDead int
 	for i, s := range streams {
 		path, _ := migrationRequest(i, load.maxTokens, s.unsupported)
-		onDead := dead[s.firstAddr]
+		// A stream that ended whole within deathGrace of the kill and the
+		// freeze had its answer before they touched it (a loaded machine
+		// can take that long to get every stream under way).
+		finishedBefore := s.err == nil && s.done == 1 && s.ended.Before(frozenAt.Add(deathGrace))
+		onDead := dead[s.firstAddr] && !finishedBefore
 		if s.unsupported {
 			if !onDead {
 				continue
@@ -280,18 +291,23 @@ func runMigrationChaos(t *testing.T, f *pdFleet, load migrationLoad, kill, stop 
 	}
 }
 
+// migrationTimeScale slows the workers (a token every 60 ms) so that every
+// stream is still under way when the last one starts, even on a loaded
+// machine where starting them all takes more than a second.
+const migrationTimeScale = 5
+
 // migrationEnv bounds a silent stream at 10 s (the probe excludes a frozen
 // worker within about 3 s first).
 var migrationEnv = []string{"LLB_PD_IDLE_TIMEOUT_SEC=10", "LOXILB_KV_COLDSTART_SEED_N=0"}
 
 func TestChaos_StreamsSurviveAKilledAndAFrozenWorker(t *testing.T) {
-	f := startPDFleet(t, fleetSpec{single: 4, timeScale: 1, env: migrationEnv,
+	f := startPDFleet(t, fleetSpec{single: 4, timeScale: migrationTimeScale, env: migrationEnv,
 		rule: map[string]any{"max_stream_duration_sec": 120}})
 	runMigrationChaos(t, f, migrationLoad{streams: soak(24, 200), unsupported: soak(8, 24), maxTokens: soak(48, 96)}, 0, 1, prefillAddrRE)
 }
 
 func TestChaos_PDStreamsSurviveAKilledAndAFrozenDecode(t *testing.T) {
-	f := startPDFleet(t, fleetSpec{prefill: 2, decode: 3, timeScale: 1, env: migrationEnv,
+	f := startPDFleet(t, fleetSpec{prefill: 2, decode: 3, timeScale: migrationTimeScale, env: migrationEnv,
 		rule: map[string]any{"max_stream_duration_sec": 120}})
 	runMigrationChaos(t, f, migrationLoad{streams: soak(24, 200), unsupported: soak(8, 24), maxTokens: soak(48, 96)}, 2, 3, decodeAddrRE)
 }

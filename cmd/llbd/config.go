@@ -85,10 +85,15 @@ type config struct {
 	// gateway.DefaultClientSendTimeout, 60 s; 0 turns it off).
 	ClientSendTimeout time.Duration
 	// RouteTimeout is how long a request waits for its routing decision
-	// while the router handles no message at all (a stuck router); a
-	// router that is slow but moving is waited for (default
+	// while the router is stuck (inside one message, or silent after
+	// taking the request); a router that is slow but moving is waited for,
+	// one that does not run at all up to 10 times as long (default
 	// actors.DefaultRouteTimeout, 2 s; at least 10 ms).
 	RouteTimeout time.Duration
+	// DecisionTimeout is how long a routing decision waits for the
+	// inventory and session replies it fans out; a late reply counts as a
+	// miss (default actors.DefaultDecisionTimeout, 5 ms; 1 ms to 1 s).
+	DecisionTimeout time.Duration
 	// MaxTenantLabels bounds the tenant label of the per-tenant metrics:
 	// the first this many tenants get their own value, later ones count
 	// as "_other" (default gateway.DefaultMaxTenantLabels, 64).
@@ -186,7 +191,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		{"body-buffer-bytes", "LLB_BODY_BUFFER_BYTES", "most request-body bytes the data plane holds at once, across every rule; a request over it gets 503 body_buffer_full (0: no bound but each rule's body limit)"},
 		{"max-conns", "LLB_MAX_CONNS", "most data-plane client connections open at once, across every rule; one over it gets 503 too_many_connections and is closed (0: no bound; default derived from the open-file limit)"},
 		{"client-send-timeout", "LLB_CLIENT_SEND_TIMEOUT", "close a data-plane client connection (reset an h2c stream) that accepts no byte of its answer for this long, ending its upstream leg (0: no bound but max_stream_duration)"},
-		{"route-timeout", "LLB_ROUTE_TIMEOUT", "answer 503 service_unavailable when the router handled no message for this long while a request waited for its decision (a slow but moving router is waited for)"},
+		{"decision-timeout", "LLB_DECISION_TIMEOUT", "how long a routing decision waits for the inventory and session replies it asks for; a late reply counts as a miss (overlap 0, no session pin, llb_router_fanout_missed_total)"},
+		{"route-timeout", "LLB_ROUTE_TIMEOUT", "answer 503 service_unavailable when the router was stuck this long (inside one message, or silent after taking the request) while a request waited for its decision (a slow but moving router is waited for, one that does not run at all up to 10 times this long)"},
 		{"max-tenant-labels", "LLB_MAX_TENANT_LABELS", "most tenants that get their own tenant label in the llb_tenant_* metrics; later ones count as _other"},
 		{"tokenizer-dir", "LLB_TOKENIZER_DIR", "Hugging Face tokenizer directory (or a root of them named by served model) for Tier 1.5 to tokenize in process; empty: the engines' /tokenize"},
 	}
@@ -218,6 +224,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&cfg.MaxConns, "max-conns", gateway.DefaultMaxConns(), usage("max-conns"))
 	fs.DurationVar(&cfg.ClientSendTimeout, "client-send-timeout", gateway.DefaultClientSendTimeout, usage("client-send-timeout"))
 	fs.DurationVar(&cfg.RouteTimeout, "route-timeout", actors.DefaultRouteTimeout, usage("route-timeout"))
+	fs.DurationVar(&cfg.DecisionTimeout, "decision-timeout", actors.DefaultDecisionTimeout, usage("decision-timeout"))
 	fs.IntVar(&cfg.MaxTenantLabels, "max-tenant-labels", gateway.DefaultMaxTenantLabels, usage("max-tenant-labels"))
 	var etcdEndpoints, dataBind string
 	fs.StringVar(&cfg.Cluster.Name, "cluster-name", "", usage("cluster-name"))
@@ -315,6 +322,9 @@ func (c *config) validate() []error {
 	}
 	if c.RouteTimeout < 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("--route-timeout %s: want at least 10ms", c.RouteTimeout))
+	}
+	if c.DecisionTimeout < time.Millisecond || c.DecisionTimeout > time.Second {
+		errs = append(errs, fmt.Errorf("--decision-timeout %s: want 1ms to 1s", c.DecisionTimeout))
 	}
 	if c.MaxTenantLabels < 1 || c.MaxTenantLabels > 10000 {
 		errs = append(errs, fmt.Errorf("--max-tenant-labels %d: want 1 to 10000", c.MaxTenantLabels))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/gateway"
 )
 
@@ -57,6 +58,8 @@ func TestParseConfig_FlagsWinOverEnvWhichWinsOverDefaults(t *testing.T) {
 			}},
 		{"data-plane bounds off", []string{"--body-buffer-bytes", "0", "--max-conns", "0", "--client-send-timeout", "0"}, nil,
 			func(c config) bool { return c.BodyBufferBytes == 0 && c.MaxConns == 0 && c.ClientSendTimeout == 0 }},
+		{"decision deadline by default", nil, nil, func(c config) bool { return c.DecisionTimeout == actors.DefaultDecisionTimeout }},
+		{"decision deadline from env", nil, []string{"LLB_DECISION_TIMEOUT", "250ms"}, func(c config) bool { return c.DecisionTimeout == 250*time.Millisecond }},
 		{"a budget of exactly the body limit", []string{"--body-buffer-bytes", "16777216"}, nil,
 			func(c config) bool { return c.BodyBufferBytes == gateway.DefaultBodyLimit }},
 	}
@@ -98,6 +101,8 @@ func TestRun_BadConfigurationExits2NamingEveryProblem(t *testing.T) {
 			[]string{"--body-buffer-bytes 1048576: below the largest rule body limit (16777216 bytes)", "want 0 (no bound) or at least 16777216"}},
 		{"negative data-plane bounds", nil, []string{"LLB_BODY_BUFFER_BYTES", "-1", "LLB_MAX_CONNS", "-5", "LLB_CLIENT_SEND_TIMEOUT", "-1s"},
 			[]string{"--body-buffer-bytes -1", "--max-conns -5: want 0 (no bound) or a positive number", "--client-send-timeout -1s: want 0 (no bound) or at least 1s"}},
+		{"decision deadlines out of range", []string{"--decision-timeout", "500us"}, nil, []string{"--decision-timeout 500µs: want 1ms to 1s"}},
+		{"a decision deadline over a second", nil, []string{"LLB_DECISION_TIMEOUT", "2s"}, []string{"--decision-timeout 2s: want 1ms to 1s"}},
 		{"a send bound under a second", []string{"--client-send-timeout", "100ms"}, nil, []string{"--client-send-timeout 100ms: want 0 (no bound) or at least 1s"}},
 		{"a bound that is not a number", []string{"--max-conns", "many"}, nil, []string{`invalid value "many" for flag -max-conns`}},
 		{"tls halves", []string{"--tls-cert", notDir}, nil, []string{"--tls-cert and --tls-key go together"}},

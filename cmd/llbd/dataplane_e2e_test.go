@@ -281,8 +281,11 @@ func burstOnTheOwner(t *testing.T, mode string, port int, wantFlag string, wantS
 		_ = f.Stop(ctx)
 	})
 	// Spill relief is off by default for P/D; with one endpoint holding the
-	// prefix, the law can only spill through relief.
-	d := startDataPlane(t, "LOXILB_KV_COLDSTART_SEED_N=0", "LOXILB_KV_SPILL_RELIEF=on", "LOXILB_KV_LB_MODE="+mode)
+	// prefix, the law can only spill through relief. The law must see the
+	// owner's overlap on every request of the burst: on a loaded machine an
+	// inventory reply can miss the 5 ms default deadline, count as overlap
+	// 0 and send the prefix to a second worker by round robin.
+	d := startDataPlane(t, "LOXILB_KV_COLDSTART_SEED_N=0", "LOXILB_KV_SPILL_RELIEF=on", "LOXILB_KV_LB_MODE="+mode, "LLB_DECISION_TIMEOUT=1s")
 	d.post(ruleJSON(t, f, "127.0.0.1", port, map[string]any{"kvExactMode": 1, "kvWarmupSec": 1}))
 	d.waitActive(port)
 	time.Sleep(1100 * time.Millisecond) // kvWarmupSec: 1
@@ -292,9 +295,10 @@ func burstOnTheOwner(t *testing.T, mode string, port int, wantFlag string, wantS
 	body := func(i int) string {
 		return fmt.Sprintf(`{"model":"sim-model","prompt":%q,"max_tokens":2}`, long+strconv.Itoa(i))
 	}
-	owner := routesToOwnerByTierOneFive(t, vip, body)
+	owner := routesToOwnerByTierOneFive(t, d, vip, body)
 	var mu sync.Mutex
 	flagged, spills, onOwner := 0, 0, 0
+	var routes []string
 	var wg sync.WaitGroup
 	for i := 0; i < 10; i++ {
 		wg.Add(1)
@@ -312,6 +316,7 @@ func burstOnTheOwner(t *testing.T, mode string, port int, wantFlag string, wantS
 			route := res.Header.Get("X-Llb-Route")
 			_, ep, _ := routeOf(t, res.Header)
 			mu.Lock()
+			routes = append(routes, route)
 			if strings.Contains(route, wantFlag) {
 				flagged++
 			}
@@ -326,7 +331,8 @@ func burstOnTheOwner(t *testing.T, mode string, port int, wantFlag string, wantS
 	}
 	wg.Wait()
 	if onOwner == 0 || flagged == 0 || (spills > 0) != wantSpills {
-		t.Fatalf("burst under %s: %d flagged %q, %d spills, %d on the owner; want the flag, spills %v, and the owner serving", mode, flagged, wantFlag, spills, onOwner, wantSpills)
+		t.Fatalf("burst under %s: %d flagged %q, %d spills, %d on the owner %d; want the flag, spills %v, and the owner serving; routes:\n%s",
+			mode, flagged, wantFlag, spills, onOwner, owner, wantSpills, strings.Join(routes, "\n"))
 	}
 }
 
@@ -355,43 +361,51 @@ func TestE2E_TierOneFiveMatchesLoRABlocks(t *testing.T) {
 	}
 	// The engine hashed the blocks with lora_name "sql-lora"; llb learns the
 	// adapter from /v1/models and hashes the prompt the same way.
-	routesToOwnerByTierOneFive(t, vip, body)
+	routesToOwnerByTierOneFive(t, d, vip, body)
 }
 
 // routesToOwnerByTierOneFive sends body(0), whose worker becomes the owner
-// of the prompt's blocks, then body(1) (same prefix) until its KV events
-// have reached llb through ZMQ and Tier 1.5 routes it to the owner. It
-// returns the owner's endpoint index.
-func routesToOwnerByTierOneFive(t *testing.T, vip string, body func(int) string) int {
+// of the prompt's blocks (or, when Tier 1.5 routed it, holds them already),
+// waits until llb's mirror of the owner has taken in their KV events, then
+// sends body(1) (same prefix), which Tier 1.5 must route to the owner. It
+// returns the owner's endpoint index. (A follow-up sent before the events
+// arrive is routed by another tier, and the worker it reaches computes the
+// prefix too: the owner is no longer the only one.)
+func routesToOwnerByTierOneFive(t *testing.T, d *daemon, vip string, body func(int) string) int {
 	t.Helper()
-	return routesToOwnerByTierOneFiveAt(t, vip, "/v1/completions", body)
+	owner, _ := routesToOwnerByTierOneFiveAt(t, d, vip, "/v1/completions", body)
+	return owner
 }
 
 // routesToOwnerByTierOneFiveAt is routesToOwnerByTierOneFive for any
-// OpenAI path (/v1/completions, /v1/chat/completions).
-func routesToOwnerByTierOneFiveAt(t *testing.T, vip, path string, body func(int) string) int {
+// OpenAI path (/v1/completions, /v1/chat/completions); it also returns the
+// follow-up's X-Llb-Route.
+func routesToOwnerByTierOneFiveAt(t *testing.T, d *daemon, vip, path string, body func(int) string) (int, string) {
 	t.Helper()
+	key := "tcp:" + strings.TrimPrefix(vip, "http://")
+	before := d.mirroredBlocks(key)
 	res, b := post(t, vip+path, body(0))
 	if res.StatusCode != 200 {
 		t.Fatalf("first: %d %s", res.StatusCode, b)
 	}
 	_, owner, _ := routeOf(t, res.Header)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		res, b := post(t, vip+path, body(1))
-		if res.StatusCode != 200 {
-			t.Fatalf("follow-up: %d %s", res.StatusCode, b)
-		}
-		tier, ep, _ := routeOf(t, res.Header)
-		if tier == "1.5" {
-			if ep != owner {
-				t.Fatalf("tier 1.5 picked %d; want the owner %d (%s)", ep, owner, res.Header.Get("X-Llb-Route"))
-			}
-			return owner
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never routed by tier 1.5; last route %q", res.Header.Get("X-Llb-Route"))
-		}
-		time.Sleep(20 * time.Millisecond)
+	if owner < 0 || owner >= len(before) {
+		t.Fatalf("first went to endpoint %d of %d (%s)", owner, len(before), res.Header.Get("X-Llb-Route"))
 	}
+	// A first request that Tier 1.5 sent to the blocks it holds stores
+	// none; any other stores the prompt's full blocks.
+	hit := overlapHit(res.Header)
+	eventually(t, fmt.Sprintf("llb mirrors endpoint %d's new blocks", owner), func() (bool, string) {
+		n := d.inventory(key, owner).Total
+		return hit || n > before[owner], fmt.Sprintf("%d blocks, %d before the first request", n, before[owner])
+	})
+	res, b = post(t, vip+path, body(1))
+	if res.StatusCode != 200 {
+		t.Fatalf("follow-up: %d %s", res.StatusCode, b)
+	}
+	route := res.Header.Get("X-Llb-Route")
+	if tier, ep, _ := routeOf(t, res.Header); tier != "1.5" || ep != owner {
+		t.Fatalf("follow-up: tier %s to %d; want Tier 1.5 to the owner %d (%s)", tier, ep, owner, route)
+	}
+	return owner, route
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -64,34 +65,16 @@ func tokenPrompt(base, n, i int) string {
 
 var kvTruthRE = regexp.MustCompile(`kv_predicted=(\d+) kv_cached=(\d+)`)
 
-// tierOneFiveHit sends body(0), then body(1) (same prefix) until Tier 1.5
-// routes it, and checks that the engine it picked reported as cached what
-// llb predicted from its mirror (the blocks were really there). It returns
-// the endpoint.
-func tierOneFiveHit(t *testing.T, vip string, body func(int) string) int {
+// tierOneFiveHit is routesToOwnerByTierOneFive that also checks that the
+// owner reported as cached what llb predicted from its mirror (the blocks
+// were really there). It returns the owner.
+func tierOneFiveHit(t *testing.T, d *daemon, vip string, body func(int) string) int {
 	t.Helper()
-	if res, b := complete(t, vip, body(0)); res.StatusCode != 200 {
-		t.Fatalf("first: %d %s", res.StatusCode, b)
+	owner, route := routesToOwnerByTierOneFiveAt(t, d, vip, "/v1/completions", body)
+	if m := kvTruthRE.FindStringSubmatch(route); m == nil || m[1] != m[2] || m[1] == "0" {
+		t.Fatalf("tier 1.5 to %d: %q; want the engine's cached tokens equal to llb's prediction", owner, route)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		res, b := complete(t, vip, body(1))
-		if res.StatusCode != 200 {
-			t.Fatalf("follow-up: %d %s", res.StatusCode, b)
-		}
-		tier, ep, _ := routeOf(t, res.Header)
-		if tier == "1.5" {
-			m := kvTruthRE.FindStringSubmatch(res.Header.Get("X-Llb-Route"))
-			if m == nil || m[1] != m[2] || m[1] == "0" {
-				t.Fatalf("tier 1.5 to %d: %q; want the engine's cached tokens equal to llb's prediction", ep, res.Header.Get("X-Llb-Route"))
-			}
-			return ep
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never routed by tier 1.5; last route %q", res.Header.Get("X-Llb-Route"))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return owner
 }
 
 // overlapHit reports a Tier-1.5 decision made on a mirrored overlap, not a
@@ -107,6 +90,26 @@ func (d *daemon) inventory(service string, ep int) restapi.InventoryView {
 	var v restapi.InventoryView
 	d.getJSON(inventoryPath(service, ep), &v)
 	return v
+}
+
+// mirroredBlocks is the size of llb's mirror of each endpoint of rule key.
+func (d *daemon) mirroredBlocks(key string) []int {
+	d.t.Helper()
+	var n []int
+	for ep := 0; ; ep++ {
+		code, body := d.do(http.MethodGet, inventoryPath(key, ep, "limit", "1"), "")
+		if code != http.StatusOK {
+			if ep == 0 {
+				d.t.Fatalf("inventory of %s: %d %s", key, code, body)
+			}
+			return n
+		}
+		var v restapi.InventoryView
+		if err := json.Unmarshal([]byte(body), &v); err != nil {
+			d.t.Fatalf("inventory of %s endpoint %d: %v: %s", key, ep, err, body)
+		}
+		n = append(n, v.Total)
+	}
 }
 
 // feedsConnected waits until every rank feed of the rule's endpoints is
@@ -161,7 +164,7 @@ func TestE2E_SGLangTierOneFiveFollowsItsPageEvents(t *testing.T) {
 	f := engineFleet(t, worker.DialectSGLang, fleet.Config{Single: 2, BaseIP: "127.0.0.70"}, 16)
 	d := startDataPlane(t, "LOXILB_KV_COLDSTART_SEED_N=0")
 	key, vip := d.servePool(f, 1, nil)
-	owner := tierOneFiveHit(t, vip, func(i int) string { return textPrompt("an sglang page-hash preamble", i) })
+	owner := tierOneFiveHit(t, d, vip, func(i int) string { return textPrompt("an sglang page-hash preamble", i) })
 	v := d.inventory(key, owner)
 	if v.HashAlgo != "sha256_sglang" || v.Total == 0 {
 		t.Fatalf("inventory hash_algo %q total %d; want sha256_sglang and the owner's pages", v.HashAlgo, v.Total)
@@ -212,7 +215,7 @@ func TestE2E_TRTLLMDrainSurvivesASecondConsumer(t *testing.T) {
 	f := engineFleet(t, worker.DialectTRTLLM, fleet.Config{Single: 2, BaseIP: "127.0.0.76"}, 32)
 	d := startDataPlane(t, "LOXILB_KV_COLDSTART_SEED_N=0")
 	key, vip := d.servePool(f, 1, nil)
-	owner := tierOneFiveHit(t, vip, func(i int) string { return tokenPrompt(1000, 96, i) })
+	owner := tierOneFiveHit(t, d, vip, func(i int) string { return tokenPrompt(1000, 96, i) })
 	if v := d.inventory(key, owner); v.LLB.Ranks[0].Feed.Gaps != 0 || v.Total == 0 {
 		t.Fatalf("before the thief: gaps %d, total %d", v.LLB.Ranks[0].Feed.Gaps, v.Total)
 	}
@@ -257,7 +260,7 @@ func TestE2E_TRTLLMDrainSurvivesASecondConsumer(t *testing.T) {
 		return gaps > 0, fmt.Sprintf("gaps %d after %d stolen drains", gaps, stolen.Load())
 	})
 	// Hits recover for prompts stored after the thief stopped.
-	tierOneFiveHit(t, vip, func(i int) string { return tokenPrompt(20000, 96, i) })
+	tierOneFiveHit(t, d, vip, func(i int) string { return tokenPrompt(20000, 96, i) })
 	t.Logf("%d drains stolen, %d gaps detected; Tier 1.5 hits again afterwards", stolen.Load(), gaps)
 }
 
@@ -282,7 +285,7 @@ func TestE2E_OneDaemonServesVLLMSGLangAndTRTLLMRules(t *testing.T) {
 	}
 	owners := map[string]int{}
 	for _, s := range svcs {
-		owners[s.name] = tierOneFiveHit(t, s.vip, s.body)
+		owners[s.name] = tierOneFiveHit(t, d, s.vip, s.body)
 	}
 	// Isolated inventories: each rule mirrors its own engines only, with
 	// its own contract.

@@ -8,6 +8,8 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -138,18 +140,18 @@ func TestE2E_EveryRouteVLLMServesThroughLLBD(t *testing.T) {
 }
 
 func TestE2E_ResponsesAndMessagesAreRoutedByTierOneFive(t *testing.T) {
-	startRouteFleet(t, 2, "127.0.26.12", "127.0.26.11", 2026)
+	_, d := startRouteFleet(t, 2, "127.0.26.12", "127.0.26.11", 2026)
 	const vip = "http://127.0.26.11:2026"
 	long := strings.Repeat("you answer questions about the orders table in precise SQL ", 30)
 	// The engine renders a Responses request's instructions and input with
 	// the chat template; llb renders the same messages and tokenizes them
 	// through the engines' /tokenize: the follow-up is a Tier-1.5 hit on the
 	// endpoint that holds the blocks.
-	routesToOwnerByTierOneFiveAt(t, vip, "/v1/responses", func(i int) string {
+	routesToOwnerByTierOneFiveAt(t, d, vip, "/v1/responses", func(i int) string {
 		b, _ := json.Marshal(map[string]any{"model": "sim-model", "instructions": long, "input": fmt.Sprintf("question %d", i), "max_output_tokens": 2})
 		return string(b)
 	})
-	routesToOwnerByTierOneFiveAt(t, vip, "/v1/messages", func(i int) string {
+	routesToOwnerByTierOneFiveAt(t, d, vip, "/v1/messages", func(i int) string {
 		b, _ := json.Marshal(map[string]any{"model": "sim-model", "system": "anthropic " + long, "max_tokens": 2,
 			"messages": []any{map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": fmt.Sprintf("question %d", i)}}}}})
 		return string(b)
@@ -192,4 +194,94 @@ func TestE2E_AResponsesChainStaysOnTheWorkerThatStoresIt(t *testing.T) {
 	if _, ep, _ := routeOf(t, res.Header); res.StatusCode != 200 || ep != holder {
 		t.Errorf("GET /v1/responses/{id}: %d on %d; want 200 from the holder %d", res.StatusCode, ep, holder)
 	}
+}
+
+// kvPredictedRE reads X-Llb-Route's kv_predicted (tokens).
+var kvPredictedRE = regexp.MustCompile(`kv_predicted=(\d+)`)
+
+// TestE2E_ToolCallHistoriesArePredictedAsTheEngineRendersThem sends a
+// Responses and an Anthropic Messages request whose history holds tool
+// calls and their results — the items vLLM converts to assistant tool_calls
+// and tool messages before rendering the chat template — twice. The second
+// time the engine holds every full block of the prompt it rendered; llb's
+// prediction of the cached prefix covers all of them only if llb rendered
+// and tokenized the same prompt.
+func TestE2E_ToolCallHistoriesArePredictedAsTheEngineRendersThem(t *testing.T) {
+	startRouteFleet(t, 2, "127.0.26.52", "127.0.26.51", 2026)
+	const vip = "http://127.0.26.51:2026"
+	long := strings.Repeat("the orders table holds one row per order with its customer and date ", 12)
+	tests := []struct {
+		name, path, body string
+		input            func(map[string]any) int
+	}{
+		{"responses", "/v1/responses", mustJSONString(map[string]any{"model": "sim-model", "instructions": long, "max_output_tokens": 2, "store": false,
+			"input": []any{
+				map[string]any{"role": "user", "content": "How many orders did Ada place?"},
+				map[string]any{"type": "function_call", "call_id": "call_1", "name": "sql", "arguments": `{"q":"select count(*) from orders where customer='Ada'"}`},
+				map[string]any{"type": "function_call_output", "call_id": "call_1", "output": "42"},
+				map[string]any{"type": "message", "role": "assistant", "content": []any{map[string]any{"type": "output_text", "text": "Ada placed 42 orders."}}},
+				map[string]any{"role": "user", "content": []any{map[string]any{"type": "input_text", "text": "And Grace?"}}},
+			}}),
+			func(v map[string]any) int { return int(v["usage"].(map[string]any)["input_tokens"].(float64)) }},
+		{"messages", "/v1/messages", mustJSONString(map[string]any{"model": "sim-model", "system": long, "max_tokens": 2,
+			"messages": []any{
+				map[string]any{"role": "user", "content": "How many orders did Ada place?"},
+				map[string]any{"role": "assistant", "content": []any{
+					map[string]any{"type": "text", "text": "Let me look."},
+					map[string]any{"type": "tool_use", "id": "toolu_1", "name": "sql", "input": map[string]any{"q": "select count(*) from orders where customer='Ada'"}},
+				}},
+				map[string]any{"role": "user", "content": []any{
+					map[string]any{"type": "tool_result", "tool_use_id": "toolu_1", "content": "42"},
+					map[string]any{"type": "text", "text": "And Grace?"},
+				}},
+			}}),
+			func(v map[string]any) int { return int(v["usage"].(map[string]any)["input_tokens"].(float64)) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, b := post(t, vip+tt.path, tt.body)
+			if res.StatusCode != 200 {
+				t.Fatalf("first: %d %s", res.StatusCode, b)
+			}
+			var v map[string]any
+			if err := json.Unmarshal([]byte(b), &v); err != nil {
+				t.Fatal(err)
+			}
+			prompt := tt.input(v)
+			// vLLM never counts a prompt's last token as cached: the full
+			// blocks before it are what a repeat can hit.
+			want := (prompt - 1) / 16 * 16
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				res, b := post(t, vip+tt.path, tt.body)
+				if res.StatusCode != 200 {
+					t.Fatalf("repeat: %d %s", res.StatusCode, b)
+				}
+				route := res.Header.Get("X-Llb-Route")
+				m := kvPredictedRE.FindStringSubmatch(route)
+				got := -1
+				if m != nil {
+					got, _ = strconv.Atoi(m[1])
+				}
+				if got == want {
+					if !strings.HasPrefix(route, "tier=1.5 ") {
+						t.Errorf("route %s; want tier 1.5", route)
+					}
+					break
+				}
+				if got > want || time.Now().After(deadline) {
+					t.Fatalf("%d-token prompt: llb predicted %d cached tokens; the engine holds %d (route %s)", prompt, got, want, route)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
+	}
+}
+
+func mustJSONString(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
 }

@@ -211,7 +211,8 @@ func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) strin
 	lc := lifecycle.Config{Log: base, Metrics: set, Env: env, Defaults: defaults, KVMaxMsgSize: maxMsg,
 		AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs, DataBind: cfg.DataBind,
 		BodyBufferBytes: cfg.BodyBufferBytes, MaxConns: cfg.MaxConns, ClientSendTimeout: cfg.ClientSendTimeout,
-		MaxTenantLabels: cfg.MaxTenantLabels, Keys: keys, RouteTimeout: cfg.RouteTimeout}
+		MaxTenantLabels: cfg.MaxTenantLabels, Keys: keys, RouteTimeout: cfg.RouteTimeout,
+		DecisionTimeout: cfg.DecisionTimeout}
 	if cl := cfg.Cluster; cl.Name != "" {
 		lc.Cluster = &replica.Config{ClusterName: cl.Name, Advertise: cl.Advertise, Etcd: cl.Etcd, Log: base}
 	}

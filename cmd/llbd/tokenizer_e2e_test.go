@@ -93,7 +93,7 @@ func TestE2E_LocalTokenizerThatDisagreesFallsBackToTheEngine(t *testing.T) {
 	if local < 1 {
 		t.Errorf("local tokenizations = %v; want ≥ 1", local)
 	}
-	routesToOwnerByTierOneFive(t, vip, body)
+	routesToOwnerByTierOneFive(t, d, vip, body)
 	if got := d.metricValue("llb_tokenizer_requests_total", `path="local"`); got != local {
 		t.Errorf("local tokenizations went on after the mismatch: %v → %v", local, got)
 	}
@@ -140,12 +140,12 @@ func TestE2E_LocalTokenizerAgreesAndTierOneFiveRoutesWithoutTokenize(t *testing.
 	}
 	local0 := d.metricValue("llb_tokenizer_requests_total", `path="local"`)
 	engine0 := d.metricValue("llb_tokenizer_requests_total", `path="engine"`)
-	routesToOwnerByTierOneFive(t, vip, prompt)
+	routesToOwnerByTierOneFive(t, d, vip, prompt)
 
 	chat := func(i int) string {
 		return fmt.Sprintf(`{"model":"sim-model","messages":[{"role":"system","content":%q},{"role":"user","content":"question %d"}],"max_tokens":2}`, long, i)
 	}
-	routesToOwnerByTierOneFiveAt(t, vip, "/v1/chat/completions", chat)
+	routesToOwnerByTierOneFiveAt(t, d, vip, "/v1/chat/completions", chat)
 	local := d.metricValue("llb_tokenizer_requests_total", `path="local"`) - local0
 	engineN := d.metricValue("llb_tokenizer_requests_total", `path="engine"`) - engine0
 	checks := d.metricValue("llb_tokenizer_checks_total", "")

@@ -156,7 +156,7 @@ Results are JSON lines in the report schema of "llbsim report" (source
 	fl.Float64Var(&f.warmup, "warmup", 0.2, "fraction of each run's requests left out of the metrics")
 	fl.Uint64Var(&f.seed, "seed", 1, "workload seed")
 	fl.DurationVar(&f.slo, "ttft-slo", harness.DefaultTTFTSLO, "goodput objective (model time)")
-	fl.StringSliceVar(&f.strategies, "strategies", harness.DefaultStrategyNames(), "strategies side by side: rr, chwbl, tier1, off, hard, soft, adaptive, adaptive-soft, hard+chwbl, pd-hard, hard@<pct>, soft@<lambda>")
+	fl.StringSliceVar(&f.strategies, "strategies", harness.DefaultStrategyNames(), "strategies side by side: rr, chwbl, tier1, off, hard, soft, adaptive, adaptive-soft, headroom, hard+chwbl, pd-hard, hard@<pct>, soft@<lambda>, or a peer: dynamo, llm-d, sglang, aibrix, kubeai (and, for the lora preset, llm-d-lora, aibrix-lora)")
 
 	fl.StringVar(&f.llbd, "llbd", "", "llbd binary (default: go build ./cmd/llbd into the work dir)")
 	fl.StringVar(&f.attach, "attach", "", "REST address of a running llbd to use instead (its environment is its own: only strategies it was started for are meaningful)")
@@ -247,6 +247,13 @@ type scenarioPreset struct {
 	// --traces holds: the workload replays it, its first --requests.
 	trace       string
 	maxModelLen int
+	// spec, when set, is the workload itself (the LoRA preset's), and
+	// loras the adapters every worker serves, batching at most maxLoRAs
+	// at once and paying loraSwapIn to swap one into a GPU slot.
+	spec       workload.Spec
+	loras      []string
+	maxLoRAs   int
+	loraSwapIn time.Duration
 }
 
 // benchPresets mirror simulate/des's standard scenarios, so a bench run
@@ -281,6 +288,12 @@ func benchPresets() map[string]scenarioPreset {
 	for _, mt := range des.MooncakeTraces() {
 		presets[mt.Scenario] = scenarioPreset{description: mt.Description, workload: "mooncake", workers: 8,
 			blocks: engine.DefaultConfig().NumBlocks, trace: mt.File, maxModelLen: des.TraceMaxModelLen}
+	}
+	for _, sc := range des.LoRAScenarios(0, 0) {
+		spec := sc.Trace.Spec.(workload.LoRAAdapters)
+		presets[sc.Name] = scenarioPreset{description: sc.Description, workload: "lora", workers: sc.Workers,
+			blocks: sc.Engine.NumBlocks, seqs: sc.Engine.MaxNumSeqs, spec: spec, loras: spec.Names(),
+			maxLoRAs: sc.Engine.MaxLoRAs, loraSwapIn: sc.Engine.LoRASwapIn}
 	}
 	for _, sc := range des.LightLoadScenarios(0, 0) {
 		sp := sc.Trace.Spec.(workload.SharedPrefix)
@@ -343,9 +356,12 @@ func (f *benchFlags) bench(fs *pflag.FlagSet) (*harness.Bench, error) {
 	}
 	var spec workload.Spec
 	var err error
-	if p.trace != "" {
+	switch {
+	case p.spec != nil:
+		spec = p.spec
+	case p.trace != "":
 		spec, err = f.traceSpec(p.trace)
-	} else {
+	default:
 		spec, err = f.shape.spec(p.workload, workload.Options{Stream: true})
 	}
 	if err != nil {
@@ -370,6 +386,7 @@ func (f *benchFlags) bench(fs *pflag.FlagSet) (*harness.Bench, error) {
 	if p.maxModelLen > 0 {
 		eng.MaxModelLen = p.maxModelLen
 	}
+	eng.MaxLoRAs, eng.LoRASwapIn = p.maxLoRAs, p.loraSwapIn
 	if f.maxNumSeqs > 0 {
 		eng.MaxNumSeqs = f.maxNumSeqs
 	}
@@ -399,7 +416,7 @@ func (f *benchFlags) bench(fs *pflag.FlagSet) (*harness.Bench, error) {
 		Scenario: harness.Scenario{
 			Name: name, Description: p.description, Workload: spec,
 			Requests: f.requests, Seed: f.seed, Warmup: f.warmup, CachePressure: pressure,
-			Fleet: harness.FleetConfig{Workers: workers, DecodeWorkers: f.decodeWorkers, PDSameWorkers: f.pdSame, BaseIP: f.baseIP, HTTPPort: f.workerPort, Engine: eng},
+			Fleet: harness.FleetConfig{Workers: workers, DecodeWorkers: f.decodeWorkers, PDSameWorkers: f.pdSame, BaseIP: f.baseIP, HTTPPort: f.workerPort, Engine: eng, LoRAs: p.loras},
 		},
 		Strategies: strategies, Rates: f.rates, Loads: f.loads, Concurrency: f.concurrency, SaturationRate: f.saturation,
 		Reference: f.reference, Duration: f.duration, TTFTSLO: f.slo, KeepRecords: f.records != "", Pooled: f.pooled,

@@ -98,6 +98,23 @@ func TestBenchFlags_PresetsMirrorTheSimulatorsScenariosAndFlagsOverrideThem(t *t
 				}
 			},
 		},
+		{
+			name: "the LoRA scenario and its peers", args: []string{"--scenario", "lora", "--strategies", "headroom,llm-d-lora,aibrix-lora"},
+			wantWorkers: 8, wantPressure: 0, wantBlocks: 8192, wantSeqs: 64, wantFactor: 2, wantLoads: []float64{0.7},
+			check: func(t *testing.T, b *harness.Bench) {
+				l, ok := b.Scenario.Workload.(workload.LoRAAdapters)
+				if !ok || !l.Stream || l.Adapters != 32 {
+					t.Fatalf("workload %#v: want the DES's streaming LoRA workload", b.Scenario.Workload)
+				}
+				fl := b.Scenario.Fleet
+				if len(fl.LoRAs) != 32 || fl.LoRAs[0] != "lora-0" || fl.Engine.MaxLoRAs != 4 || fl.Engine.LoRASwapIn == 0 {
+					t.Fatalf("fleet serves %d adapters, max-loras %d, swap-in %v; want 32, 4 and the DES's swap-in", len(fl.LoRAs), fl.Engine.MaxLoRAs, fl.Engine.LoRASwapIn)
+				}
+				if len(b.Strategies) != 3 || b.Strategies[2].Peer != "aibrix-lora" {
+					t.Fatalf("strategies %+v", b.Strategies)
+				}
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -156,32 +156,53 @@ func (d *demo) rule() ([]byte, error) {
 	return json.Marshal(map[string]any{"serviceArguments": sa, "endpoints": frag.Endpoints})
 }
 
+// demoExample is one request printTryIt shows (and the demo test sends).
+type demoExample struct {
+	comment, flags, path, header, body string
+}
+
+// demoExamples are the requests a newcomer can paste: the routing tiers on
+// completions and chat, and vLLM's other APIs through the same rule.
+func demoExamples() []demoExample {
+	return []demoExample{
+		{"a completion; the X-Llb-Route header says which tier routed it and why", "-si", "/v1/completions", "",
+			`{"model":"sim-model","prompt":"` + demoSystemPrompt + ` What is a KV cache?","max_tokens":16}`},
+		{"the same system prompt again: Tier 1.5 sends it to the worker whose cache holds it", "-si", "/v1/completions", "",
+			`{"model":"sim-model","prompt":"` + demoSystemPrompt + ` What is prefix caching?","max_tokens":16}`},
+		{"a streamed chat pinned to a conversation (Tier 0)", "-sN", "/v1/chat/completions", "X-Conversation-Id: demo-1",
+			`{"model":"sim-model","messages":[{"role":"user","content":"Hello!"}],"max_tokens":8,"stream":true}`},
+		{"the Responses API; a follow-up naming the answer's id (previous_response_id) goes to the worker that stored it", "-si", "/v1/responses", "",
+			`{"model":"sim-model","instructions":"` + demoSystemPrompt + `","input":"What is a KV cache?","max_output_tokens":16}`},
+		{"Anthropic's Messages API, streamed", "-sN", "/v1/messages", "",
+			`{"model":"sim-model","system":"` + demoSystemPrompt + `","max_tokens":8,"stream":true,"messages":[{"role":"user","content":"Hello!"}]}`},
+		{"embeddings, and the models the rule's workers serve", "-s", "/v1/embeddings", "",
+			`{"model":"sim-model","input":["a KV cache","prefix caching"]}`},
+	}
+}
+
 // printTryIt prints the commands a newcomer can paste.
 func (d *demo) printTryIt(w io.Writer, restURL string) {
 	vip := fmt.Sprintf("http://%s:%d", d.flags.vip, d.flags.port)
 	fmt.Fprintf(w, `
 llb demo is running: a P/D rule on %[1]s in front of 2 prefill + 2 decode simulated
-vLLM workers (KV events over ZMQ, Tier 1.5 on after a %[3]ds warm-up). Try:
-
-  # a completion; the X-Llb-Route header says which tier routed it and why
-  curl -si %[1]s/v1/completions -H 'Content-Type: application/json' \
-    -d '{"model":"sim-model","prompt":"%[6]s What is a KV cache?","max_tokens":16}'
-
-  # the same system prompt again: Tier 1.5 sends it to the worker whose cache holds it
-  curl -si %[1]s/v1/completions -H 'Content-Type: application/json' \
-    -d '{"model":"sim-model","prompt":"%[6]s What is prefix caching?","max_tokens":16}'
-
-  # a streamed chat pinned to a conversation (Tier 0)
-  curl -sN %[1]s/v1/chat/completions -H 'Content-Type: application/json' -H 'X-Conversation-Id: demo-1' \
-    -d '{"model":"sim-model","messages":[{"role":"user","content":"Hello!"}],"max_tokens":8,"stream":true}'
+vLLM workers (KV events over ZMQ, Tier 1.5 on after a %[2]ds warm-up). Try:
+`, vip, demoWarmupSec)
+	for _, e := range demoExamples() {
+		header := ""
+		if e.header != "" {
+			header = fmt.Sprintf(" -H '%s'", e.header)
+		}
+		fmt.Fprintf(w, "\n  # %s\n  curl %s %s%s -H 'Content-Type: application/json'%s \\\n    -d '%s'\n", e.comment, e.flags, vip, e.path, header, e.body)
+	}
+	fmt.Fprintf(w, `  curl -s %[1]s/v1/models
 
   # the rule, its endpoints' health and its status (LoxiLB's REST API)
   curl -s %[2]s/netlox/v1/config/loadbalancer/all
-  curl -s %[2]s/netlox/v1/config/loadbalancer/externalipaddress/%[4]s/port/%[5]d/protocol/tcp/status
+  curl -s %[2]s/netlox/v1/config/loadbalancer/externalipaddress/%[3]s/port/%[4]d/protocol/tcp/status
   curl -s %[2]s/metrics | grep -E 'loxilb_pd_kv_tier15|llb_route_tier'
 
 Stop with Ctrl-C.
-`, vip, restURL, demoWarmupSec, d.flags.vip, d.flags.port, demoSystemPrompt)
+`, vip, restURL, d.flags.vip, d.flags.port)
 }
 
 // stop stops llbd (SIGTERM, drain) and then the fleet.

@@ -80,6 +80,27 @@ func TestDemo_RunsARealLLBDInFrontOfTheFleet(t *testing.T) {
 	if !strings.Contains(stdout.String(), "curl -si "+fmt.Sprintf("http://%s:%d", f.vip, f.port)) {
 		t.Errorf("the printed commands do not name the rule's address:\n%s", stdout.String())
 	}
+	// Every printed request is answered through the demo's rule.
+	for _, e := range demoExamples() {
+		if !strings.Contains(stdout.String(), e.body) {
+			t.Errorf("%s: not printed", e.path)
+		}
+		req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://%s:%d%s", f.vip, f.port, e.path), strings.NewReader(e.body))
+		req.Header.Set("Content-Type", "application/json")
+		if k, v, ok := strings.Cut(e.header, ": "); ok {
+			req.Header.Set(k, v)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Errorf("%s: %v", e.path, err)
+			continue
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 || res.Header.Get("X-Llb-Route") == "" {
+			t.Errorf("%s through the demo rule: %d %s (route %q)", e.path, res.StatusCode, body, res.Header.Get("X-Llb-Route"))
+		}
+	}
 	stop()
 	if err := <-done; err != nil {
 		t.Fatalf("demo: %v", err)

@@ -63,6 +63,6 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
-	root.AddCommand(newDemoCmd(stdout, stderr), newFleetCmd(stdout, stderr), newWorkloadCmd(stdout, stderr), newSweepCmd(stdout, stderr), newReportCmd(stdout), newCompareCmd(stdout), newBenchCmd(stdout, stderr), newAttackCmd(stdout, stderr), newProxyBenchCmd(stdout, stderr), newStreamBenchCmd(stdout, stderr), newFlowCmd(stdout))
+	root.AddCommand(newDemoCmd(stdout, stderr), newFleetCmd(stdout, stderr), newWorkloadCmd(stdout, stderr), newSweepCmd(stdout, stderr), newReportCmd(stdout), newCompareCmd(stdout), newBenchCmd(stdout, stderr), newAttackCmd(stdout, stderr), newProxyBenchCmd(stdout, stderr), newStreamBenchCmd(stdout, stderr), newFlowCmd(stdout, stderr))
 	return root
 }

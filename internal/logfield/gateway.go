@@ -31,6 +31,9 @@ const (
 	PrefillDuration = "prefill_duration"
 	// KVParams says what the prefill returned: found, missing, oversize, invalid.
 	KVParams = "kv_params"
+	// Engine names a P/D pair's engine dialect when it is not vLLM's
+	// (sglang, trtllm).
+	Engine = "engine"
 	// KVGuard is the Tier-1.5 guard the gateway set (tokenize, hash_contract, ...).
 	KVGuard = "kv_guard"
 	// KVPredicted is the cached tokens llb predicted for the answering

@@ -19,7 +19,7 @@ func TestLoRA_TheScenarioRunsForLLBAndItsPeersWithTheGaugeSteeringLLB(t *testing
 		t.Fatal(err)
 	}
 	var p90 []float64
-	for _, name := range []string{"headroom", "llm-d-lora", "aibrix"} {
+	for _, name := range []string{"headroom", "llm-d-lora", "aibrix-lora", "aibrix"} {
 		s, err := strategy.ByName(name)
 		if err != nil {
 			t.Fatal(err)
@@ -41,5 +41,5 @@ func TestLoRA_TheScenarioRunsForLLBAndItsPeersWithTheGaugeSteeringLLB(t *testing
 		}
 		p90 = append(p90, res.TTFT.P90)
 	}
-	t.Logf("TTFT p90 llb %.3f, llm-d-lora %.3f, aibrix %.3f", p90[0], p90[1], p90[2])
+	t.Logf("TTFT p90 llb %.3f, llm-d-lora %.3f, aibrix-lora %.3f, aibrix %.3f", p90[0], p90[1], p90[2], p90[3])
 }

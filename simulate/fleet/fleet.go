@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/simulate/engine"
@@ -200,10 +201,35 @@ type Fleet struct {
 
 // Start launches the fleet. On error every worker already started is
 // crashed and nothing is left running.
+//
+// Ports the configuration leaves at 0 are picked by the first worker that
+// binds them and shared by the others on their own addresses; another
+// process may hold that port on a later address (loopback ports are taken
+// per address), so a start that fails on a port the fleet picked itself is
+// tried again from scratch with fresh ports.
 func Start(cfg Config) (*Fleet, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	picked := cfg.KVPort == 0 || cfg.ReplayPort == 0 || cfg.BootstrapPort == 0
+	for try := 1; ; try++ {
+		f, err := start(cfg)
+		if err == nil || !picked || try == startTries || !addrInUse(err) {
+			return f, err
+		}
+	}
+}
+
+// startTries bounds the fresh starts after a picked port was found taken.
+const startTries = 5
+
+// addrInUse reports whether a worker failed to bind a port already in use,
+// whether the error came from Go's net package or from ZMQ's bind.
+func addrInUse(err error) bool {
+	return errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")
+}
+
+func start(cfg Config) (*Fleet, error) {
 	tmpl := worker.DefaultConfig()
 	if cfg.Template != nil {
 		tmpl = *cfg.Template

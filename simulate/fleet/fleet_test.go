@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -278,5 +280,26 @@ func TestFleet_TRTLLMRuleHasNoZMQPort(t *testing.T) {
 	f := startFleet(t, Config{Single: 1, BaseIP: "127.0.0.48", Template: tmpl})
 	if r := f.Rule(); r.KVZmqPort != 0 || r.KVEngineType != "trtllm" || r.KVHashAlgo != "blockhash_trtllm" || r.KVBlockSize != 32 {
 		t.Fatalf("rule fragment %+v", r)
+	}
+}
+
+func TestAddrInUse_RecognisesZMQAndNetBindFailures(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, netErr := net.Listen("tcp", l.Addr().String())
+	for _, tc := range []struct {
+		give error
+		want bool
+	}{
+		{netErr, true},
+		{fmt.Errorf("worker worker-1: kv events: worker: cannot listen: bind tcp://127.0.1.3:46137: kvpub: bind failed: address already in use"), true},
+		{fmt.Errorf("worker worker-1: %w", ErrConfig), false},
+	} {
+		if got := addrInUse(tc.give); got != tc.want {
+			t.Errorf("addrInUse(%v) = %v; want %v", tc.give, got, tc.want)
+		}
 	}
 }

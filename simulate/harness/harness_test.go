@@ -3,7 +3,7 @@ package harness
 import (
 	"context"
 	"github.com/llbproject/llb/simulate/des"
-	"math"
+	"math/bits"
 	"os"
 	"strings"
 	"sync"
@@ -104,9 +104,16 @@ func checkRun(t *testing.T, res *Result) {
 
 func TestRun_KVExactHardThroughTheRealDaemon(t *testing.T) {
 	s, _ := strategy.ByName(strategy.NameHard)
+	const warmup = 12
+	// At a quarter of real time a KV event's trip from a worker to llbd's
+	// index (wall milliseconds, more on a loaded machine) stays short
+	// against the model time between a group's requests; at 0.05 it is
+	// not, and Tier 1.5 finds no overlap for prefixes already computed.
+	eng := smallEngine(4000, 32)
+	eng.Latency.TimeScale = 0.25
 	res, err := Run(context.Background(), RunConfig{
-		Trace: smokeTrace(t, 60), Strategy: s, Rate: 10, Warmup: 12,
-		Fleet:  FleetConfig{Workers: 2, BaseIP: "127.0.9.2", Engine: smallEngine(4000, 32)},
+		Trace: smokeTrace(t, 60), Strategy: s, Rate: 10, Warmup: warmup,
+		Fleet:  FleetConfig{Workers: 2, BaseIP: "127.0.9.2", Engine: eng},
 		Daemon: DaemonSource{Bin: llbdBin(t)}, WorkDir: t.TempDir(), KeepRecords: true,
 	})
 	if err != nil {
@@ -116,14 +123,53 @@ func TestRun_KVExactHardThroughTheRealDaemon(t *testing.T) {
 	if res.Mode != "hard" || res.TierMix["1.5"] < res.Requests/2 {
 		t.Fatalf("mode %q tier mix %v: want Tier 1.5 to decide most of %d requests", res.Mode, res.TierMix, res.Requests)
 	}
-	// The client sees the first token after the worker timed it.
-	if !(res.Health.Overhead > 0 && res.Health.Overhead < 1000) {
-		t.Fatalf("overhead %v ms; want the harness's TTFT above the workers' own by 0..1000 ms", res.Health.Overhead)
+	// The client sees the first token after the worker timed it, and the
+	// path outside the engines is a part of what the client waited.
+	var seen time.Duration
+	for _, rec := range res.Records {
+		seen += rec.FirstToken - rec.Sent
 	}
-	// The two hit-rate readings measure nearly the same requests.
-	if res.HitRateSource != "usage" || math.Abs(res.UsageHitRate-res.CounterHitRate) > 0.1 {
-		t.Fatalf("hit rate %v from %s; usage %v vs counters %v should agree", res.HitRate, res.HitRateSource, res.UsageHitRate, res.CounterHitRate)
+	seenMs := float64(seen) / float64(len(res.Records)) / float64(time.Millisecond)
+	if !(res.Health.Overhead > 0 && res.Health.Overhead < seenMs) {
+		t.Fatalf("overhead %v ms; want the harness's TTFT (mean %v ms) above the workers' own", res.Health.Overhead, seenMs)
 	}
+	if res.HitRateSource != "usage" {
+		t.Fatalf("hit rate %v from %s; want usage on a single-pool rule", res.HitRate, res.HitRateSource)
+	}
+	// The engines' counters take in exactly the measured requests' usage
+	// and that of the warm-up requests admitted after the first measured
+	// send (how many depends on how fast llbd routed the warm-up).
+	if late, ok := lateWarmup(res, warmup); !ok {
+		t.Fatalf("counters %d/%d (rate %v) are not the measured usage (rate %v) plus some warm-up requests'",
+			res.CounterHits, res.CounterQueries, res.CounterHitRate, res.UsageHitRate)
+	} else {
+		t.Logf("hit rate %.4f from usage, %.4f from counters that count %d late warm-up requests", res.UsageHitRate, res.CounterHitRate, late)
+	}
+}
+
+// lateWarmup finds how many of the warm-up records' usage, added to the
+// measured records', make up the counter deltas exactly; false when no
+// subset of them does.
+func lateWarmup(res *Result, warmup int) (int, bool) {
+	var q, h int64
+	for _, rec := range res.Records[warmup:] {
+		q += int64(rec.PromptTokens)
+		h += int64(rec.CachedTokens)
+	}
+	extraQ, extraH := int64(res.CounterQueries)-q, int64(res.CounterHits)-h
+	for set := 0; set < 1<<warmup; set++ {
+		var sq, sh int64
+		for i := range warmup {
+			if set&(1<<i) != 0 {
+				sq += int64(res.Records[i].PromptTokens)
+				sh += int64(res.Records[i].CachedTokens)
+			}
+		}
+		if sq == extraQ && sh == extraH {
+			return bits.OnesCount(uint(set)), true
+		}
+	}
+	return 0, false
 }
 
 func TestRun_TierOneOnAPDRuleThroughTheRealDaemon(t *testing.T) {

@@ -131,6 +131,13 @@ type Result struct {
 	// UsageHitRate and CounterHitRate are both estimates (UsageHitRate -1
 	// when not every completed measured request reported usage).
 	UsageHitRate, CounterHitRate float64
+	// CounterQueries and CounterHits are the deltas behind CounterHitRate:
+	// prompt tokens the serving workers looked up and found from the first
+	// measured send to the end. Engines count a prompt when they admit it,
+	// so the window holds the measured requests and every warm-up request
+	// admitted after that send (llbd may still be routing the warm-up when
+	// the first measured request leaves).
+	CounterQueries, CounterHits uint64
 	// OracleHitRate is the bound over the measured requests (every
 	// reusable prefix hit).
 	OracleHitRate float64
@@ -285,6 +292,7 @@ func measure(c *RunConfig, r *raw) *Result {
 			perCounter[i] = float64(h) / float64(q)
 		}
 	}
+	res.CounterQueries, res.CounterHits = dq, dh
 	if dq > 0 {
 		res.CounterHitRate = float64(dh) / float64(dq)
 	}

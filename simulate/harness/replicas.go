@@ -127,7 +127,7 @@ func runReplicas(ctx context.Context, c *RunConfig, fl *fleet.Fleet) (*Result, e
 	}
 	// The rule's externalIP is its identity; every replica listens on its
 	// own address (--data-bind) on the rule's port.
-	rule, err := RuleJSON(&c.Strategy, fl, ips[0], port)
+	rule, err := c.rule(fl, ips[0], port)
 	if err != nil {
 		return nil, err
 	}

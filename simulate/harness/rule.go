@@ -72,6 +72,31 @@ func RuleJSON(s *strategy.Strategy, f *fleet.Fleet, vip string, port int) ([]byt
 	return b, nil
 }
 
+// rule is the run's rule: the strategy's (RuleJSON) with c.RuleArgs added.
+func (c *RunConfig) rule(f *fleet.Fleet, vip string, port int) ([]byte, error) {
+	b, err := RuleJSON(&c.Strategy, f, vip, port)
+	if err != nil || len(c.RuleArgs) == 0 {
+		return b, err
+	}
+	var r struct {
+		SA        map[string]any    `json:"serviceArguments"`
+		Endpoints []json.RawMessage `json:"endpoints"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("rule: %w", err)
+	}
+	for k, v := range c.RuleArgs {
+		if _, taken := r.SA[k]; taken {
+			return nil, fmt.Errorf("rule argument %s is the strategy's: %w", k, ErrConfig)
+		}
+		r.SA[k] = v
+	}
+	if b, err = json.Marshal(map[string]any{"serviceArguments": r.SA, "endpoints": r.Endpoints}); err != nil {
+		return nil, fmt.Errorf("rule: %w", err)
+	}
+	return b, nil
+}
+
 // hasNIXL reports whether any endpoint has a NIXL side channel (a P/D
 // worker, which a single-pool rule must not list).
 func hasNIXL(eps []fleet.Endpoint) bool {

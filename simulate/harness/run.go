@@ -58,6 +58,10 @@ type RunConfig struct {
 	Fleet FleetConfig
 	// Daemon is where llbd comes from.
 	Daemon DaemonSource
+	// RuleArgs are serviceArguments added to the strategy's rule (for
+	// instance admission's fc_* keys); they may not replace the strategy's
+	// own.
+	RuleArgs map[string]any
 	// Replicas runs the rule on several llbd processes (independent, or
 	// one router in cluster mode) with the trace spread round-robin over
 	// them; zero is one llbd.
@@ -185,7 +189,7 @@ func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vip port: %w: %w", ErrDaemon, err)
 	}
-	rule, err := RuleJSON(s, fl, vip, port)
+	rule, err := c.rule(fl, vip, port)
 	if err != nil {
 		return nil, err
 	}
@@ -307,8 +311,7 @@ func readCounters(ws []*worker.Worker) counters {
 
 // raw is what drive collects for measure.
 type raw struct {
-	// warmOnce guards atWarm: in a closed loop the warm-up boundary's
-	// request may be sent from any client goroutine.
+	// warmOnce guards atWarm, read before the first measured send.
 	warmOnce     sync.Once
 	records      []Record
 	samples      []sample
@@ -387,7 +390,10 @@ func drive(ctx context.Context, c *RunConfig, fl *fleet.Fleet, probe daemonProbe
 	var wg sync.WaitGroup
 	var completed atomic.Int64
 	send := func(i int, at time.Duration) {
-		if i == c.Warmup {
+		if i >= c.Warmup {
+			// The counter window opens before any measured request leaves:
+			// the goroutine or client carrying a later request may run
+			// before the boundary's, and the Once holds it until the read.
 			r.warmOnce.Do(func() {
 				r.atWarm = readCounters(serving)
 				go func() {

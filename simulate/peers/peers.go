@@ -94,11 +94,17 @@ const (
 	KubeAI Kind = "kubeai"
 	// LLMDLoRA is llm-d's default profile with its LoRA affinity scorer.
 	LLMDLoRA Kind = "llm-d-lora"
+	// AIBrixLoRA is AIBrix's adapter routing with each adapter loaded on
+	// one pod (ModelAdapter replicas: 1, the leastAdapters scheduler).
+	AIBrixLoRA Kind = "aibrix-lora"
 )
 
 // Kinds lists the policies of the standard comparison, in report order
-// (LLMDLoRA, for LoRA workloads, is selected by name).
+// (the LoRA peers, for LoRA workloads, are selected by name).
 func Kinds() []Kind { return []Kind{Dynamo, LLMD, SGLang, AIBrix, KubeAI} }
+
+// LoRAKinds lists the peers' LoRA-aware policies.
+func LoRAKinds() []Kind { return []Kind{LLMDLoRA, AIBrixLoRA} }
 
 // UsesKVEvents reports whether the policy reads Endpoint.Overlap (the
 // caller need not score mirrors for the others).
@@ -129,8 +135,10 @@ func New(k Kind, n int, seed uint64, addrs []string) (Policy, error) {
 		return newKubeAI(n, addrs), nil
 	case LLMDLoRA:
 		return newLLMDLoRA(rng), nil
+	case AIBrixLoRA:
+		return newAIBrixLoRA(n, newAIBrix(n, rng)), nil
 	}
-	return nil, fmt.Errorf("policy %q (want dynamo, llm-d, sglang, aibrix, kubeai or llm-d-lora): %w", k, ErrConfig)
+	return nil, fmt.Errorf("policy %q (want dynamo, llm-d, sglang, aibrix, kubeai, llm-d-lora or aibrix-lora): %w", k, ErrConfig)
 }
 
 // inflight is the per-endpoint count of requests a router sent and has

@@ -120,8 +120,11 @@ func ByName(name string) (Strategy, error) {
 		}
 		return Strategy{}, fmt.Errorf("strategy %q (want an llb strategy followed by %s): %w", name, ObjectiveSuffix, ErrConfig)
 	}
-	loraPeer := Strategy{Name: string(peers.LLMDLoRA), Shape: ShapePool, Peer: peers.LLMDLoRA}
-	for _, s := range append(append(All(), Peers()...), loraPeer) {
+	all := append(All(), Peers()...)
+	for _, k := range peers.LoRAKinds() {
+		all = append(all, Strategy{Name: string(k), Shape: ShapePool, Peer: k})
+	}
+	for _, s := range all {
 		if s.Name == name {
 			return s, nil
 		}
@@ -142,7 +145,7 @@ func ByName(name string) (Strategy, error) {
 			return s, nil
 		}
 	}
-	return Strategy{}, fmt.Errorf("strategy %q (want rr, chwbl, tier1, off, hard, soft, adaptive, adaptive-soft, headroom, auto, hard+chwbl, pd-hard, hard@<100..1000>, soft@<1..100000>, headroom@<1..100>, any of those followed by +objective, or a peer: dynamo, llm-d, sglang, aibrix, kubeai, llm-d-lora): %w", name, ErrConfig)
+	return Strategy{}, fmt.Errorf("strategy %q (want rr, chwbl, tier1, off, hard, soft, adaptive, adaptive-soft, headroom, auto, hard+chwbl, pd-hard, hard@<100..1000>, soft@<1..100000>, headroom@<1..100>, any of those followed by +objective, or a peer: dynamo, llm-d, sglang, aibrix, kubeai, llm-d-lora, aibrix-lora): %w", name, ErrConfig)
 }
 
 // ByNames resolves a list of names, reporting every unknown or repeated

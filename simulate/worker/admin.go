@@ -107,6 +107,7 @@ func (w *Worker) Debug() Debug {
 		KVParamsReceived: w.receipts.list(),
 		Counters: map[string]uint64{
 			"requests_rejected":  w.met.rejected.Get(),
+			"strict_refused":     w.met.strictRefused.Get(),
 			"kv_params_received": w.met.kvParamsReceived.Get(),
 			"kv_pulls":           w.met.pulls.Get(),
 			"kv_pull_failures":   w.met.pullFailures.Get(),

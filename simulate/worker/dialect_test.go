@@ -208,6 +208,9 @@ func TestTRTLLM_RefusesOtherDialectsFields(t *testing.T) {
 		{"kv_transfer_params": map[string]any{"do_remote_decode": true}},
 		{"bootstrap_host": "127.0.0.1", "bootstrap_port": 8998, "bootstrap_room": 7},
 		{"disaggregated_params": map[string]any{"request_type": "context_only", "kv_transfer_params": 1}},
+		{"stream": true, "stream_options": map[string]any{"include_usage": true, "bogus": 1}},
+		{"priority": -1},
+		{"continue_final_message": true},
 	} {
 		body := map[string]any{"model": "sim-model", "prompt": "hello there", "max_tokens": 1}
 		for k, v := range extra {
@@ -220,11 +223,36 @@ func TestTRTLLM_RefusesOtherDialectsFields(t *testing.T) {
 		if st != http.StatusBadRequest || !strings.Contains(msg, "Extra inputs are not permitted") {
 			t.Errorf("trtllm with %v: %d %s; want 400 extra_forbidden", extra, st, raw)
 		}
-		if _, ok := extra["disaggregated_params"]; !ok {
+		if _, ok := extra["disaggregated_params"]; !ok && extra["stream"] == nil {
 			if st, _, raw := post(t, c, vl.URL()+"/v1/completions", body, nil); st != http.StatusOK {
 				t.Errorf("vllm with %v: %d %s; want 200", extra, st, raw)
 			}
 		}
+	}
+}
+
+// TestTRTLLM_StreamOptionsOnlyWithStream: trtllm-serve's validator
+// refuses stream_options unless stream is true; every refusal is counted.
+func TestTRTLLM_StreamOptionsOnlyWithStream(t *testing.T) {
+	trt := startWorker(t, func(c *Config) { c.Dialect = DialectTRTLLM })
+	c := client(t)
+	for _, stream := range []any{nil, false} {
+		body := map[string]any{"model": "sim-model", "prompt": "hello there", "max_tokens": 1, "stream_options": map[string]any{"include_usage": true}}
+		if stream != nil {
+			body["stream"] = stream
+		}
+		st, _, raw := post(t, c, trt.URL()+"/v1/completions", body, nil)
+		if st != http.StatusBadRequest || !strings.Contains(string(raw), "Stream options can only be defined when stream is true") {
+			t.Errorf("stream %v with stream_options: %d %s; want 400", stream, st, raw)
+		}
+	}
+	body := map[string]any{"model": "sim-model", "prompt": "hello there", "max_tokens": 1, "stream": true,
+		"stream_options": map[string]any{"include_usage": true, "continuous_usage_stats": true}}
+	if st, _, raw := post(t, c, trt.URL()+"/v1/completions", body, nil); st != http.StatusOK {
+		t.Errorf("a stream with both stream options: %d %s; want 200", st, raw)
+	}
+	if n := trt.Debug().Counters["strict_refused"]; n != 2 {
+		t.Errorf("strict_refused = %d; want 2", n)
 	}
 }
 

@@ -90,6 +90,7 @@ func (w *Worker) handleGenerate(chat bool) http.HandlerFunc {
 		if w.cfg.Dialect == DialectTRTLLM {
 			if rerr := trtStrict(body, chat); rerr != nil {
 				w.met.rejected.Inc()
+				w.met.strictRefused.Inc()
 				w.writeReqError(rw, rerr)
 				return
 			}

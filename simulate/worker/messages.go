@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/llbproject/llb/internal/pyjson"
 )
 
 // Anthropic's Messages API as vLLM serves it (vllm/entrypoints/anthropic/):
@@ -36,6 +38,7 @@ type anthropicBlock struct {
 	Text     string          `json:"text"`
 	Thinking *string         `json:"thinking"`
 	ID       string          `json:"id"`
+	UseID    string          `json:"tool_use_id"`
 	Name     string          `json:"name"`
 	Input    json.RawMessage `json:"input"`
 	Content  json.RawMessage `json:"content"`
@@ -144,11 +147,15 @@ func anthropicToChat(system json.RawMessage, messages []json.RawMessage) ([]map[
 			case b.Type == "thinking" && b.Thinking != nil:
 				reasoning = append(reasoning, *b.Thinking)
 			case b.Type == "tool_use":
-				input := b.Input
-				if len(input) == 0 || string(input) == "null" {
-					input = json.RawMessage("{}")
+				// json.dumps(block.input or {}), in vLLM's key order.
+				args := []byte("{}")
+				if len(b.Input) > 0 && string(b.Input) != "null" {
+					var err error
+					if args, err = pyjson.Dumps(nil, b.Input); err != nil {
+						return nil, badRequest("messages[%d]: tool_use input: %v", i, err)
+					}
 				}
-				calls = append(calls, map[string]any{"id": b.ID, "type": "function", "function": map[string]any{"name": b.Name, "arguments": string(input)}})
+				calls = append(calls, toolCall{ID: b.ID, Type: "function", Function: toolFunction{Name: b.Name, Arguments: string(args)}})
 			case b.Type == "tool_result":
 				var text string
 				if len(b.Content) > 0 && string(b.Content) != "null" {
@@ -157,7 +164,7 @@ func anthropicToChat(system json.RawMessage, messages []json.RawMessage) ([]map[
 					}
 				}
 				if m.Role == "user" {
-					out = append(out, map[string]any{"role": "tool", "tool_call_id": b.ID, "content": text})
+					out = append(out, map[string]any{"role": "tool", "tool_call_id": b.UseID, "content": text})
 				} else {
 					parts = append(parts, map[string]any{"type": "text", "text": "Tool result: " + text})
 				}
@@ -180,6 +187,19 @@ func anthropicToChat(system json.RawMessage, messages []json.RawMessage) ([]map[
 		out = append(out, msg)
 	}
 	return out, nil
+}
+
+// toolCall is a chat tool call with the members in the order vLLM's
+// conversion builds them (a template may render it whole).
+type toolCall struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"`
+	Function toolFunction `json:"function"`
+}
+
+type toolFunction struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
 }
 
 // anthropicErr marks a request error for Anthropic's error shape.

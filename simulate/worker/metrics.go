@@ -30,6 +30,7 @@ type workerMetrics struct {
 	ttft, e2e *metrics.PrometheusHistogram
 
 	rejected         *metrics.Counter
+	strictRefused    *metrics.Counter // refused by TensorRT-LLM's request models: an undeclared field, stream_options without stream
 	kvParamsReceived *metrics.Counter
 	pulls            *metrics.Counter
 	pullFailures     *metrics.Counter
@@ -125,6 +126,7 @@ func newMetrics(w *Worker) *workerMetrics {
 		ttft:             s.NewPrometheusHistogramExt(name(ttftName), ttftBuckets()),
 		e2e:              s.NewPrometheusHistogramExt(name(e2eName), e2eBuckets()),
 		rejected:         s.NewCounter(name("llbsim_requests_rejected_total")),
+		strictRefused:    s.NewCounter(name("llbsim_requests_strict_refused_total")),
 		kvParamsReceived: s.NewCounter(name("llbsim_kv_params_received_total")),
 		pulls:            s.NewCounter(name("llbsim_kv_pulls_total")),
 		pullFailures:     s.NewCounter(name("llbsim_kv_pull_failures_total")),

@@ -188,6 +188,14 @@ func (w *Worker) parseResponses(c *genCtx, body []byte) *reqError {
 	return nil
 }
 
+// responseToolCall is a function_call item as vLLM's Responses conversion
+// makes it a chat tool call.
+type responseToolCall struct {
+	ID       string       `json:"id"`
+	Function toolFunction `json:"function"`
+	Type     string       `json:"type"`
+}
+
 // responseInputMessages converts the input as construct_input_messages
 // does: a string is a user message; items are messages as they are,
 // function calls assistant tool calls (merged into the assistant message
@@ -229,7 +237,10 @@ func responseInputMessages(raw json.RawMessage) ([]json.RawMessage, *reqError) {
 		}
 		switch {
 		case h.Type == "function_call":
-			call := map[string]any{"id": h.CallID, "function": map[string]any{"name": h.Name, "arguments": h.Arguments}, "type": "function"}
+			// ChatCompletionMessageToolCallParam(id=, function=, type=):
+			// vLLM's member order, which a template rendering the call
+			// whole shows.
+			call := responseToolCall{ID: h.CallID, Function: toolFunction{Name: h.Name, Arguments: h.Arguments}, Type: "function"}
 			if open == nil {
 				open = map[string]any{"role": "assistant", "tool_calls": []any{}}
 			}

@@ -188,6 +188,19 @@ var (
 	trtDisaggFields     = fieldSet("request_type first_gen_tokens first_gen_log_probs first_gen_logits ctx_request_id encoded_opaque_state draft_tokens disagg_request_id ctx_dp_rank ctx_info_endpoint schedule_style conversation_id ctx_usage")
 )
 
+// trtStreamOptionFields are StreamOptions' fields (extra="forbid" too).
+var trtStreamOptionFields = fieldSet("include_usage continuous_usage_stats")
+
+// modelName is the pydantic model a request body is validated as.
+func modelName(chat bool) string {
+	if chat {
+		return "ChatCompletionRequest"
+	}
+	return "CompletionRequest"
+}
+
+func isJSONNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
+
 func fieldSet(names string) map[string]bool {
 	m := map[string]bool{}
 	for _, n := range strings.Fields(names) {
@@ -203,9 +216,9 @@ func trtStrict(body []byte, chat bool) *reqError {
 	if json.Unmarshal(bytes.TrimSpace(body), &obj) != nil {
 		return nil // the regular parser reports malformed bodies
 	}
-	allowed, model := trtCompletionFields, "CompletionRequest"
+	allowed, model := trtCompletionFields, modelName(chat)
 	if chat {
-		allowed, model = trtChatFields, "ChatCompletionRequest"
+		allowed = trtChatFields
 	}
 	var bad []string
 	for k := range obj {
@@ -213,7 +226,23 @@ func trtStrict(body []byte, chat bool) *reqError {
 			bad = append(bad, k)
 		}
 	}
-	if raw, ok := obj["disaggregated_params"]; ok && !bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+	if raw, ok := obj["stream_options"]; ok && !isJSONNull(raw) {
+		var so map[string]json.RawMessage
+		if json.Unmarshal(raw, &so) != nil {
+			bad = append(bad, "stream_options")
+		}
+		for k := range so {
+			if !trtStreamOptionFields[k] {
+				bad = append(bad, "stream_options."+k)
+			}
+		}
+		// StreamOptions' validator: only with stream true.
+		if stream, ok := obj["stream"]; len(so) > 0 && (!ok || !bytes.Equal(bytes.TrimSpace(stream), []byte("true"))) {
+			return &reqError{status: http.StatusBadRequest, msg: "1 validation error for " + modelName(chat) +
+				"\n  Value error, Stream options can only be defined when stream is true. [type=value_error]", raw: true}
+		}
+	}
+	if raw, ok := obj["disaggregated_params"]; ok && !isJSONNull(raw) {
 		var dp map[string]json.RawMessage
 		if json.Unmarshal(raw, &dp) != nil {
 			bad = append(bad, "disaggregated_params")
