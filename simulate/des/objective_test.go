@@ -38,8 +38,8 @@ func TestObjective_RequestsCarryTheRunsObjective(t *testing.T) {
 	}
 	plain := at("headroom", time.Hour)
 	for _, tt := range []struct {
-		name           string
-		slo            time.Duration
+		name     string
+		slo      time.Duration
 		wantSame bool
 		wantMiss bool // with wantSame: flagged objective_miss
 	}{
