@@ -35,7 +35,8 @@ build: deps
 # run starts the demo (llbsim demo): a simulated vLLM fleet (2 prefill
 # workers publishing KV events, 2 decode workers) behind a real llbd with a
 # P/D rule on 127.0.0.1:2020, REST on 127.0.0.1:11111. It prints commands to
-# try. llbd itself links no simulator.
+# try. llbd itself links no simulator. RUNFLAGS="--listen 127.0.0.1:11111
+# --engine trtllm" (or sglang) runs the other engines' dialects.
 RUNFLAGS ?= --listen 127.0.0.1:11111
 run: build
 	$(BIN)/llbsim demo --llbd $(BIN)/llbd $(RUNFLAGS)
@@ -92,11 +93,15 @@ flow-test: deps
 # cases need ATTACKTIME >= 3m20s. It prints per family the cases tried,
 # refused cleanly and served, and every defect with its reproducer, and
 # fails on any defect. A short run of every family is part of make test.
-ATTACKTIME  ?= 4m
-ATTACKSEED  ?= 1
-ATTACKFLAGS ?=
+# ATTACKENGINE (vllm, sglang, trtllm) is the engine the workers speak and the
+# rules name; families an engine does not run are left out (the kv family is
+# vLLM's ZMQ wire; SGLang runs rest and dataplane only).
+ATTACKTIME   ?= 4m
+ATTACKSEED   ?= 1
+ATTACKENGINE ?= vllm
+ATTACKFLAGS  ?=
 attack: build
-	$(BIN)/llbsim attack --llbd $(BIN)/llbd --duration $(ATTACKTIME) --seed $(ATTACKSEED) $(ATTACKFLAGS)
+	$(BIN)/llbsim attack --llbd $(BIN)/llbd --duration $(ATTACKTIME) --seed $(ATTACKSEED) --engine $(ATTACKENGINE) $(ATTACKFLAGS)
 
 # cache-truth-soak runs a healthy simulated fleet behind the real daemon for
 # CACHETRUTHSOAK (10 minutes) with 4 concurrent clients on shared prefixes

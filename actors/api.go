@@ -25,11 +25,10 @@ var (
 	// ErrStopped: the service is stopping or stopped (answer 503
 	// service_unavailable).
 	ErrStopped = errors.New("actors: service stopped")
-	// ErrRouterTimeout: the router actor was stuck for a whole
-	// RouteTimeout while the request waited for its decision — inside one
-	// message, or silent after taking the request — or did not run at all
-	// for 10 of them (answer 503; counted; a merely slow one is waited
-	// for).
+	// ErrRouterTimeout: the router actor handled no message for 10
+	// RouteTimeouts in a row while the request waited for its decision
+	// (answer 503; counted — the router is stuck; a merely slow one is
+	// waited for).
 	ErrRouterTimeout = errors.New("actors: router did not answer in time")
 )
 

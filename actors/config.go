@@ -24,11 +24,10 @@ const (
 	// response and be answered 404, so the decision waits for the owner of
 	// the pin longer (in a cluster it is another replica's shard).
 	PinLookupTimeout = 250 * time.Millisecond
-	// DefaultRouteTimeout bounds how long Service.Route waits for a stuck
-	// router actor (outside admission parking): inside one message, or
-	// silent after taking the request. A router that is slow but moving is
-	// waited for, one that does not run at all up to 10 times as long;
-	// then ErrRouterTimeout (llbd --route-timeout).
+	// DefaultRouteTimeout is a tenth of how long Service.Route waits
+	// (outside admission parking) for a router actor that handles no
+	// message at all: a router that is slow but moving is waited for, one
+	// that stopped answers ErrRouterTimeout (llbd --route-timeout).
 	DefaultRouteTimeout = 2 * time.Second
 	// DefaultScrapeInterval is the /metrics scrape period (capacity, queue
 	// depth, KV usage). The headroom law reads the queue and the KV usage
@@ -141,10 +140,9 @@ type ServiceConfig struct {
 	// DecisionTimeout bounds fan-out replies per decision (positive).
 	DecisionTimeout time.Duration
 	// RouteTimeout bounds a Route call outside parking while the router
-	// is stuck (positive): a Route whose answer is late waits another
-	// RouteTimeout each time the router handled messages in the last one,
-	// or did not run at all (up to 10 times), so saturation slows routing
-	// down without failing it.
+	// handles no message (positive), 10 of them in a row: a Route whose
+	// answer is late waits on as long as the router handled messages in
+	// the last one, so saturation slows routing down without failing it.
 	RouteTimeout time.Duration
 	// Peers links the service to the same rule on the other replicas of a
 	// router that runs as several llbd processes (cluster mode; see

@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"sync/atomic"
 	"time"
 
 	"github.com/llbproject/llb/ladder"
@@ -20,9 +19,6 @@ type routeMsg struct {
 	id    uint64
 	rr    *RouteRequest
 	reply chan routeReply
-	// taken is set when the router actor took the message from its
-	// mailbox (Service.Route's deadline).
-	taken atomic.Bool
 	// parkedAt is set when the request comes back from an admission queue.
 	parkedAt time.Time
 	// deadline is the park deadline carried across re-parks.

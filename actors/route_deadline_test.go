@@ -49,7 +49,7 @@ func TestService_SlowRouterIsWaitedForWhileItMoves(t *testing.T) {
 	t.Logf("%d messages queued ahead: the decision came after %v", queued, time.Since(start).Round(time.Millisecond))
 }
 
-// A router that handles nothing at all for a whole RouteTimeout is stuck:
+// A router that handles nothing at all for routeStalls RouteTimeouts is stuck:
 // the request gets ErrRouterTimeout.
 func TestService_StuckRouterTimesOut(t *testing.T) {
 	sys := newTestSystem(t)
@@ -68,7 +68,7 @@ func TestService_StuckRouterTimesOut(t *testing.T) {
 		t.Fatalf("Route to a stuck router: %v; want ErrRouterTimeout", err)
 	}
 	if waited := time.Since(start); waited > 5*time.Second {
-		t.Fatalf("waited %v for a stuck router; want about RouteTimeout", waited)
+		t.Fatalf("waited %v for a stuck router; want about routeStalls RouteTimeouts", waited)
 	}
 }
 
@@ -110,7 +110,7 @@ func TestService_UnscheduledRouterIsWaitedFor(t *testing.T) {
 }
 
 // A router that never runs again does not hold a request for ever: after
-// maxUnreached RouteTimeouts it gets ErrRouterTimeout.
+// routeStalls RouteTimeouts it gets ErrRouterTimeout.
 func TestService_RouterThatNeverRunsTimesOut(t *testing.T) {
 	sys := newTestSystem(t)
 	cfg := *poolConfig(2, ladder.SelRR)
@@ -126,7 +126,7 @@ func TestService_RouterThatNeverRunsTimesOut(t *testing.T) {
 	if !errors.Is(err, ErrRouterTimeout) {
 		t.Fatalf("Route to a router that never runs: %v after %v; want ErrRouterTimeout", err, time.Since(start))
 	}
-	if waited := time.Since(start); waited < maxUnreached*cfg.RouteTimeout {
-		t.Fatalf("gave up after %v; want at least %v", waited, maxUnreached*cfg.RouteTimeout)
+	if waited := time.Since(start); waited < routeStalls*cfg.RouteTimeout {
+		t.Fatalf("gave up after %v; want at least %v", waited, routeStalls*cfg.RouteTimeout)
 	}
 }

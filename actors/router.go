@@ -34,14 +34,12 @@ func newRouterActor(svc *Service) actor.Actor {
 // Receive implements actor.Actor.
 func (a *routerActor) Receive(ctx actor.Context) {
 	a.svc.handled.Add(1) // the router moves (Service.Route's deadline)
-	a.svc.receiving.Store(true)
 	a.ctx = ctx
-	defer func() { a.ctx = nil; a.svc.receiving.Store(false) }()
+	defer func() { a.ctx = nil }()
 	now := time.Now()
 	c := a.core
 	switch m := ctx.Message().(type) {
 	case *routeMsg:
-		m.taken.Store(true)
 		c.route(now, m)
 	case scoreReply:
 		c.scoreReply(now, m)

@@ -111,13 +111,10 @@ type Service struct {
 	replies sync.Pool // of chan routeReply
 	// handled counts the messages the router actor took from its mailbox:
 	// a Route still waiting at its RouteTimeout waits on while it moves.
-	// receiving is true while the router is inside one of them: one that
-	// outlasts a RouteTimeout is a stuck router.
-	handled   atomic.Uint64
-	receiving atomic.Bool
-	timers    sync.Pool // of *time.Timer, stopped (Route's deadline)
-	sweep     *time.Ticker
-	done      chan struct{}
+	handled atomic.Uint64
+	timers  sync.Pool // of *time.Timer, stopped (Route's deadline)
+	sweep   *time.Ticker
+	done    chan struct{}
 }
 
 // Start validates cfg and starts its service. cfg.Rule.Spec.StartedAt is set to
@@ -299,11 +296,12 @@ func (svc *Service) halt(ctx context.Context) error {
 	}
 }
 
-// maxUnreached bounds how many RouteTimeouts a Route waits for a router
-// that neither handles a message nor is inside one (20 s by default): a
-// process starved of CPU gets there; an actor that will never run again
-// does not hold its requests for longer.
-const maxUnreached = 10
+// routeStalls is how many RouteTimeouts in a row without a message handled
+// make a router stuck (20 s by default). A single one did not: at 4 000
+// streams on two loaded cores the router went 2 s without running while
+// HAProxy served (issue 31); a router that will never run again does not
+// hold its requests for longer.
+const routeStalls = 10
 
 // Route implements Router.
 func (svc *Service) Route(ctx context.Context, rr *RouteRequest) (Route, error) {
@@ -312,8 +310,7 @@ func (svc *Service) Route(ctx context.Context, rr *RouteRequest) (Route, error) 
 	}
 	id := svc.sys.nextID.Add(1)
 	reply := svc.replies.Get().(chan routeReply)
-	msg := &routeMsg{id: id, rr: rr, reply: reply}
-	svc.root.Send(svc.router, msg)
+	svc.root.Send(svc.router, &routeMsg{id: id, rr: rr, reply: reply})
 	// A pooled timer: creating one per call was a third of Route's cost.
 	// Since Go 1.23 a stopped or reset timer delivers no stale tick, so a
 	// timer stopped on the way out can serve the next call.
@@ -328,7 +325,7 @@ func (svc *Service) Route(ctx context.Context, rr *RouteRequest) (Route, error) 
 		svc.timers.Put(timer)
 	}()
 	seen := svc.handled.Load()
-	unreached := 0 // RouteTimeouts the router spent not running at all
+	stalls := 0 // consecutive RouteTimeouts without a message handled
 	for {
 		select {
 		case r := <-reply:
@@ -357,27 +354,23 @@ func (svc *Service) Route(ctx context.Context, rr *RouteRequest) (Route, error) 
 			// down; only a router that stops is a failure. The client's
 			// leaving and the max stream duration still end the wait
 			// (ctx).
-			h := svc.handled.Load()
-			switch {
-			case h != seen:
+			if h := svc.handled.Load(); h != seen {
 				// It handled messages since the last look: its queue
 				// moves towards this request.
 				seen = h
-				unreached = 0
-				timer.Reset(svc.cfg.RouteTimeout)
-				continue
-			case !msg.taken.Load() && !svc.receiving.Load() && unreached < maxUnreached:
-				// It handled nothing, but is not inside a message either,
-				// and has not reached this one: its goroutine waits for a
-				// CPU (a saturated process, where Go's scheduling latency
-				// reaches seconds), or its mailbox waits for a restart.
-				unreached++
+				stalls = 0
 				timer.Reset(svc.cfg.RouteTimeout)
 				continue
 			}
-			// Stuck inside one message for a whole RouteTimeout, or it
-			// took this request and no answer came (lost in a restart),
-			// or it did not run at all for maxUnreached RouteTimeouts.
+			if stalls++; stalls < routeStalls {
+				// It handled nothing, yet that alone does not make it
+				// stuck: in a saturated process its goroutine waits for
+				// a CPU (Go's scheduling latency reaches seconds) or is
+				// preempted inside a message, and its mailbox waits out
+				// a restart.
+				timer.Reset(svc.cfg.RouteTimeout)
+				continue
+			}
 			svc.root.Send(svc.router, cancelMsg{id: id})
 			svc.metrics.routeTimeout()
 			return Route{}, ErrRouterTimeout

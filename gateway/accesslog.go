@@ -53,7 +53,7 @@ func (x *exchange) appendRoute(b []byte, addrs []string) []byte {
 		b = append(b, " decode_addr="...)
 		b = append(b, addrs[x.decodeEP]...)
 	}
-	if x.pd && x.h.pdEngine != "" {
+	if x.h.pdEngine != "" {
 		b = append(b, " engine="...)
 		b = append(b, x.h.pdEngine...)
 	}

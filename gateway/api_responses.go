@@ -14,12 +14,13 @@ import (
 // the model's chat template (construct_input_messages in
 // vllm/entrypoints/openai/responses/utils.py): the instructions become a
 // system message, a string input one user message, and an input list
-// becomes messages item by item — a message item as it is, a
-// function_call item an assistant tool call (merged into the assistant
-// message before it), a function_call_output item a tool message. llb
-// builds the same messages array (Request.RawMessages), so Tier 1 renders
-// it and Tier 1.5 tokenizes it through the chat template exactly as the
-// engine will.
+// becomes messages item by item — an assistant message item the text of its
+// first part (the content of the assistant message before it when that has
+// none), a function_call item a tool call of the assistant message before
+// it, a function_call_output item a tool message, any other message item as
+// it is. llb builds the same messages array (Request.RawMessages), so Tier 1
+// renders it and Tier 1.5 tokenizes it through the chat template exactly as
+// the engine will.
 //
 // A request with previous_response_id continues a conversation the engine
 // keeps in its own memory (vLLM's response store): its prompt starts with
@@ -80,7 +81,6 @@ func appendMessage(b []byte, role string, content []byte) []byte {
 type responseItem struct {
 	typ, role, callID, name string
 	content, arguments, out []byte
-	hasStatus               bool
 }
 
 func readResponseItem(e []byte) (responseItem, bool) {
@@ -112,8 +112,6 @@ func readResponseItem(e []byte) (responseItem, bool) {
 			it.arguments = m.val
 		case "output":
 			it.out = m.val
-		case "status":
-			it.hasStatus = !isNull(m.val)
 		}
 		return nil
 	})
@@ -122,12 +120,11 @@ func readResponseItem(e []byte) (responseItem, bool) {
 
 // appendResponseItems converts an input list as vLLM's
 // construct_chat_messages_with_tool_call does; false for an item it does
-// not convert.
+// not convert. Items merge into the assistant message before them: a
+// function_call adds a tool call to it, an assistant message item gives it
+// its content when it has none (else each starts a new assistant message).
 func appendResponseItems(b, input []byte) ([]byte, bool) {
-	// open is the start of the last message appended when it is an
-	// assistant tool-call message still open for more calls (its closing
-	// "]}" not yet written), else -1.
-	open := -1
+	var msgs []chatItem
 	ok := true
 	err := forEachElement(input, func(_ int, e []byte) error {
 		it, good := readResponseItem(e)
@@ -135,97 +132,147 @@ func appendResponseItems(b, input []byte) ([]byte, bool) {
 			ok = false
 			return errContentShape
 		}
+		var last *chatItem
+		if n := len(msgs); n > 0 && msgs[n-1].assistant {
+			last = &msgs[n-1]
+		}
 		switch {
 		case it.typ == "function_call":
 			if it.arguments == nil || it.arguments[0] != '"' {
 				ok = false
 				return errContentShape
 			}
-			if open < 0 {
-				if b[len(b)-1] != '[' {
-					b = append(b, ',')
-				}
-				open = len(b)
-				b = append(b, `{"role":"assistant","tool_calls":[`...)
-			} else {
-				b = append(b, ',')
+			call := append([]byte(`{"id":`), strconv.Quote(it.callID)...)
+			call = append(call, `,"function":{"name":`...)
+			call = strconv.AppendQuote(call, it.name)
+			call = append(call, `,"arguments":`...)
+			call = append(call, it.arguments...)
+			call = append(call, `},"type":"function"}`...)
+			if last == nil {
+				msgs = append(msgs, chatItem{assistant: true})
+				last = &msgs[len(msgs)-1]
 			}
-			b = append(b, `{"id":`...)
-			b = strconv.AppendQuote(b, it.callID)
-			b = append(b, `,"function":{"name":`...)
-			b = strconv.AppendQuote(b, it.name)
-			b = append(b, `,"arguments":`...)
-			b = append(b, it.arguments...)
-			b = append(b, `},"type":"function"}`...)
-			return nil
+			if last.calls == nil {
+				last.order = append(last.order, 't')
+			}
+			last.calls = append(last.calls, call)
 		case it.typ == "function_call_output":
-			b = closeToolCalls(b, &open)
-			if b[len(b)-1] != '[' {
-				b = append(b, ',')
+			out := it.out
+			if out == nil {
+				out = []byte("null")
 			}
-			b = append(b, `{"role":"tool","content":`...)
-			if it.out == nil {
-				b = append(b, "null"...)
-			} else {
-				b = append(b, it.out...)
+			m := append([]byte(`{"role":"tool","content":`), out...)
+			m = append(m, `,"tool_call_id":`...)
+			m = strconv.AppendQuote(m, it.callID)
+			msgs = append(msgs, chatItem{raw: append(m, '}')})
+		case (it.typ == "" || it.typ == "message") && it.role == "assistant":
+			// An output message, or an assistant message item: the text
+			// of its first part (or its string content).
+			text := assistantText(it.content)
+			if text == nil {
+				ok = false
+				return errContentShape
 			}
-			b = append(b, `,"tool_call_id":`...)
-			b = strconv.AppendQuote(b, it.callID)
-			b = append(b, '}')
-			return nil
+			if last == nil || last.content != nil {
+				msgs = append(msgs, chatItem{assistant: true})
+				last = &msgs[len(msgs)-1]
+			}
+			last.content = text
+			last.order = append(last.order, 'c')
 		case (it.typ == "" || it.typ == "message") && it.role != "":
-			b = closeToolCalls(b, &open)
-			if it.role == "assistant" && it.hasStatus && len(it.content) > 0 && it.content[0] == '[' {
-				// A ResponseOutputMessage: vLLM keeps its first part's text.
-				text := firstPartText(it.content)
-				if text == nil {
-					ok = false
-					return errContentShape
-				}
-				b = appendMessage(b, "assistant", text)
-				b = append(b, '}')
-				return nil
-			}
-			if b[len(b)-1] != '[' {
-				b = append(b, ',')
-			}
-			b = append(b, e...)
-			return nil
+			msgs = append(msgs, chatItem{raw: e})
+		default:
+			ok = false
+			return errContentShape
 		}
-		ok = false
-		return errContentShape
+		return nil
 	})
 	if err != nil || !ok {
 		return b, false
 	}
-	return closeToolCalls(b, &open), true
-}
-
-// closeToolCalls ends an open assistant tool-call message.
-func closeToolCalls(b []byte, open *int) []byte {
-	if *open >= 0 {
-		b = append(b, "]}"...)
-		*open = -1
+	for _, m := range msgs {
+		if b[len(b)-1] != '[' {
+			b = append(b, ',')
+		}
+		b = m.append(b)
 	}
-	return b
+	return b, true
 }
 
-// firstPartText returns the raw "text" of an output message's first
-// content part, or nil.
-func firstPartText(content []byte) []byte {
-	var text []byte
+// chatItem is one chat message built from Responses input items: an item
+// passed as it is (raw), or an assistant message with its members in the
+// order vLLM set them (order: 'c' content, 't' tool_calls).
+type chatItem struct {
+	raw       []byte
+	assistant bool
+	content   []byte // a raw JSON string
+	calls     [][]byte
+	order     []byte
+}
+
+func (m *chatItem) append(b []byte) []byte {
+	if !m.assistant {
+		return append(b, m.raw...)
+	}
+	b = append(b, `{"role":"assistant"`...)
+	for _, k := range m.order {
+		switch k {
+		case 'c':
+			b = append(b, `,"content":`...)
+			b = append(b, m.content...)
+		case 't':
+			b = append(b, `,"tool_calls":[`...)
+			for i, c := range m.calls {
+				if i > 0 {
+					b = append(b, ',')
+				}
+				b = append(b, c...)
+			}
+			b = append(b, ']')
+		}
+	}
+	return append(b, '}')
+}
+
+// assistantText is an assistant item's text as vLLM takes it: a string
+// content, the "text" of the first part of a list ("" when it has none or
+// the list is empty), "" for no content; nil for a shape it would not read.
+func assistantText(content []byte) []byte {
+	if content == nil || isNull(content) {
+		return []byte(`""`)
+	}
+	switch content[0] {
+	case '"':
+		return content
+	case '[':
+	default:
+		return nil
+	}
+	text := []byte(`""`)
+	bad := false
 	_ = forEachElement(content, func(i int, part []byte) error {
-		if i > 0 || part[0] != '{' {
+		if part[0] != '{' {
+			bad = part[0] != '"'
+			if part[0] == '"' {
+				text = part // a bare string part is its own text
+			}
 			return errContentShape
 		}
 		_ = forEachMember(part, func(m *member) error {
-			if string(m.key) == "text" && m.val[0] == '"' {
-				text = m.val
+			if string(m.key) == "text" {
+				if m.val[0] == '"' {
+					text = m.val
+				} else if !isNull(m.val) {
+					bad = true
+				}
 			}
 			return nil
 		})
 		return errContentShape // only the first part
 	})
+	if bad {
+		return nil
+	}
 	return text
 }
 

@@ -17,15 +17,19 @@
 // One file per step, in the order a request meets them, all in its
 // client connection's goroutine:
 //
-//   - listener.go accepts on the rule's VIP:port within the process's
-//     connection limit (connlimit.go) and sniffs the first bytes: the
-//     HTTP/2 preface goes to the h2c front end (nethttp.go), anything else
-//     to fasthttp's HTTP/1.1 server, which reads the head and the body
-//     within the rule's limit and the process's body budget (bodybudget.go,
-//     reserved at the head through headerctx.go).
+//   - listener.go accepts on the VIP:port within the process's connection
+//     limit (connlimit.go; the open-file limit it derives from in
+//     nofile_unix.go, nofile_other.go) and sniffs the first bytes: the
+//     HTTP/2 preface goes to the h2c front end (nethttp.go, its server's
+//     error lines rate-limited by serverlog.go), anything else to
+//     fasthttp's HTTP/1.1 server, which reads the head and the body within
+//     the rule's limit and the process's body budget (bodybudget.go,
+//     reserved at the head through headerctx.go; body.go bounds the time
+//     a body may take). ruletable.go picks the request's rule among those
+//     sharing the listener, by host, path and model.
 //   - conn.go serves each HTTP/1.1 request of its client connection
 //     (serveFast) and watches the socket for the client leaving
-//     (sockpeek_linux.go).
+//     (sockpeek_linux.go; sockpeek_other.go where MSG_PEEK is not wired).
 //   - exchange.go holds the request's state from its first byte to the end
 //     of its response: the client's request and response, the
 //     cancellation its legs obey, the attempt in progress, the record the
@@ -33,14 +37,17 @@
 //   - handler.go is the front door: a request that looped back through
 //     X-Llb-Hop (headers.go), to a paused rule, in an HTTP version llb does
 //     not speak or with a target it cannot forward (target.go) is answered
-//     at once; the rest is dispatched by method and path through the API
-//     table (apis.go: every route of vLLM's server llb proxies). An
-//     inference API parses the body (request.go; the Responses and
-//     Anthropic Messages APIs become vLLM's chat messages in
-//     api_responses.go and api_messages.go, audio forms are read in
-//     api_audio.go) and builds the routing input (route_input.go; Tier 1.5
-//     tokenizes and hashes the prompt in kvinput.go). A Responses answer's
-//     id is pinned to its endpoint as it passes (respstore.go).
+//     at once; the request's tenant and class are settled (tenancy.go) and
+//     its TTFT objective read (objective.go); the rest is dispatched by
+//     method and path through the API table (apis.go: every route of
+//     vLLM's server llb proxies). An inference API parses the body
+//     (request.go, the prompt and chat messages in prompt.go, both on the
+//     scanner of jsonscan.go; the Responses and Anthropic Messages APIs
+//     become vLLM's chat messages in api_responses.go and api_messages.go,
+//     audio forms are read in api_audio.go) and builds the routing input
+//     (route_input.go; Tier 1.5 tokenizes and hashes the prompt in
+//     kvinput.go). A Responses answer's id is pinned to its endpoint as it
+//     passes (respstore.go).
 //   - attempt.go is the attempt loop: Router.Route, the plan the decision
 //     calls for, and a new route avoiding an endpoint that never answered
 //     (or died mid-answer), while the client has no byte.
@@ -48,24 +55,31 @@
 //     pd_nixl.go is vLLM's NIXL two-leg protocol, pd_sglang.go SGLang's
 //     concurrent dual dispatch through a bootstrap room (its prefill leg
 //     runs beside the answering leg, in a goroutine of its own, and is
-//     settled before the ticket is concluded).
+//     settled before the ticket is concluded), pd_trtllm.go TensorRT-LLM's
+//     context leg then generation leg. The legs' bodies are the client's
+//     with top-level members rewritten (jsonobj.go).
 //   - relay.go runs the leg that answers the client and relays its answer:
 //     a small body with its head, anything else streamed by stream.go
-//     after the handler returned.
+//     after the handler returned, every client write under the send bound
+//     (sendbound.go).
 //   - migrate.go continues a stream whose worker died, froze or dropped
 //     the connection on another endpoint, spliced into the client's stream
-//     (ssetrack.go follows its events), from inside stream.go's relay.
+//     (ssetrack.go follows its events), from inside the stream's relay.
 //   - leg.go is one upstream request and its deadlines, on the keep-alive
 //     connections of upstream.go; legwatch.go cancels the legs of an
-//     endpoint the router takes out of service.
+//     endpoint the router takes out of service; liveness.go tells the
+//     endpoint's probes (built in probe.go) what its legs' bytes showed.
 //   - usage.go reads the engine's cached tokens from the answering leg's
 //     bytes on their way (cache truth).
 //   - errors.go renders the client errors llb answers itself.
 //   - accesslog.go writes X-Llb-Route, the access log line and the
-//     request's metrics (metrics.go) when the exchange ends.
+//     request's metrics (metrics.go, the per-tenant ones in
+//     tenantmetrics.go) when the exchange ends; memtrim.go and wavetrim.go
+//     give a burst's memory back once it is over.
 //
-// A new API is an entry of handler.go's table; a new engine's P/D protocol
-// is a pdDialect of its own file, beside pd_nixl.go.
+// The handler runs with the daemon's Options (config.go). A new API is an
+// entry of the API table; a new engine's P/D protocol is a pdDialect of
+// its own file, beside vLLM's.
 //
 // # Why fasthttp and an upstream client of its own
 //

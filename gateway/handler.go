@@ -91,8 +91,9 @@ type Handler struct {
 	pools       []*upstreamPool // keep-alive connections, by endpoint index
 	router      actors.Router
 	pd          pdDialect // the engines' P/D protocol
-	// pdEngine names the P/D dialect in X-Llb-Route, the access log and
-	// the pair metrics when it is not vLLM's ("" for vLLM).
+	// pdEngine names the rule's engine (its P/D dialect) in X-Llb-Route,
+	// the access log and the pair metrics when it is not vLLM ("" for
+	// vLLM).
 	pdEngine string
 	// pairCuts count the legs of concurrent P/D pairs cut because the
 	// other leg failed first: [0] decode legs, [1] prefill legs (nil
@@ -119,6 +120,7 @@ type Handler struct {
 	maxRetries      int
 	sendTimeout     time.Duration // the send bound (0: off)
 	migrationLimit  int           // migrations per request (0: none)
+	engine          engineRules   // what a continuation may send the rule's engine
 
 	// Process-wide bounds (shared by every handler; nil: none).
 	budget *BodyBudget
@@ -208,6 +210,7 @@ func NewHandler(c *rule.Compiled, opts Options, deps Deps) (*Handler, error) {
 		bodyReadTimeout: opts.BodyReadTimeout,
 		maxRetries:      opts.MaxConnectRetries,
 		migrationLimit:  c.MigrationLimit,
+		engine:          engineRulesFor(c.Engine),
 		sendTimeout:     max(opts.ClientSendTimeout, 0),
 		hopID:           opts.HopID,
 		watch:           deps.Watch,
@@ -228,6 +231,7 @@ func NewHandler(c *rule.Compiled, opts Options, deps Deps) (*Handler, error) {
 	if h.met == nil {
 		h.met = NewMetrics(nil, c.Key)
 	}
+	h.met.engine(c.Engine)
 	if _, dual := h.pd.(sglang); dual {
 		for i, leg := range [...]string{"decode", "prefill"} {
 			h.pairCuts[i] = h.met.counter("llb_pd_pair_cuts_total", `engine="`+h.pdEngine+`",leg="`+leg+`"`)

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -183,7 +184,7 @@ func (l *leg) send(head, body []byte, dst *fasthttp.ResponseHeader) error {
 		if attempt > 0 {
 			now = time.Now()
 		}
-		c, err := pool.get(x.ctx, now)
+		c, err := pool.get(l.ctx(), now)
 		if err != nil {
 			return err
 		}
@@ -254,6 +255,15 @@ func (l *leg) detach() (killed bool) {
 		return l.pair.detach()
 	}
 	return l.x.detach()
+}
+
+// ctx is what the leg's dial waits under: the exchange's context, or the
+// pair's, which its cut cancels too.
+func (l *leg) ctx() context.Context {
+	if l.pair != nil {
+		return l.pair.ctx
+	}
+	return l.x.ctx
 }
 
 // cutCause is why this leg alone was cut (causeNone: it was not).

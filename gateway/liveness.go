@@ -12,12 +12,12 @@ import (
 // probes. An engine saturated by thousands of streams answers its health
 // probe late and its accept queue drops SYNs, yet every one of its streams
 // is still producing tokens; HAProxy keeps serving it, and so must llb
-// (issue 31: a probe timing out on the CPU-starved backend marked the only
-// endpoint down for 15 s at a time, 503 no_healthy_backend, and dials
-// timing out at 500 ms answered 502 backend_unreachable). The passive
-// evidence — response bytes read from the endpoint, as Caddy's passive
-// health and HAProxy's "observe layer7" count real traffic — decides what
-// a timeout means:
+// (judged by its probes alone, a CPU-starved backend whose probe times out
+// would be marked down for 15 s at a time, 503 no_healthy_backend, and
+// dials timing out at 500 ms would answer 502 backend_unreachable). The
+// passive evidence — response bytes read from the endpoint, as Caddy's
+// passive health and HAProxy's "observe layer7" count real traffic —
+// decides what a timeout means:
 //
 //   - a probe that times out while legs to its endpoint read response
 //     bytes during the attempt passes (EndpointWatch.Probe): the endpoint

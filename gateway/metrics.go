@@ -41,6 +41,7 @@ import (
 //	loxilb_pd_kv_tier15_fallthrough_total         Tier-1.5 fall-throughs with KV-exact on
 //	loxilb_pd_kv_tier15_spills_total              decisions the load law moved off the overlap winner
 //	loxilb_pd_kv_tier15_cold_seeds_total          Tier-1.5 hits diverted to a cold endpoint
+//	llb_rule_engine{engine}                       1: the engine behind the rule (kvEngineType)
 //	llb_route_tier_total{tier}                    admitted decisions by deciding tier
 //	llb_loop_detected_total                       requests refused with 508 (X-Llb-Hop loop)
 //	llb_client_send_timeouts_total                answers cut because the client accepted no
@@ -195,6 +196,17 @@ func (m *Metrics) lazy(slot *atomic.Pointer[metrics.Counter], base, extra string
 	c := m.counter(base, extra)
 	slot.Store(c)
 	return c
+}
+
+// engine exports llb_rule_engine{engine} 1 (the engine is immutable per
+// rule; "" is vLLM).
+func (m *Metrics) engine(name string) {
+	if name == "" {
+		name = "vllm"
+	}
+	n := m.name("llb_rule_engine", `engine="`+promlabel.Escape(name)+`"`)
+	m.track(n)
+	m.set.GetOrCreateGauge(n, nil).Set(1)
 }
 
 // migration counts one migration outcome (migMigrated, ...).

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// TTFT objectives at the front door (issue 30). A request may carry an
+// TTFT objectives at the front door. A request may carry an
 // objective for its time to first token, in milliseconds:
 // X-Llb-Ttft-Objective-Ms, else llm-d's x-slo-ttft-ms. Each routing
 // attempt hands the router the budget left (the objective minus the time

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -158,6 +159,10 @@ type pairLeg struct {
 	// (pairCommitted) or the prefill's failure cuts it (pairCut).
 	gate atomic.Uint32
 
+	// ctx is the leg's dial context: the exchange's, cancelled by kill.
+	ctx    context.Context
+	cancel context.CancelFunc
+
 	mu  sync.Mutex
 	up  *upConn
 	cut failCause // why the exchange cut the leg (causeNone: it did not)
@@ -175,6 +180,7 @@ type pairLeg struct {
 func (x *exchange) startPair(ep int, body []byte) {
 	p := &x.pairSt
 	*p = pairLeg{x: x, ticket: x.ticket, head: p.head[:0], body: body, done: make(chan struct{})}
+	p.ctx, p.cancel = context.WithCancel(x.ctx)
 	p.lg = x.newLeg(actors.LegPrefill, ep)
 	p.lg.pair = p
 	p.lg.limit, p.lg.limitCause = p.lg.start.Add(x.h.prefillTimeout), causePrefill
@@ -274,6 +280,7 @@ func (p *pairLeg) kill(c failCause) {
 		_ = p.up.nc.SetDeadline(aLongTimeAgo)
 	}
 	p.mu.Unlock()
+	p.cancel() // a dial in progress ends too
 }
 
 // pairCommit marks the answering leg as going to the client; false when
@@ -332,6 +339,7 @@ func (x *exchange) settlePair(ok bool) {
 			c.Inc()
 		}
 	}
+	p.cancel()
 	x.mu.Lock()
 	x.pair = nil
 	if x.legCause == causePair {

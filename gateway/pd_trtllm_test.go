@@ -253,8 +253,13 @@ func TestTRTLLMPD_ADeadContextIsRetriedOnAnother(t *testing.T) {
 	if resp.StatusCode != 200 || len(f.prefill[1].requests()) != 1 || len(f.decode.requests()) != 1 {
 		t.Fatalf("got %d %s; want the second context endpoint and the generation leg to answer", resp.StatusCode, got)
 	}
-	if r := resp.Header.Get(HeaderRoute); !strings.Contains(r, "prefill=1") || !strings.Contains(r, "retries=1") {
-		t.Errorf("%s = %q; want prefill 1 after one retry", HeaderRoute, r)
+	if r := resp.Header.Get(HeaderRoute); !strings.Contains(r, "prefill=1") || !strings.Contains(r, "retries=1") || !strings.Contains(r, " engine=trtllm ") {
+		t.Errorf("%s = %q; want prefill 1 after one retry, engine trtllm", HeaderRoute, r)
+	}
+	var m strings.Builder
+	f.set.WritePrometheus(&m)
+	if !strings.Contains(m.String(), `llb_rule_engine{service="pd",engine="trtllm"} 1`) {
+		t.Errorf("metrics lack llb_rule_engine for trtllm:\n%s", m.String())
 	}
 	f.router.checkTicketsClosed(t, 2)
 }

@@ -12,7 +12,7 @@ import (
 // Go's HTTP2Config.WriteByteTimeout). Without it a client that stops
 // reading held its client connection and, for a stream, the upstream
 // connection and the engine's request until the max stream duration (a
-// day by default; issue 23). When it fires, the write fails: the client
+// day by default). When it fires, the write fails: the client
 // connection is closed, a stream's upstream leg with it (reported
 // client-gone, no health penalty), and llb_client_send_timeouts_total
 // counts it.

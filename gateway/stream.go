@@ -312,10 +312,10 @@ func (s *relayStream) endLeg(fail actors.Failure) {
 // An HTTP/1.0 client cannot read chunks. A streamed answer of unknown
 // length reaches it as vLLM's own server (uvicorn's h11) sends it: without
 // a length, the body ending when the connection closes (RFC 9112 §6.3,
-// the last rule), each upstream read written as it arrives. It used to be
-// read whole (up to 64 MiB) and sent with a length: 100 such streams of
-// 7.2 MB took llbd from 39 to 447 MiB, and the first byte waited for the
-// last (issue 23). fasthttp frames every body stream (chunks, or a
+// the last rule), each upstream read written as it arrives. Read whole (up
+// to 64 MiB) and sent with a length, 100 such streams of 7.2 MB would take
+// llbd from 39 to 447 MiB, and the first byte would wait for the last.
+// fasthttp frames every body stream (chunks, or a
 // length), so such an answer is written past it: the connection is
 // hijacked once the server has sent what it held, and the head and body
 // go to the socket from the hijack goroutine, bounded like any stream

@@ -13,7 +13,7 @@ import (
 // space or a control byte while parsing the request line; h2c's :path
 // arrives in HPACK, where any byte can be sent, and raw bytes above 0x7E
 // and a "#fragment" pass both servers. validTarget refuses all of them the
-// same way on both front ends (issue 23).
+// same way on both front ends.
 
 // badTargetByte returns the index of the first byte of target that an
 // HTTP/1.1 request target cannot carry — a control byte, a space, DEL, a

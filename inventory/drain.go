@@ -174,17 +174,13 @@ type DrainFeed struct {
 	log zerolog.Logger
 	mg  *metricGroup
 
-	connected                         *metrics.Gauge
-	reconnects, disconnects, recvErrs *metrics.Counter
-	batches, events, invalid, unknown *metrics.Counter
-	duplicates, gaps, lost            *metrics.Counter
-	resyncs, restarts                 *metrics.Counter
-	lastSeq                           atomic.Uint64
-	haveSeq                           atomic.Bool
-	rateBits                          atomic.Uint64
-	started                           atomic.Bool
-	tallyMu                           sync.Mutex
-	tally                             IgnoreTally
+	feedSeries
+	lastSeq  atomic.Uint64
+	haveSeq  atomic.Bool
+	rateBits atomic.Uint64
+	started  atomic.Bool
+	tallyMu  sync.Mutex
+	tally    IgnoreTally
 
 	// Owned by the Run goroutine.
 	ranks      map[int64]*SeqTracker
@@ -214,20 +210,7 @@ func NewDrainFeed(cfg DrainConfig) (*DrainFeed, error) {
 	}
 	f.limiter.every = cfg.LogEvery
 	f.ignored = newIgnoreLog(f.log, f.mg, 0)
-	f.connected = f.mg.gauge(MetricSubscriberConnected)
-	f.reconnects = f.mg.counter(MetricSubscriberReconnects)
-	f.disconnects = f.mg.counter(MetricSubscriberDisconnects)
-	f.recvErrs = f.mg.counter(MetricSubscriberRecvErrors)
-	f.batches = f.mg.counter(MetricBatches)
-	f.events = f.mg.counter(MetricEvents)
-	f.invalid = f.mg.counter(MetricEventsInvalid)
-	f.unknown = f.mg.counter(MetricEventsUnknown)
-	f.duplicates = f.mg.counter(MetricSeqDuplicates)
-	f.gaps = f.mg.counter(MetricSeqGaps)
-	f.lost = f.mg.counter(MetricSeqLostBatches)
-	f.resyncs = f.mg.counter(MetricResyncs)
-	f.restarts = f.mg.counter(MetricRestarts)
-	f.connected.Set(0)
+	f.feedSeries = newFeedSeries(f.mg)
 	return f, nil
 }
 

@@ -68,17 +68,14 @@ type Feed struct {
 	mg  *metricGroup
 
 	// Written by the Run goroutine, read anywhere.
-	connected                          *metrics.Gauge
-	reconnects, disconnects, recvErrs  *metrics.Counter
-	batches, events, invalid, unknown  *metrics.Counter
-	duplicates, gaps, lost             *metrics.Counter
-	resyncs, restarts, replays, replFa *metrics.Counter
-	lastSeq                            atomic.Uint64
-	haveSeq                            atomic.Bool
-	rateBits                           atomic.Uint64
-	started                            atomic.Bool
-	tallyMu                            sync.Mutex
-	tally                              IgnoreTally // copy of ignored.tally for Stats
+	feedSeries
+	replays, replFa *metrics.Counter
+	lastSeq         atomic.Uint64
+	haveSeq         atomic.Bool
+	rateBits        atomic.Uint64
+	started         atomic.Bool
+	tallyMu         sync.Mutex
+	tally           IgnoreTally // copy of ignored.tally for Stats
 
 	// Owned by the Run goroutine.
 	seq        SeqTracker
@@ -108,22 +105,9 @@ func NewFeed(cfg FeedConfig) (*Feed, error) {
 	}
 	f.limiter.every, f.gapLimiter.every = cfg.LogEvery, cfg.LogEvery
 	f.ignored = newIgnoreLog(f.log, f.mg, 0)
-	f.connected = f.mg.gauge(MetricSubscriberConnected)
-	f.reconnects = f.mg.counter(MetricSubscriberReconnects)
-	f.disconnects = f.mg.counter(MetricSubscriberDisconnects)
-	f.recvErrs = f.mg.counter(MetricSubscriberRecvErrors)
-	f.batches = f.mg.counter(MetricBatches)
-	f.events = f.mg.counter(MetricEvents)
-	f.invalid = f.mg.counter(MetricEventsInvalid)
-	f.unknown = f.mg.counter(MetricEventsUnknown)
-	f.duplicates = f.mg.counter(MetricSeqDuplicates)
-	f.gaps = f.mg.counter(MetricSeqGaps)
-	f.lost = f.mg.counter(MetricSeqLostBatches)
-	f.resyncs = f.mg.counter(MetricResyncs)
-	f.restarts = f.mg.counter(MetricRestarts)
+	f.feedSeries = newFeedSeries(f.mg)
 	f.replays = f.mg.counter(MetricReplays)
 	f.replFa = f.mg.counter(MetricReplayFailures)
-	f.connected.Set(0)
 	return f, nil
 }
 

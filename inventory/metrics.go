@@ -151,3 +151,34 @@ func (g *metricGroup) close() {
 	}
 	g.names = nil
 }
+
+// feedSeries are the series a KV feed (the ZMQ subscriber Feed and the
+// TensorRT-LLM DrainFeed alike) keeps for its endpoint.
+type feedSeries struct {
+	connected                         *metrics.Gauge
+	reconnects, disconnects, recvErrs *metrics.Counter
+	batches, events, invalid, unknown *metrics.Counter
+	duplicates, gaps, lost            *metrics.Counter
+	resyncs, restarts                 *metrics.Counter
+}
+
+// newFeedSeries registers a feed's series in mg, disconnected.
+func newFeedSeries(mg *metricGroup) feedSeries {
+	s := feedSeries{
+		connected:   mg.gauge(MetricSubscriberConnected),
+		reconnects:  mg.counter(MetricSubscriberReconnects),
+		disconnects: mg.counter(MetricSubscriberDisconnects),
+		recvErrs:    mg.counter(MetricSubscriberRecvErrors),
+		batches:     mg.counter(MetricBatches),
+		events:      mg.counter(MetricEvents),
+		invalid:     mg.counter(MetricEventsInvalid),
+		unknown:     mg.counter(MetricEventsUnknown),
+		duplicates:  mg.counter(MetricSeqDuplicates),
+		gaps:        mg.counter(MetricSeqGaps),
+		lost:        mg.counter(MetricSeqLostBatches),
+		resyncs:     mg.counter(MetricResyncs),
+		restarts:    mg.counter(MetricRestarts),
+	}
+	s.connected.Set(0)
+	return s
+}

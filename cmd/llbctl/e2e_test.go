@@ -65,7 +65,7 @@ func TestE2E_CreateListShowDelete(t *testing.T) {
 
 	// One rule: its key, arguments and endpoints.
 	one := mustRun(t, hs.URL, "get", "lb", "127.0.0.1", "2020", "tcp")
-	for _, want := range []string{"rule key: tcp:127.0.0.1:2020@127.0.0.1", "| kvHashAlgo ", "sha256_cbor", "| 1   | 127.0.0.1:8200 | decode  | 1      | 5600 | inactive |"} {
+	for _, want := range []string{"rule key: tcp:127.0.0.1:2020@127.0.0.1\nengine: vllm\n", "| kvHashAlgo ", "sha256_cbor", "| 1   | 127.0.0.1:8200 | decode  | 1      | 5600 | inactive |"} {
 		if !strings.Contains(one, want) {
 			t.Errorf("get lb <key>:\n%s\nwant %q", one, want)
 		}
@@ -302,5 +302,19 @@ func TestE2E_Version(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(mustRun(t, hs.URL, "version", "-o", "json")), &v); err != nil || v.Server.Version != "test-1.2.3" {
 		t.Errorf("version -o json: %+v, %v; want the server's version", v, err)
+	}
+}
+
+// A rule's engine shows in the table's LLM column (when not vLLM) and in
+// the one-rule view.
+func TestE2E_GetLBShowsTheEngine(t *testing.T) {
+	hs, _ := startServer(t)
+	mustRun(t, hs.URL, "create", "lb", "127.0.0.1", "--tcp=2030", "--name=trt", "--pd", "--kv-exact-mode=1",
+		"--kv-engine-type=trtllm", "--kv-block-size=32", "--endpoints=127.0.0.1:8100:1:prefill,127.0.0.1:8200:1:decode")
+	if table := mustRun(t, hs.URL, "get", "lb"); !strings.Contains(table, "| trtllm,pd,kv1 |") {
+		t.Errorf("get lb:\n%s\nwant the LLM cell trtllm,pd,kv1", table)
+	}
+	if one := mustRun(t, hs.URL, "get", "lb", "127.0.0.1", "2030", "tcp"); !strings.Contains(one, "\nengine: trtllm\n") {
+		t.Errorf("get lb <key>:\n%s\nwant engine: trtllm", one)
 	}
 }

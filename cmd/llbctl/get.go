@@ -210,8 +210,12 @@ func (a *app) showRule(ref ruleRef) error {
 		return &answerError{fmt.Errorf("get lb: cannot read serviceArguments: %w", err)}
 	}
 	if k := ruleKey(&e); k != "" {
-		fmt.Fprintf(a.stdout, "rule key: %s\n\n", k)
+		fmt.Fprintf(a.stdout, "rule key: %s\n", k)
 	}
+	if e.ServiceArguments != nil {
+		fmt.Fprintf(a.stdout, "engine: %s\n", rule.EngineOf(e.ServiceArguments))
+	}
+	fmt.Fprintln(a.stdout)
 	t := newTable("SERVICE ARGUMENT", "VALUE")
 	for _, f := range fields {
 		t.add(f[0], f[1])
@@ -355,6 +359,9 @@ func portCell(sa *rule.ServiceArguments) string {
 // paused for adminStateUp false.
 func llmCell(sa *rule.ServiceArguments) string {
 	var f []string
+	if e := rule.EngineOf(sa); e != rule.EngineVLLM {
+		f = append(f, sanitize(e)) // the engine behind the rule, when not vLLM
+	}
 	if sa.PDDisaggMode {
 		f = append(f, "pd")
 	}

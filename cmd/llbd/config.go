@@ -84,10 +84,9 @@ type config struct {
 	// h2c stream reset), a stream's upstream leg with it (default
 	// gateway.DefaultClientSendTimeout, 60 s; 0 turns it off).
 	ClientSendTimeout time.Duration
-	// RouteTimeout is how long a request waits for its routing decision
-	// while the router is stuck (inside one message, or silent after
-	// taking the request); a router that is slow but moving is waited for,
-	// one that does not run at all up to 10 times as long (default
+	// RouteTimeout is a tenth of how long a request waits for its routing
+	// decision while the router handles no message (a stuck router); a
+	// router that is slow but moving is waited for (default
 	// actors.DefaultRouteTimeout, 2 s; at least 10 ms).
 	RouteTimeout time.Duration
 	// DecisionTimeout is how long a routing decision waits for the
@@ -192,7 +191,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		{"max-conns", "LLB_MAX_CONNS", "most data-plane client connections open at once, across every rule; one over it gets 503 too_many_connections and is closed (0: no bound; default derived from the open-file limit)"},
 		{"client-send-timeout", "LLB_CLIENT_SEND_TIMEOUT", "close a data-plane client connection (reset an h2c stream) that accepts no byte of its answer for this long, ending its upstream leg (0: no bound but max_stream_duration)"},
 		{"decision-timeout", "LLB_DECISION_TIMEOUT", "how long a routing decision waits for the inventory and session replies it asks for; a late reply counts as a miss (overlap 0, no session pin, llb_router_fanout_missed_total)"},
-		{"route-timeout", "LLB_ROUTE_TIMEOUT", "answer 503 service_unavailable when the router was stuck this long (inside one message, or silent after taking the request) while a request waited for its decision (a slow but moving router is waited for, one that does not run at all up to 10 times this long)"},
+		{"route-timeout", "LLB_ROUTE_TIMEOUT", "answer 503 service_unavailable when the router handled no message for 10 of these in a row while a request waited for its decision (a slow but moving router is waited for)"},
 		{"max-tenant-labels", "LLB_MAX_TENANT_LABELS", "most tenants that get their own tenant label in the llb_tenant_* metrics; later ones count as _other"},
 		{"tokenizer-dir", "LLB_TOKENIZER_DIR", "Hugging Face tokenizer directory (or a root of them named by served model) for Tier 1.5 to tokenize in process; empty: the engines' /tokenize"},
 	}

@@ -217,6 +217,7 @@ func TestE2E_ToolCallHistoriesArePredictedAsTheEngineRendersThem(t *testing.T) {
 		{"responses", "/v1/responses", mustJSONString(map[string]any{"model": "sim-model", "instructions": long, "max_output_tokens": 2, "store": false,
 			"input": []any{
 				map[string]any{"role": "user", "content": "How many orders did Ada place?"},
+				map[string]any{"type": "message", "id": "msg_1", "status": "completed", "role": "assistant", "content": []any{map[string]any{"type": "output_text", "text": "Let me look."}}},
 				map[string]any{"type": "function_call", "call_id": "call_1", "name": "sql", "arguments": `{"q":"select count(*) from orders where customer='Ada'"}`},
 				map[string]any{"type": "function_call_output", "call_id": "call_1", "output": "42"},
 				map[string]any{"type": "message", "role": "assistant", "content": []any{map[string]any{"type": "output_text", "text": "Ada placed 42 orders."}}},

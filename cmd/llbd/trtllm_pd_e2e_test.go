@@ -101,8 +101,8 @@ func TestE2E_TRTLLMPDThroughTheDaemon(t *testing.T) {
 		if res.StatusCode != 200 {
 			t.Fatalf("%d %s", res.StatusCode, body)
 		}
-		if _, p, dc := routeOf(t, res.Header); p < 0 || p > 1 || dc < 2 {
-			t.Fatalf("route %q; want a context and a generation endpoint", res.Header.Get("X-Llb-Route"))
+		if _, p, dc := routeOf(t, res.Header); p < 0 || p > 1 || dc < 2 || !strings.Contains(res.Header.Get("X-Llb-Route"), " engine=trtllm ") {
+			t.Fatalf("route %q; want a context and a generation endpoint, engine trtllm", res.Header.Get("X-Llb-Route"))
 		}
 		var out struct {
 			Choices []struct {
@@ -236,6 +236,10 @@ func TestE2E_TRTLLMPDThroughTheDaemon(t *testing.T) {
 			t.Fatalf("completion: %d %s", res.StatusCode, body)
 		}
 	})
+
+	if _, text := d.do("GET", "/metrics", ""); !strings.Contains(text, `llb_rule_engine{service="`+key+`",engine="trtllm"} 1`) {
+		t.Errorf("/metrics does not name the rule's engine")
+	}
 
 	// Every path above reached the strict workers with TensorRT-LLM's
 	// fields only: the one refusal is the client's own typo.

@@ -23,6 +23,7 @@ type attackFlags struct {
 	replay   int
 	net      string
 	workDir  string
+	engine   string
 }
 
 // errDefects is the run error when the attacks found defects (exit 1).
@@ -42,6 +43,7 @@ tried, refused cleanly and served, and every defect with its reproducer.
 Every address is in one private loopback /24 (--net, drawn when not given).
 Exit status 1 when any defect was found.`,
 		Example: `  llbsim attack --duration 4m
+  llbsim attack --engine trtllm --duration 2m
   llbsim attack --family dataplane --duration 2m --seed 7
   llbsim attack --family rest --seed 1 --net 127.201.4 --case 1234`,
 		Args: cobra.NoArgs,
@@ -56,6 +58,7 @@ Exit status 1 when any defect was found.`,
 	fl.StringSliceVar(&f.families, "family", nil, "families to run (rest, dataplane, kv, faults; default all)")
 	fl.IntVar(&f.replay, "case", -1, "run only this case of the one --family (a defect's reproducer)")
 	fl.StringVar(&f.net, "net", "", "private loopback /24 as 127.a.b (default: drawn in 127.200–250)")
+	fl.StringVar(&f.engine, "engine", "vllm", "engine the simulated workers speak and the rules name (vllm, sglang, trtllm); families it does not run are left out")
 	fl.StringVar(&f.workDir, "work-dir", "", "directory for llbd state dirs and logs (default a temp dir, kept when a defect was found)")
 	return cmd
 }
@@ -72,7 +75,7 @@ func runAttack(ctx context.Context, f *attackFlags, stdout, stderr io.Writer) er
 		return fmt.Errorf("work dir: %w", err)
 	}
 	cfg := attack.Config{LLBD: f.llbd, Seed: f.seed, Duration: f.duration, Families: f.families,
-		Replay: f.replay >= 0, Case: f.replay, Net: f.net, WorkDir: work, Progress: stderr}
+		Replay: f.replay >= 0, Case: f.replay, Net: f.net, WorkDir: work, Progress: stderr, Engine: f.engine}
 	if cfg.LLBD == "" {
 		fmt.Fprintln(stderr, "llbsim attack: building llbd")
 		bin, err := harness.BuildDaemon(ctx, work, "")

@@ -73,6 +73,70 @@ func TestRun_AShortRunOfEveryFamilyFindsNoDefect(t *testing.T) {
 	t.Log(out.String())
 }
 
+// The same against TensorRT-LLM's dialect: strict workers, a P/D rule
+// speaking context_only / generation_only under SIGKILL and SIGSTOP.
+func TestRun_AShortTRTLLMRunFindsNoDefect(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts llbd and worker processes")
+	}
+	cfg := Config{LLBD: llbdBin(t), Seed: 7, Duration: 12 * time.Second, WorkDir: t.TempDir(), Engine: "trtllm",
+		Families: []string{FamilyDataPlane, FamilyFaults}}
+	rep, err := Run(context.Background(), cfg)
+	var out strings.Builder
+	if rep != nil {
+		rep.Write(&out)
+	}
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	if rep.Defects() != 0 {
+		t.Fatalf("%d defects:\n%s", rep.Defects(), out.String())
+	}
+	for _, tl := range rep.Tallies {
+		if tl.Tried == 0 || tl.Checks == 0 {
+			t.Errorf("family %s ran %d cases and %d checks; want some of each", tl.Family, tl.Tried, tl.Checks)
+		}
+	}
+	if !strings.Contains(out.String(), "engine trtllm") {
+		t.Errorf("the report does not name the engine:\n%s", out.String())
+	}
+	t.Log(out.String())
+}
+
+func TestConfig_EnginesRunTheirFamilies(t *testing.T) {
+	tests := []struct {
+		engine   string
+		families []string
+		wantErr  string
+		want     []string
+	}{
+		{engine: "", want: Families},
+		{engine: "trtllm", want: []string{FamilyREST, FamilyDataPlane, FamilyFaults}},
+		{engine: "sglang", want: []string{FamilyREST, FamilyDataPlane}},
+		{engine: "trtllm", families: []string{FamilyKV}, wantErr: `family "kv" does not run against engine trtllm`},
+		{engine: "sglang", families: []string{FamilyFaults}, wantErr: `family "faults" does not run against engine sglang`},
+		{engine: "tgi", wantErr: `engine "tgi"`},
+	}
+	for _, tt := range tests {
+		c := Config{LLBD: "x", WorkDir: "y", Engine: tt.engine, Families: tt.families}
+		err := c.Validate()
+		switch {
+		case tt.wantErr != "":
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%s %v: %v; want %q", tt.engine, tt.families, err, tt.wantErr)
+			}
+		case err != nil:
+			t.Errorf("%s: %v", tt.engine, err)
+		case strings.Join(c.families(), ",") != strings.Join(tt.want, ","):
+			t.Errorf("%s runs %v; want %v", tt.engine, c.families(), tt.want)
+		}
+	}
+	sa := (&Config{Engine: "trtllm"}).engineRule(map[string]any{"kvZmqPort": 1, "kvHashAlgo": "sha256_cbor", "kvNoneHashSeed": "0", "mode": 4})
+	if sa["kvEngineType"] != "trtllm" || len(sa) != 2 {
+		t.Errorf("trtllm rule arguments %v; want mode and kvEngineType only", sa)
+	}
+}
+
 // The data-plane oracle fails what it must: a smuggled second answer, a
 // 200 for an invalid request, a hang, a 5xx; and passes a clean refusal.
 func TestJudge_DataPlaneOracle(t *testing.T) {

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/llbproject/llb/simulate/worker"
 )
 
 // ErrConfig reports an invalid Config.
@@ -62,6 +64,47 @@ type Config struct {
 	// Progress receives one line per family and phase ("" lines are not
 	// written); nil discards them.
 	Progress io.Writer
+	// Engine is the dialect the simulated workers speak and the rules'
+	// kvEngineType: vllm (""), sglang or trtllm. Families an engine does
+	// not run (engineFamilies) are left out of a run of all families and
+	// refused when asked for.
+	Engine string
+}
+
+// engineFamilies are the families each engine runs: the kv family's
+// hostile publisher speaks the ZMQ wire of vLLM's events (TensorRT-LLM has
+// no publisher; SGLang's page events are not forged yet), and the faults
+// family's worker processes serve no SGLang bootstrap room yet.
+var engineFamilies = map[worker.Dialect][]string{
+	worker.DialectVLLM:   Families,
+	worker.DialectTRTLLM: {FamilyREST, FamilyDataPlane, FamilyFaults},
+	worker.DialectSGLang: {FamilyREST, FamilyDataPlane},
+}
+
+// dialect is the run's engine (vLLM when unset or invalid).
+func (c *Config) dialect() worker.Dialect {
+	d, err := worker.ParseDialect(c.Engine)
+	if err != nil {
+		return worker.DialectVLLM
+	}
+	return d
+}
+
+// engineRule adds the rule arguments of the run's engine to sa: its
+// kvEngineType, and for TensorRT-LLM and SGLang the hash contract left to
+// the engine's default.
+func (c *Config) engineRule(sa map[string]any) map[string]any {
+	d := c.dialect()
+	if d == worker.DialectVLLM {
+		return sa
+	}
+	sa["kvEngineType"] = string(d)
+	delete(sa, "kvHashAlgo")
+	delete(sa, "kvNoneHashSeed")
+	if d == worker.DialectTRTLLM {
+		delete(sa, "kvZmqPort") // drained over HTTP
+	}
+	return sa
 }
 
 // Validate reports every problem at once.
@@ -76,9 +119,16 @@ func (c *Config) Validate() error {
 	if c.Duration < 0 {
 		errs = append(errs, fmt.Errorf("duration %v is negative", c.Duration))
 	}
+	d, err := worker.ParseDialect(c.Engine)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	for _, f := range c.Families {
-		if !slices.Contains(Families, f) {
+		switch {
+		case !slices.Contains(Families, f):
 			errs = append(errs, fmt.Errorf("family %q (want one of %s)", f, strings.Join(Families, ", ")))
+		case err == nil && !slices.Contains(engineFamilies[d], f):
+			errs = append(errs, fmt.Errorf("family %q does not run against engine %s (it runs %s)", f, d, strings.Join(engineFamilies[d], ", ")))
 		}
 	}
 	if c.Replay && (len(c.Families) != 1 || c.Case < 0) {
@@ -95,10 +145,11 @@ func (c *Config) Validate() error {
 	return fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
 }
 
-// families is the selected families in run order.
+// families is the selected families in run order (all the engine runs
+// when none is selected).
 func (c *Config) families() []string {
 	if len(c.Families) == 0 {
-		return Families
+		return engineFamilies[c.dialect()]
 	}
 	var out []string
 	for _, f := range Families {

@@ -92,6 +92,7 @@ func runDataPlane(ctx context.Context, cfg *Config, n loopNet, budget time.Durat
 	tmpl := worker.DefaultConfig()
 	tmpl.KVEvents = false
 	tmpl.Engine.Latency.TimeScale = 0.01
+	tmpl.Dialect = cfg.dialect()
 	fl, err := fleet.Start(fleet.Config{Single: 2, BaseIP: n.ip(hostDPWorker), HTTPPort: 8000, Template: &tmpl})
 	if err != nil {
 		return t, err
@@ -108,7 +109,7 @@ func runDataPlane(ctx context.Context, cfg *Config, n loopNet, budget time.Durat
 	defer d.Kill()
 	f := &dpFamily{cfg: cfg, net: n, d: d, vip: n.ip(hostDPVIP) + ":2020", t: t}
 	rule, _ := json.Marshal(map[string]any{
-		"serviceArguments": map[string]any{"externalIP": n.ip(hostDPVIP), "port": 2020, "protocol": "tcp", "mode": 4, "sel": 0, "name": "atk-dataplane"},
+		"serviceArguments": cfg.engineRule(map[string]any{"externalIP": n.ip(hostDPVIP), "port": 2020, "protocol": "tcp", "mode": 4, "sel": 0, "name": "atk-dataplane"}),
 		"endpoints":        fl.Endpoints(),
 	})
 	if err := d.PostRule(ctx, rule); err != nil {

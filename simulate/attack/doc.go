@@ -1,5 +1,5 @@
 // Package attack drives the real llbd as a hostile or careless client,
-// operator and KV feed would (issue 13), on loopback and bounded in time:
+// operator and KV feed would, on loopback and bounded in time:
 // llbsim attack and make attack run it.
 //
 // A run starts a fresh llbd process (and, where a family needs one, a

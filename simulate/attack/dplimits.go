@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/llbproject/llb/simulate/worker"
 )
 
 // The data plane's process-wide bounds under attack. llbd runs the family
@@ -72,8 +74,16 @@ func dpLLBDEnv() []string {
 }
 
 // budgetBody is a valid completion of n bytes whose bulk is a field the
-// worker ignores (it answers 200 at once, whatever the size).
-func budgetBody(i, n int) []byte {
+// worker ignores (it answers 200 at once, whatever the size): an unknown
+// one, or for TensorRT-LLM, which refuses unknown fields, stop_token_ids
+// (a field it declares) of zeros.
+func budgetBody(i, n int, d worker.Dialect) []byte {
+	if d == worker.DialectTRTLLM {
+		b := fmt.Appendf(nil, `{"model":"sim-model","prompt":"budget %d","max_tokens":1,"stop_token_ids":[0`, i)
+		b = append(b, bytes.Repeat([]byte(",0"), (n-len(b)-2)/2)...)
+		b = append(b, bytes.Repeat([]byte(" "), n-len(b)-2)...)
+		return append(b, `]}`...)
+	}
 	b := fmt.Appendf(nil, `{"model":"sim-model","prompt":"budget %d","max_tokens":1,"padding":"`, i)
 	b = append(b, bytes.Repeat([]byte("x"), n-len(b)-2)...)
 	return append(b, `"}`...)
@@ -88,7 +98,7 @@ func (f *dpFamily) bodyBudgetCase(ctx context.Context, base usage) {
 	results := make([]rawResult, dpBudgetClients)
 	var wg sync.WaitGroup
 	for i := range cases {
-		body := budgetBody(i, dpBodyLimit-200)
+		body := budgetBody(i, dpBodyLimit-200, f.cfg.dialect())
 		head := reqOpts{body: body, headers: []string{"Connection: close"}}.build(f.vip)
 		head = head[:len(head)-len(body)]
 		cases[i] = dpCase{kind: "body_budget", plan: rawPlan{steps: []rawStep{

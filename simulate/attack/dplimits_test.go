@@ -1,9 +1,12 @@
 package attack
 
 import (
+	"encoding/json"
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/llbproject/llb/simulate/worker"
 )
 
 func TestJudge_ProcessBoundOracles(t *testing.T) {
@@ -37,6 +40,20 @@ func TestJudge_ProcessBoundOracles(t *testing.T) {
 	for _, tt := range tests {
 		if got := tt.judge(tt.res); got.Verdict != tt.want {
 			t.Errorf("%s: verdict %v (%s); want %v", tt.name, got.Verdict, got.Why, tt.want)
+		}
+	}
+}
+
+// The body-budget bodies are valid for each engine, of the size asked.
+func TestBudgetBody_IsValidForEachEngine(t *testing.T) {
+	for _, d := range []worker.Dialect{worker.DialectVLLM, worker.DialectTRTLLM} {
+		b := budgetBody(3, 1<<20, d)
+		var v map[string]any
+		if len(b) != 1<<20 || json.Unmarshal(b, &v) != nil || v["prompt"] != "budget 3" {
+			t.Errorf("%s: %d bytes, valid %v", d, len(b), json.Valid(b))
+		}
+		if _, padded := v["padding"]; padded == (d == worker.DialectTRTLLM) {
+			t.Errorf("%s body keys %v", d, len(v))
 		}
 	}
 }

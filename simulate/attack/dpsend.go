@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// The send bound under attack (issue 23). llbd runs the family with
+// The send bound under attack. llbd runs the family with
 // --client-send-timeout dpSendTimeout (dpLLBDEnv). One case, alone, after
 // the other bound cases:
 //

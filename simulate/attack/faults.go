@@ -72,7 +72,8 @@ func runFaults(ctx context.Context, cfg *Config, n loopNet, budget time.Duration
 	}()
 	var eps []map[string]any
 	for i, role := range []string{"prefill", "prefill", "prefill", "decode", "decode", "decode"} {
-		spec := workerSpec{Name: fmt.Sprintf("%s-%d", role, i), IP: n.ip(hostFaultWorker + i), Role: role, KVEvents: role == "prefill", TimeScale: 0.5}
+		spec := workerSpec{Name: fmt.Sprintf("%s-%d", role, i), IP: n.ip(hostFaultWorker + i), Role: role, KVEvents: role == "prefill", TimeScale: 0.5,
+			Dialect: cfg.dialect()}
 		w, err := startWorkerProc(spec)
 		if err != nil {
 			return t, err
@@ -93,9 +94,9 @@ func runFaults(ctx context.Context, cfg *Config, n loopNet, budget time.Duration
 	defer d.Kill()
 	f.d = d
 	rule, _ := json.Marshal(map[string]any{
-		"serviceArguments": map[string]any{"externalIP": n.ip(hostFaultVIP), "port": 2020, "protocol": "tcp", "mode": 4, "sel": 0, "name": "atk-faults",
+		"serviceArguments": cfg.engineRule(map[string]any{"externalIP": n.ip(hostFaultVIP), "port": 2020, "protocol": "tcp", "mode": 4, "sel": 0, "name": "atk-faults",
 			"pd_disagg_mode": true, "kvExactMode": 1, "kvZmqPort": procKVPort, "kvBlockSize": 16, "kvHashAlgo": "sha256_cbor", "kvNoneHashSeed": "0",
-			"kvWarmupSec": 0, "probeTimeout": 1, "probeRetries": 1, "cb_enable": true},
+			"kvWarmupSec": 0, "probeTimeout": 1, "probeRetries": 1, "cb_enable": true}),
 		"endpoints": eps,
 	})
 	if err := d.PostRule(ctx, rule); err != nil {

@@ -1,6 +1,7 @@
 package attack
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"sort"
@@ -145,6 +146,8 @@ type Report struct {
 	// Seed and Net reproduce the run (llbsim attack --seed --net).
 	Seed uint64
 	Net  string
+	// Engine is the workers' dialect (llbsim attack --engine).
+	Engine string
 	// Tallies are the families run, in order.
 	Tallies []*Tally
 	// Elapsed is the run's wall time.
@@ -163,7 +166,7 @@ func (r *Report) Defects() int {
 // Write prints the per-family table, the notes, and every kept defect
 // with its reproducer.
 func (r *Report) Write(w io.Writer) {
-	fmt.Fprintf(w, "llb attack: seed %d, net %s, %s\n\n", r.Seed, r.Net, r.Elapsed.Round(time.Second))
+	fmt.Fprintf(w, "llb attack: seed %d, net %s, engine %s, %s\n\n", r.Seed, r.Net, cmp.Or(r.Engine, "vllm"), r.Elapsed.Round(time.Second))
 	fmt.Fprintf(w, "%-10s %8s %8s %8s %8s %8s %10s\n", "family", "tried", "refused", "served", "defects", "checks", "time")
 	for _, t := range r.Tallies {
 		fmt.Fprintf(w, "%-10s %8d %8d %8d %8d %5d/%-3d %9s\n", t.Family, t.Tried, t.Refused, t.Accepted,
@@ -197,7 +200,11 @@ func (r *Report) Write(w io.Writer) {
 			}
 			fmt.Fprintf(w, "\n- %s %s (%s): %s\n", d.Family, where, d.Kind, d.Why)
 			if d.Case >= 0 {
-				fmt.Fprintf(w, "  reproduce: llbsim attack --seed %d --net %s --family %s --case %d\n", r.Seed, r.Net, d.Family, d.Case)
+				engine := ""
+				if r.Engine != "" && r.Engine != "vllm" {
+					engine = " --engine " + r.Engine
+				}
+				fmt.Fprintf(w, "  reproduce: llbsim attack --seed %d --net %s%s --family %s --case %d\n", r.Seed, r.Net, engine, d.Family, d.Case)
 			}
 			if d.Repro != "" {
 				fmt.Fprintf(w, "  %s\n", strings.ReplaceAll(d.Repro, "\n", "\n  "))

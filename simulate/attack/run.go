@@ -18,7 +18,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Net != "" {
 		n, _ = parseNet(cfg.Net)
 	}
-	rep := &Report{Seed: cfg.Seed, Net: n.String()}
+	rep := &Report{Seed: cfg.Seed, Net: n.String(), Engine: string(cfg.dialect())}
 	start := time.Now()
 	defer func() { rep.Elapsed = time.Since(start) }()
 	for _, fam := range cfg.families() {

@@ -51,6 +51,8 @@ type workerSpec struct {
 	KVEvents bool `json:"kv_events"`
 	// TimeScale scales the latency model.
 	TimeScale float64 `json:"time_scale"`
+	// Dialect is the engine the worker speaks as ("" is vLLM).
+	Dialect worker.Dialect `json:"dialect,omitempty"`
 }
 
 // workerMain runs one simulated worker until SIGTERM or SIGINT; it prints
@@ -69,6 +71,9 @@ func workerMain(raw string) int {
 		c.Engine.KVRole = engine.KVRoleFor(ladder.RolePrefill)
 	}
 	c.Engine.Latency.TimeScale = s.TimeScale
+	if s.Dialect != "" {
+		c.Dialect = s.Dialect
+	}
 	return worker.ServeProcess(c, "attack worker")
 }
 

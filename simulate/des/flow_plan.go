@@ -10,7 +10,7 @@ import (
 	"github.com/llbproject/llb/simulate/engine"
 )
 
-// The tenant and class scenarios of issue 27, on the admission simulator
+// The tenant and class scenarios, on the admission simulator
 // (RunFlow):
 //
 //   - capacity: one tenant at 3× what the fleet can take; the answered

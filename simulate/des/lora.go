@@ -118,7 +118,7 @@ func (s *sim) loraMask(ri int, adapter string, now time.Duration) (ladder.LoRAOu
 // ScenarioLoRA names the LoRA scenario (LoRAScenarios).
 const ScenarioLoRA = "lora"
 
-// LoRAScenarios are issue 26's LoRA workload, run on demand
+// LoRAScenarios are the LoRA workload, run on demand
 // (llbsim sweep --scenarios lora): 32 adapters of one base model with
 // Zipf(1.1) popularity (a few hot, a long cold tail), a 256-token task
 // preamble per adapter and a 64-token question, on 8 workers that batch at

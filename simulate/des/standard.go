@@ -18,8 +18,8 @@ const (
 	ScenarioZipf         = "shared-prefix-zipf"
 	ScenarioContended    = "shared-prefix-contended"
 	ScenarioHotPrefix    = "hot-prefix"
-	// ScenarioLightLoad is issue 18's shape; the other light-load
-	// scenarios vary it.
+	// ScenarioLightLoad is the light-load shape the other light-load
+	// scenarios vary.
 	ScenarioLightLoad = "light-load"
 )
 
@@ -28,9 +28,9 @@ const (
 // 170 blocks holds about six of their requests at once).
 var LightLoadConcurrency = []int{1, 2, 4, 8, 12, 16, 24, 32, 48}
 
-// LightLoadScenarios are issue 18's closed-loop scenarios: small fleets
+// LightLoadScenarios are the closed-loop scenarios: small fleets
 // whose caches hold a fraction of the working set, driven by a fixed
-// number of clients from 1 to past saturation. The first is the issue's
+// number of clients from 1 to past saturation. The first is the reference
 // measurement (4 workers of 170 blocks, 24 groups of a ~400-token system
 // prompt × 8 questions, working set ≈ 1.4× the fleet's cache); the others
 // change one dimension each — more groups, longer prefixes, roomier caches,
@@ -138,7 +138,7 @@ func StandardPlan(requests int, seed uint64) Plan {
 	return p
 }
 
-// Scenario names issue 16 adds.
+// Scenario names of the peer comparison.
 const (
 	ScenarioMultiTurn = "multi-turn"
 	ScenarioLongDoc   = "long-doc-qa"
@@ -147,7 +147,7 @@ const (
 	StepSuffix = "-step"
 )
 
-// PeerScenarios are issue 16's workloads beyond the four of the first
+// PeerScenarios are the peer comparison's workloads beyond the four of the first
 // report:
 //
 //   - multi-turn: chat sessions in the shape of vLLM production-stack's

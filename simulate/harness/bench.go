@@ -157,7 +157,7 @@ type ScenarioInfo struct {
 	PooledLoad float64
 }
 
-// DefaultStrategyNames is issue 7's side-by-side set: the catalogue
+// DefaultStrategyNames is the side-by-side set: the catalogue
 // (simulate/strategy) without hard+chwbl and pd-hard.
 func DefaultStrategyNames() []string {
 	return []string{strategy.NameRR, strategy.NameCHWBL, strategy.NameTier1, strategy.NameOff, strategy.NameHard,

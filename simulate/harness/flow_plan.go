@@ -32,6 +32,9 @@ import (
 //   - classes: critical 20 %, standard 50 %, sheddable 30 % of one
 //     tenant's traffic at each load: each class's TTFT p90, answered and
 //     refused; the critical class's p90 at 130 % against 70 %.
+//   - fairness: a at 2.5·C and b at 0.6·C, both over their half of one
+//     class: the rate each is answered at (the requests are alike, so
+//     the service in tokens is in the same proportion).
 
 // FlowPlan shapes the scenarios.
 type FlowPlan struct {
@@ -53,6 +56,8 @@ type FlowPlan struct {
 	Seeds []uint64
 	// Loads are the class scenario's loads, in fractions of C.
 	Loads []float64
+	// Fairness runs the fairness scenario (first seed).
+	Fairness bool
 	// Daemon and WorkDir are the runs' (RunConfig's).
 	Daemon  DaemonSource
 	WorkDir string
@@ -73,7 +78,7 @@ func StandardFlowPlan() FlowPlan {
 		Fleet: FleetConfig{Workers: 2, Engine: FlowEngine(4)}, Cap: 12, QueueDepth: 64, MaxPark: 30 * time.Second,
 		Spec:     FlowSpec(),
 		Duration: 30 * time.Second, WarmupFrac: 0.15, Seeds: []uint64{1, 2, 3},
-		Loads: []float64{0.7, 1.0, 1.3, 1.5},
+		Loads: []float64{0.7, 1.0, 1.3, 1.5}, Fairness: true,
 	}
 }
 
@@ -108,6 +113,9 @@ type FlowReport struct {
 	Classes []FlowClassRow
 	// CriticalRatio is the critical class's TTFT p90 at 130 % over 70 %.
 	CriticalRatio float64
+	// FairA and FairB are the fairness scenario's tenants (zero without
+	// it).
+	FairA, FairB FlowStreamResult
 	// Wall is the plan's wall time.
 	Wall time.Duration
 }
@@ -232,6 +240,29 @@ func (p *FlowPlan) ClassesAt(ctx context.Context, c, load float64, seed uint64) 
 	return row, nil
 }
 
+// Fair runs the fairness scenario on one seed at capacity c: a at 2.5·c
+// and b at 0.6·c, both standard.
+func (p *FlowPlan) Fair(ctx context.Context, c float64, seed uint64) (a, b FlowStreamResult, err error) {
+	rate := 3.1 * c
+	tr, warm, err := p.trace(rate, seed)
+	if err != nil {
+		return a, b, err
+	}
+	streams := []FlowStream{{Tenant: "a", Class: ladder.ClassStandard, Weight: 2.5}, {Tenant: "b", Class: ladder.ClassStandard, Weight: 0.6}}
+	ft, err := DealTrace(tr, streams, seed)
+	if err != nil {
+		return a, b, err
+	}
+	rc := p.base()
+	rc.Rate, rc.Warmup = rate, warm
+	p.progress("fairness: %d requests at %.1f/s", len(tr.Requests), rate)
+	_, per, err := RunFlow(ctx, rc, ft, len(streams))
+	if err != nil {
+		return a, b, fmt.Errorf("fairness: %w", err)
+	}
+	return per[0], per[1], nil
+}
+
 // RunFlowPlan runs every scenario of p.
 func RunFlowPlan(ctx context.Context, p FlowPlan) (*FlowReport, error) {
 	start := time.Now()
@@ -272,6 +303,11 @@ func RunFlowPlan(ctx context.Context, p FlowPlan) (*FlowReport, error) {
 	if lo > 0 {
 		rep.CriticalRatio = hi / lo
 	}
+	if p.Fairness {
+		if rep.FairA, rep.FairB, err = p.Fair(ctx, c, p.Seeds[0]); err != nil {
+			return nil, err
+		}
+	}
 	rep.Wall = time.Since(start)
 	return rep, nil
 }
@@ -310,6 +346,10 @@ func (r *FlowReport) Markdown() string {
 	}
 	if r.CriticalRatio > 0 {
 		fmt.Fprintf(&b, "\nCritical TTFT p90 at 130 %% over 70 %%: **%.2f×** (target ≤ 1.2×).\n", r.CriticalRatio)
+	}
+	if fa, fb := r.FairA, r.FairB; fa.Requests > 0 {
+		fmt.Fprintf(&b, "\n**Fairness** (a at 2.5·C and b at 0.6·C, one class; seed %d): a answered %.1f requests/s (%d of %d, %d refused, %d timed out), b %.1f/s (%d of %d, %d refused, %d timed out): b's share of the service **%.2f** (an even split is 0.50).\n",
+			p.Seeds[0], fa.Throughput, fa.Answered, fa.Requests, fa.Shed, fa.TimedOut, fb.Throughput, fb.Answered, fb.Requests, fb.Shed, fb.TimedOut, fb.Throughput/(fa.Throughput+fb.Throughput))
 	}
 	fmt.Fprintf(&b, "\n(%v of wall time)\n", r.Wall.Round(time.Second))
 	return b.String()

@@ -63,7 +63,7 @@ func TestDealTrace_MarksEveryRequestAndOnlyKeepsArrivalTimes(t *testing.T) {
 func TestFlowPlan_TenantsAndClassesThroughTheRealDaemon(t *testing.T) {
 	p := StandardFlowPlan()
 	p.Daemon.Bin, p.WorkDir = llbdBin(t), t.TempDir()
-	p.Seeds, p.Loads, p.Duration = []uint64{1}, []float64{0.7, 1.3}, 10*time.Second
+	p.Seeds, p.Loads, p.Duration, p.Fairness = []uint64{1}, []float64{0.7, 1.3}, 10*time.Second, false
 	if os.Getenv("LLB_FLOW_LONG") == "1" {
 		p = StandardFlowPlan()
 		p.Daemon.Bin, p.WorkDir = llbdBin(t), t.TempDir()
@@ -113,5 +113,13 @@ func TestFlowPlan_TenantsAndClassesThroughTheRealDaemon(t *testing.T) {
 	}
 	if rep.CriticalRatio > 1.2 {
 		t.Errorf("critical TTFT p90 at 130 %% is %.2f× that at 70 %%; want within 1.2×", rep.CriticalRatio)
+	}
+	if fa, fb := rep.FairA, rep.FairB; p.Fairness {
+		// Both ask for more than half: each should be answered at about
+		// half the rate (VTC, and full queues giving way to the tenant
+		// behind in service).
+		if share := fb.Throughput / (fa.Throughput + fb.Throughput); share < 0.4 || share > 0.6 {
+			t.Errorf("fairness: b's share of the answered rate %.2f (a %.1f/s, b %.1f/s); want about half", share, fa.Throughput, fb.Throughput)
+		}
 	}
 }

@@ -74,7 +74,7 @@ type StreamsConfig struct {
 	MaxConns int
 	// HAProxyCheck health-checks HAProxy's server as llbd probes its
 	// endpoint by default (GET /health every 5 s, 2 s timeout, down after
-	// 2 failures). Off by default: issue 31's HAProxy ran without a check.
+	// 2 failures). Off by default: the HAProxy baseline runs without a check.
 	HAProxyCheck bool
 	// LLBDArgs are more llbd flags (both binaries).
 	LLBDArgs []string

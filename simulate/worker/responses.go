@@ -3,6 +3,7 @@ package worker
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -197,9 +198,12 @@ type responseToolCall struct {
 }
 
 // responseInputMessages converts the input as construct_input_messages
-// does: a string is a user message; items are messages as they are,
-// function calls assistant tool calls (merged into the assistant message
-// before them), function call outputs tool messages.
+// does (vllm/entrypoints/openai/responses/utils.py): a string is a user
+// message; a function_call is a tool call of the assistant message before
+// it (or of a new one); an assistant message item (an output message or a
+// plain one) is the text of its first part, the content of the assistant
+// message before it when that has none; a function_call_output is a tool
+// message; any other message item is passed as it is.
 func responseInputMessages(raw json.RawMessage) ([]json.RawMessage, *reqError) {
 	raw = bytes.TrimSpace(raw)
 	if raw[0] == '"' {
@@ -213,13 +217,13 @@ func responseInputMessages(raw json.RawMessage) ([]json.RawMessage, *reqError) {
 	if err := json.Unmarshal(raw, &items); err != nil {
 		return nil, badRequest("input must be a string or a list of items: %v", err)
 	}
-	var out []json.RawMessage
-	var open map[string]any // an assistant message taking tool calls
-	flush := func() {
-		if open != nil {
-			out = append(out, mustJSON(open))
-			open = nil
+	var out []any // json.RawMessage or *assistantMsg
+	lastAssistant := func() *assistantMsg {
+		if len(out) == 0 {
+			return nil
 		}
+		a, _ := out[len(out)-1].(*assistantMsg)
+		return a
 	}
 	for i, it := range items {
 		var h struct {
@@ -229,7 +233,6 @@ func responseInputMessages(raw json.RawMessage) ([]json.RawMessage, *reqError) {
 			Name      string          `json:"name"`
 			Arguments string          `json:"arguments"`
 			Output    json.RawMessage `json:"output"`
-			Status    *string         `json:"status"`
 			Content   json.RawMessage `json:"content"`
 		}
 		if err := json.Unmarshal(it, &h); err != nil {
@@ -241,34 +244,105 @@ func responseInputMessages(raw json.RawMessage) ([]json.RawMessage, *reqError) {
 			// vLLM's member order, which a template rendering the call
 			// whole shows.
 			call := responseToolCall{ID: h.CallID, Function: toolFunction{Name: h.Name, Arguments: h.Arguments}, Type: "function"}
-			if open == nil {
-				open = map[string]any{"role": "assistant", "tool_calls": []any{}}
+			a := lastAssistant()
+			if a == nil {
+				a = &assistantMsg{}
+				out = append(out, a)
 			}
-			open["tool_calls"] = append(open["tool_calls"].([]any), call)
+			if a.ToolCalls == nil {
+				a.order = append(a.order, "tool_calls")
+			}
+			a.ToolCalls = append(a.ToolCalls, call)
 		case h.Type == "function_call_output":
-			flush()
 			var o any
 			_ = json.Unmarshal(h.Output, &o)
-			out = append(out, mustJSON(map[string]any{"role": "tool", "content": o, "tool_call_id": h.CallID}))
-		case (h.Type == "" || h.Type == "message") && h.Role != "":
-			flush()
-			if h.Role == "assistant" && h.Status != nil && bytes.HasPrefix(bytes.TrimSpace(h.Content), []byte("[")) {
-				var parts []struct {
-					Text string `json:"text"`
-				}
-				if err := json.Unmarshal(h.Content, &parts); err != nil || len(parts) == 0 {
-					return nil, badRequest("input[%d]: an output message needs text content", i)
-				}
-				out = append(out, mustJSON(map[string]any{"role": "assistant", "content": parts[0].Text}))
-				continue
+			out = append(out, json.RawMessage(mustJSON(toolMsg{Role: "tool", Content: o, ToolCallID: h.CallID})))
+		case (h.Type == "" || h.Type == "message") && h.Role == "assistant":
+			text, err := firstText(h.Content)
+			if err != nil {
+				return nil, badRequest("input[%d]: %v", i, err)
 			}
+			a := lastAssistant()
+			if a == nil || a.Content != nil {
+				a = &assistantMsg{}
+				out = append(out, a)
+			}
+			a.Content = &text
+			a.order = append(a.order, "content")
+		case (h.Type == "" || h.Type == "message") && h.Role != "":
 			out = append(out, it)
 		default:
 			return nil, badRequest("input[%d]: item type %q is not supported by the simulator", i, h.Type)
 		}
 	}
-	flush()
-	return out, nil
+	msgs := make([]json.RawMessage, len(out))
+	for i, m := range out {
+		switch m := m.(type) {
+		case json.RawMessage:
+			msgs[i] = m
+		case *assistantMsg:
+			msgs[i] = m.marshal()
+		}
+	}
+	return msgs, nil
+}
+
+// assistantMsg is an assistant chat message built from input items, its
+// members in the order vLLM set them.
+type assistantMsg struct {
+	Content   *string
+	ToolCalls []responseToolCall
+	order     []string
+}
+
+func (a *assistantMsg) marshal() json.RawMessage {
+	b := []byte(`{"role":"assistant"`)
+	for _, k := range a.order {
+		b = append(b, `,"`+k+`":`...)
+		if k == "content" {
+			b = append(b, mustJSON(*a.Content)...)
+		} else {
+			b = append(b, mustJSON(a.ToolCalls)...)
+		}
+	}
+	return append(b, '}')
+}
+
+// toolMsg is ChatCompletionToolMessageParam(role=, content=, tool_call_id=).
+type toolMsg struct {
+	Role       string `json:"role"`
+	Content    any    `json:"content"`
+	ToolCallID string `json:"tool_call_id"`
+}
+
+// firstText is an assistant item's text as vLLM takes it: a string
+// content, the first part's "text" ("" without one), "" for none.
+func firstText(content json.RawMessage) (string, error) {
+	content = bytes.TrimSpace(content)
+	if len(content) == 0 || string(content) == "null" {
+		return "", nil
+	}
+	var s string
+	if json.Unmarshal(content, &s) == nil {
+		return s, nil
+	}
+	var parts []json.RawMessage
+	if err := json.Unmarshal(content, &parts); err != nil {
+		return "", fmt.Errorf("assistant content: %w", err)
+	}
+	if len(parts) == 0 {
+		return "", nil
+	}
+	if json.Unmarshal(parts[0], &s) == nil {
+		return s, nil
+	}
+	var p struct {
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(parts[0], &p); err != nil {
+		return "", fmt.Errorf("assistant content part: %w", err)
+	}
+	return p.Text, nil
 }
 
 // newResponse builds the response object of c (status and output set by
