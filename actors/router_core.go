@@ -486,7 +486,7 @@ func (c *routerCore) decide(now time.Time, m *routeMsg, fn func(*ladder.Request)
 	c.snap.TotalInflight = uint64(len(c.tickets)+len(c.parked)) + c.peer.total
 	c.snap.ParkedByClass = c.flow.Counts()
 	m.rr.Req.UnderShare = c.flow.UnderShare(m.rr.Req.Class, m.rr.Tenant, c.lad.Slots())
-	m.rr.Req.OutranksParked = c.flow.Outranks(m.rr.Req.Class, m.rr.Tenant)
+	m.rr.Req.OutranksParked = c.flow.Outranks(m.rr.Req.Class, m.rr.Tenant, uint64(m.rr.PromptTokens))
 	if c.peer.on {
 		for i := range c.views {
 			c.views[i].ActiveConns += c.peer.load[i]
@@ -554,7 +554,7 @@ func (c *routerCore) act(now time.Time, m *routeMsg, d ladder.Decision) {
 // m's class whose tenant has received more service; m parks on that
 // request's endpoint (d.ParkOn). False when there is none.
 func (c *routerCore) displace(m *routeMsg, d *ladder.Decision) bool {
-	v, ok := c.flow.Victim(m.rr.Req.Class, m.rr.Tenant)
+	v, ok := c.flow.Victim(m.rr.Req.Class, m.rr.Tenant, uint64(m.rr.PromptTokens))
 	if !ok {
 		return false
 	}

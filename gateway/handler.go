@@ -120,6 +120,7 @@ type Handler struct {
 	maxRetries      int
 	sendTimeout     time.Duration // the send bound (0: off)
 	migrationLimit  int           // migrations per request (0: none)
+	engine          engineRules   // what a continuation may send the rule's engine
 
 	// Process-wide bounds (shared by every handler; nil: none).
 	budget *BodyBudget
@@ -209,6 +210,7 @@ func NewHandler(c *rule.Compiled, opts Options, deps Deps) (*Handler, error) {
 		bodyReadTimeout: opts.BodyReadTimeout,
 		maxRetries:      opts.MaxConnectRetries,
 		migrationLimit:  c.MigrationLimit,
+		engine:          engineRulesFor(c.Engine),
 		sendTimeout:     max(opts.ClientSendTimeout, 0),
 		hopID:           opts.HopID,
 		watch:           deps.Watch,

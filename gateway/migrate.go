@@ -9,7 +9,6 @@ import (
 
 	"github.com/llbproject/llb/actors"
 	"github.com/llbproject/llb/internal/logfield"
-	"github.com/llbproject/llb/rule"
 )
 
 // Request migration: a stream survives its worker.
@@ -28,8 +27,8 @@ import (
 //     a client's own continue_final_message gets the text appended to its
 //     final message);
 //   - max_tokens / max_completion_tokens and min_tokens reduced by the
-//     tokens already produced (a completion without max_tokens has vLLM's
-//     default of 16; on TensorRT-LLM it is continued without one);
+//     tokens already produced (a completion without max_tokens has its
+//     engine's default, 16 for vLLM);
 //   - the new leg's events carry the first leg's id, created and model, its
 //     role chunk is dropped, and usage counts both legs (prompt tokens of
 //     the first, completion tokens of all).
@@ -44,13 +43,14 @@ import (
 // What cannot be continued faithfully is cut as before, and counted: n or
 // best_of above 1 and beam search, completion logprobs (text_offset would
 // restart) and prompt_logprobs, structured output (response_format
-// json_schema/json_object, guided_*, structured_outputs, a forced tool
-// choice), echo, token-id or several prompts, a template llb cannot extend,
-// a chat on TensorRT-LLM (no continue_final_message), a tool call or
-// reasoning text being streamed, an event llb cannot read,
-// an error the engine reported in the stream, a text over maxTrackedText. A request whose answering
-// leg dies before any byte reached the client (streamed or not) is simply
-// sent again (attempt.go, outcome "resent").
+// json_schema/json_object, guided_*, structured_outputs, SGLang's regex,
+// ebnf and json_schema, a forced tool choice), echo, token-id or several
+// prompts, a template llb cannot extend, a tool call or reasoning text
+// being streamed, an event llb cannot read, an error the engine reported
+// in the stream, a text over maxTrackedText, and what the rule's engine
+// cannot take (migrate_engine.go). A request whose answering leg dies
+// before any byte reached the client (streamed or not) is simply sent
+// again (attempt.go, outcome "resent").
 //
 // The cost when nothing breaks: a tracked stream's events are each
 // validated and walked once (no copy; an event cut across two reads is
@@ -69,7 +69,7 @@ const (
 	refN                          // n > 1
 	refBestOf                     // best_of > 1, use_beam_search
 	refLogprobs                   // completion logprobs, prompt_logprobs
-	refStructured                 // response_format json_*, guided_*, structured_outputs, forced tool_choice
+	refStructured                 // response_format json_*, guided_*, structured_outputs, regex, ebnf, json_schema, forced tool_choice
 	refEcho                       // echo
 	refPromptForm                 // token-id prompts, several prompts, prompt_embeds
 	refTemplate                   // add_generation_prompt false alone; a final message that is not text
@@ -79,10 +79,11 @@ const (
 	refEngineError                // the engine reported an error in the stream
 	refTooLong                    // the text outgrew maxTrackedText
 	refAPI                        // an API other than completions and chat
+	refEngine                     // the rule's engine cannot take the continuation (migrate_engine.go)
 )
 
 var refusalNames = [...]string{"", "n", "best_of", "logprobs", "structured_output", "echo",
-	"prompt_form", "template", "tool_call", "reasoning", "unreadable_stream", "engine_error", "too_long", "api"}
+	"prompt_form", "template", "tool_call", "reasoning", "unreadable_stream", "engine_error", "too_long", "api", "engine"}
 
 // maxTrackedText bounds the generated text a stream keeps for a
 // continuation (about 64k tokens of English): a longer answer is no longer
@@ -140,9 +141,6 @@ type migration struct {
 	maxCompletion   int64  // max_completion_tokens (-1: absent)
 	minTokens       int64  // min_tokens (-1: absent)
 	continueFinal   bool   // continue_final_message
-	// engineDefaultMax: a completion without max_tokens is continued
-	// without one (the engine's own default, not vLLM's 16, applies).
-	engineDefaultMax bool
 	// inject: llb asked the engine for usage in every chunk that the
 	// client did not ask for; it is deleted from what the client gets.
 	inject bool
@@ -191,17 +189,16 @@ func (x *exchange) prepareMigration() {
 			m.why = refTemplate
 		}
 	}
-	trtllm := x.h.rule != nil && x.h.rule.Engine == rule.EngineTRTLLM
-	if m.why == refNone && req.Kind == KindChat && trtllm {
-		m.why = refTemplate // trtllm-serve's chat has no continue_final_message
-	}
 	if m.why != refNone {
 		return
 	}
-	m.track, m.chat, m.orig = true, req.Kind == KindChat, req.Body
-	m.engineDefaultMax = trtllm
+	m.chat, m.maxTokens = req.Kind == KindChat, c.maxTokens
+	if m.why = x.h.engine.refusal(m); m.why != refNone {
+		return
+	}
+	m.track, m.orig = true, req.Body
 	m.includeUsage, m.continuousUsage = c.includeUsage, c.includeUsage && c.continuousUsage
-	m.maxTokens, m.maxCompletion, m.minTokens = c.maxTokens, c.maxCompletionTokens, c.minTokens
+	m.maxCompletion, m.minTokens = c.maxCompletionTokens, c.minTokens
 	m.continueFinal = c.continueFinal
 	m.sse.begin(m)
 	need := !m.chat || m.maxTokens >= 0 || m.maxCompletion >= 0 || m.minTokens > 0 || m.includeUsage
@@ -289,7 +286,7 @@ func (m *migration) produced() int64 { return m.sse.base + m.sse.legCount() }
 // body with the generated text appended to the prompt or the messages, the
 // token bounds reduced, usage in every chunk. ok is false when the prompt
 // cannot be extended (refTemplate).
-func (m *migration) continuation(req *Request) (body []byte, why migrateRefusal) {
+func (m *migration) continuation(eng engineRules) (body []byte, why migrateRefusal) {
 	done := m.produced()
 	var prompt, messages []byte
 	it := memberIter{doc: m.orig}
@@ -316,8 +313,8 @@ func (m *migration) continuation(req *Request) (body []byte, why migrateRefusal)
 		return strconv.AppendInt(nums[i][:0], max(v-done, floor), 10)
 	}
 	maxTokens := m.maxTokens
-	if !m.chat && maxTokens < 0 && !m.engineDefaultMax {
-		maxTokens = vllmDefaultMaxTokens
+	if !m.chat && maxTokens < 0 && eng.completionMaxTokens > 0 {
+		maxTokens = eng.completionMaxTokens
 	}
 	edit := func(key string) ([]byte, bool) {
 		switch key {
@@ -346,7 +343,7 @@ func (m *migration) continuation(req *Request) (body []byte, why migrateRefusal)
 				return []byte("true"), true
 			}
 		case "add_generation_prompt":
-			if m.chat {
+			if m.chat && eng.genPromptField {
 				return []byte("false"), true
 			}
 		case "kv_transfer_params":
@@ -485,7 +482,7 @@ func (s *relayStream) migrate(err error) (ok, done bool) {
 		m.cut = "limit"
 		return false, false
 	}
-	body, why := m.continuation(&x.req)
+	body, why := m.continuation(x.h.engine)
 	if why != refNone {
 		x.h.met.migration(migUnsupported)
 		m.cut = why.String()
@@ -592,7 +589,7 @@ type contInput struct {
 }
 
 // contFields are request fields set to values that cannot be continued.
-type contFields uint16
+type contFields uint32
 
 const (
 	cfN contFields = 1 << iota
@@ -608,6 +605,9 @@ const (
 	cfGuidedGrammar
 	cfStructuredOutputs
 	cfToolChoice
+	cfRegex      // SGLang's regex
+	cfEBNF       // SGLang's ebnf
+	cfJSONSchema // SGLang's json_schema
 )
 
 // set records whether field f holds a value that cannot be continued.
@@ -667,6 +667,12 @@ func contField(key string) contFields {
 		return cfStructuredOutputs
 	case "tool_choice":
 		return cfToolChoice
+	case "regex":
+		return cfRegex
+	case "ebnf":
+		return cfEBNF
+	case "json_schema":
+		return cfJSONSchema
 	}
 	return 0
 }

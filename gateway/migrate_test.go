@@ -360,6 +360,16 @@ func TestMigration_WhatCannotBeContinuedIsCutAndCounted(t *testing.T) {
 		{"guided", PathCompletions, `{"prompt":"p","max_tokens":6,"guided_regex":"a+","stream":true}`, "unsupported", false},
 		{"token prompt", PathCompletions, `{"prompt":[1,2,3],"max_tokens":6,"stream":true}`, "unsupported", false},
 		{"tool call", PathChatCompletions, `{"messages":[{"role":"user","content":"q"}],"tools":[],"stream":true}`, "unsupported", true},
+		{"best_of", PathCompletions, `{"prompt":"p","max_tokens":6,"best_of":2,"stream":true}`, "unsupported", false},
+		{"beam search", PathCompletions, `{"prompt":"p","max_tokens":6,"use_beam_search":true,"stream":true}`, "unsupported", false},
+		{"prompt_logprobs", PathChatCompletions, `{"messages":[{"role":"user","content":"q"}],"prompt_logprobs":1,"stream":true}`, "unsupported", false},
+		{"n chat", PathChatCompletions, `{"messages":[{"role":"user","content":"q"}],"n":3,"stream":true}`, "unsupported", false},
+		{"json object", PathChatCompletions, `{"messages":[{"role":"user","content":"q"}],"response_format":{"type":"json_object"},"stream":true}`, "unsupported", false},
+		{"guided json", PathChatCompletions, `{"messages":[{"role":"user","content":"q"}],"guided_json":{"type":"object"},"stream":true}`, "unsupported", false},
+		{"structured_outputs", PathChatCompletions, `{"messages":[{"role":"user","content":"q"}],"structured_outputs":{"choice":["a","b"]},"stream":true}`, "unsupported", false},
+		{"forced tool", PathChatCompletions, `{"messages":[{"role":"user","content":"q"}],"tool_choice":"required","stream":true}`, "unsupported", false},
+		{"sglang regex", PathCompletions, `{"prompt":"p","max_tokens":6,"regex":"a+","stream":true}`, "unsupported", false},
+		{"sglang ebnf", PathChatCompletions, `{"messages":[{"role":"user","content":"q"}],"ebnf":"root ::= \"a\"","stream":true}`, "unsupported", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -385,6 +395,62 @@ func TestMigration_WhatCannotBeContinuedIsCutAndCounted(t *testing.T) {
 			}
 		})
 	}
+}
+
+// On a TensorRT-LLM rule a chat stream cannot be continued (trtllm-serve
+// has no continue_final_message and refuses unknown fields): it is cut and
+// counted as "engine" without a continuation being sent; a completion moves
+// with only the fields trtllm-serve declares.
+func TestMigration_TheEngineDecidesWhatMoves(t *testing.T) {
+	t.Run("trtllm chat is cut", func(t *testing.T) {
+		a, b := newContEngine(t, "a", 2), newContEngine(t, "b", -1)
+		var buf safeBuffer
+		url, fr, set := migrationGateway(t, func(c *rule.Compiled) { c.Engine = rule.EngineTRTLLM }, Deps{Log: zerolog.New(&buf)}, a, b)
+		res := readStream(t, url, PathChatCompletions, `{"messages":[{"role":"user","content":"q"}],"max_tokens":6,"stream":true}`)
+		if res.err == nil || res.done != 0 {
+			t.Errorf("read %q, [DONE]×%d, err %v; want the stream cut", res.text, res.done, res.err)
+		}
+		if len(b.got()) != 0 {
+			t.Errorf("a continuation was sent: %v", b.got())
+		}
+		if _, ok := a.got()[0]["stream_options"]; ok {
+			t.Errorf("the first leg asked for usage: %v", a.got()[0])
+		}
+		fr.checkTicketsClosed(t, 1)
+		if n := migrationCount(set, "unsupported"); n != 1 {
+			t.Errorf("llb_migrations_total{outcome=unsupported} = %v; want 1", n)
+		}
+		var cut string
+		for _, l := range buf.lines(t, 1) {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) == nil && m["message"] == "request" {
+				cut, _ = m[logfield.MigrationCut].(string)
+			}
+		}
+		if cut != "engine" {
+			t.Errorf("migration_cut %q; want engine", cut)
+		}
+	})
+	t.Run("trtllm completion moves", func(t *testing.T) {
+		a, b := newContEngine(t, "a", 2), newContEngine(t, "b", -1)
+		url, _, set := migrationGateway(t, func(c *rule.Compiled) { c.Engine = rule.EngineTRTLLM }, Deps{}, a, b)
+		res := readStream(t, url, PathCompletions, `{"prompt":"p","max_tokens":5,"stream":true}`)
+		if res.err != nil || res.text != tokens(0, 5) || res.done != 1 {
+			t.Fatalf("read %q err %v; want %q and [DONE]", res.text, res.err, tokens(0, 5))
+		}
+		got := b.got()
+		if len(got) != 1 || got[0]["prompt"] != "p"+tokens(0, 2) || got[0]["max_tokens"] != 3.0 {
+			t.Fatalf("continuation %v; want the extended prompt and 3 tokens", got)
+		}
+		for k := range got[0] {
+			if !strings.Contains(" model prompt max_tokens stream stream_options ", " "+k+" ") {
+				t.Errorf("the continuation carries %q, which trtllm-serve refuses", k)
+			}
+		}
+		if migrationCount(set, "migrated") != 1 {
+			t.Errorf("migrated = %v; want 1", migrationCount(set, "migrated"))
+		}
+	})
 }
 
 func TestMigration_TheLimitBoundsTheMoves(t *testing.T) {
@@ -556,22 +622,40 @@ func TestSSETrack_EventsCutAcrossReadsAreHandledWhole(t *testing.T) {
 }
 
 func TestContinuation_BodiesExtendThePromptAndReduceTheBounds(t *testing.T) {
+	// absent marks a member the continuation must not carry.
+	const absent = "<absent>"
 	tests := []struct {
-		name, body string
-		chat       bool
-		text       string
-		produced   int64
-		want       map[string]string
+		name, engine, body string
+		chat               bool
+		text               string
+		produced           int64
+		want               map[string]string
 	}{
-		{"completion", `{"model":"m","prompt":"a \"q\"","max_tokens":10,"min_tokens":4,"stream":true,"stream_options":{"include_usage":false}}`, false, ` b\n`, 3,
+		{"completion", "", `{"model":"m","prompt":"a \"q\"","max_tokens":10,"min_tokens":4,"stream":true,"stream_options":{"include_usage":false}}`, false, ` b\n`, 3,
 			map[string]string{"prompt": `"a \"q\" b\n"`, "max_tokens": "7", "min_tokens": "1", "stream_options": usageOptions, "stream": "true"}},
-		{"completion default bound", `{"prompt":["x"],"stream":true}`, false, ` y`, 5,
+		{"completion default bound", "", `{"prompt":["x"],"stream":true}`, false, ` y`, 5,
 			map[string]string{"prompt": `"x y"`, "max_tokens": "11"}},
-		{"chat", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":9,"max_completion_tokens":8,"stream":true}`, true, `ok`, 2,
+		{"chat", "", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":9,"max_completion_tokens":8,"stream":true}`, true, `ok`, 2,
 			map[string]string{"messages": `[{"role":"user","content":"hi"},{"role":"assistant","content":"ok"}]`, "max_tokens": "7", "max_completion_tokens": "6",
 				"continue_final_message": "true", "add_generation_prompt": "false"}},
-		{"chat continued", `{"messages":[{"role":"assistant","content":"So"}],"continue_final_message":true,"add_generation_prompt":false,"stream":true}`, true, ` far`, 2,
+		{"chat continued", "", `{"messages":[{"role":"assistant","content":"So"}],"continue_final_message":true,"add_generation_prompt":false,"stream":true}`, true, ` far`, 2,
 			map[string]string{"messages": `[{"role":"assistant","content":"So far"}]`, "continue_final_message": "true", "add_generation_prompt": "false"}},
+		// SGLang's chat request has continue_final_message and no
+		// add_generation_prompt; its completions default to 16 tokens.
+		{"sglang chat", rule.EngineSGLang, `{"messages":[{"role":"user","content":"hi"}],"max_tokens":9,"stream":true}`, true, `ok`, 2,
+			map[string]string{"max_tokens": "7", "continue_final_message": "true", "add_generation_prompt": absent}},
+		{"sglang completion default bound", rule.EngineSGLang, `{"prompt":"x","stream":true}`, false, ` y`, 5,
+			map[string]string{"prompt": `"x y"`, "max_tokens": "11"}},
+		// trtllm-serve refuses unknown fields: a completion's continuation
+		// carries only fields its CompletionRequest declares.
+		{"trtllm completion", rule.EngineTRTLLM, `{"prompt":"x","max_tokens":10,"stream":true}`, false, ` y`, 4,
+			map[string]string{"prompt": `"x y"`, "max_tokens": "6", "continue_final_message": absent, "add_generation_prompt": absent, "min_tokens": absent}},
+		// llama.cpp has no default bound on a completion and prefills a
+		// final assistant message itself.
+		{"llamacpp completion unbounded", rule.EngineLlamaCPP, `{"prompt":"x","stream":true}`, false, ` y`, 5,
+			map[string]string{"prompt": `"x y"`, "max_tokens": absent}},
+		{"llamacpp chat", rule.EngineLlamaCPP, `{"messages":[{"role":"user","content":"hi"}],"stream":true}`, true, `ok`, 2,
+			map[string]string{"messages": `[{"role":"user","content":"hi"},{"role":"assistant","content":"ok"}]`, "add_generation_prompt": absent}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -583,22 +667,63 @@ func TestContinuation_BodiesExtendThePromptAndReduceTheBounds(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			x := &exchange{h: &Handler{migrationLimit: 3}, req: *req}
+			x := &exchange{h: &Handler{migrationLimit: 3, engine: engineRulesFor(tt.engine)}, req: *req}
 			x.prepareMigration()
 			m := &x.mig
 			if !m.track {
 				t.Fatalf("not tracked (why %v)", m.why)
 			}
 			m.sse.text, m.sse.legUsage, m.sse.legTokens = []byte(tt.text), true, tt.produced
-			body, why := m.continuation(&x.req)
+			body, why := m.continuation(x.h.engine)
 			if why != refNone {
 				t.Fatalf("refused: %v", why)
 			}
 			got := members(t, string(body))
 			for k, v := range tt.want {
-				if got[k] != v {
-					t.Errorf("%s = %s; want %s (body %s)", k, got[k], v, body)
+				g, ok := got[k]
+				if !ok {
+					g = absent
 				}
+				if g != v {
+					t.Errorf("%s = %s; want %s (body %s)", k, g, v, body)
+				}
+			}
+		})
+	}
+}
+
+// A request whose continuation the rule's engine would refuse or not
+// honour is not followed: it is cut when its worker dies, as "engine".
+func TestContinuation_WhatTheEngineCannotTakeIsNotFollowed(t *testing.T) {
+	tests := []struct {
+		engine, body string
+		chat         bool
+		want         migrateRefusal
+	}{
+		{rule.EngineTRTLLM, `{"messages":[{"role":"user","content":"hi"}],"max_tokens":9,"stream":true}`, true, refEngine},
+		{rule.EngineTRTLLM, `{"prompt":"x","stream":true}`, false, refEngine},
+		{rule.EngineTRTLLM, `{"prompt":"x","max_tokens":4,"stream":true}`, false, refNone},
+		{rule.EngineVLLM, `{"messages":[{"role":"user","content":"hi"}],"stream":true}`, true, refNone},
+		{rule.EngineSGLang, `{"messages":[{"role":"user","content":"hi"}],"stream":true}`, true, refNone},
+		{rule.EngineLlamaCPP, `{"prompt":"x","stream":true}`, false, refNone},
+	}
+	for _, tt := range tests {
+		t.Run(tt.engine+"/"+tt.body, func(t *testing.T) {
+			kind := KindCompletion
+			if tt.chat {
+				kind = KindChat
+			}
+			req, err := ParseRequest(kind, []byte(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := &exchange{h: &Handler{migrationLimit: 3, engine: engineRulesFor(tt.engine)}, req: *req}
+			x.prepareMigration()
+			if x.mig.why != tt.want || x.mig.track != (tt.want == refNone) {
+				t.Errorf("why %v, tracked %v; want %v", x.mig.why, x.mig.track, tt.want)
+			}
+			if tt.want != refNone && string(x.req.Body) != tt.body {
+				t.Errorf("first leg body %s; want the client's untouched", x.req.Body)
 			}
 		})
 	}

@@ -585,9 +585,9 @@ func (st *goldenState) flowCmd(t *testing.T, d *datadriven.TestData) string {
 	case "fremove":
 		return entry(q.Remove(uint64(intArg(t, d, "id", 0))))
 	case "fvictim":
-		return entry(q.Victim(class, tenant))
+		return entry(q.Victim(class, tenant, uint64(intArg(t, d, "cost", 1))))
 	case "foutranks":
-		return fmt.Sprintf("%v\n", q.Outranks(class, tenant))
+		return fmt.Sprintf("%v\n", q.Outranks(class, tenant, uint64(intArg(t, d, "cost", 1))))
 	case "fadmit":
 		q.Admitted(class, tenant, uint64(intArg(t, d, "tokens", 0)))
 		return fmt.Sprintf("counter=%d\n", q.Counter(class, tenant))

@@ -265,36 +265,42 @@ func firstAllowed(items []FlowEntry, ep int) int {
 	return -1
 }
 
-// Victim picks the parked request a request of class c and tenant
-// displaces when every queue is full: the youngest request of the lowest
-// class below c that has one, of that class's tenant with the largest
-// counter (ties: the later-parked request); with none below c, the
-// youngest request of class c of the tenant with the largest counter, when
-// that tenant outranks tenant (Outranks). It removes and returns it; ok is
-// false when there is none.
-func (q *FlowQueue) Victim(c Class, tenant string) (FlowEntry, bool) {
+// Victim picks the parked request a request of class c and tenant, whose
+// admission will cost cost tokens, displaces when every queue is full: the
+// youngest request of the lowest class below c that has one, of that
+// class's tenant with the largest counter (ties: the later-parked
+// request); with none below c, the youngest request of class c of the
+// tenant with the largest counter, when the queue would serve the new
+// request first (Outranks). It removes and returns it; ok is false when
+// there is none.
+func (q *FlowQueue) Victim(c Class, tenant string, cost uint64) (FlowEntry, bool) {
 	for ci := NumClasses - 1; ci > c.Index(); ci-- {
 		if worst := q.worst(ci); worst != nil {
 			return q.takeYoungest(worst), true
 		}
 	}
-	if worst := q.outranked(c, tenant); worst != nil {
+	if worst := q.outranked(c, tenant, cost); worst != nil {
 		return q.takeYoungest(worst), true
 	}
 	return FlowEntry{}, false
 }
 
-// Outranks reports whether a request of class c and tenant would displace
-// a parked request of its own class (Victim): the class's backlogged
-// tenant with the most service has received more than tenant — counted as
-// tenant's counter would be were it to park now (VTC's lift) — or as much
-// and has more than one request parked beyond tenant's. The queue would
-// serve tenant's request before that tenant's youngest anyway.
-func (q *FlowQueue) Outranks(c Class, tenant string) bool {
-	return q.counts[c.Index()] > 0 && q.outranked(c, tenant) != nil
+// Outranks reports whether a request of class c and tenant, whose
+// admission will cost cost tokens, would displace a parked request of its
+// own class (Victim): whether the queue would serve it before the
+// youngest parked request of the class's tenant with the most service.
+// Counting every parked request at cost, that request leaves once its
+// tenant's counter has grown by cost for each request parked ahead of it;
+// the new one once tenant's — as it would be were it to park now, after
+// VTC's lift — has grown by cost for each of tenant's parked requests. So
+// a tenant a request behind in service still outranks a flood with
+// dozens parked, and of two tenants level in service the one with more
+// parked gives way.
+func (q *FlowQueue) Outranks(c Class, tenant string, cost uint64) bool {
+	return q.counts[c.Index()] > 0 && q.outranked(c, tenant, cost) != nil
 }
 
-func (q *FlowQueue) outranked(c Class, tenant string) *flowTenant {
+func (q *FlowQueue) outranked(c Class, tenant string, cost uint64) *flowTenant {
 	b := &q.bands[c.Index()]
 	worst := q.worst(c.Index())
 	if worst == nil || worst.name == tenant {
@@ -312,7 +318,10 @@ func (q *FlowQueue) outranked(c Class, tenant string) *flowTenant {
 		}
 		own = max(own, floor)
 	}
-	if worst.counter > own || worst.counter == own && len(worst.items) > parked+1 {
+	cost = max(cost, 1)
+	victimAt := satAdd64(worst.counter, satMul64(uint64(len(worst.items)-1), cost))
+	newAt := satAdd64(own, satMul64(uint64(parked), cost))
+	if victimAt > newAt {
 		return worst
 	}
 	return nil
@@ -392,6 +401,13 @@ func satAdd64(a, b uint64) uint64 {
 		return s
 	}
 	return ^uint64(0)
+}
+
+func satMul64(a, b uint64) uint64 {
+	if a != 0 && b > ^uint64(0)/a {
+		return ^uint64(0)
+	}
+	return a * b
 }
 
 // TenantParked is how many requests tenant has parked in class c.

@@ -185,11 +185,11 @@ type Request struct {
 	// share of its class's slots (FlowQueue.UnderShare): the request may
 	// use the headroom above the cap (Router.CapFor).
 	UnderShare bool
-	// OutranksParked is set when a request of its own class is parked
-	// whose tenant has received more service than the request's
-	// (FlowQueue.Outranks): when every queue is full the request displaces
-	// it rather than being shed, so a flooding tenant's backlog cannot
-	// keep a fair tenant out of the queues.
+	// OutranksParked is set when a parked request of its own class would
+	// leave the queue after this one (FlowQueue.Outranks: the youngest of
+	// the tenant with the most service): when every queue is full the
+	// request displaces it rather than being shed, so a flooding tenant's
+	// backlog cannot keep a fair tenant out of the queues.
 	OutranksParked bool
 	// TTFTObjective is the time left, at the decision, for the request's
 	// first token (its TTFT objective minus the time it already spent);

@@ -210,7 +210,7 @@ const (
 	// objective; it moved to an endpoint predicted to meet it.
 	FlagObjective
 	// FlagObjectiveMiss: no eligible endpoint was predicted to meet the
-	// request's TTFT objective; it went to the lowest prediction.
+	// request's TTFT objective; it kept the ladder's pick.
 	FlagObjectiveMiss
 )
 

@@ -32,7 +32,8 @@ type Compiled struct {
 	// admission.
 	Spec ladder.ServiceSpec
 	// Engine is kvEngineType (vllm when absent): how the engines are
-	// spoken to, their P/D dialect first.
+	// spoken to, their P/D dialect first, and what a migrated request's
+	// continuation may carry.
 	Engine string
 	// KV is the Tier-1.5 hash contract (meaningful when Spec.KVExactMode
 	// is on).

@@ -109,15 +109,23 @@ func (m *bpe) encodePiece(word string, dst []uint32) []uint32 {
 	if word == "" {
 		return dst
 	}
-	if m.ignoreMerges {
-		if id, ok := m.vocab[word]; ok {
-			return append(dst, id)
+	cacheable := m.cache != nil && len(word) <= maxCachedWord
+	var h uint64
+	if cacheable {
+		// The cache first, the vocabulary (ignore_merges) second: the
+		// cache's front table is cheaper to probe than the large map.
+		h = m.cache.hash(word)
+		if ids, ok := m.cache.get(word, h); ok {
+			return append(dst, ids...)
 		}
 	}
-	cacheable := m.cache != nil && len(word) <= maxCachedWord
-	if cacheable {
-		if ids, ok := m.cache.get(word); ok {
-			return append(dst, ids...)
+	if m.ignoreMerges {
+		if id, ok := m.vocab[word]; ok {
+			if cacheable {
+				one := [1]uint32{id}
+				m.cache.put(word, h, one[:])
+			}
+			return append(dst, id)
 		}
 	}
 	sc := m.scratch.Get().(*mergeScratch)
@@ -128,7 +136,7 @@ func (m *bpe) encodePiece(word string, dst []uint32) []uint32 {
 	dst = append(dst, syms...)
 	m.scratch.Put(sc)
 	if cacheable {
-		m.cache.put(word, dst[start:])
+		m.cache.put(word, h, dst[start:])
 	}
 	return dst
 }

@@ -320,6 +320,7 @@ func parsePreTokenizer(raw json.RawMessage, byteLevel *bool) (preTokenizer, erro
 				steps = append(steps, p)
 			}
 		}
+		steps = fuseDeepSeek(steps)
 		switch len(steps) {
 		case 0:
 			return nil, nil

@@ -138,9 +138,10 @@ async function fleet(name, args) {
 }
 
 // The migration fleets: every worker its own process, so that a test can
-// SIGKILL or SIGSTOP one; 40 ms per token so that streams are under way
-// when it does.
-const migArgs = ['--http-port', '0', '--no-kv-events', '--itl', '40ms', '--nixl-port', '0'];
+// SIGKILL or SIGSTOP one; 150 ms per token (48 tokens: 7 s or more) so
+// that every stream is still under way when the last of 216 starts, even
+// on a loaded machine.
+const migArgs = ['--http-port', '0', '--no-kv-events', '--itl', '150ms', '--nixl-port', '0'];
 async function migrationFleets() {
   const single = await Promise.all([0, 1, 2, 3].map((i) => fleet(`mig-single-${i}`, ['--single', '1', '--base-ip', migBase(10 + i), ...migArgs])));
   // P/D: three processes of one prefill and one decode worker each (a

@@ -49,6 +49,9 @@ type fleetSpec struct {
 	rule map[string]any
 	// prefillSpec, when set, adjusts every prefill worker's spec.
 	prefillSpec func(*procSpec)
+	// dialect is the single pool's engine ("" is vllm): the workers speak
+	// it and the rule's kvEngineType names it.
+	dialect string
 }
 
 // startPDFleet starts the workers, the daemon and the rule, and waits until
@@ -59,7 +62,7 @@ func startPDFleet(t *testing.T, fs fleetSpec) *pdFleet {
 	host := 10
 	for i := 0; i < fs.single; i++ {
 		f.single = append(f.single, startProcWorker(t, procSpec{
-			Name: fmt.Sprintf("worker-%d", i), IP: f.net.ip(host), Role: "none", TimeScale: fs.timeScale,
+			Name: fmt.Sprintf("worker-%d", i), IP: f.net.ip(host), Role: "none", TimeScale: fs.timeScale, Dialect: fs.dialect,
 		}))
 		host++
 	}
@@ -112,6 +115,9 @@ func (f *pdFleet) startDaemon(fs fleetSpec) {
 		for _, k := range []string{"pd_disagg_mode", "kvExactMode", "kvZmqPort", "kvHashAlgo", "kvBlockSize", "kvNoneHashSeed"} {
 			delete(sa, k)
 		}
+	}
+	if fs.dialect != "" {
+		sa["kvEngineType"] = fs.dialect
 	}
 	for k, v := range fs.rule {
 		if v == nil {

@@ -109,6 +109,8 @@ type procSpec struct {
 	// LeanEvents publishes BlockStored without extra_keys, group_idx and
 	// spec kind (LoxiLB's CI publisher, vLLM before mid-2025).
 	LeanEvents bool `json:"lean_events,omitempty"`
+	// Dialect is the engine the worker speaks as ("" is vllm).
+	Dialect string `json:"dialect,omitempty"`
 }
 
 // chaosWorkerMain runs one simulated worker until SIGTERM/SIGINT (graceful)
@@ -141,6 +143,12 @@ func chaosWorkerMain(raw string) int {
 	}
 	c.Engine.OffloadBlocks = s.OffloadBlocks
 	c.LeanEvents = s.LeanEvents
+	d, err := worker.ParseDialect(s.Dialect)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos worker spec:", err)
+		return 2
+	}
+	c.Dialect = d
 	c.Faults.Latency = time.Duration(s.LatencyMS * float64(time.Millisecond))
 	return worker.ServeProcess(c, "chaos worker")
 }

@@ -32,9 +32,18 @@ import (
 
 // migrationLoad shapes one run.
 type migrationLoad struct {
-	streams     int // streams that must survive
+	streams     int // streams that must survive (but chats on trtllm)
 	unsupported int // streams that cannot be continued
 	maxTokens   int
+	// engine is the rule's engine ("" is vllm): on trtllm a chat cannot
+	// be continued (trtllm-serve has no continue_final_message and
+	// refuses unknown fields), so its chats are cut like unsupported ones.
+	engine string
+}
+
+// continuable reports whether stream i of the load can be continued.
+func (l migrationLoad) continuable(i int, path string) bool {
+	return i < l.streams && !(l.engine == "trtllm" && strings.Contains(path, "chat"))
 }
 
 // migStream is what one client read.
@@ -60,20 +69,29 @@ type migStream struct {
 const deathGrace = time.Second
 
 // migrationRequest builds stream i's body: chat and completions
-// alternate; an unsupported one asks for echo or a JSON schema.
-func migrationRequest(i, maxTokens int, unsupported bool) (path string, body map[string]any) {
+// alternate; an unsupported one asks for one of the things that cannot be
+// continued, in turn (completions: echo, best_of, logprobs, and on vLLM a
+// guided regex; chat: a JSON schema or a JSON object).
+func migrationRequest(i, maxTokens int, unsupported bool, engine string) (path string, body map[string]any) {
 	prompt := fmt.Sprintf("%s Migration question %d: count from %d to %d.", chaosPrefixes[i%len(chaosPrefixes)], i, i, i+maxTokens)
 	if i%2 == 1 {
 		body = map[string]any{"model": "sim-model", "messages": []any{map[string]any{"role": "user", "content": prompt}},
 			"max_tokens": maxTokens, "stream": true, "stream_options": map[string]any{"include_usage": true}}
 		if unsupported {
-			body["response_format"] = map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "x", "schema": map[string]any{}}}
+			body["response_format"] = []map[string]any{
+				{"type": "json_schema", "json_schema": map[string]any{"name": "x", "schema": map[string]any{}}},
+				{"type": "json_object"},
+			}[(i/2)%2]
 		}
 		return "/v1/chat/completions", body
 	}
 	body = map[string]any{"model": "sim-model", "prompt": prompt, "max_tokens": maxTokens, "stream": true}
 	if unsupported {
-		body["echo"] = true
+		kinds := []func(){func() { body["echo"] = true }, func() { body["best_of"] = 2 }, func() { body["logprobs"] = 1 }}
+		if engine == "" || engine == "vllm" {
+			kinds = append(kinds, func() { body["guided_regex"] = "[a-z ]+" })
+		}
+		kinds[(i/2)%len(kinds)]()
 	}
 	return "/v1/completions", body
 }
@@ -179,8 +197,9 @@ func expectedText(t *testing.T, ref *worker.Worker, path string, body map[string
 	}
 	delete(b, "stream")
 	delete(b, "stream_options")
-	delete(b, "echo")
-	delete(b, "response_format")
+	for _, k := range []string{"echo", "response_format", "best_of", "logprobs", "guided_regex"} {
+		delete(b, k)
+	}
 	raw, _ := json.Marshal(b)
 	res, err := http.Post(ref.URL()+path, "application/json", bytes.NewReader(raw))
 	if err != nil {
@@ -222,9 +241,9 @@ func runMigrationChaos(t *testing.T, f *pdFleet, load migrationLoad, kill, stop 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			path, body := migrationRequest(i, load.maxTokens, i >= load.streams)
+			path, body := migrationRequest(i, load.maxTokens, i >= load.streams, load.engine)
 			streams[i] = readMigStream(c, f.vip, path, body, addrRE, func() { under.Add(1) })
-			streams[i].unsupported = i >= load.streams
+			streams[i].unsupported = !load.continuable(i, path)
 		}()
 	}
 	waitUntil(t, "every stream under way", 60*time.Second, func() bool { return int(under.Load()) == total })
@@ -238,14 +257,17 @@ func runMigrationChaos(t *testing.T, f *pdFleet, load migrationLoad, kill, stop 
 	stopped.signal(syscall.SIGCONT)
 
 	dead := map[string]bool{killed.addr(): true, stopped.addr(): true}
-	var moved, cut, unsupportedOnDead int
+	var moved, cut, unsupportedOnDead, before int
 	for i, s := range streams {
-		path, _ := migrationRequest(i, load.maxTokens, s.unsupported)
+		path, _ := migrationRequest(i, load.maxTokens, i >= load.streams, load.engine)
 		// A stream that ended whole within deathGrace of the kill and the
 		// freeze had its answer before they touched it (a loaded machine
 		// can take that long to get every stream under way).
 		finishedBefore := s.err == nil && s.done == 1 && s.ended.Before(frozenAt.Add(deathGrace))
 		onDead := dead[s.firstAddr] && !finishedBefore
+		if finishedBefore {
+			before++
+		}
 		if s.unsupported {
 			if !onDead {
 				continue
@@ -281,8 +303,8 @@ func runMigrationChaos(t *testing.T, f *pdFleet, load migrationLoad, kill, stop 
 	}
 	m := f.metrics()
 	migrated, unsupported := m.sum("llb_migrations_total", `outcome="migrated"`), m.sum("llb_migrations_total", `outcome="unsupported"`)
-	t.Logf("%d streams, %d on the dead workers moved, %d migrations; %d that could not be continued were on them, %d cut, counted %v",
-		load.streams, moved, int(migrated), unsupportedOnDead, cut, unsupported)
+	t.Logf("%d streams (%d finished before the kill), %d under way on the dead workers moved, %d migrations; %d that could not be continued were on them, %d cut, counted %v",
+		total, before, moved, int(migrated), unsupportedOnDead, cut, unsupported)
 	if int(migrated) < moved {
 		t.Errorf("llb_migrations_total{outcome=migrated} = %v; want at least the %d streams moved", migrated, moved)
 	}
@@ -310,4 +332,19 @@ func TestChaos_PDStreamsSurviveAKilledAndAFrozenDecode(t *testing.T) {
 	f := startPDFleet(t, fleetSpec{prefill: 2, decode: 3, timeScale: migrationTimeScale, env: migrationEnv,
 		rule: map[string]any{"max_stream_duration_sec": 120}})
 	runMigrationChaos(t, f, migrationLoad{streams: soak(24, 200), unsupported: soak(8, 24), maxTokens: soak(48, 96)}, 2, 3, decodeAddrRE)
+}
+
+// The engine decides what can move: on TensorRT-LLM workers (which refuse
+// unknown fields) the completions survive the kill and the freeze with
+// continuations carrying only fields trtllm-serve declares, and the chats,
+// which it cannot continue, are cut and counted; on SGLang workers both
+// survive.
+func TestChaos_EngineStreamsSurviveAKilledAndAFrozenWorker(t *testing.T) {
+	for _, engine := range []string{"trtllm", "sglang"} {
+		t.Run(engine, func(t *testing.T) {
+			f := startPDFleet(t, fleetSpec{single: 4, timeScale: migrationTimeScale, env: migrationEnv, dialect: engine,
+				rule: map[string]any{"max_stream_duration_sec": 120}})
+			runMigrationChaos(t, f, migrationLoad{streams: soak(24, 200), unsupported: soak(8, 24), maxTokens: soak(48, 96), engine: engine}, 0, 1, prefillAddrRE)
+		})
+	}
 }

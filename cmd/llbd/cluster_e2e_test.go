@@ -23,7 +23,10 @@ import (
 // the survivors; a replica frozen past its lease rejoins as a fresh member
 // with no shard active twice; a DELETE stops the rule everywhere.
 func TestE2E_ClusterActsAsOneRouter(t *testing.T) {
-	r := startRig(t, rigConfig{replicas: 3, etcdMembers: 1, prefill: 2, decode: 2})
+	// Session lookups on another replica get 250 ms instead of the 5 ms
+	// default: this test checks who owns a session, not the latency
+	// budget, which a loaded machine misses.
+	r := startRig(t, rigConfig{replicas: 3, etcdMembers: 1, prefill: 2, decode: 2, decisionTimeout: 250 * time.Millisecond})
 	a, b, c := r.replicas[0], r.replicas[1], r.replicas[2]
 
 	// A rule POSTed on A serves on B and C within 1 s.
@@ -64,9 +67,9 @@ func TestE2E_ClusterActsAsOneRouter(t *testing.T) {
 			}
 		}
 	}
-	// A lookup that misses its 5 ms deadline falls back to Tier 1 (the
-	// trie every replica was taught), which keeps the prefill: the check
-	// above is the contract; Tier 0 must still decide nearly every turn.
+	// A lookup that misses its deadline falls back to Tier 1 (the trie
+	// every replica was taught), which keeps the prefill: the check above
+	// is the contract; Tier 0 must still decide nearly every turn.
 	if want := convs * (turns - 1); tier0 < want-1 {
 		t.Errorf("%d of %d later turns decided by Tier 0; want all but one at most (the session's owner answers every replica)", tier0, want)
 	}

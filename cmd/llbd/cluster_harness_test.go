@@ -46,6 +46,8 @@ type clusterRig struct {
 	// replica's own address).
 	vip  string
 	port int
+	// decisionTimeout is rigConfig.decisionTimeout.
+	decisionTimeout time.Duration
 }
 
 // replicaProc is one llbd replica.
@@ -69,6 +71,9 @@ type rigConfig struct {
 	blockSize int
 	// scale is the workers' latency time scale (1 = an H100's speed).
 	scale float64
+	// decisionTimeout, when set, is every replica's --decision-timeout
+	// (a session lookup on another replica waits that long).
+	decisionTimeout time.Duration
 }
 
 // startRig starts etcd, the fleet and the replicas, and waits until every
@@ -78,7 +83,7 @@ func startRig(t *testing.T, rc rigConfig) *clusterRig {
 	if rc.scale == 0 {
 		rc.scale = 0.2
 	}
-	r := &clusterRig{t: t, net: newChaosNet(), bin: buildDaemon(t), port: chaosVIPPort}
+	r := &clusterRig{t: t, net: newChaosNet(), bin: buildDaemon(t), port: chaosVIPPort, decisionTimeout: rc.decisionTimeout}
 	r.name = fmt.Sprintf("t%d-%d", r.net.a, r.net.b)
 	r.vip = r.net.ip(1)
 	r.etcd = etcdtest.Start(t, etcdtest.Options{Members: rc.etcdMembers})
@@ -111,12 +116,16 @@ func startRig(t *testing.T, rc rigConfig) *clusterRig {
 // replicaArgs are replica i's flags.
 func (r *clusterRig) replicaArgs(i int) []string {
 	ip := r.net.ip(2 + i)
-	return []string{
+	args := []string{
 		"--listen", fmt.Sprintf("%s:%d", ip, replicaRESTPort), "--state-dir", r.t.TempDir(),
 		"--log-format", "json", "--log-level", "info",
 		"--cluster-name", r.name, "--cluster-advertise", fmt.Sprintf("%s:%d", ip, replicaClusterPort),
 		"--etcd-endpoints", strings.Join(r.etcd.Endpoints(), ","), "--data-bind", ip,
 	}
+	if r.decisionTimeout > 0 {
+		args = append(args, "--decision-timeout", r.decisionTimeout.String())
+	}
+	return args
 }
 
 func (r *clusterRig) startReplica(i int) *replicaProc {

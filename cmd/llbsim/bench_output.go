@@ -68,6 +68,9 @@ type runExtras struct {
 	Workers       []harness.WorkerResult `json:"workers"`
 	Health        harness.Health         `json:"health"`
 	Env           []string               `json:"env,omitempty"`
+	// TTFTPrediction is llbd's prediction record over the measured window
+	// (absent for a peer).
+	TTFTPrediction *harness.TTFTPrediction `json:"ttft_prediction,omitempty"`
 }
 
 // envelope is one JSON line (report schema's line layout).
@@ -146,7 +149,7 @@ func runLine(scenario string, ro harness.RunOutcome, s *strategy.Strategy) httpR
 		Scenario: scenario, Group: report.GroupStrategies, Strategy: r.Strategy, Mode: r.Mode,
 		FactorPct: r.FactorPct, Lambda: r.Lambda, Load: ro.Load, Rate: r.Rate, Concurrency: ro.Concurrency, Requests: r.Requests,
 		TTFT: lat(r.TTFT), E2E: lat(r.E2E), QueueWait: lat(r.QueueWait),
-		Throughput: r.Throughput, TokensPerSec: r.TokensPerSec, Goodput: r.Goodput, TTFTSLO: r.TTFTSLO,
+		Throughput: r.Throughput, TokensPerSec: r.TokensPerSec, Goodput: r.Goodput, TTFTSLO: r.TTFTSLO, SLOKept: r.SLOKept,
 		HitRate: r.HitRate, OracleHitRate: r.OracleHitRate, TierMix: r.TierMix,
 		Spills: r.Spills, Reliefs: r.Reliefs, ColdSeeds: r.ColdSeeds, Saturated: r.Saturated, BoundWalks: r.BoundWalks,
 		LoadSkew: r.LoadSkew, ServedSkew: r.ServedSkew, Hottest: r.Hottest, HottestTTFTP90: r.HottestTTFTP90,
@@ -163,12 +166,17 @@ func runLine(scenario string, ro harness.RunOutcome, s *strategy.Strategy) httpR
 }
 
 func extrasOf(r *harness.Result, env []string) runExtras {
-	return runExtras{
+	x := runExtras{
 		Completed: r.Completed, Errors: r.Errors, E2EMax: r.E2E.Max, TTFTMax: r.TTFT.Max,
 		HitRateSource: r.HitRateSource, UsageHitRate: r.UsageHitRate, CounterHitRate: r.CounterHitRate,
 		QueueWaitMean: r.LittleQueueWait, MeanWaiting: r.MeanWaiting, Retries: r.Retries,
 		Workers: r.Workers, Health: r.Health, Env: env,
 	}
+	if r.TTFTPrediction.Compared > 0 {
+		p := r.TTFTPrediction
+		x.TTFTPrediction = &p
+	}
+	return x
 }
 
 // benchLines renders the bench's scenario and runs as JSON lines (no meta).
@@ -340,9 +348,9 @@ func printBenchTable(w io.Writer, b *harness.Bench, out *harness.Outcome, result
 		fmt.Fprintf(w, "; pooled-cache bound %.3f", in.Pooled.HitRate)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "  (model seconds; ovh: wall ms llbd and the loopback path add to TTFT over the workers' own; cpu h/d: CPU seconds of the harness with the fleet / of llbd)")
-	fmt.Fprintf(w, "  %-14s %5s %6s %8s %8s %8s %8s %6s %7s %6s %6s %5s %5s %8s %5s %-22s %7s %7s %9s\n",
-		"strategy", "load", "req/s", "ttft p50", "ttft p90", "ttft p99", "e2e p90", "hit", "of orac", "thru", "errors", "spill", "cold", "hot p90", "skew", "tiers", "lag p99", "ovh", "cpu h/d")
+	fmt.Fprintln(w, "  (model seconds; kept: share of requests within the TTFT objective; pred ±20/50%: share of llbd's TTFT predictions within 20 and 50 % of its measured TTFT; ovh: wall ms llbd and the loopback path add to TTFT over the workers' own; cpu h/d: CPU seconds of the harness with the fleet / of llbd)")
+	fmt.Fprintf(w, "  %-14s %5s %6s %8s %8s %8s %8s %6s %7s %6s %6s %6s %11s %5s %5s %8s %5s %-22s %7s %7s %9s\n",
+		"strategy", "load", "req/s", "ttft p50", "ttft p90", "ttft p99", "e2e p90", "hit", "of orac", "thru", "errors", "kept", "pred ±20/50", "spill", "cold", "hot p90", "skew", "tiers", "lag p99", "ovh", "cpu h/d")
 	for _, ro := range out.Runs {
 		r := ro.Result
 		load := "-"
@@ -357,9 +365,13 @@ func printBenchTable(w io.Writer, b *harness.Bench, out *harness.Outcome, result
 		if r.Health.Overhead >= 0 {
 			ovh = fmt.Sprintf("%.1fms", r.Health.Overhead)
 		}
-		fmt.Fprintf(w, "  %-14s %5s %6.3g %8.3f %8.3f %8.3f %8.3f %6.3f %7s %6.3g %6d %5d %5d %8.3f %5.2f %-22s %5.1fms %7s %4.1f/%.1f\n",
+		pred := "-"
+		if p := r.TTFTPrediction; p.Compared > 0 {
+			pred = fmt.Sprintf("%.0f/%.0f%%", 100*p.Within20, 100*p.Within50)
+		}
+		fmt.Fprintf(w, "  %-14s %5s %6.3g %8.3f %8.3f %8.3f %8.3f %6.3f %7s %6.3g %6d %5.1f%% %11s %5d %5d %8.3f %5.2f %-22s %5.1fms %7s %4.1f/%.1f\n",
 			r.Strategy, load, r.Rate, r.TTFT.P50, r.TTFT.P90, r.TTFT.P99, r.E2E.P90, r.HitRate, report.RatioPct(r.HitRate, r.OracleHitRate),
-			r.Throughput, errs, r.Spills, r.ColdSeeds, r.HottestTTFTP90, r.LoadSkew, tierList(r.TierMix),
+			r.Throughput, errs, 100*r.SLOKept, pred, r.Spills, r.ColdSeeds, r.HottestTTFTP90, r.LoadSkew, tierList(r.TierMix),
 			r.Health.DispatchLagP99, ovh, r.Health.HarnessCPU, r.Health.DaemonCPU)
 		if len(r.Errors) > 0 {
 			fmt.Fprintf(w, "  %-14s errors by status/kind: %v\n", "", r.Errors)

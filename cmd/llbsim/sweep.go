@@ -40,6 +40,7 @@ type sweepFlags struct {
 	traces     string
 	traceReqs  int
 	satFrom    string
+	slo        time.Duration
 }
 
 func newSweepCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -73,6 +74,7 @@ flags give the same numbers, whatever --parallel is.`,
 	fl.UintSliceVar(&f.lambdas, "lambdas", nil, "λ sweep: LOXILB_KV_LOAD_PENALTY values (default 32,10000,50000,100000)")
 	fl.StringVar(&f.traces, "traces", "", "directory holding the Mooncake traces (conversation_trace.jsonl, synthetic_trace.jsonl; `make traces` fetches them): adds their replays, mooncake-conversation and mooncake-synthetic, on both engine models")
 	fl.IntVar(&f.traceReqs, "trace-requests", 0, "replay only the first N requests of each trace (0: all)")
+	fl.DurationVar(&f.slo, "ttft-slo", 0, "TTFT objective of every scenario, for goodput and the share kept (slo_kept), and carried by the requests of a strategy named <law>+objective (default each scenario's own)")
 	fl.StringVar(&f.satFrom, "saturation-from", "", "results of an earlier sweep of the same seed (file or directory): its scenarios' saturation rates are taken instead of searched (valid while hard and the traces are unchanged); hard need not be among --strategies when every scenario is found there")
 	return cmd
 }
@@ -133,6 +135,15 @@ func (f *sweepFlags) plan() (des.Plan, error) {
 	}
 	if len(f.loads) > 0 {
 		p.Loads = f.loads
+	}
+	if f.slo < 0 {
+		return p, &usageError{fmt.Errorf("--ttft-slo %v (want > 0)", f.slo)}
+	}
+	if f.slo > 0 {
+		p.TTFTSLO = f.slo
+		for i := range p.Scenarios {
+			p.Scenarios[i].TTFTSLO = f.slo
+		}
 	}
 	if f.satFrom != "" {
 		d, err := readResults(f.satFrom)
@@ -304,7 +315,7 @@ func runRecord(scenario string, ro des.RunOutcome) report.Run {
 		Scenario: scenario, Group: ro.Group, Strategy: r.Strategy, Mode: r.Mode,
 		FactorPct: r.FactorPct, Lambda: r.Lambda, Load: ro.Load, Rate: r.Rate, Concurrency: ro.Concurrency, Requests: r.Requests,
 		TTFT: lat(r.TTFT), E2E: lat(r.E2E), QueueWait: lat(r.QueueWait),
-		Throughput: r.Throughput, TokensPerSec: r.TokensPerSec, Goodput: r.Goodput, TTFTSLO: r.TTFTSLO,
+		Throughput: r.Throughput, TokensPerSec: r.TokensPerSec, Goodput: r.Goodput, TTFTSLO: r.TTFTSLO, SLOKept: r.SLOKept,
 		HitRate: r.HitRate, OracleHitRate: r.OracleHitRate, TierMix: r.TierMix,
 		Spills: r.Spills, Reliefs: r.Reliefs, ColdSeeds: r.ColdSeeds, Saturated: r.Saturated, BoundWalks: r.BoundWalks,
 		KVDecisions: r.KVDecisions, MeanFactorPct: r.MeanFactorPct, MeanLambda: r.MeanLambda, MeanKVLoad: r.MeanKVLoad,

@@ -71,7 +71,8 @@ type RunConfig struct {
 	// every decision sees the engines exactly.
 	ScrapeEvery time.Duration
 	// TTFTSLO is the time-to-first-token objective goodput counts against;
-	// 0 means DefaultTTFTSLO.
+	// 0 means DefaultTTFTSLO. A strategy with Objective puts it on every
+	// request as its TTFT objective.
 	TTFTSLO time.Duration
 	// RecordRoutes keeps every request's route (Result.Routes): the
 	// decision trace llbd would put in X-Llb-Route, for tests and
@@ -92,6 +93,15 @@ const DefaultScrape = 250 * time.Millisecond
 
 // DefaultTTFTSLO is the goodput objective when RunConfig.TTFTSLO is 0.
 const DefaultTTFTSLO = 2 * time.Second
+
+// slo is the run's goodput objective, which a strategy with Objective
+// also puts on every request.
+func (c *RunConfig) slo() time.Duration {
+	if c.TTFTSLO == 0 {
+		return DefaultTTFTSLO
+	}
+	return c.TTFTSLO
+}
 
 // validate reports every problem of c against trace t at once.
 func (c *RunConfig) validate(t *Trace) error {

@@ -293,7 +293,7 @@ func (s *flowSim) snapshot() *ladder.Snapshot {
 func (s *flowSim) request(i int) ladder.Request {
 	st := &s.cfg.Streams[s.reqs[i].stream]
 	return ladder.Request{Class: st.Class, UnderShare: s.flow.UnderShare(st.Class, st.Tenant, s.lad.Slots()),
-		OutranksParked: s.flow.Outranks(st.Class, st.Tenant)}
+		OutranksParked: s.flow.Outranks(st.Class, st.Tenant, uint64(s.reqs[i].prompt))}
 }
 
 // arrive decides request i at now.
@@ -319,7 +319,7 @@ func (s *flowSim) act(i int, now time.Duration, d ladder.Decision) {
 	case ladder.Park:
 		park := d.ParkOn
 		if d.Displace {
-			v, ok := s.flow.Victim(st.Class, st.Tenant)
+			v, ok := s.flow.Victim(st.Class, st.Tenant, uint64(r.prompt))
 			if !ok {
 				r.shed = true
 				return

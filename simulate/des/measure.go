@@ -11,10 +11,7 @@ import (
 func (s *sim) result() *Result {
 	cfg := &s.cfg
 	n := len(s.workers)
-	slo := cfg.TTFTSLO
-	if slo == 0 {
-		slo = DefaultTTFTSLO
-	}
+	slo := cfg.slo()
 	res := &Result{
 		Trace: s.tr.Config.Name, Strategy: cfg.Strategy.Name, Mode: cfg.Strategy.Mode(),
 		Seed: s.tr.Config.Seed, Workers: n, Rate: cfg.Rate, Concurrency: cfg.Concurrency,
@@ -92,6 +89,9 @@ func (s *sim) result() *Result {
 	}
 	res.TTFT, res.E2E, res.QueueWait = summarize(ttft), summarize(e2e), summarize(wait)
 	res.TTFTPredError, res.TTFTPredBias = summarize(predErr), summarize(predSigned).P50
+	if res.Requests > 0 {
+		res.SLOKept = float64(good) / float64(res.Requests)
+	}
 	if window := (last - start).Seconds(); window > 0 {
 		res.Throughput = float64(res.Requests) / window
 		res.TokensPerSec = float64(outTokens) / window

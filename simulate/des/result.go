@@ -84,8 +84,11 @@ type Result struct {
 	// the signed error (positive: predicted later than came).
 	TTFTPredError Latency
 	TTFTPredBias  float64
-	// Goodput is measured requests per second whose TTFT met TTFTSLO.
-	Goodput float64
+	// Goodput is measured requests per second whose TTFT met TTFTSLO;
+	// SLOKept is their share of the measured requests (with a strategy
+	// whose requests carry the objective, strategy.Objective: the
+	// objective kept).
+	Goodput, SLOKept float64
 	// TTFTSLO is the objective goodput used (seconds).
 	TTFTSLO float64
 	// HitRate is the engines' prefix-cache hit rate over measured requests

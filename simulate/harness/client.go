@@ -114,9 +114,14 @@ func (c *sseChunk) hasToken() bool {
 	return false
 }
 
+// ObjectiveHeader carries a request's TTFT objective in milliseconds
+// (gateway.HeaderTTFTObjective).
+const ObjectiveHeader = "X-Llb-Ttft-Objective-Ms"
+
 // exchange sends one trace request to url and fills rec. now returns the
-// wall offset from the run's start.
-func exchange(ctx context.Context, client *http.Client, url string, tr *workload.TraceRequest, rec *Record, now func() time.Duration) {
+// wall offset from the run's start. objectiveMs, when not "", is sent as
+// the request's TTFT objective (ObjectiveHeader).
+func exchange(ctx context.Context, client *http.Client, url string, tr *workload.TraceRequest, rec *Record, now func() time.Duration, objectiveMs string) {
 	rec.PromptTokens, rec.CachedTokens, rec.CompletionTokens, rec.QueueWait = -1, -1, -1, -1
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+tr.Path, bytes.NewReader(tr.Body))
 	if err != nil {
@@ -128,6 +133,9 @@ func exchange(ctx context.Context, client *http.Client, url string, tr *workload
 	req.Header.Set(SeqHeader, strconv.Itoa(tr.Seq))
 	for k, v := range tr.Header {
 		req.Header.Set(k, v)
+	}
+	if objectiveMs != "" {
+		req.Header.Set(ObjectiveHeader, objectiveMs)
 	}
 	rec.Sent = now()
 	res, err := client.Do(req)

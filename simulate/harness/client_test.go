@@ -149,7 +149,7 @@ func TestExchange_ClassifiesAnswers(t *testing.T) {
 			start := time.Now()
 			client := &http.Client{Transport: newTransport()}
 			defer client.CloseIdleConnections()
-			exchange(context.Background(), client, srv.URL, tr, &rec, func() time.Duration { return max(time.Since(start), 1) })
+			exchange(context.Background(), client, srv.URL, tr, &rec, func() time.Duration { return max(time.Since(start), 1) }, "")
 			if rec.Failure != tt.wantFailure || rec.Status != tt.status || rec.Route.Tier != tt.wantTier {
 				t.Fatalf("failure %q status %d tier %q; want %q %d %q", rec.Failure, rec.Status, rec.Route.Tier, tt.wantFailure, tt.status, tt.wantTier)
 			}
@@ -169,7 +169,7 @@ func TestExchange_AnUnreachableVIPIsATransportFailure(t *testing.T) {
 	srv.Close()
 	var rec Record
 	client := &http.Client{Transport: newTransport()}
-	exchange(context.Background(), client, url, &workload.TraceRequest{Path: "/v1/completions", Body: []byte(`{}`)}, &rec, func() time.Duration { return 1 })
+	exchange(context.Background(), client, url, &workload.TraceRequest{Path: "/v1/completions", Body: []byte(`{}`)}, &rec, func() time.Duration { return 1 }, "")
 	if rec.Failure != FailTransport || rec.Status != 0 {
 		t.Fatalf("failure %q status %d; want %q 0", rec.Failure, rec.Status, FailTransport)
 	}

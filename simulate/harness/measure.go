@@ -111,6 +111,13 @@ type Result struct {
 	// the output tokens per model second; Goodput the completed requests
 	// per model second whose TTFT met TTFTSLO (seconds).
 	Throughput, TokensPerSec, Goodput, TTFTSLO float64
+	// SLOKept is the share of measured requests that completed with a
+	// TTFT within TTFTSLO (for a strategy whose requests carry it,
+	// Strategy.Objective: the objective kept; a refused request is not).
+	SLOKept float64
+	// TTFTPrediction is how close llbd's TTFT predictions came over the
+	// measured window (zero for a peer).
+	TTFTPrediction TTFTPrediction
 	// HitRate is the fleet's prefix-cache hit rate over the measured
 	// requests (cached prompt tokens / prompt tokens, vLLM's
 	// prefix_cache_hits / queries), from HitRateSource: "usage" (each
@@ -261,6 +268,12 @@ func measure(c *RunConfig, r *raw) *Result {
 		}
 	}
 	res.TTFT, res.E2E, res.QueueWait = ttft.summary(), e2e.summary(), wait.summary()
+	if res.Requests > 0 {
+		res.SLOKept = float64(good) / float64(res.Requests)
+	}
+	if r.predOK {
+		res.TTFTPrediction = r.predEnd.since(r.predWarm)
+	}
 	if window := model(last - first); window > 0 && res.Completed > 0 {
 		res.Throughput = float64(res.Completed) / window
 		res.TokensPerSec = float64(outTokens) / window

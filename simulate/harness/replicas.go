@@ -156,7 +156,7 @@ func runReplicas(ctx context.Context, c *RunConfig, fl *fleet.Fleet) (*Result, e
 		}
 		return sum
 	}
-	return measured(ctx, c, fl, cpu, urls...)
+	return measured(ctx, c, fl, daemonProbe{cpu: cpu, pred: predictionReader(ds...)}, urls...)
 }
 
 // validateReplicas reports Replicas problems.

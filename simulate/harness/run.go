@@ -205,12 +205,19 @@ func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return measured(ctx, &c, fl, d.CPU, "http://"+net.JoinHostPort(vip, strconv.Itoa(port)))
+	return measured(ctx, &c, fl, daemonProbe{cpu: d.CPU, pred: predictionReader(d)}, "http://"+net.JoinHostPort(vip, strconv.Itoa(port)))
+}
+
+// daemonProbe reads the llbd processes under test: their CPU time, and
+// their TTFT prediction histograms (pred nil: a peer, none).
+type daemonProbe struct {
+	cpu  func() time.Duration
+	pred func(context.Context) (predCounts, error)
 }
 
 // measured waits out the KV warm-up guard when the strategy needs it, sends
 // the trace (spread round-robin over urls) and measures.
-func measured(ctx context.Context, c *RunConfig, fl *fleet.Fleet, daemonCPU func() time.Duration, urls ...string) (*Result, error) {
+func measured(ctx context.Context, c *RunConfig, fl *fleet.Fleet, probe daemonProbe, urls ...string) (*Result, error) {
 	s := &c.Strategy
 	if s.KVExact {
 		// llbd's Tier-1.5 warm-up guard is wall-clock time from the rule's
@@ -221,7 +228,7 @@ func measured(ctx context.Context, c *RunConfig, fl *fleet.Fleet, daemonCPU func
 			return nil, ctx.Err()
 		}
 	}
-	m, err := drive(ctx, c, fl, daemonCPU, urls)
+	m, err := drive(ctx, c, fl, probe, urls)
 	if err != nil {
 		return nil, err
 	}
@@ -249,7 +256,7 @@ func runPeer(ctx context.Context, c *RunConfig, fl *fleet.Fleet) (*Result, error
 			return nil, ctx.Err()
 		}
 	}
-	m, err := drive(ctx, c, fl, func() time.Duration { return 0 }, []string{"http://" + net.JoinHostPort(vip, strconv.Itoa(port))})
+	m, err := drive(ctx, c, fl, daemonProbe{cpu: func() time.Duration { return 0 }}, []string{"http://" + net.JoinHostPort(vip, strconv.Itoa(port))})
 	if err != nil {
 		return nil, err
 	}
@@ -313,6 +320,11 @@ type raw struct {
 	harnessCPU   time.Duration
 	daemonCPU    time.Duration
 	drainTimeout bool
+	// predWarm and predEnd are llbd's TTFT prediction histograms at the
+	// warm-up boundary and at the end; predOK is false when either could
+	// not be read (or there is no llbd).
+	predWarm, predEnd predCounts
+	predOK            bool
 	// workerTTFT are the serving workers' own TTFT totals (single-pool
 	// rules only: a P/D worker's histogram mixes both legs).
 	workerTTFT   histTotals
@@ -322,7 +334,7 @@ type raw struct {
 // drive sends the trace (open-loop at the rate, or in a closed loop of
 // c.Concurrency clients), request i to urls[i mod len(urls)], and collects
 // the records.
-func drive(ctx context.Context, c *RunConfig, fl *fleet.Fleet, daemonCPU func() time.Duration, urls []string) (*raw, error) {
+func drive(ctx context.Context, c *RunConfig, fl *fleet.Fleet, probe daemonProbe, urls []string) (*raw, error) {
 	tr := c.Trace
 	serving := servingWorkers(fl, c.Fleet.Workers)
 	transport := newTransport()
@@ -334,7 +346,25 @@ func drive(ctx context.Context, c *RunConfig, fl *fleet.Fleet, daemonCPU func() 
 	defer cancel()
 	start := time.Now()
 	now := func() time.Duration { return max(time.Since(start), 1) }
-	cpu0, dcpu0 := selfCPU(), daemonCPU()
+	cpu0, dcpu0 := selfCPU(), probe.cpu()
+	// The prediction histograms are read over HTTP: at the warm-up
+	// boundary off the request's path (warmRead), so that the boundary's
+	// request is not held up.
+	readPred := func(ctx context.Context, into *predCounts, ok *bool) {
+		if probe.pred == nil {
+			return
+		}
+		p, err := probe.pred(ctx)
+		*into, *ok = p, err == nil
+	}
+	var warmOK, endOK bool
+	// A strategy with Objective sends the run's goodput objective as every
+	// request's TTFT objective, in wall milliseconds.
+	objective := ""
+	if c.Strategy.Objective {
+		objective = strconv.FormatFloat(c.TTFTSLO.Seconds()*c.Fleet.TimeScale()*1000, 'f', 3, 64)
+	}
+	warmRead := make(chan struct{})
 
 	// Sampler: the serving engines' waiting queues.
 	samplerDone := make(chan struct{})
@@ -364,12 +394,18 @@ func drive(ctx context.Context, c *RunConfig, fl *fleet.Fleet, daemonCPU func() 
 			// The counter window opens before any measured request leaves:
 			// the goroutine or client carrying a later request may run
 			// before the boundary's, and the Once holds it until the read.
-			r.warmOnce.Do(func() { r.atWarm = readCounters(serving) })
+			r.warmOnce.Do(func() {
+				r.atWarm = readCounters(serving)
+				go func() {
+					defer close(warmRead)
+					readPred(rctx, &r.predWarm, &warmOK)
+				}()
+			})
 		}
 		rec := &r.records[i]
 		rec.Seq, rec.Arrival = i, max(at, 1)
 		qctx, qcancel := context.WithTimeout(rctx, c.RequestTimeout)
-		exchange(qctx, client, urls[i%len(urls)], &tr.Requests[i], rec, now)
+		exchange(qctx, client, urls[i%len(urls)], &tr.Requests[i], rec, now, objective)
 		qcancel()
 		n := completed.Add(1)
 		if c.Progress != nil {
@@ -413,7 +449,11 @@ func drive(ctx context.Context, c *RunConfig, fl *fleet.Fleet, daemonCPU func() 
 		return nil, ctx.Err()
 	}
 	r.wall = time.Since(start)
-	r.harnessCPU, r.daemonCPU = selfCPU()-cpu0, daemonCPU()-dcpu0
+	r.harnessCPU, r.daemonCPU = selfCPU()-cpu0, probe.cpu()-dcpu0
+	readPred(ctx, &r.predEnd, &endOK)
+	r.warmOnce.Do(func() { close(warmRead) }) // the boundary was never reached
+	<-warmRead
+	r.predOK = warmOK && endOK
 	close(stopSampler)
 	<-samplerDone
 	r.end = readCounters(serving)

@@ -218,6 +218,10 @@ type Run struct {
 	// predictions, |predicted − actual| / actual (nil for peers and for
 	// runs that compared none).
 	TTFTPredError *Latency `json:"ttft_pred_error,omitempty"`
+	// SLOKept is the share of measured requests whose TTFT met TTFTSLO
+	// (the objective kept, for a strategy whose requests carry it); absent
+	// in results written before it was recorded.
+	SLOKept float64 `json:"slo_kept,omitempty"`
 }
 
 // Dataset is everything a report is made from.

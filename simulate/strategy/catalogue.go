@@ -97,9 +97,29 @@ func HeadroomWithPct(pct uint32) Strategy {
 	return s
 }
 
+// ObjectiveSuffix names a strategy whose requests carry the run's TTFT
+// objective (Strategy.Objective): "headroom+objective".
+const ObjectiveSuffix = "+objective"
+
+// WithObjective is s with its requests carrying the run's TTFT objective,
+// named "<name>+objective".
+func WithObjective(s Strategy) Strategy {
+	s.Name += ObjectiveSuffix
+	s.Objective = true
+	return s
+}
+
 // ByName returns a named strategy (see All), "hard@<pct>", "soft@<λ>" or
-// "headroom@<pct>".
+// "headroom@<pct>", any llb one of them followed by "+objective"
+// (WithObjective).
 func ByName(name string) (Strategy, error) {
+	if base, ok := strings.CutSuffix(name, ObjectiveSuffix); ok {
+		s, err := ByName(base)
+		if err == nil && !s.IsPeer() && !s.Objective {
+			return WithObjective(s), nil
+		}
+		return Strategy{}, fmt.Errorf("strategy %q (want an llb strategy followed by %s): %w", name, ObjectiveSuffix, ErrConfig)
+	}
 	all := append(All(), Peers()...)
 	for _, k := range peers.LoRAKinds() {
 		all = append(all, Strategy{Name: string(k), Shape: ShapePool, Peer: k})
@@ -125,7 +145,7 @@ func ByName(name string) (Strategy, error) {
 			return s, nil
 		}
 	}
-	return Strategy{}, fmt.Errorf("strategy %q (want rr, chwbl, tier1, off, hard, soft, adaptive, adaptive-soft, headroom, auto, hard+chwbl, pd-hard, hard@<100..1000>, soft@<1..100000>, headroom@<1..100>, or a peer: dynamo, llm-d, sglang, aibrix, kubeai, llm-d-lora, aibrix-lora): %w", name, ErrConfig)
+	return Strategy{}, fmt.Errorf("strategy %q (want rr, chwbl, tier1, off, hard, soft, adaptive, adaptive-soft, headroom, auto, hard+chwbl, pd-hard, hard@<100..1000>, soft@<1..100000>, headroom@<1..100>, any of those followed by +objective, or a peer: dynamo, llm-d, sglang, aibrix, kubeai, llm-d-lora, aibrix-lora): %w", name, ErrConfig)
 }
 
 // ByNames resolves a list of names, reporting every unknown or repeated

@@ -73,6 +73,11 @@ type Strategy struct {
 	// Peer, when set, makes this another router's policy (simulate/peers)
 	// instead of an llb configuration: every llb field above is ignored.
 	Peer peers.Kind
+	// Objective makes every request carry the run's TTFT objective (its
+	// goodput objective) as llbd's X-Llb-Ttft-Objective-Ms: llb prefers an
+	// endpoint predicted to meet it (ladder/objective.go). Named
+	// "<name>+objective"; not for a peer.
+	Objective bool
 }
 
 // IsPeer reports whether the strategy is another router's policy.
@@ -154,6 +159,9 @@ func (s *Strategy) Validate() error {
 		}
 		if s.Shape != ShapePool || s.KVExact || s.CacheAware {
 			errs = append(errs, errors.New("a peer policy runs on a plain pool, without llb's tiers"))
+		}
+		if s.Objective {
+			errs = append(errs, errors.New("a peer policy reads no TTFT objective"))
 		}
 	}
 	env := s.Env()

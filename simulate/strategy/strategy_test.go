@@ -20,6 +20,8 @@ func TestByName_KnowsTheCatalogueAndKnobVariants(t *testing.T) {
 		wantFactor uint32 // of Env: llbd's default unless set
 		wantLambda uint32
 		wantEnv    []string
+		// wantObjective: the requests carry the run's TTFT objective.
+		wantObjective bool
 	}{
 		{give: "rr", wantShape: ShapePool, wantSel: ladder.SelRR, wantFactor: 175, wantLambda: 32},
 		{give: "chwbl", wantShape: ShapePool, wantSel: ladder.SelCHWBL, wantFactor: 175, wantLambda: 32},
@@ -46,6 +48,11 @@ func TestByName_KnowsTheCatalogueAndKnobVariants(t *testing.T) {
 			wantEnv: []string{"LOXILB_KV_LB_MODE=hard", "LOXILB_KV_MEAN_LOAD_FACTOR=150"}},
 		{give: "soft@50000", wantShape: ShapePool, wantKV: ladder.KVSinglePool, wantMode: "soft", wantFactor: 175, wantLambda: 50000,
 			wantEnv: []string{"LOXILB_KV_LB_MODE=soft", "LOXILB_KV_LOAD_PENALTY=50000"}},
+		{give: "headroom+objective", wantShape: ShapePool, wantKV: ladder.KVSinglePool, wantMode: "headroom", wantFactor: 175, wantLambda: 32,
+			wantEnv: []string{"LOXILB_KV_LB_MODE=headroom"}, wantObjective: true},
+		{give: "hard@150+objective", wantShape: ShapePool, wantKV: ladder.KVSinglePool, wantMode: "hard", wantFactor: 150, wantLambda: 32,
+			wantEnv: []string{"LOXILB_KV_LB_MODE=hard", "LOXILB_KV_MEAN_LOAD_FACTOR=150"}, wantObjective: true},
+		{give: "rr+objective", wantShape: ShapePool, wantSel: ladder.SelRR, wantFactor: 175, wantLambda: 32, wantObjective: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.give, func(t *testing.T) {
@@ -54,7 +61,7 @@ func TestByName_KnowsTheCatalogueAndKnobVariants(t *testing.T) {
 				t.Fatal(err)
 			}
 			if s.Name != tt.give || s.Shape != tt.wantShape || s.Selector != tt.wantSel || s.KVMode() != tt.wantKV ||
-				s.KVExact != (tt.wantKV != ladder.KVOff) || s.CacheAware != tt.wantAware || s.Mode() != tt.wantMode {
+				s.KVExact != (tt.wantKV != ladder.KVOff) || s.CacheAware != tt.wantAware || s.Mode() != tt.wantMode || s.Objective != tt.wantObjective {
 				t.Fatalf("got %+v (mode %q, kvExactMode %d); want shape %v sel %v kvExactMode %d cache-aware %v mode %q",
 					s, s.Mode(), s.KVMode(), tt.wantShape, tt.wantSel, tt.wantKV, tt.wantAware, tt.wantMode)
 			}
@@ -83,7 +90,8 @@ func TestAll_IsEveryNameOnceInReportOrder(t *testing.T) {
 }
 
 func TestByName_RefusesUnknownNamesAndOutOfRangeKnobs(t *testing.T) {
-	for _, give := range []string{"", "random", "hard@", "hard@x", "hard@0", "hard@50", "hard@99", "hard@1001", "soft@0", "soft@100001", "rr@3", "off@150", "hard@-1", "headroom@0", "headroom@101"} {
+	for _, give := range []string{"", "random", "hard@", "hard@x", "hard@0", "hard@50", "hard@99", "hard@1001", "soft@0", "soft@100001", "rr@3", "off@150", "hard@-1", "headroom@0", "headroom@101",
+		"+objective", "llm-d+objective", "headroom+objective+objective", "nope+objective"} {
 		if _, err := ByName(give); !errors.Is(err, ErrConfig) {
 			t.Errorf("ByName(%q) err %v; want ErrConfig", give, err)
 		}
