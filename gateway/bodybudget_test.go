@@ -297,7 +297,7 @@ func TestListener_ReservationsFollowTheBodyAndEndWithTheConnection(t *testing.T)
 		}
 		testwait.Eventually(t, "the reservation shrinks to the body", func() bool { return b2.Reserved() == int64(len(body)) })
 		close(release)
-		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_ = c.SetReadDeadline(time.Now().Add(15 * time.Second))
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("stream: %v %v", resp, err)

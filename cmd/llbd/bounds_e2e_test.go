@@ -121,7 +121,7 @@ func TestE2E_ConcurrentLargeBodiesBeyondTheBudgetAreRefusedAndTheRestServed(t *t
 			sent.Done()
 			<-release
 			// An answer already there came before the rest of the body.
-			_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
 			br := bufio.NewReader(c)
 			_, perr := br.Peek(1)
 			a.before = perr == nil
@@ -148,7 +148,14 @@ func TestE2E_ConcurrentLargeBodiesBeyondTheBudgetAreRefusedAndTheRestServed(t *t
 		}()
 	}
 	sent.Wait()
-	time.Sleep(500 * time.Millisecond) // every head is in and reserved or refused
+	metrics := func() promSeries {
+		_, text := d.do(http.MethodGet, "/metrics", "")
+		return parseProm(text)
+	}
+	waitUntil(t, "every head is in and reserved or refused", 30*time.Second, func() bool {
+		m := metrics()
+		return int(m.sum("llb_body_buffer_refused_total"))+int(m.sum("llb_body_buffer_reserved_bytes"))/len(body) >= clients
+	})
 	close(release)
 	wg.Wait()
 
@@ -168,10 +175,7 @@ func TestE2E_ConcurrentLargeBodiesBeyondTheBudgetAreRefusedAndTheRestServed(t *t
 	if served != budget/size || refused != clients-budget/size {
 		t.Fatalf("%d served, %d refused; want %d and %d (the budget holds %d bodies)", served, refused, budget/size, clients-budget/size, budget/size)
 	}
-	m := func() promSeries {
-		_, text := d.do(http.MethodGet, "/metrics", "")
-		return parseProm(text)
-	}
+	m := metrics
 	if got := m().sum("llb_body_buffer_refused_total"); got != float64(refused) {
 		t.Errorf("llb_body_buffer_refused_total %v; want %d", got, refused)
 	}
