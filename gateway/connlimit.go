@@ -32,8 +32,9 @@ const (
 	// and its P/D decode leg.
 	fdsPerConn = 3
 	// minDefaultMaxConns and maxDefaultMaxConns clamp the derived default;
-	// a client connection holds about 32 KiB of buffers and stack, so the
-	// upper bound keeps idle connections under about 512 MiB.
+	// a client connection holds up to about 32 KiB of buffers and stack
+	// while a request is read (less between requests, when its read buffer
+	// is released), so the upper bound keeps them under about 512 MiB.
 	minDefaultMaxConns = 64
 	maxDefaultMaxConns = 16384
 	// fallbackMaxConns is the default where the open-file limit is unknown.
