@@ -52,11 +52,12 @@
 //     calls for, and a new route avoiding an endpoint that never answered
 //     (or died mid-answer), while the client has no byte.
 //   - pd.go runs a P/D pair in the rule's engine dialect (pdDialect):
-//     pd_nixl.go is vLLM's NIXL two-leg protocol, pd_sglang.go SGLang's
+//     pd_nixl.go is vLLM's NIXL two-leg protocol and pd_trtllm.go
+//     TensorRT-LLM's context leg then generation leg, both run by
+//     pd_sequential.go (one leg after the other); pd_sglang.go is SGLang's
 //     concurrent dual dispatch through a bootstrap room (its prefill leg
 //     runs beside the answering leg, in a goroutine of its own, and is
-//     settled before the ticket is concluded), pd_trtllm.go TensorRT-LLM's
-//     context leg then generation leg. The legs' bodies are the client's
+//     settled before the ticket is concluded). The legs' bodies are the client's
 //     with top-level members rewritten (jsonobj.go).
 //   - relay.go runs the leg that answers the client and relays its answer:
 //     a small body with its head, anything else streamed by stream.go

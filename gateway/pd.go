@@ -41,11 +41,11 @@ type pdDialect interface {
 func dialectFor(c *rule.Compiled) pdDialect {
 	switch c.Engine {
 	case rule.EngineTRTLLM:
-		return trtllmPD{}
+		return trtllmPD()
 	case rule.EngineSGLang:
 		return sglang{port: c.BootstrapPort}
 	}
-	return nixl{}
+	return nixl()
 }
 
 // pdEngineName is the name X-Llb-Route and the access log give rule c's

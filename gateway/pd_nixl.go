@@ -3,8 +3,6 @@ package gateway
 import (
 	"crypto/rand"
 	"encoding/hex"
-
-	"github.com/llbproject/llb/actors"
 )
 
 // vLLM's P/D protocol with its NixlConnector (vllm-contract.md §4):
@@ -24,44 +22,8 @@ import (
 // the client got a byte, is 502 pd_decode_backend_died (LoxiLB's rule).
 
 // nixl is vLLM's NIXL two-leg protocol.
-type nixl struct{}
-
-// serve implements pdDialect.
-func (nixl) serve(x *exchange) attempt {
-	d := &x.decision
-	x.prefillEP, x.decodeEP, x.pd = d.Prefill, d.Decode, true
-	body := x.req.Body
-	prefillBody, err := PrefillBody(body)
-	if err != nil { // unreachable: the body parsed as an object
-		return x.notAnObject()
-	}
-	id := PDRequestID(x.h.addrs[d.Prefill], x.h.addrs[d.Decode])
-	x.requestID = id
-
-	pl := x.newLeg(actors.LegPrefill, d.Prefill)
-	pl.own, pl.id = legSetsRequestID|legSetsJSON, id
-	pr, a, ok := x.runPrefill(&pl, prefillBody)
-	if !ok {
-		return a
-	}
-	params, out := ExtractKVParams(pr.body)
-	if pr.truncated {
-		params, out = nil, KVParamsOversize
-	}
-	x.kvOut = out
-	if out == KVParamsFound {
-		x.h.met.kvParamsFound.Inc()
-	} else {
-		x.h.met.kvParamsMissing.Inc()
-	}
-	decodeBody, err := DecodeBody(body, params)
-	if err != nil { // unreachable: the body parsed as an object
-		return x.notAnObject()
-	}
-
-	dl := x.clientLeg(actors.LegDecode, d.Decode)
-	dl.own, dl.id = legSetsRequestID, id
-	return x.answer(dl, decodeBody)
+func nixl() sequential {
+	return sequential{prefillBody: PrefillBody, extract: ExtractKVParams, decodeBody: DecodeBody}
 }
 
 // The request rewriting and the request id both legs share.

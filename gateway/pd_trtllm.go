@@ -37,50 +37,24 @@ import (
 // (attempt.go), as for vLLM.
 
 // trtllmPD is TensorRT-LLM's context_only / generation_only protocol.
-type trtllmPD struct{}
+func trtllmPD() sequential {
+	return sequential{
+		prefillBody: ContextOnlyBody,
+		extract:     ExtractDisaggParams,
+		finished:    finishedInContext,
+		decodeBody:  GenerationOnlyBody,
+	}
+}
 
-// serve implements pdDialect.
-func (trtllmPD) serve(x *exchange) attempt {
-	d := &x.decision
-	x.prefillEP, x.decodeEP, x.pd = d.Prefill, d.Decode, true
-	body := x.req.Body
-	ctxBody, err := ContextOnlyBody(body)
-	if err != nil { // unreachable: the body parsed as an object
-		return x.notAnObject()
+// finishedInContext answers the client with a context answer that already
+// finished the request. A continuation always goes on to the generation
+// leg: the client's stream is under way and is spliced from a leg.
+func finishedInContext(x *exchange, pr *prefillAnswer) bool {
+	if x.following || !contextFinished(pr.body, &x.req) {
+		return false
 	}
-	id := PDRequestID(x.h.addrs[d.Prefill], x.h.addrs[d.Decode])
-	x.requestID = id
-
-	pl := x.newLeg(actors.LegPrefill, d.Prefill)
-	pl.own, pl.id = legSetsRequestID|legSetsJSON, id
-	pr, a, ok := x.runPrefill(&pl, ctxBody)
-	if !ok {
-		return a
-	}
-	params, out := ExtractDisaggParams(pr.body)
-	if pr.truncated {
-		params, out = nil, KVParamsOversize
-	}
-	if !x.following && contextFinished(pr.body, &x.req) {
-		// A continuation always goes on to the generation leg: the
-		// client's stream is under way and is spliced from a leg.
-		x.kvOut = out
-		x.answerFromContext(&pr)
-		return attempt{}
-	}
-	x.kvOut = out
-	if out == KVParamsFound {
-		x.h.met.kvParamsFound.Inc()
-	} else {
-		x.h.met.kvParamsMissing.Inc()
-	}
-	genBody, err := GenerationOnlyBody(body, params)
-	if err != nil { // unreachable: the body parsed as an object
-		return x.notAnObject()
-	}
-	dl := x.clientLeg(actors.LegDecode, d.Decode)
-	dl.own, dl.id = legSetsRequestID, id
-	return x.answer(dl, genBody)
+	x.answerFromContext(pr)
+	return true
 }
 
 // The request rewriting.
