@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -377,13 +378,32 @@ func routesToOwnerByTierOneFive(t *testing.T, d *daemon, vip string, body func(i
 	return owner
 }
 
+// quietMirror is the size of llb's mirror of each endpoint of rule key
+// once it stops changing: the events of requests that just ended may still
+// be on their way (a ZMQ batch, a drain polled every 50 ms at most), and
+// must not be taken for the blocks of the next request.
+func (d *daemon) quietMirror(key string) []int {
+	d.t.Helper()
+	prev := d.mirroredBlocks(key)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond) // longer than a drain's idle poll
+		cur := d.mirroredBlocks(key)
+		if slices.Equal(cur, prev) {
+			return cur
+		}
+		prev = cur
+	}
+	d.t.Fatalf("the mirror of %s never stopped changing: %v", key, prev)
+	return nil
+}
+
 // routesToOwnerByTierOneFiveAt is routesToOwnerByTierOneFive for any
 // OpenAI path (/v1/completions, /v1/chat/completions); it also returns the
 // follow-up's X-Llb-Route.
 func routesToOwnerByTierOneFiveAt(t *testing.T, d *daemon, vip, path string, body func(int) string) (int, string) {
 	t.Helper()
 	key := "tcp:" + strings.TrimPrefix(vip, "http://")
-	before := d.mirroredBlocks(key)
+	before := d.quietMirror(key)
 	res, b := post(t, vip+path, body(0))
 	if res.StatusCode != 200 {
 		t.Fatalf("first: %d %s", res.StatusCode, b)
