@@ -16,17 +16,23 @@ import (
 // predictions until they agree again.
 //
 // The model, per endpoint, with u = the request's uncached blocks, q = the
-// queued prefill blocks ahead of it, n = llb's requests in flight there:
+// queued prefill blocks ahead of it, n = llb's requests in flight there,
+// w = the requests the engine reported waiting at its last scrape and
+// [w>0] = 1 when it reported any:
 //
-//	TTFT = θ0 + θ1·u + θ2·q + θ3·n + θ4·n·u + θ5·n·q       every θ ≥ 0
+//	TTFT = θ0 + θ1·u + θ2·q + θ3·n + θ4·n·u + θ5·n·q + θ6·[w>0] + θ7·w
+//	                                                        every θ ≥ 0
 //
-// (u and q in units of TTFTBlockUnit blocks, n in units of TTFTBatchUnit
-// requests, θ in seconds). It covers both ways engines spend a prefill:
-// vLLM's step scheduler computes the queued prefill chunks ahead of a
-// request first (θ2, with the decodes of the batch in every step: θ5),
-// while an engine that runs each request on its own clock
+// (u and q in units of TTFTBlockUnit blocks, n and w in units of
+// TTFTBatchUnit requests, θ in seconds). It covers both ways engines spend
+// a prefill: vLLM's step scheduler computes the queued prefill chunks
+// ahead of a request first (θ2, with the decodes of the batch in every
+// step: θ5), while an engine that runs each request on its own clock
 // (llm-d-inference-sim) costs only the request's own tokens slowed by the
-// batch (θ1, θ4). θ is fitted by least squares on the relative error —
+// batch (θ1, θ4). An engine that reports waiting requests has no room to
+// schedule one more — its KV cache or its batch is full — so a new
+// request waits for running ones to finish, which the prefill work llb
+// sent does not show (θ6, θ7). θ is fitted by least squares on the relative error —
 // each sample weighted by 1/TTFT², so a 20 ms hit weighs as much as a 2 s
 // miss — with exponential forgetting (TTFTMemory) so the model follows an
 // engine whose speed changes, non-negative because no work makes a first
@@ -46,12 +52,17 @@ type TTFTInput struct {
 	// Running is llb's requests in flight on the endpoint before the
 	// request (ActiveConns).
 	Running uint32
+	// Waiting is the requests the endpoint's engine reported waiting at
+	// the last scrape (EndpointView.QueuedRequests): the engine had no
+	// room for them.
+	Waiting uint32
 }
 
 // TTFTInputFor is the TTFTInput of a request of promptBlocks blocks that
 // holds overlap of them on the endpoint of view v.
 func TTFTInputFor(v *EndpointView, promptBlocks, overlap uint32) TTFTInput {
-	return TTFTInput{Uncached: promptBlocks - min(overlap, promptBlocks), Queued: v.PrefillBlocks, Running: v.ActiveConns}
+	return TTFTInput{Uncached: promptBlocks - min(overlap, promptBlocks), Queued: v.PrefillBlocks, Running: v.ActiveConns,
+		Waiting: v.QueuedRequests}
 }
 
 // Model tuning.
@@ -82,20 +93,25 @@ const (
 )
 
 // ttftFeatures is the model's dimension.
-const ttftFeatures = 6
+const ttftFeatures = 8
 
 // TTFTPrior is the model an endpoint starts from, in seconds: 20 ms of
 // overhead and 0.3 ms per uncached or queued block (17 µs a token: an 8B
 // model on an H100), nothing for the batch. The first measured TTFTs
 // replace it.
-var TTFTPrior = [ttftFeatures]float64{0.020, 0.3e-3 * TTFTBlockUnit, 0.3e-3 * TTFTBlockUnit, 0, 0, 0}
+var TTFTPrior = [ttftFeatures]float64{0.020, 0.3e-3 * TTFTBlockUnit, 0.3e-3 * TTFTBlockUnit, 0, 0, 0, 0, 0}
 
 // features are the model's regressors of in.
 func (in TTFTInput) features() [ttftFeatures]float64 {
 	u := float64(in.Uncached) / TTFTBlockUnit
 	q := float64(in.Queued) / TTFTBlockUnit
 	n := float64(in.Running) / TTFTBatchUnit
-	return [ttftFeatures]float64{1, u, q, n, n * u, n * q}
+	w := float64(in.Waiting) / TTFTBatchUnit
+	waits := 0.0
+	if in.Waiting > 0 {
+		waits = 1
+	}
+	return [ttftFeatures]float64{1, u, q, n, n * u, n * q, waits, w}
 }
 
 // TTFTModel is one endpoint's learned model. The zero value predicts
@@ -139,7 +155,7 @@ func (m *TTFTModel) Samples() uint64 { return m.samples }
 
 // Coefficients returns θ in seconds (per TTFTBlockUnit blocks and
 // TTFTBatchUnit requests): overhead, uncached, queued, running,
-// running×uncached, running×queued.
+// running×uncached, running×queued, waiting at all, waiting.
 func (m *TTFTModel) Coefficients() [ttftFeatures]float64 {
 	if !m.fitted {
 		return TTFTPrior
