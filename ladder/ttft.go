@@ -16,23 +16,17 @@ import (
 // predictions until they agree again.
 //
 // The model, per endpoint, with u = the request's uncached blocks, q = the
-// queued prefill blocks ahead of it, n = llb's requests in flight there,
-// w = the requests the engine reported waiting at its last scrape and
-// [w>0] = 1 when it reported any:
+// queued prefill blocks ahead of it, n = llb's requests in flight there:
 //
-//	TTFT = θ0 + θ1·u + θ2·q + θ3·n + θ4·n·u + θ5·n·q + θ6·[w>0] + θ7·w
-//	                                                        every θ ≥ 0
+//	TTFT = θ0 + θ1·u + θ2·q + θ3·n + θ4·n·u + θ5·n·q       every θ ≥ 0
 //
-// (u and q in units of TTFTBlockUnit blocks, n and w in units of
-// TTFTBatchUnit requests, θ in seconds). It covers both ways engines spend
-// a prefill: vLLM's step scheduler computes the queued prefill chunks
-// ahead of a request first (θ2, with the decodes of the batch in every
-// step: θ5), while an engine that runs each request on its own clock
+// (u and q in units of TTFTBlockUnit blocks, n in units of TTFTBatchUnit
+// requests, θ in seconds). It covers both ways engines spend a prefill:
+// vLLM's step scheduler computes the queued prefill chunks ahead of a
+// request first (θ2, with the decodes of the batch in every step: θ5),
+// while an engine that runs each request on its own clock
 // (llm-d-inference-sim) costs only the request's own tokens slowed by the
-// batch (θ1, θ4). An engine that reports waiting requests has no room to
-// schedule one more — its KV cache or its batch is full — so a new
-// request waits for running ones to finish, which the prefill work llb
-// sent does not show (θ6, θ7). θ is fitted by least squares on the relative error —
+// batch (θ1, θ4). θ is fitted by least squares on the relative error —
 // each sample weighted by 1/TTFT², so a 20 ms hit weighs as much as a 2 s
 // miss — with exponential forgetting (TTFTMemory) so the model follows an
 // engine whose speed changes, non-negative because no work makes a first
@@ -53,8 +47,11 @@ type TTFTInput struct {
 	// request (ActiveConns).
 	Running uint32
 	// Waiting is the requests the endpoint's engine reported waiting at
-	// the last scrape (EndpointView.QueuedRequests): the engine had no
-	// room for them.
+	// the last scrape (EndpointView.QueuedRequests). It is not a feature
+	// of the model: with it (θ·[w>0] + θ·w) predictions through the daemon
+	// were about as close, and objectives herded requests off an engine
+	// whose last scrape showed a queue (docs/performance.md). It is
+	// recorded so that a prediction can be read against it.
 	Waiting uint32
 }
 
@@ -93,25 +90,20 @@ const (
 )
 
 // ttftFeatures is the model's dimension.
-const ttftFeatures = 8
+const ttftFeatures = 6
 
 // TTFTPrior is the model an endpoint starts from, in seconds: 20 ms of
 // overhead and 0.3 ms per uncached or queued block (17 µs a token: an 8B
 // model on an H100), nothing for the batch. The first measured TTFTs
 // replace it.
-var TTFTPrior = [ttftFeatures]float64{0.020, 0.3e-3 * TTFTBlockUnit, 0.3e-3 * TTFTBlockUnit, 0, 0, 0, 0, 0}
+var TTFTPrior = [ttftFeatures]float64{0.020, 0.3e-3 * TTFTBlockUnit, 0.3e-3 * TTFTBlockUnit, 0, 0, 0}
 
 // features are the model's regressors of in.
 func (in TTFTInput) features() [ttftFeatures]float64 {
 	u := float64(in.Uncached) / TTFTBlockUnit
 	q := float64(in.Queued) / TTFTBlockUnit
 	n := float64(in.Running) / TTFTBatchUnit
-	w := float64(in.Waiting) / TTFTBatchUnit
-	waits := 0.0
-	if in.Waiting > 0 {
-		waits = 1
-	}
-	return [ttftFeatures]float64{1, u, q, n, n * u, n * q, waits, w}
+	return [ttftFeatures]float64{1, u, q, n, n * u, n * q}
 }
 
 // TTFTModel is one endpoint's learned model. The zero value predicts
@@ -155,7 +147,7 @@ func (m *TTFTModel) Samples() uint64 { return m.samples }
 
 // Coefficients returns θ in seconds (per TTFTBlockUnit blocks and
 // TTFTBatchUnit requests): overhead, uncached, queued, running,
-// running×uncached, running×queued, waiting at all, waiting.
+// running×uncached, running×queued.
 func (m *TTFTModel) Coefficients() [ttftFeatures]float64 {
 	if !m.fitted {
 		return TTFTPrior

@@ -17,9 +17,8 @@ import (
 // TestTTFTGolden -rewrite` regenerates them):
 //
 //	model                                fresh model (the prior)
-//	learn u=N q=N n=N [w=N] actual=D [repeat=N]
-//	                                     learn a sample (repeatedly)
-//	predict u=N q=N n=N [w=N]            the prediction and whether trained
+//	learn u=N q=N n=N actual=D [repeat=N] learn a sample (repeatedly)
+//	predict u=N q=N n=N                  the prediction and whether trained
 //	coef                                 the fitted coefficients
 //	check                                fresh check at the test epoch
 //	observe pred=D actual=D [every=D] [repeat=N]
@@ -51,7 +50,7 @@ func TestTTFTGolden(t *testing.T) {
 				return v
 			}
 			n := max(int(u32("repeat")), 1)
-			in := TTFTInput{Uncached: u32("u"), Queued: u32("q"), Running: u32("n"), Waiting: u32("w")}
+			in := TTFTInput{Uncached: u32("u"), Queued: u32("q"), Running: u32("n")}
 			switch d.Cmd {
 			case "model":
 				m = TTFTModel{}
@@ -66,7 +65,7 @@ func TestTTFTGolden(t *testing.T) {
 			case "coef":
 				th := m.Coefficients()
 				var b strings.Builder
-				for j, name := range []string{"overhead", "uncached", "queued", "running", "running*uncached", "running*queued", "waits", "waiting"} {
+				for j, name := range []string{"overhead", "uncached", "queued", "running", "running*uncached", "running*queued"} {
 					fmt.Fprintf(&b, "%s %.4f\n", name, th[j])
 				}
 				return b.String()
@@ -108,36 +107,24 @@ func randomInput(rng *rand.Rand) TTFTInput {
 	return TTFTInput{Uncached: uint32(rng.IntN(2048)), Queued: uint32(rng.IntN(4096)), Running: uint32(rng.IntN(128))}
 }
 
-// randomWaitingInput is randomInput on an engine that reports waiting
-// requests a third of the time.
-func randomWaitingInput(rng *rand.Rand) TTFTInput {
-	in := randomInput(rng)
-	if rng.IntN(3) == 0 {
-		in.Waiting = uint32(1 + rng.IntN(64))
-	}
-	return in
-}
-
 func TestTTFTModel_LearnsALinearEngine(t *testing.T) {
 	engines := []struct {
-		name  string
-		th    [ttftFeatures]float64
-		input func(*rand.Rand) TTFTInput
+		name string
+		th   [ttftFeatures]float64
 	}{
-		{"step scheduler: queued work counts", [ttftFeatures]float64{0.008, 0.07, 0.07, 0.002, 0.001, 0.001}, randomInput},
-		{"own clock: only its own tokens and the batch", [ttftFeatures]float64{0.030, 0.82, 0, 0.004, 0.1, 0}, randomInput},
-		{"full engine: waiting requests wait for running ones", [ttftFeatures]float64{0.008, 0.07, 0.07, 0.002, 0.001, 0.001, 0.25, 0.8}, randomWaitingInput},
+		{"step scheduler: queued work counts", [ttftFeatures]float64{0.008, 0.07, 0.07, 0.002, 0.001, 0.001}},
+		{"own clock: only its own tokens and the batch", [ttftFeatures]float64{0.030, 0.82, 0, 0.004, 0.1, 0}},
 	}
 	for _, e := range engines {
 		t.Run(e.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, 2))
 			var m TTFTModel
 			for range 400 {
-				in := e.input(rng)
+				in := randomInput(rng)
 				m.Learn(in, linearEngine(e.th, in))
 			}
 			for range 100 {
-				in := e.input(rng)
+				in := randomInput(rng)
 				want := linearEngine(e.th, in)
 				if got := m.Predict(in); math.Abs(TTFTRelError(got, want)) > 0.02 {
 					t.Fatalf("Predict(%+v) = %v; want %v within 2 %% (coefficients %v)", in, got, want, m.Coefficients())
