@@ -137,3 +137,17 @@ func TestQuietCycle(t *testing.T) {
 		}
 	}
 }
+
+// The endpoint's health state machine (package actors) weighs a probe
+// that only timed out less than a refusal; it asks the error's Timeout.
+func TestProbeError_Timeout(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{{errTimeout, true}, {errRefused, false}, {errStatus, false}} {
+		var to interface{ Timeout() bool }
+		if got := errors.As(tc.err, &to) && to.Timeout(); got != tc.want {
+			t.Errorf("%v: Timeout %v; want %v", tc.err, got, tc.want)
+		}
+	}
+}
