@@ -95,7 +95,7 @@ flow-test: deps
 # fails on any defect. A short run of every family is part of make test.
 # ATTACKENGINE (vllm, sglang, trtllm) is the engine the workers speak and the
 # rules name; families an engine does not run are left out (the kv family is
-# vLLM's ZMQ wire; SGLang runs rest and dataplane only).
+# vLLM's ZMQ wire; SGLang runs rest, dataplane and faults).
 ATTACKTIME   ?= 4m
 ATTACKSEED   ?= 1
 ATTACKENGINE ?= vllm
