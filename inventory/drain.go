@@ -1,7 +1,6 @@
 package inventory
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -210,6 +209,7 @@ type DrainFeed struct {
 
 	// Owned by the Run goroutine.
 	ev         trtEvent // the event being decoded
+	buf        []byte   // the read buffer, kept while small
 	ranks      map[int64]*SeqTracker
 	window     int64 // the attention window mirrored; -1 until the first event
 	up, everUp bool
@@ -337,14 +337,54 @@ func (f *DrainFeed) drainOnce(ctx context.Context) (int, error) {
 		f.malformed(fmt.Sprintf("kv drain of %d bytes, larger than %d, dropped unread (its events count as a gap)", resp.ContentLength, f.cfg.MaxBody), ErrMalformed)
 		return 0, nil
 	}
-	var buf bytes.Buffer
-	if resp.ContentLength > 0 {
-		buf.Grow(int(resp.ContentLength) + 1)
-	}
-	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, int64(f.cfg.MaxBody)+1)); err != nil {
+	body, err := f.read(resp.Body, resp.ContentLength)
+	if err != nil {
 		return 0, fmt.Errorf("drain: read body: %w", err)
 	}
-	return f.consume(buf.Bytes(), true)
+	return f.consume(body, true)
+}
+
+// drainKeepBuf is the largest read buffer a feed keeps between drains (a
+// larger one, after a big drain, goes with it).
+const drainKeepBuf = 1 << 20
+
+// read reads a drain's body, at most MaxBody+1 bytes (one more says the
+// body is over the bound). The buffer grows to the declared length at
+// once, else by doubling up to that bound, never past it: a body at the
+// bound costs it once and its halves once, not a doubling beyond.
+func (f *DrainFeed) read(r io.Reader, declared int64) ([]byte, error) {
+	limit := f.cfg.MaxBody + 1
+	buf := f.buf[:0]
+	if declared >= 0 && int(declared) < limit && cap(buf) < int(declared)+1 {
+		buf = make([]byte, 0, declared+1)
+	}
+	if cap(buf) == 0 {
+		buf = make([]byte, 0, min(64<<10, limit))
+	}
+	for {
+		if len(buf) == cap(buf) {
+			if len(buf) >= limit {
+				break
+			}
+			grown := make([]byte, len(buf), min(2*cap(buf), limit))
+			copy(grown, buf)
+			buf = grown
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if cap(buf) <= drainKeepBuf {
+		f.buf = buf[:0]
+	} else {
+		f.buf = nil
+	}
+	return buf, nil
 }
 
 // applyRelayed applies the relayed bodies already waiting, without
