@@ -111,9 +111,9 @@ func TestConfig_EnginesRunTheirFamilies(t *testing.T) {
 		want     []string
 	}{
 		{engine: "", want: Families},
-		{engine: "trtllm", want: []string{FamilyREST, FamilyDataPlane, FamilyFaults}},
+		{engine: "trtllm", want: Families},
 		{engine: "sglang", want: []string{FamilyREST, FamilyDataPlane}},
-		{engine: "trtllm", families: []string{FamilyKV}, wantErr: `family "kv" does not run against engine trtllm`},
+		{engine: "trtllm", families: []string{FamilyKV}, want: []string{FamilyKV}},
 		{engine: "sglang", families: []string{FamilyFaults}, wantErr: `family "faults" does not run against engine sglang`},
 		{engine: "tgi", wantErr: `engine "tgi"`},
 	}
