@@ -18,9 +18,10 @@ import (
 // listens there and answers each drain with what a broken or hostile
 // engine could — malformed or oddly shaped JSON, absurd event ids, unknown
 // events, huge bodies, slow, endless or failing answers — and, between
-// cases, honestly: the events of its ring in trtllm-serve's exact shape
-// (inventory/testdata/trtllm). After every case a marker (one stored
-// block at the next event_id) joins the ring and is waited for, so each
+// cases, honestly in trtllm-serve's exact shape (inventory/testdata/trtllm):
+// its answers are served in the order they were queued, then [] for every
+// drain after. After every case a marker (one stored block at the next
+// event_id) is queued behind it and waited for, so each
 // case's effect on the feed's counters is measured alone; the oracle per
 // case is on those deltas and on llbd's RSS during the case. After the
 // family: a created event plus a stored run is mirrored exactly, llbd's RSS
@@ -49,12 +50,12 @@ const (
 type drainAction func(w http.ResponseWriter, r *http.Request)
 
 // drainServer is the hostile TensorRT-LLM serving port: GET /health, and
-// POST /kv_cache_events answering the scripted actions first, then the
-// ring. GET /elsewhere counts the requests a redirect led there.
+// POST /kv_cache_events answering the queued answers in order, then [] (an
+// engine with nothing new). /elsewhere counts the requests a redirect led
+// there.
 type drainServer struct {
 	mu        sync.Mutex
 	script    []drainAction
-	ring      [][]byte // rendered events
 	drains    int
 	redirects int
 	srv       *http.Server
@@ -102,11 +103,9 @@ func (s *drainServer) drain(w http.ResponseWriter, r *http.Request) {
 		a(w, r)
 		return
 	}
-	evs := s.ring
-	s.ring = nil
 	s.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(drainBody(evs))
+	_, _ = w.Write([]byte("[]"))
 }
 
 // queue scripts the next drains' answers.
@@ -116,14 +115,10 @@ func (s *drainServer) queue(as ...drainAction) {
 	s.mu.Unlock()
 }
 
-// offer adds rendered events to the ring.
-func (s *drainServer) offer(evs ...[]byte) {
-	s.mu.Lock()
-	s.ring = append(s.ring, evs...)
-	s.mu.Unlock()
-}
+// offer queues an honest answer: events in trtllm-serve's array.
+func (s *drainServer) offer(evs ...[]byte) { s.queue(body(drainBody(evs))) }
 
-// scripted is how many scripted answers are still waiting, and how many
+// state is how many queued answers are still waiting, and how many
 // requests a redirect led to /elsewhere.
 func (s *drainServer) state() (scripted, redirects int) {
 	s.mu.Lock()
@@ -354,7 +349,7 @@ func (f *drainFamily) view(ctx context.Context) (feedView, error) {
 
 // sync offers a marker (one stored block at the next event_id) and waits
 // until the feed reports it as its last event_id; it returns the view
-// then. Scripted answers still waiting are served first.
+// then. Answers queued before it are served first.
 func (f *drainFamily) sync(ctx context.Context, within time.Duration) (feedView, error) {
 	deadline := time.Now().Add(within)
 	marker := f.nextID

@@ -605,7 +605,7 @@ func drainHugeTokensCase(f *drainFamily, rng *rand.Rand) (func(delta) Outcome, s
 				return defect("one block of 2^20 tokens (%d MiB): %d events, mirror %+d blocks (want the marker's alone)", len(b)>>20, d.events, d.grew)
 			}
 			return refused()
-		}, fmt.Sprintf("answer one drain with a stored block of %d tokens (%d MiB)", len(toks), len(b)>>20), 10 * time.Second
+		}, fmt.Sprintf("answer one drain with a stored block of %d tokens (%d MiB)", len(toks), len(b)>>20), drainRecover
 	}
 	n := 50000 // about 52 MiB: under the bound
 	b := drainBody([][]byte{renderEvent(f.id(), storedData(nil, f.blocks(n)), drainWindow, -1)})
@@ -615,7 +615,7 @@ func drainHugeTokensCase(f *drainFamily, rng *rand.Rand) (func(delta) Outcome, s
 			return defect("a run of %d blocks (%d MiB, under the bound): %d events, mirror %+d blocks (want %d)", n, len(b)>>20, d.events, d.grew, n+1)
 		}
 		return accepted()
-	}, fmt.Sprintf("answer one drain with a stored run of %d blocks (%d MiB)", n, len(b)>>20), 10 * time.Second
+	}, fmt.Sprintf("answer one drain with a stored run of %d blocks (%d MiB)", n, len(b)>>20), drainRecover
 }
 
 // drainHugeArrayCase answers with structure-dense JSON just under the
