@@ -46,12 +46,20 @@ type TTFTInput struct {
 	// Running is llb's requests in flight on the endpoint before the
 	// request (ActiveConns).
 	Running uint32
+	// Waiting is the requests the endpoint's engine reported waiting at
+	// the last scrape (EndpointView.QueuedRequests). It is not a feature
+	// of the model: with it (θ·[w>0] + θ·w) predictions through the daemon
+	// were about as close, and objectives herded requests off an engine
+	// whose last scrape showed a queue (docs/performance.md). It is
+	// recorded so that a prediction can be read against it.
+	Waiting uint32
 }
 
 // TTFTInputFor is the TTFTInput of a request of promptBlocks blocks that
 // holds overlap of them on the endpoint of view v.
 func TTFTInputFor(v *EndpointView, promptBlocks, overlap uint32) TTFTInput {
-	return TTFTInput{Uncached: promptBlocks - min(overlap, promptBlocks), Queued: v.PrefillBlocks, Running: v.ActiveConns}
+	return TTFTInput{Uncached: promptBlocks - min(overlap, promptBlocks), Queued: v.PrefillBlocks, Running: v.ActiveConns,
+		Waiting: v.QueuedRequests}
 }
 
 // Model tuning.
