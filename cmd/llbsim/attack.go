@@ -37,8 +37,9 @@ func newAttackCmd(stdout, stderr io.Writer) *cobra.Command {
 		Long: `Run seeded, reproducible attack families against a fresh llbd each (issue 13):
 rest (bad REST requests), dataplane (raw HTTP against a rule's VIP), kv (a
 fake ZMQ KV-event publisher; against trtllm a hostile POST /kv_cache_events
-server) and faults (SIGKILL/SIGSTOP of worker processes). Each case has an oracle; the report gives per family the cases
-tried, refused cleanly and served, and every defect with its reproducer.
+server) and faults (SIGKILL/SIGSTOP of worker processes). Each case has an
+oracle; the report gives per family the cases tried, refused cleanly and
+served, and every defect with its reproducer.
 
 Every address is in one private loopback /24 (--net, drawn when not given).
 Exit status 1 when any defect was found.`,
