@@ -210,6 +210,7 @@ type DrainFeed struct {
 	// Owned by the Run goroutine.
 	ev         trtEvent // the event being decoded
 	buf        []byte   // the read buffer, kept while small
+	lastBody   int      // the size of the last drain's body
 	ranks      map[int64]*SeqTracker
 	window     int64 // the attention window mirrored; -1 until the first event
 	up, everUp bool
@@ -295,6 +296,7 @@ func (f *DrainFeed) Run(ctx context.Context) error {
 		f.applyRelayed() // what the previous leader drained before handing over
 		n, err := f.drainOnce(ctx)
 		now := time.Now()
+		trimAfterDrain(f.lastBody, now)
 		f.tickRate(now)
 		switch {
 		case ctx.Err() != nil:
@@ -315,6 +317,7 @@ func (f *DrainFeed) Run(ctx context.Context) error {
 // drainOnce posts one drain and applies what it returned; n is the number
 // of events.
 func (f *DrainFeed) drainOnce(ctx context.Context) (int, error) {
+	f.lastBody = 0
 	rctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, f.cfg.URL, http.NoBody)
@@ -338,6 +341,7 @@ func (f *DrainFeed) drainOnce(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	body, err := f.read(resp.Body, resp.ContentLength)
+	f.lastBody = len(body)
 	if err != nil {
 		return 0, fmt.Errorf("drain: read body: %w", err)
 	}
@@ -394,6 +398,7 @@ func (f *DrainFeed) applyRelayed() {
 		select {
 		case body := <-f.cfg.Relay:
 			_, _ = f.consume(body, false)
+			trimAfterDrain(len(body), time.Now())
 		default:
 			return
 		}
@@ -412,6 +417,7 @@ func (f *DrainFeed) follow(ctx context.Context) bool {
 			return false
 		case body := <-f.cfg.Relay:
 			_, _ = f.consume(body, false)
+			trimAfterDrain(len(body), time.Now())
 			f.tickRate(time.Now())
 		case <-t.C:
 			return true

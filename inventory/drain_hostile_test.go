@@ -218,3 +218,33 @@ func TestSplitDrain(t *testing.T) {
 		}
 	}
 }
+
+// TestTrimAfterDrain: a large drain gives its memory back at once, at
+// most once per drainTrimEvery process-wide; small drains never pay for a
+// collection.
+func TestTrimAfterDrain(t *testing.T) {
+	freed := 0
+	defer func(f func()) { freeOSMemory = f }(freeOSMemory)
+	freeOSMemory = func() { freed++ }
+	lastDrainTrim.Store(0)
+	t0 := time.Unix(1000, 0)
+	steps := []struct {
+		n    int
+		at   time.Duration
+		want bool
+	}{
+		{n: drainTrimAfter - 1, at: 0, want: false},
+		{n: drainTrimAfter, at: 0, want: true},
+		{n: 64 << 20, at: drainTrimEvery / 2, want: false},
+		{n: 64 << 20, at: drainTrimEvery, want: true},
+		{n: 1 << 10, at: 10 * drainTrimEvery, want: false},
+	}
+	for i, s := range steps {
+		if got := trimAfterDrain(s.n, t0.Add(s.at)); got != s.want {
+			t.Errorf("step %d: a drain of %d bytes at +%v trimmed %v; want %v", i, s.n, s.at, got, s.want)
+		}
+	}
+	if freed != 2 {
+		t.Errorf("freed %d times; want 2", freed)
+	}
+}
