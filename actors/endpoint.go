@@ -21,7 +21,11 @@ import (
 // first probe does, unless that probe only timed out — and comes back up
 // on one success (LoxiLB issue #1087: any success resets the counter).
 // While down the probe period grows by the period per failure up to
-// cfg.MaxBackoff (LoxiLB #265).
+// cfg.MaxBackoff (LoxiLB #265) — unless the last failure only timed out:
+// an engine that was too loaded to answer in time is probed again every
+// period, so it is back within one period of answering (backing off kept
+// a loaded engine that had recovered out for up to six periods, 30 s of
+// 503 by default).
 //
 // A timeout is weaker evidence than a refusal or a wrong answer: a loaded
 // engine answers late, a dead one refuses. llbd restarted, or a rule
@@ -34,6 +38,7 @@ type probeCore struct {
 	up       bool
 	probed   bool // at least one result seen
 	failures int
+	timedOut bool // the last failure only timed out
 }
 
 func newProbeCore(cfg rule.Probe) probeCore {
@@ -54,6 +59,7 @@ func (p *probeCore) observe(err error) (changed bool) {
 		return false
 	}
 	p.failures++
+	p.timedOut = timedOut(err)
 	if p.up && ((first && !timedOut(err)) || p.failures >= p.cfg.Retries) {
 		p.up = false
 		return true
@@ -70,7 +76,7 @@ func timedOut(err error) bool {
 
 // nextDelay is the wait before the next probe.
 func (p *probeCore) nextDelay() time.Duration {
-	if p.up {
+	if p.up || p.timedOut {
 		return p.cfg.Period
 	}
 	d := p.cfg.Period * time.Duration(1+p.failures)
