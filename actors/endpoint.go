@@ -131,6 +131,8 @@ type endpointActor struct {
 	probe  probeCore
 	stats  EngineStats
 	pushed bool   // this incarnation pushed its probe state at least once
+	// probing: a probe of this incarnation is under way (one at a time).
+	probing bool
 	gen    uint64 // incarnation: stale timers and results are ignored
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -211,13 +213,25 @@ func (a *endpointActor) Receive(ctx actor.Context) {
 	case drainParked:
 		a.drain(ctx)
 	case probeTick:
-		if m.gen == a.gen {
+		if m.gen == a.gen && !a.probing {
+			a.runProbe(ctx)
+		}
+	case reprobe:
+		// A request found no endpoint available. An endpoint down only
+		// because its last probe timed out is probed now rather than a
+		// period later; a refused one keeps its backoff.
+		if a.probeF != nil && a.gen != 0 && !a.probe.up && a.probe.timedOut && !a.probing {
+			if t := a.timers[probeTimer]; t != nil {
+				t.Stop()
+				a.timers[probeTimer] = nil
+			}
 			a.runProbe(ctx)
 		}
 	case probeResult:
 		if m.gen != a.gen {
 			return
 		}
+		a.probing = false
 		// The first result of an incarnation is always pushed: the router
 		// may still hold a predecessor's state.
 		if changed := a.probe.observe(m.err); changed || !a.pushed {
@@ -291,6 +305,7 @@ func (a *endpointActor) after(ctx actor.Context, slot int, d time.Duration, msg 
 
 func (a *endpointActor) runProbe(ctx actor.Context) {
 	probe, gen, self, root := a.probeF, a.gen, ctx.Self(), ctx.ActorSystem().Root
+	a.probing = true
 	pctx, cancel := context.WithTimeout(a.ctx, a.svc.cfg.Rule.Probe.AttemptTimeout)
 	go func() {
 		defer cancel()
