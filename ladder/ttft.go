@@ -229,6 +229,13 @@ func (r *Router) PredictTTFT(ep int, in TTFTInput) (time.Duration, bool) {
 		return 0, false
 	}
 	e := &r.ttft[ep]
+	if !e.model.Trained() && r.ttftFleet.Trained() {
+		// Endpoints of one rule mostly serve one model on one kind of
+		// engine: until an endpoint has learned its own, the fleet's
+		// model is a better guess than the prior. Decisions still wait
+		// for the endpoint's own.
+		return r.ttftFleet.Predict(in), false
+	}
 	return e.model.Predict(in), e.model.Trained() && !e.check.verdict.Drifting
 }
 
@@ -257,6 +264,7 @@ func (r *Router) ObserveTTFT(now time.Time, ep int, p TTFTPrediction, actual tim
 		e.model.Forget()
 	}
 	e.model.Learn(p.Input, actual)
+	r.ttftFleet.Learn(p.Input, actual)
 	return step
 }
 
