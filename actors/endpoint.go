@@ -130,12 +130,12 @@ type endpointActor struct {
 	queue  parkQueue
 	probe  probeCore
 	stats  EngineStats
-	pushed bool   // this incarnation pushed its probe state at least once
+	pushed bool // this incarnation pushed its probe state at least once
 	// probing: a probe of this incarnation is under way (one at a time).
 	probing bool
-	gen    uint64 // incarnation: stale timers and results are ignored
-	ctx    context.Context
-	cancel context.CancelFunc
+	gen     uint64 // incarnation: stale timers and results are ignored
+	ctx     context.Context
+	cancel  context.CancelFunc
 	// timers are the pending probe and scrape ticks, stopped with the
 	// incarnation so none fires into a stopped actor.
 	timers [2]*time.Timer
