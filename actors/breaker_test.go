@@ -2,6 +2,7 @@ package actors
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -104,5 +105,60 @@ func TestProbe_ConsecutiveFailuresWithFirstProbeShortcut(t *testing.T) {
 	}
 	if got := p.nextDelay(); got != 4*time.Second {
 		t.Fatalf("backoff while down = %v; want the 4s cap", got)
+	}
+}
+
+// A down endpoint whose last probe only timed out is probed every period:
+// a loaded engine is back within a period of answering. One that refuses
+// backs off.
+func TestProbe_NoBackoffAfterATimeout(t *testing.T) {
+	p := newProbeCore(rule.Probe{Period: time.Second, Retries: 2, MaxBackoff: 6 * time.Second})
+	for range 4 {
+		p.observe(probeTimeout{})
+	}
+	if p.up {
+		t.Fatal("four timeouts in a row left the endpoint up")
+	}
+	if got := p.nextDelay(); got != time.Second {
+		t.Fatalf("after timeouts the next probe in %v; want the period (1s)", got)
+	}
+	p.observe(errors.New("refused"))
+	if got := p.nextDelay(); got != 6*time.Second {
+		t.Fatalf("after a refusal the next probe in %v; want the backoff cap (6s)", got)
+	}
+}
+
+// probeTimeout is a probe error that says only that the probe timed out.
+type probeTimeout struct{}
+
+func (probeTimeout) Error() string { return "probe timed out" }
+func (probeTimeout) Timeout() bool { return true }
+
+// A first probe that only timed out is one failure like any other: llbd
+// started in front of a loaded engine must not refuse its clients for a
+// late /health. A refusal on the first probe still takes it down at once.
+func TestProbe_AFirstProbeThatTimesOutIsOneFailure(t *testing.T) {
+	cases := []struct {
+		name     string
+		results  []error
+		wantUp   []bool
+		wantFail int
+	}{
+		{"refused first", []error{errors.New("refused")}, []bool{false}, 1},
+		{"timed out first", []error{probeTimeout{}, probeTimeout{}}, []bool{true, false}, 2},
+		{"wrapped timeout first", []error{fmt.Errorf("probe x: %w", probeTimeout{}), nil}, []bool{true, true}, 0},
+		{"timeout then refusal", []error{probeTimeout{}, errors.New("refused")}, []bool{true, false}, 2},
+	}
+	for _, tc := range cases {
+		p := newProbeCore(rule.Probe{Period: time.Second, Retries: 2, MaxBackoff: 4 * time.Second})
+		for i, err := range tc.results {
+			p.observe(err)
+			if p.up != tc.wantUp[i] {
+				t.Fatalf("%s: after result %d (%v) up=%v; want %v", tc.name, i, err, p.up, tc.wantUp[i])
+			}
+		}
+		if p.failures != tc.wantFail {
+			t.Errorf("%s: %d failures; want %d", tc.name, p.failures, tc.wantFail)
+		}
 	}
 }
