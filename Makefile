@@ -146,12 +146,15 @@ traces:
 # pressure 1.5, 8 workers) runs in real time; hot-prefix at time scale 2 so
 # its token stream fits 2 cores. Both at 70 % of the saturation rate of hard,
 # found by a quick search. Writes bench/results.jsonl and prints the tables
-# and issue 7's targets. About 25 minutes on 2 cores.
+# and issue 7's targets. About 25 minutes on 2 cores. BENCHENGINE (vllm,
+# sglang, trtllm) is the engine the workers speak and the rules name
+# (llbsim bench --dialect).
 BENCHSIMFLAGS ?=
+BENCHENGINE ?= vllm
 bench-sim: build
-	$(BIN)/llbsim bench --scenario shared-prefix --loads 0.7 --time-scale 1 --llbd $(BIN)/llbd \
+	$(BIN)/llbsim bench --scenario shared-prefix --loads 0.7 --time-scale 1 --llbd $(BIN)/llbd --dialect $(BENCHENGINE) \
 		--out bench/results.jsonl --commit "$$(git rev-parse --short HEAD 2>/dev/null)" $(BENCHSIMFLAGS)
-	$(BIN)/llbsim bench --scenario hot-prefix --loads 0.7 --time-scale 2 --llbd $(BIN)/llbd \
+	$(BIN)/llbsim bench --scenario hot-prefix --loads 0.7 --time-scale 2 --llbd $(BIN)/llbd --dialect $(BENCHENGINE) \
 		--out bench/results.jsonl --append --commit "$$(git rev-parse --short HEAD 2>/dev/null)" $(BENCHSIMFLAGS)
 
 # bench-proxy measures llbd's data plane side by side with HAProxy 2.6 and a

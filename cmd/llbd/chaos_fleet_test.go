@@ -49,8 +49,9 @@ type fleetSpec struct {
 	rule map[string]any
 	// prefillSpec, when set, adjusts every prefill worker's spec.
 	prefillSpec func(*procSpec)
-	// dialect is the single pool's engine ("" is vllm): the workers speak
-	// it and the rule's kvEngineType names it.
+	// dialect is the fleet's engine ("" is vllm): the workers speak it and
+	// the rule's kvEngineType names it; on P/D its key set too (SGLang's
+	// page hash and bootstrap port, TensorRT-LLM's drain: no ZMQ port).
 	dialect string
 }
 
@@ -69,7 +70,7 @@ func startPDFleet(t *testing.T, fs fleetSpec) *pdFleet {
 	for i := 0; i < fs.prefill; i++ {
 		spec := procSpec{
 			Name: fmt.Sprintf("prefill-%d", i), IP: f.net.ip(host), Role: "prefill", KVEvents: true,
-			TimeScale: fs.timeScale, LatencyMS: fs.prefillLatencyMS,
+			TimeScale: fs.timeScale, LatencyMS: fs.prefillLatencyMS, Dialect: fs.dialect,
 		}
 		if fs.prefillSpec != nil {
 			fs.prefillSpec(&spec)
@@ -79,7 +80,7 @@ func startPDFleet(t *testing.T, fs fleetSpec) *pdFleet {
 	}
 	for i := 0; i < fs.decode; i++ {
 		f.decode = append(f.decode, startProcWorker(t, procSpec{
-			Name: fmt.Sprintf("decode-%d", i), IP: f.net.ip(host), Role: "decode", TimeScale: fs.timeScale,
+			Name: fmt.Sprintf("decode-%d", i), IP: f.net.ip(host), Role: "decode", TimeScale: fs.timeScale, Dialect: fs.dialect,
 		}))
 		host++
 	}
@@ -118,6 +119,18 @@ func (f *pdFleet) startDaemon(fs fleetSpec) {
 	}
 	if fs.dialect != "" {
 		sa["kvEngineType"] = fs.dialect
+	}
+	if fs.single == 0 {
+		switch fs.dialect {
+		case "sglang":
+			sa["kvHashAlgo"], sa["pdBootstrapPort"] = "sha256_sglang", chaosBootstrapPort
+			delete(sa, "kvNoneHashSeed")
+		case "trtllm":
+			// llbd drains the context workers' POST /kv_cache_events.
+			for _, k := range []string{"kvZmqPort", "kvHashAlgo", "kvNoneHashSeed"} {
+				delete(sa, k)
+			}
+		}
 	}
 	for k, v := range fs.rule {
 		if v == nil {

@@ -22,10 +22,10 @@ import (
 )
 
 // The chaos harness: the real llbd binary (with its loopback debug
-// listener) in front of simulated vLLM workers that each run as their own
-// process, so a test can SIGKILL one mid-request and start it again. The
-// worker process is this test binary re-executed with LLB_CHAOS_WORKER
-// set (see init). Every test draws its own 127.x.y.0/24 so concurrent test
+// listener) in front of simulated vLLM, SGLang or TensorRT-LLM workers
+// (procSpec.Dialect) that each run as their own process, so a test can
+// SIGKILL one mid-request and start it again. The worker process is this
+// test binary re-executed with LLB_CHAOS_WORKER set (see init). Every test draws its own 127.x.y.0/24 so concurrent test
 // binaries on the machine never share an address.
 //
 // The short version of each scenario runs in go test; LLB_CHAOS_LONG=1
@@ -82,6 +82,9 @@ const (
 	chaosKVPort   = 5557
 	chaosNIXLPort = 5600
 	chaosVIPPort  = 2020
+	// chaosBootstrapPort is every SGLang prefill worker's bootstrap port
+	// (the rule's pdBootstrapPort).
+	chaosBootstrapPort = 8998
 )
 
 // ---- worker processes ------------------------------------------------------
@@ -148,7 +151,7 @@ func chaosWorkerMain(raw string) int {
 		fmt.Fprintln(os.Stderr, "chaos worker spec:", err)
 		return 2
 	}
-	c.Dialect = d
+	c.Dialect, c.BootstrapPort = d, chaosBootstrapPort
 	c.Faults.Latency = time.Duration(s.LatencyMS * float64(time.Millisecond))
 	return worker.ServeProcess(c, "chaos worker")
 }

@@ -334,6 +334,20 @@ func TestChaos_PDStreamsSurviveAKilledAndAFrozenDecode(t *testing.T) {
 	runMigrationChaos(t, f, migrationLoad{streams: soak(24, 200), unsupported: soak(8, 24), maxTokens: soak(48, 96)}, 2, 3, decodeAddrRE)
 }
 
+// The same on SGLang's and TensorRT-LLM's P/D: a stream whose decode
+// worker dies or freezes goes on on another pair, both legs again in the
+// engine's protocol (a fresh bootstrap room; a fresh context leg), but
+// TensorRT-LLM's chats, which it cannot continue, are cut and counted.
+func TestChaos_EnginePDStreamsSurviveAKilledAndAFrozenDecode(t *testing.T) {
+	for _, engine := range []string{"sglang", "trtllm"} {
+		t.Run(engine, func(t *testing.T) {
+			f := startPDFleet(t, fleetSpec{prefill: 2, decode: 3, timeScale: migrationTimeScale, env: migrationEnv, dialect: engine,
+				rule: map[string]any{"max_stream_duration_sec": 120}})
+			runMigrationChaos(t, f, migrationLoad{streams: soak(24, 200), unsupported: soak(8, 24), maxTokens: soak(48, 96), engine: engine}, 2, 3, decodeAddrRE)
+		})
+	}
+}
+
 // The engine decides what can move: on TensorRT-LLM workers (which refuse
 // unknown fields) the completions survive the kill and the freeze with
 // continuations carrying only fields trtllm-serve declares, and the chats,

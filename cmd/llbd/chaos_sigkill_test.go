@@ -85,8 +85,24 @@ func killWhileBusy(t *testing.T, f *pdFleet, ep int, live *tally, awaitBack bool
 }
 
 func TestChaos_SIGKILLedWorkersCutOnlyWhatReachedTheClientAndComeBack(t *testing.T) {
+	runSIGKILLChaos(t, "")
+}
+
+// The same kills on SGLang's P/D, where both legs of a pair run at once
+// (the prefill waits in its bootstrap room for the decode), and on
+// TensorRT-LLM's context and generation legs.
+func TestChaos_EnginePDSIGKILLedWorkersCutOnlyWhatReachedTheClient(t *testing.T) {
+	for _, engine := range []string{"sglang", "trtllm"} {
+		t.Run(engine, func(t *testing.T) { runSIGKILLChaos(t, engine) })
+	}
+}
+
+// runSIGKILLChaos kills a decode then a prefill worker of a P/D fleet of
+// engine's workers ("" is vLLM) under load (the soak: each in turn, waiting
+// for each to serve again) and checks the outcomes.
+func runSIGKILLChaos(t *testing.T, engine string) {
 	f := startPDFleet(t, fleetSpec{
-		prefill: 2, decode: 2, timeScale: 0.5,
+		prefill: 2, decode: 2, timeScale: 0.5, dialect: engine,
 		// Prefill legs take at least 150 ms, so a kill lands mid-prefill.
 		prefillLatencyMS: 150,
 		env:              []string{"LLB_PD_PREFILL_TIMEOUT_SEC=5", "LOXILB_KV_COLDSTART_SEED_N=0"},

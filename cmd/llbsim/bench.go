@@ -19,6 +19,7 @@ import (
 	"github.com/llbproject/llb/simulate/harness"
 	"github.com/llbproject/llb/simulate/saturation"
 	"github.com/llbproject/llb/simulate/strategy"
+	"github.com/llbproject/llb/simulate/worker"
 	"github.com/llbproject/llb/simulate/workload"
 )
 
@@ -41,6 +42,7 @@ type benchFlags struct {
 	itl                       time.Duration
 	timeFactor                float64
 	engineModel               string
+	dialect                   string
 	baseIP                    string
 	workerPort                int
 	pdSame                    bool
@@ -135,6 +137,7 @@ Results are JSON lines in the report schema of "llbsim report" (source
 	fl.IntVar(&f.blockSize, "block-size", def.BlockSize, "KV block size in tokens")
 	fl.Float64Var(&f.timeScale, "time-scale", 1, "workers' latency model runs at this multiple of real time (>1 slower, <1 faster)")
 	fl.StringVar(&f.engineModel, "engine", "lf", "workers' engine model: lf (llm-d-inference-sim's per-request clocks) or step (vLLM V1's step loop with chunked prefill, Llama-3.1-8B on an H100)")
+	fl.StringVar(&f.dialect, "dialect", "vllm", "engine the workers speak as and the rules name (kvEngineType): vllm, sglang (page hash, events over ZMQ, bootstrap-room P/D) or trtllm (events drained from POST /kv_cache_events, context_only/generation_only P/D, completions sent as token ids; real TensorRT-LLM's tokens_per_block is 32: --block-size 32)")
 	fl.DurationVar(&f.prefillOverhead, "prefill-overhead", def.Latency.PrefillOverhead, "fixed prefill cost (model time)")
 	fl.DurationVar(&f.perToken, "prefill-per-token", def.Latency.PrefillPerToken, "prefill cost per uncached token (model time)")
 	fl.DurationVar(&f.itl, "itl", def.Latency.InterTokenLatency, "inter-token latency (model time)")
@@ -380,6 +383,10 @@ func (f *benchFlags) bench(fs *pflag.FlagSet) (*harness.Bench, error) {
 		return nil, &usageError{fmt.Errorf("--engine: %w", err)}
 	}
 	eng.Scheduler = sched
+	dialect, err := worker.ParseDialect(f.dialect)
+	if err != nil {
+		return nil, &usageError{fmt.Errorf("--dialect: %w", err)}
+	}
 	if p.seqs > 0 {
 		eng.MaxNumSeqs = p.seqs
 	}
@@ -416,7 +423,8 @@ func (f *benchFlags) bench(fs *pflag.FlagSet) (*harness.Bench, error) {
 		Scenario: harness.Scenario{
 			Name: name, Description: p.description, Workload: spec,
 			Requests: f.requests, Seed: f.seed, Warmup: f.warmup, CachePressure: pressure,
-			Fleet: harness.FleetConfig{Workers: workers, DecodeWorkers: f.decodeWorkers, PDSameWorkers: f.pdSame, BaseIP: f.baseIP, HTTPPort: f.workerPort, Engine: eng, LoRAs: p.loras},
+			Fleet: harness.FleetConfig{Workers: workers, DecodeWorkers: f.decodeWorkers, PDSameWorkers: f.pdSame, BaseIP: f.baseIP, HTTPPort: f.workerPort, Engine: eng, LoRAs: p.loras,
+				Dialect: dialect},
 		},
 		Strategies: strategies, Rates: f.rates, Loads: f.loads, Concurrency: f.concurrency, SaturationRate: f.saturation,
 		Reference: f.reference, Duration: f.duration, TTFTSLO: f.slo, KeepRecords: f.records != "", Pooled: f.pooled,

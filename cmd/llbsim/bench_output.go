@@ -17,6 +17,7 @@ import (
 	"github.com/llbproject/llb/simulate/report"
 	"github.com/llbproject/llb/simulate/saturation"
 	"github.com/llbproject/llb/simulate/strategy"
+	"github.com/llbproject/llb/simulate/worker"
 )
 
 // httpScenario is a scenario line's payload: the report schema plus what
@@ -32,9 +33,11 @@ type scenarioExtras struct {
 	TimeScale float64 `json:"time_scale"`
 	// DecodeWorkers is the decode workers P/D strategies add (0 with
 	// PDSameWorkers); PDSameWorkers runs P/D on the serving workers.
-	DecodeWorkers int    `json:"decode_workers"`
-	PDSameWorkers bool   `json:"pd_same_workers,omitempty"`
-	Seed          uint64 `json:"seed"`
+	DecodeWorkers int  `json:"decode_workers"`
+	PDSameWorkers bool `json:"pd_same_workers,omitempty"`
+	// Dialect is the engine the workers spoke as (absent: vLLM).
+	Dialect string `json:"dialect,omitempty"`
+	Seed    uint64 `json:"seed"`
 	// Probes are the saturation probes with what only the harness has
 	// (failed requests, a drain timeout); the schema's probes carry the rest.
 	Probes []saturation.Probe `json:"probes,omitempty"`
@@ -85,7 +88,7 @@ type envelope struct {
 func benchMeta(seed uint64, commit string) report.Meta {
 	m := report.NewMeta(report.SourceHTTP, "llbsim bench", seed, commit)
 	m.Method = strings.Join([]string{
-		"Every number here was measured through the real llbd binary (built from ./cmd/llbd) over HTTP: `simulate/harness` starts, for every strategy, a fresh in-process simulated vLLM fleet (`simulate/fleet`, one loopback address per worker, real ZMQ KV events) and a fresh llbd process with the strategy's environment (LOXILB_KV_LB_MODE is a process setting), posts the strategy's rule through the REST API, and sends the scenario's trace to the rule's VIP open-loop at Poisson arrival times.",
+		"Every number here was measured through the real llbd binary (built from ./cmd/llbd) over HTTP: `simulate/harness` starts, for every strategy, a fresh in-process simulated fleet (`simulate/fleet`, one loopback address per worker; vLLM's dialect unless the scenario's harness.dialect names SGLang's or TensorRT-LLM's: real ZMQ KV events, or for TensorRT-LLM events llbd drains over HTTP) and a fresh llbd process with the strategy's environment (LOXILB_KV_LB_MODE is a process setting), posts the strategy's rule through the REST API, and sends the scenario's trace to the rule's VIP open-loop at Poisson arrival times.",
 		"All strategies of a scenario replay the same trace (the same requests at the same model times as `llbsim sweep` simulates for the seed).",
 		"TTFT is the first SSE event carrying a token − the scheduled arrival; E2E is the end of the stream − the arrival. The hit rate is vLLM's prefix_cache_hits / queries over the measured requests: from each response's usage.prompt_tokens_details.cached_tokens on single-pool rules, from the workers' counter deltas on P/D rules. Tier mix, spills and cold seeds come from X-Llb-Route.",
 		"Rates are requests per model second and latencies model seconds: the workers' latency model runs at time_scale × real time and wall figures are divided by it.",
@@ -112,6 +115,9 @@ func scenarioLine(b *harness.Bench, out *harness.Outcome) httpScenario {
 		Concurrency: b.Concurrency,
 	}}
 	s.Harness = scenarioExtras{TimeScale: sc.Fleet.TimeScale(), DecodeWorkers: sc.Fleet.DecodeWorkers, PDSameWorkers: sc.Fleet.PDSameWorkers, Seed: sc.Seed}
+	if d := sc.Fleet.Dialect; d != "" && d != worker.DialectVLLM {
+		s.Harness.Dialect = string(d)
+	}
 	if !sc.Fleet.PDSameWorkers && s.Harness.DecodeWorkers == 0 {
 		s.Harness.DecodeWorkers = sc.Fleet.Workers
 	}
@@ -339,8 +345,12 @@ func encodeRecords(w io.Writer, out *harness.Outcome) error {
 func printBenchTable(w io.Writer, b *harness.Bench, out *harness.Outcome, resultsFile string) {
 	in := &out.Info
 	sc := in.Scenario
-	fmt.Fprintf(w, "\n%s: %d workers × %d blocks (working set %.2f× the fleet cache), max-num-seqs %d, engine %s, time scale %g; oracle hit rate %.3f",
-		sc.Name, sc.Fleet.Workers, sc.Fleet.Engine.NumBlocks, in.Pressure, sc.Fleet.Engine.MaxNumSeqs, sc.Fleet.Engine.Scheduler, sc.Fleet.TimeScale(), in.OracleHitRate)
+	dialect := sc.Fleet.Dialect
+	if dialect == "" {
+		dialect = worker.DialectVLLM
+	}
+	fmt.Fprintf(w, "\n%s: %d %s workers × %d blocks (working set %.2f× the fleet cache), max-num-seqs %d, engine %s, time scale %g; oracle hit rate %.3f",
+		sc.Name, sc.Fleet.Workers, dialect, sc.Fleet.Engine.NumBlocks, in.Pressure, sc.Fleet.Engine.MaxNumSeqs, sc.Fleet.Engine.Scheduler, sc.Fleet.TimeScale(), in.OracleHitRate)
 	if in.SaturationRate > 0 {
 		fmt.Fprintf(w, "; saturation %.3g req/s", in.SaturationRate)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/llbproject/llb/simulate/harness"
 	"github.com/llbproject/llb/simulate/report"
+	"github.com/llbproject/llb/simulate/worker"
 	"github.com/llbproject/llb/simulate/workload"
 )
 
@@ -154,6 +155,9 @@ func TestBenchCommand_RejectsBadFlags(t *testing.T) {
 		{"--requests", "1"},
 		{"--workers", "40"},
 		{"--reference", "nope"},
+		{"--dialect", "tgi"},
+		{"--dialect", "sglang", "--pd-same-workers"},
+		{"--dialect", "trtllm", "--strategies", "llm-d"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			var out, errOut bytes.Buffer
@@ -165,6 +169,25 @@ func TestBenchCommand_RejectsBadFlags(t *testing.T) {
 				t.Fatalf("err %v; want a usage error (exit 2)", err)
 			}
 		})
+	}
+}
+
+func TestBenchFlags_DialectNamesTheWorkersEngine(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want worker.Dialect
+	}{
+		{nil, worker.DialectVLLM},
+		{[]string{"--dialect", "sglang"}, worker.DialectSGLang},
+		{[]string{"--dialect", "trtllm", "--engine", "step"}, worker.DialectTRTLLM},
+	} {
+		b, err := parseBench(t, tt.args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := b.Scenario.Fleet.Dialect; got != tt.want {
+			t.Fatalf("%q: dialect %q; want %q", tt.args, got, tt.want)
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/llbproject/llb/simulate/des"
 	"github.com/llbproject/llb/simulate/saturation"
 	"github.com/llbproject/llb/simulate/strategy"
+	"github.com/llbproject/llb/simulate/worker"
 	"github.com/llbproject/llb/simulate/workload"
 )
 
@@ -203,6 +204,11 @@ func (b *Bench) Validate() error {
 	if len(b.Strategies) == 0 {
 		errs = append(errs, errors.New("no strategies"))
 	}
+	for i := range b.Strategies {
+		if err := b.Scenario.Fleet.serves(&b.Strategies[i]); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if n := min(len(b.Rates), 1) + min(len(b.Loads), 1) + min(len(b.Concurrency), 1); n != 1 {
 		errs = append(errs, errors.New("give one of absolute rates, loads (fractions of saturation) or closed-loop concurrency levels"))
 	}
@@ -240,9 +246,16 @@ func (s *Scenario) Prepare() (*workload.Trace, ScenarioInfo, error) {
 	if err := s.Validate(); err != nil {
 		return nil, ScenarioInfo{}, err
 	}
-	tr, err := workload.NewTrace(workload.TraceConfig{Spec: s.Workload, Requests: s.Requests, Seed: s.Seed, BlockSize: s.Fleet.Engine.BlockSize})
+	trt := s.Fleet.Dialect == worker.DialectTRTLLM
+	tr, err := workload.NewTrace(workload.TraceConfig{Spec: s.Workload, Requests: s.Requests, Seed: s.Seed, BlockSize: s.Fleet.Engine.BlockSize,
+		KeepTokens: trt})
 	if err != nil {
 		return nil, ScenarioInfo{}, fmt.Errorf("scenario %q: %w: %w", s.Name, ErrConfig, err)
+	}
+	if trt {
+		if tr, err = tokenIDPrompts(tr); err != nil {
+			return nil, ScenarioInfo{}, fmt.Errorf("scenario %q: %w", s.Name, err)
+		}
 	}
 	sc := *s
 	if sc.CachePressure > 0 {

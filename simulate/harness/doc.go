@@ -1,7 +1,8 @@
 // Package harness is the load harness that measures routing quality through
 // the real daemon: it starts (or attaches to) an llbd process built from
-// ./cmd/llbd, starts a fresh in-process simulated vLLM fleet
-// (simulate/fleet) on loopback addresses for every strategy, posts one rule
+// ./cmd/llbd, starts a fresh in-process simulated fleet
+// (simulate/fleet) of vLLM, SGLang or TensorRT-LLM workers
+// (FleetConfig.Dialect) on loopback addresses for every strategy, posts one rule
 // per strategy through the REST API, drives an open-loop Poisson workload
 // (simulate/workload) at the rule's VIP over HTTP and measures what a client
 // and the workers can observe:

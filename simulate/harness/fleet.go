@@ -47,6 +47,12 @@ type FleetConfig struct {
 	Engine engine.Config
 	// LoRAs are LoRA adapters every serving worker serves (--lora-modules).
 	LoRAs []string
+	// Dialect is the engine every worker speaks as (worker.Dialect: vllm,
+	// the default, sglang or trtllm): its block hash, how its KV events
+	// reach llbd, its P/D protocol and its strictness. The rules name it
+	// (kvEngineType). SGLang and TensorRT-LLM fleets run P/D on separate
+	// prefill and decode workers only (no PDSameWorkers).
+	Dialect worker.Dialect
 }
 
 // DefaultBaseIP is FleetConfig.BaseIP's default.
@@ -67,6 +73,13 @@ func (c *FleetConfig) Validate() error {
 	if c.PDSameWorkers && 2*c.Workers > 32 {
 		errs = append(errs, fmt.Errorf("%d workers listed as prefill and decode exceed a rule's 32 endpoints", c.Workers))
 	}
+	d, err := worker.ParseDialect(string(c.Dialect))
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if c.PDSameWorkers && d != worker.DialectVLLM {
+		errs = append(errs, fmt.Errorf("P/D on the serving workers themselves needs vLLM's kv_both workers, not %s's", d))
+	}
 	e := c.Engine
 	e.KVRole = engine.KVNone
 	if err := e.Validate(); err != nil {
@@ -76,6 +89,15 @@ func (c *FleetConfig) Validate() error {
 		return nil
 	}
 	return fmt.Errorf("fleet: %w: %w", ErrConfig, errors.Join(errs...))
+}
+
+// serves reports why the fleet's workers cannot serve strategy s (nil when
+// they can): the peers that read KV events read vLLM's.
+func (c *FleetConfig) serves(s *strategy.Strategy) error {
+	if s.IsPeer() && s.Peer.UsesKVEvents() && c.Dialect != "" && c.Dialect != worker.DialectVLLM {
+		return fmt.Errorf("peer %s reads vLLM's KV events; the fleet speaks %s", s.Name, c.Dialect)
+	}
+	return nil
 }
 
 // TimeScale is the workers' latency-model time scale.
@@ -99,6 +121,9 @@ func startFleet(c *FleetConfig, shape strategy.Shape) (*fleet.Fleet, error) {
 	tmpl.KVEvents = true
 	tmpl.ReportQueueWait = true // each request's queue wait, for saturation.Criterion
 	tmpl.LoRAs = c.LoRAs
+	if c.Dialect != "" {
+		tmpl.Dialect = c.Dialect
+	}
 	fc := fleet.Config{BaseIP: c.BaseIP, HTTPPort: c.HTTPPort, Template: &tmpl}
 	if fc.BaseIP == "" {
 		fc.BaseIP = DefaultBaseIP

@@ -9,6 +9,7 @@ import (
 
 	"github.com/llbproject/llb/simulate/engine"
 	"github.com/llbproject/llb/simulate/strategy"
+	"github.com/llbproject/llb/simulate/worker"
 	"github.com/llbproject/llb/simulate/workload"
 )
 
@@ -161,6 +162,7 @@ vllm:time_to_first_token_seconds_sum{model_name="lora",engine="0"} 0.5
 vllm:time_to_first_token_seconds_count{model_name="lora",engine="0"} 1
 vllm:e2e_request_latency_seconds_sum{model_name="m",engine="0"} 99
 `
+	_, ttftSeries := ttftSource(worker.DialectVLLM)
 	got, err := parseHistTotals(bufio.NewScanner(strings.NewReader(text)), ttftSeries)
 	if err != nil || got.sum != 0.75 || got.count != 5 {
 		t.Fatalf("got %+v (%v); want sum 0.75 count 5", got, err)

@@ -23,6 +23,9 @@ type Route struct {
 	Spill, Relief, ColdSeed, Saturated, BoundWalk bool
 	// Retries is how often llbd retried before the first byte.
 	Retries int
+	// Engine is the rule's engine when it is not vLLM ("sglang",
+	// "trtllm"); "" otherwise.
+	Engine string
 	// Error is llb's error code when it answered itself ("tier=none
 	// error=...").
 	Error string
@@ -68,6 +71,8 @@ func ParseRoute(v string) Route {
 			r.Via = val
 		case "retries":
 			r.Retries = atoiOr(val, 0)
+		case "engine":
+			r.Engine = val
 		case "error":
 			r.Error = val
 		}

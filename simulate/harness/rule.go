@@ -7,6 +7,7 @@ import (
 	"github.com/llbproject/llb/ladder"
 	"github.com/llbproject/llb/simulate/fleet"
 	"github.com/llbproject/llb/simulate/strategy"
+	"github.com/llbproject/llb/simulate/worker"
 )
 
 // KVWarmupSec is the kvWarmupSec every KV-exact rule gets: llbd's default
@@ -20,7 +21,9 @@ const KVWarmupSec = 1
 // prefill and decode workers, or, on a fleet without P/D roles (kv_both
 // workers, see FleetConfig.PDSameWorkers), every worker twice — first all as
 // prefill endpoints (indexes 0..n-1), then all as decode endpoints; the
-// KV-event keys from the fleet's rule fragment when Tier 1.5 is on.
+// KV-event keys from the fleet's rule fragment when Tier 1.5 is on; the
+// fleet's engine (kvEngineType, and SGLang P/D's pdBootstrapPort) when its
+// workers are not vLLM's.
 func RuleJSON(s *strategy.Strategy, f *fleet.Fleet, vip string, port int) ([]byte, error) {
 	frag := f.Rule()
 	sa := map[string]any{
@@ -44,6 +47,9 @@ func RuleJSON(s *strategy.Strategy, f *fleet.Fleet, vip string, port int) ([]byt
 			}
 		}
 		sa["pd_disagg_mode"] = true
+		if frag.PDBootstrapPort != 0 {
+			sa["pdBootstrapPort"] = frag.PDBootstrapPort
+		}
 		if s.CacheAware {
 			sa["pd_cache_aware_mode"] = true
 		}
@@ -52,12 +58,20 @@ func RuleJSON(s *strategy.Strategy, f *fleet.Fleet, vip string, port int) ([]byt
 			return nil, fmt.Errorf("strategy %s needs a role-less fleet: %w", s.Name, ErrConfig)
 		}
 	}
+	if frag.KVEngineType != "" {
+		sa["kvEngineType"] = frag.KVEngineType
+	}
 	if s.KVExact {
-		if frag.KVZmqPort == 0 {
+		// TensorRT-LLM publishes nothing: llbd drains each endpoint's
+		// POST /kv_cache_events, so its rules name no ZMQ port.
+		drained := f.Dialect() == worker.DialectTRTLLM
+		if frag.KVZmqPort == 0 && !drained {
 			return nil, fmt.Errorf("strategy %s needs KV events but no worker publishes: %w", s.Name, ErrConfig)
 		}
 		sa["kvExactMode"] = int(s.KVMode())
-		sa["kvZmqPort"] = frag.KVZmqPort
+		if !drained {
+			sa["kvZmqPort"] = frag.KVZmqPort
+		}
 		sa["kvBlockSize"] = frag.KVBlockSize
 		sa["kvHashAlgo"] = frag.KVHashAlgo
 		sa["kvWarmupSec"] = KVWarmupSec

@@ -134,6 +134,9 @@ func (c *RunConfig) Validate() error {
 		if c.Trace != nil && len(c.PeerKeys) != len(c.Trace.Requests) {
 			errs = append(errs, fmt.Errorf("peer %s: %d routing keys for %d requests", c.Strategy.Name, len(c.PeerKeys), len(c.Trace.Requests)))
 		}
+		if err := c.Fleet.serves(&c.Strategy); err != nil {
+			errs = append(errs, err)
+		}
 	case c.Daemon.Bin == "" && c.Daemon.Attach == "":
 		errs = append(errs, errors.New("no llbd: give a binary or an address to attach to"))
 	}

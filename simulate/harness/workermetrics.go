@@ -12,24 +12,23 @@ import (
 	"github.com/llbproject/llb/simulate/worker"
 )
 
-// ttftSeries is the workers' own TTFT histogram (seconds from the
-// request reaching the worker to its first token's engine time).
-const ttftSeries = "vllm:time_to_first_token_seconds"
-
 // histTotals are a Prometheus histogram's _sum and _count.
 type histTotals struct {
 	sum   float64
 	count uint64
 }
 
-// scrapeTTFT reads the serving workers' vllm:time_to_first_token_seconds
-// totals from their /metrics, as a Prometheus scraper would.
+// scrapeTTFT reads the serving workers' own TTFT histogram totals (seconds
+// from the request reaching the worker to its first token's engine time:
+// vllm:time_to_first_token_seconds, or the dialect's, ttftSource) from
+// their metrics, as a Prometheus scraper would.
 func scrapeTTFT(ctx context.Context, ws []*worker.Worker) (histTotals, error) {
 	client := &http.Client{Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()
 	var t histTotals
 	for _, w := range ws {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+w.Addr()+"/metrics", nil)
+		path, series := ttftSource(w.Config().Dialect)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+w.Addr()+path, nil)
 		if err != nil {
 			return t, err
 		}
@@ -37,7 +36,7 @@ func scrapeTTFT(ctx context.Context, ws []*worker.Worker) (histTotals, error) {
 		if err != nil {
 			return t, fmt.Errorf("scrape %s: %w", w.Addr(), err)
 		}
-		h, err := parseHistTotals(bufio.NewScanner(res.Body), ttftSeries)
+		h, err := parseHistTotals(bufio.NewScanner(res.Body), series)
 		res.Body.Close()
 		if err != nil {
 			return t, fmt.Errorf("scrape %s: %w", w.Addr(), err)
