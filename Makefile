@@ -6,7 +6,7 @@ BIN       ?= bin
 TESTFLAGS ?= -timeout 20m
 export CGO_ENABLED := 1
 
-.PHONY: all deps build run test bench fuzz lint chaos flow-test attack cache-truth-soak sim traces bench-sim bench-proxy bench-streams client-test cluster-test proto tokenizer-parity tokenizer-bench clean
+.PHONY: all deps build run test bench fuzz lint chaos flow-test attack cache-truth-soak sim traces bench-sim bench-traces bench-proxy bench-streams client-test cluster-test proto tokenizer-parity tokenizer-bench clean
 
 all: build
 
@@ -95,7 +95,7 @@ flow-test: deps
 # fails on any defect. A short run of every family is part of make test.
 # ATTACKENGINE (vllm, sglang, trtllm) is the engine the workers speak and the
 # rules name; families an engine does not run are left out (the kv family is
-# vLLM's ZMQ wire; SGLang runs rest and dataplane only).
+# vLLM's ZMQ wire; SGLang runs rest, dataplane and faults).
 ATTACKTIME   ?= 4m
 ATTACKSEED   ?= 1
 ATTACKENGINE ?= vllm
@@ -156,6 +156,32 @@ bench-sim: build
 		--out bench/results.jsonl --commit "$$(git rev-parse --short HEAD 2>/dev/null)" $(BENCHSIMFLAGS)
 	$(BIN)/llbsim bench --scenario hot-prefix --loads 0.7 --time-scale 2 --llbd $(BIN)/llbd --dialect $(BENCHENGINE) \
 		--out bench/results.jsonl --append --commit "$$(git rev-parse --short HEAD 2>/dev/null)" $(BENCHSIMFLAGS)
+
+# bench-traces replays both Mooncake traces (make traces) through the real
+# daemon (simulate/harness): for every strategy a fresh simulated fleet (8
+# workers, the engine's default cache, max-model-len 196 608) and a fresh
+# bin/llbd, the trace's first TRACEBENCH_REQUESTS requests sent at their
+# recorded moments with time compressed to each load, on both engine
+# models. Load 100 % is the simulator's saturation rate of hard on the
+# first 3 000 requests of the trace (docs/performance.md), not searched
+# again: conversation 7.51 req/s on the step model and 21.6 on the
+# load-factor one, synthetic 7.8 and 32.3. Writes bench/traces.jsonl and
+# prints a table per trace and engine. About an hour on 2 cores at the
+# defaults; a short replay of the test excerpt runs in make test.
+TRACEBENCH_REQUESTS   ?= 200
+TRACEBENCH_LOADS      ?= 0.5,0.7,0.9
+TRACEBENCH_STRATEGIES ?= hard,headroom,auto,dynamo,llm-d,sglang,aibrix,kubeai
+TRACEBENCHFLAGS       ?=
+bench-traces: build
+	@[ -f $(TRACES)/conversation_trace.jsonl ] && [ -f $(TRACES)/synthetic_trace.jsonl ] || { echo "llb: bench-traces needs the Mooncake traces in $(TRACES) (make traces)"; exit 1; }
+	@rm -f bench/traces.jsonl
+	@for run in conversation:step:7.51 synthetic:step:7.8 conversation:lf:21.6 synthetic:lf:32.3; do \
+		trace=$${run%%:*}; rest=$${run#*:}; engine=$${rest%%:*}; sat=$${rest#*:}; \
+		$(BIN)/llbsim bench --scenario mooncake-$$trace --name mooncake-$$trace-$$engine --engine $$engine --traces $(TRACES) \
+			--saturation $$sat --loads $(TRACEBENCH_LOADS) --requests $(TRACEBENCH_REQUESTS) --strategies $(TRACEBENCH_STRATEGIES) \
+			--pooled=false --llbd $(BIN)/llbd --out bench/traces.jsonl --append --progress off \
+			--commit "$$(git rev-parse --short HEAD 2>/dev/null)" $(TRACEBENCHFLAGS) || exit 1; \
+	done
 
 # bench-proxy measures llbd's data plane side by side with HAProxy 2.6 and a
 # direct path, on loopback in one run (simulate/proxybench): wrk -t1 -c32 and

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -104,5 +105,40 @@ func TestProbe_ConsecutiveFailuresWithFirstProbeShortcut(t *testing.T) {
 	}
 	if got := p.nextDelay(); got != 4*time.Second {
 		t.Fatalf("backoff while down = %v; want the 4s cap", got)
+	}
+}
+
+// probeTimeout is a probe error that says only that the probe timed out.
+type probeTimeout struct{}
+
+func (probeTimeout) Error() string { return "probe timed out" }
+func (probeTimeout) Timeout() bool { return true }
+
+// A first probe that only timed out is one failure like any other: llbd
+// started in front of a loaded engine must not refuse its clients for a
+// late /health. A refusal on the first probe still takes it down at once.
+func TestProbe_AFirstProbeThatTimesOutIsOneFailure(t *testing.T) {
+	cases := []struct {
+		name     string
+		results  []error
+		wantUp   []bool
+		wantFail int
+	}{
+		{"refused first", []error{errors.New("refused")}, []bool{false}, 1},
+		{"timed out first", []error{probeTimeout{}, probeTimeout{}}, []bool{true, false}, 2},
+		{"wrapped timeout first", []error{fmt.Errorf("probe x: %w", probeTimeout{}), nil}, []bool{true, true}, 0},
+		{"timeout then refusal", []error{probeTimeout{}, errors.New("refused")}, []bool{true, false}, 2},
+	}
+	for _, tc := range cases {
+		p := newProbeCore(rule.Probe{Period: time.Second, Retries: 2, MaxBackoff: 4 * time.Second})
+		for i, err := range tc.results {
+			p.observe(err)
+			if p.up != tc.wantUp[i] {
+				t.Fatalf("%s: after result %d (%v) up=%v; want %v", tc.name, i, err, p.up, tc.wantUp[i])
+			}
+		}
+		if p.failures != tc.wantFail {
+			t.Errorf("%s: %d failures; want %d", tc.name, p.failures, tc.wantFail)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -17,9 +18,15 @@ import (
 //
 // An endpoint starts up (unknown counts as up). It goes down after Retries
 // consecutive failures — or after the very first probe fails, as LoxiLB's
-// first probe does — and comes back up on one success (LoxiLB issue #1087:
-// any success resets the counter). While down the probe period grows by
-// the period per failure up to cfg.MaxBackoff (LoxiLB #265).
+// first probe does, unless that probe only timed out — and comes back up
+// on one success (LoxiLB issue #1087: any success resets the counter).
+// While down the probe period grows by the period per failure up to
+// cfg.MaxBackoff (LoxiLB #265).
+//
+// A timeout is weaker evidence than a refusal or a wrong answer: a loaded
+// engine answers late, a dead one refuses. llbd restarted, or a rule
+// replaced, in front of a saturated engine would otherwise answer 503 for
+// the whole backoff after a single late /health.
 //
 // Ownership: the endpoint actor only.
 type probeCore struct {
@@ -47,11 +54,18 @@ func (p *probeCore) observe(err error) (changed bool) {
 		return false
 	}
 	p.failures++
-	if p.up && (first || p.failures >= p.cfg.Retries) {
+	if p.up && ((first && !timedOut(err)) || p.failures >= p.cfg.Retries) {
 		p.up = false
 		return true
 	}
 	return false
+}
+
+// timedOut reports whether a probe error says only that the probe timed
+// out (its Timeout method, as net.Error's).
+func timedOut(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
 }
 
 // nextDelay is the wait before the next probe.

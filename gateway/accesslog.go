@@ -151,7 +151,12 @@ func (h *Handler) record(x *exchange) {
 		e.Uint32(logfield.KVPredicted, x.pred.CachedTokens)
 	}
 	if x.decided && x.decision.TTFT.OK {
-		e.Dur(logfield.TTFTPredicted, x.decision.TTFT.Predicted)
+		in := x.decision.TTFT.Input
+		b := strconv.AppendUint(buf[:0], uint64(in.Uncached), 10)
+		b = strconv.AppendUint(append(b, '/'), uint64(in.Queued), 10)
+		b = strconv.AppendUint(append(b, '/'), uint64(in.Running), 10)
+		b = strconv.AppendUint(append(b, '/'), uint64(in.Waiting), 10)
+		e.Dur(logfield.TTFTPredicted, x.decision.TTFT.Predicted).Bytes(logfield.TTFTInput, b)
 	}
 	if x.objective > 0 {
 		e.Dur(logfield.TTFTObjective, x.objective)

@@ -223,7 +223,7 @@ func NewHandler(c *rule.Compiled, opts Options, deps Deps) (*Handler, error) {
 	for i := range c.Endpoints {
 		a := c.Endpoints[i].Addr.String()
 		h.addrs = append(h.addrs, a)
-		h.pools = append(h.pools, newUpstreamPool(a, t.Connect, h.watch.signs(i)))
+		h.pools = append(h.pools, newUpstreamPool(a, t.Connect, h.watch.signs(i), quietCycle(c.Probe)))
 	}
 	if !opts.HideBackendAddrs {
 		h.clientAddrs = h.addrs

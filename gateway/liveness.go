@@ -6,6 +6,8 @@ import (
 	"net"
 	"sync/atomic"
 	"time"
+
+	"github.com/llbproject/llb/rule"
 )
 
 // Signs of life: what the data plane sees of an endpoint between its
@@ -17,39 +19,54 @@ import (
 // dials timing out at 500 ms would answer 502 backend_unreachable). The
 // passive evidence — response bytes read from the endpoint, as Caddy's
 // passive health and HAProxy's "observe layer7" count real traffic —
-// decides what a timeout means:
+// decides what a timeout means. A timeout and a refusal are different
+// evidence: a refused connection, a reset, a wrong status or body prove
+// the endpoint is not serving; a timeout proves only that one answer was
+// slow, which a loaded engine's are.
 //
-//   - a probe that times out while legs to its endpoint read response
-//     bytes during the attempt passes (EndpointWatch.Probe): the endpoint
-//     is busy, not down. A refused connection, a wrong status or body, and
-//     a timeout with nothing read still fail it, so a dead, frozen
-//     (SIGSTOP: the kernel still accepts, nothing answers) or hung engine
-//     goes down as before;
+//   - a probe that times out passes while the endpoint answered anything
+//     since the previous probe ended (EndpointWatch.Probe): one probe
+//     cycle of silence (period + attempt timeout, 7 s by default), not
+//     just the attempt's 2 s, is what a timeout needs to count. A starved
+//     engine's streams stall for seconds at a time, and a starved llbd
+//     reads what they sent seconds late; neither is a dead engine. A
+//     refused connection, a wrong status or body, and a timeout after a
+//     whole silent cycle still fail it, so a dead, frozen (SIGSTOP: the
+//     kernel still accepts, nothing answers) or hung engine goes down one
+//     cycle later at most;
 //   - a dial still waiting at the connect timeout waits on while the
-//     endpoint keeps answering other legs (upstreamPool.dial), up to
-//     busyConnectMax: a loaded backend's full accept queue drops the SYN,
-//     which the kernel sends again 1 s and 3 s later, past any sub-second
-//     timeout.
+//     endpoint answered anything — a leg's response bytes or a probe —
+//     within the same cycle (upstreamPool.dial), up to busyConnectMax: a
+//     loaded backend's full accept queue drops the SYN, which the kernel
+//     sends again 1 s and 3 s later, past any sub-second timeout.
 //
-// Only response bytes count: a completed TCP handshake is the kernel's
-// work, which a frozen engine still does.
+// Only answers count: a completed TCP handshake is the kernel's work,
+// which a frozen engine still does.
 
 const (
 	// lifeGrain: an endpoint's last sign of life is stored at most once
 	// per grain (a load of a shared word on every read, a store rarely).
 	lifeGrain = 10 * time.Millisecond
-	// lifeWindow is how recent a sign must be for a dial past its connect
-	// timeout to wait on (at least the connect timeout itself).
-	lifeWindow = time.Second
 	// busyConnectMax bounds a dial to an endpoint that shows signs of life
 	// (three SYNs: at 0, 1 and 3 s, with 7 s for the last to be answered).
 	busyConnectMax = 10 * time.Second
 )
 
+// quietCycle is how long an endpoint may answer nothing before a timeout
+// counts against it: one probe cycle (the period, then an attempt), the
+// default cycle when the rule does not probe.
+func quietCycle(p rule.Probe) time.Duration {
+	if p.Type == rule.ProbeNone || p.Period <= 0 || p.AttemptTimeout <= 0 {
+		return time.Duration(rule.DefaultProbePeriodSec)*time.Second + rule.DefaultProbeAttemptTimeout
+	}
+	return p.Period + p.AttemptTimeout
+}
+
 // lifeSigns is an endpoint's last sign of life. A nil *lifeSigns records
 // nothing and has seen nothing. Safe for concurrent use.
 type lifeSigns struct {
-	last atomic.Int64 // Unix nanoseconds
+	last   atomic.Int64 // Unix nanoseconds: response bytes read by a leg
+	probed atomic.Int64 // Unix nanoseconds: the last probe that passed
 }
 
 // note records a sign of life seen at now.
@@ -63,10 +80,16 @@ func (s *lifeSigns) note(now time.Time) {
 	}
 }
 
-// since reports whether a sign of life was seen at t or later (within
+// since reports whether a leg read response bytes at t or later (within
 // lifeGrain).
 func (s *lifeSigns) since(t time.Time) bool {
 	return s != nil && s.last.Load() >= t.UnixNano()-int64(lifeGrain)
+}
+
+// answered reports whether the endpoint answered anything at t or later:
+// a leg's response bytes or a probe that passed.
+func (s *lifeSigns) answered(t time.Time) bool {
+	return s.since(t) || (s != nil && s.probed.Load() >= t.UnixNano())
 }
 
 // signs returns endpoint ep's signs of life (nil out of range or without a
@@ -79,19 +102,32 @@ func (w *EndpointWatch) signs(ep int) *lifeSigns {
 }
 
 // Probe returns endpoint ep's probe p judged with what the data plane sees
-// of ep: a timeout while legs to ep read response bytes during the attempt
-// passes (the endpoint is busy, not down); every other result is p's.
-// Wire it into actors.ServiceConfig.Probes with the same watch the rule's
-// Handler gets (Deps.Watch).
-func (w *EndpointWatch) Probe(ep int, p Probe) Probe {
+// of ep: a timeout passes while legs to ep read response bytes since the
+// previous probe ended (the endpoint is busy, not down), looking back one
+// probe cycle of cfg at most (the backoff of a down endpoint spaces its
+// probes further); every other result is p's. Wire it into
+// actors.ServiceConfig.Probes with the same watch the rule's Handler gets
+// (Deps.Watch); probes of one endpoint run one at a time.
+func (w *EndpointWatch) Probe(ep int, p Probe, cfg rule.Probe) Probe {
 	s := w.signs(ep)
 	if s == nil || p == nil {
 		return p
 	}
+	cycle := quietCycle(cfg)
+	var prevEnd atomic.Int64 // Unix nanoseconds; 0 before the first probe
 	return func(ctx context.Context) error {
 		start := time.Now()
+		from := start
+		if pe := prevEnd.Load(); pe != 0 {
+			from = time.Unix(0, max(pe, start.Add(-cycle).UnixNano()))
+		}
 		err := p(ctx)
-		if err != nil && errors.Is(err, ErrProbeTimeout) && s.since(start) {
+		end := time.Now()
+		prevEnd.Store(end.UnixNano())
+		switch {
+		case err == nil:
+			s.probed.Store(end.UnixNano())
+		case errors.Is(err, ErrProbeTimeout) && s.since(from):
 			return nil
 		}
 		return err
@@ -105,7 +141,7 @@ var errNoSignOfLife = &noSignOfLife{}
 type noSignOfLife struct{}
 
 func (*noSignOfLife) Error() string {
-	return "i/o timeout (the connect timeout passed and the endpoint answered no other request meanwhile)"
+	return "i/o timeout (the connect timeout passed and the endpoint answered nothing, neither a request nor a probe, within its probe cycle)"
 }
 func (*noSignOfLife) Timeout() bool   { return true }
 func (*noSignOfLife) Temporary() bool { return true }
@@ -113,22 +149,22 @@ func (*noSignOfLife) Temporary() bool { return true }
 var _ net.Error = errNoSignOfLife
 
 // dialBusy connects to the endpoint: after the connect timeout the dial
-// waits on, one timeout at a time, while the endpoint shows a sign of life
-// within lifeWindow, up to busyConnectMax; otherwise it fails with
+// waits on, one timeout at a time, while the endpoint answered anything
+// within its quiet cycle, up to busyConnectMax; otherwise it fails with
 // errNoSignOfLife.
 func (p *upstreamPool) dialBusy(ctx context.Context) (net.Conn, error) {
 	start := time.Now()
 	dctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	limit := start.Add(max(busyConnectMax, p.connectTimeout))
-	window := max(p.connectTimeout, lifeWindow)
+	window := max(p.connectTimeout, p.quiet)
 	var check func()
 	check = func() {
 		if dctx.Err() != nil {
 			return
 		}
 		now := time.Now()
-		if left := limit.Sub(now); left > 0 && p.life.since(now.Add(-window)) {
+		if left := limit.Sub(now); left > 0 && p.life.answered(now.Add(-window)) {
 			time.AfterFunc(min(p.connectTimeout, left), check)
 			return
 		}

@@ -57,9 +57,10 @@ import (
 // leg is reported on the ticket (breakers, origin-5xx demotion, cache
 // truth, the prefill's TTFT) before it is concluded.
 //
-// The decode leg's first-byte bound (pd_decode_timeout) runs from the
-// dispatch, so it is extended by the prefill deadline: the decode's first
-// token comes only after the prefill computed and sent the prompt's KV.
+// The decode leg's first-byte bound (pd_decode_timeout, or
+// timeoutMemberData when the rule sets it) runs from the dispatch, so it is
+// extended by the prefill deadline: the decode's first token comes only
+// after the prefill computed and sent the prompt's KV.
 
 // sglang is SGLang's bootstrap-room dual dispatch.
 type sglang struct {
@@ -76,7 +77,10 @@ func (d sglang) serve(x *exchange) attempt {
 	}
 	x.startPair(dec.Prefill, body)
 	dl := x.clientLeg(actors.LegDecode, dec.Decode)
-	if dl.firstCause == causeFirstByte {
+	if dl.first > 0 {
+		// The decode's first byte waits for the prefill's KV, whichever
+		// bound guards it: pd_decode_timeout, or timeoutMemberData, which
+		// would otherwise blame the decode for a prefill longer than it.
 		dl.first += x.h.prefillTimeout
 	}
 	return x.answer(dl, body)

@@ -63,6 +63,11 @@ func (e *ProbeError) Error() string {
 // Unwrap returns Kind.
 func (e *ProbeError) Unwrap() error { return e.Kind }
 
+// Timeout reports whether the probe only timed out (ErrProbeTimeout): the
+// endpoint may be loaded rather than gone, which the endpoint's health
+// state machine weighs less than a refusal.
+func (e *ProbeError) Timeout() bool { return e.Kind == ErrProbeTimeout }
+
 // Probe checks one endpoint once; nil means healthy. It honours ctx and
 // its own attempt timeout, whichever ends first.
 type Probe func(ctx context.Context) error

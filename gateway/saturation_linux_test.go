@@ -4,6 +4,7 @@ package gateway
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -190,5 +191,30 @@ func TestDial_GivesUpAtTheConnectTimeoutWhenTheEndpointIsSilent(t *testing.T) {
 	}
 	if took > 3*time.Second {
 		t.Fatalf("took %v; want about the connect timeout", took)
+	}
+}
+
+// A dial to an endpoint whose accept queue is full waits past the connect
+// timeout when no leg reads from it but its probe passed within the probe
+// cycle: the endpoint answered, so the dropped SYN is load, not death. A
+// rule's first requests after a quiet spell find no leg to vouch for the
+// endpoint; the probe does.
+func TestDial_WaitsPastTheConnectTimeoutWhenTheProbeJustPassed(t *testing.T) {
+	g := listenGated(t)
+	sseOnGated(t, g)
+	c := singlePool(g.addr())
+	watch := NewEndpointWatch()
+	url, _ := startGateway(t, c, Deps{Router: newFakeRouter(firstAllowed(c)), Watch: watch})
+	if err := watch.Probe(0, func(context.Context) error { return nil }, c.Probe)(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	g.pause(t)
+	g.fill(t)
+	time.AfterFunc(800*time.Millisecond, g.resume)
+	start := time.Now()
+	resp, body := post(t, testClient(t), url+PathCompletions, `{"model":"m","prompt":"hi"}`)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("a request needing a new connection while the accept queue is full for 800 ms, the probe passed just before: %d after %v (%s); want 200",
+			resp.StatusCode, time.Since(start).Round(time.Millisecond), body)
 	}
 }

@@ -69,9 +69,10 @@ type upstreamPool struct {
 	maxIdle        int
 	idleTTL        time.Duration
 	// life is the endpoint's signs of life: legs note the response bytes
-	// they read, a dial past its timeout waits on while they come (nil:
-	// the connect timeout bounds every dial).
-	life *lifeSigns
+	// they read, a dial past its timeout waits on while the endpoint
+	// answered within quiet (nil: the connect timeout bounds every dial).
+	life  *lifeSigns
+	quiet time.Duration
 
 	mu     sync.Mutex // guards idle, closed, sweeping
 	idle   []*upConn  // LIFO: the most recently used last
@@ -80,7 +81,7 @@ type upstreamPool struct {
 	armed  bool
 }
 
-func newUpstreamPool(addr string, connectTimeout time.Duration, life *lifeSigns) *upstreamPool {
+func newUpstreamPool(addr string, connectTimeout time.Duration, life *lifeSigns, quiet time.Duration) *upstreamPool {
 	return &upstreamPool{
 		addr:           addr,
 		dialer:         net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second},
@@ -89,6 +90,7 @@ func newUpstreamPool(addr string, connectTimeout time.Duration, life *lifeSigns)
 		maxIdle:        DefaultMaxIdleConnsPerHost,
 		idleTTL:        DefaultIdleConnTimeout,
 		life:           life,
+		quiet:          quiet,
 	}
 }
 

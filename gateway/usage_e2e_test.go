@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -73,7 +74,9 @@ func TestCacheTruth_StreamWithIncludeUsageReportsTheFinalChunk(t *testing.T) {
 		sent.WriteString(tail)
 		_, _ = io.WriteString(w, tail)
 	}
-	fr := newFakeRouter(predicted(decision(ladder.Tier15, 0, -1)))
+	d := decision(ladder.Tier15, 0, -1)
+	d.TTFT = ladder.TTFTPrediction{OK: true, Input: ladder.TTFTInput{Uncached: 1, Queued: 24, Running: 3, Waiting: 2}, Predicted: 42 * time.Millisecond}
+	fr := newFakeRouter(predicted(d))
 	var buf safeBuffer
 	url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr, Log: zerolog.New(&buf)})
 	resp, got := post(t, testClient(t), url+PathCompletions, `{"model":"m","prompt":"hi","stream":true,"stream_options":{"include_usage":true}}`)
@@ -101,6 +104,10 @@ func TestCacheTruth_StreamWithIncludeUsageReportsTheFinalChunk(t *testing.T) {
 	if access[logfield.KVPredicted] != float64(64) || access[logfield.KVCached] != float64(64) ||
 		!strings.HasSuffix(access[logfield.LLBRoute].(string), "kv_predicted=64 kv_cached=64") {
 		t.Fatalf("access line %v; want kv_predicted and kv_cached", access)
+	}
+	// And the TTFT prediction with what it was made from.
+	if access[logfield.TTFTPredicted] != float64(42) || access[logfield.TTFTInput] != "1/24/3/2" {
+		t.Fatalf("access line %v; want ttft_predicted 42 and ttft_input 1/24/3/2", access)
 	}
 }
 

@@ -82,6 +82,9 @@ type Router struct {
 	foot *footprintTable
 	// ttft is each endpoint's TTFT model and its check (ttft.go).
 	ttft []ttftEndpoint
+	// ttftFleet learns every endpoint's TTFTs: an endpoint predicts with
+	// it until its own model is trained.
+	ttftFleet TTFTModel
 
 	// Scratch, overwritten by every decision.
 	cands [MaxEndpoints]Candidate

@@ -46,12 +46,20 @@ type TTFTInput struct {
 	// Running is llb's requests in flight on the endpoint before the
 	// request (ActiveConns).
 	Running uint32
+	// Waiting is the requests the endpoint's engine reported waiting at
+	// the last scrape (EndpointView.QueuedRequests). It is not a feature
+	// of the model: with it (θ·[w>0] + θ·w) predictions through the daemon
+	// were about as close, and objectives herded requests off an engine
+	// whose last scrape showed a queue (docs/performance.md). It is
+	// recorded so that a prediction can be read against it.
+	Waiting uint32
 }
 
 // TTFTInputFor is the TTFTInput of a request of promptBlocks blocks that
 // holds overlap of them on the endpoint of view v.
 func TTFTInputFor(v *EndpointView, promptBlocks, overlap uint32) TTFTInput {
-	return TTFTInput{Uncached: promptBlocks - min(overlap, promptBlocks), Queued: v.PrefillBlocks, Running: v.ActiveConns}
+	return TTFTInput{Uncached: promptBlocks - min(overlap, promptBlocks), Queued: v.PrefillBlocks, Running: v.ActiveConns,
+		Waiting: v.QueuedRequests}
 }
 
 // Model tuning.
@@ -221,6 +229,13 @@ func (r *Router) PredictTTFT(ep int, in TTFTInput) (time.Duration, bool) {
 		return 0, false
 	}
 	e := &r.ttft[ep]
+	if !e.model.Trained() && r.ttftFleet.Trained() {
+		// Endpoints of one rule mostly serve one model on one kind of
+		// engine: until an endpoint has learned its own, the fleet's
+		// model is a better guess than the prior. Decisions still wait
+		// for the endpoint's own.
+		return r.ttftFleet.Predict(in), false
+	}
 	return e.model.Predict(in), e.model.Trained() && !e.check.verdict.Drifting
 }
 
@@ -249,6 +264,7 @@ func (r *Router) ObserveTTFT(now time.Time, ep int, p TTFTPrediction, actual tim
 		e.model.Forget()
 	}
 	e.model.Learn(p.Input, actual)
+	r.ttftFleet.Learn(p.Input, actual)
 	return step
 }
 

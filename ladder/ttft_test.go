@@ -207,3 +207,44 @@ func TestRouter_ObserveTTFTForgetsWhenPredictionsDrift(t *testing.T) {
 		t.Fatal("an untrained endpoint's predictions are trusted")
 	}
 }
+
+func TestRouter_AnUntrainedEndpointPredictsWithTheFleetsModel(t *testing.T) {
+	r, err := NewRouter(ServiceSpec{Name: "t", Selector: SelRR}, []EndpointSpec{{}, {}}, DefaultEnv(), RouterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Endpoint 0 learns an engine far from the prior (5 ms plus 1 ms a
+	// block; the prior says 20 ms plus 0.3 ms).
+	engine := func(in TTFTInput) time.Duration {
+		return 5*time.Millisecond + time.Duration(in.Uncached)*time.Millisecond
+	}
+	now := goldenEpoch
+	learn := func(ep int, in TTFTInput) {
+		now = now.Add(time.Second)
+		d, _ := r.PredictTTFT(ep, in)
+		r.ObserveTTFT(now, ep, TTFTPrediction{OK: true, Input: in, Predicted: d}, engine(in))
+	}
+	in := TTFTInput{Uncached: 300}
+	before, _ := r.PredictTTFT(1, in)
+	for i := range 2 * TTFTTrained {
+		learn(0, TTFTInput{Uncached: uint32(10 + 40*(i%8))})
+	}
+	// Endpoint 1 has learned nothing: it predicts with what the fleet
+	// learned, and decisions do not rely on it yet.
+	got, ok := r.PredictTTFT(1, in)
+	if ok || math.Abs(TTFTRelError(got, engine(in))) > 0.05 || math.Abs(TTFTRelError(before, engine(in))) < 0.5 {
+		t.Fatalf("untrained endpoint: %v (trusted %t), %v before any sample; want the fleet's %v within 5 %%, not trusted", got, ok, before, engine(in))
+	}
+	// Once trained, an endpoint predicts with its own model: this one's
+	// engine is twice as slow.
+	slow := func(in TTFTInput) time.Duration { return 2 * engine(in) }
+	for i := range TTFTTrained {
+		now = now.Add(time.Second)
+		x := TTFTInput{Uncached: uint32(10 + 40*(i%8))}
+		d, _ := r.PredictTTFT(1, x)
+		r.ObserveTTFT(now, 1, TTFTPrediction{OK: true, Input: x, Predicted: d}, slow(x))
+	}
+	if got, ok := r.PredictTTFT(1, in); !ok || math.Abs(TTFTRelError(got, slow(in))) > 0.1 {
+		t.Fatalf("trained endpoint: %v (trusted %t); want its own %v within 10 %%", got, ok, slow(in))
+	}
+}

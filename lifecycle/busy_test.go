@@ -85,12 +85,29 @@ func TestRuleSet_AProbeTimingOutOnAnEndpointThatStreamsKeepsItUp(t *testing.T) {
 		t.Fatalf("the stream: %v", err)
 	}
 	// Nothing flows any more (the test's own requests would be answers, so
-	// it sends none) and the probe still times out: down within two or
-	// three periods.
-	time.Sleep(4500 * time.Millisecond)
-	if code, route := completion(t, port); code != http.StatusServiceUnavailable {
-		t.Fatalf("completion once nothing flowed for 4.5 s of stalled probes: %d (%s); want 503", code, route)
+	// it sends none until then) and the probe still times out: the first
+	// timeout is excused by the stream's last bytes, the next two take the
+	// endpoint down — within three probe cycles (a second's wait and a
+	// second's attempt each).
+	quiet := time.Now()
+	waitDown(t, rs, c.Key, 10*time.Second)
+	if took := time.Since(quiet); took > 8*time.Second {
+		t.Errorf("the endpoint went down %v after its last stream ended; want about three probe cycles (6 s)", took.Round(time.Millisecond))
 	}
+	if code, route := completion(t, port); code != http.StatusServiceUnavailable {
+		t.Fatalf("completion once the endpoint is down: %d (%s); want 503", code, route)
+	}
+}
+
+// waitDown waits until rule key's first endpoint is probed down.
+func waitDown(t *testing.T, rs *ruleSet, key string, within time.Duration) {
+	t.Helper()
+	for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if st, ok := rs.status(key); ok && st.ServiceOK && len(st.Service.Endpoints) > 0 && !st.Service.Endpoints[0].Up {
+			return
+		}
+	}
+	t.Fatalf("the endpoint was not probed down within %v", within)
 }
 
 // waitStatus waits until a completion on port answers want.

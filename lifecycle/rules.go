@@ -221,7 +221,7 @@ func (rs *ruleSet) complete(s runSpec, old *liveRule) (*liveRule, error) {
 		default:
 			// A probe that times out while the endpoint answers other
 			// requests passes: busy is not down (gateway/liveness.go).
-			sc.Probes[i] = actors.ProbeFunc(live.watch.Probe(i, p))
+			sc.Probes[i] = actors.ProbeFunc(live.watch.Probe(i, p, c.Probe))
 		}
 		// TensorRT-LLM's GET /metrics is JSON iteration stats, handed out
 		// once like its events: llb leaves it to the operator's monitoring.

@@ -31,8 +31,23 @@ func (p *procWorker) signal(sig syscall.Signal) {
 }
 
 func TestChaos_FrozenWorkersAreTimedOutAndExcludedNeverWaitedFor(t *testing.T) {
+	runFreezeChaos(t, "")
+}
+
+// The same on SGLang's P/D, where the decode leg runs from the start of the
+// pair: its silence until the prefill's KV arrives is the prefill's time,
+// not the decode's (a timeoutMemberData shorter than the prefill deadline
+// must not open a healthy decode's breaker for a frozen prefill).
+func TestChaos_SGLangFrozenWorkersAreTimedOutAndExcluded(t *testing.T) {
+	runFreezeChaos(t, "sglang")
+}
+
+// runFreezeChaos freezes a decode worker mid-stream, then a prefill worker
+// mid-prefill, of a P/D fleet of engine's workers ("" is vLLM) under load,
+// and checks every request ends within the rule's timeouts.
+func runFreezeChaos(t *testing.T, engine string) {
 	f := startPDFleet(t, fleetSpec{
-		prefill: 2, decode: 2, timeScale: 0.5,
+		prefill: 2, decode: 2, timeScale: 0.5, dialect: engine,
 		// Prefill legs of at least 400 ms, streams of 1.5 s and more: a
 		// freeze lands mid-prefill and mid-stream.
 		prefillLatencyMS: 400,

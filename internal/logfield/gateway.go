@@ -44,6 +44,11 @@ const (
 	// TTFTPredicted is the time to first token llb predicted on the
 	// prefill (single-pool) endpoint, from sending the leg.
 	TTFTPredicted = "ttft_predicted"
+	// TTFTInput is what the prediction was made from, "u/q/n/w": the
+	// request's uncached prompt blocks there, the prefill blocks queued
+	// ahead of it, llb's requests in flight there and the requests its
+	// engine reported waiting at the last scrape.
+	TTFTInput = "ttft_input"
 	// TTFTObjective is the request's TTFT objective (X-Llb-Ttft-Objective-Ms).
 	TTFTObjective = "ttft_objective"
 	// Failure is a leg's failure class (connect, reset, timeout, client_gone).

@@ -103,6 +103,35 @@ func TestRun_AShortTRTLLMRunFindsNoDefect(t *testing.T) {
 	t.Log(out.String())
 }
 
+// The faults family against SGLang's dialect: a P/D rule whose legs go
+// to the prefill and the decode at once, meeting in the prefill worker's
+// bootstrap room, under SIGKILL and SIGSTOP.
+func TestRun_AShortSGLangFaultsRunFindsNoDefect(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts llbd and worker processes")
+	}
+	cfg := Config{LLBD: llbdBin(t), Seed: 7, Duration: 8 * time.Second, WorkDir: t.TempDir(), Engine: "sglang",
+		Families: []string{FamilyFaults}}
+	rep, err := Run(context.Background(), cfg)
+	var out strings.Builder
+	if rep != nil {
+		rep.Write(&out)
+	}
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	if rep.Defects() != 0 || len(rep.Tallies) != 1 {
+		t.Fatalf("%d defects, %d families:\n%s", rep.Defects(), len(rep.Tallies), out.String())
+	}
+	if tl := rep.Tallies[0]; tl.Tried == 0 || tl.Checks == 0 || tl.Accepted == 0 {
+		t.Errorf("faults ran %d cases (%d served) and %d checks; want some of each", tl.Tried, tl.Accepted, tl.Checks)
+	}
+	if !strings.Contains(out.String(), "engine sglang") {
+		t.Errorf("the report does not name the engine:\n%s", out.String())
+	}
+	t.Log(out.String())
+}
+
 func TestConfig_EnginesRunTheirFamilies(t *testing.T) {
 	tests := []struct {
 		engine   string
@@ -112,9 +141,9 @@ func TestConfig_EnginesRunTheirFamilies(t *testing.T) {
 	}{
 		{engine: "", want: Families},
 		{engine: "trtllm", want: []string{FamilyREST, FamilyDataPlane, FamilyFaults}},
-		{engine: "sglang", want: []string{FamilyREST, FamilyDataPlane}},
+		{engine: "sglang", want: []string{FamilyREST, FamilyDataPlane, FamilyFaults}},
 		{engine: "trtllm", families: []string{FamilyKV}, wantErr: `family "kv" does not run against engine trtllm`},
-		{engine: "sglang", families: []string{FamilyFaults}, wantErr: `family "faults" does not run against engine sglang`},
+		{engine: "sglang", families: []string{FamilyKV}, wantErr: `family "kv" does not run against engine sglang`},
 		{engine: "tgi", wantErr: `engine "tgi"`},
 	}
 	for _, tt := range tests {

@@ -73,12 +73,11 @@ type Config struct {
 
 // engineFamilies are the families each engine runs: the kv family's
 // hostile publisher speaks the ZMQ wire of vLLM's events (TensorRT-LLM has
-// no publisher; SGLang's page events are not forged yet), and the faults
-// family's worker processes serve no SGLang bootstrap room yet.
+// no publisher; SGLang's page events are not forged yet).
 var engineFamilies = map[worker.Dialect][]string{
 	worker.DialectVLLM:   Families,
 	worker.DialectTRTLLM: {FamilyREST, FamilyDataPlane, FamilyFaults},
-	worker.DialectSGLang: {FamilyREST, FamilyDataPlane},
+	worker.DialectSGLang: {FamilyREST, FamilyDataPlane, FamilyFaults},
 }
 
 // dialect is the run's engine (vLLM when unset or invalid).

@@ -14,10 +14,14 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/llbproject/llb/simulate/worker"
 )
 
 // The faults family: a P/D rule over six worker processes (three prefill
-// workers publishing KV events, three decode workers) under steady load,
+// workers publishing KV events, three decode workers; speaking the run's
+// engine: vLLM's NIXL legs, SGLang's bootstrap rooms, TensorRT-LLM's
+// context and generation legs) under steady load,
 // while a seeded schedule SIGKILLs a worker (and starts it again: a
 // restarted engine, its KV publisher from sequence 0) or SIGSTOPs one (and
 // SIGCONTs it). Oracle per request: it ends within faultReqBound with 200
@@ -93,12 +97,13 @@ func runFaults(ctx context.Context, cfg *Config, n loopNet, budget time.Duration
 	}
 	defer d.Kill()
 	f.d = d
-	rule, _ := json.Marshal(map[string]any{
-		"serviceArguments": cfg.engineRule(map[string]any{"externalIP": n.ip(hostFaultVIP), "port": 2020, "protocol": "tcp", "mode": 4, "sel": 0, "name": "atk-faults",
-			"pd_disagg_mode": true, "kvExactMode": 1, "kvZmqPort": procKVPort, "kvBlockSize": 16, "kvHashAlgo": "sha256_cbor", "kvNoneHashSeed": "0",
-			"kvWarmupSec": 0, "probeTimeout": 1, "probeRetries": 1, "cb_enable": true}),
-		"endpoints": eps,
-	})
+	sa := cfg.engineRule(map[string]any{"externalIP": n.ip(hostFaultVIP), "port": 2020, "protocol": "tcp", "mode": 4, "sel": 0, "name": "atk-faults",
+		"pd_disagg_mode": true, "kvExactMode": 1, "kvZmqPort": procKVPort, "kvBlockSize": 16, "kvHashAlgo": "sha256_cbor", "kvNoneHashSeed": "0",
+		"kvWarmupSec": 0, "probeTimeout": 1, "probeRetries": 1, "cb_enable": true})
+	if cfg.dialect() == worker.DialectSGLang {
+		sa["pdBootstrapPort"] = procBootstrapPort // both legs at once: the prefill's room
+	}
+	rule, _ := json.Marshal(map[string]any{"serviceArguments": sa, "endpoints": eps})
 	if err := d.PostRule(ctx, rule); err != nil {
 		return t, err
 	}

@@ -17,8 +17,9 @@ import (
 	"github.com/llbproject/llb/simulate/worker"
 )
 
-// Worker processes: the faults family SIGKILLs and SIGSTOPs simulated vLLM
-// workers, so each runs as its own process — the running binary (llbsim,
+// Worker processes: the faults family SIGKILLs and SIGSTOPs simulated
+// workers (vLLM's, SGLang's or TensorRT-LLM's), so each runs as its own
+// process — the running binary (llbsim,
 // or a test binary) re-executed with EnvWorker set, which must call
 // ServeWorkerIfAsked first thing.
 
@@ -39,6 +40,9 @@ const (
 	procHTTPPort = 8000
 	procKVPort   = 5557
 	procNIXLPort = 5600
+	// procBootstrapPort is every SGLang prefill worker's bootstrap port
+	// (the rule's pdBootstrapPort, SGLang's default).
+	procBootstrapPort = 8998
 )
 
 // workerSpec describes one worker process.
@@ -65,7 +69,7 @@ func workerMain(raw string) int {
 	}
 	c := worker.DefaultConfig()
 	c.Name, c.IP, c.HTTPPort, c.NIXLPort = s.Name, s.IP, procHTTPPort, procNIXLPort
-	c.KVEvents, c.KVPort = s.KVEvents, procKVPort
+	c.KVEvents, c.KVPort, c.BootstrapPort = s.KVEvents, procKVPort, procBootstrapPort
 	c.Engine.KVRole = engine.KVRoleFor(ladder.RoleDecode)
 	if s.Role == ladder.RolePrefill.String() {
 		c.Engine.KVRole = engine.KVRoleFor(ladder.RolePrefill)
