@@ -40,6 +40,12 @@ const (
 	// maxDrainRanks bounds the attention-DP ranks a drain may name; events
 	// of further ranks are invalid.
 	maxDrainRanks = 64
+	// drainMaxHeader bounds a drain answer's headers (trtllm-serve sends
+	// four short ones).
+	drainMaxHeader = 64 << 10
+	// drainErrBody is how much of a failed drain's body is read for its
+	// log line.
+	drainErrBody = 512
 )
 
 // DrainConfig configures a DrainFeed.
@@ -64,6 +70,10 @@ type DrainConfig struct {
 	Timeout time.Duration
 	// MaxBody bounds one drain's body in bytes.
 	MaxBody int
+	// MaxEvents and MaxElements bound one drain's events and the array
+	// elements inside them (blocks, tokens, block hashes); a drain past
+	// either is dropped before it is decoded.
+	MaxEvents, MaxElements int
 	// RetryMax caps the back-off after failed drains.
 	RetryMax time.Duration
 	// Client makes the requests; nil builds one without proxies.
@@ -111,8 +121,10 @@ func (c DrainConfig) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %v (want >= 0)", name, d))
 		}
 	}
-	if c.MaxBody < 0 {
-		errs = append(errs, fmt.Errorf("MaxBody %d (want >= 0)", c.MaxBody))
+	for name, n := range map[string]int{"MaxBody": c.MaxBody, "MaxEvents": c.MaxEvents, "MaxElements": c.MaxElements} {
+		if n < 0 {
+			errs = append(errs, fmt.Errorf("%s %d (want >= 0)", name, n))
+		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("drain config: %w: %w", ErrConfig, errors.Join(errs...))
@@ -134,6 +146,12 @@ func (c *DrainConfig) defaults() {
 	if c.MaxBody == 0 {
 		c.MaxBody = DefaultDrainMaxBody
 	}
+	if c.MaxEvents == 0 {
+		c.MaxEvents = DefaultDrainMaxEvents
+	}
+	if c.MaxElements == 0 {
+		c.MaxElements = DefaultDrainMaxElements
+	}
 	if c.RetryMax == 0 {
 		c.RetryMax = DefaultDrainRetryMax
 	}
@@ -141,7 +159,14 @@ func (c *DrainConfig) defaults() {
 		c.LogEvery = DefaultLogEvery
 	}
 	if c.Client == nil {
-		c.Client = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 1, IdleConnTimeout: 30 * time.Second}}
+		// The drain reads the endpoint it names: a redirect is a failed
+		// drain, not a hop to wherever the engine points (another host,
+		// another path, the same events twice).
+		c.Client = &http.Client{
+			Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 1, IdleConnTimeout: 30 * time.Second,
+				MaxResponseHeaderBytes: drainMaxHeader},
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
 	}
 }
 
@@ -183,6 +208,9 @@ type DrainFeed struct {
 	tally    IgnoreTally
 
 	// Owned by the Run goroutine.
+	ev         trtEvent // the event being decoded
+	buf        []byte   // the read buffer, kept while small
+	lastBody   int      // the size of the last drain's body
 	ranks      map[int64]*SeqTracker
 	window     int64 // the attention window mirrored; -1 until the first event
 	up, everUp bool
@@ -268,6 +296,7 @@ func (f *DrainFeed) Run(ctx context.Context) error {
 		f.applyRelayed() // what the previous leader drained before handing over
 		n, err := f.drainOnce(ctx)
 		now := time.Now()
+		trimAfterDrain(f.lastBody, now)
 		f.tickRate(now)
 		switch {
 		case ctx.Err() != nil:
@@ -288,6 +317,7 @@ func (f *DrainFeed) Run(ctx context.Context) error {
 // drainOnce posts one drain and applies what it returned; n is the number
 // of events.
 func (f *DrainFeed) drainOnce(ctx context.Context) (int, error) {
+	f.lastBody = 0
 	rctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, f.cfg.URL, http.NoBody)
@@ -300,14 +330,65 @@ func (f *DrainFeed) drainOnce(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("drain: %w", err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(f.cfg.MaxBody)+1))
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, drainErrBody))
+		return 0, fmt.Errorf("drain: status %d: %.200s", resp.StatusCode, b)
+	}
+	if resp.ContentLength > int64(f.cfg.MaxBody) {
+		// Not read: the events are gone from the engine either way.
+		f.recvErrs.Inc()
+		f.malformed(fmt.Sprintf("kv drain of %d bytes, larger than %d, dropped unread (its events count as a gap)", resp.ContentLength, f.cfg.MaxBody), ErrMalformed)
+		return 0, nil
+	}
+	body, err := f.read(resp.Body, resp.ContentLength)
+	f.lastBody = len(body)
 	if err != nil {
 		return 0, fmt.Errorf("drain: read body: %w", err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("drain: status %d: %.200s", resp.StatusCode, body)
-	}
 	return f.consume(body, true)
+}
+
+// drainKeepBuf is the largest read buffer a feed keeps between drains (a
+// larger one, after a big drain, goes with it).
+const drainKeepBuf = 1 << 20
+
+// read reads a drain's body, at most MaxBody+1 bytes (one more says the
+// body is over the bound). The buffer grows to the declared length at
+// once, else by doubling up to that bound, never past it: a body at the
+// bound costs it once and its halves once, not a doubling beyond.
+func (f *DrainFeed) read(r io.Reader, declared int64) ([]byte, error) {
+	limit := f.cfg.MaxBody + 1
+	buf := f.buf[:0]
+	if declared >= 0 && int(declared) < limit && cap(buf) < int(declared)+1 {
+		buf = make([]byte, 0, declared+1)
+	}
+	if cap(buf) == 0 {
+		buf = make([]byte, 0, min(64<<10, limit))
+	}
+	for {
+		if len(buf) == cap(buf) {
+			if len(buf) >= limit {
+				break
+			}
+			grown := make([]byte, len(buf), min(2*cap(buf), limit))
+			copy(grown, buf)
+			buf = grown
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if cap(buf) <= drainKeepBuf {
+		f.buf = buf[:0]
+	} else {
+		f.buf = nil
+	}
+	return buf, nil
 }
 
 // applyRelayed applies the relayed bodies already waiting, without
@@ -317,6 +398,7 @@ func (f *DrainFeed) applyRelayed() {
 		select {
 		case body := <-f.cfg.Relay:
 			_, _ = f.consume(body, false)
+			trimAfterDrain(len(body), time.Now())
 		default:
 			return
 		}
@@ -335,6 +417,7 @@ func (f *DrainFeed) follow(ctx context.Context) bool {
 			return false
 		case body := <-f.cfg.Relay:
 			_, _ = f.consume(body, false)
+			trimAfterDrain(len(body), time.Now())
 			f.tickRate(time.Now())
 		case <-t.C:
 			return true
@@ -352,19 +435,26 @@ func (f *DrainFeed) consume(body []byte, drained bool) (int, error) {
 		f.malformed(fmt.Sprintf("kv drain larger than %d bytes dropped (its events count as a gap)", f.cfg.MaxBody), ErrMalformed)
 		return 0, nil
 	}
-	var evs []trtEvent
-	if err := json.Unmarshal(body, &evs); err != nil {
+	if !json.Valid(body) {
 		f.recvErrs.Inc()
-		f.malformed("malformed kv drain dropped (its events count as a gap)", fmt.Errorf("%w: %w", ErrMalformed, err))
+		f.malformed("malformed kv drain dropped (its events count as a gap)", fmt.Errorf("not JSON: %w", ErrMalformed))
 		return 0, nil
 	}
-	if len(evs) > 0 {
+	// The shape is checked before anything is decoded, then each event is
+	// decoded alone: a bad event costs itself, not its drain.
+	n, err := splitDrain(body, f.cfg.MaxEvents, f.cfg.MaxElements, nil)
+	if err != nil {
+		f.recvErrs.Inc()
+		f.malformed("kv drain dropped (its events count as a gap)", err)
+		return 0, nil
+	}
+	if n > 0 {
 		if drained && f.cfg.Drained != nil {
 			f.cfg.Drained(body)
 		}
-		f.apply(evs)
+		f.apply(body)
 	}
-	return len(evs), nil
+	return n, nil
 }
 
 // ok records a successful drain: the feed is (again) connected.
@@ -408,70 +498,102 @@ func (f *DrainFeed) malformed(msg string, err error) {
 	}
 }
 
-// apply turns one drain's events into Updates: events accumulate in one
-// batch, cut where a sequence decision asks the mirror to clear first.
-func (f *DrainFeed) apply(evs []trtEvent) {
-	batch := new(Batch)
-	reset := ResetNone
-	var seq uint64
-	flush := func() {
-		if len(batch.Events) > 0 || reset != ResetNone {
-			f.batches.Inc()
-			f.cfg.Sink(Update{ID: f.cfg.ID, Kind: UpdateBatch, Seq: seq, Reset: reset, Batch: batch})
-			batch, reset = new(Batch), ResetNone
-		}
-	}
+// apply decodes one drain's events and turns them into Updates: events
+// accumulate in one batch, cut where a sequence decision asks the mirror to
+// clear first. An event that does not decode is invalid; its event_id,
+// when readable, still counts in the sequence.
+func (f *DrainFeed) apply(body []byte) {
+	b := &drainBatch{batch: new(Batch)}
 	now := time.Now()
-	for i := range evs {
-		e := &evs[i]
-		id, err := strconv.ParseUint(e.EventID.String(), 10, 64)
-		rank := int64(0)
-		if e.AttentionDPRank != nil {
-			rank = *e.AttentionDPRank
-		}
-		if err != nil || rank < 0 || rank >= maxDrainRanks {
-			f.invalid.Inc()
-			f.countIgnored(now, IgnoreInvalid, 1, 0, func() string {
-				return fmt.Sprintf("a TensorRT-LLM event with event_id %q and attention_dp_rank %d (want a non-negative integer and a rank below %d)", e.EventID, rank, maxDrainRanks)
-			})
-			continue
-		}
-		f.events.Inc()
-		tr := f.ranks[rank]
-		if tr == nil {
-			tr = &SeqTracker{Window: f.cfg.GapWindow}
-			f.ranks[rank] = tr
-		}
-		d := tr.Observe(id)
-		switch d.Action {
-		case SeqDuplicate:
-			f.duplicates.Inc()
-			continue
-		case SeqGapKeep, SeqGapResync:
-			f.gaps.Inc()
-			f.lost.Add(int(min(d.Missing, math.MaxInt32)))
-			if ok, suppressed := f.limiter.allow(now); ok {
-				f.log.Info().Uint64(logMissing, d.Missing).Uint64(logSeq, id).Int64(logRank, rank).Stringer(logReason, d.Action).Int(logCount, suppressed).
-					Msg("kv event_id gap: events lost (engine ring overflow, or another consumer drained /kv_cache_events: llb must be the only one)")
-			}
-			if d.Action == SeqGapResync {
-				flush()
-				reset = ResetGap
-				f.resyncs.Inc()
-			}
-		case SeqRestart:
-			flush()
-			reset = ResetRestart
-			f.resyncs.Inc()
-			f.restarts.Inc()
-			f.log.Info().Uint64(logSeq, id).Int64(logRank, rank).Msg("TensorRT-LLM event_id went back: the engine restarted; clearing the mirror")
-		}
-		seq = id
-		f.lastSeq.Store(id)
-		f.haveSeq.Store(true)
-		f.convert(now, e, batch)
+	_, _ = splitDrain(body, f.cfg.MaxEvents, f.cfg.MaxElements, func(raw []byte) { f.applyEvent(now, raw, b) })
+	f.flush(b)
+	f.ev = trtEvent{} // the last event's slices go with the drain
+}
+
+// drainBatch is the batch a drain is building and what the mirror must do
+// before it.
+type drainBatch struct {
+	batch *Batch
+	reset ResetReason
+	seq   uint64
+}
+
+// flush hands the batch to the sink when it holds events or a reset.
+func (f *DrainFeed) flush(b *drainBatch) {
+	if len(b.batch.Events) > 0 || b.reset != ResetNone {
+		f.batches.Inc()
+		f.cfg.Sink(Update{ID: f.cfg.ID, Kind: UpdateBatch, Seq: b.seq, Reset: b.reset, Batch: b.batch})
+		b.batch, b.reset = new(Batch), ResetNone
 	}
-	flush()
+}
+
+// applyEvent decodes one event of a drain and adds it to b.
+func (f *DrainFeed) applyEvent(now time.Time, raw []byte, b *drainBatch) {
+	e := &f.ev
+	*e = trtEvent{}
+	decErr := json.Unmarshal(raw, e)
+	if decErr != nil {
+		// The event counts in its rank's sequence only if its identity
+		// alone decodes.
+		var who trtIdentity
+		if json.Unmarshal(raw, &who) != nil {
+			who = trtIdentity{}
+		}
+		e.EventID, e.AttentionDPRank = who.EventID, who.AttentionDPRank
+	}
+	id, err := strconv.ParseUint(e.EventID.String(), 10, 64)
+	rank := int64(0)
+	if e.AttentionDPRank != nil {
+		rank = *e.AttentionDPRank
+	}
+	if err != nil || rank < 0 || rank >= maxDrainRanks {
+		f.invalid.Inc()
+		f.countIgnored(now, IgnoreInvalid, 1, 0, func() string {
+			return fmt.Sprintf("a TensorRT-LLM event with event_id %q and attention_dp_rank %d (want a non-negative integer and a rank below %d)", e.EventID, rank, maxDrainRanks)
+		})
+		return
+	}
+	f.events.Inc()
+	tr := f.ranks[rank]
+	if tr == nil {
+		tr = &SeqTracker{Window: f.cfg.GapWindow}
+		f.ranks[rank] = tr
+	}
+	d := tr.Observe(id)
+	switch d.Action {
+	case SeqDuplicate:
+		f.duplicates.Inc()
+		return
+	case SeqGapKeep, SeqGapResync:
+		f.gaps.Inc()
+		f.lost.Add(int(min(d.Missing, math.MaxInt32)))
+		if ok, suppressed := f.limiter.allow(now); ok {
+			f.log.Info().Uint64(logMissing, d.Missing).Uint64(logSeq, id).Int64(logRank, rank).Stringer(logReason, d.Action).Int(logCount, suppressed).
+				Msg("kv event_id gap: events lost (engine ring overflow, or another consumer drained /kv_cache_events: llb must be the only one)")
+		}
+		if d.Action == SeqGapResync {
+			f.flush(b)
+			b.reset = ResetGap
+			f.resyncs.Inc()
+		}
+	case SeqRestart:
+		f.flush(b)
+		b.reset = ResetRestart
+		f.resyncs.Inc()
+		f.restarts.Inc()
+		f.log.Info().Uint64(logSeq, id).Int64(logRank, rank).Msg("TensorRT-LLM event_id went back: the engine restarted; clearing the mirror")
+	}
+	b.seq = id
+	f.lastSeq.Store(id)
+	f.haveSeq.Store(true)
+	if decErr != nil {
+		f.invalid.Inc()
+		f.countIgnored(now, IgnoreInvalid, 1, 0, func() string {
+			return fmt.Sprintf("a TensorRT-LLM event (event_id %d) that does not decode: %v", id, decErr)
+		})
+		return
+	}
+	f.convert(now, e, b.batch)
 }
 
 // convert appends e's mirror events to batch, counting what it skips.
@@ -493,7 +615,11 @@ func (f *DrainFeed) convert(now time.Time, e *trtEvent, batch *Batch) {
 	case trtCreated:
 		batch.Events = append(batch.Events, Event{Kind: EventAllBlocksCleared})
 	case trtStored:
-		if err := trtStoredRun(e.Data.Blocks, f.cfg.BlockSize, &f.run); err != nil {
+		err := trtStoredRun(e.Data.Blocks, f.cfg.BlockSize, &f.run)
+		if err == nil && e.Data.ParentHash.bad {
+			err = fmt.Errorf("a stored run's parent_hash is not null, an integer or a string: %w", ErrMalformed)
+		}
+		if err != nil {
 			f.invalid.Inc()
 			f.countIgnored(now, IgnoreInvalid, 1, len(e.Data.Blocks), func() string { return err.Error() })
 			return
@@ -507,14 +633,19 @@ func (f *DrainFeed) convert(now time.Time, e *trtEvent, batch *Batch) {
 		}
 		ev := Event{Kind: EventBlockStored, BlockHashes: append([]uint64(nil), r.hashes...),
 			TokenIDs: append([]uint32(nil), r.tokens...), BlockSize: r.blockSize, Medium: MediumGPU, HasMedium: true}
-		ev.Parent, ev.HasParent = trtHash(e.Data.ParentHash)
+		ev.Parent, ev.HasParent = e.Data.ParentHash.v, e.Data.ParentHash.set
 		batch.Events = append(batch.Events, ev)
 	case trtRemoved:
 		ev := Event{Kind: EventBlockRemoved, Medium: MediumGPU, HasMedium: true, BlockHashes: make([]uint64, 0, len(e.Data.BlockHashes))}
-		for _, raw := range e.Data.BlockHashes {
-			if h, ok := trtHash(raw); ok {
-				ev.BlockHashes = append(ev.BlockHashes, h)
+		for _, h := range e.Data.BlockHashes {
+			if !h.set {
+				f.invalid.Inc()
+				f.countIgnored(now, IgnoreInvalid, 1, len(e.Data.BlockHashes), func() string {
+					return "a removed event names a block_hash that is not an integer or a string"
+				})
+				return
 			}
+			ev.BlockHashes = append(ev.BlockHashes, h.v)
 		}
 		batch.Events = append(batch.Events, ev)
 	case trtUpdated:

@@ -35,20 +35,55 @@ type trtEvent struct {
 	Data            trtData     `json:"data"`
 }
 
+// trtIdentity is what places an event in a sequence.
+type trtIdentity struct {
+	EventID         json.Number `json:"event_id"`
+	AttentionDPRank *int64      `json:"attention_dp_rank"`
+}
+
 // trtData is an event's payload; which fields are set depends on Type.
 type trtData struct {
-	Type        string            `json:"type"`
-	ParentHash  json.RawMessage   `json:"parent_hash"`
-	Blocks      []trtBlock        `json:"blocks"`
-	BlockHashes []json.RawMessage `json:"block_hashes"`
+	Type        string        `json:"type"`
+	ParentHash  trtHashJSON   `json:"parent_hash"`
+	Blocks      []trtBlock    `json:"blocks"`
+	BlockHashes []trtHashJSON `json:"block_hashes"`
 }
 
 // trtBlock is one stored block.
 type trtBlock struct {
-	BlockHash json.RawMessage `json:"block_hash"`
-	Tokens    []trtToken      `json:"tokens"`
-	CacheSalt json.RawMessage `json:"cache_salt"`
-	MMKeys    json.RawMessage `json:"mm_keys"`
+	BlockHash trtHashJSON `json:"block_hash"`
+	Tokens    []trtToken  `json:"tokens"`
+	CacheSalt trtPresent  `json:"cache_salt"`
+	MMKeys    trtPresent  `json:"mm_keys"`
+}
+
+// trtHashJSON is an engine block hash as decoded (trtHash): set when the
+// value was a hash, bad when it was anything else but null. It never
+// fails a decode, so a bad hash costs its event alone.
+type trtHashJSON struct {
+	v        uint64
+	set, bad bool
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (h *trtHashJSON) UnmarshalJSON(b []byte) error {
+	if isNull(b) {
+		*h = trtHashJSON{}
+		return nil
+	}
+	v, ok := trtHash(b)
+	*h = trtHashJSON{v: v, set: ok, bad: !ok}
+	return nil
+}
+
+// trtPresent records whether an optional member is set to something
+// other than null or an empty value, without keeping it.
+type trtPresent bool
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (p *trtPresent) UnmarshalJSON(b []byte) error {
+	*p = trtPresent(!isNullish(b))
+	return nil
 }
 
 // trtToken is one unique_token.
@@ -69,7 +104,7 @@ const (
 // signed value of the same 64 bits) or a string (a hex digest in newer
 // builds, reduced to a 64-bit handle). ok is false for null or anything
 // else.
-func trtHash(raw json.RawMessage) (uint64, bool) {
+func trtHash(raw []byte) (uint64, bool) {
 	raw = bytes.TrimSpace(raw)
 	switch {
 	case len(raw) == 0 || bytes.Equal(raw, []byte("null")):
@@ -90,9 +125,12 @@ func trtHash(raw json.RawMessage) (uint64, bool) {
 	return 0, false
 }
 
+// isNull reports whether a JSON value is null.
+func isNull(raw []byte) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
+
 // isNullish reports whether an optional JSON field is absent, null or empty
 // ("", [], {}).
-func isNullish(raw json.RawMessage) bool {
+func isNullish(raw []byte) bool {
 	switch string(bytes.TrimSpace(raw)) {
 	case "", "null", `""`, "[]", "{}":
 		return true
@@ -130,9 +168,9 @@ func trtStoredRun(blocks []trtBlock, bs int, dst *trtRun) error {
 	*dst = trtRun{hashes: dst.hashes[:0], tokens: dst.tokens[:0], blockSize: bs, cut: noCut}
 	for i := range blocks {
 		b := &blocks[i]
-		h, ok := trtHash(b.BlockHash)
+		h, ok := b.BlockHash.v, b.BlockHash.set
 		if !ok {
-			return fmt.Errorf("stored block %d: block_hash %s is not an integer or a string: %w", i, b.BlockHash, ErrMalformed)
+			return fmt.Errorf("stored block %d: block_hash is not an integer or a string: %w", i, ErrMalformed)
 		}
 		n := len(b.Tokens)
 		switch {
@@ -157,11 +195,11 @@ func trtStoredRun(blocks []trtBlock, bs int, dst *trtRun) error {
 			dst.cut, dst.cutBlocks = IgnoreBlockSize, 1
 			dst.cutCause = fmt.Sprintf("a partial block of %d tokens (kvBlockSize %d) ends a stored run: the prompt's tail cannot be matched block by block", n, bs)
 			return nil
-		case !isNullish(b.CacheSalt):
+		case bool(b.CacheSalt):
 			dst.cut, dst.cutBlocks = IgnoreCacheSalt, len(blocks)-i
 			dst.cutCause = "TensorRT-LLM cached the blocks for a request with a cache_salt; llb's prompt chain does not include it"
 			return nil
-		case !isNullish(b.MMKeys) || hasExtraTokens(b.Tokens):
+		case bool(b.MMKeys) || hasExtraTokens(b.Tokens):
 			dst.cut, dst.cutBlocks = IgnoreMultimodal, len(blocks)-i
 			dst.cutCause = "a stored block holds multimodal tokens (token_extra_id or mm_keys) llb's prompt chain cannot reproduce"
 			return nil

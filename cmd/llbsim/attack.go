@@ -36,14 +36,16 @@ func newAttackCmd(stdout, stderr io.Writer) *cobra.Command {
 		Short: "Attack a real llbd on loopback and report what it refused and what broke",
 		Long: `Run seeded, reproducible attack families against a fresh llbd each (issue 13):
 rest (bad REST requests), dataplane (raw HTTP against a rule's VIP), kv (a
-fake ZMQ KV-event publisher) and faults (SIGKILL/SIGSTOP of worker
-processes). Each case has an oracle; the report gives per family the cases
-tried, refused cleanly and served, and every defect with its reproducer.
+fake ZMQ KV-event publisher; against trtllm a hostile POST /kv_cache_events
+server) and faults (SIGKILL/SIGSTOP of worker processes). Each case has an
+oracle; the report gives per family the cases tried, refused cleanly and
+served, and every defect with its reproducer.
 
 Every address is in one private loopback /24 (--net, drawn when not given).
 Exit status 1 when any defect was found.`,
 		Example: `  llbsim attack --duration 4m
   llbsim attack --engine trtllm --duration 2m
+  llbsim attack --engine trtllm --family kv --duration 2m --seed 2
   llbsim attack --family dataplane --duration 2m --seed 7
   llbsim attack --family rest --seed 1 --net 127.201.4 --case 1234`,
 		Args: cobra.NoArgs,

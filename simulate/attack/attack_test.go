@@ -74,13 +74,14 @@ func TestRun_AShortRunOfEveryFamilyFindsNoDefect(t *testing.T) {
 }
 
 // The same against TensorRT-LLM's dialect: strict workers, a P/D rule
-// speaking context_only / generation_only under SIGKILL and SIGSTOP.
+// speaking context_only / generation_only under SIGKILL and SIGSTOP, a
+// hostile POST /kv_cache_events.
 func TestRun_AShortTRTLLMRunFindsNoDefect(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts llbd and worker processes")
 	}
 	cfg := Config{LLBD: llbdBin(t), Seed: 7, Duration: 12 * time.Second, WorkDir: t.TempDir(), Engine: "trtllm",
-		Families: []string{FamilyDataPlane, FamilyFaults}}
+		Families: []string{FamilyDataPlane, FamilyKV, FamilyFaults}}
 	rep, err := Run(context.Background(), cfg)
 	var out strings.Builder
 	if rep != nil {
@@ -140,9 +141,9 @@ func TestConfig_EnginesRunTheirFamilies(t *testing.T) {
 		want     []string
 	}{
 		{engine: "", want: Families},
-		{engine: "trtllm", want: []string{FamilyREST, FamilyDataPlane, FamilyFaults}},
+		{engine: "trtllm", want: Families},
 		{engine: "sglang", want: []string{FamilyREST, FamilyDataPlane, FamilyFaults}},
-		{engine: "trtllm", families: []string{FamilyKV}, wantErr: `family "kv" does not run against engine trtllm`},
+		{engine: "trtllm", families: []string{FamilyKV}, want: []string{FamilyKV}},
 		{engine: "sglang", families: []string{FamilyKV}, wantErr: `family "kv" does not run against engine sglang`},
 		{engine: "tgi", wantErr: `engine "tgi"`},
 	}

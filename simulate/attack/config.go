@@ -72,11 +72,12 @@ type Config struct {
 }
 
 // engineFamilies are the families each engine runs: the kv family's
-// hostile publisher speaks the ZMQ wire of vLLM's events (TensorRT-LLM has
-// no publisher; SGLang's page events are not forged yet).
+// hostile publisher speaks the ZMQ wire of vLLM's events, its hostile
+// server TensorRT-LLM's POST /kv_cache_events (SGLang's page events are
+// not forged yet).
 var engineFamilies = map[worker.Dialect][]string{
 	worker.DialectVLLM:   Families,
-	worker.DialectTRTLLM: {FamilyREST, FamilyDataPlane, FamilyFaults},
+	worker.DialectTRTLLM: Families,
 	worker.DialectSGLang: {FamilyREST, FamilyDataPlane, FamilyFaults},
 }
 

@@ -35,7 +35,26 @@ type delta struct {
 	recv, batches, events, gaps, lost, dups, restarts, resyncs int64
 	invalid, unknown, disconnects                              int64
 	markers                                                    int64
-	elapsed                                                    time.Duration
+	// blocks is the mirror's size after the case (its marker included),
+	// grew how much it changed (the drain family's cases).
+	blocks, grew int64
+	// ignored is the change of llb_kv_events_ignored_total for a reason.
+	ignored func(reason string) int64
+	elapsed time.Duration
+}
+
+// deltaOf is what changed from v0 to v1 over a case that synced on
+// markers markers.
+func deltaOf(v0, v1 feedView, markers int64, elapsed time.Duration) delta {
+	m := markers
+	return delta{
+		recv: int64(v1.RecvErrors - v0.RecvErrors), batches: int64(v1.Batches-v0.Batches) - m, events: int64(v1.Events-v0.Events) - m,
+		gaps: int64(v1.Gaps - v0.Gaps), lost: int64(v1.Lost - v0.Lost), dups: int64(v1.Duplicates - v0.Duplicates),
+		restarts: int64(v1.Restarts - v0.Restarts), resyncs: int64(v1.Resyncs - v0.Resyncs),
+		invalid: int64(v1.Invalid - v0.Invalid), unknown: int64(v1.Unknown - v0.Unknown), disconnects: int64(v1.Disconnects - v0.Disconnects),
+		blocks: int64(v1.Blocks), markers: m, elapsed: elapsed,
+		ignored: func(r string) int64 { return int64(v1.Ignored[r] - v0.Ignored[r]) },
+	}
 }
 
 func (d delta) String() string {
@@ -99,14 +118,7 @@ func (f *kvFamily) runCase(ctx context.Context, rng *rand.Rand, k kvKind) (strin
 	if err != nil {
 		return k.name, defect("the feed did not come back after the case: %v", err), reproF
 	}
-	m := int64(len(f.markers) - m0)
-	d := delta{
-		recv: int64(v1.RecvErrors - v0.RecvErrors), batches: int64(v1.Batches-v0.Batches) - m, events: int64(v1.Events-v0.Events) - m,
-		gaps: int64(v1.Gaps - v0.Gaps), lost: int64(v1.Lost - v0.Lost), dups: int64(v1.Duplicates - v0.Duplicates),
-		restarts: int64(v1.Restarts - v0.Restarts), resyncs: int64(v1.Resyncs - v0.Resyncs),
-		invalid: int64(v1.Invalid - v0.Invalid), unknown: int64(v1.Unknown - v0.Unknown), disconnects: int64(v1.Disconnects - v0.Disconnects),
-		markers: m, elapsed: time.Since(start),
-	}
+	d := deltaOf(v0, v1, int64(len(f.markers)-m0), time.Since(start))
 	o := check(d)
 	if o.Verdict == Defective {
 		o.Why += " (" + d.String() + ")"

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
@@ -65,6 +66,9 @@ type kvFamily struct {
 
 // runKV runs the family within budget.
 func runKV(ctx context.Context, cfg *Config, n loopNet, budget time.Duration) (*Tally, error) {
+	if cfg.dialect() == worker.DialectTRTLLM {
+		return runKVDrain(ctx, cfg, n, budget) // no publisher: llbd drains HTTP
+	}
 	t := newTally(FamilyKV)
 	h, err := inventory.NewHasher(inventory.AlgoSHA256CBOR, kvBlockSize, kvSeed)
 	if err != nil {
@@ -195,22 +199,38 @@ type feedView struct {
 	Gaps, Lost, Duplicates                uint64
 	Restarts, Resyncs                     uint64
 	Invalid, Unknown, Disconnects, Blocks float64
+	// Ignored is llb_kv_events_ignored_total by reason.
+	Ignored map[string]float64
 }
 
 // view reads the feed's state.
 func (f *kvFamily) view(ctx context.Context) (feedView, error) {
-	rv, err := f.d.inventoryRank(ctx, f.service, 0)
+	return readFeedView(ctx, f.d, f.service)
+}
+
+// readFeedView reads the state of endpoint 0's feed of rule service.
+func readFeedView(ctx context.Context, d *daemon, service string) (feedView, error) {
+	rv, err := d.inventoryRank(ctx, service, 0)
 	if err != nil {
 		return feedView{}, err
 	}
 	r := rv.Feed
 	fv := feedView{Connected: r.Connected, LastSeq: r.LastSeq, RecvErrors: r.RecvErrors, Batches: r.Batches, Events: r.Events,
 		Gaps: r.Gaps, Lost: r.LostBatches, Duplicates: r.Duplicates, Restarts: r.Restarts, Resyncs: r.Resyncs}
-	m, err := f.d.metrics(ctx)
+	m, err := d.metrics(ctx)
 	if err != nil {
 		return fv, err
 	}
-	label := `service="` + f.service + `"`
+	fv.Ignored = map[string]float64{}
+	for _, s := range m {
+		if s.name == "llb_kv_events_ignored_total" && strings.Contains(s.labels, `service="`+service+`"`) {
+			if _, r, ok := strings.Cut(s.labels, `reason="`); ok {
+				r, _, _ = strings.Cut(r, `"`)
+				fv.Ignored[r] += s.value
+			}
+		}
+	}
+	label := `service="` + service + `"`
 	fv.Invalid = m.sum("llb_kv_events_invalid_total", label)
 	fv.Unknown = m.sum("llb_kv_events_unknown_total", label)
 	fv.Disconnects = m.sum("llb_kv_subscriber_disconnects_total", label)
