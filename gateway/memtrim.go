@@ -1,10 +1,10 @@
 package gateway
 
 import (
-	"runtime/debug"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/llbproject/llb/internal/memtrim"
 )
 
 // Memory trim after large bodies. Once a burst of large request bodies is
@@ -17,8 +17,9 @@ import (
 // memTrim collects at once instead: when large bodies (over
 // maxKeptBodyBuffer: the ones the server's pools do not keep) worth
 // trimAfter have been reserved since the last trim, and the reserved bytes
-// fall below the quiet level, it runs debug.FreeOSMemory trimDelay later —
-// if the data plane is still quiet then — and at most once per trimEvery.
+// fall below the quiet level, it gives the memory back trimDelay later — if
+// the data plane is still quiet then — and at most once per trimEvery
+// (internal/memtrim).
 // Small bodies never arm it: the common path pays for no collection.
 const (
 	// trimAfter is the large-body volume that arms a trim: a body at the
@@ -35,29 +36,21 @@ const (
 // memTrim decides when to give the memory of large bodies back. Safe for
 // concurrent use.
 type memTrim struct {
+	*memtrim.Trim
 	quiet    int64        // reserved bytes under which the data plane is quiet
 	reserved func() int64 // the budget's reserved bytes now
-	free     func()       // debug.FreeOSMemory
-	after    func(time.Duration, func())
-	now      func() time.Time
 
-	large   atomic.Int64 // large-body bytes reserved since the last trim
-	pending atomic.Bool  // a check is scheduled
-
-	mu   sync.Mutex
-	last time.Time // the last trim
+	large atomic.Int64 // large-body bytes reserved since the last trim
 }
 
 // newMemTrim returns the trim of a budget of limit bytes whose reserved
 // bytes reserved reads.
 func newMemTrim(limit int64, reserved func() int64) *memTrim {
-	return &memTrim{
-		quiet:    min(limit/8, trimQuietMax),
-		reserved: reserved,
-		free:     debug.FreeOSMemory,
-		after:    func(d time.Duration, f func()) { time.AfterFunc(d, f) },
-		now:      time.Now,
-	}
+	t := &memTrim{quiet: min(limit/8, trimQuietMax), reserved: reserved}
+	t.Trim = memtrim.New(trimDelay, trimEvery,
+		func() bool { return t.reserved() < t.quiet },
+		func() { t.large.Store(0) })
+	return t
 }
 
 // reserve notes a reservation of n bytes.
@@ -69,31 +62,8 @@ func (t *memTrim) reserve(n int64) {
 
 // release notes a release that left reserved bytes reserved.
 func (t *memTrim) release(reserved int64) {
-	if reserved >= t.quiet || t.large.Load() < trimAfter || !t.pending.CompareAndSwap(false, true) {
+	if reserved >= t.quiet || t.large.Load() < trimAfter {
 		return
 	}
-	t.after(trimDelay, t.check)
-}
-
-// check trims if the data plane is still quiet, waiting out trimEvery
-// since the last trim; a burst that started again leaves the trim to the
-// release that ends it.
-func (t *memTrim) check() {
-	if t.reserved() >= t.quiet {
-		t.pending.Store(false)
-		return
-	}
-	t.mu.Lock()
-	wait := t.last.Add(trimEvery).Sub(t.now())
-	if wait <= 0 {
-		t.last = t.now()
-	}
-	t.mu.Unlock()
-	if wait > 0 {
-		t.after(wait, t.check)
-		return
-	}
-	t.large.Store(0)
-	t.free()
-	t.pending.Store(false)
+	t.Arm()
 }

@@ -19,9 +19,9 @@ type fakeTrim struct {
 func newFakeTrim(limit int64) *fakeTrim {
 	f := &fakeTrim{clock: time.Unix(1000, 0)}
 	f.memTrim = newMemTrim(limit, func() int64 { return f.reserved })
-	f.free = func() { f.frees++ }
-	f.now = func() time.Time { return f.clock }
-	f.after = func(d time.Duration, fn func()) { f.delays = append(f.delays, d); f.queued = append(f.queued, fn) }
+	f.Free = func() { f.frees++ }
+	f.Now = func() time.Time { return f.clock }
+	f.After = func(d time.Duration, fn func()) { f.delays = append(f.delays, d); f.queued = append(f.queued, fn) }
 	return f
 }
 

@@ -1,11 +1,9 @@
 package gateway
 
 import (
-	"runtime"
-	"runtime/debug"
-	"sync"
 	"sync/atomic"
-	"time"
+
+	"github.com/llbproject/llb/internal/memtrim"
 )
 
 // Memory trim after a wave of connections. Thousands of streams at once
@@ -28,24 +26,19 @@ const waveMin = 256
 // waveTrim decides when to give a connection wave's memory back. Safe for
 // concurrent use.
 type waveTrim struct {
-	free  func() // two collections, then the free pages to the OS
-	after func(time.Duration, func())
-	now   func() time.Time
-
-	open    atomic.Int64
-	peak    atomic.Int64 // the most open at once since the last trim
-	pending atomic.Bool  // a check is scheduled
-
-	mu   sync.Mutex
-	last time.Time // the last trim
+	*memtrim.Trim
+	open atomic.Int64
+	peak atomic.Int64 // the most open at once since the last trim
 }
 
 func newWaveTrim() *waveTrim {
-	return &waveTrim{
-		free:  func() { runtime.GC(); debug.FreeOSMemory() },
-		after: func(d time.Duration, f func()) { time.AfterFunc(d, f) },
-		now:   time.Now,
-	}
+	w := &waveTrim{}
+	// A new wave that rose by the check leaves the trim to its end; the
+	// next wave is measured from what is open at the trim.
+	w.Trim = memtrim.New(trimDelay, trimEvery,
+		func() bool { return w.open.Load() <= w.peak.Load()/4 },
+		func() { w.peak.Store(w.open.Load()) })
+	return w
 }
 
 // waves is the process's wave trim: memory is the process's, whichever
@@ -62,30 +55,8 @@ func (w *waveTrim) opened() {
 // closed notes a client connection closed.
 func (w *waveTrim) closed() {
 	n := w.open.Add(-1)
-	if p := w.peak.Load(); p < waveMin || n > p/4 || !w.pending.CompareAndSwap(false, true) {
+	if p := w.peak.Load(); p < waveMin || n > p/4 {
 		return
 	}
-	w.after(trimDelay, w.check)
-}
-
-// check trims if the wave is still over, waiting out trimEvery since the
-// last trim; a new wave that rose meanwhile leaves the trim to its end.
-func (w *waveTrim) check() {
-	if w.open.Load() > w.peak.Load()/4 {
-		w.pending.Store(false)
-		return
-	}
-	w.mu.Lock()
-	wait := w.last.Add(trimEvery).Sub(w.now())
-	if wait <= 0 {
-		w.last = w.now()
-	}
-	w.mu.Unlock()
-	if wait > 0 {
-		w.after(wait, w.check)
-		return
-	}
-	w.peak.Store(w.open.Load())
-	w.free()
-	w.pending.Store(false)
+	w.Arm()
 }

@@ -16,9 +16,9 @@ type fakeWaves struct {
 
 func newFakeWaves() *fakeWaves {
 	f := &fakeWaves{waveTrim: newWaveTrim(), clock: time.Unix(1000, 0)}
-	f.free = func() { f.frees++ }
-	f.now = func() time.Time { return f.clock }
-	f.after = func(_ time.Duration, fn func()) { f.queued = append(f.queued, fn) }
+	f.Free = func() { f.frees++ }
+	f.Now = func() time.Time { return f.clock }
+	f.After = func(_ time.Duration, fn func()) { f.queued = append(f.queued, fn) }
 	return f
 }
 

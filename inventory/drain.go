@@ -189,9 +189,9 @@ func (c *DrainConfig) defaults() {
 //     blocks it cannot key end the run, counted by reason.
 //   - removed becomes a BlockRemoved; updated (a block's cache level or
 //     priority) is counted and not applied.
-//   - events of an attention window other than the first one seen are
-//     counted and skipped (a variable-window model sends one stream per
-//     window).
+//   - events of an attention window other than the first one seen since
+//     the engine (re)started are counted and skipped (a variable-window
+//     model sends one stream per window).
 //
 // Run must be called once; Stats is safe from any goroutine.
 type DrainFeed struct {
@@ -581,6 +581,7 @@ func (f *DrainFeed) applyEvent(now time.Time, raw []byte, b *drainBatch) {
 		b.reset = ResetRestart
 		f.resyncs.Inc()
 		f.restarts.Inc()
+		f.window = -1 // a restarted engine may run another attention window
 		f.log.Info().Uint64(logSeq, id).Int64(logRank, rank).Msg("TensorRT-LLM event_id went back: the engine restarted; clearing the mirror")
 	}
 	b.seq = id
@@ -607,7 +608,7 @@ func (f *DrainFeed) convert(now time.Time, e *trtEvent, batch *Batch) {
 		f.window = win
 	case win != f.window:
 		f.countIgnored(now, IgnoreWindow, 1, len(e.Data.Blocks)+len(e.Data.BlockHashes), func() string {
-			return fmt.Sprintf("an event for attention window %d; llb mirrors window %d (the first one seen)", win, f.window)
+			return fmt.Sprintf("an event for attention window %d; llb mirrors window %d (the first one seen since the engine started)", win, f.window)
 		})
 		return
 	}

@@ -248,3 +248,28 @@ func TestTrimAfterDrain(t *testing.T) {
 		t.Errorf("freed %d times; want 2", freed)
 	}
 }
+
+// TestDrainFeed_ARestartedEngineMayChangeItsWindow: the attention window
+// llb mirrors is the first one seen since the engine (re)started; an
+// engine restarted with another max_attention_window is mirrored again
+// instead of having every event skipped as another window's.
+func TestDrainFeed_ARestartedEngineMayChangeItsWindow(t *testing.T) {
+	stored := func(id, window, start int) string {
+		return `{"event_id":` + strconv.Itoa(id) + `,"data":{"type":"stored","parent_hash":null,"blocks":[{"type":"stored_block","block_hash":` +
+			strconv.Itoa(500+start) + `,"tokens":[` + tokenList(start, 32) + `],"cache_level":0,"priority":35}]},"window_size":` + strconv.Itoa(window) + `}`
+	}
+	srv := newDrainServer(t, []byte("["+stored(5, 4096, 1000)+","+stored(6, 4096, 2000)+"]"))
+	rig := startDrainRig(t, srv, 32)
+	rig.drained()
+	srv.push([]byte(`[{"event_id":0,"data":{"type":"created","num_blocks_per_cache_level":[10,0]},"window_size":8192},` + stored(1, 8192, 3000) + "]"))
+	rig.drained()
+	if st := rig.feed.Stats(); st.Restarts != 1 || st.Ignored[IgnoreWindow].Events != 0 {
+		t.Errorf("stats %+v; want 1 restart, nothing skipped as another window", st)
+	}
+	if got := rig.score(seqTokens(3000, 32)); got != 1 {
+		t.Errorf("a block stored after the restart scores %d; want 1", got)
+	}
+	if got := rig.score(seqTokens(1000, 32)); got != 0 {
+		t.Errorf("a block stored before the restart scores %d; want 0", got)
+	}
+}

@@ -96,7 +96,7 @@ func benchMeta(seed uint64, commit string) report.Meta {
 	}, " ")
 	m.Notes = []string{
 		"llbd's and the harness's own overheads are real wall time, so they are divided by the time scale too (at time scale 1 they count in full).",
-		"P/D strategies (tier1, pd-hard) run the two-leg NIXL protocol through llbd: by default on the serving workers as prefill endpoints plus decode_workers separate decode workers sized never to queue (more hardware in all, and prefill caches free of decode legs), or with pd_same_workers on the serving workers themselves (kv_both engines listed as prefill and decode, whose decode legs hold unshared copies of the prompt's blocks in the same caches). Their TTFT includes the prefill leg, the KV pull and the decode leg's first token.",
+		"P/D strategies (tier1, pd-hard) run the engine's P/D protocol through llbd (vLLM's two legs over NIXL; SGLang's two legs at once, meeting in a bootstrap room; TensorRT-LLM's context then generation leg): by default on the serving workers as prefill endpoints plus decode_workers separate decode workers sized never to queue (more hardware in all, and prefill caches free of decode legs), or with pd_same_workers (vLLM only) on the serving workers themselves (kv_both engines listed as prefill and decode, whose decode legs hold unshared copies of the prompt's blocks in the same caches). Their TTFT includes the prefill leg, the KV pull and the decode leg's first token.",
 		"The harness, the fleet and llbd share the machine's CPUs; each run records the harness's dispatch lag and the CPU seconds of the harness process (fleet included) and of llbd.",
 	}
 	return m

@@ -239,6 +239,8 @@ type drainFamily struct {
 	// markers are the engine hashes of the blocks the markers stored
 	// since the mirror was last cleared.
 	markers []uint64
+	// window is the attention window the engine's events carry.
+	window int64
 	// rankIDs are the next event_ids of the other attention-DP ranks.
 	rankIDs   map[int64]uint64
 	spent     map[string]int
@@ -254,7 +256,7 @@ func runKVDrain(ctx context.Context, cfg *Config, n loopNet, budget time.Duratio
 		return t, err
 	}
 	defer srv.close()
-	f := &drainFamily{cfg: cfg, t: t, srv: srv, block: 1, rankIDs: map[int64]uint64{}, spent: map[string]int{}, rssGrowth: map[string]int64{}}
+	f := &drainFamily{cfg: cfg, t: t, srv: srv, block: 1, window: drainWindow, rankIDs: map[int64]uint64{}, spent: map[string]int{}, rssGrowth: map[string]int64{}}
 	d, err := startDaemon(ctx, cfg.LLBD, cfg.WorkDir, FamilyKV, nil, nil)
 	if err != nil {
 		return t, err
@@ -272,7 +274,7 @@ func runKVDrain(ctx context.Context, cfg *Config, n loopNet, budget time.Duratio
 	}
 	f.service = "tcp:" + vip + ":2020"
 	// A fresh engine announces its cache first.
-	f.srv.offer(renderEvent(f.id(), createdData(), drainWindow, -1))
+	f.srv.offer(renderEvent(f.id(), createdData(), f.window, -1))
 	if _, err := f.sync(ctx, drainRecover); err != nil {
 		return t, fmt.Errorf("the drain never mirrored a first event: %w", err)
 	}
@@ -339,7 +341,7 @@ func (f *drainFamily) stored(n int) ([]byte, []uint64) {
 	for i, b := range bs {
 		hs[i] = b.hash
 	}
-	return renderEvent(f.id(), storedData(nil, bs), drainWindow, -1), hs
+	return renderEvent(f.id(), storedData(nil, bs), f.window, -1), hs
 }
 
 // view reads the feed's state.
@@ -398,7 +400,7 @@ func (f *drainFamily) checkEnd(ctx context.Context, base usage, peakKB int64) {
 	// mirror holds exactly that run (and the marker).
 	_, _ = f.sync(ctx, drainRecover)
 	ev, want := f.stored(8)
-	f.srv.offer(renderEvent(f.id(), createdData(), drainWindow, -1), ev)
+	f.srv.offer(renderEvent(f.id(), createdData(), f.window, -1), ev)
 	f.markers = nil
 	v, err := f.sync(ctx, drainRecover)
 	want = append(want, f.markers...)

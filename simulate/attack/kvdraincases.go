@@ -47,6 +47,7 @@ var drainKinds = []drainKind{
 	{name: "created_mid", weight: 4, send: drainCreatedCase},
 	{name: "ranks", weight: 4, send: drainRanksCase},
 	{name: "window", weight: 3, send: drainWindowCase},
+	{name: "window_restart", weight: 2, send: drainWindowRestartCase},
 	{name: "status", weight: 6, send: drainStatusCase},
 	{name: "content_type", weight: 3, send: drainContentTypeCase},
 	{name: "conn_cut", weight: 4, send: drainCutCase},
@@ -286,7 +287,7 @@ func drainUnknownTypeCase(f *drainFamily, rng *rand.Rand) (func(delta) Outcome, 
 	n := 1 + rng.IntN(4)
 	evs := make([][]byte, n)
 	for i := range evs {
-		evs[i] = renderEvent(f.id(), []byte(`{"type":`+types[rng.IntN(len(types))]+`,"block_hashes":[1,2]}`), drainWindow, -1)
+		evs[i] = renderEvent(f.id(), []byte(`{"type":`+types[rng.IntN(len(types))]+`,"block_hashes":[1,2]}`), f.window, -1)
 	}
 	b := drainBody(evs)
 	f.srv.queue(body(b))
@@ -303,12 +304,12 @@ func drainUnknownTypeCase(f *drainFamily, rng *rand.Rand) (func(delta) Outcome, 
 func drainDuplicateCase(f *drainFamily, rng *rand.Rand) (func(delta) Outcome, string, time.Duration) {
 	last := strconv.FormatUint(f.nextID-1, 10)
 	blocks := f.blocks(1)
-	ev := renderEvent(last, storedData(nil, blocks), drainWindow, -1)
+	ev := renderEvent(last, storedData(nil, blocks), f.window, -1)
 	what := "the last event_id again"
 	b := drainBody([][]byte{ev})
 	if rng.IntN(2) == 0 {
 		id := f.id()
-		b = drainBody([][]byte{renderEvent(id, removedData([]uint64{1}), drainWindow, -1), renderEvent(id, storedData(nil, blocks), drainWindow, -1)})
+		b = drainBody([][]byte{renderEvent(id, removedData([]uint64{1}), f.window, -1), renderEvent(id, storedData(nil, blocks), f.window, -1)})
 		what = "one event_id twice in a drain"
 	}
 	f.srv.queue(body(b))
@@ -386,7 +387,7 @@ func drainRemovedUnknownCase(f *drainFamily, rng *rand.Rand) (func(delta) Outcom
 	for i := range hs {
 		hs[i] = rng.Uint64()
 	}
-	b := drainBody([][]byte{renderEvent(f.id(), removedData(hs), drainWindow, -1)})
+	b := drainBody([][]byte{renderEvent(f.id(), removedData(hs), f.window, -1)})
 	f.srv.queue(body(b))
 	return func(d delta) Outcome {
 		if d.events != 1 || d.grew != 1 || d.recv != 0 {
@@ -400,7 +401,7 @@ func drainRemovedUnknownCase(f *drainFamily, rng *rand.Rand) (func(delta) Outcom
 func drainOrphanCase(f *drainFamily, rng *rand.Rand) (func(delta) Outcome, string, time.Duration) {
 	p := f.hash()
 	bl := f.blocks(1 + rng.IntN(4))
-	b := drainBody([][]byte{renderEvent(f.id(), storedData(&p, bl), drainWindow, -1)})
+	b := drainBody([][]byte{renderEvent(f.id(), storedData(&p, bl), f.window, -1)})
 	f.srv.queue(body(b))
 	return func(d delta) Outcome {
 		if d.ignored("orphan_parent") != 1 || d.grew != 1 {
@@ -419,13 +420,13 @@ func drainCycleCase(f *drainFamily, rng *rand.Rand) (func(delta) Outcome, string
 	what := ""
 	if rng.IntN(2) == 0 {
 		what = "a block that is its own parent"
-		evs = append(evs, renderEvent(f.id(), storedData(&a, bl[:1]), drainWindow, -1))
+		evs = append(evs, renderEvent(f.id(), storedData(&a, bl[:1]), f.window, -1))
 	} else {
 		what = "A→B stored, then A again with parent B, then every block removed"
-		evs = append(evs, renderEvent(f.id(), storedData(nil, bl), drainWindow, -1),
-			renderEvent(f.id(), storedData(&bh, bl[:1]), drainWindow, -1),
-			renderEvent(f.id(), storedData(&a, bl[1:]), drainWindow, -1),
-			renderEvent(f.id(), removedData([]uint64{a, bh, a, bh, a}), drainWindow, -1))
+		evs = append(evs, renderEvent(f.id(), storedData(nil, bl), f.window, -1),
+			renderEvent(f.id(), storedData(&bh, bl[:1]), f.window, -1),
+			renderEvent(f.id(), storedData(&a, bl[1:]), f.window, -1),
+			renderEvent(f.id(), removedData([]uint64{a, bh, a, bh, a}), f.window, -1))
 	}
 	b := drainBody(evs)
 	f.srv.queue(body(b))
@@ -440,7 +441,7 @@ func drainCycleCase(f *drainFamily, rng *rand.Rand) (func(delta) Outcome, string
 // drainCreatedCase sends created mid-stream: the mirror is cleared.
 func drainCreatedCase(f *drainFamily, rng *rand.Rand) (func(delta) Outcome, string, time.Duration) {
 	ev, _ := f.stored(2)
-	b := drainBody([][]byte{ev, renderEvent(f.id(), createdData(), drainWindow, -1)})
+	b := drainBody([][]byte{ev, renderEvent(f.id(), createdData(), f.window, -1)})
 	f.srv.queue(body(b))
 	return func(d delta) Outcome {
 		if d.blocks != 1 || d.events != 2 {
@@ -460,7 +461,7 @@ func drainRanksCase(f *drainFamily, rng *rand.Rand) (func(delta) Outcome, string
 	n := 1 + rng.IntN(5)
 	evs := make([][]byte, n)
 	for i := range evs {
-		evs[i] = renderEvent(strconv.FormatUint(start+uint64(i), 10), storedData(nil, f.blocks(1)), drainWindow, rank)
+		evs[i] = renderEvent(strconv.FormatUint(start+uint64(i), 10), storedData(nil, f.blocks(1)), f.window, rank)
 	}
 	if rank < 64 {
 		f.rankIDs[rank] = start + uint64(n)
@@ -481,7 +482,7 @@ func drainRanksCase(f *drainFamily, rng *rand.Rand) (func(delta) Outcome, string
 // drainWindowCase sends events of another attention window (counted, not
 // mirrored).
 func drainWindowCase(f *drainFamily, rng *rand.Rand) (func(delta) Outcome, string, time.Duration) {
-	w := []int64{128, 0, 1 << 40}[rng.IntN(3)]
+	w := []int64{128, 0, 1 << 40}[rng.IntN(3)] // never f.window
 	b := drainBody([][]byte{renderEvent(f.id(), storedData(nil, f.blocks(2)), w, -1)})
 	f.srv.queue(body(b))
 	return func(d delta) Outcome {
@@ -490,6 +491,26 @@ func drainWindowCase(f *drainFamily, rng *rand.Rand) (func(delta) Outcome, strin
 		}
 		return refused()
 	}, fmt.Sprintf("answer one drain with a stored run of window_size %d", w), 0
+}
+
+// drainWindowRestartCase restarts the engine (event_id back to 0) with
+// another attention window: its events are mirrored from then on.
+func drainWindowRestartCase(f *drainFamily, rng *rand.Rand) (func(delta) Outcome, string, time.Duration) {
+	old := f.window
+	for f.window == old {
+		f.window = []int64{4096, 8192, 32768}[rng.IntN(3)]
+	}
+	f.nextID = 0
+	created := renderEvent(f.id(), createdData(), f.window, -1)
+	ev, _ := f.stored(2)
+	f.srv.offer(created, ev)
+	return func(d delta) Outcome {
+		if d.restarts != 1 || d.ignored("window") != 0 || d.blocks != 3 {
+			return defect("an engine restarted with window %d (was %d): %d restarts, %d events skipped as another window's, mirror %d blocks (want 1 restart, none skipped, the run's 2 blocks and the marker's)",
+				f.window, old, d.restarts, d.ignored("window"), d.blocks)
+		}
+		return refused()
+	}, fmt.Sprintf("answer one drain with created and a stored run at event_id 0 and 1, window_size %d (was %d)", f.window, old), 0
 }
 
 // drainStatusCase answers a failure status, or a redirect.
@@ -598,7 +619,7 @@ func drainHugeTokensCase(f *drainFamily, rng *rand.Rand) (func(delta) Outcome, s
 		for i := range toks {
 			toks[i] = uint32(i)
 		}
-		b := drainBody([][]byte{renderEvent(f.id(), storedData(nil, []trtBlock{{hash: f.hash(), tokens: toks}}), drainWindow, -1)})
+		b := drainBody([][]byte{renderEvent(f.id(), storedData(nil, []trtBlock{{hash: f.hash(), tokens: toks}}), f.window, -1)})
 		f.srv.queue(body(b))
 		return func(d delta) Outcome {
 			if d.recv != 0 || d.events != 1 || d.grew != 1 {
@@ -608,7 +629,7 @@ func drainHugeTokensCase(f *drainFamily, rng *rand.Rand) (func(delta) Outcome, s
 		}, fmt.Sprintf("answer one drain with a stored block of %d tokens (%d MiB)", len(toks), len(b)>>20), drainRecover
 	}
 	n := 50000 // about 52 MiB: under the bound
-	b := drainBody([][]byte{renderEvent(f.id(), storedData(nil, f.blocks(n)), drainWindow, -1)})
+	b := drainBody([][]byte{renderEvent(f.id(), storedData(nil, f.blocks(n)), f.window, -1)})
 	f.srv.queue(body(b))
 	return func(d delta) Outcome {
 		if d.recv != 0 || d.events != 1 || d.grew != int64(n)+1 {
@@ -669,7 +690,7 @@ func drainOverBodyCase(f *drainFamily, rng *rand.Rand) (func(delta) Outcome, str
 	for i := range hs {
 		hs[i] = 1<<63 + uint64(i)
 	}
-	b := drainBody([][]byte{renderEvent(f.id(), removedData(hs), drainWindow, -1)})
+	b := drainBody([][]byte{renderEvent(f.id(), removedData(hs), f.window, -1)})
 	chunked := rng.IntN(2) == 0
 	f.srv.queue(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -732,7 +753,7 @@ func drainFloodCase(f *drainFamily, rng *rand.Rand) (func(delta) Outcome, string
 	n := 100000 + rng.IntN(100000)
 	evs := make([][]byte, n)
 	for i := range evs {
-		evs[i] = renderEvent(f.id(), removedData([]uint64{uint64(i)}), drainWindow, -1)
+		evs[i] = renderEvent(f.id(), removedData([]uint64{uint64(i)}), f.window, -1)
 	}
 	b := drainBody(evs)
 	f.srv.queue(body(b))

@@ -15,7 +15,8 @@ func TestTokenIDPrompts_SendsCompletionsAsTheirTokensAndLeavesChatsAlone(t *test
 	sp := smokeSpec()
 	chat := sp
 	chat.Chat = true
-	spec := workload.Mix{Parts: []workload.Part{{Weight: 1, Spec: sp}, {Weight: 1, Spec: chat}}}
+	hot := workload.HotPrefix{Options: workload.Options{Stream: true}, Sessions: true}
+	spec := workload.Mix{Parts: []workload.Part{{Weight: 1, Spec: sp}, {Weight: 1, Spec: chat}, {Weight: 1, Spec: hot}}}
 	tr, err := workload.NewTrace(workload.TraceConfig{Spec: spec, Requests: 40, Seed: 1, BlockSize: 16, KeepTokens: true})
 	if err != nil {
 		t.Fatal(err)
@@ -24,14 +25,26 @@ func TestTokenIDPrompts_SendsCompletionsAsTheirTokensAndLeavesChatsAlone(t *test
 	if err != nil {
 		t.Fatal(err)
 	}
-	var completions, chats int
+	var completions, chats, sessions int
 	for i, r := range got.Requests {
 		var body struct {
-			Prompt   json.RawMessage `json:"prompt"`
-			Messages json.RawMessage `json:"messages"`
+			Prompt json.RawMessage `json:"prompt"`
+			UserID *string         `json:"user_id"`
+			User   *string         `json:"user"`
 		}
 		if err := json.Unmarshal(r.Body, &body); err != nil {
 			t.Fatal(err)
+		}
+		var orig struct {
+			UserID *string `json:"user_id"`
+		}
+		_ = json.Unmarshal(tr.Requests[i].Body, &orig)
+		if orig.UserID != nil {
+			sessions++
+			if body.UserID != nil || body.User == nil || *body.User != *orig.UserID {
+				t.Fatalf("request %d: %s; want its user_id %q as user (trtllm-serve refuses user_id)", i, r.Body, *orig.UserID)
+			}
+			continue
 		}
 		if r.Tokens != nil {
 			t.Fatalf("request %d keeps its tokens", i)
@@ -50,8 +63,8 @@ func TestTokenIDPrompts_SendsCompletionsAsTheirTokensAndLeavesChatsAlone(t *test
 			}
 		}
 	}
-	if completions == 0 || chats == 0 {
-		t.Fatalf("%d completions, %d chats: want a mix of both", completions, chats)
+	if completions == 0 || chats == 0 || sessions == 0 {
+		t.Fatalf("%d completions, %d chats, %d with a session: want some of each", completions, chats, sessions)
 	}
 	if _, err := tokenIDPrompts(&workload.Trace{Requests: []workload.TraceRequest{{Path: workload.PathCompletions, Body: []byte(`{}`)}}}); err == nil {
 		t.Fatal("a trace without tokens was converted")
