@@ -36,8 +36,8 @@ func newAttackCmd(stdout, stderr io.Writer) *cobra.Command {
 		Short: "Attack a real llbd on loopback and report what it refused and what broke",
 		Long: `Run seeded, reproducible attack families against a fresh llbd each (issue 13):
 rest (bad REST requests), dataplane (raw HTTP against a rule's VIP), kv (a
-fake ZMQ KV-event publisher; against trtllm a hostile POST /kv_cache_events
-server) and faults (SIGKILL/SIGSTOP of worker processes). Each case has an
+fake ZMQ KV-event publisher, vLLM's or SGLang's on two DP ranks; against
+trtllm a hostile POST /kv_cache_events server) and faults (SIGKILL/SIGSTOP of worker processes). Each case has an
 oracle; the report gives per family the cases tried, refused cleanly and
 served, and every defect with its reproducer.
 

@@ -104,6 +104,45 @@ func TestRun_AShortTRTLLMRunFindsNoDefect(t *testing.T) {
 	t.Log(out.String())
 }
 
+// The kv family against SGLang's dialect: two DP ranks, each its own
+// publisher and sequence, rank 0 hostile (SGLang's pages of the wrong
+// size, page hashes that are not the tokens', another rank's sequence)
+// while rank 1 stays honest, and the closing mirror check over the union
+// of the ranks.
+func TestRun_AShortSGLangKVRunFindsNoDefect(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts llbd and a worker")
+	}
+	cfg := Config{LLBD: llbdBin(t), Seed: 3, Duration: 10 * time.Second, WorkDir: t.TempDir(), Engine: "sglang",
+		Families: []string{FamilyKV}}
+	rep, err := Run(context.Background(), cfg)
+	var out strings.Builder
+	if rep != nil {
+		rep.Write(&out)
+	}
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	if rep.Defects() != 0 || len(rep.Tallies) != 1 {
+		t.Fatalf("%d defects, %d families:\n%s", rep.Defects(), len(rep.Tallies), out.String())
+	}
+	tl := rep.Tallies[0]
+	if tl.Tried == 0 || tl.Checks == 0 {
+		t.Errorf("kv ran %d cases and %d checks; want some of each", tl.Tried, tl.Checks)
+	}
+	sglangRan := 0
+	for _, k := range sglangKinds {
+		sglangRan += tl.Kinds[k.name]
+	}
+	if sglangRan == 0 {
+		t.Errorf("no SGLang case ran:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "engine sglang") {
+		t.Errorf("the report does not name the engine:\n%s", out.String())
+	}
+	t.Log(out.String())
+}
+
 // The faults family against SGLang's dialect: a P/D rule whose legs go
 // to the prefill and the decode at once, meeting in the prefill worker's
 // bootstrap room, under SIGKILL and SIGSTOP.
@@ -142,9 +181,10 @@ func TestConfig_EnginesRunTheirFamilies(t *testing.T) {
 	}{
 		{engine: "", want: Families},
 		{engine: "trtllm", want: Families},
-		{engine: "sglang", want: []string{FamilyREST, FamilyDataPlane, FamilyFaults}},
+		{engine: "sglang", want: Families},
 		{engine: "trtllm", families: []string{FamilyKV}, want: []string{FamilyKV}},
-		{engine: "sglang", families: []string{FamilyKV}, wantErr: `family "kv" does not run against engine sglang`},
+		{engine: "sglang", families: []string{FamilyKV}, want: []string{FamilyKV}},
+		{engine: "sglang", families: []string{"zmq"}, wantErr: `family "zmq"`},
 		{engine: "tgi", wantErr: `engine "tgi"`},
 	}
 	for _, tt := range tests {
@@ -164,6 +204,10 @@ func TestConfig_EnginesRunTheirFamilies(t *testing.T) {
 	sa := (&Config{Engine: "trtllm"}).engineRule(map[string]any{"kvZmqPort": 1, "kvHashAlgo": "sha256_cbor", "kvNoneHashSeed": "0", "mode": 4})
 	if sa["kvEngineType"] != "trtllm" || len(sa) != 2 {
 		t.Errorf("trtllm rule arguments %v; want mode and kvEngineType only", sa)
+	}
+	sa = (&Config{Engine: "sglang"}).engineRule(map[string]any{"kvZmqPort": 1, "kvHashAlgo": "sha256_cbor", "kvNoneHashSeed": "0", "kvDpRankCount": 2})
+	if sa["kvEngineType"] != "sglang" || sa["kvZmqPort"] != 1 || sa["kvDpRankCount"] != 2 || len(sa) != 3 {
+		t.Errorf("sglang rule arguments %v; want kvZmqPort, kvDpRankCount and kvEngineType (the page hash left to the engine's default)", sa)
 	}
 }
 

@@ -71,14 +71,14 @@ type Config struct {
 	Engine string
 }
 
-// engineFamilies are the families each engine runs: the kv family's
-// hostile publisher speaks the ZMQ wire of vLLM's events, its hostile
-// server TensorRT-LLM's POST /kv_cache_events (SGLang's page events are
-// not forged yet).
+// engineFamilies are the families each engine runs: every engine runs
+// every family (the kv family's hostile publisher speaks vLLM's or
+// SGLang's ZMQ wire, its hostile server TensorRT-LLM's POST
+// /kv_cache_events).
 var engineFamilies = map[worker.Dialect][]string{
 	worker.DialectVLLM:   Families,
 	worker.DialectTRTLLM: Families,
-	worker.DialectSGLang: {FamilyREST, FamilyDataPlane, FamilyFaults},
+	worker.DialectSGLang: Families,
 }
 
 // dialect is the run's engine (vLLM when unset or invalid).

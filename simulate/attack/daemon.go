@@ -250,7 +250,13 @@ next:
 // rankView is rank 0 of an endpoint as the KV inventory view shows it:
 // its mirror's size and its feed's counters.
 type rankView struct {
-	Blocks int
+	Blocks   int
+	Contract struct {
+		State      string `json:"state"`
+		Reason     string `json:"reason"`
+		Mismatched   uint64 `json:"mismatched"`
+		Unverifiable uint64 `json:"unverifiable"`
+	}
 	Feed   struct {
 		Connected   bool    `json:"connected"`
 		Reconnects  uint64  `json:"reconnects"`
@@ -269,11 +275,17 @@ type rankView struct {
 // inventoryRank reads endpoint ep's rank 0 from GET
 // /netlox/v1/config/ai/kv/inventory of rule service.
 func (d *daemon) inventoryRank(ctx context.Context, service string, ep int) (rankView, error) {
+	return d.inventoryDPRank(ctx, service, ep, 0)
+}
+
+// inventoryDPRank reads endpoint ep's DP rank rank (the rank-th listed).
+func (d *daemon) inventoryDPRank(ctx context.Context, service string, ep, rank int) (rankView, error) {
 	var v struct {
 		LLB struct {
 			Ranks []struct {
 				Mirror struct {
-					Blocks int `json:"blocks"`
+					Blocks   int             `json:"blocks"`
+					Contract json.RawMessage `json:"contract"`
 				} `json:"mirror"`
 				Feed *json.RawMessage `json:"feed"`
 			} `json:"ranks"`
@@ -284,11 +296,17 @@ func (d *daemon) inventoryRank(ctx context.Context, service string, ep int) (ran
 	if err := d.getJSON(ctx, path, &v); err != nil {
 		return r, err
 	}
-	if len(v.LLB.Ranks) == 0 || v.LLB.Ranks[0].Feed == nil {
-		return r, fmt.Errorf("the inventory view of %s endpoint %d shows no feed", service, ep)
+	if len(v.LLB.Ranks) <= rank || v.LLB.Ranks[rank].Feed == nil {
+		return r, fmt.Errorf("the inventory view of %s endpoint %d shows no feed for rank %d", service, ep, rank)
 	}
-	r.Blocks = v.LLB.Ranks[0].Mirror.Blocks
-	return r, json.Unmarshal(*v.LLB.Ranks[0].Feed, &r.Feed)
+	rv := v.LLB.Ranks[rank]
+	r.Blocks = rv.Mirror.Blocks
+	if len(rv.Mirror.Contract) > 0 {
+		if err := json.Unmarshal(rv.Mirror.Contract, &r.Contract); err != nil {
+			return r, err
+		}
+	}
+	return r, json.Unmarshal(*rv.Feed, &r.Feed)
 }
 
 // logProblems returns llbd's log lines at error level or above, and any

@@ -18,7 +18,10 @@
 //     request line cannot carry, clients that never read their streams;
 //   - kv: a fake ZMQ publisher where a rule's endpoint publishes KV events —
 //     malformed frames, garbage msgpack, oversized frames, bogus sequence
-//     numbers, unknown events, floods; against TensorRT-LLM a hostile
+//     numbers, unknown events, floods; against SGLang the same on one of
+//     two DP ranks beside an honest one, with SGLang's pages of the wrong
+//     size, wrong page hashes and ranks crossing, jumping and going
+//     silent; against TensorRT-LLM a hostile
 //     POST /kv_cache_events server on the worker's serving port instead —
 //     malformed and wrongly shaped drains, bogus event ids, huge, endless,
 //     slow and failing answers;

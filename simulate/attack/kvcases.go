@@ -22,6 +22,9 @@ type kvKind struct {
 	// limit caps how many cases of the kind a run takes (0: no cap); an
 	// expensive kind past its cap is replaced by garbage.
 	limit int
+	// rank1 marks an SGLang case that acts on rank 1 (its oracle judges
+	// rank 1's deltas; the others must leave rank 1 untouched).
+	rank1 bool
 	// rssBound, when set, bounds llbd's RSS growth during one case of the
 	// kind (sampled every 20 ms from the publish to the marker).
 	rssBound int64
@@ -35,6 +38,14 @@ type delta struct {
 	recv, batches, events, gaps, lost, dups, restarts, resyncs int64
 	invalid, unknown, disconnects                              int64
 	markers                                                    int64
+	// mismatched and unverifiable are the hash-contract check's counts;
+	// contractReason its guard's reason after the case ("" when not
+	// raised).
+	mismatched, unverifiable int64
+	contractReason           string
+	// peer is SGLang's rank 1 over the case, its markers taken out (nil
+	// for a single rank).
+	peer *delta
 	// blocks is the mirror's size after the case (its marker included),
 	// grew how much it changed (the drain family's cases).
 	blocks, grew int64
@@ -53,6 +64,7 @@ func deltaOf(v0, v1 feedView, markers int64, elapsed time.Duration) delta {
 		restarts: int64(v1.Restarts - v0.Restarts), resyncs: int64(v1.Resyncs - v0.Resyncs),
 		invalid: int64(v1.Invalid - v0.Invalid), unknown: int64(v1.Unknown - v0.Unknown), disconnects: int64(v1.Disconnects - v0.Disconnects),
 		blocks: int64(v1.Blocks), markers: m, elapsed: elapsed,
+		mismatched: int64(v1.Mismatched - v0.Mismatched), unverifiable: int64(v1.Unverifiable - v0.Unverifiable), contractReason: v1.ContractReason,
 		ignored: func(r string) int64 { return int64(v1.Ignored[r] - v0.Ignored[r]) },
 	}
 }
@@ -95,6 +107,14 @@ func (f *kvFamily) runCase(ctx context.Context, rng *rand.Rand, k kvKind) (strin
 	if err != nil {
 		return k.name, defect("reading the feed before the case: %v", err), nil
 	}
+	var p0 feedView
+	pm0 := 0
+	if f.peer != nil {
+		if p0, err = f.peerView(ctx); err != nil {
+			return k.name, defect("reading rank 1's feed before the case: %v", err), nil
+		}
+		pm0 = len(f.peer.markers)
+	}
 	start := time.Now()
 	m0 := len(f.markers)
 	var peak func() int64
@@ -119,6 +139,17 @@ func (f *kvFamily) runCase(ctx context.Context, rng *rand.Rand, k kvKind) (strin
 		return k.name, defect("the feed did not come back after the case: %v", err), reproF
 	}
 	d := deltaOf(v0, v1, int64(len(f.markers)-m0), time.Since(start))
+	if f.peer != nil {
+		p1, err := f.peerSync(ctx, within)
+		if err != nil {
+			return k.name, defect("rank 1's feed did not come back after the case: %v", err), reproF
+		}
+		pd := deltaOf(p0, p1, int64(len(f.peer.markers)-pm0), d.elapsed)
+		d.peer = &pd
+		if !k.rank1 && (pd.recv != 0 || pd.batches != 0 || pd.dups != 0 || pd.gaps != 0 || pd.restarts != 0 || pd.resyncs != 0) {
+			return k.name, defect("the honest rank 1 was disturbed by a case on rank 0 (rank 1: %s)", pd.String()), reproF
+		}
+	}
 	o := check(d)
 	if o.Verdict == Defective {
 		o.Why += " (" + d.String() + ")"
@@ -152,7 +183,7 @@ func exactly(what string, ok bool) Outcome {
 
 // framesCase sends messages that are not [topic, 8-byte seq, payload].
 func framesCase(f *kvFamily, rng *rand.Rand) (func(delta) Outcome, string, time.Duration) {
-	payload := batch(f.stored(1))
+	payload := f.batch(f.stored(1))
 	seq := seqFrame(f.seq)
 	shapes := []struct {
 		name  string
@@ -185,7 +216,7 @@ func quoteParts(parts [][]byte) string {
 // garbageCase sends a well-framed message whose payload is not a batch,
 // or barely one.
 func garbageCase(f *kvFamily, rng *rand.Rand) (func(delta) Outcome, string, time.Duration) {
-	valid := batch(f.stored(1 + rng.IntN(4)))
+	valid := f.batch(f.stored(1 + rng.IntN(4)))
 	var payload []byte
 	what := ""
 	switch v := rng.IntN(14); v {
@@ -277,7 +308,7 @@ func invalidEventCase(f *kvFamily, rng *rand.Rand) (func(delta) Outcome, string,
 	}
 	b := bad[rng.IntN(len(bad))]
 	good := f.stored(1)
-	payload := mp([]any{1.0, []any{b, []any{"BlockStored", good.BlockHashes, nil, good.TokenIDs, kvBlockSize, nil}}, 0})
+	payload := mp([]any{1.0, []any{b, []any{"BlockStored", good.BlockHashes, nil, good.TokenIDs, f.bs, nil}}, 0})
 	seq := f.next()
 	_ = f.send([]byte{}, seqFrame(seq), payload)
 	return func(d delta) Outcome {
@@ -296,7 +327,7 @@ func invalidEventCase(f *kvFamily, rng *rand.Rand) (func(delta) Outcome, string,
 // duplicateCase re-sends the last sequence number.
 func duplicateCase(f *kvFamily, rng *rand.Rand) (func(delta) Outcome, string, time.Duration) {
 	seq := f.seq - 1
-	payload := batch(f.stored(1))
+	payload := f.batch(f.stored(1))
 	_ = f.send([]byte{}, seqFrame(seq), payload)
 	return func(d delta) Outcome {
 		return exactly("a repeated sequence number (one duplicate, nothing decoded)", d.dups == 1 && d.batches == 0 && d.recv == 0)
@@ -312,7 +343,7 @@ func seqGapCase(f *kvFamily, rng *rand.Rand) (func(delta) Outcome, string, time.
 	}
 	seq := f.seq + j - 1
 	f.seq = seq + 1
-	_ = f.send([]byte{}, seqFrame(seq), batch(f.stored(1)))
+	_ = f.send([]byte{}, seqFrame(seq), f.batch(f.stored(1)))
 	missing := j - 1
 	return func(d delta) Outcome {
 		plausible := int64(64 + 10000*(d.elapsed.Seconds()+1))
@@ -336,7 +367,7 @@ func seqBackCase(f *kvFamily, rng *rand.Rand) (func(delta) Outcome, string, time
 		seq = rng.Uint64N(f.seq - 2)
 	}
 	f.seq = seq + 1
-	_ = f.send([]byte{}, seqFrame(seq), batch(f.stored(1)))
+	_ = f.send([]byte{}, seqFrame(seq), f.batch(f.stored(1)))
 	return func(d delta) Outcome {
 		return exactly("a sequence going back (one restart, a resync)", d.restarts == 1 && d.resyncs >= 1 && d.batches == 1)
 	}, fmt.Sprintf("publish seq %d (back from %d)", seq, seq+1), 0
@@ -347,7 +378,7 @@ func topicCase(f *kvFamily, rng *rand.Rand) (func(delta) Outcome, string, time.D
 	topics := [][]byte{[]byte("kv@x"), {0, 1, 2, 0xff}, []byte(strings.Repeat("t", 1<<20)), []byte("\r\n")}
 	t := topics[rng.IntN(len(topics))]
 	seq := f.next()
-	_ = f.send(t, seqFrame(seq), batch(f.stored(1)))
+	_ = f.send(t, seqFrame(seq), f.batch(f.stored(1)))
 	return func(d delta) Outcome {
 		if d.batches != 1 || d.recv != 0 {
 			return defect("a valid batch under topic %s was not decoded", quote(t, 40))
@@ -360,7 +391,7 @@ func topicCase(f *kvFamily, rng *rand.Rand) (func(delta) Outcome, string, time.D
 func floodCase(f *kvFamily, rng *rand.Rand) (func(delta) Outcome, string, time.Duration) {
 	n := 20000 + rng.IntN(20000)
 	for range n {
-		_ = f.send([]byte{}, seqFrame(f.next()), batch(f.stored(1)))
+		_ = f.send([]byte{}, seqFrame(f.next()), f.batch(f.stored(1)))
 	}
 	return func(d delta) Outcome {
 		if d.batches > int64(n) || d.batches+d.lost < 0 || d.recv != 0 {

@@ -31,6 +31,12 @@ import (
 const (
 	kvPort      = 5557
 	kvBlockSize = 16
+	// kvPageSize is the SGLang rule's page size (--page-size), unlike
+	// vLLM's block size so a page of the wrong size is a real mismatch.
+	kvPageSize = 32
+	// kvRanks is the SGLang rule's kvDpRankCount: rank 0 is attacked,
+	// rank 1 (at kvPort+1) publishes honestly beside it.
+	kvRanks = 2
 	kvSeed      = "0"
 	// kvMaxMsg is llbd's default LLB_KV_MAX_MSG_BYTES.
 	kvMaxMsg = 16 << 20
@@ -50,7 +56,14 @@ type kvFamily struct {
 	pub     *zmq.Socket
 	pubAddr string
 	service string
-	hasher  *inventory.Hasher
+	// keys derive the engine's block keys (vLLM's chain or SGLang's page
+	// hash), bs is the block (page) size, layout the engine's event
+	// encoding.
+	keys   blockKeys
+	bs     int
+	layout inventory.Layout
+	// peer is SGLang's honest rank 1 (nil for vLLM's single rank).
+	peer *kvPeer
 	seq     uint64 // the next sequence number to publish
 	block   uint32 // the next fresh block's first token id
 	// markers are the keys of the blocks the markers stored, in order.
@@ -70,7 +83,19 @@ func runKV(ctx context.Context, cfg *Config, n loopNet, budget time.Duration) (*
 		return runKVDrain(ctx, cfg, n, budget) // no publisher: llbd drains HTTP
 	}
 	t := newTally(FamilyKV)
-	h, err := inventory.NewHasher(inventory.AlgoSHA256CBOR, kvBlockSize, kvSeed)
+	f := &kvFamily{cfg: cfg, t: t, pubAddr: fmt.Sprintf("tcp://%s:%d", n.ip(hostKVWorker), kvPort), block: 1, spent: map[string]int{}, rssGrowth: map[string]int64{},
+		bs: kvBlockSize, layout: inventory.LayoutMap}
+	sa := map[string]any{"externalIP": n.ip(hostKVVIP), "port": 2020, "protocol": "tcp", "mode": 4, "sel": 0, "name": "atk-kv",
+		"kvExactMode": 3, "kvZmqPort": kvPort, "kvBlockSize": kvBlockSize, "kvHashAlgo": "sha256_cbor", "kvNoneHashSeed": kvSeed, "kvWarmupSec": 0}
+	var err error
+	if cfg.dialect() == worker.DialectSGLang {
+		f.bs, f.layout = kvPageSize, inventory.LayoutSGLang
+		f.keys, err = inventory.NewSGLangHasher(kvPageSize)
+		sa["kvBlockSize"], sa["kvDpRankCount"] = kvPageSize, kvRanks
+		f.peer = &kvPeer{addr: fmt.Sprintf("tcp://%s:%d", n.ip(hostKVWorker), kvPort+1), seq: kvPeerSeq0}
+	} else {
+		f.keys, err = inventory.NewHasher(inventory.AlgoSHA256CBOR, kvBlockSize, kvSeed)
+	}
 	if err != nil {
 		return t, err
 	}
@@ -82,11 +107,16 @@ func runKV(ctx context.Context, cfg *Config, n loopNet, budget time.Duration) (*
 		return t, err
 	}
 	defer w.Crash()
-	f := &kvFamily{cfg: cfg, t: t, hasher: h, pubAddr: fmt.Sprintf("tcp://%s:%d", n.ip(hostKVWorker), kvPort), block: 1, spent: map[string]int{}, rssGrowth: map[string]int64{}}
 	if err := f.openPub(); err != nil {
 		return t, err
 	}
 	defer func() { _ = f.pub.Close() }()
+	if f.peer != nil {
+		if err := f.peer.open(); err != nil {
+			return t, err
+		}
+		defer func() { _ = f.peer.pub.Close() }()
+	}
 	d, err := startDaemon(ctx, cfg.LLBD, cfg.WorkDir, FamilyKV, nil, nil)
 	if err != nil {
 		return t, err
@@ -95,9 +125,8 @@ func runKV(ctx context.Context, cfg *Config, n loopNet, budget time.Duration) (*
 	f.d = d
 	vip := n.ip(hostKVVIP)
 	rule, _ := json.Marshal(map[string]any{
-		"serviceArguments": map[string]any{"externalIP": vip, "port": 2020, "protocol": "tcp", "mode": 4, "sel": 0, "name": "atk-kv",
-			"kvExactMode": 3, "kvZmqPort": kvPort, "kvBlockSize": kvBlockSize, "kvHashAlgo": "sha256_cbor", "kvNoneHashSeed": kvSeed, "kvWarmupSec": 0},
-		"endpoints": []map[string]any{{"endpointIP": n.ip(hostKVWorker), "targetPort": 8000, "weight": 1}},
+		"serviceArguments": cfg.engineRule(sa),
+		"endpoints":        []map[string]any{{"endpointIP": n.ip(hostKVWorker), "targetPort": 8000, "weight": 1}},
 	})
 	if err := d.PostRule(ctx, rule); err != nil {
 		return t, err
@@ -105,6 +134,11 @@ func runKV(ctx context.Context, cfg *Config, n loopNet, budget time.Duration) (*
 	f.service = "tcp:" + vip + ":2020"
 	if _, err := f.sync(ctx, kvRecover); err != nil {
 		return t, fmt.Errorf("the feed never mirrored a first batch: %w", err)
+	}
+	if f.peer != nil {
+		if _, err := f.peerSync(ctx, kvRecover); err != nil {
+			return t, fmt.Errorf("rank 1's feed never mirrored a first batch: %w", err)
+		}
 	}
 	base, err := d.usage(ctx)
 	if err != nil {
@@ -119,7 +153,7 @@ func runKV(ctx context.Context, cfg *Config, n loopNet, budget time.Duration) (*
 			i = cfg.Case
 		}
 		rng := caseRand(cfg.Seed, FamilyKV, i)
-		k := pickKind(rng, kvKinds, func(k kvKind) int { return k.weight })
+		k := pickKind(rng, f.kinds(), func(k kvKind) int { return k.weight })
 		kind, o, repro := f.runCase(ctx, rng, k)
 		t.add(i, kind, o, repro)
 		if cfg.Replay || time.Now().After(deadline) || ctx.Err() != nil {
@@ -136,24 +170,9 @@ func (f *kvFamily) openPub() error {
 	if f.pub != nil {
 		_ = f.pub.Close()
 	}
-	s, err := zmq.NewSocket(zmq.PUB)
-	if err != nil {
-		return err
-	}
-	_ = s.SetLinger(0)
-	_ = s.SetSndhwm(0) // never drop on our side: what llbd buffers is what is measured
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if err = s.Bind(f.pubAddr); err == nil {
-			f.pub = s
-			return nil
-		}
-		if time.Now().After(deadline) {
-			_ = s.Close()
-			return fmt.Errorf("bind %s: %w", f.pubAddr, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	s, err := bindPub(f.pubAddr)
+	f.pub = s
+	return err
 }
 
 // send publishes one multipart message.
@@ -168,10 +187,18 @@ func (f *kvFamily) send(parts ...[]byte) error {
 
 func seqFrame(s uint64) []byte { return binary.BigEndian.AppendUint64(nil, s) }
 
-// batch encodes events as an EventBatch.
-func batch(events ...inventory.Event) []byte {
-	b, err := inventory.AppendBatch(nil, &inventory.Batch{TS: float64(time.Now().UnixNano()) / 1e9, Events: events, DPRank: 0, HasDPRank: true},
-		inventory.EncodeOptions{Layout: inventory.LayoutMap})
+// blockKeys derives an engine's block keys from a run's tokens.
+type blockKeys interface {
+	AppendBlockKeys(dst []uint64, tokens []uint32, extra inventory.ExtraKeys) []uint64
+}
+
+// batch encodes events as rank 0's EventBatch in the engine's layout.
+func (f *kvFamily) batch(events ...inventory.Event) []byte { return f.rankBatch(0, events...) }
+
+// rankBatch encodes events as an EventBatch naming DP rank rank.
+func (f *kvFamily) rankBatch(rank int64, events ...inventory.Event) []byte {
+	b, err := inventory.AppendBatch(nil, &inventory.Batch{TS: float64(time.Now().UnixNano()) / 1e9, Events: events, DPRank: rank, HasDPRank: true},
+		inventory.EncodeOptions{Layout: f.layout})
 	if err != nil {
 		panic(fmt.Sprintf("encode a valid batch: %v", err)) // a bug of this package
 	}
@@ -181,13 +208,13 @@ func batch(events ...inventory.Event) []byte {
 // stored is a BlockStored event of n fresh blocks (a chain from token 0
 // of its own token ids, so its keys are what the engine would publish).
 func (f *kvFamily) stored(n int) inventory.Event {
-	tokens := make([]uint32, n*kvBlockSize)
+	tokens := make([]uint32, n*f.bs)
 	for i := range tokens {
 		tokens[i] = f.block + uint32(i)
 	}
 	f.block += uint32(len(tokens))
-	return inventory.Event{Kind: inventory.EventBlockStored, BlockHashes: f.hasher.AppendBlockKeys(nil, tokens, inventory.ExtraKeys{}),
-		TokenIDs: tokens, BlockSize: kvBlockSize}
+	return inventory.Event{Kind: inventory.EventBlockStored, BlockHashes: f.keys.AppendBlockKeys(nil, tokens, inventory.ExtraKeys{}),
+		TokenIDs: tokens, BlockSize: f.bs}
 }
 
 // feedView is what the oracle reads of the feed: the inventory view's
@@ -201,6 +228,11 @@ type feedView struct {
 	Invalid, Unknown, Disconnects, Blocks float64
 	// Ignored is llb_kv_events_ignored_total by reason.
 	Ignored map[string]float64
+	// Mismatched and Unverifiable count the stored runs the hash-contract
+	// check found wrong or could not re-hash; ContractReason is the
+	// guard's reason while it is raised.
+	Mismatched, Unverifiable uint64
+	ContractReason           string
 }
 
 // view reads the feed's state.
@@ -216,7 +248,8 @@ func readFeedView(ctx context.Context, d *daemon, service string) (feedView, err
 	}
 	r := rv.Feed
 	fv := feedView{Connected: r.Connected, LastSeq: r.LastSeq, RecvErrors: r.RecvErrors, Batches: r.Batches, Events: r.Events,
-		Gaps: r.Gaps, Lost: r.LostBatches, Duplicates: r.Duplicates, Restarts: r.Restarts, Resyncs: r.Resyncs}
+		Gaps: r.Gaps, Lost: r.LostBatches, Duplicates: r.Duplicates, Restarts: r.Restarts, Resyncs: r.Resyncs,
+		Mismatched: rv.Contract.Mismatched, Unverifiable: rv.Contract.Unverifiable, ContractReason: rv.Contract.Reason}
 	m, err := d.metrics(ctx)
 	if err != nil {
 		return fv, err
@@ -251,7 +284,7 @@ func (f *kvFamily) sync(ctx context.Context, within time.Duration) (feedView, er
 		f.seq++
 		ev := f.stored(1)
 		f.markers = append(f.markers, ev.BlockHashes[0])
-		if err := f.send([]byte{}, seqFrame(marker), batch(ev)); err != nil {
+		if err := f.send([]byte{}, seqFrame(marker), f.batch(ev)); err != nil {
 			return feedView{}, err
 		}
 		resend := time.Now().Add(time.Second)
@@ -288,7 +321,7 @@ func (f *kvFamily) checkEnd(ctx context.Context, base usage, peakKB int64) {
 		return
 	}
 	f.t.note("RSS peak %d MiB (baseline %d MiB)", peakKB>>10, base.rssKB>>10)
-	for _, k := range kvKinds {
+	for _, k := range f.kinds() {
 		if g, ok := f.rssGrowth[k.name]; ok {
 			f.t.note("RSS growth during one %s case: up to %d MiB (bound %d MiB)", k.name, g>>20, k.rssBound>>20)
 		}
@@ -296,13 +329,24 @@ func (f *kvFamily) checkEnd(ctx context.Context, base usage, peakKB int64) {
 	f.t.check("rss_peak", (peakKB-base.rssKB)<<10 <= kvRSSBound,
 		fmt.Sprintf("RSS peaked at %d MiB, %d MiB over the baseline (bound %d MiB)", peakKB>>10, (peakKB-base.rssKB)>>10, kvRSSBound>>20), "")
 	// The mirror after AllBlocksCleared and one valid batch holds exactly
-	// that batch.
+	// that batch (and, for SGLang, what rank 1 published since it too
+	// cleared: the endpoint's mirror is the union of its ranks).
+	var want []uint64
+	if f.peer != nil {
+		s := f.peer.seq
+		f.peer.seq++
+		_ = f.peerSend(s, f.rankBatch(1, inventory.Event{Kind: inventory.EventAllBlocksCleared}))
+		from := len(f.peer.markers)
+		_, err := f.peerSync(ctx, kvRecover)
+		f.t.check("rank1_recovers", err == nil, fmt.Sprint(err), "")
+		want = append(want, f.peer.markers[from:]...)
+	}
 	_, _ = f.sync(ctx, kvRecover)
 	ev := f.stored(8)
-	want := slices.Clone(ev.BlockHashes)
+	want = append(want, ev.BlockHashes...)
 	s := f.seq
 	f.seq++
-	_ = f.send([]byte{}, seqFrame(s), batch(inventory.Event{Kind: inventory.EventAllBlocksCleared}, ev))
+	_ = f.send([]byte{}, seqFrame(s), f.batch(inventory.Event{Kind: inventory.EventAllBlocksCleared}, ev))
 	from := len(f.markers)
 	v, err := f.sync(ctx, kvRecover)
 	want = append(want, f.markers[from:]...)
