@@ -252,12 +252,12 @@ next:
 type rankView struct {
 	Blocks   int
 	Contract struct {
-		State      string `json:"state"`
-		Reason     string `json:"reason"`
+		State        string `json:"state"`
+		Reason       string `json:"reason"`
 		Mismatched   uint64 `json:"mismatched"`
 		Unverifiable uint64 `json:"unverifiable"`
 	}
-	Feed   struct {
+	Feed struct {
 		Connected   bool    `json:"connected"`
 		Reconnects  uint64  `json:"reconnects"`
 		RecvErrors  uint64  `json:"recv_errors"`

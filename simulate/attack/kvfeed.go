@@ -37,7 +37,7 @@ const (
 	// kvRanks is the SGLang rule's kvDpRankCount: rank 0 is attacked,
 	// rank 1 (at kvPort+1) publishes honestly beside it.
 	kvRanks = 2
-	kvSeed      = "0"
+	kvSeed  = "0"
 	// kvMaxMsg is llbd's default LLB_KV_MAX_MSG_BYTES.
 	kvMaxMsg = 16 << 20
 	// kvRecover bounds how long the feed may take to mirror the marker
@@ -63,9 +63,9 @@ type kvFamily struct {
 	bs     int
 	layout inventory.Layout
 	// peer is SGLang's honest rank 1 (nil for vLLM's single rank).
-	peer *kvPeer
-	seq     uint64 // the next sequence number to publish
-	block   uint32 // the next fresh block's first token id
+	peer  *kvPeer
+	seq   uint64 // the next sequence number to publish
+	block uint32 // the next fresh block's first token id
 	// markers are the keys of the blocks the markers stored, in order.
 	markers []uint64
 	// spent counts the cases run by kind (expensive kinds have a cap);
