@@ -108,6 +108,26 @@ func TestProbe_ConsecutiveFailuresWithFirstProbeShortcut(t *testing.T) {
 	}
 }
 
+// A down endpoint whose last probe only timed out is probed every period:
+// a loaded engine is back within a period of answering. One that refuses
+// backs off.
+func TestProbe_NoBackoffAfterATimeout(t *testing.T) {
+	p := newProbeCore(rule.Probe{Period: time.Second, Retries: 2, MaxBackoff: 6 * time.Second})
+	for range 4 {
+		p.observe(probeTimeout{})
+	}
+	if p.up {
+		t.Fatal("four timeouts in a row left the endpoint up")
+	}
+	if got := p.nextDelay(); got != time.Second {
+		t.Fatalf("after timeouts the next probe in %v; want the period (1s)", got)
+	}
+	p.observe(errors.New("refused"))
+	if got := p.nextDelay(); got != 6*time.Second {
+		t.Fatalf("after a refusal the next probe in %v; want the backoff cap (6s)", got)
+	}
+}
+
 // probeTimeout is a probe error that says only that the probe timed out.
 type probeTimeout struct{}
 

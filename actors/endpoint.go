@@ -21,7 +21,11 @@ import (
 // first probe does, unless that probe only timed out — and comes back up
 // on one success (LoxiLB issue #1087: any success resets the counter).
 // While down the probe period grows by the period per failure up to
-// cfg.MaxBackoff (LoxiLB #265).
+// cfg.MaxBackoff (LoxiLB #265) — unless the last failure only timed out:
+// an engine that was too loaded to answer in time is probed again every
+// period, so it is back within one period of answering (backing off kept
+// a loaded engine that had recovered out for up to six periods, 30 s of
+// 503 by default).
 //
 // A timeout is weaker evidence than a refusal or a wrong answer: a loaded
 // engine answers late, a dead one refuses. llbd restarted, or a rule
@@ -34,6 +38,7 @@ type probeCore struct {
 	up       bool
 	probed   bool // at least one result seen
 	failures int
+	timedOut bool // the last failure only timed out
 }
 
 func newProbeCore(cfg rule.Probe) probeCore {
@@ -54,6 +59,7 @@ func (p *probeCore) observe(err error) (changed bool) {
 		return false
 	}
 	p.failures++
+	p.timedOut = timedOut(err)
 	if p.up && ((first && !timedOut(err)) || p.failures >= p.cfg.Retries) {
 		p.up = false
 		return true
@@ -70,7 +76,7 @@ func timedOut(err error) bool {
 
 // nextDelay is the wait before the next probe.
 func (p *probeCore) nextDelay() time.Duration {
-	if p.up {
+	if p.up || p.timedOut {
 		return p.cfg.Period
 	}
 	d := p.cfg.Period * time.Duration(1+p.failures)
@@ -124,10 +130,12 @@ type endpointActor struct {
 	queue  parkQueue
 	probe  probeCore
 	stats  EngineStats
-	pushed bool   // this incarnation pushed its probe state at least once
-	gen    uint64 // incarnation: stale timers and results are ignored
-	ctx    context.Context
-	cancel context.CancelFunc
+	pushed bool // this incarnation pushed its probe state at least once
+	// probing: a probe of this incarnation is under way (one at a time).
+	probing bool
+	gen     uint64 // incarnation: stale timers and results are ignored
+	ctx     context.Context
+	cancel  context.CancelFunc
 	// timers are the pending probe and scrape ticks, stopped with the
 	// incarnation so none fires into a stopped actor.
 	timers [2]*time.Timer
@@ -205,13 +213,25 @@ func (a *endpointActor) Receive(ctx actor.Context) {
 	case drainParked:
 		a.drain(ctx)
 	case probeTick:
-		if m.gen == a.gen {
+		if m.gen == a.gen && !a.probing {
+			a.runProbe(ctx)
+		}
+	case reprobe:
+		// A request found no endpoint available. An endpoint down only
+		// because its last probe timed out is probed now rather than a
+		// period later; a refused one keeps its backoff.
+		if a.probeF != nil && a.gen != 0 && !a.probe.up && a.probe.timedOut && !a.probing {
+			if t := a.timers[probeTimer]; t != nil {
+				t.Stop()
+				a.timers[probeTimer] = nil
+			}
 			a.runProbe(ctx)
 		}
 	case probeResult:
 		if m.gen != a.gen {
 			return
 		}
+		a.probing = false
 		// The first result of an incarnation is always pushed: the router
 		// may still hold a predecessor's state.
 		if changed := a.probe.observe(m.err); changed || !a.pushed {
@@ -285,6 +305,7 @@ func (a *endpointActor) after(ctx actor.Context, slot int, d time.Duration, msg 
 
 func (a *endpointActor) runProbe(ctx actor.Context) {
 	probe, gen, self, root := a.probeF, a.gen, ctx.Self(), ctx.ActorSystem().Root
+	a.probing = true
 	pctx, cancel := context.WithTimeout(a.ctx, a.svc.cfg.Rule.Probe.AttemptTimeout)
 	go func() {
 		defer cancel()

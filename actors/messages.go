@@ -218,6 +218,10 @@ type evictParked struct {
 // feed reconnected, so the engine may have restarted).
 type scrapeNow struct{}
 
+// reprobe asks a down endpoint to probe again now, when its last probe
+// only timed out (a request found no endpoint available).
+type reprobe struct{}
+
 // dropParked removes a parked request (the client left).
 type dropParked struct{ id uint64 }
 

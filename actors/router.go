@@ -227,6 +227,8 @@ func (a *routerActor) dropParked(ep int, id uint64) {
 
 func (a *routerActor) drainParked(ep int) { a.ctx.Send(a.svc.endpoints[ep], drainParked{}) }
 
+func (a *routerActor) reprobe(ep int) { a.ctx.Send(a.svc.endpoints[ep], reprobe{}) }
+
 func (a *routerActor) endpointLost(ep int) {
 	if f := a.svc.cfg.OnEndpointDown; f != nil {
 		f(ep)

@@ -33,6 +33,8 @@ type routerPorts interface {
 	// endpointLost says endpoint ep was just excluded by its probe or its
 	// breaker (ServiceConfig.OnEndpointDown).
 	endpointLost(ep int)
+	// reprobe asks endpoint ep, down by its probe, to probe again now.
+	reprobe(ep int)
 	// breaker feeds an outcome class to endpoint ep's breaker.
 	breaker(ep int, c outcomeClass)
 	// deadline arms the fan-out deadline of decision id; the returned func
@@ -131,6 +133,9 @@ type routerCore struct {
 
 	views []ladder.EndpointView
 	snap  ladder.Snapshot
+	// reprobed is when each endpoint was last asked to probe again
+	// (reprobeDown).
+	reprobed [ladder.MaxEndpoints]time.Time
 
 	scoreSet    ladder.EndpointSet // endpoints with an inventory
 	maxInflight uint32             // per-endpoint admission cap (0 = off)
@@ -364,6 +369,7 @@ func (c *routerCore) passthrough(now time.Time, m *routeMsg) {
 		if c.cfg.Rule.Spec.PDDisagg {
 			d.Unavailable = ladder.ReasonPDPoolUnavailable
 		}
+		c.reprobeDown(now, d)
 		m.reply <- routeReply{route: Route{Decision: d}}
 		return
 	}
@@ -519,6 +525,7 @@ func (c *routerCore) act(now time.Time, m *routeMsg, d ladder.Decision) {
 	switch d.Admission {
 	case ladder.Admit:
 		if !d.Available() {
+			c.reprobeDown(now, d)
 			m.reply <- routeReply{route: Route{Decision: d}}
 			return
 		}
@@ -546,6 +553,24 @@ func (c *routerCore) act(now time.Time, m *routeMsg, d ladder.Decision) {
 	default: // Shed, Refuse
 		c.m.shed(d.Admission)
 		m.reply <- routeReply{route: Route{Decision: d}}
+	}
+}
+
+// reprobeDown asks every endpoint its probe holds down to probe again now,
+// at most once per probe attempt timeout, when decision d found no
+// endpoint available: an endpoint that went down because a loaded engine
+// answered late is back as soon as it answers, not a probe period later
+// (the endpoint actor probes at once only when its last probe timed out).
+func (c *routerCore) reprobeDown(now time.Time, d ladder.Decision) {
+	if d.Unavailable != ladder.ReasonNoHealthyBackend && d.Unavailable != ladder.ReasonPDPoolUnavailable {
+		return
+	}
+	gap := c.cfg.Rule.Probe.AttemptTimeout
+	for i := range c.views {
+		if c.views[i].Down && i < len(c.reprobed) && now.Sub(c.reprobed[i]) >= gap {
+			c.reprobed[i] = now
+			c.ports.reprobe(i)
+		}
 	}
 }
 

@@ -24,6 +24,7 @@ type recorder struct {
 	drops    []string
 	drains   []int
 	lost     []int
+	reprobes []int
 	feed     []string // breaker feed, "ep/class"
 	armed    map[uint64]bool
 	waits    map[uint64]time.Duration // each decision's deadline
@@ -69,6 +70,7 @@ func (r *recorder) dropParked(ep int, id uint64) {
 }
 func (r *recorder) drainParked(ep int)  { r.drains = append(r.drains, ep) }
 func (r *recorder) endpointLost(ep int) { r.lost = append(r.lost, ep) }
+func (r *recorder) reprobe(ep int)      { r.reprobes = append(r.reprobes, ep) }
 func (r *recorder) breaker(ep int, c outcomeClass) {
 	r.feed = append(r.feed, fmt.Sprintf("%d/%d", ep, c))
 }
@@ -618,5 +620,46 @@ func TestRouterCore_ChargesUncachedPrefillUntilFirstByteAndKVUntilTheScrape(t *t
 				t.Fatalf("after the scrape: kv %d known %v; want 90, true", v.KVUsedBlocks, v.KVUsageKnown)
 			}
 		})
+	}
+}
+
+// A request that finds every endpoint down asks the down ones to probe
+// again now, at most once per probe attempt timeout each: an endpoint
+// taken out because a loaded engine answered late is back as soon as it
+// answers (the endpoint actor decides whether its last probe only timed
+// out). While one is up, nothing is asked.
+func TestRouterCore_NoHealthyBackendAsksTheDownEndpointsToProbeAgain(t *testing.T) {
+	cfg := poolConfig(2, ladder.SelRR)
+	cfg.Rule.Probe.AttemptTimeout = 2 * time.Second
+	c, rec := newTestCore(t, cfg)
+	send := func(id uint64, at time.Time) ladder.Decision {
+		m := newMsg(id, &RouteRequest{})
+		c.route(at, m)
+		r := final(t, m)
+		if r.route.Ticket.ID != 0 {
+			c.finish(r.route.Ticket, Result{OK: true})
+		}
+		return r.route.Decision
+	}
+	c.probe(probeState{ep: 0, up: false})
+	if d := send(1, t0); !d.Available() || len(rec.reprobes) != 0 {
+		t.Fatalf("one endpoint up: %s, reprobes %v; want endpoint 1, none", d.String(), rec.reprobes)
+	}
+	c.probe(probeState{ep: 1, up: false})
+	steps := []struct {
+		at   time.Duration
+		want []int
+	}{
+		{0, []int{0, 1}},
+		{time.Second, []int{0, 1}}, // within the attempt timeout: not again
+		{2 * time.Second, []int{0, 1, 0, 1}},
+	}
+	for i, s := range steps {
+		if d := send(uint64(10+i), t0.Add(s.at)); d.Unavailable != ladder.ReasonNoHealthyBackend {
+			t.Fatalf("step %d: %s; want no_healthy_backend", i, d.String())
+		}
+		if fmt.Sprint(rec.reprobes) != fmt.Sprint(s.want) {
+			t.Fatalf("step %d (+%v): reprobes %v; want %v", i, s.at, rec.reprobes, s.want)
+		}
 	}
 }

@@ -928,3 +928,48 @@ func TestService_DPRanksScoreTheUnionAndASilentRankDropsOut(t *testing.T) {
 		t.Fatalf("a reconnected rank brought its dropped blocks back: picked %d; want 1", got)
 	}
 }
+
+// An endpoint down because its probe timed out comes back as soon as it
+// answers once a request finds no endpoint: the request asks it to probe
+// again, rather than waiting for its next period (an hour here). One that
+// refused keeps its schedule.
+func TestService_ARefusedRequestReprobesAnEndpointDownByTimeouts(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		failure error
+		wantUp  bool
+	}{
+		{"timed out", probeTimeout{}, true},
+		{"refused", errors.New("refused"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sys := newTestSystem(t)
+			cfg := *poolConfig(1, ladder.SelRR)
+			cfg.Rule.Probe = rule.Probe{Period: time.Hour, AttemptTimeout: 50 * time.Millisecond, Retries: 1, MaxBackoff: 6 * time.Hour}
+			var fail atomic.Bool
+			fail.Store(true)
+			cfg.Probes = []ProbeFunc{func(context.Context) error {
+				if fail.Load() {
+					return tc.failure
+				}
+				return nil
+			}}
+			svc := startService(t, sys, cfg)
+			eventually(t, 5*time.Second, "the endpoint probed down", func() bool {
+				st, ok := svc.Status(time.Second)
+				return ok && !st.Endpoints[0].Up
+			})
+			fail.Store(false) // the engine answers again
+			up := false
+			for end := time.Now().Add(2 * time.Second); time.Now().Before(end) && !up; time.Sleep(60 * time.Millisecond) {
+				if rt := route(t, svc, &RouteRequest{}); rt.Decision.Available() {
+					svc.Finish(rt.Ticket, Result{OK: true})
+					up = true
+				}
+			}
+			if up != tc.wantUp {
+				t.Fatalf("routable again within 2 s of answering: %v; want %v", up, tc.wantUp)
+			}
+		})
+	}
+}

@@ -58,20 +58,19 @@ type clientConn struct {
 	// is over (stream.go, writeUntilClose); nil when none was.
 	hijacked chan struct{}
 
-	mu        sync.Mutex
-	x         *exchange // the exchange in progress, nil between requests
-	watching  bool      // the watch callback is blocked in waitPeerGone
-	watchOff  bool      // the exchange ended: the callback must not watch
-	watchDone chan struct{}
-	timer     *time.Timer // starts the watch clientWatchDelay into an exchange
+	mu       sync.Mutex
+	x        *exchange   // the exchange in progress, nil between requests
+	watchID  uint64      // the departure watch's registration (departures), 0: none
+	watchOff bool        // the exchange ended: the callback must not watch
+	timer    *time.Timer // starts the watch clientWatchDelay into an exchange
 }
 
 // clientWatchDelay is how long an exchange runs before its client
-// connection is watched for a departure. A watch is a goroutine blocked
-// on the socket (net/http keeps one per connection at all times); starting
-// it only for exchanges that outlive this delay keeps short requests free
-// of it, and an inference request that runs longer is cancelled within
-// microseconds of its client leaving.
+// connection is watched for a departure. A watch is a registration with the
+// process's departure watcher (departures_linux.go: two system calls, no
+// goroutine); starting it only for exchanges that outlive this delay keeps
+// short requests free of it, and an inference request that runs longer is
+// cancelled within microseconds of its client leaving.
 const clientWatchDelay = 200 * time.Millisecond
 
 // h2Preface is the start of the HTTP/2 connection preface (RFC 9113 §3.4):
@@ -79,7 +78,7 @@ const clientWatchDelay = 200 * time.Millisecond
 const h2Preface = "PRI * HTTP/2.0"
 
 func newClientConn(c net.Conn, base context.Context) *clientConn {
-	cc := &clientConn{Conn: c, remote: c.RemoteAddr().String(), watchDone: make(chan struct{}, 1)}
+	cc := &clientConn{Conn: c, remote: c.RemoteAddr().String()}
 	cc.ip = cc.remote
 	if host, _, err := net.SplitHostPort(cc.remote); err == nil {
 		cc.ip = host
@@ -104,6 +103,9 @@ func (cc *clientConn) Close() error {
 	}
 	defer waves.closed()
 	defer cc.limit.release()
+	cc.mu.Lock()
+	departures.remove(cc) // before the descriptor can be another's
+	cc.mu.Unlock()
 	if cc.linger {
 		lingerClose(cc.Conn, lingerTimeout, lingerMaxBytes)
 		return nil
@@ -310,45 +312,28 @@ func (cc *clientConn) begin(x *exchange) {
 	}
 }
 
-// end detaches the exchange and stops the watch, waiting for a running
-// watch callback to return, so the server can read the next request.
+// end detaches the exchange and ends the watch, so the server can read the
+// next request. A watch callback still to run finds watchOff and returns.
 func (cc *clientConn) end() {
 	cc.limitWrites(time.Time{})
-	if cc.raw == nil || cc.timer.Stop() {
-		cc.mu.Lock()
-		cc.x = nil
-		cc.mu.Unlock()
-		return
-	}
-	// The callback started (or ran): stop it and wait for it.
 	cc.mu.Lock()
 	cc.watchOff, cc.x = true, nil
-	if cc.watching {
-		_ = cc.Conn.SetReadDeadline(aLongTimeAgo) // wakes waitPeerGone
-	}
+	departures.remove(cc)
 	cc.mu.Unlock()
-	<-cc.watchDone
+	if cc.timer != nil {
+		cc.timer.Stop()
+	}
 }
 
-// watch is the timer callback: it blocks until the client leaves (then
-// aborts the exchange) or the exchange ends.
+// watch is the timer callback: it registers the connection with the
+// departure watcher, which aborts the exchange when the client leaves.
 func (cc *clientConn) watch() {
-	defer func() { cc.watchDone <- struct{}{} }()
 	cc.mu.Lock()
-	if cc.watchOff || cc.x == nil {
-		cc.mu.Unlock()
+	defer cc.mu.Unlock()
+	if cc.watchOff || cc.x == nil || cc.watchID != 0 {
 		return
 	}
-	cc.watching = true
-	_ = cc.Conn.SetReadDeadline(time.Time{}) // the request-read bound no longer applies
-	cc.mu.Unlock()
-	gone := waitPeerGone(cc.raw)
-	cc.mu.Lock()
-	cc.watching = false
-	if gone && !cc.watchOff && cc.x != nil { // under mu: the exchange cannot end meanwhile
-		cc.x.abort(causeClient, errClientGone)
-	}
-	cc.mu.Unlock()
+	departures.add(cc)
 }
 
 // cut aborts the exchange in progress (cause errCut) and closes the

@@ -28,8 +28,9 @@
 //     a body may take). ruletable.go picks the request's rule among those
 //     sharing the listener, by host, path and model.
 //   - conn.go serves each HTTP/1.1 request of its client connection
-//     (serveFast) and watches the socket for the client leaving
-//     (sockpeek_linux.go; sockpeek_other.go where MSG_PEEK is not wired).
+//     (serveFast) and has the socket watched for the client leaving
+//     (departures_linux.go, one epoll watcher for the process;
+//     departures_other.go where it is not wired).
 //   - exchange.go holds the request's state from its first byte to the end
 //     of its response: the client's request and response, the
 //     cancellation its legs obey, the attempt in progress, the record the
@@ -111,11 +112,13 @@
 //     in the past (exchange.abort, abortLeg): when the client leaves, when
 //     the listener cuts, when the EndpointWatch takes the endpoint out. The
 //     connection is then closed, so the backend sees the request go.
-//   - A departing HTTP/1.1 client is noticed by a watch that peeks at its
-//     socket (MSG_PEEK: nothing is consumed), started only for exchanges
-//     still running after 200 ms — inference requests, not the short ones —
-//     in a goroutine that ends with the exchange. After a body byte went
-//     out a failed write also tells.
+//   - A departing HTTP/1.1 client is noticed by the process's departure
+//     watcher: one epoll instance and one goroutine, with which a
+//     connection is registered (one-shot: input, hang-up, error) for
+//     exchanges still running after 200 ms — inference requests, not the
+//     short ones — until the exchange ends; when it fires, a peek
+//     (MSG_PEEK: nothing is consumed) tells a departure from a pipelined
+//     request. After a body byte went out a failed write also tells.
 //   - Exchanges, parsed requests, buffers and relay state are pooled; per
 //     proxied request two allocations remain, both handed to the router
 //     (the RouteRequest and the prompt string, whose bytes the rendering
@@ -129,8 +132,9 @@
 //     the pool per chunk in flight); an idle pooled upstream connection
 //     and a keep-alive client connection hold none either. What a stream
 //     keeps is the server's 4 KiB write buffer, its exchange and request
-//     context, and two goroutines (the connection's and the departure
-//     watch). After a wave of connections the memory goes back to the OS
+//     context, and one goroutine, the connection's (the departure watch is
+//     a registration, not a goroutine). After a wave of connections the
+//     memory goes back to the OS
 //     (wavetrim.go).
 //   - Process-wide bounds shared by every listener: the request-body budget
 //     (bodybudget.go; HTTP/1.1 reserves at the head, found from fasthttp's

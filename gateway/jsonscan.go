@@ -24,19 +24,25 @@ var errInvalidJSON = errors.New("gateway: invalid JSON")
 // validJSON reports whether b is exactly one valid JSON value (surrounding
 // whitespace allowed).
 func validJSON(b []byte) bool {
+	end, ok := scanValue(b, skipSpace(b, 0))
+	return ok && skipSpace(b, end) == len(b)
+}
+
+// scanValue validates the JSON value starting at b[i] and returns the
+// index just past it.
+func scanValue(b []byte, i int) (int, bool) {
 	var stack []byte // '{' or '['
 	var small [32]byte
 	stack = small[:0]
-	i := skipSpace(b, 0)
 	for {
 		// Expect a value at b[i].
 		if i >= len(b) {
-			return false
+			return i, false
 		}
 		switch c := b[i]; {
 		case c == '{' || c == '[':
 			if len(stack) >= maxJSONDepth {
-				return false
+				return i, false
 			}
 			stack = append(stack, c)
 			i = skipSpace(b, i+1)
@@ -48,46 +54,46 @@ func validJSON(b []byte) bool {
 			if c == '{' {
 				var ok bool
 				if i, ok = scanKey(b, i); !ok {
-					return false
+					return i, false
 				}
 			}
 			continue
 		case c == '"':
 			var ok bool
 			if i, ok = scanString(b, i); !ok {
-				return false
+				return i, false
 			}
 		case c == '-' || (c >= '0' && c <= '9'):
 			var ok bool
 			if i, ok = scanNumber(b, i); !ok {
-				return false
+				return i, false
 			}
 		case c == 't':
 			if !hasLit(b, i, "true") {
-				return false
+				return i, false
 			}
 			i += 4
 		case c == 'f':
 			if !hasLit(b, i, "false") {
-				return false
+				return i, false
 			}
 			i += 5
 		case c == 'n':
 			if !hasLit(b, i, "null") {
-				return false
+				return i, false
 			}
 			i += 4
 		default:
-			return false
+			return i, false
 		}
 	afterValue:
 		for {
-			i = skipSpace(b, i)
 			if len(stack) == 0 {
-				return i == len(b)
+				return i, true
 			}
+			i = skipSpace(b, i)
 			if i >= len(b) {
-				return false
+				return i, false
 			}
 			top := stack[len(stack)-1]
 			switch b[i] {
@@ -96,7 +102,7 @@ func validJSON(b []byte) bool {
 				if top == '{' {
 					var ok bool
 					if i, ok = scanKey(b, i); !ok {
-						return false
+						return i, false
 					}
 				}
 			case closer(top):
@@ -104,7 +110,7 @@ func validJSON(b []byte) bool {
 				i++
 				continue
 			default:
-				return false
+				return i, false
 			}
 			break
 		}

@@ -13,9 +13,12 @@ import (
 // backends and the h2c front end are net/http), protoactor's dead-letter
 // throttle waits out its period after a system stops, and fasthttp keeps
 // one process-wide goroutine that refreshes its Date header every second.
+// The departure watcher (departures_linux.go) is one goroutine for the
+// process's life by design.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreAnyFunction("net/http.(*conn).closeWriteAndWait"),
 		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"))
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		goleak.IgnoreAnyFunction("github.com/llbproject/llb/gateway.(*departureWatch).run"))
 }

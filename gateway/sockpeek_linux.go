@@ -39,26 +39,6 @@ func connAlive(nc net.Conn) bool {
 	return alive
 }
 
-// waitPeerGone blocks until the peer of rc closes or resets the connection
-// (true), sends bytes (false: a pipelined request, not a departure), or the
-// read deadline passes (false).
-func waitPeerGone(rc syscall.RawConn) bool {
-	gone := false
-	err := rc.Read(func(fd uintptr) bool {
-		n, errno := peek1(fd)
-		switch errno {
-		case syscall.EAGAIN, syscall.EINTR:
-			return false // wait for readability
-		case 0:
-			gone = n == 0 // EOF: the client closed
-		default:
-			gone = true // reset or broken
-		}
-		return true
-	})
-	return err == nil && gone
-}
-
 // peerWatchSupported reports whether clientConn can watch for departures.
 const peerWatchSupported = true
 

@@ -13,8 +13,6 @@ import (
 
 func connAlive(net.Conn) bool { return true }
 
-func waitPeerGone(syscall.RawConn) bool { return false }
-
 const peerWatchSupported = false
 
 // unsentBytes is unknown here: the send bound sees progress only when a

@@ -55,6 +55,7 @@ type sseTrack struct {
 	edits             [8]edit
 	nedits            int
 	usageBuf          [112]byte
+	head              chunkHead // the last event's start (ssechunk.go)
 }
 
 // edit replaces ev[s:e] with repl.
@@ -162,58 +163,30 @@ func (t *sseTrack) event(ev []byte) (drop bool) {
 		t.refuse(refUnreadable)
 		return false
 	}
-	payload := ev[p0:p1]
-	if string(payload) == "[DONE]" {
+	if string(ev[p0:p1]) == "[DONE]" {
 		t.done = true
 		return false
 	}
-	if !validJSON(payload) {
+	var ci chunkInfo
+	if !readChunk(ev[:p1], p0, &ci, &t.head) {
 		t.refuse(refUnreadable)
 		return false
 	}
-	var (
-		idS, idE, crS, crE, moS, moE int
-		usageS, usageE, usageV       int
-		haveUsage, emptyChoices      bool
-		c                            choiceInfo
-	)
-	it := memberIter{doc: payload}
-	for it.next() {
-		m := &it.m
-		vs := p0 + m.end - len(m.val) // the value's offset in ev
-		switch string(m.key) {
-		case "id":
-			idS, idE = vs, vs+len(m.val)
-		case "created":
-			crS, crE = vs, vs+len(m.val)
-		case "model":
-			moS, moE = vs, vs+len(m.val)
-		case "choices":
-			v := bytes.TrimSpace(m.val)
-			if string(v) == "[]" {
-				emptyChoices = true
-				continue
-			}
-			if !t.choices(ev, vs, m.val, &c) {
-				t.refuse(refUnreadable)
-				return false
-			}
-		case "usage":
-			if isNull(m.val) || m.val[0] != '{' {
-				continue
-			}
-			haveUsage, usageS, usageE, usageV = true, p0+m.start, p0+m.end, vs
-			t.readUsage(m.val)
-		case "error":
-			if !isNull(m.val) {
-				t.refuse(refEngineError)
-			}
+	if ci.engineError {
+		t.refuse(refEngineError)
+	}
+	if ci.haveTokens {
+		t.legTokens, t.legUsage = ci.tokens, true
+	}
+	if ci.havePrompt {
+		t.legPrompt = ci.prompt
+		if !t.splice && t.promptTokens == 0 {
+			t.promptTokens = ci.prompt
 		}
 	}
-	if it.err != nil {
-		t.refuse(refUnreadable)
-		return false
-	}
+	idS, idE, crS, crE, moS, moE := ci.idS, ci.idE, ci.crS, ci.crE, ci.moS, ci.moE
+	usageS, usageE, usageV, haveUsage := ci.usageS, ci.usageE, ci.usageV, ci.haveUsage
+	c := &ci.c
 	if !t.haveIDs && !t.splice && idE > 0 {
 		t.haveIDs = true
 		t.ids = append(append(append(t.ids[:0], ev[idS:idE]...), ev[crS:crE]...), ev[moS:moE]...)
@@ -239,7 +212,7 @@ func (t *sseTrack) event(ev []byte) (drop bool) {
 	if c.finish {
 		t.finished = true
 	}
-	final := emptyChoices && haveUsage // the final usage chunk
+	final := ci.emptyChoices && haveUsage // the final usage chunk
 	if t.splice {
 		if c.role && len(c.text) == 0 && !c.finish && !c.tool {
 			return true // the continuation's role chunk
@@ -314,85 +287,6 @@ type choiceInfo struct {
 	tool         bool // a tool-call delta
 	reasoning    bool // a reasoning delta
 	finish       bool // a finish_reason
-}
-
-// choices reads the choices array (at offset vs of ev): exactly one
-// choice, index 0. It reports false for anything else.
-func (t *sseTrack) choices(ev []byte, vs int, arr []byte, c *choiceInfo) bool {
-	n := 0
-	ok := true
-	_ = forEachElement(arr, func(_ int, el []byte) error {
-		n++
-		if n > 1 || len(el) == 0 || el[0] != '{' {
-			ok = false
-			return errNotObject
-		}
-		es := vs + (cap(arr) - cap(el)) // el's offset in ev
-		it := memberIter{doc: el}
-		for it.next() {
-			m := &it.m
-			switch string(m.key) {
-			case "index":
-				if string(m.val) != "0" {
-					ok = false
-				}
-			case "delta":
-				if len(m.val) > 0 && m.val[0] == '{' {
-					t.delta(ev, es+m.end-len(m.val), m.val, c)
-				}
-			case "text":
-				if len(m.val) >= 2 && m.val[0] == '"' {
-					c.text = m.val[1 : len(m.val)-1]
-				}
-			case "finish_reason":
-				c.finish = !isNull(m.val)
-			}
-		}
-		return it.err
-	})
-	return ok && n == 1
-}
-
-// delta reads a chat delta (at offset ds of ev).
-func (t *sseTrack) delta(ev []byte, ds int, d []byte, c *choiceInfo) {
-	it := memberIter{doc: d}
-	for it.next() {
-		m := &it.m
-		switch string(m.key) {
-		case "role":
-			c.role = true
-			c.roleS, c.roleE = memberSpan(ev, ds+m.start, ds+m.end)
-		case "content":
-			if len(m.val) >= 2 && m.val[0] == '"' {
-				c.text = m.val[1 : len(m.val)-1]
-			}
-		case "tool_calls", "function_call":
-			v := bytes.TrimSpace(m.val)
-			c.tool = c.tool || !isNull(v) && string(v) != "[]"
-		case "reasoning_content", "reasoning":
-			c.reasoning = c.reasoning || len(m.val) > 2 && m.val[0] == '"'
-		}
-	}
-}
-
-// readUsage takes the counts of a usage object.
-func (t *sseTrack) readUsage(u []byte) {
-	it := memberIter{doc: u}
-	for it.next() {
-		v, ok := jsonCount(it.m.val)
-		if !ok {
-			continue
-		}
-		switch string(it.m.key) {
-		case "completion_tokens":
-			t.legTokens, t.legUsage = v, true
-		case "prompt_tokens":
-			t.legPrompt = v
-			if !t.splice && t.promptTokens == 0 {
-				t.promptTokens = v
-			}
-		}
-	}
 }
 
 // summedUsage renders the usage of every leg so far: the first leg's

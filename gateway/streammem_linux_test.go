@@ -13,15 +13,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llbproject/llb/internal/testwait"
 	"github.com/llbproject/llb/ladder"
 )
 
 // A stream waiting for its next event holds no buffer: not the server's
 // request read buffer, not the upstream connection's read buffer, not the
 // relay buffer (issue 31: ~75 KiB a stream for its whole life, against
-// HAProxy's 12–27 KiB). 200 streams are held open between two events
-// through the gateway and the heap it keeps for them is measured; the
-// streams then end whole.
+// HAProxy's 12–27 KiB); and one goroutine, its connection's: the departure
+// watch that follows it is a registration with the process's watcher, not
+// a goroutine of its own. 200 streams are held open between two events
+// through the gateway and the heap and goroutines it keeps for them are
+// measured; the streams then end whole.
 func TestStreams_WaitingStreamsHoldNoBuffers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("holds 200 streams")
@@ -52,6 +55,8 @@ func TestStreams_WaitingStreamsHoldNoBuffers(t *testing.T) {
 		return m.HeapInuse
 	}
 	before := heap()
+	goroutines := runtime.NumGoroutine()
+	watched := departures.count()
 	body := `{"model":"m","prompt":"hello","stream":true}`
 	req := fmt.Sprintf("POST /v1/completions HTTP/1.1\r\nHost: llb\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 	conns := make([]net.Conn, streams)
@@ -85,6 +90,14 @@ func TestStreams_WaitingStreamsHoldNoBuffers(t *testing.T) {
 			}
 			got[i] = append(got[i], buf[:n]...)
 		}
+	}
+	// Every stream is watched for its client's departure (from
+	// clientWatchDelay on).
+	testwait.Eventually(t, "every stream watched", func() bool { return departures.count()-watched >= streams })
+	// The backend's handler is one goroutine a stream; the gateway's
+	// connection another. A departure watch of its own would be a third.
+	if g := float64(runtime.NumGoroutine()-goroutines) / streams; g > 2.5 {
+		t.Errorf("goroutines per waiting stream: %.2f (the backend's one included); want 2", g)
 	}
 	perStream := (int64(heap()) - int64(before)) / streams
 	t.Logf("heap per waiting stream: %d bytes (the test's own connections and read-back included)", perStream)

@@ -115,6 +115,10 @@ type upConn struct {
 	// killed is set (under the exchange's mu) when an abort put nc's
 	// deadline in the past: the connection is closed, never pooled.
 	killed bool
+	// woke and step are waitReadable's state and callback, made once per
+	// connection: a closure per wait would be an allocation per event.
+	woke bool
+	step func(fd uintptr) bool
 }
 
 // arm bounds the connection's reads and writes by d, firing at most slack
@@ -169,6 +173,7 @@ func (p *upstreamPool) dial(ctx context.Context) (*upConn, error) {
 	c := &upConn{nc: nc, pool: p}
 	if sc, ok := nc.(syscall.Conn); ok && peerWatchSupported {
 		c.raw, _ = sc.SyscallConn()
+		c.step = c.waitStep
 	}
 	return c, nil
 }
@@ -214,14 +219,18 @@ func (c *upConn) waitReadable() {
 	if c.raw == nil {
 		return
 	}
-	woke := false
-	_ = c.raw.Read(func(fd uintptr) bool {
-		if woke {
-			return true
-		}
-		woke = true
-		return readable(fd)
-	})
+	c.woke = false
+	_ = c.raw.Read(c.step)
+}
+
+// waitStep is waitReadable's callback: the first call checks, the next
+// (after the poller's wake-up) ends the wait.
+func (c *upConn) waitStep(fd uintptr) bool {
+	if c.woke {
+		return true
+	}
+	c.woke = true
+	return readable(fd)
 }
 
 // put returns a connection whose last response was read to its end.

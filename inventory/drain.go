@@ -296,7 +296,7 @@ func (f *DrainFeed) Run(ctx context.Context) error {
 		f.applyRelayed() // what the previous leader drained before handing over
 		n, err := f.drainOnce(ctx)
 		now := time.Now()
-		trimAfterDrain(f.lastBody, now)
+		trimAfterDrain(f.lastBody)
 		f.tickRate(now)
 		switch {
 		case ctx.Err() != nil:
@@ -398,7 +398,7 @@ func (f *DrainFeed) applyRelayed() {
 		select {
 		case body := <-f.cfg.Relay:
 			_, _ = f.consume(body, false)
-			trimAfterDrain(len(body), time.Now())
+			trimAfterDrain(len(body))
 		default:
 			return
 		}
@@ -417,7 +417,7 @@ func (f *DrainFeed) follow(ctx context.Context) bool {
 			return false
 		case body := <-f.cfg.Relay:
 			_, _ = f.consume(body, false)
-			trimAfterDrain(len(body), time.Now())
+			trimAfterDrain(len(body))
 			f.tickRate(time.Now())
 		case <-t.C:
 			return true

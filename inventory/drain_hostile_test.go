@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/llbproject/llb/internal/memtrim"
 )
 
 // What a hostile or broken /kv_cache_events answer costs llb: these are
@@ -220,32 +222,45 @@ func TestSplitDrain(t *testing.T) {
 }
 
 // TestTrimAfterDrain: a large drain gives its memory back at once, at
-// most once per drainTrimEvery process-wide; small drains never pay for a
-// collection.
+// most once per drainTrimEvery process-wide (a large drain within the
+// period is trimmed at its end); small drains never pay for a collection.
 func TestTrimAfterDrain(t *testing.T) {
+	defer func(tr *memtrim.Trim) { drainTrim = tr }(drainTrim)
+	drainTrim = memtrim.New(0, drainTrimEvery, func() bool { return true }, nil)
 	freed := 0
-	defer func(f func()) { freeOSMemory = f }(freeOSMemory)
-	freeOSMemory = func() { freed++ }
-	lastDrainTrim.Store(0)
-	t0 := time.Unix(1000, 0)
-	steps := []struct {
-		n    int
-		at   time.Duration
-		want bool
-	}{
-		{n: drainTrimAfter - 1, at: 0, want: false},
-		{n: drainTrimAfter, at: 0, want: true},
-		{n: 64 << 20, at: drainTrimEvery / 2, want: false},
-		{n: 64 << 20, at: drainTrimEvery, want: true},
-		{n: 1 << 10, at: 10 * drainTrimEvery, want: false},
-	}
-	for i, s := range steps {
-		if got := trimAfterDrain(s.n, t0.Add(s.at)); got != s.want {
-			t.Errorf("step %d: a drain of %d bytes at +%v trimmed %v; want %v", i, s.n, s.at, got, s.want)
+	clock := time.Unix(1000, 0)
+	var queued []func()
+	drainTrim.Free = func() { freed++ }
+	drainTrim.Now = func() time.Time { return clock }
+	drainTrim.After = func(_ time.Duration, fn func()) { queued = append(queued, fn) }
+	run := func(d time.Duration) {
+		clock = clock.Add(d)
+		q := queued
+		queued = nil
+		for _, fn := range q {
+			fn()
 		}
 	}
-	if freed != 2 {
-		t.Errorf("freed %d times; want 2", freed)
+	steps := []struct {
+		n         int
+		after     time.Duration // the clock runs this long before the drain's check
+		wantArm   bool
+		wantFreed int
+	}{
+		{n: drainTrimAfter - 1, wantArm: false, wantFreed: 0},
+		{n: drainTrimAfter, wantArm: true, wantFreed: 1},
+		{n: 64 << 20, after: drainTrimEvery / 2, wantArm: true, wantFreed: 1}, // waits out the period
+		{n: 1 << 10, after: drainTrimEvery / 2, wantArm: false, wantFreed: 2}, // the waiting trim runs
+		{n: 1 << 10, after: 10 * drainTrimEvery, wantArm: false, wantFreed: 2},
+	}
+	for i, s := range steps {
+		if got := trimAfterDrain(s.n); got != s.wantArm {
+			t.Errorf("step %d: a drain of %d bytes armed the trim %v; want %v", i, s.n, got, s.wantArm)
+		}
+		run(s.after)
+		if freed != s.wantFreed {
+			t.Errorf("step %d: freed %d times; want %d", i, freed, s.wantFreed)
+		}
 	}
 }
 

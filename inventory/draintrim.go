@@ -1,9 +1,9 @@
 package inventory
 
 import (
-	"runtime/debug"
-	"sync/atomic"
 	"time"
+
+	"github.com/llbproject/llb/internal/memtrim"
 )
 
 // Memory of a large drain goes back at once. A drain of tens of MiB is
@@ -15,28 +15,22 @@ const (
 	// trim.
 	drainTrimAfter = 16 << 20
 	// drainTrimEvery is the least time between two trims, process-wide
-	// (a collection of llbd's heap takes tens of milliseconds).
+	// (a collection of llbd's heap takes tens of milliseconds): a large
+	// drain within it is trimmed at its end.
 	drainTrimEvery = 2 * time.Second
 )
 
-var (
-	// lastDrainTrim is when a drain last trimmed (Unix nanoseconds).
-	lastDrainTrim atomic.Int64
-	// freeOSMemory collects and returns free memory (a variable for tests).
-	freeOSMemory = debug.FreeOSMemory
-)
+// drainTrim is the process's trim after large drains: no delay, nothing to
+// wait for but the period.
+var drainTrim = memtrim.New(0, drainTrimEvery, func() bool { return true }, nil)
 
 // trimAfterDrain gives the memory of a drain of n bytes back when it was
-// large and no drain trimmed in the last drainTrimEvery. The drain's body
-// must no longer be referenced.
-func trimAfterDrain(n int, now time.Time) bool {
+// large, and reports whether it armed the trim. The drain's body must no
+// longer be referenced.
+func trimAfterDrain(n int) bool {
 	if n < drainTrimAfter {
 		return false
 	}
-	last := lastDrainTrim.Load()
-	if now.UnixNano()-last < int64(drainTrimEvery) || !lastDrainTrim.CompareAndSwap(last, now.UnixNano()) {
-		return false
-	}
-	freeOSMemory()
+	drainTrim.Arm()
 	return true
 }
