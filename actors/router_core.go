@@ -63,6 +63,7 @@ type pending struct {
 	session  ladder.SessionLookup
 	guard    ladder.Reason
 	stop     func() bool
+	late     bool // the deadline fired before every reply came
 }
 
 // legBits records which legs of a ticket still hold load.
@@ -444,6 +445,7 @@ func (c *routerCore) deadlineFired(now time.Time, id uint64) {
 	delete(c.pending, id)
 	c.stats.missed += uint64(p.awaiting)
 	c.m.fanoutMissed(p.awaiting)
+	p.late = true
 	c.finalize(now, p)
 }
 
@@ -455,6 +457,7 @@ func (c *routerCore) finalize(now time.Time, p *pending) {
 	if p.guard != ladder.ReasonNone && req.KV.Guard == ladder.ReasonNone {
 		req.KV.Guard = p.guard
 	}
+	late := p.late
 	c.recycle(p)
 	if m.rr.Passthrough {
 		c.passthrough(now, m)
@@ -463,6 +466,9 @@ func (c *routerCore) finalize(now time.Time, p *pending) {
 	d := c.decide(now, m, func(req *ladder.Request) (ladder.Decision, error) {
 		return c.lad.Decide(now, req, &c.snap)
 	})
+	if late {
+		d.Flags |= ladder.FlagFanoutLate
+	}
 	c.act(now, m, d)
 }
 

@@ -263,9 +263,20 @@ func TestRouterCore_DeadlineDecidesWithMissingReplies(t *testing.T) {
 	if c.stats.missed != 1 {
 		t.Fatalf("missed %d; want 1", c.stats.missed)
 	}
+	if !r.route.Decision.Flags.Has(ladder.FlagFanoutLate) {
+		t.Fatalf("decision %s; want the fanout_late flag", r.route.Decision.String())
+	}
 	c.scoreReply(t0, scoreReply{id: 3, ep: 0, overlap: 2}) // late
 	if c.stats.lateReplies != 1 {
 		t.Fatalf("late %d; want 1", c.stats.lateReplies)
+	}
+	// Every reply in time: no flag.
+	m = newMsg(4, rr)
+	c.route(t0, m)
+	c.scoreReply(t0, scoreReply{id: 4, ep: 0, overlap: 2, blocks: 50})
+	c.scoreReply(t0, scoreReply{id: 4, ep: 1, overlap: 2, blocks: 50})
+	if r := final(t, m); r.route.Decision.Flags.Has(ladder.FlagFanoutLate) {
+		t.Fatalf("decision %s with every reply; want no fanout_late flag", r.route.Decision.String())
 	}
 }
 

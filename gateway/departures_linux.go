@@ -137,15 +137,18 @@ func (cc *clientConn) fired(id uint64) {
 		n, errno := peek1(fd)
 		switch errno {
 		case syscall.EAGAIN, syscall.EINTR:
-			// Spurious: nothing to read after all. Watch again.
+			// Spurious: nothing to read after all. Watch again, known to
+			// the watcher before the registration can fire (as in add).
 			ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | epollOneShot}
 			setEpollID(&ev, id)
-			if syscall.EpollCtl(departures.epfd, syscall.EPOLL_CTL_MOD, int(fd), &ev) == nil {
-				departures.mu.Lock()
-				departures.conns[id] = cc
-				departures.mu.Unlock()
-				cc.watchID = id
+			departures.mu.Lock()
+			departures.conns[id] = cc
+			departures.mu.Unlock()
+			if syscall.EpollCtl(departures.epfd, syscall.EPOLL_CTL_MOD, int(fd), &ev) != nil {
+				departures.forget(id)
+				return
 			}
+			cc.watchID = id
 		case 0:
 			gone = n == 0 // end of stream: the client closed
 		default:

@@ -212,9 +212,14 @@ const (
 	// FlagObjectiveMiss: no eligible endpoint was predicted to meet the
 	// request's TTFT objective; it kept the ladder's pick.
 	FlagObjectiveMiss
+	// FlagFanoutLate: some inventory or session replies the router asked
+	// for missed the decision timeout and counted as misses (overlap 0,
+	// no pin), so a no_overlap or session_miss beside it may be a late
+	// reply, not a genuine miss. The router sets it; the ladder never does.
+	FlagFanoutLate
 )
 
-var flagNames = [...]string{"spill", "relief", "cold_seed", "rescue", "rr_tie", "decode_rr_tie", "excluded_winner", "backup", "bound_walk", "saturated", "pending", "least_kv", "held", "refit", "balance", "objective", "objective_miss"}
+var flagNames = [...]string{"spill", "relief", "cold_seed", "rescue", "rr_tie", "decode_rr_tie", "excluded_winner", "backup", "bound_walk", "saturated", "pending", "least_kv", "held", "refit", "balance", "objective", "objective_miss", "fanout_late"}
 
 // Has reports whether every flag in f2 is set.
 func (f Flags) Has(f2 Flags) bool { return f&f2 == f2 }

@@ -1,6 +1,7 @@
 package attack
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -236,4 +237,18 @@ func caseRand(seed uint64, family string, i int) *rand.Rand {
 		h = (h ^ uint64(c)) * 1099511628211
 	}
 	return rand.New(rand.NewPCG(seed, h^uint64(i)*0x9e3779b97f4a7c15))
+}
+
+// eachCase runs case i = 0, 1, … of family, each with its caseRand, until
+// deadline passes or ctx ends; a replay runs cfg.Case alone.
+func eachCase(ctx context.Context, cfg *Config, family string, deadline time.Time, run func(i int, rng *rand.Rand)) {
+	for i := 0; ; i++ {
+		if cfg.Replay {
+			i = cfg.Case
+		}
+		run(i, caseRand(cfg.Seed, family, i))
+		if cfg.Replay || time.Now().After(deadline) || ctx.Err() != nil {
+			return
+		}
+	}
 }

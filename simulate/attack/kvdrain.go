@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -286,18 +287,11 @@ func runKVDrain(ctx context.Context, cfg *Config, n loopNet, budget time.Duratio
 	peak := watchRSS(ctx, d)
 	deadline := time.Now().Add(attackSpan(budget, 10*time.Second))
 	f.short = shortRun(budget)
-	for i := 0; ; i++ {
-		if cfg.Replay {
-			i = cfg.Case
-		}
-		rng := caseRand(cfg.Seed, FamilyKV, i)
+	eachCase(ctx, cfg, FamilyKV, deadline, func(i int, rng *rand.Rand) {
 		k := pickKind(rng, drainKinds, func(k drainKind) int { return k.weight })
 		kind, o, repro := f.runCase(ctx, rng, k)
 		t.add(i, kind, o, repro)
-		if cfg.Replay || time.Now().After(deadline) || ctx.Err() != nil {
-			break
-		}
-	}
+	})
 	f.checkEnd(ctx, base, peak())
 	return t, ctx.Err()
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"slices"
 	"strconv"
@@ -148,18 +149,11 @@ func runKV(ctx context.Context, cfg *Config, n loopNet, budget time.Duration) (*
 	peak := watchRSS(ctx, d)
 	deadline := time.Now().Add(attackSpan(budget, 10*time.Second))
 	f.short = shortRun(budget)
-	for i := 0; ; i++ {
-		if cfg.Replay {
-			i = cfg.Case
-		}
-		rng := caseRand(cfg.Seed, FamilyKV, i)
+	eachCase(ctx, cfg, FamilyKV, deadline, func(i int, rng *rand.Rand) {
 		k := pickKind(rng, f.kinds(), func(k kvKind) int { return k.weight })
 		kind, o, repro := f.runCase(ctx, rng, k)
 		t.add(i, kind, o, repro)
-		if cfg.Replay || time.Now().After(deadline) || ctx.Err() != nil {
-			break
-		}
-	}
+	})
 	f.checkEnd(ctx, base, peak())
 	return t, ctx.Err()
 }

@@ -102,11 +102,7 @@ func runREST(ctx context.Context, cfg *Config, n loopNet, budget time.Duration) 
 	t.note("llbd --max-rules %d; REST bounds: read-header 10 s, read 30 s, body 1 MiB", restMaxRules)
 	deadline := time.Now().Add(budget)
 	slow := f.slowClients(ctx, budget)
-	for i := 0; ; i++ {
-		if cfg.Replay {
-			i = cfg.Case
-		}
-		rng := caseRand(cfg.Seed, FamilyREST, i)
+	eachCase(ctx, cfg, FamilyREST, deadline, func(i int, rng *rand.Rand) {
 		if sweep := i / 3; i%3 == 2 && sweep < len(f.sweep) {
 			o, repro := f.stringSweep(ctx, f.sweep[sweep])
 			t.add(i, "string_sweep", o, repro)
@@ -121,10 +117,7 @@ func runREST(ctx context.Context, cfg *Config, n loopNet, budget time.Duration) 
 			o, repro := k.run(f, ctx, rng)
 			t.add(i, k.name, o, repro)
 		}
-		if cfg.Replay || time.Now().After(deadline) || ctx.Err() != nil {
-			break
-		}
-	}
+	})
 	for _, r := range slow() {
 		t.add(-1, r.kind, r.o, func() string { return r.repro })
 	}
