@@ -70,8 +70,8 @@ func deltaOf(v0, v1 feedView, markers int64, elapsed time.Duration) delta {
 }
 
 func (d delta) String() string {
-	return fmt.Sprintf("recv_errors %+d, batches %+d, invalid %+d, unknown %+d, duplicates %+d, gaps %+d, lost %+d, restarts %+d, resyncs %+d, disconnects %+d",
-		d.recv, d.batches, d.invalid, d.unknown, d.dups, d.gaps, d.lost, d.restarts, d.resyncs, d.disconnects)
+	return fmt.Sprintf("recv_errors %+d, batches %+d, invalid %+d, unknown %+d, duplicates %+d, gaps %+d, lost %+d, restarts %+d, resyncs %+d, disconnects %+d, contract mismatched %+d, unverifiable %+d, guard %q",
+		d.recv, d.batches, d.invalid, d.unknown, d.dups, d.gaps, d.lost, d.restarts, d.resyncs, d.disconnects, d.mismatched, d.unverifiable, d.contractReason)
 }
 
 // kvKinds are the case generators.
