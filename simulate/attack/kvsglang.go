@@ -287,10 +287,8 @@ func peerGapCase(f *kvFamily, rng *rand.Rand) (func(delta) Outcome, string, time
 // publishes on, then binds it again from sequence 0 as a restarted rank
 // does: rank 1 counts the restart, rank 0 nothing.
 func peerSilentCase(f *kvFamily, rng *rand.Rand) (func(delta) Outcome, string, time.Duration) {
-	// A restart from 0 shows as one only while rank 1's last sequence is
-	// past the markers lost to the reconnect (up to one a second): after
-	// an earlier restart it may not be, so rank 1 publishes on first.
-	for f.peer.seq < 2*uint64(kvRecover/time.Second) {
+	// As in pubRestartCase, rank 1 first gets past restartFloor.
+	for f.peer.seq < restartFloor {
 		_ = f.peerSend(f.peer.seq, f.rankBatch(1, f.stored(1)))
 		f.peer.seq++
 	}
