@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"sync"
@@ -398,19 +397,10 @@ func (f *drainFamily) checkEnd(ctx context.Context, base usage, peakKB int64) {
 	f.markers = nil
 	v, err := f.sync(ctx, drainRecover)
 	want = append(want, f.markers...)
-	var inv struct {
-		Blocks []struct {
-			Hash uint64 `json:"hash_uint64"`
-		} `json:"blocks"`
-	}
-	if err == nil {
-		err = f.d.getJSON(ctx, "/netlox/v1/config/ai/kv/inventory?limit=10000&ep_idx=0&service_id="+url.QueryEscape(f.service), &inv)
-	}
 	var got []uint64
-	for _, b := range inv.Blocks {
-		got = append(got, b.Hash)
+	if err == nil {
+		got, err = f.d.mirrorHashes(ctx, f.service)
 	}
-	slices.Sort(got)
 	slices.Sort(want)
 	f.t.check("mirrors_valid_drain", err == nil && slices.Equal(got, want) && int(v.Blocks) == len(want),
 		fmt.Sprintf("after a created event and a stored run of 8 blocks (+1 marker): mirror lists %d blocks %v, loxilb_pd_kv_blocks %v; want %v (%v)",

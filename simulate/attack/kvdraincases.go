@@ -76,23 +76,15 @@ func (f *drainFamily) runCase(ctx context.Context, rng *rand.Rand, k drainKind) 
 		return k.name, defect("reading the feed before the case: %v", err), nil
 	}
 	start := time.Now()
-	var peak func() int64
-	rss0, _ := procRSS(f.d.PID())
-	if k.rssBound > 0 {
-		peak = sampleRSS(f.d.PID(), 20*time.Millisecond)
-	}
+	rss := watchCaseRSS(f.d.PID(), k.rssBound)
 	check, repro, within := k.send(f, rng)
 	if within == 0 {
 		within = 5 * time.Second
 	}
 	v1, err := f.sync(ctx, within)
 	reproF := func() string { return repro }
-	if peak != nil {
-		grew := (peak() - rss0) << 10
-		f.rssGrowth[k.name] = max(f.rssGrowth[k.name], grew)
-		if grew > k.rssBound && err == nil {
-			return k.name, defect("llbd's RSS grew by %d MiB during the case (bound %d MiB)", grew>>20, k.rssBound>>20), reproF
-		}
+	if o := rss.over(k.name, f.rssGrowth); o != nil && err == nil {
+		return k.name, *o, reproF
 	}
 	if err != nil {
 		return k.name, defect("the drain did not come back after the case: %v", err), reproF

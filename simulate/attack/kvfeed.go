@@ -344,23 +344,61 @@ func (f *kvFamily) checkEnd(ctx context.Context, base usage, peakKB int64) {
 	from := len(f.markers)
 	v, err := f.sync(ctx, kvRecover)
 	want = append(want, f.markers[from:]...)
-	var inv struct {
-		Blocks []struct {
-			Hash uint64 `json:"hash_uint64"`
-		} `json:"blocks"`
-		Total int `json:"total"`
-	}
-	if err == nil {
-		err = f.d.getJSON(ctx, "/netlox/v1/config/ai/kv/inventory?limit=10000&ep_idx=0&service_id="+url.QueryEscape(f.service), &inv)
-	}
 	var got []uint64
-	for _, b := range inv.Blocks {
-		got = append(got, b.Hash)
+	if err == nil {
+		got, err = f.d.mirrorHashes(ctx, f.service)
 	}
-	slices.Sort(got)
 	slices.Sort(want)
 	f.t.check("mirrors_valid_batch", err == nil && slices.Equal(got, want) && int(v.Blocks) == len(want),
 		fmt.Sprintf("after AllBlocksCleared and a batch of 8 blocks (+1 marker): mirror lists %d blocks %v, loxilb_pd_kv_blocks %v; want %v (%v)",
 			len(got), got, v.Blocks, want, err), "")
 	f.d.checkLog(f.t)
+}
+
+// mirrorHashes lists the block hashes llbd's mirror holds for endpoint 0
+// of service, sorted.
+func (d *daemon) mirrorHashes(ctx context.Context, service string) ([]uint64, error) {
+	var inv struct {
+		Blocks []struct {
+			Hash uint64 `json:"hash_uint64"`
+		} `json:"blocks"`
+	}
+	err := d.getJSON(ctx, "/netlox/v1/config/ai/kv/inventory?limit=10000&ep_idx=0&service_id="+url.QueryEscape(service), &inv)
+	got := make([]uint64, 0, len(inv.Blocks))
+	for _, b := range inv.Blocks {
+		got = append(got, b.Hash)
+	}
+	slices.Sort(got)
+	return got, err
+}
+
+// caseRSS watches llbd's RSS through one case when the case has a bound.
+type caseRSS struct {
+	rss0  int64
+	peak  func() int64 // nil: not watched
+	bound int64
+}
+
+func watchCaseRSS(pid int, bound int64) caseRSS {
+	c := caseRSS{bound: bound}
+	c.rss0, _ = procRSS(pid)
+	if bound > 0 {
+		c.peak = sampleRSS(pid, 20*time.Millisecond)
+	}
+	return c
+}
+
+// over ends the watch: it records the case's growth in growth[kind] and
+// reports a defect when it passed the bound.
+func (c caseRSS) over(kind string, growth map[string]int64) *Outcome {
+	if c.peak == nil {
+		return nil
+	}
+	grew := (c.peak() - c.rss0) << 10
+	growth[kind] = max(growth[kind], grew)
+	if grew <= c.bound {
+		return nil
+	}
+	o := defect("llbd's RSS grew by %d MiB during the case (bound %d MiB)", grew>>20, c.bound>>20)
+	return &o
 }
