@@ -94,8 +94,8 @@ flow-test: deps
 # refused cleanly and served, and every defect with its reproducer, and
 # fails on any defect. A short run of every family is part of make test.
 # ATTACKENGINE (vllm, sglang, trtllm) is the engine the workers speak and the
-# rules name; families an engine does not run are left out (SGLang runs rest,
-# dataplane and faults: its page events are not forged yet).
+# rules name; every engine runs every family (kv forges vLLM's and SGLang's
+# ZMQ events, or answers TensorRT-LLM's POST /kv_cache_events).
 ATTACKTIME   ?= 4m
 ATTACKSEED   ?= 1
 ATTACKENGINE ?= vllm
