@@ -45,63 +45,53 @@ func llbdBin(t *testing.T) string {
 	return daemonBuild.bin
 }
 
-// A short seeded run of every family against a real llbd: each family
-// runs cases and its closing checks, and today's llbd shows no defect in
-// them (the expensive cases — slow clients, oversized and many-frame KV
-// messages — need a longer budget: make attack).
-func TestRun_AShortRunOfEveryFamilyFindsNoDefect(t *testing.T) {
+// runShort runs cfg against a real llbd and fails the test on an error,
+// on any defect, or on a family that ran no case or no check; it returns
+// the report and its text (logged at the end).
+func runShort(t *testing.T, cfg Config) (*Report, string) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts llbd and worker processes")
 	}
-	cfg := Config{LLBD: llbdBin(t), Seed: 7, Duration: 16 * time.Second, WorkDir: t.TempDir()}
+	cfg.LLBD, cfg.WorkDir = llbdBin(t), t.TempDir()
 	rep, err := Run(context.Background(), cfg)
-	var out strings.Builder
+	var b strings.Builder
 	if rep != nil {
-		rep.Write(&out)
+		rep.Write(&b)
 	}
+	out := b.String()
+	t.Cleanup(func() { t.Log(out) })
 	if err != nil {
-		t.Fatalf("run: %v\n%s", err, out.String())
+		t.Fatalf("run: %v\n%s", err, out)
 	}
 	if rep.Defects() != 0 {
-		t.Fatalf("%d defects:\n%s", rep.Defects(), out.String())
+		t.Fatalf("%d defects:\n%s", rep.Defects(), out)
 	}
 	for _, tl := range rep.Tallies {
 		if tl.Tried == 0 || tl.Checks == 0 {
 			t.Errorf("family %s ran %d cases and %d checks; want some of each", tl.Family, tl.Tried, tl.Checks)
 		}
 	}
-	t.Log(out.String())
+	if cfg.Engine != "" && !strings.Contains(out, "engine "+cfg.Engine) {
+		t.Errorf("the report does not name the engine:\n%s", out)
+	}
+	return rep, out
+}
+
+// A short seeded run of every family against a real llbd: each family
+// runs cases and its closing checks, and today's llbd shows no defect in
+// them (the expensive cases — slow clients, oversized and many-frame KV
+// messages — need a longer budget: make attack).
+func TestRun_AShortRunOfEveryFamilyFindsNoDefect(t *testing.T) {
+	runShort(t, Config{Seed: 7, Duration: 16 * time.Second})
 }
 
 // The same against TensorRT-LLM's dialect: strict workers, a P/D rule
 // speaking context_only / generation_only under SIGKILL and SIGSTOP, a
 // hostile POST /kv_cache_events.
 func TestRun_AShortTRTLLMRunFindsNoDefect(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts llbd and worker processes")
-	}
-	cfg := Config{LLBD: llbdBin(t), Seed: 7, Duration: 12 * time.Second, WorkDir: t.TempDir(), Engine: "trtllm",
-		Families: []string{FamilyDataPlane, FamilyKV, FamilyFaults}}
-	rep, err := Run(context.Background(), cfg)
-	var out strings.Builder
-	if rep != nil {
-		rep.Write(&out)
-	}
-	if err != nil {
-		t.Fatalf("run: %v\n%s", err, out.String())
-	}
-	if rep.Defects() != 0 {
-		t.Fatalf("%d defects:\n%s", rep.Defects(), out.String())
-	}
-	for _, tl := range rep.Tallies {
-		if tl.Tried == 0 || tl.Checks == 0 {
-			t.Errorf("family %s ran %d cases and %d checks; want some of each", tl.Family, tl.Tried, tl.Checks)
-		}
-	}
-	if !strings.Contains(out.String(), "engine trtllm") {
-		t.Errorf("the report does not name the engine:\n%s", out.String())
-	}
-	t.Log(out.String())
+	runShort(t, Config{Seed: 7, Duration: 12 * time.Second, Engine: "trtllm",
+		Families: []string{FamilyDataPlane, FamilyKV, FamilyFaults}})
 }
 
 // The kv family against SGLang's dialect: two DP ranks, each its own
@@ -110,66 +100,30 @@ func TestRun_AShortTRTLLMRunFindsNoDefect(t *testing.T) {
 // while rank 1 stays honest, and the closing mirror check over the union
 // of the ranks.
 func TestRun_AShortSGLangKVRunFindsNoDefect(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts llbd and a worker")
-	}
-	cfg := Config{LLBD: llbdBin(t), Seed: 3, Duration: 10 * time.Second, WorkDir: t.TempDir(), Engine: "sglang",
-		Families: []string{FamilyKV}}
-	rep, err := Run(context.Background(), cfg)
-	var out strings.Builder
-	if rep != nil {
-		rep.Write(&out)
-	}
-	if err != nil {
-		t.Fatalf("run: %v\n%s", err, out.String())
-	}
-	if rep.Defects() != 0 || len(rep.Tallies) != 1 {
-		t.Fatalf("%d defects, %d families:\n%s", rep.Defects(), len(rep.Tallies), out.String())
-	}
-	tl := rep.Tallies[0]
-	if tl.Tried == 0 || tl.Checks == 0 {
-		t.Errorf("kv ran %d cases and %d checks; want some of each", tl.Tried, tl.Checks)
+	rep, out := runShort(t, Config{Seed: 3, Duration: 10 * time.Second, Engine: "sglang", Families: []string{FamilyKV}})
+	if len(rep.Tallies) != 1 {
+		t.Fatalf("%d families:\n%s", len(rep.Tallies), out)
 	}
 	sglangRan := 0
 	for _, k := range sglangKinds {
-		sglangRan += tl.Kinds[k.name]
+		sglangRan += rep.Tallies[0].Kinds[k.name]
 	}
 	if sglangRan == 0 {
-		t.Errorf("no SGLang case ran:\n%s", out.String())
+		t.Errorf("no SGLang case ran:\n%s", out)
 	}
-	if !strings.Contains(out.String(), "engine sglang") {
-		t.Errorf("the report does not name the engine:\n%s", out.String())
-	}
-	t.Log(out.String())
 }
 
 // The faults family against SGLang's dialect: a P/D rule whose legs go
 // to the prefill and the decode at once, meeting in the prefill worker's
 // bootstrap room, under SIGKILL and SIGSTOP.
 func TestRun_AShortSGLangFaultsRunFindsNoDefect(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts llbd and worker processes")
+	rep, out := runShort(t, Config{Seed: 7, Duration: 8 * time.Second, Engine: "sglang", Families: []string{FamilyFaults}})
+	if len(rep.Tallies) != 1 {
+		t.Fatalf("%d families:\n%s", len(rep.Tallies), out)
 	}
-	cfg := Config{LLBD: llbdBin(t), Seed: 7, Duration: 8 * time.Second, WorkDir: t.TempDir(), Engine: "sglang",
-		Families: []string{FamilyFaults}}
-	rep, err := Run(context.Background(), cfg)
-	var out strings.Builder
-	if rep != nil {
-		rep.Write(&out)
+	if tl := rep.Tallies[0]; tl.Accepted == 0 {
+		t.Errorf("faults served none of its %d cases; want some served", tl.Tried)
 	}
-	if err != nil {
-		t.Fatalf("run: %v\n%s", err, out.String())
-	}
-	if rep.Defects() != 0 || len(rep.Tallies) != 1 {
-		t.Fatalf("%d defects, %d families:\n%s", rep.Defects(), len(rep.Tallies), out.String())
-	}
-	if tl := rep.Tallies[0]; tl.Tried == 0 || tl.Checks == 0 || tl.Accepted == 0 {
-		t.Errorf("faults ran %d cases (%d served) and %d checks; want some of each", tl.Tried, tl.Accepted, tl.Checks)
-	}
-	if !strings.Contains(out.String(), "engine sglang") {
-		t.Errorf("the report does not name the engine:\n%s", out.String())
-	}
-	t.Log(out.String())
 }
 
 func TestConfig_EnginesRunTheirFamilies(t *testing.T) {
