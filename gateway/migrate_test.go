@@ -659,16 +659,7 @@ func TestContinuation_BodiesExtendThePromptAndReduceTheBounds(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			kind := KindCompletion
-			if tt.chat {
-				kind = KindChat
-			}
-			req, err := ParseRequest(kind, []byte(tt.body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			x := &exchange{h: &Handler{migrationLimit: 3, engine: engineRulesFor(tt.engine)}, req: *req}
-			x.prepareMigration()
+			x := preparedForMigration(t, tt.engine, tt.body, tt.chat)
 			m := &x.mig
 			if !m.track {
 				t.Fatalf("not tracked (why %v)", m.why)
@@ -709,16 +700,7 @@ func TestContinuation_WhatTheEngineCannotTakeIsNotFollowed(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.engine+"/"+tt.body, func(t *testing.T) {
-			kind := KindCompletion
-			if tt.chat {
-				kind = KindChat
-			}
-			req, err := ParseRequest(kind, []byte(tt.body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			x := &exchange{h: &Handler{migrationLimit: 3, engine: engineRulesFor(tt.engine)}, req: *req}
-			x.prepareMigration()
+			x := preparedForMigration(t, tt.engine, tt.body, tt.chat)
 			if x.mig.why != tt.want || x.mig.track != (tt.want == refNone) {
 				t.Errorf("why %v, tracked %v; want %v", x.mig.why, x.mig.track, tt.want)
 			}
@@ -770,4 +752,21 @@ func TestSSETrack_ALongAnswerIsNoLongerFollowed(t *testing.T) {
 	if m.sse.refusal != refTooLong || m.sse.text != nil || !m.sse.idle() {
 		t.Errorf("refusal %v, %d bytes kept, idle %v; want too_long, nothing kept, idle", m.sse.refusal, len(m.sse.text), m.sse.idle())
 	}
+}
+
+// preparedForMigration is an exchange of body (a chat or a completion) on a
+// rule of engine, its migration prepared.
+func preparedForMigration(t *testing.T, engine, body string, chat bool) *exchange {
+	t.Helper()
+	kind := KindCompletion
+	if chat {
+		kind = KindChat
+	}
+	req, err := ParseRequest(kind, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &exchange{h: &Handler{migrationLimit: 3, engine: engineRulesFor(engine)}, req: *req}
+	x.prepareMigration()
+	return x
 }
