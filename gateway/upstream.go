@@ -134,9 +134,11 @@ func (c *upConn) arm(d time.Time, slack time.Duration) {
 }
 
 // get returns an idle connection (checking one that idled long for a close
-// by the backend) or dials a new one under ctx. A dial failure wraps
+// by the backend) or dials a new one under ctx; patient: the dial waits
+// past the connect timeout as for an endpoint that answers (a request sent
+// in panic to an endpoint down by timeouts alone). A dial failure wraps
 // *dialError.
-func (p *upstreamPool) get(ctx context.Context, now time.Time) (*upConn, error) {
+func (p *upstreamPool) get(ctx context.Context, now time.Time, patient bool) (*upConn, error) {
 	for {
 		p.mu.Lock()
 		n := len(p.idle)
@@ -156,14 +158,14 @@ func (p *upstreamPool) get(ctx context.Context, now time.Time) (*upConn, error) 
 		c.reused = true
 		return c, nil
 	}
-	return p.dial(ctx)
+	return p.dial(ctx, patient)
 }
 
-func (p *upstreamPool) dial(ctx context.Context) (*upConn, error) {
+func (p *upstreamPool) dial(ctx context.Context, patient bool) (*upConn, error) {
 	var nc net.Conn
 	var err error
 	if p.life != nil && p.connectTimeout > 0 {
-		nc, err = p.dialBusy(ctx)
+		nc, err = p.dialBusy(ctx, patient)
 	} else {
 		nc, err = p.dialer.DialContext(ctx, "tcp", p.addr)
 	}
