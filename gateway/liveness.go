@@ -40,6 +40,15 @@ import (
 //     loaded backend's full accept queue drops the SYN, which the kernel
 //     sends again 1 s and 3 s later, past any sub-second timeout.
 //
+//   - a probe that times out reads on for a period (lateAnswer): a late
+//     answer that passes is the endpoint answering, and the next answer of
+//     an endpoint whose last probe failed — that late answer or a leg's
+//     response bytes — is reported at once (OnLifeSign), so an endpoint
+//     down by timeouts alone comes back without waiting for a probe in
+//     time. While every endpoint is down the router still sends requests
+//     to those down by timeouts alone (panic routing, actors), and their
+//     first bytes end it.
+//
 // Only answers count: a completed TCP handshake is the kernel's work,
 // which a frozen engine still does.
 
