@@ -85,7 +85,9 @@ func (p *probeCore) slow() bool { return !p.up && p.onlyTimeouts }
 func (p *probeCore) lifeSign() bool {
 	switch {
 	case p.up:
-		p.failures = 0 // a timeout streak that did not reach Retries is over
+		if p.onlyTimeouts {
+			p.failures = 0 // a timeout streak that did not reach Retries is over
+		}
 		return false
 	case !p.slow():
 		return false

@@ -181,7 +181,9 @@ func (w *EndpointWatch) Probe(ep int, p Probe, cfg rule.Probe) Probe {
 		case errors.Is(err, ErrProbeTimeout) && (s.since(from) || s.probed.Load() > from.UnixNano()):
 			return nil // busy: legs read bytes, or the previous probe's late answer came
 		}
-		s.failing.Store(true)
+		// Only a timeout waits for a sign of life: a refusal or a wrong
+		// answer is not undone by bytes from an older connection.
+		s.failing.Store(errors.Is(err, ErrProbeTimeout))
 		return err
 	}
 }
