@@ -525,6 +525,11 @@ func (r *bodyReader) chunkSize() (int64, error) {
 		}
 		return 0, err
 	}
+	return parseChunkSize(line)
+}
+
+// parseChunkSize parses a chunk-size line, its LF included.
+func parseChunkSize(line []byte) (int64, error) {
 	var size int64
 	digits := 0
 	for _, b := range line {
