@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -80,32 +81,29 @@ func sseEvent(i int) string {
 		strconv.Itoa(i) + `","logprobs":null,"finish_reason":null}]}` + "\n\n"
 }
 
-// backlogBackend answers a stream as a backend whose relay fell behind:
+// backlogBackend answers each stream as a backend whose relay fell behind:
 // one event, then, once the client has read it, many events at once, each
-// its own chunk.
+// its own chunk. It serves requests on a connection until it closes.
 func backlogBackend(first chan<- struct{}, more <-chan struct{}, events int) func(net.Conn) {
 	return func(c net.Conn) {
 		br := bufio.NewReader(c)
 		for {
-			line, err := br.ReadString('\n')
+			req, err := http.ReadRequest(br)
 			if err != nil {
 				return
 			}
-			if line == "\r\n" {
-				break
+			_, _ = io.Copy(io.Discard, req.Body)
+			chunk := func(s string) string { return fmt.Sprintf("%x\r\n%s\r\n", len(s), s) }
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"+chunk(sseEvent(0)))
+			first <- struct{}{}
+			<-more
+			var b strings.Builder
+			for i := 1; i < events; i++ {
+				b.WriteString(chunk(sseEvent(i)))
 			}
+			b.WriteString(chunk("data: [DONE]\n\n") + "0\r\n\r\n")
+			_, _ = io.WriteString(c, b.String())
 		}
-		chunk := func(s string) string { return fmt.Sprintf("%x\r\n%s\r\n", len(s), s) }
-		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"+chunk(sseEvent(0)))
-		first <- struct{}{}
-		<-more
-		var b strings.Builder
-		for i := 1; i < events; i++ {
-			b.WriteString(chunk(sseEvent(i)))
-		}
-		b.WriteString(chunk("data: [DONE]\n\n") + "0\r\n\r\n")
-		_, _ = io.WriteString(c, b.String())
-		_, _ = io.Copy(io.Discard, br)
 	}
 }
 
@@ -145,9 +143,15 @@ func readChunks(t *testing.T, br *bufio.Reader) (body string, chunks int) {
 
 func TestStream_EventsBufferedTogetherGoOutInOneChunk(t *testing.T) {
 	const events = 40
+	var want strings.Builder
+	for i := range events {
+		want.WriteString(sseEvent(i))
+	}
+	want.WriteString("data: [DONE]\n\n")
+	req := `{"model":"m","prompt":"p","max_tokens":100,"stream":true}`
 	for _, migration := range []bool{true, false} {
 		t.Run(fmt.Sprintf("migration %v", migration), func(t *testing.T) {
-			first, more := make(chan struct{}, 1), make(chan struct{})
+			first, more := make(chan struct{}, 2), make(chan struct{})
 			cfg := singlePool(serveTCP(t, backlogBackend(first, more, events)))
 			if !migration {
 				cfg.MigrationLimit = 0
@@ -160,25 +164,49 @@ func TestStream_EventsBufferedTogetherGoOutInOneChunk(t *testing.T) {
 			}
 			defer c.Close()
 			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-			req := `{"model":"m","prompt":"p","max_tokens":100,"stream":true}`
-			_, _ = fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", PathCompletions, len(req), req)
-			<-first
-			close(more)
-			body, chunks := readChunks(t, bufio.NewReader(c))
-			var want strings.Builder
-			for i := range events {
-				want.WriteString(sseEvent(i))
+			br := bufio.NewReader(c)
+			// Twice on one connection: the stream's end leaves it ready
+			// for the next request.
+			for n := range 2 {
+				_, _ = fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", PathCompletions, len(req), req)
+				<-first
+				if n == 0 {
+					close(more)
+				}
+				body, chunks := readChunks(t, br)
+				if body != want.String() {
+					t.Fatalf("request %d: body %q;\nwant %q", n, body, want.String())
+				}
+				// The first event, then the backlog: one chunk, or two
+				// should a read end inside it. One chunk per event was the
+				// relay before.
+				if chunks > 3 {
+					t.Errorf("request %d: %d chunks for %d events; want the backlog in one or two", n, chunks, events+1)
+				}
 			}
-			want.WriteString("data: [DONE]\n\n")
-			if body != want.String() {
-				t.Fatalf("body %q;\nwant %q", body, want.String())
-			}
-			// The first event, then the backlog: one chunk, or two should a
-			// read end inside it. One chunk per event was the relay before.
-			if chunks > 3 {
-				t.Errorf("%d chunks for %d events; want the backlog in one or two", chunks, events+1)
-			}
-			fr.checkTicketsClosed(t, 1)
+			fr.checkTicketsClosed(t, 2)
 		})
 	}
+	t.Run("HTTP/1.0", func(t *testing.T) {
+		first, more := make(chan struct{}, 1), make(chan struct{})
+		close(more)
+		fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+		url, _ := startGateway(t, singlePool(serveTCP(t, backlogBackend(first, more, events))), Deps{Router: fr})
+		c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		_, _ = fmt.Fprintf(c, "POST %s HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", PathCompletions, len(req), req)
+		raw, err := io.ReadAll(c)
+		if err != nil {
+			t.Fatalf("reading until the close: %v", err)
+		}
+		_, body, ok := strings.Cut(string(raw), "\r\n\r\n")
+		if !ok || body != want.String() {
+			t.Fatalf("answer %q; want the head, then the stream unframed until the close", raw)
+		}
+		fr.checkTicketsClosed(t, 1)
+	})
 }
