@@ -211,7 +211,8 @@ bench-ttft: build
 # direct path, on loopback in one run (simulate/proxybench): wrk -t1 -c32 and
 # -c256 with a small POST /v1/completions against nginx answering a fixed completion,
 # direct / HAProxy (roundrobin, http-reuse always) / llbd (a single-pool RR
-# rule created over REST) in interleaved rounds; then llbd's added latency at
+# rule created over REST; llbd's data plane alone and a bare fasthttp proxy, both
+# in the harness process) in interleaved rounds; then llbd's added latency at
 # 2000 req/s open loop and its added delay per chunk of a streamed 256-token
 # SSE response. It installs haproxy, nginx and wrk with apt-get when missing.
 # About five minutes; docs/performance.md has the figures.
