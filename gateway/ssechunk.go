@@ -16,7 +16,10 @@ type chunkInfo struct {
 	idS, idE, crS, crE, moS, moE int
 	// usageS..usageE is the usage member (key to value), usageV its value's
 	// start.
-	usageS, usageE, usageV  int
+	usageS, usageE, usageV int
+	// headS..headE: the bytes that matched the last event's head (none
+	// when headE is 0).
+	headS, headE            int
 	haveUsage, emptyChoices bool
 	tokens, prompt          int64 // the usage's completion and prompt tokens
 	haveTokens, havePrompt  bool
@@ -34,6 +37,9 @@ type chunkHead struct {
 	b                            []byte
 	n                            int // members in b
 	idS, idE, crS, crE, moS, moE int // offsets in b
+	// neutral: b past its '{' leaves the usage scanner as it finds it
+	// outside any string (usage.go), so a scanner can skip it.
+	neutral bool
 }
 
 // readChunk reads the JSON object at ev[p0:] (ev ends with the payload),
@@ -47,6 +53,7 @@ func readChunk(ev []byte, p0 int, ci *chunkInfo, head *chunkHead) bool {
 	record := true
 	if len(head.b) > 0 && bytes.HasPrefix(ev[p:], head.b) {
 		w = objWalk{b: ev, i: p + len(head.b), n: head.n}
+		ci.headS, ci.headE = p, p+len(head.b)
 		if head.idE > 0 {
 			ci.idS, ci.idE = p+head.idS, p+head.idE
 		}
@@ -114,6 +121,9 @@ func readChunk(ev []byte, p0 int, ci *chunkInfo, head *chunkHead) bool {
 	if headEnd > 0 {
 		head.b = append(head.b[:0], ev[p:headEnd]...)
 		head.n = headN
+		var us usageScanner
+		us.Write(head.b[1:])
+		head.neutral = us.neutral()
 		rel := func(s, e int) (int, int) {
 			if e == 0 {
 				return 0, 0

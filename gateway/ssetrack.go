@@ -56,6 +56,11 @@ type sseTrack struct {
 	nedits            int
 	usageBuf          [112]byte
 	head              chunkHead // the last event's start (ssechunk.go)
+	// us, when set, is fed every whole event as the engine sent it (the
+	// leg's usage is counted from the tracker's pass), but for skipS..skipE
+	// of the event: a head it was proven not to need (scanEvent).
+	us           *usageScanner
+	skipS, skipE int
 }
 
 // edit replaces ev[s:e] with repl.
@@ -116,6 +121,9 @@ func (t *sseTrack) feed(data []byte) (out []byte, used int) {
 		ev := data[i:end]
 		t.nedits = 0
 		drop := t.event(ev)
+		if t.us != nil {
+			t.scanEvent(ev) // before the edits overwrite it
+		}
 		switch {
 		case t.splice:
 			if !drop {
@@ -135,6 +143,24 @@ func (t *sseTrack) feed(data []byte) (out []byte, used int) {
 		return t.out, i
 	}
 	return data[:w], i
+}
+
+// scanEvent feeds ev to the usage scanner. An event that starts with the
+// head of the one before (chunkHead) is fed without it when the head is
+// neutral and the scanner is outside any string at its '{': the head then
+// leaves the scanner as it found it, so only the bytes after it are walked
+// twice.
+func (t *sseTrack) scanEvent(ev []byte) {
+	if t.skipE == 0 {
+		t.us.Write(ev)
+		return
+	}
+	t.us.Write(ev[:t.skipS+1])
+	if t.us.inStr {
+		t.us.Write(ev[t.skipS+1:])
+		return
+	}
+	t.us.Write(ev[t.skipE:])
 }
 
 // sseEnd ends an event.
@@ -158,6 +184,7 @@ func applyEdits(dst, ev []byte, edits []edit) []byte {
 // event reads one whole event, records what it says and the edits it
 // needs (t.edits); it reports whether the client must not see it at all.
 func (t *sseTrack) event(ev []byte) (drop bool) {
+	t.skipS, t.skipE = 0, 0
 	p0, p1, ok := ssePayload(ev)
 	if !ok {
 		t.refuse(refUnreadable)
@@ -171,6 +198,9 @@ func (t *sseTrack) event(ev []byte) (drop bool) {
 	if !readChunk(ev[:p1], p0, &ci, &t.head) {
 		t.refuse(refUnreadable)
 		return false
+	}
+	if ci.headE > 0 && t.head.neutral {
+		t.skipS, t.skipE = ci.headS, ci.headE
 	}
 	if ci.engineError {
 		t.refuse(refEngineError)

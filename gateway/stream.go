@@ -74,19 +74,29 @@ func (s *relayStream) WriteTo(w io.Writer) (int64, error) {
 		if n > 0 {
 			p := buf[off : off+n]
 			if s.track {
-				s.observe(buf[carry : off+n]) // the engine's bytes, before edits
+				// The tracker feeds the usage scanner each whole event, as
+				// the engine sent it: the bytes of a carried event reach it
+				// once the event is whole, or when the leg ends (scanCarry).
+				t := &s.x.mig.sse
+				s.x.ids.write(s.x, buf[carry:off+n])
+				t.us = nil
+				if s.scan {
+					t.us = &s.x.usage
+				}
 				var used int
-				p, used = s.x.mig.sse.feed(buf[:off+n])
+				p, used = t.feed(buf[:off+n])
 				carry = off + n - used
-				switch t := &s.x.mig.sse; {
+				switch {
 				case carry == len(buf):
 					// One event larger than the buffer: it goes as it is,
 					// and the stream is no longer followed.
+					s.scanCarry(buf)
 					p, carry, s.track = buf, 0, false
 					t.refuse(refUnreadable)
 				case carry == 0 && t.idle():
 					s.track = false // nothing left to follow for
 				}
+				s.truthObserved()
 			} else {
 				s.observe(p)
 			}
@@ -104,6 +114,11 @@ func (s *relayStream) WriteTo(w io.Writer) (int64, error) {
 			}
 		}
 		if rerr != nil {
+			if s.track && carry > 0 {
+				// The event it holds will never be whole on this leg.
+				s.scanCarry(buf[:carry])
+				s.truthObserved()
+			}
 			if rerr == io.EOF && (!s.track || s.x.mig.sse.done && carry == 0) {
 				return total, nil
 			}
@@ -268,6 +283,22 @@ func (s *relayStream) observe(b []byte) {
 		if s.truth {
 			s.x.cached = s.x.usage.Usage()
 		}
+	}
+}
+
+// scanCarry passes the bytes of an event the tracker did not take whole
+// through the usage scanner.
+func (s *relayStream) scanCarry(b []byte) {
+	if s.scan {
+		s.x.usage.Write(b)
+	}
+}
+
+// truthObserved keeps what the usage scanner found for the cache-truth
+// check.
+func (s *relayStream) truthObserved() {
+	if s.scan && s.truth {
+		s.x.cached = s.x.usage.Usage()
 	}
 }
 

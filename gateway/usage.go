@@ -189,6 +189,14 @@ func (s *usageScanner) closeString() {
 	s.st = usAfterKey
 }
 
+// neutral reports whether s, fed bytes from its zero state, is back in it
+// as far as what follows can tell: outside any string and key, nothing
+// counted. Bytes that leave a zero scanner neutral change nothing when fed
+// to a scanner that is outside any string and key: they can be skipped.
+func (s *usageScanner) neutral() bool {
+	return !s.inStr && s.st == usText && !s.haveCached && !s.havePrompt && !s.haveCompl && s.deltas == 0
+}
+
 // commit stores the number just read.
 func (s *usageScanner) commit() {
 	switch s.field {
@@ -207,7 +215,12 @@ func (s *usageScanner) commit() {
 // prompt_tokens_details: null).
 func (s *usageScanner) Usage() actors.Usage {
 	if s.st == usNumber {
-		s.commit() // a body that ends right after the digits
+		// A body that ends right after the digits. Committed on a copy:
+		// the relay asks between reads, and a number cut by a read goes on
+		// in the next one.
+		c := *s
+		c.commit()
+		s = &c
 	}
 	u := actors.Usage{Reported: s.haveCached, CachedTokens: s.cached}
 	if s.havePrompt {
