@@ -16,10 +16,7 @@ type chunkInfo struct {
 	idS, idE, crS, crE, moS, moE int
 	// usageS..usageE is the usage member (key to value), usageV its value's
 	// start.
-	usageS, usageE, usageV int
-	// headS..headE: the bytes that matched the last event's head (none
-	// when headE is 0).
-	headS, headE            int
+	usageS, usageE, usageV  int
 	haveUsage, emptyChoices bool
 	tokens, prompt          int64 // the usage's completion and prompt tokens
 	haveTokens, havePrompt  bool
@@ -40,6 +37,9 @@ type chunkHead struct {
 	// neutral: b past its '{' leaves the usage scanner as it finds it
 	// outside any string (usage.go), so a scanner can skip it.
 	neutral bool
+	// matchS..matchE: where the event read last started with b (matchE 0:
+	// it did not).
+	matchS, matchE int
 }
 
 // readChunk reads the JSON object at ev[p0:] (ev ends with the payload),
@@ -51,9 +51,10 @@ func readChunk(ev []byte, p0 int, ci *chunkInfo, head *chunkHead) bool {
 	p := skipSpace(ev, p0)
 	var w objWalk
 	record := true
+	head.matchS, head.matchE = 0, 0
 	if len(head.b) > 0 && bytes.HasPrefix(ev[p:], head.b) {
 		w = objWalk{b: ev, i: p + len(head.b), n: head.n}
-		ci.headS, ci.headE = p, p+len(head.b)
+		head.matchS, head.matchE = p, p+len(head.b)
 		if head.idE > 0 {
 			ci.idS, ci.idE = p+head.idS, p+head.idE
 		}

@@ -199,8 +199,8 @@ func (t *sseTrack) event(ev []byte) (drop bool) {
 		t.refuse(refUnreadable)
 		return false
 	}
-	if ci.headE > 0 && t.head.neutral {
-		t.skipS, t.skipE = ci.headS, ci.headE
+	if t.head.matchE > 0 && t.head.neutral {
+		t.skipS, t.skipE = t.head.matchS, t.head.matchE
 	}
 	if ci.engineError {
 		t.refuse(refEngineError)
