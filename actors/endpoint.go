@@ -32,6 +32,11 @@ import (
 // replaced, in front of a saturated engine would otherwise answer 503 for
 // the whole backoff after a single late /health.
 //
+// An endpoint down by timeouts alone — every failure since its last
+// success only timed out: no refusal, no reset, no wrong status — is slow,
+// not dead (slow): when no endpoint is up the router routes to such
+// endpoints anyway (panic routing, router_panic.go) rather than answer 503.
+//
 // Ownership: the endpoint actor only.
 type probeCore struct {
 	cfg      rule.Probe
@@ -39,6 +44,8 @@ type probeCore struct {
 	probed   bool // at least one result seen
 	failures int
 	timedOut bool // the last failure only timed out
+	// onlyTimeouts: every failure since the last success timed out.
+	onlyTimeouts bool
 }
 
 func newProbeCore(cfg rule.Probe) probeCore {
@@ -60,11 +67,32 @@ func (p *probeCore) observe(err error) (changed bool) {
 	}
 	p.failures++
 	p.timedOut = timedOut(err)
+	p.onlyTimeouts = p.timedOut && (p.failures == 1 || p.onlyTimeouts)
 	if p.up && ((first && !timedOut(err)) || p.failures >= p.cfg.Retries) {
 		p.up = false
 		return true
 	}
 	return false
+}
+
+// slow reports an endpoint down by timeouts alone.
+func (p *probeCore) slow() bool { return !p.up && p.onlyTimeouts }
+
+// lifeSign feeds an answer the endpoint gave outside a probe's attempt (a
+// probe's late answer, response bytes read by a request): it brings back
+// an endpoint down by timeouts alone, and reports whether it did. An
+// endpoint that refused or answered wrongly keeps its probe schedule.
+func (p *probeCore) lifeSign() bool {
+	switch {
+	case p.up:
+		if p.onlyTimeouts {
+			p.failures = 0 // a timeout streak that did not reach Retries is over
+		}
+		return false
+	case !p.slow():
+		return false
+	}
+	return p.observe(nil)
 }
 
 // timedOut reports whether a probe error says only that the probe timed
@@ -227,6 +255,12 @@ func (a *endpointActor) Receive(ctx actor.Context) {
 			}
 			a.runProbe(ctx)
 		}
+	case lifeSign:
+		// The endpoint answered outside a probe's attempt: an endpoint
+		// down by timeouts alone is back at once.
+		if a.gen != 0 && a.probe.lifeSign() {
+			a.pushProbe(ctx, nil, true)
+		}
 	case probeResult:
 		if m.gen != a.gen {
 			return
@@ -234,7 +268,8 @@ func (a *endpointActor) Receive(ctx actor.Context) {
 		a.probing = false
 		// The first result of an incarnation is always pushed: the router
 		// may still hold a predecessor's state.
-		if changed := a.probe.observe(m.err); changed || !a.pushed {
+		wasSlow := a.probe.slow()
+		if changed := a.probe.observe(m.err); changed || !a.pushed || wasSlow != a.probe.slow() {
 			a.pushed = true
 			a.pushProbe(ctx, m.err, changed)
 		}
@@ -262,7 +297,7 @@ func (a *endpointActor) Receive(ctx actor.Context) {
 		}
 	case resyncReq:
 		if a.probe.probed {
-			ctx.Send(a.svc.router, probeState{ep: a.ep, up: a.probe.up})
+			ctx.Send(a.svc.router, probeState{ep: a.ep, up: a.probe.up, slow: a.probe.slow()})
 		}
 		if a.stats != (EngineStats{}) {
 			ctx.Send(a.svc.router, engineStats{ep: a.ep, stats: a.stats})
@@ -341,5 +376,5 @@ func (a *endpointActor) pushProbe(ctx actor.Context, err error, changed bool) {
 		ev.Msg("endpoint health transition")
 		a.svc.metrics.probeFlip(a.ep, a.probe.up)
 	}
-	ctx.Send(a.svc.router, probeState{ep: a.ep, up: a.probe.up})
+	ctx.Send(a.svc.router, probeState{ep: a.ep, up: a.probe.up, slow: a.probe.slow()})
 }

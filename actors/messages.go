@@ -97,11 +97,17 @@ type sessionReply struct {
 // decisionDeadline fires when a decision's fan-out replies are overdue.
 type decisionDeadline struct{ id uint64 }
 
-// probeState pushes an endpoint's probe transition (up or down).
+// probeState pushes an endpoint's probe transition (up or down); slow:
+// down by timeouts alone (probeCore.slow).
 type probeState struct {
-	ep int
-	up bool
+	ep   int
+	up   bool
+	slow bool
 }
+
+// lifeSign tells an endpoint actor that its endpoint answered outside a
+// probe's attempt (Service.LifeSign).
+type lifeSign struct{}
 
 // breakerState pushes an endpoint's breaker transition.
 type breakerState struct {

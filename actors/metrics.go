@@ -27,6 +27,7 @@ const (
 	mActorRestarts    = "llb_actor_restarts_total"
 	mActorsLost       = "llb_actors_lost_total"
 	mDecisionErrors   = "llb_router_internal_errors_total"
+	mPanicRouted      = "llb_panic_routing_total"
 )
 
 // svcMetrics is one service's runtime metrics. Every method is safe on a
@@ -40,6 +41,7 @@ type svcMetrics struct {
 	names []string
 
 	restarts, lost, routeTimeouts, fanout, internal *metrics.Counter
+	panics                                          *metrics.Counter
 	queued, shedC, refused                          *metrics.Counter
 	cbFlips, probeFlips                             []*metrics.Counter
 	cbState                                         []*metrics.Gauge
@@ -59,6 +61,7 @@ func newSvcMetrics(set *metrics.Set, svcKey string, svc *Service) *svcMetrics {
 	m.routeTimeouts = m.counter(mRouteTimeouts, "")
 	m.fanout = m.counter(mFanoutMissed, "")
 	m.internal = m.counter(mDecisionErrors, "")
+	m.panics = m.counter(mPanicRouted, "")
 	m.queued = m.counter(mAdmissionQueued, "")
 	m.shedC = m.counter(mAdmissionShed, "")
 	m.refused = m.counter(mAdmissionRefused, "")
@@ -155,6 +158,12 @@ func (m *svcMetrics) fanoutMissed(n int) {
 func (m *svcMetrics) internalError() {
 	if m != nil {
 		m.internal.Inc()
+	}
+}
+
+func (m *svcMetrics) panicRouted() {
+	if m != nil {
+		m.panics.Inc()
 	}
 }
 

@@ -263,6 +263,22 @@ func (a *routerActor) truthChanged(ep int, v ladder.TruthVerdict, demoted bool) 
 			v.Wrong, v.Samples, v.Cause, v.Detail, what)
 }
 
+func (a *routerActor) panicChanged(on bool, slow ladder.EndpointSet) {
+	var addrs []string
+	for i := range a.svc.cfg.Rule.Endpoints {
+		if slow.Has(i) {
+			addrs = append(addrs, a.svc.cfg.Rule.Endpoints[i].Addr.String())
+		}
+	}
+	if on {
+		a.log.Warn().Strs(logfield.Endpoints, addrs).
+			Msg("panic routing: no endpoint is up and these are down by probe timeouts alone (slow, not dead): requests go to them anyway (X-Llb-Route flag panic, llb_panic_routing_total)")
+		return
+	}
+	a.log.Info().Strs(logfield.Endpoints, addrs).
+		Msg("panic routing ends: an endpoint is up again, or none is down by timeouts alone")
+}
+
 // typeName names a message's Go type for logs.
 func typeName(m any) string {
 	if m == nil {

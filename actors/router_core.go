@@ -54,6 +54,9 @@ type routerPorts interface {
 	// ttftChanged says endpoint ep's TTFT predictions began or stopped
 	// drifting: the shell logs it once.
 	ttftChanged(ep int, v ladder.TTFTVerdict)
+	// panicChanged says the router began or stopped routing to endpoints
+	// down by timeouts alone (slow; router_panic.go).
+	panicChanged(on bool, slow ladder.EndpointSet)
 }
 
 // pending is a decision waiting for its fan-out replies.
@@ -158,6 +161,11 @@ type routerCore struct {
 	reserved [ladder.MaxEndpoints]uint32 // slots held for requests being woken
 	halfOpen ladder.EndpointSet
 	trial    [ladder.MaxEndpoints]uint64 // ticket in flight on a half-open endpoint
+	// slow is the endpoints whose probe holds them down by timeouts alone;
+	// panicking: the last decision that found somewhere to go was a panic
+	// one (router_panic.go).
+	slow      ladder.EndpointSet
+	panicking bool
 	// ctrl is the external controller's instructions, per endpoint. The
 	// slice belongs to the Service and outlives router incarnations (and is
 	// handed to a replacing service): an instruction is not soft state.
@@ -365,6 +373,17 @@ func (c *routerCore) passthrough(now time.Time, m *routeMsg) {
 		}
 	}
 	d := ladder.Decision{Prefill: best, Decode: -1, ParkOn: -1}
+	panicked := false
+	if best < 0 {
+		best = c.leastLoaded(c.panicSet(uint64(excl) | uint64(c.peer.excl)))
+		d.Prefill, panicked = best, best >= 0
+		if panicked {
+			d.Flags |= ladder.FlagPanic
+		}
+	}
+	if best >= 0 || (c.panicking && c.slowDown() == 0) {
+		c.notePanic(panicked)
+	}
 	if best < 0 {
 		d.Unavailable = ladder.ReasonNoHealthyBackend
 		if c.cfg.Rule.Spec.PDDisagg {
@@ -505,6 +524,15 @@ func (c *routerCore) decide(now time.Time, m *routeMsg, fn func(*ladder.Request)
 		}
 	}
 	d, err := fn(&m.rr.Req)
+	if err == nil {
+		var panicked bool
+		d, panicked = c.decidePanic(d, c.panicSet(touched), &m.rr.Req, fn)
+		if panicked || d.Available() {
+			c.notePanic(panicked)
+		} else if c.panicking && c.slowDown() == 0 {
+			c.notePanic(false)
+		}
+	}
 	d.LoRA = m.lora
 	if c.peer.on {
 		for i := range c.views {
@@ -822,16 +850,26 @@ func (c *routerCore) unpark(id uint64) {
 // probe applies a health transition. Down: the endpoint's sessions are
 // evicted (stickiness never overrides health) and its parked requests go
 // back to the ladder.
+//
+// An endpoint down by timeouts alone while no other is up keeps its legs:
+// panic routing sends new requests there too (router_panic.go).
 func (c *routerCore) probe(s probeState) {
 	v := &c.views[s.ep]
 	down := !s.up
+	if s.slow {
+		c.slow = c.slow.With(s.ep)
+	} else {
+		c.slow &^= 1 << uint(s.ep)
+	}
 	if v.Down == down {
 		return
 	}
 	v.Down = down
 	c.healthChanged(s.ep)
 	if down {
-		c.ports.endpointLost(s.ep)
+		if !s.slow || c.othersUp(s.ep) {
+			c.ports.endpointLost(s.ep)
+		}
 		c.ports.evictEndpointSessions(s.ep)
 		if v.Parked > 0 {
 			c.ports.drainParked(s.ep)

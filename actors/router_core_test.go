@@ -39,6 +39,7 @@ type recorder struct {
 	peerTotal   uint64
 	truth       []string // "ep:distrusted/cause demoted"
 	ttft        []string // "ep:drifting"
+	panics      []string // "on:slow set"
 }
 
 func newRecorder() *recorder {
@@ -105,6 +106,10 @@ func (r *recorder) truthChanged(ep int, v ladder.TruthVerdict, demoted bool) {
 
 func (r *recorder) ttftChanged(ep int, v ladder.TTFTVerdict) {
 	r.ttft = append(r.ttft, fmt.Sprintf("%d:%v", ep, v.Drifting))
+}
+
+func (r *recorder) panicChanged(on bool, slow ladder.EndpointSet) {
+	r.panics = append(r.panics, fmt.Sprintf("%v:%b", on, slow))
 }
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)

@@ -410,6 +410,18 @@ func (svc *Service) Pin(t Ticket, key string) {
 	}
 }
 
+// LifeSign says endpoint ep answered outside a probe's attempt: a probe's
+// late answer, or response bytes read from it by a request. An endpoint
+// down by timeouts alone (slow, not dead) comes back up at once; any other
+// state is left to the probes. Safe for concurrent use; call it rarely
+// (gateway.EndpointWatch calls it once per such answer of a down
+// endpoint).
+func (svc *Service) LifeSign(ep int) {
+	if !svc.stopped.Load() && ep >= 0 && ep < len(svc.endpoints) {
+		svc.root.Send(svc.endpoints[ep], lifeSign{})
+	}
+}
+
 // SetServedModels tells the service which endpoints serve which model
 // names (their /v1/models lists); decisions from then on keep to the
 // endpoints serving the request's model (RouteRequest.Model). Safe for

@@ -59,6 +59,11 @@ type TTFTPredictionStatus struct {
 	// its cost of 1000 uncached and of 1000 queued prompt blocks, at an
 	// empty batch, in milliseconds.
 	OverheadMs, UncachedMs, QueuedMs float64
+	// FullCacheMs, LackingMs, QueueingMs and PerWaitingMs are its wait
+	// model, in milliseconds: the wait of a request whose blocks do not fit
+	// in the engine's free ones and per 1000 blocks lacking; of one sent to
+	// an engine that reported waiting requests, and per waiting request.
+	FullCacheMs, LackingMs, QueueingMs, PerWaitingMs float64
 }
 
 // ttftStatus snapshots endpoint i's record.
@@ -69,6 +74,8 @@ func (c *routerCore) ttftStatus(i int) TTFTPredictionStatus {
 		Compared: s.Compared, Wrong: s.Wrong, Drifting: s.Verdict.Drifting, Bias: s.Verdict.Bias,
 		Samples: s.Samples, Trained: s.Samples >= ladder.TTFTTrained,
 		OverheadMs: s.Coefficients[0] * 1000, UncachedMs: s.Coefficients[1] * k, QueuedMs: s.Coefficients[2] * k,
+		FullCacheMs: s.WaitCoefficients[0] * 1000, LackingMs: s.WaitCoefficients[1] * k,
+		QueueingMs: s.WaitCoefficients[2] * 1000, PerWaitingMs: s.WaitCoefficients[3] * 1000 / ladder.TTFTQueueUnit,
 	}
 }
 

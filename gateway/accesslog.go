@@ -156,6 +156,7 @@ func (h *Handler) record(x *exchange) {
 		b = strconv.AppendUint(append(b, '/'), uint64(in.Queued), 10)
 		b = strconv.AppendUint(append(b, '/'), uint64(in.Running), 10)
 		b = strconv.AppendUint(append(b, '/'), uint64(in.Waiting), 10)
+		b = strconv.AppendUint(append(b, '/'), uint64(in.Lacking()), 10)
 		e.Dur(logfield.TTFTPredicted, x.decision.TTFT.Predicted).Bytes(logfield.TTFTInput, b)
 	}
 	if x.objective > 0 {

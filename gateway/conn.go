@@ -30,7 +30,14 @@ type clientConn struct {
 	prefix []byte
 	early  *[]byte
 	raw    syscall.RawConn // nil when the departure watch is unsupported
-	remote string          // ip:port
+	// first is readFirst's read callback and fbp, fn, ferr its results,
+	// made once per connection: a closure per request would be four
+	// allocations per request.
+	first  func(fd uintptr) bool
+	fbp    *[]byte
+	fn     int
+	ferr   error
+	remote string // ip:port
 	ip     string
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -86,6 +93,7 @@ func newClientConn(c net.Conn, base context.Context) *clientConn {
 	if peerWatchSupported {
 		if sc, ok := c.(syscall.Conn); ok {
 			cc.raw, _ = sc.SyscallConn()
+			cc.first = cc.firstStep
 		}
 	}
 	cc.ctx, cc.cancel = context.WithCancelCause(base)
@@ -174,28 +182,14 @@ var earlyReads = sync.Pool{New: func() any { b := make([]byte, readBufferSize); 
 // buffer, returns its first byte and keeps the rest for the server's next
 // Read (which gives the buffer back).
 func (cc *clientConn) readFirst(p []byte) (int, error) {
-	var (
-		bp   *[]byte
-		n    int
-		rerr error
-	)
-	err := cc.raw.Read(func(fd uintptr) bool {
-		bp = earlyReads.Get().(*[]byte)
-		for {
-			n, rerr = syscall.Read(int(fd), *bp)
-			if rerr != syscall.EINTR {
-				break
-			}
-		}
-		if rerr == syscall.EAGAIN {
-			earlyReads.Put(bp)
-			bp = nil
-			return false // wait for readability
-		}
-		return true
-	})
+	err := cc.raw.Read(cc.first)
+	bp, n, rerr := cc.fbp, cc.fn, cc.ferr
+	cc.fbp, cc.ferr = nil, nil
 	switch {
 	case err != nil:
+		if bp != nil {
+			earlyReads.Put(bp)
+		}
 		return 0, err // the deadline, or a closed connection
 	case rerr != nil:
 		earlyReads.Put(bp)
@@ -211,6 +205,26 @@ func (cc *clientConn) readFirst(p []byte) (int, error) {
 	}
 	cc.early, cc.prefix = bp, (*bp)[1:n]
 	return 1, nil
+}
+
+// firstStep is readFirst's callback: one read into a pooled buffer,
+// given back while the connection has nothing to read.
+func (cc *clientConn) firstStep(fd uintptr) bool {
+	bp := earlyReads.Get().(*[]byte)
+	var n int
+	var err error
+	for {
+		n, err = syscall.Read(int(fd), *bp)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err == syscall.EAGAIN {
+		earlyReads.Put(bp)
+		return false // wait for readability
+	}
+	cc.fbp, cc.fn, cc.ferr = bp, n, err
+	return true
 }
 
 // sniffH2 reads the first bytes of the connection and reports whether they

@@ -120,17 +120,23 @@
 //     (MSG_PEEK: nothing is consumed) tells a departure from a pipelined
 //     request. After a body byte went out a failed write also tells.
 //   - Exchanges, parsed requests, buffers and relay state are pooled; per
-//     proxied request two allocations remain, both handed to the router
+//     proxied request three allocations remain, two handed to the router
 //     (the RouteRequest and the prompt string, whose bytes the rendering
-//     shares). Pools keep small things only: a connection keeps a request
-//     body buffer up to 64 KiB, a pooled exchange no reference to its last
-//     body or prompt, so a burst of large bodies leaves nothing behind
-//     (bodybudget.go, memtrim.go).
+//     shares) and fasthttp's one-byte read of a keep-alive request's
+//     first byte (ReduceMemoryUsage). Pools keep small things only: a
+//     connection keeps a request body buffer up to 64 KiB, a pooled
+//     exchange no reference to its last body or prompt, so a burst of
+//     large bodies leaves nothing behind (bodybudget.go, memtrim.go).
 //   - Buffers only while data waits: a stream between two events holds no
 //     read buffer (the server's, ReduceMemoryUsage; the upstream
 //     connection's, upConn.waitReadable) and no relay buffer (taken from
 //     the pool per chunk in flight); an idle pooled upstream connection
-//     and a keep-alive client connection hold none either. What a stream
+//     and a keep-alive client connection hold none either, nor does a leg
+//     waiting for its response head. A request's first bytes and a
+//     response head are read in the system call that finds them
+//     (clientConn.readFirst, upConn.readEarly: a pooled buffer taken for
+//     the read, given back if nothing came), so a short request pays no
+//     extra call for it. What a stream
 //     keeps is the server's 4 KiB write buffer, its exchange and request
 //     context, and one goroutine, the connection's (the departure watch is
 //     a registration, not a goroutine). After a wave of connections the

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/llbproject/llb/actors"
+	"github.com/llbproject/llb/ladder"
 )
 
 // An upstream leg: one request to one endpoint on behalf of an exchange,
@@ -184,7 +185,7 @@ func (l *leg) send(head, body []byte, dst *fasthttp.ResponseHeader) error {
 		if attempt > 0 {
 			now = time.Now()
 		}
-		c, err := pool.get(l.ctx(), now)
+		c, err := pool.get(l.ctx(), now, x.decision.Flags.Has(ladder.FlagPanic))
 		if err != nil {
 			return err
 		}

@@ -40,6 +40,15 @@ import (
 //     loaded backend's full accept queue drops the SYN, which the kernel
 //     sends again 1 s and 3 s later, past any sub-second timeout.
 //
+//   - a probe that times out reads on for a period (lateAnswer): a late
+//     answer that passes is the endpoint answering, and the next answer of
+//     an endpoint whose last probe failed — that late answer or a leg's
+//     response bytes — is reported at once (OnLifeSign), so an endpoint
+//     down by timeouts alone comes back without waiting for a probe in
+//     time. While every endpoint is down the router still sends requests
+//     to those down by timeouts alone (panic routing, actors), and their
+//     first bytes end it.
+//
 // Only answers count: a completed TCP handshake is the kernel's work,
 // which a frozen engine still does.
 
@@ -67,9 +76,15 @@ func quietCycle(p rule.Probe) time.Duration {
 type lifeSigns struct {
 	last   atomic.Int64 // Unix nanoseconds: response bytes read by a leg
 	probed atomic.Int64 // Unix nanoseconds: the last probe that passed
+	// failing: the endpoint's last probe failed; the next answer from it
+	// is reported to wake (once).
+	failing atomic.Bool
+	wake    atomic.Pointer[func()]
 }
 
-// note records a sign of life seen at now.
+// note records a sign of life seen at now. It costs a load per call; a
+// store at most once per lifeGrain, and the wake of an endpoint whose last
+// probe failed once per failure.
 func (s *lifeSigns) note(now time.Time) {
 	if s == nil {
 		return
@@ -77,6 +92,17 @@ func (s *lifeSigns) note(now time.Time) {
 	n := now.UnixNano()
 	if n-s.last.Load() >= int64(lifeGrain) {
 		s.last.Store(n)
+		s.answer()
+	}
+}
+
+// answer reports an answer of an endpoint whose last probe failed to the
+// wake hook (the actors service's LifeSign), once per failed probe.
+func (s *lifeSigns) answer() {
+	if s.failing.Load() && s.failing.CompareAndSwap(true, false) {
+		if f := s.wake.Load(); f != nil {
+			(*f)()
+		}
 	}
 }
 
@@ -101,19 +127,42 @@ func (w *EndpointWatch) signs(ep int) *lifeSigns {
 	return &w.life[ep]
 }
 
+// OnLifeSign sets the hook told that an endpoint whose last probe failed
+// answered after all: a probe's late answer, or response bytes a request
+// read from it (a request routed there in panic, or one sent before the
+// probe failed). Wire it to actors.Service.LifeSign: an endpoint down by
+// timeouts alone comes back at once. f must not block.
+func (w *EndpointWatch) OnLifeSign(f func(ep int)) {
+	if w == nil {
+		return
+	}
+	for i := range w.life {
+		ep := i
+		g := func() { f(ep) }
+		w.life[i].wake.Store(&g)
+	}
+}
+
 // Probe returns endpoint ep's probe p judged with what the data plane sees
 // of ep: a timeout passes while legs to ep read response bytes since the
-// previous probe ended (the endpoint is busy, not down), looking back one
+// previous probe ended or a probe's late answer came (the endpoint is
+// busy, not down), looking back one
 // probe cycle of cfg at most (the backoff of a down endpoint spaces its
 // probes further); every other result is p's. Wire it into
 // actors.ServiceConfig.Probes with the same watch the rule's Handler gets
 // (Deps.Watch); probes of one endpoint run one at a time.
+//
+// A probe that times out is not abandoned: it reads on for up to a probe
+// period past its attempt timeout (lateAnswer), and an answer that passes
+// then is a sign of life (the wake hook, OnLifeSign). A starved engine
+// answers /health seconds late; it is slow, not dead.
 func (w *EndpointWatch) Probe(ep int, p Probe, cfg rule.Probe) Probe {
 	s := w.signs(ep)
 	if s == nil || p == nil {
 		return p
 	}
 	cycle := quietCycle(cfg)
+	late := lateAnswer(cfg)
 	var prevEnd atomic.Int64 // Unix nanoseconds; 0 before the first probe
 	return func(ctx context.Context) error {
 		start := time.Now()
@@ -121,17 +170,66 @@ func (w *EndpointWatch) Probe(ep int, p Probe, cfg rule.Probe) Probe {
 		if pe := prevEnd.Load(); pe != 0 {
 			from = time.Unix(0, max(pe, start.Add(-cycle).UnixNano()))
 		}
-		err := p(ctx)
+		err := s.run(ctx, p, late)
 		end := time.Now()
 		prevEnd.Store(end.UnixNano())
 		switch {
 		case err == nil:
 			s.probed.Store(end.UnixNano())
-		case errors.Is(err, ErrProbeTimeout) && s.since(from):
+			s.failing.Store(false)
 			return nil
+		case errors.Is(err, ErrProbeTimeout) && (s.since(from) || s.probed.Load() > from.UnixNano()):
+			return nil // busy: legs read bytes, or the previous probe's late answer came
 		}
+		// Only a timeout waits for a sign of life: a refusal or a wrong
+		// answer is not undone by bytes from an older connection.
+		s.failing.Store(errors.Is(err, ErrProbeTimeout))
 		return err
 	}
+}
+
+// lateAnswer is how long past its attempt timeout a probe reads on for a
+// late answer: a period (it ends before the next probe of an endpoint
+// probed every period starts), nothing when the rule does not probe.
+func lateAnswer(p rule.Probe) time.Duration {
+	if p.Type == rule.ProbeNone || p.Period <= 0 || p.AttemptTimeout <= 0 {
+		return 0
+	}
+	return p.Period
+}
+
+// run runs probe p within ctx; when ctx's deadline passes first it
+// returns a timeout at once, but p reads on, up to late past that
+// deadline, and a late pass is a sign of life (s.probed, the wake hook).
+// A ctx cancelled (the endpoint's actor stopped) ends p with it.
+func (s *lifeSigns) run(ctx context.Context, p Probe, late time.Duration) error {
+	dl, ok := ctx.Deadline()
+	if late <= 0 || !ok {
+		return p(ctx)
+	}
+	pctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), dl.Add(late))
+	pctx = context.WithValue(pctx, probeBoundKey{}, time.Until(dl)+late)
+	done := make(chan error, 1)
+	go func() { done <- p(pctx) }()
+	select {
+	case err := <-done:
+		cancel()
+		return err
+	case <-ctx.Done():
+	}
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		cancel()
+		return <-done
+	}
+	go func() {
+		defer cancel()
+		if err := <-done; err == nil {
+			s.probed.Store(time.Now().UnixNano())
+			s.failing.Store(true) // the failure is reported after this returns
+			s.answer()
+		}
+	}()
+	return &ProbeError{Target: "", Kind: ErrProbeTimeout, Detail: "no answer within the attempt timeout (the probe reads on for a late answer)"}
 }
 
 // errNoSignOfLife ends a dial that reached the connect timeout while the
@@ -150,9 +248,10 @@ var _ net.Error = errNoSignOfLife
 
 // dialBusy connects to the endpoint: after the connect timeout the dial
 // waits on, one timeout at a time, while the endpoint answered anything
-// within its quiet cycle, up to busyConnectMax; otherwise it fails with
-// errNoSignOfLife.
-func (p *upstreamPool) dialBusy(ctx context.Context) (net.Conn, error) {
+// within its quiet cycle (or throughout when patient: a request routed in
+// panic to an endpoint down by timeouts alone), up to busyConnectMax;
+// otherwise it fails with errNoSignOfLife. A refusal ends it at once.
+func (p *upstreamPool) dialBusy(ctx context.Context, patient bool) (net.Conn, error) {
 	start := time.Now()
 	dctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -164,7 +263,7 @@ func (p *upstreamPool) dialBusy(ctx context.Context) (net.Conn, error) {
 			return
 		}
 		now := time.Now()
-		if left := limit.Sub(now); left > 0 && p.life.answered(now.Add(-window)) {
+		if left := limit.Sub(now); left > 0 && (patient || p.life.answered(now.Add(-window))) {
 			time.AfterFunc(min(p.connectTimeout, left), check)
 			return
 		}

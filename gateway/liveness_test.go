@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -148,6 +149,71 @@ func TestProbeError_Timeout(t *testing.T) {
 		var to interface{ Timeout() bool }
 		if got := errors.As(tc.err, &to) && to.Timeout(); got != tc.want {
 			t.Errorf("%v: Timeout %v; want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// A probe that times out returns the timeout at its attempt's deadline but
+// reads on: its late pass wakes the endpoint (OnLifeSign) and excuses the
+// next timeout. After a failed probe the next response bytes wake it once;
+// after a refusal they do not.
+func TestEndpointWatch_ALateAnswerIsASignOfLife(t *testing.T) {
+	w := NewEndpointWatch()
+	woke := make(chan int, 4)
+	w.OnLifeSign(func(ep int) { woke <- ep })
+	cfg := rule.Probe{Type: rule.ProbeHTTP, Period: time.Second, AttemptTimeout: 50 * time.Millisecond}
+	var answers atomic.Bool // the probe gets a late answer; otherwise none
+	answers.Store(true)
+	p := w.Probe(1, func(ctx context.Context) error {
+		if !answers.Load() {
+			<-ctx.Done()
+			return errTimeout
+		}
+		select {
+		case <-time.After(150 * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			return errTimeout
+		}
+	}, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.AttemptTimeout)
+	start := time.Now()
+	err := p(ctx)
+	cancel()
+	if !errors.Is(err, ErrProbeTimeout) || time.Since(start) > time.Second {
+		t.Fatalf("probe: %v after %v; want a timeout at the attempt's deadline", err, time.Since(start))
+	}
+	select {
+	case ep := <-woke:
+		if ep != 1 {
+			t.Fatalf("woke endpoint %d; want 1", ep)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the late answer woke nobody")
+	}
+	answers.Store(false)
+	ctx, cancel = context.WithTimeout(context.Background(), cfg.AttemptTimeout)
+	err = p(ctx)
+	cancel()
+	if err != nil {
+		t.Fatalf("a timeout after a late answer: %v; want it excused", err)
+	}
+
+	s := w.signs(2)
+	for _, tt := range []struct {
+		result error
+		wake   bool
+	}{{errTimeout, true}, {errRefused, false}} {
+		_ = w.Probe(2, func(context.Context) error { return tt.result }, cfg)(context.Background())
+		s.note(time.Now().Add(time.Hour)) // past the grain: a store
+		s.note(time.Now().Add(2 * time.Hour))
+		got := 0
+		for len(woke) > 0 {
+			<-woke
+			got++
+		}
+		if want := map[bool]int{true: 1, false: 0}[tt.wake]; got != want {
+			t.Fatalf("after %v: %d wakes from bytes read; want %d", tt.result, got, want)
 		}
 	}
 }

@@ -55,8 +55,12 @@ type ProbeError struct {
 	Detail string
 }
 
-// Error renders "probe <target>: <kind>: <detail>".
+// Error renders "probe <target>: <kind>: <detail>" ("probe: …" without a
+// target).
 func (e *ProbeError) Error() string {
+	if e.Target == "" {
+		return "probe: " + e.Kind.Error() + ": " + e.Detail
+	}
 	return "probe " + e.Target + ": " + e.Kind.Error() + ": " + e.Detail
 }
 
@@ -71,6 +75,18 @@ func (e *ProbeError) Timeout() bool { return e.Kind == ErrProbeTimeout }
 // Probe checks one endpoint once; nil means healthy. It honours ctx and
 // its own attempt timeout, whichever ends first.
 type Probe func(ctx context.Context) error
+
+// probeBoundKey is a context key: a time.Duration that replaces a probe's
+// own attempt timeout (EndpointWatch.Probe reads a late answer past it).
+type probeBoundKey struct{}
+
+// bound is the probe's own timeout: d, or the one ctx carries.
+func bound(ctx context.Context, d time.Duration) time.Duration {
+	if b, ok := ctx.Value(probeBoundKey{}).(time.Duration); ok && b > 0 {
+		return b
+	}
+	return d
+}
 
 // NewProbe builds endpoint ep's probe from the rule's settings p and the
 // endpoint's overrides; hopID goes in the X-Llb-Hop header of HTTP probes
@@ -104,7 +120,7 @@ func NewProbe(p rule.Probe, ep *rule.CompiledEndpoint, hopID string) (Probe, err
 		Proxy:              nil,
 		DisableKeepAlives:  true, // every probe proves a fresh connection
 		DisableCompression: true,
-		DialContext:        (&net.Dialer{Timeout: timeout}).DialContext,
+		DialContext:        (&net.Dialer{}).DialContext, // the attempt's context bounds the dial
 	}
 	if p.Type == rule.ProbeHTTPS {
 		scheme = "https"
@@ -131,7 +147,7 @@ func (p *httpProbe) fail(kind error, detail string) error {
 }
 
 func (p *httpProbe) run(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	ctx, cancel := context.WithTimeout(ctx, bound(ctx, p.timeout))
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, p.method, p.url, nil)
 	if err != nil {
@@ -183,7 +199,7 @@ func (p *tcpProbe) fail(kind error, detail string) error {
 }
 
 func (p *tcpProbe) run(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	ctx, cancel := context.WithTimeout(ctx, bound(ctx, p.timeout))
 	defer cancel()
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", p.target)

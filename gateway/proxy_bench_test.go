@@ -172,6 +172,13 @@ func BenchmarkHandler(b *testing.B) {
 			benchHandler(b, l, `{"model":"m","prompt":"`+strings.Repeat("a", size)+`","max_tokens":1,"user_id":"u"}`)
 		})
 	}
+	// The floor a Go proxy reaches on the same client and backend: fasthttp's
+	// server and HostClient with nothing of llb's (no parse, routing,
+	// bounds, log or metrics), the body checked for the members a router
+	// reads.
+	b.Run("bare-fasthttp/prompt=64", func(b *testing.B) {
+		benchHandler(b, bareProxy(b, be), `{"model":"m","prompt":"`+strings.Repeat("a", 64)+`","max_tokens":1,"user_id":"u"}`)
+	})
 	b.Run("pd/prompt=4096", func(b *testing.B) {
 		_, l := startBenchGateway(b, pdPool([]netip.AddrPort{be}, []netip.AddrPort{be}), &instantRouter{d: decision(ladder.Tier2, 0, 1)})
 		benchHandler(b, l, `{"model":"m","prompt":"`+strings.Repeat("a", 4096)+`","max_tokens":1}`)
@@ -227,6 +234,31 @@ func streamBackendFast(b *testing.B, n int) netip.AddrPort {
 	return netip.MustParseAddrPort(ln.Addr().String())
 }
 
+// bareProxy serves the smallest fasthttp reverse proxy in front of be and
+// returns its address.
+func bareProxy(b *testing.B, be netip.AddrPort) string {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	hc := &fasthttp.HostClient{Addr: be.String(), MaxConns: 1024}
+	srv := &fasthttp.Server{NoDefaultContentType: true, Handler: func(rc *fasthttp.RequestCtx) {
+		body := rc.PostBody()
+		if !bytes.Contains(body, []byte(`"model"`)) || !bytes.Contains(body, []byte(`"prompt"`)) {
+			rc.Error("bad request", fasthttp.StatusBadRequest)
+			return
+		}
+		rc.Request.Header.Del("Connection")
+		if err := hc.Do(&rc.Request, &rc.Response); err != nil {
+			rc.Error(err.Error(), fasthttp.StatusBadGateway)
+		}
+	}}
+	go func() { _ = srv.Serve(ln) }()
+	b.Cleanup(func() { _ = srv.Shutdown() })
+	return ln.Addr().String()
+}
+
 // benchListener builds an unbound listener for cfg over router r.
 func benchListener(b *testing.B, cfg *rule.Compiled, r actors.Router) *Listener {
 	b.Helper()
@@ -248,19 +280,28 @@ func startBenchGateway(b *testing.B, cfg *rule.Compiled, r actors.Router) (strin
 	return "http://" + l.Addr().String(), l
 }
 
-func benchHandler(b *testing.B, l *Listener, body string) {
+func benchHandler(b *testing.B, addr any, body string) {
 	b.Helper()
-	benchHandlerPath(b, l, PathCompletions, body)
+	benchHandlerPath(b, addr, PathCompletions, body)
 }
 
-func benchHandlerPath(b *testing.B, l *Listener, path, body string) {
+// benchHandlerPath sends b.N requests to addr (a *Listener or an address)
+// with one client.
+func benchHandlerPath(b *testing.B, addr any, path, body string) {
 	b.Helper()
-	c := &fasthttp.HostClient{Addr: l.Addr().String()}
+	var a string
+	switch v := addr.(type) {
+	case *Listener:
+		a = v.Addr().String()
+	case string:
+		a = v
+	}
+	c := &fasthttp.HostClient{Addr: a}
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(http.MethodPost)
-	req.SetRequestURI("http://" + l.Addr().String() + path)
+	req.SetRequestURI("http://" + a + path)
 	req.Header.SetContentType("application/json")
 	req.SetBodyString(body)
 	do := func() {

@@ -148,6 +148,14 @@ func (s *relayStream) WriteTo(w io.Writer) (int64, error) {
 		}
 		var nr int
 		nr, rerr = s.body.Read(buf[carry:])
+		// What is already buffered behind it goes in the same chunk: a
+		// stream that fell behind catches up one write per buffer, not per
+		// event (bodyready.go).
+		for rerr == nil && nr > 0 && s.body.ready(len(buf)-carry-nr) {
+			var k int
+			k, rerr = s.body.Read(buf[carry+nr:])
+			nr += k
+		}
 		if nr > 0 {
 			s.lg.alive()
 			if s.firstByte.IsZero() {

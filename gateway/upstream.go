@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -119,6 +120,13 @@ type upConn struct {
 	// connection: a closure per wait would be an allocation per event.
 	woke bool
 	step func(fd uintptr) bool
+	// headStep is readEarly's callback (made once per connection, as
+	// step); pre holds the bytes it read, in the pooled buffer early,
+	// served by Read before the socket's; preErr is the error it read.
+	headStep func(fd uintptr) bool
+	pre      []byte
+	early    *[]byte
+	preErr   error
 }
 
 // arm bounds the connection's reads and writes by d, firing at most slack
@@ -134,9 +142,11 @@ func (c *upConn) arm(d time.Time, slack time.Duration) {
 }
 
 // get returns an idle connection (checking one that idled long for a close
-// by the backend) or dials a new one under ctx. A dial failure wraps
+// by the backend) or dials a new one under ctx; patient: the dial waits
+// past the connect timeout as for an endpoint that answers (a request sent
+// in panic to an endpoint down by timeouts alone). A dial failure wraps
 // *dialError.
-func (p *upstreamPool) get(ctx context.Context, now time.Time) (*upConn, error) {
+func (p *upstreamPool) get(ctx context.Context, now time.Time, patient bool) (*upConn, error) {
 	for {
 		p.mu.Lock()
 		n := len(p.idle)
@@ -156,14 +166,14 @@ func (p *upstreamPool) get(ctx context.Context, now time.Time) (*upConn, error) 
 		c.reused = true
 		return c, nil
 	}
-	return p.dial(ctx)
+	return p.dial(ctx, patient)
 }
 
-func (p *upstreamPool) dial(ctx context.Context) (*upConn, error) {
+func (p *upstreamPool) dial(ctx context.Context, patient bool) (*upConn, error) {
 	var nc net.Conn
 	var err error
 	if p.life != nil && p.connectTimeout > 0 {
-		nc, err = p.dialBusy(ctx)
+		nc, err = p.dialBusy(ctx, patient)
 	} else {
 		nc, err = p.dialer.DialContext(ctx, "tcp", p.addr)
 	}
@@ -174,6 +184,7 @@ func (p *upstreamPool) dial(ctx context.Context) (*upConn, error) {
 	if sc, ok := nc.(syscall.Conn); ok && peerWatchSupported {
 		c.raw, _ = sc.SyscallConn()
 		c.step = c.waitStep
+		c.headStep = c.readEarlyStep
 	}
 	return c, nil
 }
@@ -183,17 +194,44 @@ func (p *upstreamPool) dial(ctx context.Context) (*upConn, error) {
 func (c *upConn) reader() *bufio.Reader {
 	if c.br == nil {
 		c.br = upReaders.Get().(*bufio.Reader)
-		c.br.Reset(c.nc)
+		c.br.Reset(c)
 	}
 	return c.br
 }
 
+// Read implements io.Reader for the read buffer: the bytes readEarly took
+// first, then the socket's.
+func (c *upConn) Read(p []byte) (int, error) {
+	if len(c.pre) > 0 {
+		n := copy(p, c.pre)
+		c.pre = c.pre[n:]
+		if len(c.pre) == 0 {
+			c.dropEarly()
+		}
+		return n, nil
+	}
+	if err := c.preErr; err != nil {
+		c.preErr = nil
+		return 0, err
+	}
+	return c.nc.Read(p)
+}
+
+// dropEarly gives readEarly's buffer back, with whatever it still holds.
+func (c *upConn) dropEarly() {
+	if c.early != nil {
+		earlyReads.Put(c.early)
+		c.early, c.pre = nil, nil
+	}
+}
+
 // buffered returns how many response bytes were read and not yet consumed.
 func (c *upConn) buffered() int {
-	if c.br == nil {
-		return 0
+	n := len(c.pre)
+	if c.br != nil {
+		n += c.br.Buffered()
 	}
-	return c.br.Buffered()
+	return n
 }
 
 // shed gives the read buffer back to the pool, unless bytes wait in it.
@@ -221,6 +259,50 @@ func (c *upConn) waitReadable() {
 	}
 	c.woke = false
 	_ = c.raw.Read(c.step)
+}
+
+// readEarly waits for the response head holding no read buffer, like
+// waitReadable, but reads what arrived in the same system call that finds
+// it (into a pooled buffer, which Read hands on): a head already waiting
+// costs one read instead of a peek and a read. Errors are left to the read
+// that follows (a deadline, a closed connection) or handed to it (preErr).
+func (c *upConn) readEarly() {
+	if c.buffered() > 0 || c.preErr != nil {
+		return
+	}
+	c.shed()
+	if c.raw == nil {
+		return
+	}
+	_ = c.raw.Read(c.headStep)
+}
+
+// readEarlyStep is readEarly's callback: one read into a pooled buffer,
+// given back while the connection has nothing to read.
+func (c *upConn) readEarlyStep(fd uintptr) bool {
+	bp := earlyReads.Get().(*[]byte)
+	var n int
+	var err error
+	for {
+		n, err = syscall.Read(int(fd), *bp)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	switch {
+	case err == syscall.EAGAIN:
+		earlyReads.Put(bp)
+		return false // wait for readability
+	case err != nil:
+		earlyReads.Put(bp)
+		c.preErr = os.NewSyscallError("read", err)
+	case n == 0:
+		earlyReads.Put(bp)
+		c.preErr = io.EOF
+	default:
+		c.early, c.pre = bp, (*bp)[:n]
+	}
+	return true
 }
 
 // waitStep is waitReadable's callback: the first call checks, the next
@@ -309,13 +391,15 @@ func (c *upConn) release(reusable bool) {
 		upReaders.Put(c.br)
 		c.br = nil
 	}
+	c.dropEarly()
+	c.preErr = nil
 	_ = c.nc.Close()
 }
 
 // readHead reads the response head into h, skipping interim (1xx)
 // responses other than 101.
 func (c *upConn) readHead(h *fasthttp.ResponseHeader) error {
-	c.waitReadable() // a long prefill or generation waits without a buffer
+	c.readEarly() // a long prefill or generation waits without a buffer
 	for range 100 {
 		if err := h.Read(c.reader()); err != nil {
 			return err
@@ -443,6 +527,11 @@ func (r *bodyReader) chunkSize() (int64, error) {
 		}
 		return 0, err
 	}
+	return parseChunkSize(line)
+}
+
+// parseChunkSize parses a chunk-size line, its LF included.
+func parseChunkSize(line []byte) (int64, error) {
 	var size int64
 	digits := 0
 	for _, b := range line {

@@ -75,7 +75,7 @@ func TestCacheTruth_StreamWithIncludeUsageReportsTheFinalChunk(t *testing.T) {
 		_, _ = io.WriteString(w, tail)
 	}
 	d := decision(ladder.Tier15, 0, -1)
-	d.TTFT = ladder.TTFTPrediction{OK: true, Input: ladder.TTFTInput{Uncached: 1, Queued: 24, Running: 3, Waiting: 2}, Predicted: 42 * time.Millisecond}
+	d.TTFT = ladder.TTFTPrediction{OK: true, Input: ladder.TTFTInput{Uncached: 1, Queued: 24, Running: 3, Waiting: 2, KVUsed: 990, KVCapacity: 985}, Predicted: 42 * time.Millisecond}
 	fr := newFakeRouter(predicted(d))
 	var buf safeBuffer
 	url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr, Log: zerolog.New(&buf)})
@@ -106,8 +106,8 @@ func TestCacheTruth_StreamWithIncludeUsageReportsTheFinalChunk(t *testing.T) {
 		t.Fatalf("access line %v; want kv_predicted and kv_cached", access)
 	}
 	// And the TTFT prediction with what it was made from.
-	if access[logfield.TTFTPredicted] != float64(42) || access[logfield.TTFTInput] != "1/24/3/2" {
-		t.Fatalf("access line %v; want ttft_predicted 42 and ttft_input 1/24/3/2", access)
+	if access[logfield.TTFTPredicted] != float64(42) || access[logfield.TTFTInput] != "1/24/3/2/6" {
+		t.Fatalf("access line %v; want ttft_predicted 42 and ttft_input 1/24/3/2/6", access)
 	}
 }
 

@@ -2,10 +2,11 @@ package inventory
 
 import (
 	"context"
-	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -346,15 +347,43 @@ func TestDrainFeed_BadBodies(t *testing.T) {
 	}
 }
 
+// tokenList is n unique_tokens from start, as trtllm-serve writes them.
 func tokenList(start, n int) string {
-	b, _ := json.Marshal(func() []trtToken {
-		out := make([]trtToken, n)
-		for i := range out {
-			out[i] = trtToken{TokenID: int64(start + i)}
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
 		}
-		return out
-	}())
-	return string(b[1 : len(b)-1])
+		fmt.Fprintf(&b, `{"type":"unique_token","token_id":%d,"token_extra_id":0}`, start+i)
+	}
+	return b.String()
+}
+
+// TestDrainFeed_ATokenWithoutAnIDIsMalformed: a stored block whose token
+// lacks token_id (or has null, or one past 32 bits) is an invalid event,
+// not a block ending in token 0 that such a prompt would match.
+func TestDrainFeed_ATokenWithoutAnIDIsMalformed(t *testing.T) {
+	stored := func(id int, tokens string) string {
+		return fmt.Sprintf(`{"event_id":%d,"data":{"type":"stored","parent_hash":null,"blocks":[{"type":"stored_block","block_hash":%d,"tokens":[%s],"cache_level":0,"priority":35}]},"window_size":4096}`,
+			id, 100+id, tokens)
+	}
+	lead := tokenList(0, 31) // the bad token comes 32nd
+	srv := newDrainServer(t, []byte(`[`+
+		stored(1, lead+`,{"type":"unique_token","token_extra_id":0}`)+`,`+
+		stored(2, lead+`,{"type":"unique_token","token_id":null,"token_extra_id":0}`)+`,`+
+		stored(3, lead+`,{"type":"unique_token","token_id":4294967296,"token_extra_id":0}`)+`,`+
+		stored(4, tokenList(7000, 32))+`]`))
+	rig := startDrainRig(t, srv, 32)
+	rig.drained()
+	if st := rig.feed.Stats(); st.InvalidEvents != 3 {
+		t.Errorf("stats %+v; want the 3 events with a bad token invalid", st)
+	}
+	if got := rig.score(append(seqTokens(0, 31), 0)); got != 0 {
+		t.Errorf("a prompt ending in token 0 scores %d blocks; want 0 (no token id is not token 0)", got)
+	}
+	if got := rig.score(seqTokens(7000, 32)); got != 1 {
+		t.Errorf("the good block scores %d; want 1", got)
+	}
 }
 
 func waitFor(t *testing.T, cond func() bool) {

@@ -88,8 +88,38 @@ func (p *trtPresent) UnmarshalJSON(b []byte) error {
 
 // trtToken is one unique_token.
 type trtToken struct {
-	TokenID      int64 `json:"token_id"`
-	TokenExtraID int64 `json:"token_extra_id"`
+	TokenID      trtTokenID `json:"token_id"`
+	TokenExtraID int64      `json:"token_extra_id"`
+}
+
+// trtTokenID is a token id that knows whether it was sent: a token
+// without one (or with null) is malformed, not token 0.
+type trtTokenID struct {
+	v   int64
+	set bool
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (t *trtTokenID) UnmarshalJSON(b []byte) error {
+	if isNull(b) {
+		*t = trtTokenID{}
+		return nil
+	}
+	v, err := strconv.ParseInt(string(bytes.TrimSpace(b)), 10, 64)
+	if err != nil {
+		return fmt.Errorf("token_id %s: %w", b, ErrMalformed)
+	}
+	*t = trtTokenID{v: v, set: true}
+	return nil
+}
+
+// id returns the token id as the prompt chain keys it, or false when it
+// is missing or out of range.
+func (t trtTokenID) id() (uint32, bool) {
+	if !t.set || t.v < 0 || t.v > 1<<32-1 {
+		return 0, false
+	}
+	return uint32(t.v), true
 }
 
 // TensorRT-LLM event types (data.type).
@@ -182,7 +212,8 @@ func trtStoredRun(blocks []trtBlock, bs int, dst *trtRun) error {
 				dst.blockSize = n
 				dst.hashes = append(dst.hashes, h)
 				for _, t := range b.Tokens {
-					dst.tokens = append(dst.tokens, uint32(t.TokenID))
+					id, _ := t.TokenID.id() // the contract check needs the count, not the ids
+					dst.tokens = append(dst.tokens, id)
 				}
 				dst.cut, dst.cutBlocks = IgnoreBlockSize, len(blocks)-1
 				dst.cutCause = fmt.Sprintf("TensorRT-LLM stores blocks of %d tokens but the rule's kvBlockSize is %d; set kvBlockSize to the engine's tokens_per_block", n, bs)
@@ -205,10 +236,11 @@ func trtStoredRun(blocks []trtBlock, bs int, dst *trtRun) error {
 			return nil
 		}
 		for _, t := range b.Tokens {
-			if t.TokenID < 0 || t.TokenID > 1<<32-1 {
-				return fmt.Errorf("stored block %d: token id %d out of range: %w", i, t.TokenID, ErrMalformed)
+			id, ok := t.TokenID.id()
+			if !ok {
+				return fmt.Errorf("stored block %d: a token without a token id in 0..2^32-1 (%d, sent %t): %w", i, t.TokenID.v, t.TokenID.set, ErrMalformed)
 			}
-			dst.tokens = append(dst.tokens, uint32(t.TokenID))
+			dst.tokens = append(dst.tokens, id)
 		}
 		dst.hashes = append(dst.hashes, h)
 	}

@@ -217,9 +217,13 @@ const (
 	// no pin), so a no_overlap or session_miss beside it may be a late
 	// reply, not a genuine miss. The router sets it; the ladder never does.
 	FlagFanoutLate
+	// FlagPanic: no endpoint was up, so the decision was made among the
+	// endpoints down by timeouts alone (slow, not dead: panic routing). The
+	// router sets it; the ladder never does.
+	FlagPanic
 )
 
-var flagNames = [...]string{"spill", "relief", "cold_seed", "rescue", "rr_tie", "decode_rr_tie", "excluded_winner", "backup", "bound_walk", "saturated", "pending", "least_kv", "held", "refit", "balance", "objective", "objective_miss", "fanout_late"}
+var flagNames = [...]string{"spill", "relief", "cold_seed", "rescue", "rr_tie", "decode_rr_tie", "excluded_winner", "backup", "bound_walk", "saturated", "pending", "least_kv", "held", "refit", "balance", "objective", "objective_miss", "fanout_late", "panic"}
 
 // Has reports whether every flag in f2 is set.
 func (f Flags) Has(f2 Flags) bool { return f&f2 == f2 }

@@ -32,6 +32,26 @@ import (
 // engine whose speed changes, non-negative because no work makes a first
 // token come sooner, and pulled weakly towards a prior (TTFTPrior) so a
 // coefficient the traffic never exercises keeps a plausible value.
+//
+// That model is the base. An engine with no room for one more request —
+// its KV cache full, or its batch — admits no new prefill until running
+// requests finish, and a request waits for their remaining decodes, which
+// llb does not see. A second model, the wait, learns that from what llb
+// does see, fitted the same way to what the base leaves (actual − base):
+//
+//	wait = φ0·[d > 0] + φ1·d + φ2·[w > 0] + φ3·w                every φ ≥ 0
+//
+// with d the blocks the request lacks beyond the engine's free ones (its
+// uncached blocks plus the engine's blocks in use, minus its capacity; in
+// units of TTFTBlockUnit) and w the requests the engine reported waiting
+// at the last scrape (in units of TTFTQueueUnit). The prediction that is
+// checked (TTFTPrediction.Predicted, llb_ttft_prediction_error) is base +
+// wait. Decisions (TTFT objectives) read the base alone, which the wait
+// does not change: the blocks in use and the waiting requests are the
+// last scrape's, 250 ms old, and a prediction that read them moved every
+// request off an engine that had shown a full cache or a queue onto the
+// few predicted to meet, which then filled in turn (measured in
+// docs/performance.md).
 
 // TTFTInput is what llb knows, at a decision, of the prefill work a
 // request joins on one endpoint.
@@ -53,13 +73,32 @@ type TTFTInput struct {
 	// whose last scrape showed a queue (docs/performance.md). It is
 	// recorded so that a prediction can be read against it.
 	Waiting uint32
+	// KVUsed and KVCapacity are the endpoint's KV blocks in use (llb's
+	// estimate, EndpointView.KVUsedBlocks) and its capacity; both 0 when
+	// unknown.
+	KVUsed, KVCapacity uint32
+}
+
+// Lacking is the blocks the request needs beyond the engine's free ones:
+// its uncached blocks plus the blocks in use, minus the capacity (0 when
+// they fit or the usage is unknown).
+func (in TTFTInput) Lacking() uint32 {
+	need := uint64(in.KVUsed) + uint64(in.Uncached)
+	if in.KVCapacity == 0 || need <= uint64(in.KVCapacity) {
+		return 0
+	}
+	return uint32(min(need-uint64(in.KVCapacity), math.MaxUint32))
 }
 
 // TTFTInputFor is the TTFTInput of a request of promptBlocks blocks that
 // holds overlap of them on the endpoint of view v.
 func TTFTInputFor(v *EndpointView, promptBlocks, overlap uint32) TTFTInput {
-	return TTFTInput{Uncached: promptBlocks - min(overlap, promptBlocks), Queued: v.PrefillBlocks, Running: v.ActiveConns,
+	in := TTFTInput{Uncached: promptBlocks - min(overlap, promptBlocks), Queued: v.PrefillBlocks, Running: v.ActiveConns,
 		Waiting: v.QueuedRequests}
+	if v.KVUsageKnown {
+		in.KVUsed, in.KVCapacity = v.KVUsedBlocks, v.KVCapacityBlocks
+	}
+	return in
 }
 
 // Model tuning.
@@ -69,6 +108,8 @@ const (
 	// the normal equations well conditioned.
 	TTFTBlockUnit = 256
 	TTFTBatchUnit = 32
+	// TTFTQueueUnit scales the engine's waiting requests (the wait model).
+	TTFTQueueUnit = 8
 	// TTFTMemory is the number of samples whose weight halves: each sample
 	// decays the earlier ones by 2^(−1/TTFTMemory).
 	TTFTMemory = 128
@@ -89,8 +130,13 @@ const (
 	ttftSweeps = 8
 )
 
-// ttftFeatures is the model's dimension.
-const ttftFeatures = 6
+// ttftFeatures is the base model's dimension, ttftWaitFeatures the wait
+// model's; ttftMaxFeatures bounds both.
+const (
+	ttftFeatures     = 6
+	ttftWaitFeatures = 4
+	ttftMaxFeatures  = ttftFeatures
+)
 
 // TTFTPrior is the model an endpoint starts from, in seconds: 20 ms of
 // overhead and 0.3 ms per uncached or queued block (17 µs a token: an 8B
@@ -98,7 +144,7 @@ const ttftFeatures = 6
 // replace it.
 var TTFTPrior = [ttftFeatures]float64{0.020, 0.3e-3 * TTFTBlockUnit, 0.3e-3 * TTFTBlockUnit, 0, 0, 0}
 
-// features are the model's regressors of in.
+// features are the base model's regressors of in.
 func (in TTFTInput) features() [ttftFeatures]float64 {
 	u := float64(in.Uncached) / TTFTBlockUnit
 	q := float64(in.Queued) / TTFTBlockUnit
@@ -106,36 +152,96 @@ func (in TTFTInput) features() [ttftFeatures]float64 {
 	return [ttftFeatures]float64{1, u, q, n, n * u, n * q}
 }
 
-// TTFTModel is one endpoint's learned model. The zero value predicts
-// with TTFTPrior. Single owner; no clocks, no I/O.
+// waitFeatures are the wait model's regressors of in: all 0 while the
+// request fits in the engine's free blocks and nothing waits there.
+func (in TTFTInput) waitFeatures() [ttftWaitFeatures]float64 {
+	var x [ttftWaitFeatures]float64
+	if d := in.Lacking(); d > 0 {
+		x[0], x[1] = 1, float64(d)/TTFTBlockUnit
+	}
+	if in.Waiting > 0 {
+		x[2], x[3] = 1, float64(in.Waiting)/TTFTQueueUnit
+	}
+	return x
+}
+
+// ttftFit is a non-negative least-squares fit with forgetting, of up to
+// ttftMaxFeatures coefficients.
 //
 // Invariant: a and b are the decayed weighted normal equations of the
-// samples (a = Σ γ^k·w·x·xᵀ, b = Σ γ^k·w·x·y, w = 1/y²), theta their
-// non-negative damped solution, every theta[j] ≥ 0.
+// samples (a = Σ γ^k·w·x·xᵀ, b = Σ γ^k·w·x·y), theta their non-negative
+// damped solution, every theta[j] ≥ 0.
+type ttftFit struct {
+	a     [ttftMaxFeatures][ttftMaxFeatures]float64
+	b     [ttftMaxFeatures]float64
+	theta [ttftMaxFeatures]float64
+}
+
+// learn adds sample (x, y) of weight w and refits towards prior.
+func (f *ttftFit) learn(x []float64, y, w float64, prior []float64) {
+	for i := range x {
+		f.b[i] = f.b[i]*ttftDecay + w*x[i]*y
+		for j := range x {
+			f.a[i][j] = f.a[i][j]*ttftDecay + w*x[i]*x[j]
+		}
+	}
+	f.solve(len(x), prior)
+}
+
+// dot is θ·x.
+func (f *ttftFit) dot(x []float64) float64 {
+	var s float64
+	for j := range x {
+		s += f.theta[j] * x[j]
+	}
+	return s
+}
+
+// TTFTModel is one endpoint's learned model: the base and the wait. The
+// zero value predicts with TTFTPrior and no wait. Single owner; no
+// clocks, no I/O.
+//
+// Invariant: base is fitted to the samples (y, weight 1/y²), wait to what
+// base predicted short of them (y − base's prediction before the sample,
+// same weight); theta of both ≥ 0.
 type TTFTModel struct {
-	a       [ttftFeatures][ttftFeatures]float64
-	b       [ttftFeatures]float64
-	theta   [ttftFeatures]float64
-	samples uint64
-	fitted  bool
+	base, wait ttftFit
+	samples    uint64
+	fitted     bool
 }
 
 // ttftDecay is γ = 2^(−1/TTFTMemory).
 var ttftDecay = math.Exp2(-1.0 / TTFTMemory)
 
-// Predict is the model's TTFT for in, at least 0.1 ms.
+// Predict is the model's base TTFT for in, at least 0.1 ms: what
+// decisions read.
 func (m *TTFTModel) Predict(in TTFTInput) time.Duration {
-	th := &m.theta
-	if !m.fitted {
-		th = &TTFTPrior
-	}
+	return ttftDuration(m.baseSeconds(in))
+}
+
+// PredictWait is the model's full-cache or full-batch wait for in (0 when
+// none is foreseen): the prediction that is checked is Predict + this.
+func (m *TTFTModel) PredictWait(in TTFTInput) time.Duration {
+	x := in.waitFeatures()
+	return time.Duration(math.Min(m.wait.dot(x[:]), 3600) * float64(time.Second))
+}
+
+// baseSeconds is the base prediction for in, in seconds.
+func (m *TTFTModel) baseSeconds(in TTFTInput) float64 {
 	x := in.features()
-	var s float64
-	for j := range x {
-		s += th[j] * x[j]
+	if !m.fitted {
+		var s float64
+		for j := range x {
+			s += TTFTPrior[j] * x[j]
+		}
+		return s
 	}
-	d := time.Duration(math.Min(s, 3600) * float64(time.Second))
-	return max(d, ttftFloor)
+	return m.base.dot(x[:])
+}
+
+// ttftDuration is s seconds bounded to [0.1 ms, 1 h].
+func ttftDuration(s float64) time.Duration {
+	return max(time.Duration(math.Min(s, 3600)*float64(time.Second)), ttftFloor)
 }
 
 // Trained reports whether the model has learned from at least
@@ -152,7 +258,14 @@ func (m *TTFTModel) Coefficients() [ttftFeatures]float64 {
 	if !m.fitted {
 		return TTFTPrior
 	}
-	return m.theta
+	return [ttftFeatures]float64(m.base.theta[:ttftFeatures])
+}
+
+// WaitCoefficients returns φ in seconds (per TTFTBlockUnit blocks and
+// TTFTQueueUnit requests): cache full, blocks lacking, engine queueing,
+// requests waiting.
+func (m *TTFTModel) WaitCoefficients() [ttftWaitFeatures]float64 {
+	return [ttftWaitFeatures]float64(m.wait.theta[:ttftWaitFeatures])
 }
 
 // Learn adds one measured TTFT of a request whose input at its decision
@@ -160,42 +273,42 @@ func (m *TTFTModel) Coefficients() [ttftFeatures]float64 {
 func (m *TTFTModel) Learn(in TTFTInput, actual time.Duration) {
 	y := max(actual, ttftFloor).Seconds()
 	w := 1 / (y * y)
+	xw := in.waitFeatures()
+	m.wait.learn(xw[:], y-m.baseSeconds(in), w, ttftWaitPrior[:])
 	x := in.features()
-	for i := range x {
-		m.b[i] = m.b[i]*ttftDecay + w*x[i]*y
-		for j := range x {
-			m.a[i][j] = m.a[i][j]*ttftDecay + w*x[i]*x[j]
-		}
+	if !m.fitted {
+		copy(m.base.theta[:], TTFTPrior[:])
+		m.fitted = true
 	}
 	m.samples++
-	if !m.fitted {
-		m.theta, m.fitted = TTFTPrior, true
-	}
-	m.solve()
+	m.base.learn(x[:], y, w, TTFTPrior[:])
 }
+
+// ttftWaitPrior is the wait model's prior: no wait.
+var ttftWaitPrior [ttftWaitFeatures]float64
 
 // Forget drops what the model learned and starts again from the prior:
 // its predictions drifted, so the samples behind them describe an engine
 // that is no longer there.
 func (m *TTFTModel) Forget() { *m = TTFTModel{} }
 
-// solve refits theta: projected Gauss–Seidel on the damped normal
-// equations (a + R)·θ = b + R·θprior, θ ≥ 0, with R = diag(ttftRidge·a_jj +
-// ttftPriorWeight).
-func (m *TTFTModel) solve() {
-	var r [ttftFeatures]float64
-	for j := range r {
-		r[j] = ttftRidge*m.a[j][j] + ttftPriorWeight
+// solve refits the first n coefficients: projected Gauss–Seidel on the
+// damped normal equations (a + R)·θ = b + R·prior, θ ≥ 0, with R =
+// diag(ttftRidge·a_jj + ttftPriorWeight).
+func (f *ttftFit) solve(n int, prior []float64) {
+	var r [ttftMaxFeatures]float64
+	for j := range n {
+		r[j] = ttftRidge*f.a[j][j] + ttftPriorWeight
 	}
 	for range ttftSweeps {
-		for j := range m.theta {
-			s := m.b[j] + r[j]*TTFTPrior[j]
-			for k := range m.theta {
+		for j := range n {
+			s := f.b[j] + r[j]*prior[j]
+			for k := range n {
 				if k != j {
-					s -= m.a[j][k] * m.theta[k]
+					s -= f.a[j][k] * f.theta[k]
 				}
 			}
-			m.theta[j] = max(s/(m.a[j][j]+r[j]), 0)
+			f.theta[j] = max(s/(f.a[j][j]+r[j]), 0)
 		}
 	}
 }
@@ -208,8 +321,12 @@ type TTFTPrediction struct {
 	// Input is what the prediction was made from; the runtime hands it
 	// back with the measured TTFT (Router.ObserveTTFT).
 	Input TTFTInput
-	// Predicted is the endpoint model's TTFT for Input.
+	// Predicted is the endpoint model's TTFT for Input, the one checked:
+	// the base and the wait.
 	Predicted time.Duration
+	// Wait is Predicted's wait (TTFTModel.PredictWait); Predicted − Wait
+	// is what decisions read.
+	Wait time.Duration
 	// Trusted is true when the endpoint's model is trained (TTFTTrained)
 	// and its predictions are not drifting: decisions rely only on
 	// trusted predictions.
@@ -222,11 +339,22 @@ type ttftEndpoint struct {
 	check TTFTCheck
 }
 
-// PredictTTFT is endpoint ep's predicted TTFT for in and whether
-// decisions may rely on it (trained, not drifting).
+// PredictTTFT is endpoint ep's predicted TTFT for in as decisions read it
+// — the base, without the wait — and whether decisions may rely on it
+// (trained, not drifting).
 func (r *Router) PredictTTFT(ep int, in TTFTInput) (time.Duration, bool) {
-	if ep < 0 || ep >= len(r.ttft) {
+	m, ok := r.ttftModel(ep)
+	if m == nil {
 		return 0, false
+	}
+	return m.Predict(in), ok
+}
+
+// ttftModel is the model that predicts for endpoint ep and whether
+// decisions may rely on it; nil for no endpoint.
+func (r *Router) ttftModel(ep int) (*TTFTModel, bool) {
+	if ep < 0 || ep >= len(r.ttft) {
+		return nil, false
 	}
 	e := &r.ttft[ep]
 	if !e.model.Trained() && r.ttftFleet.Trained() {
@@ -234,9 +362,9 @@ func (r *Router) PredictTTFT(ep int, in TTFTInput) (time.Duration, bool) {
 		// engine: until an endpoint has learned its own, the fleet's
 		// model is a better guess than the prior. Decisions still wait
 		// for the endpoint's own.
-		return r.ttftFleet.Predict(in), false
+		return &r.ttftFleet, false
 	}
-	return e.model.Predict(in), e.model.Trained() && !e.check.verdict.Drifting
+	return &e.model, e.model.Trained() && !e.check.verdict.Drifting
 }
 
 // predictFor is the prediction for a request of promptBlocks blocks sent
@@ -246,8 +374,12 @@ func (r *Router) predictFor(views []EndpointView, ep int, promptBlocks uint32) T
 		return TTFTPrediction{}
 	}
 	in := TTFTInputFor(&views[ep], promptBlocks, views[ep].Overlap)
-	d, ok := r.PredictTTFT(ep, in)
-	return TTFTPrediction{OK: true, Input: in, Predicted: d, Trusted: ok}
+	m, ok := r.ttftModel(ep)
+	if m == nil {
+		return TTFTPrediction{}
+	}
+	base, wait := m.Predict(in), m.PredictWait(in)
+	return TTFTPrediction{OK: true, Input: in, Predicted: min(base+wait, time.Hour), Wait: wait, Trusted: ok}
 }
 
 // ObserveTTFT takes the TTFT measured at now for a request whose decision
@@ -279,6 +411,9 @@ type TTFTStatus struct {
 	// started again; Coefficients its fit (TTFTModel.Coefficients).
 	Samples      uint64
 	Coefficients [ttftFeatures]float64
+	// WaitCoefficients is the wait model's fit
+	// (TTFTModel.WaitCoefficients).
+	WaitCoefficients [ttftWaitFeatures]float64
 }
 
 // TTFTStatus returns endpoint ep's record.
@@ -288,5 +423,6 @@ func (r *Router) TTFTStatus(ep int) TTFTStatus {
 	}
 	e := &r.ttft[ep]
 	c, w := e.check.Totals()
-	return TTFTStatus{Verdict: e.check.Verdict(), Compared: c, Wrong: w, Samples: e.model.Samples(), Coefficients: e.model.Coefficients()}
+	return TTFTStatus{Verdict: e.check.Verdict(), Compared: c, Wrong: w, Samples: e.model.Samples(), Coefficients: e.model.Coefficients(),
+		WaitCoefficients: e.model.WaitCoefficients()}
 }

@@ -248,3 +248,68 @@ func TestRouter_AnUntrainedEndpointPredictsWithTheFleetsModel(t *testing.T) {
 		t.Fatalf("trained endpoint: %v (trusted %t); want its own %v within 10 %%", got, ok, slow(in))
 	}
 }
+
+func TestTTFTModel_LearnsTheWaitForRoomApartFromTheBase(t *testing.T) {
+	// An engine of 1000 blocks: 10 ms plus 0.5 ms a block of its own, and a
+	// request whose blocks do not fit in the free ones waits 200 ms more
+	// (running requests finishing); one sent while the engine reports
+	// waiting requests waits 30 ms a waiting request.
+	const capacity = 1000
+	engine := func(in TTFTInput) time.Duration {
+		d := 10*time.Millisecond + time.Duration(in.Uncached)*500*time.Microsecond
+		if in.Lacking() > 0 {
+			d += 200 * time.Millisecond
+		}
+		return d + time.Duration(in.Waiting)*30*time.Millisecond
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	input := func() TTFTInput {
+		in := TTFTInput{Uncached: uint32(rng.IntN(200)), KVUsed: uint32(rng.IntN(900)), KVCapacity: capacity}
+		if rng.IntN(4) == 0 {
+			in.KVUsed = capacity - uint32(rng.IntN(20))
+		}
+		if rng.IntN(5) == 0 {
+			in.Waiting = uint32(1 + rng.IntN(4))
+		}
+		return in
+	}
+	// blind learns the same samples without seeing the cache or the queue.
+	var m, blind TTFTModel
+	for range 600 {
+		in := input()
+		m.Learn(in, engine(in))
+		b := in
+		b.KVCapacity, b.Waiting = 0, 0
+		blind.Learn(b, engine(in))
+	}
+	cases := []struct {
+		name string
+		in   TTFTInput
+		wait bool
+	}{
+		{"room for it", TTFTInput{Uncached: 100, KVUsed: 500, KVCapacity: capacity}, false},
+		{"the cache full", TTFTInput{Uncached: 100, KVUsed: 990, KVCapacity: capacity}, true},
+		{"requests waiting", TTFTInput{Uncached: 100, KVUsed: 500, KVCapacity: capacity, Waiting: 3}, true},
+		{"usage unknown", TTFTInput{Uncached: 100, KVUsed: 990}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			base, wait := m.Predict(c.in), m.PredictWait(c.in)
+			want := engine(c.in)
+			if c.wait != (wait > 0) {
+				t.Fatalf("wait %v; want one: %t", wait, c.wait)
+			}
+			// The checked prediction is close; the wait brings it closer
+			// than the base alone.
+			if got := base + wait; math.Abs(TTFTRelError(got, want)) > 0.15 ||
+				c.wait && math.Abs(TTFTRelError(got, want)) >= math.Abs(TTFTRelError(base, want)) {
+				t.Fatalf("base %v + wait %v = %v; want %v within 15 %%, closer than the base", base, wait, got, want)
+			}
+			// Decisions read the base, which the wait model leaves as a
+			// model blind to the cache and the queue has it.
+			if b := blind.Predict(c.in); b != base {
+				t.Fatalf("base %v; want the blind model's %v", base, b)
+			}
+		})
+	}
+}

@@ -20,13 +20,17 @@ import (
 )
 
 // busyBackend streams completions (an event every 50 ms for streamFor) and
-// answers GET /health at once, or 1.5 s late while stall is set: an engine
-// whose health endpoint starves under load while its streams flow.
-func busyBackend(t *testing.T, stall *atomic.Bool, streamFor time.Duration) netip.AddrPort {
+// answers GET /health at once, 1.5 s late while stall is set, never while
+// mute is: an engine whose health endpoint starves under load while its
+// streams flow.
+func busyBackend(t *testing.T, stall, mute *atomic.Bool, streamFor time.Duration) netip.AddrPort {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/health" {
-			if stall.Load() {
+			switch {
+			case mute.Load():
+				<-r.Context().Done()
+			case stall.Load():
 				select {
 				case <-time.After(1500 * time.Millisecond):
 				case <-r.Context().Done():
@@ -58,10 +62,11 @@ func busyBackend(t *testing.T, stall *atomic.Bool, streamFor time.Duration) neti
 // the endpoint down: it is busy, not dead (issue 31: the probe's timeout
 // expired on a CPU-starved backend that was serving every stream, and the
 // only endpoint was marked down, 503 no_healthy_backend). Once nothing
-// flows, the same timeouts take it down.
+// flows and the probe gets no answer at all, its timeouts take it down —
+// slow, not dead: a request then goes to it anyway (panic routing).
 func TestRuleSet_AProbeTimingOutOnAnEndpointThatStreamsKeepsItUp(t *testing.T) {
-	var stall atomic.Bool
-	be := busyBackend(t, &stall, 6*time.Second)
+	var stall, mute atomic.Bool
+	be := busyBackend(t, &stall, &mute, 6*time.Second)
 	rs := newTestRuleSet(t)
 	port := freePort(t)
 	// Probes every second, 1 s each, down after 2 failures.
@@ -85,17 +90,19 @@ func TestRuleSet_AProbeTimingOutOnAnEndpointThatStreamsKeepsItUp(t *testing.T) {
 		t.Fatalf("the stream: %v", err)
 	}
 	// Nothing flows any more (the test's own requests would be answers, so
-	// it sends none until then) and the probe still times out: the first
-	// timeout is excused by the stream's last bytes, the next two take the
-	// endpoint down — within three probe cycles (a second's wait and a
-	// second's attempt each).
+	// it sends none until then) and the probe gets no answer, not even a
+	// late one (a late answer is a sign of life): the first timeout is
+	// excused by the stream's last bytes, the next two take the endpoint
+	// down — within three probe cycles (a second's wait and a second's
+	// attempt each).
+	mute.Store(true)
 	quiet := time.Now()
 	waitDown(t, rs, c.Key, 10*time.Second)
 	if took := time.Since(quiet); took > 8*time.Second {
 		t.Errorf("the endpoint went down %v after its last stream ended; want about three probe cycles (6 s)", took.Round(time.Millisecond))
 	}
-	if code, route := completion(t, port); code != http.StatusServiceUnavailable {
-		t.Fatalf("completion once the endpoint is down: %d (%s); want 503", code, route)
+	if code, route := completion(t, port); code != http.StatusOK || !strings.Contains(route, "panic") {
+		t.Fatalf("completion once the endpoint is down by timeouts alone: %d (%s); want 200, flag panic", code, route)
 	}
 }
 

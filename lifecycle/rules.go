@@ -244,6 +244,7 @@ func (rs *ruleSet) create(live *liveRule) error {
 	}
 	key := live.key()
 	live.svc, live.started = svc, time.Now()
+	live.watch.OnLifeSign(svc.LifeSign)
 	live.router = &swapRouter{svc: svc}
 	live.met = gateway.NewMetrics(rs.cfg.Metrics, key)
 	rs.startModels(live)
@@ -332,6 +333,7 @@ func (rs *ruleSet) replace(ctx context.Context, live, next *liveRule) error {
 		}
 		router.set(old)
 		live.svc = old
+		live.watch.OnLifeSign(old.LifeSign)
 		live.models.attach(old)
 		live.router = router
 		if oh, herr := rs.handler(live); herr == nil {
@@ -340,6 +342,7 @@ func (rs *ruleSet) replace(ctx context.Context, live, next *liveRule) error {
 		}
 		return err
 	}
+	next.watch.OnLifeSign(svc.LifeSign)
 	next.models.attach(svc)
 	router.set(svc)
 	live.stopModels()

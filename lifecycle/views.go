@@ -113,6 +113,8 @@ func ttftPrediction(p actors.TTFTPredictionStatus) *restapi.TTFTPrediction {
 	out := &restapi.TTFTPrediction{
 		Compared: p.Compared, Wrong: p.Wrong, State: restapi.TTFTPredictionOK, BiasPct: math.Round(p.Bias*1000) / 10,
 		OverheadMs: round2(p.OverheadMs), UncachedMsPer1kBlocks: round2(p.UncachedMs), QueuedMsPer1kBlocks: round2(p.QueuedMs),
+		FullCacheMs: round2(p.FullCacheMs), LackingMsPer1kBlocks: round2(p.LackingMs),
+		QueueingMs: round2(p.QueueingMs), PerWaitingMs: round2(p.PerWaitingMs),
 	}
 	switch {
 	case p.Drifting:

@@ -120,6 +120,16 @@ type TTFTPrediction struct {
 	OverheadMs            float64 `json:"overheadMs"`
 	UncachedMsPer1kBlocks float64 `json:"uncachedMsPer1kBlocks"`
 	QueuedMsPer1kBlocks   float64 `json:"queuedMsPer1kBlocks"`
+	// FullCacheMs, LackingMsPer1kBlocks, QueueingMs and PerWaitingMs are
+	// its learned wait for room on the engine: what a request waits when
+	// its blocks do not fit in the engine's free ones, and per 1000 blocks
+	// lacking; when the engine reported waiting requests at the last
+	// scrape, and per waiting request. The wait is in the prediction that
+	// is checked and not in the one decisions read.
+	FullCacheMs          float64 `json:"fullCacheMs"`
+	LackingMsPer1kBlocks float64 `json:"lackingMsPer1kBlocks"`
+	QueueingMs           float64 `json:"queueingMs"`
+	PerWaitingMs         float64 `json:"perWaitingMs"`
 }
 
 // TTFT prediction states (TTFTPrediction.State).

@@ -30,6 +30,11 @@ type starvedWorker struct {
 	stallUntil atomic.Int64 // Unix nanoseconds
 	frozen     atomic.Bool
 	probes     atomic.Int64 // probes that starved it
+	// healthDelay, when not 0, holds every GET /health that long before
+	// its answer (< 0: until the prober leaves); health counts them.
+	healthDelay atomic.Int64
+	health      atomic.Int64
+	srv         *http.Server
 }
 
 // startStarvedWorker serves on ip:8000 until the test ends: completions
@@ -39,6 +44,18 @@ func startStarvedWorker(t *testing.T, ip string, stall time.Duration) *starvedWo
 	w := &starvedWorker{addr: ip + ":8000", stall: stall}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/health", func(_ http.ResponseWriter, r *http.Request) {
+		w.health.Add(1)
+		if d := time.Duration(w.healthDelay.Load()); d != 0 {
+			if d < 0 {
+				<-r.Context().Done()
+				return
+			}
+			select {
+			case <-r.Context().Done():
+			case <-time.After(d):
+			}
+			return
+		}
 		if !w.starving.Load() {
 			w.wait(r, time.Time{})
 			return
@@ -72,6 +89,7 @@ func startStarvedWorker(t *testing.T, ip string, stall time.Duration) *starvedWo
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: mux}
+	w.srv = srv
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return w
@@ -204,4 +222,121 @@ func streamCompletion(c *http.Client, url string) string {
 		}
 	}
 	return fmt.Sprintf("stream 200 without [DONE] (%v)", sc.Err())
+}
+
+// probeOf is the probe state llbd reports for the only endpoint of the
+// rule on vip:port.
+func probeOf(d *daemon, vip string, port int) string {
+	var st struct {
+		Endpoints []endpointState `json:"endpoints"`
+	}
+	d.getJSON(fmt.Sprintf("/netlox/v1/config/loadbalancer/externalipaddress/%s/port/%d/protocol/tcp/status", vip, port), &st)
+	if len(st.Endpoints) != 1 {
+		return fmt.Sprintf("%d endpoints", len(st.Endpoints))
+	}
+	return st.Endpoints[0].Probe
+}
+
+// A worker whose every probe times out, with no request flowing to vouch
+// for it, goes down — slow, not dead. The requests that come then are
+// served anyway (panic routing: X-Llb-Route flag panic, counted), all 200,
+// and the bytes they read bring the endpoint back up at once, long before
+// any probe could. Once the worker refuses connections, a request fails
+// at once (502, no wait) and, the probe having seen the refusal, 503
+// no_healthy_backend without panic; each answer's X-Llb-Route names the
+// error its body gives.
+func TestE2E_AWorkerWhoseProbesAllTimeOutIsServedInPanic(t *testing.T) {
+	n := newChaosNet()
+	w := startStarvedWorker(t, n.ip(11), 0)
+	w.healthDelay.Store(-1)
+	d := startDataPlane(t)
+	vip := n.ip(2)
+	d.post(fmt.Sprintf(`{"serviceArguments":{"externalIP":%q,"port":2021,"protocol":"tcp","sel":0,"mode":4,"probeTimeout":2},`+
+		`"endpoints":[{"endpointIP":%q,"targetPort":8000,"weight":1}]}`, vip, n.ip(11)))
+	d.waitActive(2021)
+	waitUntil(t, "the silent worker probed down", 30*time.Second, func() bool { return probeOf(d, vip, 2021) == "down" })
+	base := "http://" + vip + ":2021/v1/completions"
+
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}, Timeout: 30 * time.Second}
+	res, err := client.Post(base, "application/json", strings.NewReader(`{"model":"m","prompt":"hi"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || !strings.Contains(res.Header.Get("X-Llb-Route"), "panic") {
+		t.Fatalf("a request to the slow worker: %d, X-Llb-Route %q; want 200 with flag panic", res.StatusCode, res.Header.Get("X-Llb-Route"))
+	}
+	answered := time.Now()
+	waitUntil(t, "the answering worker back up", 3*time.Second, func() bool { return probeOf(d, vip, 2021) == "up" })
+	t.Logf("back up %v after its answer (probes every 2 s, none answers)", time.Since(answered).Round(time.Millisecond))
+	if v := d.metricValue("llb_panic_routing_total", ""); v < 1 {
+		t.Fatalf("llb_panic_routing_total %v; want at least 1", v)
+	}
+
+	var mu sync.Mutex
+	codes := map[string]int{}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 3 {
+				var a string
+				if i%2 == 0 {
+					a = shortCompletion(client, base)
+				} else {
+					a = streamCompletion(client, base)
+				}
+				mu.Lock()
+				codes[a]++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(codes) != 2 || codes["stream 200"] != 12 || codes["200"] != 12 {
+		t.Fatalf("answers %v; want 12 short 200s and 12 whole streams", codes)
+	}
+
+	// Refused: never waited for, never panic-routed once the probe saw it.
+	_ = w.srv.Close()
+	start := time.Now()
+	got := shortCompletion(client, base)
+	if took := time.Since(start); !strings.HasPrefix(got, "502 ") || !strings.Contains(got, "backend_unreachable") ||
+		!strings.Contains(got, "error=backend_unreachable)") || took > 2*time.Second {
+		t.Fatalf("a request to the refusing worker: %s after %v; want 502 backend_unreachable (header and body) at once", got, took)
+	}
+	waitUntil(t, "the refusing worker probed down", 30*time.Second, func() bool { return probeOf(d, vip, 2021) == "down" })
+	got = shortCompletion(client, base)
+	if !strings.HasPrefix(got, "503 ") || !strings.Contains(got, `"no_healthy_backend"`) ||
+		!strings.Contains(got, "unavailable=no_healthy_backend") || strings.Contains(got, "panic") {
+		t.Fatalf("a request with the worker refused down: %s; want 503 no_healthy_backend in header and body, no panic", got)
+	}
+}
+
+// A probe answered late is a sign of life: a worker whose /health takes
+// 2.5 s against the probe's 2 s, with no request flowing, stays up over
+// four probes (the probe reads on past its timeout, and the late answer
+// counts as the endpoint answering). Judged by its timeouts alone it was
+// down after two.
+func TestE2E_AProbeAnsweredLateKeepsTheWorkerUp(t *testing.T) {
+	n := newChaosNet()
+	w := startStarvedWorker(t, n.ip(12), 0)
+	w.healthDelay.Store(int64(2500 * time.Millisecond))
+	d := startDataPlane(t)
+	vip := n.ip(3)
+	d.post(fmt.Sprintf(`{"serviceArguments":{"externalIP":%q,"port":2022,"protocol":"tcp","sel":0,"mode":4,"probeTimeout":2},`+
+		`"endpoints":[{"endpointIP":%q,"targetPort":8000,"weight":1}]}`, vip, n.ip(12)))
+	d.waitActive(2022)
+	start := w.health.Load()
+	for end := time.Now().Add(40 * time.Second); w.health.Load()-start < 5 && time.Now().Before(end); {
+		if p := probeOf(d, vip, 2022); p == "down" {
+			t.Fatalf("the late-answering worker went down after %d probes", w.health.Load()-start)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if w.health.Load()-start < 5 {
+		t.Fatalf("%d probes in 40 s; want 5", w.health.Load()-start)
+	}
 }

@@ -21,7 +21,8 @@ loopback, then measure side by side in one run:
 
   - wrk -t1 -c32 and -c256 with a small POST /v1/completions, direct / HAProxy / llbd /
     llbd's data plane alone (its gateway in this process with a router that
-    answers at once) in interleaved rounds: req/s, p50, p99, CPU per request
+    answers at once) / a bare fasthttp proxy (fasthttp's server and HostClient,
+    in this process: the floor a Go proxy reaches) in interleaved rounds: req/s, p50, p99, CPU per request
     and the ratios to HAProxy (medians of the rounds);
   - llbd minus direct latency at a fixed rate, open loop;
   - the added delay per chunk of a streamed 256-token SSE response.
@@ -58,7 +59,7 @@ Results are Markdown tables on stdout, progress on stderr.`,
 	f.DurationVar(&cfg.TokenGap, "token-gap", 4*time.Millisecond, "time between SSE events")
 	f.BoolVar(&cfg.AccessLog, "access-log", false, "also measure an llbd writing its per-request access log (--access-log)")
 	f.StringVar(&cfg.ProfileDir, "profile-dir", "", "save a CPU profile of llbd's first throughput run here (llbd.pprof)")
-	f.IntVar(&cfg.BasePort, "base-port", 18000, "first of the seven ports used on 127.0.0.21–26")
+	f.IntVar(&cfg.BasePort, "base-port", 18000, "first of the eight ports used on 127.0.0.21–26")
 	f.BoolVar(&quiet, "quiet", false, "no progress lines")
 	return cmd
 }

@@ -44,10 +44,11 @@ const (
 	// TTFTPredicted is the time to first token llb predicted on the
 	// prefill (single-pool) endpoint, from sending the leg.
 	TTFTPredicted = "ttft_predicted"
-	// TTFTInput is what the prediction was made from, "u/q/n/w": the
+	// TTFTInput is what the prediction was made from, "u/q/n/w/d": the
 	// request's uncached prompt blocks there, the prefill blocks queued
-	// ahead of it, llb's requests in flight there and the requests its
-	// engine reported waiting at the last scrape.
+	// ahead of it, llb's requests in flight there, the requests its
+	// engine reported waiting at the last scrape and the blocks it lacks
+	// beyond the engine's free ones (a full-cache wait).
 	TTFTInput = "ttft_input"
 	// TTFTObjective is the request's TTFT objective (X-Llb-Ttft-Objective-Ms).
 	TTFTObjective = "ttft_objective"

@@ -36,6 +36,7 @@ type env struct {
 	llbd    *harness.Daemon
 	llbdLog *harness.Daemon   // nil unless cfg.AccessLog
 	plane   *gateway.Listener // the data plane alone, in this process
+	bare    *bareProxy        // the bare fasthttp proxy, in this process
 	debug   string            // llbd's --debug-listen address ("" without a profile)
 	logs    []*os.File        // the tools' output files
 }
@@ -87,6 +88,12 @@ func startEnv(ctx context.Context, cfg *Config, dir string, a addrs) (e *env, er
 	if err = waitHTTP(ctx, "http://"+a.dataPlane+"/v1/completions", requestBody); err != nil {
 		return e, err
 	}
+	if e.bare, err = startBare(a.bare, a.nginx); err != nil {
+		return e, err
+	}
+	if err = waitHTTP(ctx, "http://"+a.bare+"/v1/completions", requestBody); err != nil {
+		return e, err
+	}
 	if cfg.AccessLog {
 		if e.llbdLog, err = e.startLLBD(ctx, "llbd-log", "info", []string{"--access-log"}); err != nil {
 			return e, err
@@ -101,6 +108,9 @@ func startEnv(ctx context.Context, cfg *Config, dir string, a addrs) (e *env, er
 func (e *env) stop() {
 	if e.plane != nil {
 		_ = e.plane.Close()
+	}
+	if e.bare != nil {
+		e.bare.close()
 	}
 	if e.llbd != nil {
 		_ = e.llbd.Stop(10 * time.Second)

@@ -71,7 +71,7 @@ type Config struct {
 	// ProfileDir, when set, receives a CPU profile of llbd taken during
 	// its first throughput run (llbd.pprof).
 	ProfileDir string
-	// BasePort is the first of seven ports used on 127.0.0.21–26 [18000].
+	// BasePort is the first of eight ports used on 127.0.0.21–26 [18000].
 	BasePort int
 	// Progress receives one line per step (nil: none).
 	Progress io.Writer
@@ -121,7 +121,7 @@ func (c *Config) Validate() error {
 // Addresses of the run (loopback addresses of their own, so the ports can
 // be the same for every process).
 type addrs struct {
-	nginx, haproxy, llbd, llbdLog, sse, llbdSSE, dataPlane string
+	nginx, haproxy, llbd, llbdLog, sse, llbdSSE, dataPlane, bare string
 }
 
 func newAddrs(base int) addrs {
@@ -135,6 +135,7 @@ func newAddrs(base int) addrs {
 		llbdSSE: at("127.0.0.23", 5),
 		// The data plane alone listens in this process.
 		dataPlane: at("127.0.0.26", 6),
+		bare:      at("127.0.0.26", 7),
 	}
 }
 
@@ -142,7 +143,8 @@ func newAddrs(base int) addrs {
 type Result struct {
 	// Paths are the throughput results, per connection count: direct,
 	// haproxy, llbd, dataplane (llbd's gateway alone, with a router that
-	// answers at once) and, with AccessLog, llbd+log.
+	// answers at once), fasthttp (a bare fasthttp proxy, bare.go) and, with
+	// AccessLog, llbd+log.
 	Paths []PathResult
 	// Rate is the added latency at a fixed rate.
 	Rate RateResult
@@ -183,7 +185,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		dir = d
 	}
 	a := newAddrs(cfg.BasePort)
-	for _, ad := range []string{a.nginx, a.haproxy, a.llbd, a.llbdLog, a.sse, a.llbdSSE, a.dataPlane} {
+	for _, ad := range []string{a.nginx, a.haproxy, a.llbd, a.llbdLog, a.sse, a.llbdSSE, a.dataPlane, a.bare} {
 		ln, err := net.Listen("tcp", ad)
 		if err != nil {
 			return nil, fmt.Errorf("address %s is busy (choose another --base-port): %w", ad, ErrConfig)

@@ -87,6 +87,8 @@ func label(name string) string {
 		return "llbd (single-pool RR rule)"
 	case "dataplane":
 		return "llbd's data plane alone (instant router, in-process)"
+	case "fasthttp":
+		return "bare fasthttp proxy (server + HostClient, in-process)"
 	case "llbd+log":
 		return "llbd with its access log (--access-log)"
 	}

@@ -29,7 +29,8 @@ type WrkRun struct {
 
 // PathResult is one path's throughput result: the median of its rounds.
 type PathResult struct {
-	// Name is "direct", "haproxy", "llbd", "dataplane" or "llbd+log".
+	// Name is "direct", "haproxy", "llbd", "dataplane", "fasthttp" or
+	// "llbd+log".
 	Name string
 	// Connections is wrk's -c.
 	Connections int
@@ -55,6 +56,7 @@ func (e *env) targets() []target {
 		{name: "haproxy", url: "http://" + e.a.haproxy + "/v1/completions", cpu: func() time.Duration { return pidCPU(e.haproxy) }},
 		{name: "llbd", url: "http://" + e.a.llbd + "/v1/completions", cpu: e.llbd.CPU},
 		{name: "dataplane", url: "http://" + e.a.dataPlane + "/v1/completions", cpu: selfCPU},
+		{name: "fasthttp", url: "http://" + e.a.bare + "/v1/completions", cpu: selfCPU},
 	}
 	if e.llbdLog != nil {
 		ts = append(ts, target{name: "llbd+log", url: "http://" + e.a.llbdLog + "/v1/completions", cpu: e.llbdLog.CPU})
