@@ -207,12 +207,21 @@ func (cc *clientConn) readFirst(p []byte) (int, error) {
 	return 1, nil
 }
 
-// firstStep is readFirst's callback: one read into a pooled buffer,
-// given back while the connection has nothing to read.
+// firstStep is readFirst's callback (readPooled).
 func (cc *clientConn) firstStep(fd uintptr) bool {
-	bp := earlyReads.Get().(*[]byte)
-	var n int
-	var err error
+	bp, n, ok, err := readPooled(fd)
+	if ok {
+		cc.fbp, cc.fn, cc.ferr = bp, n, err
+	}
+	return ok
+}
+
+// readPooled is a raw connection's read callback that waits holding no
+// buffer: one read (retried on EINTR) into a buffer from earlyReads, which
+// goes back to the pool when nothing was there (ok false: wait for
+// readability) and is the caller's otherwise, whatever the read returned.
+func readPooled(fd uintptr) (bp *[]byte, n int, ok bool, err error) {
+	bp = earlyReads.Get().(*[]byte)
 	for {
 		n, err = syscall.Read(int(fd), *bp)
 		if err != syscall.EINTR {
@@ -221,10 +230,9 @@ func (cc *clientConn) firstStep(fd uintptr) bool {
 	}
 	if err == syscall.EAGAIN {
 		earlyReads.Put(bp)
-		return false // wait for readability
+		return nil, 0, false, nil
 	}
-	cc.fbp, cc.fn, cc.ferr = bp, n, err
-	return true
+	return bp, n, true, err
 }
 
 // sniffH2 reads the first bytes of the connection and reports whether they

@@ -280,18 +280,9 @@ func (c *upConn) readEarly() {
 // readEarlyStep is readEarly's callback: one read into a pooled buffer,
 // given back while the connection has nothing to read.
 func (c *upConn) readEarlyStep(fd uintptr) bool {
-	bp := earlyReads.Get().(*[]byte)
-	var n int
-	var err error
-	for {
-		n, err = syscall.Read(int(fd), *bp)
-		if err != syscall.EINTR {
-			break
-		}
-	}
+	bp, n, ok, err := readPooled(fd)
 	switch {
-	case err == syscall.EAGAIN:
-		earlyReads.Put(bp)
+	case !ok:
 		return false // wait for readability
 	case err != nil:
 		earlyReads.Put(bp)

@@ -129,6 +129,7 @@ const (
 	EnvLoRAAffinity       = "LLB_LORA_AFFINITY"
 	EnvLoRARuntimeLoad    = "LLB_LORA_RUNTIME_LOAD"
 	EnvCriticalHeadroom   = "LLB_FC_CRITICAL_HEADROOM_PCT"
+	EnvMissSettle         = "LLB_KV_MISS_SETTLE"
 )
 
 // Env holds the process-wide routing knobs, parsed once at start by ParseEnv
@@ -228,6 +229,12 @@ type Env struct {
 	// fleet is saturated (Router.CapFor). Default 25, range 0–100; 0 holds
 	// every class to the cap.
 	CriticalHeadroomPct uint32
+	// MissSettle is LLB_KV_MISS_SETTLE: when on (default off), the
+	// headroom law places a Tier-1.5 miss on a light fleet by the prompt's
+	// home and frequency-weighted footprints (settleMiss) instead of by KV
+	// use. Measured against the default and not made it
+	// (docs/performance.md, settled misses).
+	MissSettle bool
 }
 
 // DefaultEnv returns the out-of-box knob values (what an empty environment
@@ -401,7 +408,7 @@ func ParseEnv(getenv func(string) string) (Env, []string, error) {
 	for _, b := range []struct {
 		name string
 		dst  *bool
-	}{{EnvPredictionDemote, &env.PredictionDemote}, {EnvLoRAAffinity, &env.LoRAAffinity}, {EnvLoRARuntimeLoad, &env.LoRARuntimeLoad}} {
+	}{{EnvPredictionDemote, &env.PredictionDemote}, {EnvLoRAAffinity, &env.LoRAAffinity}, {EnvLoRARuntimeLoad, &env.LoRARuntimeLoad}, {EnvMissSettle, &env.MissSettle}} {
 		if v := get(b.name); v != "" {
 			on, ok := parseBool(v)
 			if !ok {

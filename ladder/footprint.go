@@ -1,6 +1,9 @@
 package ladder
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Footprints: the headroom law's memory of which prefixes each endpoint
 // serves and how many blocks they take. An endpoint's footprint is the sum
@@ -35,8 +38,11 @@ const (
 )
 
 type footprintEntry struct {
-	key    uint64
-	at     int64 // unix nanoseconds of the last placement
+	key uint64
+	at  int64 // unix nanoseconds of the last placement
+	// hits is the key's requests, each decayed by SettleHalfLife from its
+	// time to at: how often the prompt comes back (settleMiss).
+	hits   float32
 	blocks uint32
 	ep     int8
 	set    bool
@@ -55,7 +61,48 @@ func (t *footprintTable) note(now time.Time, key uint64, ep int, blocks uint32) 
 	if ep < 0 || ep >= MaxEndpoints {
 		return
 	}
-	t.slots[key%footprintSlots] = footprintEntry{key: key, at: now.UnixNano(), blocks: blocks, ep: int8(ep), set: true}
+	e := &t.slots[key%footprintSlots]
+	n := now.UnixNano()
+	hits := float32(1)
+	if e.set && e.key == key && n >= e.at {
+		hits += e.hits * float32(decay(n-e.at))
+	}
+	*e = footprintEntry{key: key, at: n, hits: hits, blocks: blocks, ep: int8(ep), set: true}
+}
+
+// decay is the weight left after d nanoseconds of SettleHalfLife decay.
+func decay(d int64) float64 { return math.Exp2(-float64(d) / float64(SettleHalfLife)) }
+
+// weightedSums sets out[e] to endpoint e's footprint weighted by how often
+// each prompt comes back: every key last sent to e within SettleHorizon,
+// except skip, counts its blocks times min(1, rate · FootprintTTL), its
+// rate the decayed hit count over SettleHalfLife. A prompt asked for at
+// least about once per FootprintTTL counts whole however long ago it was
+// placed (it stays on its endpoint's footprint while the 20 s one loses it
+// between two requests); a prompt asked for once in a while counts little
+// (LRU will not keep it anyway), so a Zipf workload's cold prompts do not
+// inflate the footprint its hot ones need.
+func (t *footprintTable) weightedSums(now time.Time, skip uint64, out *[MaxEndpoints]uint64) {
+	*out = [MaxEndpoints]uint64{}
+	n := now.UnixNano()
+	perHit := math.Ln2 / float64(SettleHalfLife) * float64(FootprintTTL)
+	for i := range t.slots {
+		e := &t.slots[i]
+		if !e.set || e.key == skip || e.at > n || n-e.at > int64(SettleHorizon) {
+			continue
+		}
+		w := min(1, float64(e.hits)*decay(n-e.at)*perHit)
+		out[e.ep] += uint64(float64(e.blocks)*w + 0.5)
+	}
+}
+
+// home returns the endpoint key was last sent to within SettleHorizon.
+func (t *footprintTable) home(now time.Time, key uint64) (int, bool) {
+	e := &t.slots[key%footprintSlots]
+	if n := now.UnixNano(); !e.set || e.key != key || e.at > n || n-e.at > int64(SettleHorizon) {
+		return -1, false
+	}
+	return int(e.ep), true
 }
 
 // sums sets out[e] to endpoint e's footprint at now: the blocks of the

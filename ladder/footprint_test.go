@@ -137,3 +137,47 @@ func TestFootprintTable_RemoveEndpointForgetsItsKeys(t *testing.T) {
 		t.Fatalf("after removing ep1: %v; want ep0 100, ep1 0", out[:2])
 	}
 }
+
+func TestFootprintTable_WeightedSumsCountHotPromptsWhole(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var f footprintTable
+	// Key 1 is asked for every 5 s for a minute: hot, it counts whole
+	// however long ago its last request (within SettleHorizon). Key 2 was
+	// asked for once: it counts ln2/60 s · 20 s ≈ 23 % of its blocks at
+	// once, half that a half-life later.
+	for i := range 13 {
+		f.note(t0.Add(time.Duration(i)*5*time.Second), 1, 0, 100)
+	}
+	last := t0.Add(60 * time.Second)
+	f.note(last, 2, 1, 100)
+	f.note(last, 3, 2, 100)
+	tests := []struct {
+		name string
+		at   time.Time
+		skip uint64
+		want [3]uint64
+	}{
+		{"at the last requests", last, 0, [3]uint64{100, 23, 23}},
+		{"a half-life later", last.Add(SettleHalfLife), 0, [3]uint64{100, 12, 12}},
+		{"the key being placed is skipped", last, 3, [3]uint64{100, 23, 0}},
+		{"past the horizon nothing counts", last.Add(SettleHorizon + time.Nanosecond), 0, [3]uint64{0, 0, 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out [MaxEndpoints]uint64
+			f.weightedSums(tt.at, tt.skip, &out)
+			if [3]uint64(out[:3]) != tt.want {
+				t.Fatalf("weightedSums = %v; want %v", out[:3], tt.want)
+			}
+		})
+	}
+	if h, ok := f.home(last.Add(SettleHorizon), 1); !ok || h != 0 {
+		t.Fatalf("home(1) = %d, %v; want 0, true", h, ok)
+	}
+	if _, ok := f.home(last.Add(SettleHorizon+time.Nanosecond), 2); ok {
+		t.Fatal("home(2) past the horizon; want none")
+	}
+	if _, ok := f.home(last, 4); ok {
+		t.Fatal("home of a key never placed; want none")
+	}
+}

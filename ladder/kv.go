@@ -354,6 +354,16 @@ func (r *Router) missTarget(now time.Time, req *Request, views []EndpointView, s
 		r.fp = [MaxEndpoints]uint64{}
 	}
 	r.missTick++
+	if r.env.MissSettle {
+		if ep, ok := r.settleMiss(now, req, views, fleet, calm); ok {
+			d.Flags |= FlagLeastKV
+			return ep, true
+		}
+		// settleMiss may have overwritten r.fp with weighted footprints.
+		if r.foot != nil && req.HasPrefixHash {
+			r.foot.sums(now, req.PrefixHash, &r.fp)
+		}
+	}
 	turn, small := -1, -1
 	for j := range fleet {
 		c := &fleet[(j+int(r.missTick%uint64(len(fleet))))%len(fleet)]

@@ -78,6 +78,10 @@ type Strategy struct {
 	// endpoint predicted to meet it (ladder/objective.go). Named
 	// "<name>+objective"; not for a peer.
 	Objective bool
+	// MissSettle sets LLB_KV_MISS_SETTLE (headroom law): a miss on a light
+	// fleet goes to its prompt's home or the smallest frequency-weighted
+	// footprint (ladder/settle.go). Named "<name>+settle"; not for a peer.
+	MissSettle bool
 }
 
 // IsPeer reports whether the strategy is another router's policy.
@@ -118,6 +122,7 @@ func (s *Strategy) Env() ladder.Env {
 	if s.HeadroomPct != 0 {
 		env.HeadroomPct = s.HeadroomPct
 	}
+	env.MissSettle = s.MissSettle
 	return env
 }
 
@@ -138,6 +143,9 @@ func (s *Strategy) EnvList() []string {
 	}
 	if s.HeadroomPct != 0 {
 		out = append(out, ladder.EnvHeadroomPct+"="+strconv.FormatUint(uint64(s.HeadroomPct), 10))
+	}
+	if s.MissSettle {
+		out = append(out, ladder.EnvMissSettle+"=1")
 	}
 	slices.Sort(out)
 	return out

@@ -1,0 +1,102 @@
+package ladder
+
+import (
+	"math"
+	"time"
+)
+
+// Settled misses (Env.MissSettle, off by default): a light-load placement
+// of Tier-1.5 misses that keeps each prompt on one endpoint, as SGLang's
+// cache_aware tree does, while the prompts per endpoint stay balanced.
+//
+// At half load the headroom law's misses are prompts LRU evicted since
+// their last request, and it sends each to the endpoint with the least KV
+// in use (within MissSlackPct), so an evicted prompt moves to wherever
+// the running batches happen to be smallest and the prompts per endpoint
+// drift apart; an endpoint given more of them evicts more, and TTFT p90
+// sits on the boundary between hits and misses (docs/performance.md, the
+// default over six seeds). Settling sends the miss back to its home — the
+// endpoint its key was last sent to — unless the home's footprint exceeds
+// the smallest one by more than this prompt, and otherwise to the smallest
+// footprint, among the endpoints that run it at once and are about as idle
+// as the idlest. The footprint here is weighted by how often each prompt
+// comes back (footprintTable.weightedSums), so a Zipf workload's cold
+// prompts do not count as much as its hot ones.
+//
+// Measured and not made the default: see docs/performance.md ("Settled
+// misses").
+
+const (
+	// SettleFillPct: the fleet is light while its in-flight requests are
+	// below this percentage of the sum of its endpoints' headrooms for the
+	// miss. Above it the misses go by KV use as before: near saturation
+	// the least-used engine is what keeps a full prefill fast.
+	SettleFillPct = 75
+	// SettleHorizon is how long a placement counts as a prompt's home and
+	// towards the weighted footprint.
+	SettleHorizon = 300 * time.Second
+	// SettleHalfLife is the half-life of a prompt's hit count.
+	SettleHalfLife = 60 * time.Second
+)
+
+// settleMiss places a Tier-1.5 miss while the fleet is light (see the
+// section comment). The candidates are the members of fleet whose KV state
+// is trusted (missEligible), whose engine queues nothing, that are below
+// their headroom, with at most one request in flight more than the least
+// loaded candidate and at most one prompt's blocks of queued prefill work
+// more than the least. false leaves the miss to missTarget's KV window.
+// r.room must be current.
+func (r *Router) settleMiss(now time.Time, req *Request, views []EndpointView, fleet []Candidate, calm bool) (int, bool) {
+	if r.foot == nil || !req.HasPrefixHash || len(fleet) == 0 {
+		return -1, false
+	}
+	var inflight, room uint64
+	minPF, minAct := uint32(math.MaxUint32), uint32(math.MaxUint32)
+	for i := range fleet {
+		e := fleet[i].Endpoint
+		v := &views[e]
+		inflight += uint64(v.ActiveConns)
+		room += uint64(r.room[e])
+		if missEligible(v, calm) {
+			minPF = min(minPF, v.PrefillBlocks)
+			minAct = min(minAct, v.ActiveConns)
+		}
+	}
+	if 100*inflight >= SettleFillPct*room {
+		return -1, false
+	}
+	fp := &r.fp
+	r.foot.weightedSums(now, req.PrefixHash, fp)
+	pb := uint64(max(r.PromptBlocks(req), 1))
+	runsNow := func(e int) bool {
+		v := &views[e]
+		return missEligible(v, calm) && v.QueuedRequests == 0 && v.ActiveConns < r.room[e]
+	}
+	small := -1
+	for j := range fleet {
+		e := fleet[(j+int(r.missTick%uint64(len(fleet))))%len(fleet)].Endpoint
+		v := &views[e]
+		if !runsNow(e) || uint64(v.PrefillBlocks) > uint64(minPF)+pb || v.ActiveConns > minAct+1 {
+			continue
+		}
+		if small < 0 || lessFootprint(fp[e], r.caps[e], fp[small], r.caps[small]) {
+			small = e
+		}
+	}
+	if small < 0 {
+		return -1, false
+	}
+	if h, ok := r.foot.home(now, req.PrefixHash); ok && h != small && inFleet(fleet, h) && runsNow(h) && fp[h] <= fp[small]+pb {
+		return h, true
+	}
+	return small, true
+}
+
+func inFleet(fleet []Candidate, e int) bool {
+	for i := range fleet {
+		if fleet[i].Endpoint == e {
+			return true
+		}
+	}
+	return false
+}
