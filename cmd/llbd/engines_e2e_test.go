@@ -220,6 +220,19 @@ func TestE2E_TRTLLMDrainSurvivesASecondConsumer(t *testing.T) {
 		t.Fatalf("before the thief: gaps %d, total %d", v.LLB.Ranks[0].Feed.Gaps, v.Total)
 	}
 
+	// A worker's event ids start where its cache does, so a feed detects
+	// stolen ids only once it has drained some of that worker's events:
+	// every worker stores a prompt sent to it directly and llb drains it
+	// (a worker the Tier-1.5 check never used would otherwise lose its
+	// first events to the thief, and llb would start after them).
+	for ep, w := range f.Workers() {
+		complete(t, w.URL(), tokenPrompt(3000+100*ep, 96, ep))
+		eventually(t, "llb drains every worker's events before the thief", func() (bool, string) {
+			fs := d.inventory(key, ep).LLB.Ranks[0].Feed
+			return fs != nil && fs.LastSeq != nil, fmt.Sprintf("worker %d: %+v", ep, fs)
+		})
+	}
+
 	// A second consumer drains /kv_cache_events of every worker in a
 	// tight loop: it takes events llb never sees.
 	ctx, stopThief := context.WithCancel(context.Background())
