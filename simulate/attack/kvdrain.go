@@ -346,29 +346,21 @@ func (f *drainFamily) view(ctx context.Context) (feedView, error) {
 // until the feed reports it as its last event_id; it returns the view
 // then. Answers queued before it are served first.
 func (f *drainFamily) sync(ctx context.Context, within time.Duration) (feedView, error) {
-	deadline := time.Now().Add(within)
 	marker := f.nextID
 	ev, hs := f.stored(1)
 	f.markers = append(f.markers, hs[0])
 	f.srv.offer(ev)
-	var last error
-	for ctx.Err() == nil {
-		v, err := f.view(ctx)
-		if err == nil && v.LastSeq != nil && *v.LastSeq == marker {
-			// The feed records the event_id before the mirror applies the
-			// batch: read again once that is done.
-			time.Sleep(20 * time.Millisecond)
-			return f.view(ctx)
-		}
-		last = err
-		if time.Now().After(deadline) {
-			left, _ := f.srv.state()
-			return v, fmt.Errorf("marker event_id %d not mirrored within %v (last seen event_id %v, %d scripted answers unserved, %v)",
-				marker, within, ptrStr(v.LastSeq), left, last)
-		}
-		time.Sleep(5 * time.Millisecond)
+	// The feed records the event_id before the mirror applies the batch.
+	v, ok, last := awaitMarker(ctx, f.view, marker, 20*time.Millisecond, time.Now().Add(within))
+	switch {
+	case ok:
+		return v, last
+	case ctx.Err() != nil:
+		return feedView{}, ctx.Err()
 	}
-	return feedView{}, ctx.Err()
+	left, _ := f.srv.state()
+	return v, fmt.Errorf("marker event_id %d not mirrored within %v (last seen event_id %v, %d scripted answers unserved, %v)",
+		marker, within, ptrStr(v.LastSeq), left, last)
 }
 
 // checkEnd is the family's closing oracle.

@@ -265,6 +265,27 @@ func readFeedView(ctx context.Context, d *daemon, service string) (feedView, err
 	return fv, nil
 }
 
+// awaitMarker polls the feed's view until its last sequence is marker —
+// then it reads the view again after settle (a feed records the sequence
+// before the mirror has applied the batch) and reports ok — or until stop
+// passes or ctx ends; it returns the last view read and the last read's
+// error.
+func awaitMarker(ctx context.Context, view func(context.Context) (feedView, error), marker uint64, settle time.Duration, stop time.Time) (v feedView, ok bool, last error) {
+	for ctx.Err() == nil {
+		v, last = view(ctx)
+		if last == nil && v.LastSeq != nil && *v.LastSeq == marker {
+			time.Sleep(settle)
+			v, last = view(ctx)
+			return v, true, last
+		}
+		if time.Now().After(stop) {
+			return v, false, last
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return v, false, ctx.Err()
+}
+
 // sync publishes a marker (one valid block at the next sequence number)
 // and waits until the feed reports it as its last sequence, publishing a
 // new marker every second (a marker sent while the connection was down is
@@ -272,7 +293,6 @@ func readFeedView(ctx context.Context, d *daemon, service string) (feedView, err
 // the markers sent.
 func (f *kvFamily) sync(ctx context.Context, within time.Duration) (feedView, error) {
 	deadline := time.Now().Add(within)
-	var last error
 	for ctx.Err() == nil {
 		marker := f.seq
 		f.seq++
@@ -281,20 +301,16 @@ func (f *kvFamily) sync(ctx context.Context, within time.Duration) (feedView, er
 		if err := f.send([]byte{}, seqFrame(marker), f.batch(ev)); err != nil {
 			return feedView{}, err
 		}
-		resend := time.Now().Add(time.Second)
-		for time.Now().Before(resend) {
-			v, err := f.view(ctx)
-			if err == nil && v.LastSeq != nil && *v.LastSeq == marker {
-				// The feed records the sequence number before it decodes
-				// and counts the batch: read again once that is done.
-				time.Sleep(10 * time.Millisecond)
-				return f.view(ctx)
-			}
-			last = err
-			if time.Now().After(deadline) {
-				return v, fmt.Errorf("marker seq %d not mirrored within %v (last seen seq %v, %v)", marker, within, ptrStr(v.LastSeq), last)
-			}
-			time.Sleep(5 * time.Millisecond)
+		stop := time.Now().Add(time.Second)
+		if deadline.Before(stop) {
+			stop = deadline
+		}
+		v, ok, last := awaitMarker(ctx, f.view, marker, 10*time.Millisecond, stop)
+		switch {
+		case ok:
+			return v, last
+		case ctx.Err() == nil && time.Now().After(deadline):
+			return v, fmt.Errorf("marker seq %d not mirrored within %v (last seen seq %v, %v)", marker, within, ptrStr(v.LastSeq), last)
 		}
 	}
 	return feedView{}, ctx.Err()
