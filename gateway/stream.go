@@ -51,6 +51,14 @@ type relayStream struct {
 	// the current leg was ended (endLeg); completed: llb ended the stream
 	// itself after its leg broke past the last token.
 	track, ended, completed bool
+	// park, when set, parks the stream with the poller where it would wait
+	// for the next event, and reports whether it did (streamhijack.go);
+	// woken: the stream resumes from the poller, its upstream readable.
+	park  func() bool
+	woken bool
+	// detaching: the server lets go of the stream, which it does not end
+	// (relayHijacked).
+	detaching bool
 }
 
 func (s *relayStream) reset() { *s = relayStream{} }
@@ -66,7 +74,10 @@ func (s *relayStream) SupportsBodyWriteTo() bool { return true }
 // and, when its leg breaks, goes on on another endpoint (migrate.go).
 func (s *relayStream) WriteTo(w io.Writer) (int64, error) {
 	var total int64
-	buf := *s.buf
+	var buf []byte
+	if s.buf != nil {
+		buf = *s.buf // nil when resumed from the poller: taken below
+	}
 	off, n, rerr := s.off, s.n, s.rerr
 	s.n, s.rerr = 0, nil
 	carry := 0 // buf[:carry]: the start of an event, held for its end
@@ -157,7 +168,14 @@ func (s *relayStream) WriteTo(w io.Writer) (int64, error) {
 			// A stream spends nearly all its life here; its buffers are
 			// taken again only while a chunk is in flight.
 			s.release()
-			s.body.wait()
+			switch {
+			case s.woken:
+				s.woken = false
+			case s.park != nil && s.park():
+				return total, errParked
+			default:
+				s.body.wait()
+			}
 			s.buf = s.x.h.bufs.Get().(*[]byte)
 			buf = *s.buf
 		}
@@ -234,7 +252,7 @@ func (s *relayStream) Read(p []byte) (int, error) {
 // client (nil when it went out). It reports the leg, finishes the ticket
 // and ends the exchange.
 func (s *relayStream) CloseWithError(wErr error) error {
-	if s.closed || s.x == nil {
+	if s.closed || s.x == nil || s.detaching {
 		return nil
 	}
 	s.closed = true
