@@ -56,6 +56,9 @@ type relayStream struct {
 	// woken: the stream resumes from the poller, its upstream readable.
 	park  func() bool
 	woken bool
+	// carry: the relay buffer starts with this many bytes of an event
+	// held for its end (the stream poller's step hands them on).
+	carry int
 	// detaching: the server lets go of the stream, which it does not end
 	// (relayHijacked).
 	detaching bool
@@ -80,37 +83,14 @@ func (s *relayStream) WriteTo(w io.Writer) (int64, error) {
 	}
 	off, n, rerr := s.off, s.n, s.rerr
 	s.n, s.rerr = 0, nil
-	carry := 0 // buf[:carry]: the start of an event, held for its end
+	// buf[:carry]: the start of an event, held for its end (one the
+	// stream poller carried, when resumed).
+	carry := s.carry
+	s.carry = 0
 	for {
 		if n > 0 {
-			p := buf[off : off+n]
-			if s.track {
-				// The tracker feeds the usage scanner each whole event, as
-				// the engine sent it: the bytes of a carried event reach it
-				// once the event is whole, or when the leg ends (scanCarry).
-				t := &s.x.mig.sse
-				s.x.ids.write(s.x, buf[carry:off+n])
-				t.us = nil
-				if s.scan {
-					t.us = &s.x.usage
-				}
-				var used int
-				p, used = t.feed(buf[:off+n])
-				carry = off + n - used
-				switch {
-				case carry == len(buf):
-					// One event larger than the buffer: it goes as it is,
-					// and the stream is no longer followed.
-					s.scanCarry(buf)
-					p, carry, s.track = buf, 0, false
-					t.refuse(refUnreadable)
-				case carry == 0 && t.idle():
-					s.track = false // nothing left to follow for
-				}
-				s.truthObserved()
-			} else {
-				s.observe(p)
-			}
+			var p []byte
+			p, carry = s.pass(buf, off, n, carry)
 			if len(p) > 0 {
 				wn, werr := w.Write(p)
 				total += int64(wn)
@@ -202,6 +182,43 @@ func (s *relayStream) WriteTo(w io.Writer) (int64, error) {
 	}
 	s.upErr = rerr
 	return total, rerr
+}
+
+// pass passes buf[off:off+n], read behind the carried start of an event
+// (buf[:carry]), through the usage scanner and, when the stream is
+// followed, the migration tracker. It returns the bytes to write to the
+// client and how many bytes of buf[:off+n], at its end, are the start of an
+// event held for its end.
+func (s *relayStream) pass(buf []byte, off, n, carry int) ([]byte, int) {
+	p := buf[off : off+n]
+	if !s.track {
+		s.observe(p)
+		return p, carry
+	}
+	// The tracker feeds the usage scanner each whole event, as the engine
+	// sent it: the bytes of a carried event reach it once the event is
+	// whole, or when the leg ends (scanCarry).
+	t := &s.x.mig.sse
+	s.x.ids.write(s.x, buf[carry:off+n])
+	t.us = nil
+	if s.scan {
+		t.us = &s.x.usage
+	}
+	var used int
+	p, used = t.feed(buf[:off+n])
+	carry = off + n - used
+	switch {
+	case carry == len(buf):
+		// One event larger than the buffer: it goes as it is, and the
+		// stream is no longer followed.
+		s.scanCarry(buf)
+		p, carry, s.track = buf, 0, false
+		t.refuse(refUnreadable)
+	case carry == 0 && t.idle():
+		s.track = false // nothing left to follow for
+	}
+	s.truthObserved()
+	return p, carry
 }
 
 // legStarted records the first body byte of a leg continuing a migrated
