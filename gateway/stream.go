@@ -156,6 +156,9 @@ func (s *relayStream) WriteTo(w io.Writer) (int64, error) {
 			default:
 				s.body.wait()
 			}
+		}
+		if s.buf == nil {
+			// Given back while the stream waited (or parked).
 			s.buf = s.x.h.bufs.Get().(*[]byte)
 			buf = *s.buf
 		}

@@ -74,6 +74,13 @@ type hijackedStream struct {
 	hand chan struct{}
 	// parked is the stream's poller registration while it waits.
 	parked parkedStream
+	// pending is the rest of a chunk the poller's step could not write
+	// whole (in pendingBuf, from chunkFrames), pendingBody the body bytes
+	// the chunk carries: resume writes it first.
+	pending     []byte
+	pendingBuf  *[]byte
+	pendingBody int
+	wrote       bool
 }
 
 // relayHijacked has x's streamed answer written by the hijack handler

@@ -3,6 +3,8 @@
 package gateway
 
 import (
+	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -76,7 +78,7 @@ func (sp *streamPoller) run() {
 		for i := range events[:n] {
 			id := epollID(&events[i])
 			if st := sp.take(id); st != nil {
-				st.parked.wake(id)
+				st.parked.fire(id)
 			}
 		}
 	}
@@ -185,6 +187,27 @@ func (p *parkedStream) wake(id uint64) {
 	go p.st.resume()
 }
 
+// fire is the poller's wake: the stream's next event is relayed here, in
+// the poller's goroutine, when it is one the step takes (step); anything
+// else resumes the stream in a goroutine of its own.
+func (p *parkedStream) fire(id uint64) {
+	p.mu.Lock()
+	if id == 0 || p.id != id {
+		p.mu.Unlock()
+		return
+	}
+	p.id = 0
+	if p.tail {
+		p.woke = true
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	if !p.st.step() {
+		go p.st.resume()
+	}
+}
+
 // kick wakes whatever registration waits now (an abort, the timer).
 func (p *parkedStream) kick() {
 	p.mu.Lock()
@@ -203,9 +226,144 @@ func (p *parkedStream) stop() {
 	}
 }
 
-// resume goes on with the stream in a new goroutine.
+// resume goes on with the stream in a new goroutine: first the rest of a
+// chunk the step could not write whole, then the relay, from what the
+// step handed on (bytes read, an event's start) or, when it handed on
+// nothing, from the read the wake was for.
 func (st *hijackedStream) resume() {
+	s := st.x.stream
 	st.parked.c.parkedOn.Store(nil)
-	st.x.stream.woken = true
+	if st.pending != nil {
+		_, err := st.cc.Write(st.pending)
+		chunkFrames.Put(st.pendingBuf)
+		st.pending, st.pendingBuf = nil, nil
+		if err != nil {
+			s.writeErr = true
+			s.release()
+			st.end(err)
+			return
+		}
+		st.x.bytes += int64(st.pendingBody)
+	}
+	// After a chunk the step read whole and could not write whole, the
+	// relay waits for the next event; otherwise it reads what the wake was
+	// for at once.
+	s.woken = !st.wrote && s.carry == 0
+	st.wrote = false
 	st.run()
+}
+
+// step relays the event a parked stream's upstream socket has for it, in
+// the poller's goroutine, and parks the stream again: one read of the
+// socket, de-chunked (dechunk), through the usage scanner and the
+// migration tracker (relayStream.pass), written to the client as one chunk
+// with one non-blocking write. It reports false when the stream must go on
+// in a goroutine (resume): the read was not whole chunks (the body's end,
+// a chunk cut across reads: left for bodyReader, in the connection's early
+// bytes), an error or the end of the connection, an event cut across
+// reads (carried), a write the client's socket did not take whole (the
+// rest is written, under the send bound, by resume), a deadline due. What
+// the step did not do is then done by the relay's own code, so the
+// stream's end stays in one place.
+func (st *hijackedStream) step() bool {
+	x, s := st.x, st.x.stream
+	c := s.body.c
+	if s.body.framing != framingChunked || s.body.inChunk || s.body.eof || c.buffered() > 0 || c.preErr != nil ||
+		s.firstByte.IsZero() || s.buf != nil {
+		return false
+	}
+	now := time.Now()
+	if !c.deadline.IsZero() && !now.Before(c.deadline) || !st.cc.send.limit.IsZero() && !now.Before(st.cc.send.limit) {
+		return false // the relay's read or write meets it
+	}
+	var bp *[]byte
+	var n int
+	var ok bool
+	var rerr error
+	if err := c.raw.Read(func(fd uintptr) bool {
+		bp, n, ok, rerr = readPooled(fd)
+		return true
+	}); err != nil {
+		return false
+	}
+	switch {
+	case !ok:
+		return st.repark() // nothing after all
+	case rerr != nil:
+		earlyReads.Put(bp)
+		c.preErr = os.NewSyscallError("read", rerr)
+		return false
+	case n == 0:
+		earlyReads.Put(bp)
+		c.preErr = io.EOF
+		return false
+	}
+	raw := (*bp)[:n]
+	s.lg.alive()
+	bufp := x.h.bufs.Get().(*[]byte)
+	body, whole := dechunk((*bufp)[:0], raw)
+	if !whole {
+		x.h.bufs.Put(bufp)
+		c.early, c.pre = bp, raw // read first by bodyReader
+		return false
+	}
+	earlyReads.Put(bp)
+	s.buf = bufp
+	buf := *bufp
+	p, carry := s.pass(buf, 0, len(body), 0)
+	if len(p) > 0 {
+		fp := chunkFrames.Get().(*[]byte)
+		frame := appendChunk((*fp)[:0], p)
+		*fp = frame
+		wn := 0
+		_ = st.cc.raw.Write(func(fd uintptr) bool {
+			for wn < len(frame) {
+				k, err := syscall.Write(int(fd), frame[wn:])
+				if err == syscall.EINTR {
+					continue
+				}
+				if err != nil || k <= 0 {
+					break
+				}
+				wn += k
+			}
+			return true
+		})
+		if wn < len(frame) {
+			// The client's socket is full (or broken): resume writes the
+			// rest under the send bound, holding it until then.
+			st.pending, st.pendingBuf, st.pendingBody = frame[wn:], fp, len(p)
+			st.wrote = true
+			st.hold(buf, len(body), carry)
+			return false
+		}
+		chunkFrames.Put(fp)
+		x.bytes += int64(len(p))
+	}
+	if carry > 0 {
+		st.hold(buf, len(body), carry)
+		return false
+	}
+	s.release()
+	return st.repark()
+}
+
+// hold keeps the start of an event the step carried (the last carry bytes
+// of buf[:n]) at the relay buffer's start for the relay, or gives the
+// buffer back when there is none.
+func (st *hijackedStream) hold(buf []byte, n, carry int) {
+	s := st.x.stream
+	if carry == 0 {
+		s.release()
+		return
+	}
+	copy(buf, buf[n-carry:n])
+	s.carry = carry
+}
+
+// repark parks the stream again from the poller, as the relay would where
+// it waits; false when it must go on in a goroutine after all.
+func (st *hijackedStream) repark() bool {
+	st.x.stream.lg.armRead()
+	return st.park()
 }
