@@ -134,3 +134,67 @@ func TestStreamPoller_TheConnectionServesTheRequestsAfterItsStream(t *testing.T)
 		t.Errorf("%d parks for 3 streams of %d events apart; want at least %d", n, events, 3*(events-1))
 	}
 }
+
+// However the backend's writes cut the body — an event across chunks, a
+// chunk's size line, data or CRLF across reads — the client gets the
+// stream byte for byte, with the poller on or off and migration following
+// the stream or not: the poller's step takes whole chunks and whole events
+// only and leaves the rest to the relay.
+func TestStreamPoller_CutsAcrossReadsKeepTheStreamWhole(t *testing.T) {
+	ev := []string{sseEvent(0), sseEvent(1), sseEvent(2), sseEvent(3), "data: [DONE]\n\n"}
+	var want strings.Builder
+	for _, e := range ev {
+		want.WriteString(e)
+	}
+	frame := func(s string) string { return fmt.Sprintf("%x\r\n%s\r\n", len(s), s) }
+	half := len(ev[1]) / 2
+	for _, tc := range []struct {
+		name   string
+		writes []string // each written alone, apart
+	}{
+		{"an event a chunk", []string{frame(ev[0]), frame(ev[1]), frame(ev[2]), frame(ev[3]), frame(ev[4]) + "0\r\n\r\n"}},
+		{"an event across two chunks", []string{frame(ev[0]), frame(ev[1][:half]), frame(ev[1][half:]), frame(ev[2] + ev[3]), frame(ev[4]) + "0\r\n\r\n"}},
+		{"a size line across reads", []string{frame(ev[0]), frame(ev[1])[:1], frame(ev[1])[1:], frame(ev[2]), frame(ev[3]) + frame(ev[4]), "0\r\n\r\n"}},
+		{"data across reads", []string{frame(ev[0]), frame(ev[1])[:20], frame(ev[1])[20:], frame(ev[2]) + frame(ev[3]), frame(ev[4]) + "0\r\n\r\n"}},
+		{"a CRLF across reads", []string{frame(ev[0]), frame(ev[1])[:len(frame(ev[1]))-1], "\n" + frame(ev[2]), frame(ev[3]), frame(ev[4]), "0\r\n", "\r\n"}},
+		{"two events and half a chunk", []string{frame(ev[0]), frame(ev[1]) + frame(ev[2])[:30], frame(ev[2])[30:], frame(ev[3]), frame(ev[4]) + "0\r\n\r\n"}},
+	} {
+		for _, poller := range []bool{true, false} {
+			for _, migration := range []bool{true, false} {
+				t.Run(fmt.Sprintf("%s/poller=%v/migration=%v", tc.name, poller, migration), func(t *testing.T) {
+					defer SetStreamPoller(streamPollerOn.Load())
+					SetStreamPoller(poller)
+					backend := serveTCP(t, func(c net.Conn) {
+						if !readRequest(c) {
+							return
+						}
+						_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+						for _, w := range tc.writes {
+							_, _ = io.WriteString(c, w)
+							time.Sleep(15 * time.Millisecond)
+						}
+					})
+					cfg := singlePool(backend)
+					if !migration {
+						cfg.MigrationLimit = 0
+					}
+					fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+					url, _ := startGateway(t, cfg, Deps{Router: fr})
+					c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer c.Close()
+					_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+					req := `{"model":"m","prompt":"p","max_tokens":100,"stream":true}`
+					_, _ = fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", PathCompletions, len(req), req)
+					body, _ := readChunks(t, bufio.NewReader(c))
+					if body != want.String() {
+						t.Fatalf("body %q;\nwant %q", body, want.String())
+					}
+					fr.checkTicketsClosed(t, 1)
+				})
+			}
+		}
+	}
+}
