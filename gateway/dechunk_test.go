@@ -10,7 +10,7 @@ import (
 func TestDechunk_WholeChunksOnly(t *testing.T) {
 	for _, tc := range []struct {
 		name, raw, want string
-		ok             bool
+		ok              bool
 	}{
 		{"one chunk", "5\r\nhello\r\n", "hello", true},
 		{"two chunks", "5\r\nhello\r\n1\r\n!\r\n", "hello!", true},
