@@ -109,6 +109,10 @@ type Service struct {
 	stopped    atomic.Bool
 
 	replies sync.Pool // of chan routeReply
+	// concludes holds Conclude's messages (*concludeMsg), given back by
+	// the router once handled: the Outcome boxed in a message was an
+	// allocation per request.
+	concludes sync.Pool
 	// handled counts the messages the router actor took from its mailbox:
 	// a Route still waiting at its RouteTimeout waits on while it moves.
 	handled atomic.Uint64
@@ -415,7 +419,12 @@ func (svc *Service) Report(o Outcome) {
 // Conclude implements Ledger.
 func (svc *Service) Conclude(o Outcome, res Result) {
 	if !svc.stopped.Load() {
-		svc.root.Send(svc.router, concludeMsg{o: o, res: res})
+		m, _ := svc.concludes.Get().(*concludeMsg)
+		if m == nil {
+			m = new(concludeMsg)
+		}
+		m.o, m.res = o, res
+		svc.root.Send(svc.router, m)
 	}
 }
 
