@@ -31,9 +31,6 @@ import (
 //     rendering — for chat, of the messages up to and including the first
 //     user message only, so a multi-turn chat keeps its key as it grows.
 //   - Conversation hash: XXH64 of X-Conversation-Id.
-//   - Chain key (the headroom law's placements and footprints):
-//     ladder.ChainKeyFor over the Tier-1.5 block-key chain, when KV-aware
-//     routing computed one.
 //   - Client hash / key (sel:1, sel:3): the client's ip:port and IP, or the
 //     session_header_name value.
 
@@ -245,7 +242,6 @@ func (ri *routeInput) build(ctx context.Context, in *fasthttp.Request, remote, i
 	lr.PrefixHash, lr.HasPrefixHash = ladder.PrefixHash(&key), true
 	if ri.kv != nil {
 		rr.Chain, lr.KV = ri.kv.compute(ctx, req, lora, ri.pd)
-		lr.ChainKey, lr.HasChainKey = ladder.ChainKeyFor(rr.Chain)
 		rr.Chat, rr.ExtraKeys = req.chatForm(), lora != "" || req.CacheSalt != ""
 	}
 	rr.Streamed = req.Stream

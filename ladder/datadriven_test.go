@@ -335,9 +335,6 @@ func (st *goldenState) request(t *testing.T, d *datadriven.TestData) Request {
 	if d.HasArg("prefix") {
 		req.PrefixHash, req.HasPrefixHash = u64Arg(t, d, "prefix"), true
 	}
-	if d.HasArg("chain") {
-		req.ChainKey, req.HasChainKey = u64Arg(t, d, "chain"), true
-	}
 	if d.HasArg("conv") {
 		req.ConvHash, req.HasConvHash = u64Arg(t, d, "conv"), true
 	}

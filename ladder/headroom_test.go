@@ -191,30 +191,3 @@ func TestAutoFactor_MovesAnEighthTowardsTheQueueTarget(t *testing.T) {
 		})
 	}
 }
-
-func TestChainKeyFor_TakesTheKeyAtChainKeyBlocks(t *testing.T) {
-	chain := make([]uint64, 2*ChainKeyBlocks)
-	for i := range chain {
-		chain[i] = uint64(1000 + i)
-	}
-	tests := []struct {
-		name   string
-		chain  []uint64
-		want   uint64
-		wantOK bool
-	}{
-		{"no chain", nil, 0, false},
-		{"one block", chain[:1], 1000, true},
-		{"shorter than the depth: the last key", chain[:ChainKeyBlocks-1], uint64(1000 + ChainKeyBlocks - 2), true},
-		{"exactly the depth", chain[:ChainKeyBlocks], uint64(1000 + ChainKeyBlocks - 1), true},
-		{"longer: the key at the depth", chain, uint64(1000 + ChainKeyBlocks - 1), true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, ok := ChainKeyFor(tt.chain)
-			if got != tt.want || ok != tt.wantOK {
-				t.Fatalf("ChainKeyFor(%d keys) = %#x, %v; want %#x, %v", len(tt.chain), got, ok, tt.want, tt.wantOK)
-			}
-		})
-	}
-}

@@ -204,11 +204,10 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 // of the prompt; the requests after it find the prefix whole instead of
 // its tail evicted again. false leaves the pick.
 func (r *Router) refit(now time.Time, req *Request, views []EndpointView, set EndpointSet, pick int, promptBlocks, pickOverlap uint32) (int, bool) {
-	key, keyed := req.placementKey()
-	if r.foot == nil || !keyed || promptBlocks-min(pickOverlap, promptBlocks) < SpillMarginBlocks {
+	if r.foot == nil || !req.HasPrefixHash || promptBlocks-min(pickOverlap, promptBlocks) < SpillMarginBlocks {
 		return -1, false
 	}
-	r.foot.sums(now, key, &r.fp)
+	r.foot.sums(now, req.PrefixHash, &r.fp)
 	if !Overflows(r.fp[pick], r.caps[pick], promptBlocks, pickOverlap) {
 		return -1, false
 	}
@@ -253,12 +252,11 @@ func (r *Router) rebalance(now time.Time, req *Request, views []EndpointView, se
 			continue
 		}
 		if promptBlocks-min(o, promptBlocks) >= SpillMarginBlocks {
-			key, keyed := req.placementKey()
-			if r.foot == nil || !keyed {
+			if r.foot == nil || !req.HasPrefixHash {
 				continue
 			}
 			if !summed {
-				r.foot.sums(now, key, &r.fp)
+				r.foot.sums(now, req.PrefixHash, &r.fp)
 				summed = true
 			}
 			if !Fits(r.fp[i], r.caps[i], promptBlocks) {
@@ -350,9 +348,8 @@ func (r *Router) missTarget(now time.Time, req *Request, views []EndpointView, s
 	if !trusted {
 		return -1, false
 	}
-	key, keyed := req.placementKey()
-	if r.foot != nil && keyed {
-		r.foot.sums(now, key, &r.fp)
+	if r.foot != nil && req.HasPrefixHash {
+		r.foot.sums(now, req.PrefixHash, &r.fp)
 	} else {
 		r.fp = [MaxEndpoints]uint64{}
 	}
@@ -363,8 +360,8 @@ func (r *Router) missTarget(now time.Time, req *Request, views []EndpointView, s
 			return ep, true
 		}
 		// settleMiss may have overwritten r.fp with weighted footprints.
-		if r.foot != nil && keyed {
-			r.foot.sums(now, key, &r.fp)
+		if r.foot != nil && req.HasPrefixHash {
+			r.foot.sums(now, req.PrefixHash, &r.fp)
 		}
 	}
 	turn, small := -1, -1
@@ -398,11 +395,10 @@ func (r *Router) missTarget(now time.Time, req *Request, views []EndpointView, s
 // (an endpoint that queues, or is at its headroom, is no place to pile
 // more work on a guess). r.room must be current for set.
 func (r *Router) followPending(now time.Time, req *Request, views []EndpointView, set EndpointSet) (int, bool) {
-	key, keyed := req.placementKey()
-	if r.pending == nil || !keyed {
+	if r.pending == nil || !req.HasPrefixHash {
 		return -1, false
 	}
-	ep, ok := r.pending.lookup(now, key)
+	ep, ok := r.pending.lookup(now, req.PrefixHash)
 	if !ok || !set.Has(ep) {
 		return -1, false
 	}

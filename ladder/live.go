@@ -163,12 +163,6 @@ type Request struct {
 	PrefixHash uint64
 	// HasPrefixHash says whether PrefixHash was computed.
 	HasPrefixHash bool
-	// ChainKey is the placement key of the prompt's block-key chain
-	// (ChainKeyFor): the headroom law remembers placements and footprints
-	// under it instead of PrefixHash; valid when HasChainKey.
-	ChainKey uint64
-	// HasChainKey says whether ChainKey was computed.
-	HasChainKey bool
 	// ConvHash is the hash of the conversation ID (e.g. XXH64String), the
 	// second CHWBL/modulo key; valid when HasConvHash.
 	ConvHash uint64

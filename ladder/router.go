@@ -252,9 +252,9 @@ func (r *Router) Decide(now time.Time, req *Request, snap *Snapshot) (Decision, 
 	if d.Available() {
 		d.TTFT = r.predictFor(snap.Endpoints, d.Prefill, r.PromptBlocks(req))
 	}
-	if key, keyed := req.placementKey(); r.pending != nil && keyed && d.Available() {
-		r.pending.note(now, key, d.Prefill)
-		r.foot.note(now, key, d.Prefill, r.PromptBlocks(req))
+	if r.pending != nil && req.HasPrefixHash && d.Available() {
+		r.pending.note(now, req.PrefixHash, d.Prefill)
+		r.foot.note(now, req.PrefixHash, d.Prefill, r.PromptBlocks(req))
 	}
 	return d, nil
 }

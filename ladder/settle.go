@@ -47,8 +47,7 @@ const (
 // more than the least. false leaves the miss to missTarget's KV window.
 // r.room must be current.
 func (r *Router) settleMiss(now time.Time, req *Request, views []EndpointView, fleet []Candidate, calm bool) (int, bool) {
-	key, keyed := req.placementKey()
-	if r.foot == nil || !keyed || len(fleet) == 0 {
+	if r.foot == nil || !req.HasPrefixHash || len(fleet) == 0 {
 		return -1, false
 	}
 	var inflight, room uint64
@@ -67,7 +66,7 @@ func (r *Router) settleMiss(now time.Time, req *Request, views []EndpointView, f
 		return -1, false
 	}
 	fp := &r.fp
-	r.foot.weightedSums(now, key, fp)
+	r.foot.weightedSums(now, req.PrefixHash, fp)
 	pb := uint64(max(r.PromptBlocks(req), 1))
 	runsNow := func(e int) bool {
 		v := &views[e]
@@ -87,7 +86,7 @@ func (r *Router) settleMiss(now time.Time, req *Request, views []EndpointView, f
 	if small < 0 {
 		return -1, false
 	}
-	if h, ok := r.foot.home(now, key); ok && h != small && inFleet(fleet, h) && runsNow(h) && fp[h] <= fp[small]+pb {
+	if h, ok := r.foot.home(now, req.PrefixHash); ok && h != small && inFleet(fleet, h) && runsNow(h) && fp[h] <= fp[small]+pb {
 		return h, true
 	}
 	return small, true

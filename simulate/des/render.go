@@ -19,8 +19,6 @@ import (
 //     PrefixSpan(1) = 256 bytes of the turn-stable head (chat: through the
 //     first user message), no LoRA, no cache_salt.
 //   - Conversation hash: XXH64 of X-Conversation-Id.
-//   - Chain key: ladder.ChainKeyFor over the request's chain, set where
-//     Tier 1.5 scores it (decideLLB), as llbd sets it where it computes one.
 
 // prefixSpan is gateway.PrefixSpan(1), the default chwbl_prefix_hash_level.
 const prefixSpan = 256

@@ -533,10 +533,6 @@ func (s *sim) decideLLB(ri, i int, at time.Time) (ladder.Decision, error) {
 		ConvHash: k.ConvHash, HasConvHash: k.HasConvHash,
 		KV: ladder.KVInput{PromptBlocks: uint32(len(k.Chain)), PromptTokens: uint32(tr.PromptTokens)},
 	}
-	if s.kvScore {
-		// llbd keys the chain only where it computes one: KV-aware rules.
-		req.ChainKey, req.HasChainKey = ladder.ChainKeyFor(k.Chain)
-	}
 	if s.cfg.Strategy.Objective {
 		// The decision is made on arrival: the whole objective is left.
 		req.TTFTObjective = s.cfg.slo()
