@@ -40,7 +40,12 @@ var streamPollerOn atomic.Bool
 // SetStreamPoller turns the stream poller on or off for the streams that
 // start from now on. It is off by default; without epoll (other than
 // Linux) it has no effect.
-func SetStreamPoller(on bool) { streamPollerOn.Store(on) }
+func SetStreamPoller(on bool) {
+	if on {
+		startStreamPoller() // its descriptor is the process's from the start
+	}
+	streamPollerOn.Store(on)
+}
 
 // errParked ends a relay that parked its stream with the poller: its
 // goroutine returns; a new one resumes the stream.

@@ -36,6 +36,10 @@ type streamPoller struct {
 
 var streamPoll streamPoller
 
+// startStreamPoller starts the poller (a failure is met again at the first
+// park, which then leaves the stream in its goroutine).
+func startStreamPoller() { _ = streamPoll.start() }
+
 // start creates the epoll instance and its goroutine.
 func (sp *streamPoller) start() error {
 	sp.once.Do(func() {
