@@ -30,60 +30,61 @@ func routeObjective(t *testing.T, c *routerCore, id uint64, blocks uint32, objec
 	return r.route
 }
 
-// The router core hands the ladder the engines' scraped queues with the
-// request's objective: a request whose prefix holder is predicted to meet
-// its objective but reported waiting requests moves to the endpoint that
-// runs it at once; without an objective, or once the queue is gone, the
+// The router core hands the ladder the request's objective with the
+// engines' scraped queues: a pick predicted to miss the objective moves to
+// an endpoint predicted to meet it that runs the request at once, skipping
+// one whose engine reported waiting requests; without an objective the
 // law's pick stands.
-func TestRouterCore_AnObjectiveMovesOffAQueueingEngine(t *testing.T) {
-	c, _ := newTestCore(t, pdConfig(2, 1, ladder.DefaultEnv()))
-	for ep := range 2 {
+func TestRouterCore_AnObjectiveMovesOnlyToAnEngineThatRunsItAtOnce(t *testing.T) {
+	c, _ := newTestCore(t, pdConfig(3, 1, ladder.DefaultEnv()))
+	for ep := range 3 {
 		c.engineStats(engineStats{ep: ep, stats: EngineStats{KVCapacityBlocks: 1000, KVUsageKnown: true}})
 	}
-	// Both prefill engines answer in 5 ms plus 1 ms per uncached block;
-	// each request is sent where its prompt is cached, so both learn.
+	// ep0's engine computes a block in 10 ms, ep1's and ep2's in 1 ms;
+	// each request is sent where its prompt is cached, so all three learn.
+	perBlock := [3]time.Duration{10 * time.Millisecond, time.Millisecond, time.Millisecond}
 	now := t0
-	for i := range 2 * ladder.TTFTTrained {
+	for i := range 3 * ladder.TTFTTrained {
 		now = now.Add(time.Second)
 		blocks := uint32(8 + i%5*10)
-		hot := []uint32{blocks / 2, 0}
-		if i%2 == 1 {
-			hot = []uint32{0, blocks / 2}
-		}
+		hot := make([]uint32, 3)
+		hot[i%3] = blocks / 2
 		r := routeObjective(t, c, uint64(i+1), blocks, 0, hot...)
-		serveTTFT(c, now, r, 5*time.Millisecond+time.Duration(blocks-blocks/2)*time.Millisecond)
+		ep := r.Decision.Prefill
+		serveTTFT(c, now, r, 5*time.Millisecond+time.Duration(r.Decision.TTFT.Input.Uncached)*perBlock[ep])
 	}
-	for ep := range 2 {
+	for ep := range 3 {
 		if st := c.ttftStatus(ep); !st.Trained || st.Drifting {
 			t.Fatalf("endpoint %d: %+v; want a trained, agreeing model", ep, st)
 		}
 	}
-	const objective = 200 * time.Millisecond
-	// ep0 holds 40 of the 48 blocks (about 13 ms), ep1 none (about 53 ms):
-	// both meet 200 ms, and the law picks ep0.
-	r := routeObjective(t, c, 100, 48, objective, 40, 0)
-	if r.Decision.Prefill != 0 || r.Decision.Flags.Has(ladder.FlagObjective) {
-		t.Fatalf("no queue: prefill %d flags %v; want ep0, unmoved", r.Decision.Prefill, r.Decision.Flags)
+	// ep0 holds 40 of the 48 blocks (about 85 ms there), ep1 and ep2 none
+	// (about 53 ms): the law picks ep0, which misses a 60 ms objective.
+	const objective = 60 * time.Millisecond
+	r := routeObjective(t, c, 100, 48, 0, 40, 0, 0)
+	if r.Decision.Prefill != 0 {
+		t.Fatalf("no objective: prefill %d; want the law's ep0", r.Decision.Prefill)
 	}
-	serveTTFT(c, now, r, 13*time.Millisecond)
-
-	// ep0's engine reports waiting requests at its scrape.
-	c.engineStats(engineStats{ep: 0, stats: EngineStats{KVCapacityBlocks: 1000, Waiting: 3, KVUsageKnown: true}})
-	r = routeObjective(t, c, 101, 48, objective, 40, 0)
+	serveTTFT(c, now, r, 85*time.Millisecond)
+	r = routeObjective(t, c, 101, 48, objective, 40, 0, 0)
 	if r.Decision.Prefill != 1 || !r.Decision.Flags.Has(ladder.FlagObjective) {
-		t.Fatalf("ep0 queueing: prefill %d flags %v; want ep1, flag objective", r.Decision.Prefill, r.Decision.Flags)
+		t.Fatalf("prefill %d flags %v (predicted %v); want ep1, flag objective", r.Decision.Prefill, r.Decision.Flags, r.Decision.TTFT)
 	}
 	serveTTFT(c, now, r, 53*time.Millisecond)
-	r = routeObjective(t, c, 102, 48, 0, 40, 0)
-	if r.Decision.Prefill != 0 {
-		t.Fatalf("ep0 queueing, no objective: prefill %d; want the law's ep0", r.Decision.Prefill)
-	}
-	serveTTFT(c, now, r, 13*time.Millisecond)
 
-	// The next scrape shows the queue gone: the prefix holder takes it.
-	c.engineStats(engineStats{ep: 0, stats: EngineStats{KVCapacityBlocks: 1000, KVUsageKnown: true}})
-	r = routeObjective(t, c, 103, 48, objective, 40, 0)
-	if r.Decision.Prefill != 0 || r.Decision.Flags.Has(ladder.FlagObjective) {
-		t.Fatalf("queue gone: prefill %d flags %v; want ep0, unmoved", r.Decision.Prefill, r.Decision.Flags)
+	// ep1's engine reports waiting requests at its scrape: ep2 takes it.
+	c.engineStats(engineStats{ep: 1, stats: EngineStats{KVCapacityBlocks: 1000, Waiting: 3, KVUsageKnown: true}})
+	r = routeObjective(t, c, 102, 48, objective, 40, 0, 0)
+	if r.Decision.Prefill != 2 || !r.Decision.Flags.Has(ladder.FlagObjective) {
+		t.Fatalf("ep1 queueing: prefill %d flags %v; want ep2, flag objective", r.Decision.Prefill, r.Decision.Flags)
+	}
+	serveTTFT(c, now, r, 53*time.Millisecond)
+
+	// ep2's too: nobody predicted to meet it runs it at once, the pick
+	// stands.
+	c.engineStats(engineStats{ep: 2, stats: EngineStats{KVCapacityBlocks: 1000, Waiting: 1, KVUsageKnown: true}})
+	r = routeObjective(t, c, 103, 48, objective, 40, 0, 0)
+	if r.Decision.Prefill != 0 || !r.Decision.Flags.Has(ladder.FlagObjectiveMiss) {
+		t.Fatalf("ep1 and ep2 queueing: prefill %d flags %v; want ep0, flag objective_miss", r.Decision.Prefill, r.Decision.Flags)
 	}
 }

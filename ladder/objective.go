@@ -5,28 +5,24 @@ import "time"
 // TTFT objectives. A request may carry an objective for its time to first
 // token (Request.TTFTObjective: the budget left when the router decides).
 // After the ladder has picked, the pick stands when its trusted prediction
-// meets the budget and its engine reported no waiting request at the last
-// scrape, or when llb cannot tell (no trusted prediction there: an
-// untrained or drifting model). Otherwise:
+// meets the budget, or when llb cannot tell (no trusted prediction there:
+// an untrained or drifting model). When the pick is predicted to miss:
 //
-//   - a pick predicted to meet the budget whose engine reported waiting
-//     requests moves to another eligible endpoint that runs the request at
-//     once and is predicted to meet it (flag objective): the prediction
-//     does not see the wait for a batch slot or for KV blocks on a
-//     queueing engine, which is what made most requests that carried an
-//     objective miss it at 90 % load. With no such endpoint the pick
-//     stands;
-//   - a pick predicted to miss moves to an eligible endpoint that runs the
-//     request at once and is predicted to meet it (flag objective);
-//   - an endpoint runs the request at once when its engine reported no
-//     waiting request and llb's requests in flight there are below its
-//     ConcurrencyEstimate for this prompt (RunsAtOnce): a move onto a
-//     queue gains nothing, and llb's own count moves with every decision,
-//     so the requests moved spread instead of following one another
-//     (reading the learned wait, built from the same 250 ms-old scrape,
-//     herded them: measured in docs/performance.md). Among those the one
-//     holding the most of the prompt (effective overlap) is taken, then
-//     the lowest prediction, then the lowest index;
+//   - the request moves to an eligible endpoint that runs it at once and
+//     is predicted to meet the budget (flag objective). An endpoint runs
+//     it at once when its engine reported no waiting request at the last
+//     scrape and llb's requests in flight there are below its
+//     ConcurrencyEstimate for this prompt (RunsAtOnce): the prediction
+//     does not see the wait for a batch slot or KV blocks on a queueing
+//     engine, so a move onto one was often a miss all the same, and llb's
+//     own count moves with every decision, so the requests moved spread
+//     instead of following one another. Among those the one holding the
+//     most of the prompt (effective overlap) is taken, then the lowest
+//     prediction, then the lowest index. (Moving a pick predicted to meet
+//     the budget off an engine that reported waiting requests, the queue
+//     most misses waited in, was measured and not adopted: on the step
+//     model it emptied the prefix holders of long conversations,
+//     docs/performance.md);
 //   - with none predicted to meet (wherever it would run), a sheddable request (Class.Sheddable)
 //     is refused at once with 429 (admission shed, reason ttft_objective)
 //     instead of queueing for a first token that would come too late —
@@ -47,38 +43,6 @@ import "time"
 // meetsObjective reports whether a prediction d meets budget b.
 func meetsObjective(d, b time.Duration) bool { return d <= b }
 
-// ObjectiveMove is what the objective does with a pick, from the pick's
-// prediction and its engine's queue.
-type ObjectiveMove uint8
-
-const (
-	// ObjectiveKeep: the pick stands.
-	ObjectiveKeep ObjectiveMove = iota
-	// ObjectiveQueued: the pick is predicted to meet the budget but its
-	// engine is queueing; move to an endpoint predicted to meet it that
-	// runs the request at once, else keep the pick.
-	ObjectiveQueued
-	// ObjectiveMissed: the pick is predicted to miss; move to an endpoint
-	// predicted to meet it, else shed a sheddable request or keep.
-	ObjectiveMissed
-)
-
-// ObjectiveFor decides what the objective does with a pick whose
-// prediction is pred (trusted when ok) for a request with budget left,
-// the pick's engine having reported waiting requests at its last scrape.
-// An untrusted prediction keeps the pick: llb cannot tell.
-func ObjectiveFor(pred time.Duration, ok bool, budget time.Duration, waiting uint32) ObjectiveMove {
-	switch {
-	case !ok:
-		return ObjectiveKeep
-	case !meetsObjective(pred, budget):
-		return ObjectiveMissed
-	case waiting > 0:
-		return ObjectiveQueued
-	}
-	return ObjectiveKeep
-}
-
 // RunsAtOnce reports whether an engine starts a request as it arrives: it
 // reported no waiting request at its last scrape and the requests in
 // flight there are below k, its ConcurrencyEstimate for the request.
@@ -98,9 +62,7 @@ func (r *Router) objective(req *Request, views []EndpointView, set EndpointSet, 
 	predict := func(i int) (time.Duration, bool) {
 		return r.PredictTTFT(i, TTFTInputFor(&views[i], pb, views[i].Overlap))
 	}
-	p, ok := predict(pick)
-	move := ObjectiveFor(p, ok, budget, views[pick].QueuedRequests)
-	if move == ObjectiveKeep {
+	if p, ok := predict(pick); !ok || meetsObjective(p, budget) {
 		return pick, false
 	}
 	r.effectiveCapacities(views, set)
@@ -131,8 +93,6 @@ func (r *Router) objective(req *Request, views []EndpointView, set EndpointSet, 
 	case meet >= 0:
 		d.Flags |= FlagObjective
 		return meet, false
-	case move == ObjectiveQueued:
-		return pick, false
 	case req.Class.Sheddable() && allTrusted && !anyMeets:
 		d.Prefill, d.Tier, d.Flags = -1, TierNone, 0
 		d.Admission = Shed
