@@ -31,10 +31,10 @@ func routeObjective(t *testing.T, c *routerCore, id uint64, blocks uint32, objec
 }
 
 // The router core hands the ladder the request's objective with the
-// engines' scraped queues: a pick predicted to miss the objective moves to
-// an endpoint predicted to meet it that runs the request at once, skipping
-// one whose engine reported waiting requests; without an objective the
-// law's pick stands.
+// engines' scraped capacities: a pick predicted to miss the objective
+// moves to an endpoint predicted to meet it that runs the request at once,
+// skipping one whose cache holds too few blocks for it; without an
+// objective the law's pick stands.
 func TestRouterCore_AnObjectiveMovesOnlyToAnEngineThatRunsItAtOnce(t *testing.T) {
 	c, _ := newTestCore(t, pdConfig(3, 1, ladder.DefaultEnv()))
 	for ep := range 3 {
@@ -72,19 +72,20 @@ func TestRouterCore_AnObjectiveMovesOnlyToAnEngineThatRunsItAtOnce(t *testing.T)
 	}
 	serveTTFT(c, now, r, 53*time.Millisecond)
 
-	// ep1's engine reports waiting requests at its scrape: ep2 takes it.
-	c.engineStats(engineStats{ep: 1, stats: EngineStats{KVCapacityBlocks: 1000, Waiting: 3, KVUsageKnown: true}})
+	// ep1's engine reports a cache of 40 blocks at its scrape: the prompt
+	// does not fit beside anything, ep2 takes it.
+	c.engineStats(engineStats{ep: 1, stats: EngineStats{KVCapacityBlocks: 40, KVUsageKnown: true}})
 	r = routeObjective(t, c, 102, 48, objective, 40, 0, 0)
 	if r.Decision.Prefill != 2 || !r.Decision.Flags.Has(ladder.FlagObjective) {
-		t.Fatalf("ep1 queueing: prefill %d flags %v; want ep2, flag objective", r.Decision.Prefill, r.Decision.Flags)
+		t.Fatalf("ep1 full: prefill %d flags %v; want ep2, flag objective", r.Decision.Prefill, r.Decision.Flags)
 	}
 	serveTTFT(c, now, r, 53*time.Millisecond)
 
 	// ep2's too: nobody predicted to meet it runs it at once, the pick
 	// stands.
-	c.engineStats(engineStats{ep: 2, stats: EngineStats{KVCapacityBlocks: 1000, Waiting: 1, KVUsageKnown: true}})
+	c.engineStats(engineStats{ep: 2, stats: EngineStats{KVCapacityBlocks: 40, KVUsageKnown: true}})
 	r = routeObjective(t, c, 103, 48, objective, 40, 0, 0)
 	if r.Decision.Prefill != 0 || !r.Decision.Flags.Has(ladder.FlagObjectiveMiss) {
-		t.Fatalf("ep1 and ep2 queueing: prefill %d flags %v; want ep0, flag objective_miss", r.Decision.Prefill, r.Decision.Flags)
+		t.Fatalf("ep1 and ep2 full: prefill %d flags %v; want ep0, flag objective_miss", r.Decision.Prefill, r.Decision.Flags)
 	}
 }

@@ -10,19 +10,19 @@ import "time"
 //
 //   - the request moves to an eligible endpoint that runs it at once and
 //     is predicted to meet the budget (flag objective). An endpoint runs
-//     it at once when its engine reported no waiting request at the last
-//     scrape and llb's requests in flight there are below its
+//     it at once when llb's requests in flight there are below its
 //     ConcurrencyEstimate for this prompt (RunsAtOnce): the prediction
-//     does not see the wait for a batch slot or KV blocks on a queueing
+//     does not see the wait for a batch slot or KV blocks on a full
 //     engine, so a move onto one was often a miss all the same, and llb's
-//     own count moves with every decision, so the requests moved spread
+//     count moves with every decision, so the requests moved spread
 //     instead of following one another. Among those the one holding the
 //     most of the prompt (effective overlap) is taken, then the lowest
-//     prediction, then the lowest index. (Moving a pick predicted to meet
-//     the budget off an engine that reported waiting requests, the queue
-//     most misses waited in, was measured and not adopted: on the step
-//     model it emptied the prefix holders of long conversations,
-//     docs/performance.md);
+//     prediction, then the lowest index. (Also refusing engines that
+//     reported waiting requests at the last scrape, and moving a pick
+//     predicted to meet the budget off such an engine, the queue most
+//     misses waited in, were measured and not adopted: on the step model
+//     they emptied the prefix holders of long conversations and
+//     documents, docs/performance.md);
 //   - with none predicted to meet (wherever it would run), a sheddable request (Class.Sheddable)
 //     is refused at once with 429 (admission shed, reason ttft_objective)
 //     instead of queueing for a first token that would come too late —
@@ -43,11 +43,11 @@ import "time"
 // meetsObjective reports whether a prediction d meets budget b.
 func meetsObjective(d, b time.Duration) bool { return d <= b }
 
-// RunsAtOnce reports whether an engine starts a request as it arrives: it
-// reported no waiting request at its last scrape and the requests in
-// flight there are below k, its ConcurrencyEstimate for the request.
-func RunsAtOnce(waiting, inflight uint32, k uint64) bool {
-	return waiting == 0 && uint64(inflight) < k
+// RunsAtOnce reports whether an engine starts a request as it arrives:
+// llb's requests in flight there are below k, its ConcurrencyEstimate for
+// the request.
+func RunsAtOnce(inflight uint32, k uint64) bool {
+	return uint64(inflight) < k
 }
 
 // objective applies req's TTFT objective to pick, an endpoint of set (the
@@ -82,7 +82,7 @@ func (r *Router) objective(req *Request, views []EndpointView, set EndpointSet, 
 		anyMeets = true
 		v := &views[i]
 		o := effectiveOverlap(v, pb, r.offloadPct)
-		if i == pick || !RunsAtOnce(v.QueuedRequests, v.ActiveConns, ConcurrencyEstimate(r.caps[i], pb, o, r.maxNumSeqs)) {
+		if i == pick || !RunsAtOnce(v.ActiveConns, ConcurrencyEstimate(r.caps[i], pb, o, r.maxNumSeqs)) {
 			continue
 		}
 		if meet < 0 || o > meetOverlap || o == meetOverlap && p < meetPred {
