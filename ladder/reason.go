@@ -207,8 +207,7 @@ const (
 	// (rebalance).
 	FlagBalance
 	// FlagObjective: the pick was predicted to miss the request's TTFT
-	// objective, or to meet it on an engine that reported waiting
-	// requests; it moved to an endpoint that runs the request at once and
+	// objective; it moved to an endpoint that runs the request at once and
 	// is predicted to meet it.
 	FlagObjective
 	// FlagObjectiveMiss: no eligible endpoint was predicted to meet the
