@@ -12,7 +12,10 @@ import (
 // after a response (closeWriteAndWait, its RST-avoidance delay; the test
 // backends and the h2c front end are net/http), protoactor's dead-letter
 // throttle waits out its period after a system stops, and fasthttp keeps
-// one process-wide goroutine that refreshes its Date header every second.
+// one process-wide goroutine that refreshes its Date header every second
+// and, once a fasthttp client dialed (the benchmarks' clients), its
+// default dialer's DNS-cache cleaner, which ends a minute after the last
+// dial.
 // The departure watcher (departures_linux.go) is one goroutine for the
 // process's life by design.
 func TestMain(m *testing.M) {
@@ -20,5 +23,6 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreAnyFunction("net/http.(*conn).closeWriteAndWait"),
 		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
 		goleak.IgnoreAnyFunction("github.com/llbproject/llb/gateway.(*departureWatch).run"))
 }

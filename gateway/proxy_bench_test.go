@@ -137,6 +137,12 @@ func BenchmarkAddedLatency(b *testing.B) {
 	}
 }
 
+// benchIdle is how long the benchmarks' own fasthttp servers and clients
+// keep an idle worker or connection. Their cleaners sleep this long between
+// passes and end only after one, so fasthttp's 10 s defaults outlive the
+// package's goroutine-leak check (TestMain).
+const benchIdle = 50 * time.Millisecond
+
 // fastBackendFast is a fasthttp backend answering benchCompletion (or the
 // P/D prefill's answer): it allocates nothing per request, so the
 // allocations BenchmarkHandler reports are the gateway's.
@@ -147,7 +153,7 @@ func fastBackendFast(b *testing.B) netip.AddrPort {
 		b.Fatal(err)
 	}
 	prefill := []byte(`{"id":"p","choices":[],"kv_transfer_params":{"remote_block_ids":[[1]],"remote_engine_id":"e"}}`)
-	srv := &fasthttp.Server{Handler: func(rc *fasthttp.RequestCtx) {
+	srv := &fasthttp.Server{MaxIdleWorkerDuration: benchIdle, Handler: func(rc *fasthttp.RequestCtx) {
 		rc.SetContentType("application/json")
 		if bytes.Contains(rc.PostBody(), []byte(`"do_remote_decode":true`)) {
 			rc.SetBody(prefill)
@@ -214,7 +220,7 @@ func streamBackendFast(b *testing.B, n int) netip.AddrPort {
 		usage[i] = []byte(ev + `,"usage":{"prompt_tokens":300,"total_tokens":` + strconv.Itoa(301+i) + `,"completion_tokens":` + strconv.Itoa(i+1) + "}}\n\n")
 	}
 	done := []byte("data: [DONE]\n\n")
-	srv := &fasthttp.Server{Handler: func(rc *fasthttp.RequestCtx) {
+	srv := &fasthttp.Server{MaxIdleWorkerDuration: benchIdle, Handler: func(rc *fasthttp.RequestCtx) {
 		evs := plain
 		if bytes.Contains(rc.PostBody(), []byte(`"continuous_usage_stats":true`)) {
 			evs = usage
@@ -242,8 +248,8 @@ func bareProxy(b *testing.B, be netip.AddrPort) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	hc := &fasthttp.HostClient{Addr: be.String(), MaxConns: 1024}
-	srv := &fasthttp.Server{NoDefaultContentType: true, Handler: func(rc *fasthttp.RequestCtx) {
+	hc := &fasthttp.HostClient{Addr: be.String(), MaxConns: 1024, MaxIdleConnDuration: benchIdle}
+	srv := &fasthttp.Server{NoDefaultContentType: true, MaxIdleWorkerDuration: benchIdle, Handler: func(rc *fasthttp.RequestCtx) {
 		body := rc.PostBody()
 		if !bytes.Contains(body, []byte(`"model"`)) || !bytes.Contains(body, []byte(`"prompt"`)) {
 			rc.Error("bad request", fasthttp.StatusBadRequest)
@@ -255,7 +261,10 @@ func bareProxy(b *testing.B, be netip.AddrPort) string {
 		}
 	}}
 	go func() { _ = srv.Serve(ln) }()
-	b.Cleanup(func() { _ = srv.Shutdown() })
+	b.Cleanup(func() {
+		_ = srv.Shutdown()
+		hc.CloseIdleConnections()
+	})
 	return ln.Addr().String()
 }
 
@@ -296,7 +305,8 @@ func benchHandlerPath(b *testing.B, addr any, path, body string) {
 	case string:
 		a = v
 	}
-	c := &fasthttp.HostClient{Addr: a}
+	c := &fasthttp.HostClient{Addr: a, MaxIdleConnDuration: benchIdle}
+	defer c.CloseIdleConnections()
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
