@@ -8,7 +8,8 @@ import (
 
 // Messages are small value structs grouped by the actor that receives them.
 // Pointer messages are used only where a reply channel or a large payload
-// travels with them.
+// travels with them. Those whose senders may process the receiving mailbox
+// themselves are marked senderRuns (mailbox.go).
 
 // ---- to the router actor --------------------------------------------------
 
@@ -34,6 +35,16 @@ type routeMsg struct {
 	// lora is the LoRA policy's outcome for the request (its adapter).
 	lora ladder.LoRAOutcome
 }
+
+// The data plane's messages: sent from request goroutines, which hold no
+// lock when they call the Service (see senderRunsMailbox).
+func (*routeMsg) senderRuns()    {}
+func (cancelMsg) senderRuns()    {}
+func (reportMsg) senderRuns()    {}
+func (concludeMsg) senderRuns()  {}
+func (firstByteMsg) senderRuns() {}
+func (pinMsg) senderRuns()       {}
+func (finishMsg) senderRuns()    {}
 
 // routeReply is the router's answer on routeMsg.reply.
 type routeReply struct {
@@ -189,6 +200,9 @@ type scoreReq struct {
 
 // legResult feeds one leg outcome to an endpoint's breaker.
 type legResult struct{ class outcomeClass }
+
+// legResult comes from the router, whatever goroutine runs it.
+func (legResult) senderRuns() {}
 
 // breakerTimer fires when an OPEN breaker's window ends.
 type breakerTimer struct{ epoch uint64 }

@@ -55,9 +55,11 @@ func (a *routerActor) Receive(ctx actor.Context) {
 		c.pinResponse(m.t, m.key)
 	case finishMsg:
 		c.finish(m.t, m.res)
-	case concludeMsg:
+	case *concludeMsg:
 		c.report(now, m.o)
 		c.finish(m.o.Ticket, m.res)
+		*m = concludeMsg{}
+		a.svc.concludes.Put(m)
 	case cancelMsg:
 		c.cancel(m.id)
 	case resumeMsg:

@@ -147,6 +147,9 @@ type routerCore struct {
 
 	pending map[uint64]*pending
 	tickets map[uint64]*ticket
+	// spare holds finished tickets for reuse (newTicket): one allocation
+	// fewer per request.
+	spare []*ticket
 	// scrapes counts each endpoint's engine scrapes the router has seen;
 	// unstreamed counts the tickets charged to it with ticket.unstreamed
 	// (scheduledPrefills).
@@ -396,7 +399,9 @@ func (c *routerCore) passthrough(now time.Time, m *routeMsg) {
 	c.stats.decisions++
 	t := Ticket{ID: m.id, Prefill: best, Decode: -1}
 	c.views[best].ActiveConns++
-	c.tickets[m.id] = &ticket{t: t, legs: holdPrefill}
+	tk := c.newTicket()
+	tk.t, tk.legs = t, holdPrefill
+	c.tickets[m.id] = tk
 	m.reply <- routeReply{route: Route{Decision: d, Ticket: t}}
 }
 
@@ -628,8 +633,9 @@ func (c *routerCore) displace(m *routeMsg, d *ladder.Decision) bool {
 // admit takes the request's in-flight slots and answers it.
 func (c *routerCore) admit(now time.Time, m *routeMsg, d ladder.Decision) {
 	t := Ticket{ID: m.id, Prefill: d.Prefill, Decode: d.Decode}
-	tk := &ticket{t: t, legs: holdPrefill, sessionKey: m.rr.Req.SessionKey, pin: d.PinSession,
-		class: m.rr.Req.Class, tenant: m.rr.Tenant, charged: m.rr.PromptTokens, flowed: true}
+	tk := c.newTicket()
+	tk.t, tk.legs, tk.sessionKey, tk.pin = t, holdPrefill, m.rr.Req.SessionKey, d.PinSession
+	tk.class, tk.tenant, tk.charged, tk.flowed = m.rr.Req.Class, m.rr.Tenant, m.rr.PromptTokens, true
 	c.flow.Admitted(tk.class, tk.tenant, uint64(tk.charged))
 	c.views[d.Prefill].ActiveConns++
 	c.chargePrefill(m, d.Prefill, tk)
@@ -727,6 +733,28 @@ func (c *routerCore) finish(t Ticket, res Result) {
 	}
 	if res.OK && tk.pin && tk.sessionKey != "" {
 		c.ports.pinSession(tk.sessionKey, ladder.Pin{Prefill: tk.t.Prefill, Decode: tk.t.Decode})
+	}
+	c.recycleTicket(tk)
+}
+
+// maxSpareTickets bounds the finished tickets kept for reuse.
+const maxSpareTickets = 1024
+
+// newTicket returns a zero ticket, reused when one is spare.
+func (c *routerCore) newTicket() *ticket {
+	if n := len(c.spare); n > 0 {
+		tk := c.spare[n-1]
+		c.spare = c.spare[:n-1]
+		return tk
+	}
+	return new(ticket)
+}
+
+// recycleTicket keeps a finished ticket, no longer in c.tickets, for reuse.
+func (c *routerCore) recycleTicket(tk *ticket) {
+	if len(c.spare) < maxSpareTickets {
+		*tk = ticket{}
+		c.spare = append(c.spare, tk)
 	}
 }
 

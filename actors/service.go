@@ -109,6 +109,10 @@ type Service struct {
 	stopped    atomic.Bool
 
 	replies sync.Pool // of chan routeReply
+	// concludes holds Conclude's messages (*concludeMsg), given back by
+	// the router once handled: the Outcome boxed in a message was an
+	// allocation per request.
+	concludes sync.Pool
 	// handled counts the messages the router actor took from its mailbox:
 	// a Route still waiting at its RouteTimeout waits on while it moves.
 	handled atomic.Uint64
@@ -311,6 +315,17 @@ func (svc *Service) Route(ctx context.Context, rr *RouteRequest) (Route, error) 
 	id := svc.sys.nextID.Add(1)
 	reply := svc.replies.Get().(chan routeReply)
 	svc.root.Send(svc.router, &routeMsg{id: id, rr: rr, reply: reply})
+	// A router that was idle has decided already: this goroutine ran its
+	// mailbox (senderRunsMailbox), so the answer waits in the channel and
+	// no timer is needed.
+	var early routeReply
+	select {
+	case early = <-reply:
+		if !early.parked {
+			return svc.routed(reply, early)
+		}
+	default:
+	}
 	// A pooled timer: creating one per call was a third of Route's cost.
 	// Since Go 1.23 a stopped or reset timer delivers no stale tick, so a
 	// timer stopped on the way out can serve the next call.
@@ -324,26 +339,28 @@ func (svc *Service) Route(ctx context.Context, rr *RouteRequest) (Route, error) 
 		timer.Stop()
 		svc.timers.Put(timer)
 	}()
+	// parked waits for the endpoint's queue (it answers at the park
+	// deadline at the latest), or for the client to leave.
+	parked := func(r routeReply) {
+		timer.Stop()
+		if !r.parkDeadline.IsZero() {
+			timer.Reset(time.Until(r.parkDeadline) + svc.cfg.RouteTimeout)
+		}
+	}
+	if early.parked {
+		parked(early)
+	}
 	seen := svc.handled.Load()
 	stalls := 0 // consecutive RouteTimeouts without a message handled
 	for {
 		select {
 		case r := <-reply:
 			if r.parked {
-				// The admission gate holds the request: wait for the
-				// endpoint's queue (it answers at the park deadline at the
-				// latest), or for the client to leave.
-				timer.Stop()
-				if !r.parkDeadline.IsZero() {
-					timer.Reset(time.Until(r.parkDeadline) + svc.cfg.RouteTimeout)
-				}
+				// The admission gate holds the request.
+				parked(r)
 				continue
 			}
-			svc.replies.Put(reply)
-			if r.route.Ticket.ID != 0 {
-				r.route.Ticket.ledger = svc
-			}
-			return r.route, r.err
+			return svc.routed(reply, r)
 		case <-ctx.Done():
 			// The channel may still receive the router's answer: it is
 			// abandoned, not reused.
@@ -378,6 +395,16 @@ func (svc *Service) Route(ctx context.Context, rr *RouteRequest) (Route, error) 
 	}
 }
 
+// routed returns the router's final answer and the reply channel to its
+// pool.
+func (svc *Service) routed(reply chan routeReply, r routeReply) (Route, error) {
+	svc.replies.Put(reply)
+	if r.route.Ticket.ID != 0 {
+		r.route.Ticket.ledger = svc
+	}
+	return r.route, r.err
+}
+
 // The service is the Ledger of the tickets it issues: each call is one
 // message to the router actor. A stopped service's tickets are stale; what
 // is reported on them is dropped.
@@ -392,7 +419,12 @@ func (svc *Service) Report(o Outcome) {
 // Conclude implements Ledger.
 func (svc *Service) Conclude(o Outcome, res Result) {
 	if !svc.stopped.Load() {
-		svc.root.Send(svc.router, concludeMsg{o: o, res: res})
+		m, _ := svc.concludes.Get().(*concludeMsg)
+		if m == nil {
+			m = new(concludeMsg)
+		}
+		m.o, m.res = o, res
+		svc.root.Send(svc.router, m)
 	}
 }
 
@@ -489,6 +521,9 @@ type supervisorActor struct {
 	ready chan<- error
 	// producers builds each child by name (for respawns).
 	producers map[string]actor.Producer
+	// senderRuns names the children every request talks to, whose
+	// mailbox its senders may process (senderRunsMailbox).
+	senderRuns map[string]bool
 }
 
 // respawnChild asks the supervisor to spawn a lost child again.
@@ -537,7 +572,11 @@ func (s *supervisorActor) spawn(ctx actor.Context, name string) error {
 	if !ok {
 		return fmt.Errorf("spawn %s: no such child", name)
 	}
-	pid, err := ctx.SpawnNamed(s.svc.sys.props(producer), name)
+	var opts []actor.PropsOption
+	if s.senderRuns[name] {
+		opts = append(opts, actor.WithMailbox(newSenderRunsMailbox))
+	}
+	pid, err := ctx.SpawnNamed(s.svc.sys.props(producer, opts...), name)
 	if err != nil {
 		return fmt.Errorf("spawn %s: %w", name, err)
 	}
@@ -548,9 +587,14 @@ func (s *supervisorActor) spawn(ctx actor.Context, name string) error {
 func (s *supervisorActor) spawnAll(ctx actor.Context) error {
 	svc := s.svc
 	s.producers = make(map[string]actor.Producer)
+	s.senderRuns = make(map[string]bool)
 	spawn := func(name string, producer actor.Producer) error {
 		s.producers[name] = producer
 		return s.spawn(ctx, name)
+	}
+	s.senderRuns["router"] = true
+	for i := range svc.cfg.Rule.Endpoints {
+		s.senderRuns[fmt.Sprintf("cb-%d", i)] = true
 	}
 	// Order matters: protoactor registers a child's PID before its mailbox
 	// can take messages, and a send in between panics (and leaves that

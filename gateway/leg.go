@@ -79,6 +79,7 @@ type leg struct {
 	firstCause failCause
 	idle       time.Duration
 	started    bool      // a body byte arrived: the idle bound applies
+	headAt     time.Time // when send read the response head
 	bound      failCause // which bound the last arm chose
 	// pair is set on a prefill leg running beside the answering leg
 	// (pd_sglang.go): its connection, cut and scratch buffers are the
@@ -216,7 +217,8 @@ func (l *leg) send(head, body []byte, dst *fasthttp.ResponseHeader) error {
 			err = c.readHead(dst)
 		}
 		if err == nil {
-			pool.life.note(time.Now()) // the endpoint answers (liveness.go)
+			l.headAt = time.Now()
+			pool.life.note(l.headAt) // the endpoint answers (liveness.go)
 			return nil
 		}
 		l.end(false)

@@ -50,7 +50,7 @@ func (x *exchange) answer(lg leg, body []byte) attempt {
 		x.unwatch()
 		return x.legFailed(&lg, fail, cause, err)
 	}
-	now := time.Now()
+	now := lg.headAt
 	if x.following {
 		return x.follow(lg, now.Sub(lg.start))
 	}

@@ -117,12 +117,13 @@ func (cc *clientConn) Write(p []byte) (int, error) {
 		return cc.Conn.Write(p)
 	}
 	done := 0
-	last := time.Now()
+	now := time.Now() // one clock read per write: on a VM it costs ~0.1–0.5 µs
+	last := now
 	// unsent is the socket's unacknowledged bytes at the last check
 	// (marked), added what was written since.
 	unsent, added, marked := 0, 0, false
 	for {
-		if d, set, _ := s.next(time.Now(), s.timeout/8); set {
+		if d, set, _ := s.next(now, s.timeout/8); set {
 			_ = cc.Conn.SetWriteDeadline(d)
 			s.armed = d
 		}
@@ -131,7 +132,7 @@ func (cc *clientConn) Write(p []byte) (int, error) {
 		if err == nil || !isTimeout(err) || !s.bounded {
 			return done, err
 		}
-		now := time.Now()
+		now = time.Now()
 		added += n
 		u, known := 0, false
 		if cc.raw != nil {

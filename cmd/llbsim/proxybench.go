@@ -30,7 +30,8 @@ loopback, then measure side by side in one run:
 nginx, haproxy and wrk must be installed (make bench-proxy installs them).
 Results are Markdown tables on stdout, progress on stderr.`,
 		Example: `  llbsim proxybench --llbd bin/llbd
-  llbsim proxybench --llbd bin/llbd --rounds 5 --access-log --profile-dir /tmp/prof`,
+  llbsim proxybench --llbd bin/llbd --rounds 5 --access-log --profile-dir /tmp/prof
+  llbsim proxybench --llbd bin/llbd --before /tmp/old/llbd --paths llbd,llbd-before,dataplane,fasthttp`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !quiet {
@@ -58,8 +59,10 @@ Results are Markdown tables on stdout, progress on stderr.`,
 	f.IntVar(&cfg.Tokens, "tokens", 256, "events per SSE stream")
 	f.DurationVar(&cfg.TokenGap, "token-gap", 4*time.Millisecond, "time between SSE events")
 	f.BoolVar(&cfg.AccessLog, "access-log", false, "also measure an llbd writing its per-request access log (--access-log)")
-	f.StringVar(&cfg.ProfileDir, "profile-dir", "", "save a CPU profile of llbd's first throughput run here (llbd.pprof)")
-	f.IntVar(&cfg.BasePort, "base-port", 18000, "first of the eight ports used on 127.0.0.21–26")
+	f.StringVar(&cfg.Before, "before", "", "a second llbd binary (the build before a change) measured in the same rounds as llbd-before")
+	f.StringSliceVar(&cfg.Paths, "paths", nil, "throughput paths to run (of direct,haproxy,llbd,llbd-before,dataplane,fasthttp,llbd+log; default all, haproxy always)")
+	f.StringVar(&cfg.ProfileDir, "profile-dir", "", "save CPU profiles of each path's first throughput run here (llbd.pprof, llbd-before.pprof, dataplane.pprof, fasthttp.pprof)")
+	f.IntVar(&cfg.BasePort, "base-port", 18000, "first of the nine ports used on 127.0.0.21–27")
 	f.BoolVar(&quiet, "quiet", false, "no progress lines")
 	return cmd
 }

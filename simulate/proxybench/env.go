@@ -35,9 +35,11 @@ type env struct {
 	sseSrv  *http.Server
 	llbd    *harness.Daemon
 	llbdLog *harness.Daemon   // nil unless cfg.AccessLog
+	before  *harness.Daemon   // nil unless cfg.Before
 	plane   *gateway.Listener // the data plane alone, in this process
 	bare    *bareProxy        // the bare fasthttp proxy, in this process
 	debug   string            // llbd's --debug-listen address ("" without a profile)
+	debugB  string            // the build before's
 	logs    []*os.File        // the tools' output files
 }
 
@@ -65,15 +67,13 @@ func startEnv(ctx context.Context, cfg *Config, dir string, a addrs) (e *env, er
 	}
 	var args []string
 	if cfg.ProfileDir != "" {
-		port, perr := freePort()
-		if perr != nil {
-			return e, perr
+		if e.debug, err = freeAddr(); err != nil {
+			return e, err
 		}
-		e.debug = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		args = []string{"--debug-listen", e.debug}
 	}
 	cfg.progress("starting llbd (%s)", cfg.LLBD)
-	if e.llbd, err = e.startLLBD(ctx, "llbd", "warn", args); err != nil {
+	if e.llbd, err = e.startLLBD(ctx, "llbd", cfg.LLBD, "warn", args); err != nil {
 		return e, err
 	}
 	if err = e.rule(ctx, e.llbd, a.llbd, a.nginx); err != nil {
@@ -94,8 +94,24 @@ func startEnv(ctx context.Context, cfg *Config, dir string, a addrs) (e *env, er
 	if err = waitHTTP(ctx, "http://"+a.bare+"/v1/completions", requestBody); err != nil {
 		return e, err
 	}
+	if cfg.Before != "" {
+		var args []string
+		if cfg.ProfileDir != "" {
+			if e.debugB, err = freeAddr(); err != nil {
+				return e, err
+			}
+			args = []string{"--debug-listen", e.debugB}
+		}
+		cfg.progress("starting the llbd before (%s)", cfg.Before)
+		if e.before, err = e.startLLBD(ctx, "llbd-before", cfg.Before, "warn", args); err != nil {
+			return e, err
+		}
+		if err = e.rule(ctx, e.before, a.before, a.nginx); err != nil {
+			return e, err
+		}
+	}
 	if cfg.AccessLog {
-		if e.llbdLog, err = e.startLLBD(ctx, "llbd-log", "info", []string{"--access-log"}); err != nil {
+		if e.llbdLog, err = e.startLLBD(ctx, "llbd-log", cfg.LLBD, "info", []string{"--access-log"}); err != nil {
 			return e, err
 		}
 		if err = e.rule(ctx, e.llbdLog, a.llbdLog, a.nginx); err != nil {
@@ -117,6 +133,9 @@ func (e *env) stop() {
 	}
 	if e.llbdLog != nil {
 		_ = e.llbdLog.Stop(10 * time.Second)
+	}
+	if e.before != nil {
+		_ = e.before.Stop(10 * time.Second)
 	}
 	if e.sseSrv != nil {
 		_ = e.sseSrv.Close()
@@ -218,13 +237,13 @@ func (e *env) spawn(name string, args ...string) (*exec.Cmd, error) {
 	return cmd, nil
 }
 
-func (e *env) startLLBD(ctx context.Context, name, level string, args []string) (*harness.Daemon, error) {
+func (e *env) startLLBD(ctx context.Context, name, bin, level string, args []string) (*harness.Daemon, error) {
 	state := filepath.Join(e.dir, name+"-state")
 	if err := os.MkdirAll(state, 0o755); err != nil {
 		return nil, err
 	}
 	d, err := harness.StartDaemon(ctx, harness.DaemonConfig{
-		Bin: e.cfg.LLBD, StateDir: state, LogPath: filepath.Join(e.dir, name+".log"), LogLevel: level, Args: args,
+		Bin: bin, StateDir: state, LogPath: filepath.Join(e.dir, name+".log"), LogLevel: level, Args: args,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrTool, err)
@@ -272,13 +291,14 @@ func waitHTTP(ctx context.Context, url, body string) error {
 	}
 }
 
-func freePort() (int, error) {
+// freeAddr returns a loopback address whose port is free now.
+func freeAddr() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, err
+		return "", err
 	}
 	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)), nil
 }
 
 // pidCPU returns a process's CPU time so far (0 when unknown).

@@ -68,10 +68,21 @@ type Config struct {
 	// AccessLog also measures an llbd running at --log-level info, which
 	// writes one access-log line per request.
 	AccessLog bool
-	// ProfileDir, when set, receives a CPU profile of llbd taken during
-	// its first throughput run (llbd.pprof).
+	// Before, when set, is a second llbd binary (the build before a
+	// change) measured in the same interleaved rounds as path
+	// "llbd-before", so two builds compare against one HAProxy.
+	Before string
+	// Paths, when set, limits the throughput rounds to these paths (of
+	// direct, haproxy, llbd, llbd-before, dataplane, fasthttp, llbd+log);
+	// haproxy is always kept, the ratios are to it.
+	Paths []string
+	// ProfileDir, when set, receives CPU profiles taken during each
+	// path's first throughput run: llbd's (llbd.pprof, and
+	// llbd-before.pprof with Before) and this process's while it serves
+	// the data plane alone and the bare fasthttp proxy (dataplane.pprof,
+	// fasthttp.pprof).
 	ProfileDir string
-	// BasePort is the first of eight ports used on 127.0.0.21–26 [18000].
+	// BasePort is the first of nine ports used on 127.0.0.21–27 [18000].
 	BasePort int
 	// Progress receives one line per step (nil: none).
 	Progress io.Writer
@@ -112,16 +123,27 @@ func (c *Config) Validate() error {
 	if c.LLBD == "" {
 		errs = append(errs, fmt.Errorf("the llbd binary is required: %w", ErrConfig))
 	}
-	if c.BasePort < 0 || c.BasePort > 65535-7 {
+	for _, p := range c.Paths {
+		if !slices.Contains(pathNames, p) {
+			errs = append(errs, fmt.Errorf("unknown path %q (paths: %v): %w", p, pathNames, ErrConfig))
+		}
+	}
+	if slices.Contains(c.Paths, "llbd-before") && c.Before == "" {
+		errs = append(errs, fmt.Errorf("path llbd-before needs the binary of the build before (--before): %w", ErrConfig))
+	}
+	if c.BasePort < 0 || c.BasePort > 65535-8 {
 		errs = append(errs, fmt.Errorf("base port %d is out of range: %w", c.BasePort, ErrConfig))
 	}
 	return errors.Join(errs...)
 }
 
+// pathNames are the throughput paths, in the order they run.
+var pathNames = []string{"direct", "haproxy", "llbd", "llbd-before", "dataplane", "fasthttp", "llbd+log"}
+
 // Addresses of the run (loopback addresses of their own, so the ports can
 // be the same for every process).
 type addrs struct {
-	nginx, haproxy, llbd, llbdLog, sse, llbdSSE, dataPlane, bare string
+	nginx, haproxy, llbd, llbdLog, sse, llbdSSE, dataPlane, bare, before string
 }
 
 func newAddrs(base int) addrs {
@@ -136,6 +158,7 @@ func newAddrs(base int) addrs {
 		// The data plane alone listens in this process.
 		dataPlane: at("127.0.0.26", 6),
 		bare:      at("127.0.0.26", 7),
+		before:    at("127.0.0.27", 8),
 	}
 }
 
@@ -144,7 +167,8 @@ type Result struct {
 	// Paths are the throughput results, per connection count: direct,
 	// haproxy, llbd, dataplane (llbd's gateway alone, with a router that
 	// answers at once), fasthttp (a bare fasthttp proxy, bare.go) and, with
-	// AccessLog, llbd+log.
+	// Before, llbd-before and, with AccessLog, llbd+log (or the subset
+	// Config.Paths names).
 	Paths []PathResult
 	// Rate is the added latency at a fixed rate.
 	Rate RateResult
@@ -185,7 +209,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		dir = d
 	}
 	a := newAddrs(cfg.BasePort)
-	for _, ad := range []string{a.nginx, a.haproxy, a.llbd, a.llbdLog, a.sse, a.llbdSSE, a.dataPlane, a.bare} {
+	for _, ad := range []string{a.nginx, a.haproxy, a.llbd, a.llbdLog, a.sse, a.llbdSSE, a.dataPlane, a.bare, a.before} {
 		ln, err := net.Listen("tcp", ad)
 		if err != nil {
 			return nil, fmt.Errorf("address %s is busy (choose another --base-port): %w", ad, ErrConfig)

@@ -85,6 +85,8 @@ func label(name string) string {
 		return "HAProxy (roundrobin, http-reuse always)"
 	case "llbd":
 		return "llbd (single-pool RR rule)"
+	case "llbd-before":
+		return "llbd before (--before, the same rule)"
 	case "dataplane":
 		return "llbd's data plane alone (instant router, in-process)"
 	case "fasthttp":

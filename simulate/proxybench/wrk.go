@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,8 +30,8 @@ type WrkRun struct {
 
 // PathResult is one path's throughput result: the median of its rounds.
 type PathResult struct {
-	// Name is "direct", "haproxy", "llbd", "dataplane", "fasthttp" or
-	// "llbd+log".
+	// Name is one of pathNames: "direct", "haproxy", "llbd",
+	// "llbd-before", "dataplane", "fasthttp" or "llbd+log".
 	Name string
 	// Connections is wrk's -c.
 	Connections int
@@ -48,18 +49,29 @@ type target struct {
 	name string
 	url  string
 	cpu  func() time.Duration // nil: not measured
+	// profile takes a CPU profile of the path's proxy over d into
+	// ProfileDir (nil: none).
+	profile func(ctx context.Context, d time.Duration) chan error
 }
 
 func (e *env) targets() []target {
 	ts := []target{
 		{name: "direct", url: "http://" + e.a.nginx + "/v1/completions"},
 		{name: "haproxy", url: "http://" + e.a.haproxy + "/v1/completions", cpu: func() time.Duration { return pidCPU(e.haproxy) }},
-		{name: "llbd", url: "http://" + e.a.llbd + "/v1/completions", cpu: e.llbd.CPU},
-		{name: "dataplane", url: "http://" + e.a.dataPlane + "/v1/completions", cpu: selfCPU},
-		{name: "fasthttp", url: "http://" + e.a.bare + "/v1/completions", cpu: selfCPU},
+		{name: "llbd", url: "http://" + e.a.llbd + "/v1/completions", cpu: e.llbd.CPU, profile: e.remoteProfile(e.debug, "llbd")},
 	}
+	if e.before != nil {
+		ts = append(ts, target{name: "llbd-before", url: "http://" + e.a.before + "/v1/completions", cpu: e.before.CPU,
+			profile: e.remoteProfile(e.debugB, "llbd-before")})
+	}
+	ts = append(ts,
+		target{name: "dataplane", url: "http://" + e.a.dataPlane + "/v1/completions", cpu: selfCPU, profile: e.selfProfile("dataplane")},
+		target{name: "fasthttp", url: "http://" + e.a.bare + "/v1/completions", cpu: selfCPU, profile: e.selfProfile("fasthttp")})
 	if e.llbdLog != nil {
 		ts = append(ts, target{name: "llbd+log", url: "http://" + e.a.llbdLog + "/v1/completions", cpu: e.llbdLog.CPU})
+	}
+	if len(e.cfg.Paths) > 0 {
+		ts = slices.DeleteFunc(ts, func(t target) bool { return t.name != "haproxy" && !slices.Contains(e.cfg.Paths, t.name) })
 	}
 	return ts
 }
@@ -104,8 +116,8 @@ func (e *env) throughputAt(ctx context.Context, script string, conns int, first 
 				before = t.cpu()
 			}
 			var prof chan error
-			if first && r == 0 && t.name == "llbd" && e.debug != "" {
-				prof = e.profile(ctx, e.cfg.Duration)
+			if first && r == 0 && t.profile != nil && e.cfg.ProfileDir != "" {
+				prof = t.profile(ctx, e.cfg.Duration)
 			}
 			run, err := e.wrk(ctx, script, t.url, conns, e.cfg.Duration)
 			if err != nil {
@@ -147,35 +159,74 @@ func (p *PathResult) summarize() {
 	p.P50, p.P99, p.CPUPerReq = median(p50), median(p99), median(cpu)
 }
 
-// profile fetches a CPU profile of llbd covering most of a run of d.
-func (e *env) profile(ctx context.Context, d time.Duration) chan error {
-	done := make(chan error, 1)
-	secs := max(int((d-time.Second)/time.Second), 1)
-	go func() {
-		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", e.debug, secs)
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := http.DefaultClient.Do(req)
+// remoteProfile returns what fetches a CPU profile of an llbd serving
+// pprof on debug, covering most of a run, into <ProfileDir>/<name>.pprof
+// (nil without debug).
+func (e *env) remoteProfile(debug, name string) func(context.Context, time.Duration) chan error {
+	if debug == "" {
+		return nil
+	}
+	return func(ctx context.Context, d time.Duration) chan error {
+		done := make(chan error, 1)
+		secs := max(int((d-time.Second)/time.Second), 1)
+		go func() {
+			url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", debug, secs)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				done <- err
+				return
+			}
+			defer resp.Body.Close()
+			f, err := e.profileFile(name)
+			if err != nil {
+				done <- err
+				return
+			}
+			_, err = io.Copy(f, resp.Body)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			done <- err
+		}()
+		return done
+	}
+}
+
+// selfProfile returns what takes a CPU profile of this process — the data
+// plane alone or the bare proxy, while wrk loads it — into
+// <ProfileDir>/<name>.pprof.
+func (e *env) selfProfile(name string) func(context.Context, time.Duration) chan error {
+	return func(ctx context.Context, d time.Duration) chan error {
+		done := make(chan error, 1)
+		f, err := e.profileFile(name)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+			if err != nil {
+				_ = f.Close()
+			}
+		}
 		if err != nil {
 			done <- err
-			return
+			return done
 		}
-		defer resp.Body.Close()
-		if err := os.MkdirAll(e.cfg.ProfileDir, 0o755); err != nil {
-			done <- err
-			return
-		}
-		f, err := os.Create(filepath.Join(e.cfg.ProfileDir, "llbd.pprof"))
-		if err != nil {
-			done <- err
-			return
-		}
-		_, err = io.Copy(f, resp.Body)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		done <- err
-	}()
-	return done
+		go func() {
+			select {
+			case <-time.After(max(d-time.Second, time.Second)):
+			case <-ctx.Done():
+			}
+			pprof.StopCPUProfile()
+			done <- f.Close()
+		}()
+		return done
+	}
+}
+
+func (e *env) profileFile(name string) (*os.File, error) {
+	if err := os.MkdirAll(e.cfg.ProfileDir, 0o755); err != nil {
+		return nil, err
+	}
+	return os.Create(filepath.Join(e.cfg.ProfileDir, name+".pprof"))
 }
 
 // wrk runs wrk once and parses its report.
