@@ -198,7 +198,13 @@ func (a *breakerActor) Receive(ctx actor.Context) {
 		}
 	case *actor.Restarting, *actor.Stopping, *actor.Stopped:
 	case legResult:
-		st, changed := a.core.observe(time.Now(), m.class)
+		// Only a failure can open the breaker, the one transition that
+		// reads the clock: a success costs no clock read.
+		var now time.Time
+		if m.class == classTransport || m.class == classOrigin5xx {
+			now = time.Now()
+		}
+		st, changed := a.core.observe(now, m.class)
 		if !changed {
 			return
 		}

@@ -670,7 +670,9 @@ func (c *routerCore) claimTrial(ep int, id uint64) {
 	}
 }
 
-// report releases one leg and feeds its endpoint's breaker.
+// report releases one leg and feeds its endpoint's breaker. now is used
+// only when o carries the engine's cached tokens or a measured TTFT
+// (reportClock).
 func (c *routerCore) report(now time.Time, o Outcome) {
 	tk := c.tickets[o.Ticket.ID]
 	if tk == nil {

@@ -41,7 +41,7 @@ type footprintEntry struct {
 	key uint64
 	at  int64 // unix nanoseconds of the last placement
 	// hits is the key's requests, each decayed by SettleHalfLife from its
-	// time to at: how often the prompt comes back (settleMiss).
+	// time to at: how often the prompt comes back (missTarget, settleMiss).
 	hits   float32
 	blocks uint32
 	ep     int8

@@ -317,6 +317,12 @@ func (r *Router) headrooms(views []EndpointView, set EndpointSet, promptBlocks u
 // fewest other recent prefixes; when every cache is already filled by its
 // recent prefixes the misses go round, as round robin spreads them. false
 // leaves the miss to the rule's selector, as under LoxiLB's modes.
+//
+// The footprint here is weighted by how often each prompt comes back
+// (weightedSums), not the 20 s sum refits use: at 15–20 requests/s of
+// 13k-token prompts the 20 s sum is several caches on every endpoint and
+// the misses would only go in turn, while a one-off prompt, which LRU
+// will not keep anyway, counts a quarter (docs/performance.md, Mooncake).
 func (r *Router) missTarget(now time.Time, req *Request, views []EndpointView, set EndpointSet, fleet []Candidate, inventory bool, d *Decision) (int, bool) {
 	if !r.law.Mode.HeadroomLaw() {
 		return -1, false
@@ -349,7 +355,7 @@ func (r *Router) missTarget(now time.Time, req *Request, views []EndpointView, s
 		return -1, false
 	}
 	if r.foot != nil && req.HasPrefixHash {
-		r.foot.sums(now, req.PrefixHash, &r.fp)
+		r.foot.weightedSums(now, req.PrefixHash, &r.fp)
 	} else {
 		r.fp = [MaxEndpoints]uint64{}
 	}
@@ -358,10 +364,6 @@ func (r *Router) missTarget(now time.Time, req *Request, views []EndpointView, s
 		if ep, ok := r.settleMiss(now, req, views, fleet, calm); ok {
 			d.Flags |= FlagLeastKV
 			return ep, true
-		}
-		// settleMiss may have overwritten r.fp with weighted footprints.
-		if r.foot != nil && req.HasPrefixHash {
-			r.foot.sums(now, req.PrefixHash, &r.fp)
 		}
 	}
 	turn, small := -1, -1

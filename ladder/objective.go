@@ -8,14 +8,26 @@ import "time"
 // meets the budget, or when llb cannot tell (no trusted prediction there:
 // an untrained or drifting model). When the pick is predicted to miss:
 //
-//   - the request moves to an eligible endpoint predicted to meet the
-//     budget (flag objective): the one holding the most of the prompt
-//     (effective overlap), then the lowest prediction, then the lowest
-//     index;
-//   - with none, a sheddable request (Class.Sheddable) is refused at once
-//     with 429 (admission shed, reason ttft_objective) instead of queueing
-//     for a first token that would come too late — when every eligible
-//     endpoint's prediction is trusted, so that llb knows none meets it;
+//   - the request moves to an eligible endpoint that runs it at once and
+//     is predicted to meet the budget (flag objective). An endpoint runs
+//     it at once when llb's requests in flight there are below its
+//     ConcurrencyEstimate for this prompt (RunsAtOnce): the prediction
+//     does not see the wait for a batch slot or KV blocks on a full
+//     engine, so a move onto one was often a miss all the same, and llb's
+//     count moves with every decision, so the requests moved spread
+//     instead of following one another. Among those the one holding the
+//     most of the prompt (effective overlap) is taken, then the lowest
+//     prediction, then the lowest index. (Also refusing engines that
+//     reported waiting requests at the last scrape, and moving a pick
+//     predicted to meet the budget off such an engine, the queue most
+//     misses waited in, were measured and not adopted: on the step model
+//     they emptied the prefix holders of long conversations and
+//     documents, docs/performance.md);
+//   - with none predicted to meet (wherever it would run), a sheddable request (Class.Sheddable)
+//     is refused at once with 429 (admission shed, reason ttft_objective)
+//     instead of queueing for a first token that would come too late —
+//     when every eligible endpoint's prediction is trusted, so that llb
+//     knows none meets it;
 //   - any other request keeps the pick (flag objective_miss): it misses
 //     its objective wherever it goes, and moving it to the lowest
 //     prediction instead would only move the prefill work the law placed
@@ -30,6 +42,13 @@ import "time"
 
 // meetsObjective reports whether a prediction d meets budget b.
 func meetsObjective(d, b time.Duration) bool { return d <= b }
+
+// RunsAtOnce reports whether an engine starts a request as it arrives:
+// llb's requests in flight there are below k, its ConcurrencyEstimate for
+// the request.
+func RunsAtOnce(inflight uint32, k uint64) bool {
+	return uint64(inflight) < k
+}
 
 // objective applies req's TTFT objective to pick, an endpoint of set (the
 // decision's eligible endpoints). It returns the endpoint to use, or shed
@@ -46,10 +65,11 @@ func (r *Router) objective(req *Request, views []EndpointView, set EndpointSet, 
 	if p, ok := predict(pick); !ok || meetsObjective(p, budget) {
 		return pick, false
 	}
+	r.effectiveCapacities(views, set)
 	meet := -1
 	var meetOverlap uint32
 	var meetPred time.Duration
-	allTrusted := true
+	allTrusted, anyMeets := true, false
 	for i := set.next(0); i >= 0; i = set.next(i + 1) {
 		p, ok := predict(i)
 		if !ok {
@@ -59,7 +79,12 @@ func (r *Router) objective(req *Request, views []EndpointView, set EndpointSet, 
 		if !meetsObjective(p, budget) {
 			continue
 		}
-		o := effectiveOverlap(&views[i], pb, r.offloadPct)
+		anyMeets = true
+		v := &views[i]
+		o := effectiveOverlap(v, pb, r.offloadPct)
+		if i == pick || !RunsAtOnce(v.ActiveConns, ConcurrencyEstimate(r.caps[i], pb, o, r.maxNumSeqs)) {
+			continue
+		}
 		if meet < 0 || o > meetOverlap || o == meetOverlap && p < meetPred {
 			meet, meetOverlap, meetPred = i, o, p
 		}
@@ -68,7 +93,7 @@ func (r *Router) objective(req *Request, views []EndpointView, set EndpointSet, 
 	case meet >= 0:
 		d.Flags |= FlagObjective
 		return meet, false
-	case req.Class.Sheddable() && allTrusted:
+	case req.Class.Sheddable() && allTrusted && !anyMeets:
 		d.Prefill, d.Tier, d.Flags = -1, TierNone, 0
 		d.Admission = Shed
 		d.Trace.add(TierAdmission, ReasonTTFTObjective)

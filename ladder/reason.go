@@ -207,7 +207,8 @@ const (
 	// (rebalance).
 	FlagBalance
 	// FlagObjective: the pick was predicted to miss the request's TTFT
-	// objective; it moved to an endpoint predicted to meet it.
+	// objective; it moved to an endpoint that runs the request at once and
+	// is predicted to meet it.
 	FlagObjective
 	// FlagObjectiveMiss: no eligible endpoint was predicted to meet the
 	// request's TTFT objective; it kept the ladder's pick.

@@ -70,6 +70,9 @@ type Router struct {
 	decodeRR  uint64 // decode tie-break counter
 	coldTick  uint64 // Tier-1.5 hits seen, for cold-start seeding
 	missTick  uint64 // Tier-1.5 misses placed by KV usage, for turns among ties
+	// settleFill is the fleet's in-flight fill at Tier-1.5 misses, averaged
+	// over SettleFillWindow (settle.go).
+	settleFill fillAverage
 	// autoFactor is the auto law's current (1+ε)·100 (AutoFactor).
 	autoFactor uint32
 	trie       *Trie

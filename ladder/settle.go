@@ -27,11 +27,16 @@ import (
 // misses").
 
 const (
-	// SettleFillPct: the fleet is light while its in-flight requests are
-	// below this percentage of the sum of its endpoints' headrooms for the
-	// miss. Above it the misses go by KV use as before: near saturation
-	// the least-used engine is what keeps a full prefill fast.
-	SettleFillPct = 75
+	// SettleFillPct: the fleet is light while its in-flight requests,
+	// averaged over SettleFillWindow, are below this percentage of the sum
+	// of its endpoints' headrooms for the miss. Above it the misses go by
+	// KV use as before: near saturation the least-used engine is what
+	// keeps a full prefill fast.
+	SettleFillPct = 70
+	// SettleFillWindow is the time constant of that average. One miss's
+	// fill says little — at 90 % load a Poisson lull shows the fill of
+	// half load — while the mean over tens of misses separates the loads.
+	SettleFillWindow = 20 * time.Second
 	// SettleHorizon is how long a placement counts as a prompt's home and
 	// towards the weighted footprint.
 	SettleHorizon = 300 * time.Second
@@ -62,7 +67,7 @@ func (r *Router) settleMiss(now time.Time, req *Request, views []EndpointView, f
 			minAct = min(minAct, v.ActiveConns)
 		}
 	}
-	if 100*inflight >= SettleFillPct*room {
+	if !r.settleFill.light(now, inflight, room) {
 		return -1, false
 	}
 	fp := &r.fp
@@ -99,4 +104,31 @@ func inFleet(fleet []Candidate, e int) bool {
 		}
 	}
 	return false
+}
+
+// fillAverage is an exponentially weighted average of the fleet's fill
+// (requests in flight per headroom), sampled at each Tier-1.5 miss with a
+// weight that grows with the time since the previous sample, so that it
+// averages over SettleFillWindow however often the misses come.
+type fillAverage struct {
+	at   int64 // time of the last sample, UnixNano; 0 before the first
+	fill float64
+}
+
+// light records the fill inflight/room at now and reports whether the
+// average is below SettleFillPct. A fleet without headroom is not light.
+func (a *fillAverage) light(now time.Time, inflight, room uint64) bool {
+	x := 1.0
+	if room > 0 {
+		x = float64(inflight) / float64(room)
+	}
+	n := now.UnixNano()
+	if a.at == 0 {
+		a.fill = x
+	} else if dt := n - a.at; dt > 0 {
+		w := 1 - math.Exp(-float64(dt)/float64(SettleFillWindow))
+		a.fill += w * (x - a.fill)
+	}
+	a.at = max(a.at, n)
+	return room > 0 && 100*a.fill < SettleFillPct
 }
