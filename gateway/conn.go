@@ -70,6 +70,12 @@ type clientConn struct {
 	// back with rejoin (the server again, or the listener's end of it).
 	handoff chan struct{}
 	rejoin  func(cc *clientConn, keep bool)
+	// handing is the exchange whose stream a hijack handler is to write
+	// (relayUntilClose, relayHijacked), until the server hands the
+	// connection over; serverHijacked tells that it did (connState). The
+	// server's goroutine only.
+	handing        *exchange
+	serverHijacked bool
 
 	mu       sync.Mutex
 	x        *exchange   // the exchange in progress, nil between requests
@@ -314,6 +320,12 @@ func (h *Handler) serveFast(rc *fasthttp.RequestCtx, cc *clientConn, stopping bo
 			h.relayUntilClose(rc, cc, x)
 		case hijackable(rc, cc, x):
 			h.relayHijacked(rc, cc, x)
+		default:
+			return
+		}
+		cc.handing = x
+		if f := handingHook.Load(); f != nil {
+			(*f)(cc)
 		}
 		return
 	}
@@ -382,3 +394,7 @@ func (cc *clientConn) cut() {
 // aLongTimeAgo is a deadline in the past: setting it wakes a blocked read
 // or write at once.
 var aLongTimeAgo = time.Unix(1, 0)
+
+// handingHook, set by tests, runs when a stream's connection is to be
+// handed to a hijack handler, before the server hands it over.
+var handingHook atomic.Pointer[func(*clientConn)]

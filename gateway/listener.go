@@ -331,7 +331,15 @@ func (l *Listener) serveConn(cc *clientConn) {
 // connection, or a stream written past it (relayHijacked) takes it over:
 // that stream gives it back (rejoin) when it ends.
 func (l *Listener) serveHTTP1(cc *clientConn) {
+	cc.serverHijacked = false
 	_ = l.fast.ServeConn(cc)
+	if x := cc.handing; x != nil {
+		cc.handing = nil
+		if !cc.serverHijacked {
+			l.abandonHandoff(cc, x)
+			return
+		}
+	}
 	if cc.hijacked != nil {
 		<-cc.hijacked // an HTTP/1.0 stream, written until its close
 	}
@@ -340,6 +348,20 @@ func (l *Listener) serveHTTP1(cc *clientConn) {
 		close(hand)
 		return
 	}
+	l.endConn(cc)
+}
+
+// abandonHandoff ends x, whose stream was to be written past the server,
+// when the server gave the connection up before it ran the hijack handler
+// (the connection failed as it was handed over: fasthttp then neither runs
+// the handler nor releases the request context, and the stream would hold
+// its upstream leg, its ticket and the listener's count of the connection
+// for ever). The stream ends as a client that left; the server closed the
+// connection.
+func (l *Listener) abandonHandoff(cc *clientConn, x *exchange) {
+	cc.hijacked, cc.handoff = nil, nil
+	x.stream.writeErr = true
+	_ = x.out.CloseBodyStream() // the stream's CloseWithError: the leg and the exchange end
 	l.endConn(cc)
 }
 
@@ -383,6 +405,8 @@ func (l *Listener) connState(c net.Conn, st fasthttp.ConnState) {
 		}
 	case fasthttp.StateActive:
 		cc.idle.Store(false)
+	case fasthttp.StateHijacked:
+		cc.serverHijacked = true
 	}
 }
 
