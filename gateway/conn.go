@@ -64,6 +64,12 @@ type clientConn struct {
 	// hijacked is closed when an HTTP/1.0 stream written past the server
 	// is over (stream.go, writeUntilClose); nil when none was.
 	hijacked chan struct{}
+	// handoff is set by a request whose stream is written past the server
+	// (relayHijacked): the listener closes it once the server's goroutine
+	// let go of the connection, and the stream then hands the connection
+	// back with rejoin (the server again, or the listener's end of it).
+	handoff chan struct{}
+	rejoin  func(cc *clientConn, keep bool)
 
 	mu       sync.Mutex
 	x        *exchange   // the exchange in progress, nil between requests
@@ -303,8 +309,11 @@ func (h *Handler) serveFast(rc *fasthttp.RequestCtx, cc *clientConn, stopping bo
 		// request's deadline: a client that stops reading, or reads too
 		// slowly, cannot pin the connection and the upstream leg.
 		cc.limitWrites(x.deadline)
-		if untilClose(rc) {
+		switch {
+		case untilClose(rc):
 			h.relayUntilClose(rc, cc, x)
+		case hijackable(rc, cc, x):
+			h.relayHijacked(rc, cc, x)
 		}
 		return
 	}

@@ -318,6 +318,9 @@ func (x *exchange) killUp() {
 	if x.up != nil {
 		x.up.killed = true
 		_ = x.up.nc.SetDeadline(aLongTimeAgo)
+		if p := x.up.parkedOn.Load(); p != nil {
+			p.kick()
+		}
 	}
 }
 

@@ -118,6 +118,9 @@ func NewListener(h *Handler) *Listener {
 		// request's first byte without a buffer of its own), a stream
 		// relayed for minutes only the 4 KiB write buffer.
 		ReduceMemoryUsage: true,
+		// A stream written past the server (relayHijacked) gives its
+		// connection back to the server when it ends.
+		KeepHijackedConns: true,
 	}
 	var protos http.Protocols
 	protos.SetHTTP1(true)
@@ -281,6 +284,7 @@ func (l *Listener) accept(ln net.Listener) {
 		cc := newClientConn(c, l.base)
 		waves.opened() // closed by cc.Close
 		cc.limit = l.limit
+		cc.rejoin = l.rejoin
 		h := l.h.Load()
 		cc.send = sendClock{timeout: h.sendTimeout, stalls: h.met.sendTimeouts}
 		l.mu.Lock()
@@ -307,32 +311,59 @@ func isTemporaryAccept(err error) bool {
 // serveConn serves one accepted connection: h2c to the net/http server,
 // anything else to fasthttp.
 func (l *Listener) serveConn(cc *clientConn) {
-	defer func() {
-		l.mu.Lock()
-		delete(l.conns, cc)
-		l.mu.Unlock()
-		cc.cancel(nil)
-		l.connWG.Done()
-	}()
-	// The HTTP/1.1 server closed the connection (or it went to the h2c
-	// server, which reserves its bodies itself): what the last request
-	// reserved is free.
-	defer cc.endRequest()
 	h2, err := cc.sniffH2(DefaultReadHeaderTimeout)
 	if err != nil && len(cc.prefix) == 0 {
 		_ = cc.Close()
+		l.endConn(cc)
 		return
 	}
 	if h2 {
 		if !l.h2ln.deliver(cc) {
 			_ = cc.Close()
 		}
+		l.endConn(cc)
 		return
 	}
+	l.serveHTTP1(cc)
+}
+
+// serveHTTP1 serves cc with the HTTP/1.1 server until it closes the
+// connection, or a stream written past it (relayHijacked) takes it over:
+// that stream gives it back (rejoin) when it ends.
+func (l *Listener) serveHTTP1(cc *clientConn) {
 	_ = l.fast.ServeConn(cc)
 	if cc.hijacked != nil {
 		<-cc.hijacked // an HTTP/1.0 stream, written until its close
 	}
+	if hand := cc.handoff; hand != nil {
+		cc.handoff = nil
+		close(hand)
+		return
+	}
+	l.endConn(cc)
+}
+
+// rejoin takes back a connection whose stream was written past the server:
+// the server serves its next request (keep), or the connection is done.
+func (l *Listener) rejoin(cc *clientConn, keep bool) {
+	if keep && !l.stopping.Load() {
+		l.serveHTTP1(cc)
+		return
+	}
+	_ = cc.Close()
+	l.endConn(cc)
+}
+
+// endConn forgets a connection the servers are done with. The HTTP/1.1
+// server closed it (or it went to the h2c server, which reserves its bodies
+// itself): what the last request reserved is free.
+func (l *Listener) endConn(cc *clientConn) {
+	cc.endRequest()
+	l.mu.Lock()
+	delete(l.conns, cc)
+	l.mu.Unlock()
+	cc.cancel(nil)
+	l.connWG.Done()
 }
 
 // connState tracks which connections are idle, and closes those that go

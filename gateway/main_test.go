@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -17,12 +18,20 @@ import (
 // default dialer's DNS-cache cleaner, which ends a minute after the last
 // dial.
 // The departure watcher (departures_linux.go) is one goroutine for the
-// process's life by design.
+// process's life by design, and so is the stream poller's
+// (streampoll_linux.go).
+//
+// LLB_STREAM_POLLER=1 runs the package with the stream poller on (make test
+// runs the stream tests so too): every stream test then goes through it.
 func TestMain(m *testing.M) {
+	if os.Getenv("LLB_STREAM_POLLER") == "1" {
+		SetStreamPoller(true)
+	}
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreAnyFunction("net/http.(*conn).closeWriteAndWait"),
 		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
-		goleak.IgnoreAnyFunction("github.com/llbproject/llb/gateway.(*departureWatch).run"))
+		goleak.IgnoreAnyFunction("github.com/llbproject/llb/gateway.(*departureWatch).run"),
+		goleak.IgnoreAnyFunction("github.com/llbproject/llb/gateway.(*streamPoller).run"))
 }

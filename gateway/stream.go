@@ -51,6 +51,17 @@ type relayStream struct {
 	// the current leg was ended (endLeg); completed: llb ended the stream
 	// itself after its leg broke past the last token.
 	track, ended, completed bool
+	// park, when set, parks the stream with the poller where it would wait
+	// for the next event, and reports whether it did (streamhijack.go);
+	// woken: the stream resumes from the poller, its upstream readable.
+	park  func() bool
+	woken bool
+	// carry: the relay buffer starts with this many bytes of an event
+	// held for its end (the stream poller's step hands them on).
+	carry int
+	// detaching: the server lets go of the stream, which it does not end
+	// (relayHijacked).
+	detaching bool
 }
 
 func (s *relayStream) reset() { *s = relayStream{} }
@@ -66,40 +77,20 @@ func (s *relayStream) SupportsBodyWriteTo() bool { return true }
 // and, when its leg breaks, goes on on another endpoint (migrate.go).
 func (s *relayStream) WriteTo(w io.Writer) (int64, error) {
 	var total int64
-	buf := *s.buf
+	var buf []byte
+	if s.buf != nil {
+		buf = *s.buf // nil when resumed from the poller: taken below
+	}
 	off, n, rerr := s.off, s.n, s.rerr
 	s.n, s.rerr = 0, nil
-	carry := 0 // buf[:carry]: the start of an event, held for its end
+	// buf[:carry]: the start of an event, held for its end (one the
+	// stream poller carried, when resumed).
+	carry := s.carry
+	s.carry = 0
 	for {
 		if n > 0 {
-			p := buf[off : off+n]
-			if s.track {
-				// The tracker feeds the usage scanner each whole event, as
-				// the engine sent it: the bytes of a carried event reach it
-				// once the event is whole, or when the leg ends (scanCarry).
-				t := &s.x.mig.sse
-				s.x.ids.write(s.x, buf[carry:off+n])
-				t.us = nil
-				if s.scan {
-					t.us = &s.x.usage
-				}
-				var used int
-				p, used = t.feed(buf[:off+n])
-				carry = off + n - used
-				switch {
-				case carry == len(buf):
-					// One event larger than the buffer: it goes as it is,
-					// and the stream is no longer followed.
-					s.scanCarry(buf)
-					p, carry, s.track = buf, 0, false
-					t.refuse(refUnreadable)
-				case carry == 0 && t.idle():
-					s.track = false // nothing left to follow for
-				}
-				s.truthObserved()
-			} else {
-				s.observe(p)
-			}
+			var p []byte
+			p, carry = s.pass(buf, off, n, carry)
 			if len(p) > 0 {
 				wn, werr := w.Write(p)
 				total += int64(wn)
@@ -157,7 +148,17 @@ func (s *relayStream) WriteTo(w io.Writer) (int64, error) {
 			// A stream spends nearly all its life here; its buffers are
 			// taken again only while a chunk is in flight.
 			s.release()
-			s.body.wait()
+			switch {
+			case s.woken:
+				s.woken = false
+			case s.park != nil && s.park():
+				return total, errParked
+			default:
+				s.body.wait()
+			}
+		}
+		if s.buf == nil {
+			// Given back while the stream waited (or parked).
 			s.buf = s.x.h.bufs.Get().(*[]byte)
 			buf = *s.buf
 		}
@@ -184,6 +185,43 @@ func (s *relayStream) WriteTo(w io.Writer) (int64, error) {
 	}
 	s.upErr = rerr
 	return total, rerr
+}
+
+// pass passes buf[off:off+n], read behind the carried start of an event
+// (buf[:carry]), through the usage scanner and, when the stream is
+// followed, the migration tracker. It returns the bytes to write to the
+// client and how many bytes of buf[:off+n], at its end, are the start of an
+// event held for its end.
+func (s *relayStream) pass(buf []byte, off, n, carry int) ([]byte, int) {
+	p := buf[off : off+n]
+	if !s.track {
+		s.observe(p)
+		return p, carry
+	}
+	// The tracker feeds the usage scanner each whole event, as the engine
+	// sent it: the bytes of a carried event reach it once the event is
+	// whole, or when the leg ends (scanCarry).
+	t := &s.x.mig.sse
+	s.x.ids.write(s.x, buf[carry:off+n])
+	t.us = nil
+	if s.scan {
+		t.us = &s.x.usage
+	}
+	var used int
+	p, used = t.feed(buf[:off+n])
+	carry = off + n - used
+	switch {
+	case carry == len(buf):
+		// One event larger than the buffer: it goes as it is, and the
+		// stream is no longer followed.
+		s.scanCarry(buf)
+		p, carry, s.track = buf, 0, false
+		t.refuse(refUnreadable)
+	case carry == 0 && t.idle():
+		s.track = false // nothing left to follow for
+	}
+	s.truthObserved()
+	return p, carry
 }
 
 // legStarted records the first body byte of a leg continuing a migrated
@@ -234,7 +272,7 @@ func (s *relayStream) Read(p []byte) (int, error) {
 // client (nil when it went out). It reports the leg, finishes the ticket
 // and ends the exchange.
 func (s *relayStream) CloseWithError(wErr error) error {
-	if s.closed || s.x == nil {
+	if s.closed || s.x == nil || s.detaching {
 		return nil
 	}
 	s.closed = true

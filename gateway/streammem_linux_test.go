@@ -25,10 +25,24 @@ import (
 // a goroutine of its own. 200 streams are held open between two events
 // through the gateway and the heap and goroutines it keeps for them are
 // measured; the streams then end whole.
+//
+// With the stream poller on, a waiting stream holds no goroutine either:
+// its upstream socket is a registration with the poller, and the server's
+// write buffer and request context went back with the server's goroutine.
 func TestStreams_WaitingStreamsHoldNoBuffers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("holds 200 streams")
 	}
+	for _, poller := range []bool{false, true} {
+		t.Run(fmt.Sprintf("poller=%v", poller), func(t *testing.T) {
+			defer SetStreamPoller(streamPollerOn.Load())
+			SetStreamPoller(poller)
+			testWaitingStreams(t, poller)
+		})
+	}
+}
+
+func testWaitingStreams(t *testing.T, poller bool) {
 	const streams = 200
 	release := make(chan struct{})
 	backend := serveTCP(t, func(c net.Conn) {
@@ -96,11 +110,22 @@ func TestStreams_WaitingStreamsHoldNoBuffers(t *testing.T) {
 	testwait.Eventually(t, "every stream watched", func() bool { return departures.count()-watched >= streams })
 	// The backend's handler is one goroutine a stream; the gateway's
 	// connection another. A departure watch of its own would be a third.
-	if g := float64(runtime.NumGoroutine()-goroutines) / streams; g > 2.5 {
-		t.Errorf("goroutines per waiting stream: %.2f (the backend's one included); want 2", g)
+	// Parked with the poller, the gateway's goroutine is gone too.
+	want := 2.0
+	if poller {
+		want = 1
+		testwait.Eventually(t, "every stream parked", func() bool { return streamPoll.count() >= streams })
+	}
+	if g := float64(runtime.NumGoroutine()-goroutines) / streams; g > want+0.5 {
+		t.Errorf("goroutines per waiting stream: %.2f (the backend's one included); want %v", g, want)
 	}
 	perStream := (int64(heap()) - int64(before)) / streams
 	t.Logf("heap per waiting stream: %d bytes (the test's own connections and read-back included)", perStream)
+	if poller && perStream > 16<<10 {
+		// Without the server's 4 KiB write buffer and its request context
+		// (the exchange's request and response are copied out of it).
+		t.Errorf("heap per stream parked between events: %d bytes; want at most 16 KiB", perStream)
+	}
 	// The server's request read buffer (16 KiB), the upstream read buffer
 	// (16 KiB) and the relay buffer (32 KiB) held per stream were 64 KiB
 	// of it; what is left is the server's 4 KiB write buffer, the

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -127,6 +128,11 @@ type upConn struct {
 	pre      []byte
 	early    *[]byte
 	preErr   error
+	// polled: the stream poller has the socket registered (its one-shot
+	// registration spent or re-armed per park); parkedOn is the stream
+	// parked on it, woken by an abort (exchange.killUp).
+	polled   bool
+	parkedOn atomic.Pointer[parkedStream]
 }
 
 // arm bounds the connection's reads and writes by d, firing at most slack

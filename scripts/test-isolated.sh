@@ -32,7 +32,14 @@ fi
 cd "$dst"
 echo "llb: testing a copy of the checkout at $dst (nothing beside it)"
 status=0
+POLLER_TESTS='Stream|Migration|SendBound|HTTP10|KeepAlive|Shutdown|Departure|Hostile|PD_|CacheTruth|Usage'
 "$go" test "$@" ./... || status=$?
+# The stream tests again with the stream poller on (gateway/streamhijack.go):
+# a matrix over the same tests, not copies of them.
+if [ "$(uname -s)" = Linux ]; then
+	echo "llb: the gateway's stream tests with LLB_STREAM_POLLER=1"
+	LLB_STREAM_POLLER=1 "$go" test "$@" -run "$POLLER_TESTS" ./gateway/ || status=$?
+fi
 cd /
 rm -rf "$root"
 exit $status

@@ -65,6 +65,10 @@ type config struct {
 	// AccessLog writes one access log line per data-plane request at Info
 	// (default off: the line is then Debug detail).
 	AccessLog bool
+	// StreamPoller parks a data-plane SSE stream between its events with
+	// the gateway's stream poller, holding no goroutine while it waits
+	// (gateway.SetStreamPoller; Linux only, off by default).
+	StreamPoller bool
 	// DebugListen is the opt-in debug listener's loopback host:port (chaos
 	// tests, debug.go); "" (the default) turns it off. A host that is not
 	// a loopback address is refused.
@@ -176,6 +180,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		{"no-data-plane", "LLB_NO_DATA_PLANE", "run the REST control plane only: rules are stored and listed, no traffic is served"},
 		{"hide-backend-addrs", "LLB_HIDE_BACKEND_ADDRS", "keep endpoint addresses out of X-Llb-Route and error bodies sent to clients"},
 		{"access-log", "LLB_ACCESS_LOG", "log every data-plane request at info (off: only with --log-level debug)"},
+		{"stream-poller", "LLB_STREAM_POLLER", "relay HTTP/1.1 SSE streams past the HTTP server and park each between its events with one epoll poller, holding no goroutine, server write buffer or request context while it waits (Linux)"},
 		{"debug-listen", "LLB_DEBUG_LISTEN", "loopback host:port of the debug listener (POST /debug/chaos/crash makes an actor panic; empty: off)"},
 		{"cluster-name", "LLB_CLUSTER_NAME", "cluster mode: replicas with this name and the same etcd act as one router (empty: a single node)"},
 		{"cluster-advertise", "LLB_CLUSTER_ADVERTISE", "this replica's cluster address HOST:PORT, which peers dial (cluster mode)"},
@@ -218,6 +223,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.BoolVar(&cfg.NoDataPlane, "no-data-plane", false, usage("no-data-plane"))
 	fs.StringVar(&cfg.DebugListen, "debug-listen", "", usage("debug-listen"))
 	fs.BoolVar(&cfg.AccessLog, "access-log", false, usage("access-log"))
+	fs.BoolVar(&cfg.StreamPoller, "stream-poller", false, usage("stream-poller"))
 	fs.BoolVar(&cfg.HideBackendAddrs, "hide-backend-addrs", false, usage("hide-backend-addrs"))
 	fs.Int64Var(&cfg.BodyBufferBytes, "body-buffer-bytes", gateway.DefaultBodyBufferBytes, usage("body-buffer-bytes"))
 	fs.IntVar(&cfg.MaxConns, "max-conns", gateway.DefaultMaxConns(), usage("max-conns"))

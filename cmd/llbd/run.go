@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/llbproject/llb/catalog"
+	"github.com/llbproject/llb/gateway"
 	"github.com/llbproject/llb/internal/logfield"
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/ladder"
@@ -208,6 +209,7 @@ func newRuntime(base zerolog.Logger, set *metrics.Set, getenv func(string) strin
 		return nil, nil, usagef("%v", err)
 	}
 	defaults.TokenizerDir = cfg.TokenizerDir
+	gateway.SetStreamPoller(cfg.StreamPoller)
 	lc := lifecycle.Config{Log: base, Metrics: set, Env: env, Defaults: defaults, KVMaxMsgSize: maxMsg,
 		AccessLog: cfg.AccessLog, HideBackendAddrs: cfg.HideBackendAddrs, DataBind: cfg.DataBind,
 		BodyBufferBytes: cfg.BodyBufferBytes, MaxConns: cfg.MaxConns, ClientSendTimeout: cfg.ClientSendTimeout,

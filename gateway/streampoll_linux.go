@@ -1,0 +1,373 @@
+//go:build linux
+
+package gateway
+
+import (
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// streamPolls tells that streams can park with the poller.
+const streamPolls = true
+
+// The stream poller: one epoll instance and one goroutine waiting on it for
+// the upstream sockets of parked streams (streamhijack.go), instead of a
+// goroutine per stream parked in Go's netpoller. It follows the departure
+// watch's rules (departures_linux.go): one-shot registrations named by a
+// number in the event's data, never by the descriptor, and the descriptor
+// used only under the connection's hold (RawConn.Control). A parked
+// stream's socket is read by no one; the goroutine a wake starts owns it
+// again, and the one-shot registration is spent or stale by then, so the
+// connection may be closed or pooled as any other (the kernel drops a
+// closed socket's registration; a stale one fires for a number no stream
+// holds).
+type streamPoller struct {
+	once   sync.Once
+	epfd   int
+	err    error
+	next   atomic.Uint64
+	mu     sync.Mutex
+	parked map[uint64]*hijackedStream
+}
+
+var streamPoll streamPoller
+
+// startStreamPoller starts the poller (a failure is met again at the first
+// park, which then leaves the stream in its goroutine).
+func startStreamPoller() { _ = streamPoll.start() }
+
+// start creates the epoll instance and its goroutine.
+func (sp *streamPoller) start() error {
+	sp.once.Do(func() {
+		sp.epfd, sp.err = syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+		if sp.err != nil {
+			return
+		}
+		sp.parked = make(map[uint64]*hijackedStream)
+		go sp.run()
+	})
+	return sp.err
+}
+
+// count is how many streams are parked.
+func (sp *streamPoller) count() int {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	return len(sp.parked)
+}
+
+func (sp *streamPoller) take(id uint64) *hijackedStream {
+	sp.mu.Lock()
+	st := sp.parked[id]
+	delete(sp.parked, id)
+	sp.mu.Unlock()
+	return st
+}
+
+// run waits for registrations to fire, for the life of the process.
+func (sp *streamPoller) run() {
+	events := make([]syscall.EpollEvent, 256)
+	for {
+		n, err := syscall.EpollWait(sp.epfd, events, -1)
+		if err != nil {
+			if err == syscall.EINTR {
+				continue
+			}
+			return
+		}
+		for i := range events[:n] {
+			id := epollID(&events[i])
+			if st := sp.take(id); st != nil {
+				st.parked.fire(id)
+			}
+		}
+	}
+}
+
+// parkedStream is a hijacked stream's registration with the poller.
+type parkedStream struct {
+	st *hijackedStream
+	c  *upConn // the upstream connection it waits on
+	mu sync.Mutex
+	// id is the registration waiting (0: none); tail: the parking
+	// goroutine still runs after registering, and woke: a wake came
+	// meanwhile (the parking goroutine then goes on itself).
+	id         uint64
+	tail, woke bool
+	// timer wakes the stream at its upstream read deadline, which the
+	// poller does not see.
+	timer *time.Timer
+}
+
+// park parks st's stream until its upstream connection is readable, its
+// read deadline passes or the exchange is aborted. It reports false when
+// the stream must wait in its goroutine after all (no poller, or a wake
+// came while it parked: the caller's wait then returns at once).
+func (st *hijackedStream) park() bool {
+	if streamPoll.start() != nil {
+		return false
+	}
+	c := st.x.stream.body.c
+	c.shed() // nothing is buffered: the read buffer goes back to the pool
+	p := &st.parked
+	id := streamPoll.next.Add(1)
+	p.mu.Lock()
+	p.st, p.c, p.id, p.tail, p.woke = st, c, id, true, false
+	p.mu.Unlock()
+	c.parkedOn.Store(p)
+	streamPoll.mu.Lock()
+	streamPoll.parked[id] = st
+	streamPoll.mu.Unlock()
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | epollOneShot}
+	setEpollID(&ev, id)
+	var errno error
+	err := c.raw.Control(func(fd uintptr) {
+		op := syscall.EPOLL_CTL_MOD
+		if !c.polled {
+			op = syscall.EPOLL_CTL_ADD
+		}
+		errno = syscall.EpollCtl(streamPoll.epfd, op, int(fd), &ev)
+		if errno == syscall.ENOENT && op == syscall.EPOLL_CTL_MOD {
+			errno = syscall.EpollCtl(streamPoll.epfd, syscall.EPOLL_CTL_ADD, int(fd), &ev)
+		}
+	})
+	if err != nil || errno != nil {
+		streamPoll.take(id)
+		p.mu.Lock()
+		p.id, p.tail = 0, false
+		p.mu.Unlock()
+		c.parkedOn.Store(nil)
+		return false
+	}
+	c.polled = true
+	if !c.deadline.IsZero() {
+		if p.timer == nil {
+			p.timer = time.AfterFunc(time.Until(c.deadline), p.expire)
+		} else {
+			p.timer.Reset(time.Until(c.deadline))
+		}
+	}
+	// An abort that came before parkedOn was set did not kick: its mark
+	// is read here (killUp sets it under the exchange's mu).
+	st.x.mu.Lock()
+	killed := c.killed
+	st.x.mu.Unlock()
+	if killed {
+		p.wake(id)
+	}
+	p.mu.Lock()
+	p.tail = false
+	woke := p.woke
+	p.woke = false
+	p.mu.Unlock()
+	if woke {
+		c.parkedOn.Store(nil)
+		return false
+	}
+	return true
+}
+
+// wake resumes the stream parked under registration id, once: the first
+// of the poller, the timer and an abort to call it does.
+func (p *parkedStream) wake(id uint64) {
+	p.mu.Lock()
+	if id == 0 || p.id != id {
+		p.mu.Unlock()
+		return
+	}
+	p.id = 0
+	if p.tail {
+		p.woke = true
+		p.mu.Unlock()
+		streamPoll.take(id)
+		return
+	}
+	p.mu.Unlock()
+	streamPoll.take(id)
+	go p.st.resume()
+}
+
+// fire is the poller's wake: the stream's next event is relayed here, in
+// the poller's goroutine, when it is one the step takes (step); anything
+// else resumes the stream in a goroutine of its own.
+func (p *parkedStream) fire(id uint64) {
+	p.mu.Lock()
+	if id == 0 || p.id != id {
+		p.mu.Unlock()
+		return
+	}
+	p.id = 0
+	if p.tail {
+		p.woke = true
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	if !p.st.step() {
+		go p.st.resume()
+	}
+}
+
+// kick wakes whatever registration waits now (an abort, the timer).
+func (p *parkedStream) kick() {
+	p.mu.Lock()
+	id := p.id
+	p.mu.Unlock()
+	p.wake(id)
+}
+
+// expire is the read deadline's timer.
+func (p *parkedStream) expire() { p.kick() }
+
+// stop ends the timer of a stream that ended.
+func (p *parkedStream) stop() {
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+}
+
+// resume goes on with the stream in a new goroutine: first the rest of a
+// chunk the step could not write whole, then the relay, from what the
+// step handed on (bytes read, an event's start) or, when it handed on
+// nothing, from the read the wake was for.
+func (st *hijackedStream) resume() {
+	s := st.x.stream
+	st.parked.c.parkedOn.Store(nil)
+	if st.pending != nil {
+		_, err := st.cc.Write(st.pending)
+		chunkFrames.Put(st.pendingBuf)
+		st.pending, st.pendingBuf = nil, nil
+		if err != nil {
+			s.writeErr = true
+			s.release()
+			st.end(err)
+			return
+		}
+		st.x.bytes += int64(st.pendingBody)
+	}
+	// After a chunk the step read whole and could not write whole, the
+	// relay waits for the next event; otherwise it reads what the wake was
+	// for at once.
+	s.woken = !st.wrote && s.carry == 0
+	st.wrote = false
+	st.run()
+}
+
+// step relays the event a parked stream's upstream socket has for it, in
+// the poller's goroutine, and parks the stream again: one read of the
+// socket, de-chunked (dechunk), through the usage scanner and the
+// migration tracker (relayStream.pass), written to the client as one chunk
+// with one non-blocking write. It reports false when the stream must go on
+// in a goroutine (resume): the read was not whole chunks (the body's end,
+// a chunk cut across reads: left for bodyReader, in the connection's early
+// bytes), an error or the end of the connection, an event cut across
+// reads (carried), a write the client's socket did not take whole (the
+// rest is written, under the send bound, by resume), a deadline due. What
+// the step did not do is then done by the relay's own code, so the
+// stream's end stays in one place.
+func (st *hijackedStream) step() bool {
+	x, s := st.x, st.x.stream
+	c := s.body.c
+	if s.body.framing != framingChunked || s.body.inChunk || s.body.eof || c.buffered() > 0 || c.preErr != nil ||
+		s.firstByte.IsZero() || s.buf != nil {
+		return false
+	}
+	now := time.Now()
+	if !c.deadline.IsZero() && !now.Before(c.deadline) || !st.cc.send.limit.IsZero() && !now.Before(st.cc.send.limit) {
+		return false // the relay's read or write meets it
+	}
+	var bp *[]byte
+	var n int
+	var ok bool
+	var rerr error
+	if err := c.raw.Read(func(fd uintptr) bool {
+		bp, n, ok, rerr = readPooled(fd)
+		return true
+	}); err != nil {
+		return false
+	}
+	switch {
+	case !ok:
+		return st.repark() // nothing after all
+	case rerr != nil:
+		earlyReads.Put(bp)
+		c.preErr = os.NewSyscallError("read", rerr)
+		return false
+	case n == 0:
+		earlyReads.Put(bp)
+		c.preErr = io.EOF
+		return false
+	}
+	raw := (*bp)[:n]
+	s.lg.alive()
+	bufp := x.h.bufs.Get().(*[]byte)
+	body, whole := dechunk((*bufp)[:0], raw)
+	if !whole {
+		x.h.bufs.Put(bufp)
+		c.early, c.pre = bp, raw // read first by bodyReader
+		return false
+	}
+	earlyReads.Put(bp)
+	s.buf = bufp
+	buf := *bufp
+	p, carry := s.pass(buf, 0, len(body), 0)
+	if len(p) > 0 {
+		fp := chunkFrames.Get().(*[]byte)
+		frame := appendChunk((*fp)[:0], p)
+		*fp = frame
+		wn := 0
+		_ = st.cc.raw.Write(func(fd uintptr) bool {
+			for wn < len(frame) {
+				k, err := syscall.Write(int(fd), frame[wn:])
+				if err == syscall.EINTR {
+					continue
+				}
+				if err != nil || k <= 0 {
+					break
+				}
+				wn += k
+			}
+			return true
+		})
+		if wn < len(frame) {
+			// The client's socket is full (or broken): resume writes the
+			// rest under the send bound, holding it until then.
+			st.pending, st.pendingBuf, st.pendingBody = frame[wn:], fp, len(p)
+			st.wrote = true
+			st.hold(buf, len(body), carry)
+			return false
+		}
+		chunkFrames.Put(fp)
+		x.bytes += int64(len(p))
+	}
+	if carry > 0 {
+		st.hold(buf, len(body), carry)
+		return false
+	}
+	s.release()
+	return st.repark()
+}
+
+// hold keeps the start of an event the step carried (the last carry bytes
+// of buf[:n]) at the relay buffer's start for the relay, or gives the
+// buffer back when there is none.
+func (st *hijackedStream) hold(buf []byte, n, carry int) {
+	s := st.x.stream
+	if carry == 0 {
+		s.release()
+		return
+	}
+	copy(buf, buf[n-carry:n])
+	s.carry = carry
+}
+
+// repark parks the stream again from the poller, as the relay would where
+// it waits; false when it must go on in a goroutine after all.
+func (st *hijackedStream) repark() bool {
+	st.x.stream.lg.armRead()
+	return st.park()
+}
