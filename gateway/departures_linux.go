@@ -101,9 +101,23 @@ func (d *departureWatch) forget(id uint64) {
 
 // run waits for registrations to fire, for the life of the process.
 func (d *departureWatch) run() {
-	events := make([]syscall.EpollEvent, 128)
+	waitEpoll(d.epfd, 128, func(id uint64) {
+		d.mu.Lock()
+		cc := d.conns[id]
+		delete(d.conns, id)
+		d.mu.Unlock()
+		if cc != nil {
+			cc.fired(id)
+		}
+	})
+}
+
+// waitEpoll hands the id of each registration of epfd that fires to fire,
+// taking up to n events a wait, until the descriptor fails.
+func waitEpoll(epfd, n int, fire func(id uint64)) {
+	events := make([]syscall.EpollEvent, n)
 	for {
-		n, err := syscall.EpollWait(d.epfd, events, -1)
+		n, err := syscall.EpollWait(epfd, events, -1)
 		if err != nil {
 			if err == syscall.EINTR {
 				continue
@@ -111,14 +125,7 @@ func (d *departureWatch) run() {
 			return
 		}
 		for i := range events[:n] {
-			id := epollID(&events[i])
-			d.mu.Lock()
-			cc := d.conns[id]
-			delete(d.conns, id)
-			d.mu.Unlock()
-			if cc != nil {
-				cc.fired(id)
-			}
+			fire(epollID(&events[i]))
 		}
 	}
 }

@@ -70,22 +70,11 @@ func (sp *streamPoller) take(id uint64) *hijackedStream {
 
 // run waits for registrations to fire, for the life of the process.
 func (sp *streamPoller) run() {
-	events := make([]syscall.EpollEvent, 256)
-	for {
-		n, err := syscall.EpollWait(sp.epfd, events, -1)
-		if err != nil {
-			if err == syscall.EINTR {
-				continue
-			}
-			return
+	waitEpoll(sp.epfd, 256, func(id uint64) {
+		if st := sp.take(id); st != nil {
+			st.parked.fire(id)
 		}
-		for i := range events[:n] {
-			id := epollID(&events[i])
-			if st := sp.take(id); st != nil {
-				st.parked.fire(id)
-			}
-		}
-	}
+	})
 }
 
 // parkedStream is a hijacked stream's registration with the poller.
