@@ -35,6 +35,9 @@ import (
 // router's breaker notes. Messages from timers, probes, the cluster's
 // callbacks and control calls go through the dispatcher as before: those
 // senders may hold locks a router callback could want.
+// A streamed request's route is not marked either (routeMsg.senderRuns):
+// its goroutine relays the stream for the stream's life, and the routing
+// would grow that goroutine's stack for as long.
 type senderRunsMailbox struct {
 	mu sync.Mutex
 	// Guarded by mu.
@@ -48,8 +51,8 @@ type senderRunsMailbox struct {
 }
 
 // senderRuns marks a message whose sender may process the receiving
-// mailbox itself (see senderRunsMailbox).
-type senderRuns interface{ senderRuns() }
+// mailbox itself (see senderRunsMailbox) when senderRuns reports true.
+type senderRuns interface{ senderRuns() bool }
 
 // senderBudget is how many messages a sender processes before it hands
 // the rest to the dispatcher: its own and a few that came in meanwhile.
@@ -66,7 +69,7 @@ func (m *senderRunsMailbox) PostUserMessage(msg any) {
 	if !claimed {
 		return
 	}
-	if _, ok := actor.UnwrapEnvelopeMessage(msg).(senderRuns); ok {
+	if sr, ok := actor.UnwrapEnvelopeMessage(msg).(senderRuns); ok && sr.senderRuns() {
 		m.process(senderBudget)
 		return
 	}

@@ -15,7 +15,7 @@ import (
 // not.
 type inlineNote struct{ n int }
 
-func (inlineNote) senderRuns() {}
+func (inlineNote) senderRuns() bool { return true }
 
 type plainNote struct{ n int }
 
@@ -234,5 +234,28 @@ func TestSenderRunsMailbox_ConcurrentSendersAreProcessedOneAtATimeInOrderPerSend
 	defer mu.Unlock()
 	if maxActive != 1 {
 		t.Fatalf("%d goroutines processed the mailbox at once; want 1", maxActive)
+	}
+}
+
+// A streamed request's route is not decided in its sender's goroutine:
+// that goroutine relays the stream for its whole life, and the routing
+// would grow its stack for that life. Every other data-plane message may
+// run in its sender.
+func TestSenderRuns_AStreamedRouteGoesThroughTheDispatcher(t *testing.T) {
+	tests := []struct {
+		name string
+		msg  senderRuns
+		want bool
+	}{
+		{"route of a request that answers whole", &routeMsg{rr: &RouteRequest{}}, true},
+		{"route of a streamed request", &routeMsg{rr: &RouteRequest{Streamed: true}}, false},
+		{"conclusion", &concludeMsg{}, true},
+		{"first byte", firstByteMsg{}, true},
+		{"leg result to a breaker", legResult{}, true},
+	}
+	for _, tt := range tests {
+		if got := tt.msg.senderRuns(); got != tt.want {
+			t.Errorf("%s: senderRuns %v; want %v", tt.name, got, tt.want)
+		}
 	}
 }
