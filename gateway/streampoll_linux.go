@@ -163,39 +163,41 @@ func (st *hijackedStream) park() bool {
 // wake resumes the stream parked under registration id, once: the first
 // of the poller, the timer and an abort to call it does.
 func (p *parkedStream) wake(id uint64) {
-	p.mu.Lock()
-	if id == 0 || p.id != id {
-		p.mu.Unlock()
+	claimed, run := p.claim(id)
+	if !claimed {
 		return
+	}
+	streamPoll.take(id)
+	if run {
+		go p.st.resume()
+	}
+}
+
+// claim spends registration id for the caller: claimed when id is the
+// registration waiting now; run when the caller is to go on with the
+// stream (not while the parking goroutine still runs: it is told it woke
+// and goes on itself).
+func (p *parkedStream) claim(id uint64) (claimed, run bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if id == 0 || p.id != id {
+		return false, false
 	}
 	p.id = 0
 	if p.tail {
 		p.woke = true
-		p.mu.Unlock()
-		streamPoll.take(id)
-		return
+		return true, false
 	}
-	p.mu.Unlock()
-	streamPoll.take(id)
-	go p.st.resume()
+	return true, true
 }
 
 // fire is the poller's wake: the stream's next event is relayed here, in
 // the poller's goroutine, when it is one the step takes (step); anything
 // else resumes the stream in a goroutine of its own.
 func (p *parkedStream) fire(id uint64) {
-	p.mu.Lock()
-	if id == 0 || p.id != id {
-		p.mu.Unlock()
+	if _, run := p.claim(id); !run {
 		return
 	}
-	p.id = 0
-	if p.tail {
-		p.woke = true
-		p.mu.Unlock()
-		return
-	}
-	p.mu.Unlock()
 	if !p.st.step() {
 		go p.st.resume()
 	}
