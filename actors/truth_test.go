@@ -14,22 +14,7 @@ import (
 // returns its admitted route.
 func routeScored(t *testing.T, c *routerCore, id uint64, blocks uint32, overlaps ...uint32) Route {
 	t.Helper()
-	chain := make([]uint64, blocks)
-	for i := range chain {
-		chain[i] = uint64(i + 1)
-	}
-	rr := &RouteRequest{Chain: chain}
-	rr.Req.KV.PromptBlocks, rr.Req.KV.PromptTokens = blocks, blocks*16+1
-	m := newMsg(id, rr)
-	c.route(t0, m)
-	for ep, o := range overlaps {
-		c.scoreReply(t0, scoreReply{id: id, ep: ep, overlap: o, blocks: 100})
-	}
-	r := final(t, m)
-	if r.err != nil || !r.route.Decision.Available() {
-		t.Fatalf("request %d: %+v; want admitted", id, r)
-	}
-	return r.route
+	return routeObjective(t, c, id, blocks, 0, overlaps...)
 }
 
 // serve reports the route's legs with the engine's cached tokens on the
