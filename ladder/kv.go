@@ -229,11 +229,22 @@ func (r *Router) refit(now time.Time, req *Request, views []EndpointView, set En
 // lowest index among equals), when that is more than BalanceMarginBlocks
 // less than at the pick (Rebalance), it runs the request at once (no
 // engine queue, in flight below r.room), its KV usage is known and
-// trusted, and — when the request would compute SpillMarginBlocks or more
+// trusted, when the request would compute SpillMarginBlocks or more
 // of its prompt there, a copy — the prompt Fits beside its footprint, so
-// the copy evicts nothing recent. false leaves the pick. Most decisions
-// end at the first test: a pick with less prefill queued than the margin
-// cannot be beaten by it.
+// the copy evicts nothing recent, and — when it holds less of the prompt
+// than the pick (a spill) — the request is not predicted to start more
+// than SpillPredictionFactor times later there (startsSooner). false leaves the pick. Most decisions end at the first
+// test: a pick with less prefill queued than the margin cannot be beaten
+// by it.
+//
+// The prediction is what tells the engines apart: vLLM's step scheduler
+// computes the prefill chunks queued ahead of a request first, so a long
+// queue at the pick is worth a copy elsewhere, while an engine that runs
+// each request's prefill on its own clock (llm-d-inference-sim's
+// load-factor model) makes nobody wait for the queue, and a spill there
+// only computes again the blocks the pick held. Each endpoint's model
+// learns which from its measured TTFTs (the weight of queued blocks,
+// θ2); without trusted models the rule is PrefillCost's alone.
 func (r *Router) rebalance(now time.Time, req *Request, views []EndpointView, set EndpointSet, pick int, promptBlocks uint32, overlap func(int) uint32) (int, bool) {
 	pc := PrefillCost(views[pick].PrefillBlocks, promptBlocks, overlap(pick))
 	if pc <= BalanceMarginBlocks {
@@ -249,6 +260,9 @@ func (r *Router) rebalance(now time.Time, req *Request, views []EndpointView, se
 		o := overlap(i)
 		c := PrefillCost(v.PrefillBlocks, promptBlocks, o)
 		if (t >= 0 && c >= tc) || !Rebalance(views[pick], *v, promptBlocks, overlap(pick), o) {
+			continue
+		}
+		if o < overlap(pick) && !r.startsSooner(views, i, pick, promptBlocks, o, overlap(pick)) {
 			continue
 		}
 		if promptBlocks-min(o, promptBlocks) >= SpillMarginBlocks {

@@ -367,6 +367,36 @@ func (r *Router) ttftModel(ep int) (*TTFTModel, bool) {
 	return &e.model, e.model.Trained() && !e.check.verdict.Drifting
 }
 
+// SpillPredictionFactor is how much slower than at the pick a spill's
+// target may be predicted to start a request before rebalancing refuses
+// the move (startsSooner). The models are linear fits of engines that
+// are not: on vLLM's step scheduler they learn a small weight for queued
+// blocks on long prompts, and a strict comparison refused moves that
+// paid off there (the Mooncake synthetic trace on the step model, 50 and
+// 90 %: 1.027× the best peer against 0.99× and 1.02×); what the test is
+// for, a spill that computes again thousands of blocks the pick holds on
+// an engine where the queue ahead delays nobody, is predicted many times
+// slower (docs/performance.md, Mooncake).
+const SpillPredictionFactor = 2
+
+// startsSooner reports whether a request of promptBlocks blocks is
+// predicted to see its first token on endpoint t, holding ot of them,
+// within SpillPredictionFactor times its prediction on p, holding op: the
+// full predictions, base and wait (a pick whose KV cache cannot take the
+// request makes it wait, and a move off it is worth more), compared when
+// both endpoints' predictions are trusted. When either is not, llb
+// cannot tell and it reports true: the caller's own rule stands.
+func (r *Router) startsSooner(views []EndpointView, t, p int, promptBlocks, ot, op uint32) bool {
+	mt, okT := r.ttftModel(t)
+	mp, okP := r.ttftModel(p)
+	if mt == nil || mp == nil || !okT || !okP {
+		return true
+	}
+	inT := TTFTInputFor(&views[t], promptBlocks, ot)
+	inP := TTFTInputFor(&views[p], promptBlocks, op)
+	return mt.Predict(inT)+mt.PredictWait(inT) < SpillPredictionFactor*(mp.Predict(inP)+mp.PredictWait(inP))
+}
+
 // predictFor is the prediction for a request of promptBlocks blocks sent
 // to ep.
 func (r *Router) predictFor(views []EndpointView, ep int, promptBlocks uint32) TTFTPrediction {
