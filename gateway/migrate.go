@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"strconv"
 	"time"
@@ -550,11 +551,11 @@ func (s *relayStream) cutUntracked(err error) {
 }
 
 // follow takes lg, a leg that continues a migrated stream and whose head
-// is in x.legHead, as the stream's upstream: the relay goes on reading its
+// is in the exchange side's legHead, as the stream's upstream: the relay goes on reading its
 // body. A leg that did not answer a 2xx event stream is ended (a 5xx asks
 // for another endpoint).
 func (x *exchange) follow(lg leg, ttfb time.Duration) attempt {
-	hd := &x.legHead
+	hd := &x.sides().legHead
 	status := hd.StatusCode()
 	if status/100 != 2 || !isEventStream(hd.ContentType()) {
 		lg.end(false)
@@ -728,4 +729,19 @@ func (c *contInput) readStreamOptions(v []byte) {
 			_ = decodeBool(&it.m, &c.continuousUsage)
 		}
 	}
+}
+
+// completionBound is the most completion tokens the request may produce
+// as far as its body says: max_completion_tokens, else max_tokens, else
+// for a completion vLLM's default of 16; 0 when it sets none (a chat
+// completion may run to the context length).
+func (c *contInput) completionBound(kind APIKind) uint32 {
+	n := c.maxCompletionTokens
+	if n < 0 {
+		n = c.maxTokens
+	}
+	if n < 0 && kind == KindCompletion {
+		n = vllmDefaultMaxTokens
+	}
+	return uint32(min(max(n, 0), math.MaxUint32))
 }
