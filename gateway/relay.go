@@ -111,7 +111,10 @@ func (x *exchange) deliver(lg leg, ttfb time.Duration) attempt {
 				return uncommitted(fail, cause, err)
 			}
 			s.body.eof = true
-			s.firstByte = time.Now()
+			s.firstByte = lg.headAt // it came with the head
+			if !whole {
+				s.firstByte = time.Now()
+			}
 			x.bytes = int64(cl)
 		}
 		if !x.watched.commit() {
