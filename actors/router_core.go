@@ -92,6 +92,10 @@ type ticket struct {
 	// prefill is the uncached prompt blocks charged to the prefill
 	// endpoint's PrefillBlocks until the first byte (0 once discharged).
 	prefill uint32
+	// kv is the blocks charged to the prefill endpoint's KV usage
+	// estimate (EndpointView.KVUsedBlocks) until its leg ends (0 once
+	// given back).
+	kv uint32
 	// class and tenant place the request in the admission policy
 	// (ladder.FlowQueue); charged is the prompt tokens it was charged when
 	// admitted, completion the completion tokens its legs reported.
@@ -699,6 +703,7 @@ func (c *routerCore) report(now time.Time, o Outcome) {
 	tk.legs &^= bit
 	if bit == holdPrefill {
 		c.firstByte(tk.t)
+		c.releaseKV(tk)
 	}
 	c.release(ep)
 	if c.trial[ep] == tk.t.ID {
@@ -723,6 +728,7 @@ func (c *routerCore) finish(t Ticket, res Result) {
 		c.flow.Done(tk.class, tk.tenant, uint64(tk.completion))
 	}
 	if tk.legs&holdPrefill != 0 {
+		c.releaseKV(tk)
 		c.release(tk.t.Prefill)
 	}
 	if tk.legs&holdDecode != 0 && tk.t.Decode >= 0 {
@@ -954,7 +960,14 @@ func (c *routerCore) engineStats(s engineStats) {
 
 // chargePrefill counts a new request's uncached prompt blocks against
 // its prefill endpoint until its first byte (PrefillBlocks), and adds them
-// to the endpoint's KV-usage estimate until the next scrape.
+// — with, on a single-pool endpoint, the blocks its completion will fill
+// (Router.DecodeBlocks) — to the endpoint's KV-usage estimate until its
+// leg ends (releaseKV). The estimate is the last scrape's usage plus those
+// charges, minus the charges of the requests that ended since: the engine
+// grows a running request's blocks with every decode step and frees them
+// when it ends, both between two scrapes, and the law's tests of room
+// (HoldWinner, the miss placement) read the estimate (docs/performance.md,
+// TTFT objectives).
 func (c *routerCore) chargePrefill(m *routeMsg, ep int, tk *ticket) {
 	pb := c.lad.PromptBlocks(&m.rr.Req)
 	o := uint32(0)
@@ -966,9 +979,25 @@ func (c *routerCore) chargePrefill(m *routeMsg, ep int, tk *ticket) {
 		tk.unstreamed, tk.scrape = true, c.scrapes[ep]
 		c.unstreamed[ep]++
 	}
+	tk.kv = tk.prefill
+	if tk.t.Decode < 0 {
+		tk.kv = satAdd32(tk.kv, c.lad.DecodeBlocks(&m.rr.Req))
+	}
 	v := &c.views[ep]
 	v.PrefillBlocks = satAdd32(v.PrefillBlocks, tk.prefill)
-	v.KVUsedBlocks = satAdd32(v.KVUsedBlocks, tk.prefill)
+	v.KVUsedBlocks = satAdd32(v.KVUsedBlocks, tk.kv)
+}
+
+// releaseKV gives back a ticket's charge to its prefill endpoint's KV
+// usage estimate: its leg there ended, so the engine freed (or keeps as
+// cache, which is free) the blocks the request held.
+func (c *routerCore) releaseKV(tk *ticket) {
+	if tk.kv == 0 || tk.t.Prefill < 0 {
+		return
+	}
+	v := &c.views[tk.t.Prefill]
+	v.KVUsedBlocks -= min(tk.kv, v.KVUsedBlocks)
+	tk.kv = 0
 }
 
 // firstByte ends a ticket's prefill charge: its endpoint answered, so the

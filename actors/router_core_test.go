@@ -593,17 +593,19 @@ func TestRouterCore_AnUnstreamedChargeEndsAtAScrapeWithNoQueue(t *testing.T) {
 // The headroom law's load inputs: an admitted request's uncached prompt
 // blocks count against its prefill endpoint's PrefillBlocks until its first
 // byte (or its leg's report, or its finish), and against its KV-usage
-// estimate until the next scrape replaces it.
-func TestRouterCore_ChargesUncachedPrefillUntilFirstByteAndKVUntilTheScrape(t *testing.T) {
+// estimate until its leg there ends or the next scrape replaces the
+// estimate. On a P/D rule the prefill endpoint holds no decode blocks.
+func TestRouterCore_ChargesUncachedPrefillUntilFirstByteAndKVUntilTheLegEnds(t *testing.T) {
 	tests := []struct {
 		name string
 		end  func(c *routerCore, tk Ticket)
+		kv   uint32 // the estimate after end
 	}{
-		{"first byte", func(c *routerCore, tk Ticket) { c.firstByte(tk) }},
+		{"first byte", func(c *routerCore, tk Ticket) { c.firstByte(tk) }, 104},
 		{"prefill leg report", func(c *routerCore, tk Ticket) {
 			c.report(t0, Outcome{Ticket: tk, Leg: LegPrefill, Status: 200})
-		}},
-		{"finish", func(c *routerCore, tk Ticket) { c.finish(tk, Result{}) }},
+		}, 100},
+		{"finish", func(c *routerCore, tk Ticket) { c.finish(tk, Result{}) }, 100},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -612,7 +614,7 @@ func TestRouterCore_ChargesUncachedPrefillUntilFirstByteAndKVUntilTheScrape(t *t
 				c.engineStats(engineStats{ep: ep, stats: EngineStats{KVCapacityBlocks: 1000, KVUsedBlocks: 100, KVUsageKnown: true}})
 			}
 			rr := &RouteRequest{Chain: []uint64{1, 2, 3, 4, 5, 6}}
-			rr.Req.KV.PromptBlocks = 10
+			rr.Req.KV.PromptBlocks, rr.Req.KV.DecodeTokens = 10, 100
 			m := newMsg(9, rr)
 			c.route(t0, m)
 			c.scoreReply(t0, scoreReply{id: 9, ep: 0, overlap: 0, blocks: 100})
@@ -628,12 +630,74 @@ func TestRouterCore_ChargesUncachedPrefillUntilFirstByteAndKVUntilTheScrape(t *t
 			}
 			tt.end(c, r.route.Ticket)
 			c.firstByte(r.route.Ticket) // a second discharge is a no-op
-			if v.PrefillBlocks != 0 || v.KVUsedBlocks != 104 {
-				t.Fatalf("after %s: prefill %d kv %d; want 0 and 104 (until the scrape)", tt.name, v.PrefillBlocks, v.KVUsedBlocks)
+			if v.PrefillBlocks != 0 || v.KVUsedBlocks != tt.kv {
+				t.Fatalf("after %s: prefill %d kv %d; want 0 and %d", tt.name, v.PrefillBlocks, v.KVUsedBlocks, tt.kv)
 			}
 			c.engineStats(engineStats{ep: 1, stats: EngineStats{KVCapacityBlocks: 1000, KVUsedBlocks: 90, KVUsageKnown: true}})
 			if v.KVUsedBlocks != 90 || !v.KVUsageKnown {
 				t.Fatalf("after the scrape: kv %d known %v; want 90, true", v.KVUsedBlocks, v.KVUsageKnown)
+			}
+		})
+	}
+}
+
+// On a single-pool rule the KV-usage estimate also counts the blocks the
+// request's completion will fill (⌈max_tokens / block size⌉) until its
+// leg ends, when the whole charge is given back; a scrape in between
+// replaces the estimate, and the charge given back after it is taken
+// from the scrape's usage, never below 0.
+func TestRouterCore_ChargesACompletionsBlocksToTheKVEstimateOfASinglePool(t *testing.T) {
+	var eps []ruletest.Endpoint
+	for i := 0; i < 2; i++ {
+		eps = append(eps, ruletest.Endpoint{Addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(8000+i))})
+	}
+	r := ruletest.Rule(ruletest.Options{Extra: `"kvExactMode":3,"kvBlockSize":16`}, eps...)
+	r.Spec.KVWarmup = 0
+	cfg := NewServiceConfig(r, ladder.DefaultEnv())
+	tests := []struct {
+		name         string
+		decodeTokens uint32
+		scrape       uint32 // the usage a scrape reports after admit; 0: no scrape
+		admitted     uint32 // the estimate after admit
+		ended        uint32 // after the leg ends
+	}{
+		{"no bound", 0, 0, 104, 100},
+		{"100 tokens: 7 blocks", 100, 0, 111, 100},
+		{"112 tokens: 7 blocks", 112, 0, 111, 100},
+		{"scrape in between", 100, 150, 111, 139},
+		{"scrape below the charge", 100, 5, 111, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, _ := newTestCore(t, &cfg)
+			for ep := 0; ep < 2; ep++ {
+				c.engineStats(engineStats{ep: ep, stats: EngineStats{KVCapacityBlocks: 1000, KVUsedBlocks: 100, KVUsageKnown: true}})
+			}
+			rr := &RouteRequest{Chain: []uint64{1, 2, 3, 4, 5, 6}, Streamed: true}
+			rr.Req.KV.PromptBlocks, rr.Req.KV.DecodeTokens = 10, tt.decodeTokens
+			m := newMsg(9, rr)
+			c.route(t0, m)
+			c.scoreReply(t0, scoreReply{id: 9, ep: 0, overlap: 0, blocks: 100})
+			c.scoreReply(t0, scoreReply{id: 9, ep: 1, overlap: 6, blocks: 100})
+			res := final(t, m)
+			if res.route.Decision.Prefill != 1 || res.route.Decision.Decode >= 0 {
+				t.Fatalf("decision %s; want endpoint 1 alone", res.route.Decision.String())
+			}
+			v := &c.views[1]
+			if v.KVUsedBlocks != tt.admitted {
+				t.Fatalf("after admit: kv %d; want %d", v.KVUsedBlocks, tt.admitted)
+			}
+			c.firstByte(res.route.Ticket)
+			if v.KVUsedBlocks != tt.admitted {
+				t.Fatalf("after the first byte: kv %d; want %d (the request still runs)", v.KVUsedBlocks, tt.admitted)
+			}
+			if tt.scrape > 0 {
+				c.engineStats(engineStats{ep: 1, stats: EngineStats{KVCapacityBlocks: 1000, KVUsedBlocks: tt.scrape, KVUsageKnown: true}})
+			}
+			c.report(t0, Outcome{Ticket: res.route.Ticket, Leg: LegPrefill, Status: 200})
+			c.finish(res.route.Ticket, Result{OK: true}) // given back once
+			if v.KVUsedBlocks != tt.ended {
+				t.Fatalf("after the leg ended: kv %d; want %d", v.KVUsedBlocks, tt.ended)
 			}
 		})
 	}

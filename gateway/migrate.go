@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"strconv"
 	"time"
@@ -728,4 +729,19 @@ func (c *contInput) readStreamOptions(v []byte) {
 			_ = decodeBool(&it.m, &c.continuousUsage)
 		}
 	}
+}
+
+// completionBound is the most completion tokens the request may produce
+// as far as its body says: max_completion_tokens, else max_tokens, else
+// for a completion vLLM's default of 16; 0 when it sets none (a chat
+// completion may run to the context length).
+func (c *contInput) completionBound(kind APIKind) uint32 {
+	n := c.maxCompletionTokens
+	if n < 0 {
+		n = c.maxTokens
+	}
+	if n < 0 && kind == KindCompletion {
+		n = vllmDefaultMaxTokens
+	}
+	return uint32(min(max(n, 0), math.MaxUint32))
 }

@@ -244,6 +244,7 @@ func (ri *routeInput) build(ctx context.Context, in *fasthttp.Request, remote, i
 		rr.Chain, lr.KV = ri.kv.compute(ctx, req, lora, ri.pd)
 		rr.Chat, rr.ExtraKeys = req.chatForm(), lora != "" || req.CacheSalt != ""
 	}
+	lr.KV.DecodeTokens = req.Cont.completionBound(req.Kind)
 	rr.Streamed = req.Stream
 	rr.Model = req.Model
 	if req.Kind == KindResponses && req.PreviousResponseID != "" {

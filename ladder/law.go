@@ -219,8 +219,8 @@ func PrefillCost(queued, promptBlocks, overlap uint32) uint64 {
 
 // HoldWinner is the headroom law's test of a spill, from the overlap
 // winner w to the spill target t: keep w when it still has room for the
-// request's new blocks (its KV blocks in use, as last scraped plus what llb
-// sent it since, plus promptBlocks − o_w, within its capacity) and moving
+// request's new blocks (its KV blocks in use, EndpointView.KVUsedBlocks,
+// plus promptBlocks − o_w, within its capacity) and moving
 // would not save more than SpillMarginBlocks of prefill work:
 //
 //	PrefillCost(w) ≤ PrefillCost(t) + SpillMarginBlocks

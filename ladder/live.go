@@ -73,9 +73,11 @@ type EndpointView struct {
 	KVDistrusted bool
 	// KVUsedBlocks is llb's estimate of the engine's KV blocks in use by
 	// running and waiting requests: vllm:kv_cache_usage_perc ×
-	// num_gpu_blocks at the last scrape, plus the uncached prompt blocks of
-	// the requests llb sent it since. Meaningful only with KVUsageKnown;
-	// the headroom law reads it.
+	// num_gpu_blocks at the last scrape, plus the blocks of the requests
+	// llb sent it since (their uncached prompt blocks and, on a single
+	// pool, the blocks their completions will fill: KVInput.DecodeTokens),
+	// minus those of the requests whose leg there ended since. Meaningful
+	// only with KVUsageKnown; the headroom law reads it.
 	KVUsedBlocks uint32
 	// KVUsageKnown is true once a scrape reported the engine's KV usage.
 	KVUsageKnown bool
@@ -143,6 +145,11 @@ type KVInput struct {
 	PromptBlocks uint32
 	// PromptTokens is the prompt's token count.
 	PromptTokens uint32
+	// DecodeTokens is the most tokens the completion may produce (the
+	// request's max_tokens); 0 when unbounded or unknown. The blocks they
+	// fill count in the endpoint's KV usage estimate from the decision on
+	// (Router.DecodeBlocks).
+	DecodeTokens uint32
 	// Guard is set when the runtime could not produce a chain (a reason for
 	// which IsRuntimeGuard is true); Tier 1.5 then falls through with it.
 	// ReasonNone when the chain and overlaps are valid.

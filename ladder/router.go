@@ -365,3 +365,13 @@ func (r *Router) PromptBlocks(req *Request) uint32 {
 	}
 	return req.KV.PromptTokens / uint32(r.svc.KVBlockSize)
 }
+
+// DecodeBlocks is the KV blocks req's completion fills at most:
+// ⌈DecodeTokens / block size⌉, 0 when either is unknown.
+func (r *Router) DecodeBlocks(req *Request) uint32 {
+	bs := uint32(max(r.svc.KVBlockSize, 0))
+	if bs == 0 {
+		return 0
+	}
+	return req.KV.DecodeTokens/bs + min(req.KV.DecodeTokens%bs, 1)
+}

@@ -67,7 +67,9 @@ type RunConfig struct {
 	// usage (vllm:num_requests_waiting, vllm:kv_cache_usage_perc) from
 	// their /metrics, as llbd's endpoint actors do (DefaultScrape): the
 	// views' QueuedRequests is the value of the last scrape, and
-	// KVUsedBlocks the last scrape's plus what llb sent since. 0 means
+	// KVUsedBlocks the last scrape's plus what llb charged since (each
+	// request's uncached prompt blocks and its completion's) minus the
+	// charges of the requests that ended since. 0 means
 	// every decision sees the engines exactly.
 	ScrapeEvery time.Duration
 	// TTFTSLO is the time-to-first-token objective goodput counts against;

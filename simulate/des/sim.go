@@ -44,10 +44,12 @@ type worker struct {
 	// (RunConfig.ScrapeEvery).
 	scraped uint32
 	// scrapedUsed is the blocks in use at the last scrape; sinceScrape the
-	// uncached prompt blocks llb sent since.
-	scrapedUsed, sinceScrape uint32
-	scrapedAt                time.Duration
-	hasScrape                bool
+	// blocks llb charged since (each request's uncached prompt blocks and
+	// its completion's), freedSince the charges of the requests that ended
+	// since (llbd's chargePrefill and releaseKV).
+	scrapedUsed, sinceScrape, freedSince uint32
+	scrapedAt                            time.Duration
+	hasScrape                            bool
 	// lora is its LoRA gauge as last read (lora.go).
 	lora loraScrape
 }
@@ -65,8 +67,11 @@ type reqState struct {
 	// backlog is the uncached prompt blocks llb counted against its
 	// worker until the first token (EndpointView.PrefillBlocks).
 	backlog uint32
-	kv      ladder.KVDetail
-	overlap uint32
+	// kvCharge is the blocks llb added to its worker's KV usage estimate
+	// (its uncached prompt blocks and its completion's) until it ends.
+	kvCharge uint32
+	kv       ladder.KVDetail
+	overlap  uint32
 	// ttft is the decision's TTFT prediction (llb strategies).
 	ttft  ladder.TTFTPrediction
 	route string // the decision's text, when recording routes
@@ -241,7 +246,7 @@ func (s *sim) queued(w *worker, now time.Duration, waiting int) uint32 {
 	}
 	if grid := now / every * every; !w.hasScrape || grid > w.scrapedAt {
 		w.scraped, w.scrapedAt, w.hasScrape = uint32(waiting), grid, true
-		w.scrapedUsed, w.sinceScrape = uint32(w.eng.Stats().BlocksInUse), 0
+		w.scrapedUsed, w.sinceScrape, w.freedSince = uint32(w.eng.Stats().BlocksInUse), 0, 0
 	}
 	return w.scraped
 }
@@ -255,7 +260,7 @@ func (s *sim) kvUsed(w *worker, used int) uint32 {
 	if s.cfg.ScrapeEvery <= 0 {
 		return uint32(used)
 	}
-	return w.scrapedUsed + w.sinceScrape
+	return w.scrapedUsed + w.sinceScrape - min(w.freedSince, w.scrapedUsed+w.sinceScrape)
 }
 
 // release reacts to request i ending at now: a closed loop lets its next
@@ -384,6 +389,7 @@ func (s *sim) progress(wi int, now time.Duration, p *engine.Progress) error {
 		return fmt.Errorf("request %d finished without a first token: %w", idx, ErrInvariant)
 	}
 	r.end = p.DoneAt.Sub(epoch)
+	w.freedSince += r.kvCharge
 	s.setActive(w, now, w.active-1)
 	rep := &s.replicas[r.replica]
 	rep.active[wi]--
@@ -481,7 +487,8 @@ func (s *sim) arrive(i int, at time.Time) error {
 		pb := uint32(tr.PromptTokens / s.tr.Config.BlockSize)
 		r.backlog = pb - min(pb, s.views[ep].Overlap)
 		s.replicas[ri].prefill[ep] += r.backlog
-		w.sinceScrape += r.backlog
+		r.kvCharge = r.backlog + s.replicas[ri].llb.DecodeBlocks(&ladder.Request{KV: ladder.KVInput{DecodeTokens: uint32(tr.OutputTokens)}})
+		w.sinceScrape += r.kvCharge
 	}
 	s.replicas[ri].active[ep]++
 	if tr.LoRA != "" {
