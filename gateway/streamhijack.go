@@ -86,6 +86,9 @@ type hijackedStream struct {
 	pendingBuf  *[]byte
 	pendingBody int
 	wrote       bool
+	// drained: the poller's last read of the upstream socket found it
+	// empty, so the next park need not re-arm the registration.
+	drained bool
 }
 
 // relayHijacked has x's streamed answer written by the hijack handler
