@@ -463,7 +463,7 @@ func (c *routerCore) replied(now time.Time, p *pending) {
 // deadlineFired decides with whatever replies arrived; the missing ones
 // count as misses (overlap 0, no session).
 func (c *routerCore) deadlineFired(now time.Time, id uint64) {
-	if id&truthCheckIDBit != 0 && c.truthConfirmed(now, id, -1) {
+	if id&truthCheckIDBit != 0 && c.truthTimer(now, id) {
 		return
 	}
 	p := c.pending[id]

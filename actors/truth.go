@@ -26,10 +26,22 @@ type ticketPrediction struct {
 }
 
 // truthCheck is an under-prediction waiting for the mirror's confirmation.
+// The mirror is asked right after the engine answered and, while it does
+// not hold the blocks yet, again after pauses that double, until until: on
+// a loaded host the events of the blocks the engine reused can reach the
+// mirror well after the engine's answer reached the router, and one look
+// would count that lag as a wrong prediction.
 type truthCheck struct {
-	ep   int
-	s    ladder.TruthSample
-	stop func() bool
+	ep int
+	s  ladder.TruthSample
+	// chain is the blocks the engine reused.
+	chain []uint64
+	until time.Time
+	// pause is the wait before the next look; asking is set while a look
+	// is out (its deadline is until), clear while the check waits.
+	pause  time.Duration
+	asking bool
+	stop   func() bool
 }
 
 // Confirmation tuning.
@@ -37,6 +49,9 @@ const (
 	// truthCheckWait bounds the wait for a confirming score; past it the
 	// sample counts unconfirmed.
 	truthCheckWait = 250 * time.Millisecond
+	// truthCheckPause is the wait before the second look at the mirror;
+	// each later one is twice the one before.
+	truthCheckPause = 5 * time.Millisecond
 	// maxTruthChecks bounds the confirmations in flight; past it a sample
 	// counts unconfirmed at once.
 	maxTruthChecks = 4096
@@ -76,28 +91,64 @@ func (c *routerCore) checkPrediction(now time.Time, ep int, p *ticketPrediction,
 		// Ask the mirror again now that the engine answered: if it holds
 		// the blocks the engine reused, the prediction was late, not wrong.
 		if n := min(int(s.Actual)/bs, len(p.chain)); n > 0 {
-			c.checkSeq++
-			id := truthCheckIDBit | c.checkSeq
-			c.checks[id] = &truthCheck{ep: ep, s: s, stop: c.ports.deadline(id, truthCheckWait)}
-			c.ports.score(ep, id, p.chain[:n])
+			c.askMirror(now, &truthCheck{ep: ep, s: s, chain: p.chain[:n], until: now.Add(truthCheckWait), pause: truthCheckPause})
 			return
 		}
 	}
 	c.observeTruth(now, ep, s)
 }
 
-// truthConfirmed ends a confirmation: overlap is what the mirror holds of
-// the blocks the engine reused (-1: no answer in time).
+// nextCheckID files tc under a fresh id: each look and each pause has its
+// own, so a reply or a timer of an earlier step finds nothing.
+func (c *routerCore) nextCheckID(tc *truthCheck) uint64 {
+	c.checkSeq++
+	id := truthCheckIDBit | c.checkSeq
+	c.checks[id] = tc
+	return id
+}
+
+// askMirror looks at the mirror for the blocks the engine reused.
+func (c *routerCore) askMirror(now time.Time, tc *truthCheck) {
+	id := c.nextCheckID(tc)
+	tc.asking, tc.stop = true, c.ports.deadline(id, tc.until.Sub(now))
+	c.ports.score(tc.ep, id, tc.chain)
+}
+
+// truthConfirmed takes the mirror's answer to a look: overlap is what it
+// holds of the blocks the engine reused. A mirror that holds them ends the
+// check as late; one that does not is asked again after a pause while the
+// wait allows.
 func (c *routerCore) truthConfirmed(now time.Time, id uint64, overlap int) bool {
 	tc := c.checks[id]
 	if tc == nil {
 		return false
 	}
 	delete(c.checks, id)
-	if overlap >= 0 {
-		tc.stop()
-		bs := c.cfg.Rule.Spec.KVBlockSize
-		tc.s.Confirmed = uint64(overlap+1)*uint64(bs) >= uint64(tc.s.Actual)
+	tc.stop()
+	bs := c.cfg.Rule.Spec.KVBlockSize
+	tc.s.Confirmed = uint64(overlap+1)*uint64(bs) >= uint64(tc.s.Actual)
+	if left := tc.until.Sub(now); !tc.s.Confirmed && left > 0 {
+		id := c.nextCheckID(tc)
+		tc.asking, tc.stop = false, c.ports.deadline(id, min(tc.pause, left))
+		tc.pause *= 2
+		return true
+	}
+	c.observeTruth(now, tc.ep, tc.s)
+	return true
+}
+
+// truthTimer handles a check's timer: a pause is over (look again, or end
+// unconfirmed past the wait), or a look got no answer by the end of the
+// wait (unconfirmed).
+func (c *routerCore) truthTimer(now time.Time, id uint64) bool {
+	tc := c.checks[id]
+	if tc == nil {
+		return false
+	}
+	delete(c.checks, id)
+	if !tc.asking && now.Before(tc.until) {
+		c.askMirror(now, tc)
+		return true
 	}
 	c.observeTruth(now, tc.ep, tc.s)
 	return true
@@ -120,8 +171,9 @@ func (c *routerCore) observeTruth(now time.Time, ep int, s ladder.TruthSample) {
 // PredictionStatus is one endpoint's cache-truth record.
 type PredictionStatus struct {
 	// Match, Over and Under count the requests compared, by outcome; Late
-	// counts the unders the mirror confirmed once the engine had answered
-	// (its events were still on the way; included in Under).
+	// counts the unders the mirror confirmed within truthCheckWait of the
+	// engine's answer (its events were still on the way; included in
+	// Under).
 	Match, Over, Under, Late uint64
 	// LastPredicted and LastActual are the latest comparison's cached
 	// tokens; HaveLast is false before the first.

@@ -19,21 +19,96 @@ func routeScored(t *testing.T, c *routerCore, id uint64, blocks uint32, overlaps
 
 // serve reports the route's legs with the engine's cached tokens on the
 // prefill leg and finishes the ticket; an under-prediction's confirmation
-// is answered with what the mirror holds then (mirrorNow blocks).
-// Requests are served one second apart (serveClock), so errors that
-// persist outlast ladder.TruthMinBad.
+// is answered with what the mirror holds then (mirrorNow blocks; none: no
+// answer in time), and a mirror that does not hold the blocks is not
+// waited for. Requests are served one second apart (serveClock), so
+// errors that persist outlast ladder.TruthMinBad.
 func serve(c *routerCore, r Route, cached uint32, mirrorNow ...uint32) {
 	serveClock = serveClock.Add(time.Second)
 	now := serveClock
 	c.report(now, Outcome{Ticket: r.Ticket, Leg: LegPrefill, Status: 200, Usage: Usage{Reported: true, CachedTokens: cached}})
 	c.report(now, Outcome{Ticket: r.Ticket, Leg: LegDecode, Status: 200, Usage: Usage{Reported: true, CachedTokens: 9999}})
 	c.finish(r.Ticket, Result{OK: true})
-	for id, tc := range c.checks {
-		if len(mirrorNow) == 0 {
-			c.deadlineFired(now, id) // no answer in time: unconfirmed
-			continue
+	for len(c.checks) > 0 {
+		id, tc := anyCheck(c)
+		switch {
+		case tc.asking && len(mirrorNow) == 0:
+			c.deadlineFired(tc.until, id) // no answer in time: unconfirmed
+		case tc.asking:
+			c.scoreReply(now, scoreReply{id: id, ep: tc.ep, overlap: mirrorNow[0]})
+		default:
+			c.deadlineFired(tc.until, id) // the wait is over
 		}
-		c.scoreReply(now, scoreReply{id: id, ep: tc.ep, overlap: mirrorNow[0]})
+	}
+}
+
+// anyCheck is one of the confirmations in flight.
+func anyCheck(c *routerCore) (uint64, *truthCheck) {
+	for id, tc := range c.checks {
+		return id, tc
+	}
+	return 0, nil
+}
+
+// TestRouterCore_AnUnderIsAskedAgainUntilTheMirrorCatchesUp plays a loaded
+// host: the engine's answer reaches the router before the events of the
+// blocks it reused reach the mirror. The mirror is asked again after 5,
+// 10, 20 ms…, and the events that arrive within the wait make the under
+// late; a mirror that never gets them leaves it unconfirmed at the end of
+// the wait, and a look that gets no answer by then ends it too.
+func TestRouterCore_AnUnderIsAskedAgainUntilTheMirrorCatchesUp(t *testing.T) {
+	c, rec := newTestCore(t, pdConfig(1, 1, ladder.DefaultEnv()))
+	look := func(now time.Time, overlap uint32) {
+		t.Helper()
+		id, tc := anyCheck(c)
+		if tc == nil || !tc.asking || rec.waits[id] != tc.until.Sub(now) {
+			t.Fatalf("check %+v, deadline %v; want a look out until the end of the wait", tc, rec.waits[id])
+		}
+		c.scoreReply(now, scoreReply{id: id, ep: tc.ep, overlap: overlap})
+	}
+	pause := func(now time.Time, want time.Duration) time.Time {
+		t.Helper()
+		id, tc := anyCheck(c)
+		if tc == nil || tc.asking || rec.waits[id] != want {
+			t.Fatalf("check %+v, pause %v; want a pause of %v", tc, rec.waits[id], want)
+		}
+		now = now.Add(want)
+		c.deadlineFired(now, id)
+		return now
+	}
+	// Events late by 12 ms: the third look finds the blocks.
+	r := routeScored(t, c, 1, 8, 0)
+	c.report(t0, Outcome{Ticket: r.Ticket, Leg: LegPrefill, Status: 200, Usage: Usage{Reported: true, CachedTokens: 96}})
+	scores := len(rec.scores)
+	look(t0, 0)
+	now := pause(t0, 5*time.Millisecond)
+	look(now, 0)
+	now = pause(now, 10*time.Millisecond)
+	look(now, 6)
+	if st := c.predictionStatus(0); st.Under != 1 || st.Late != 1 || len(c.checks) != 0 || len(rec.scores) != scores+2 {
+		t.Fatalf("status %+v, checks %d, looks %d; want one late under after three looks", st, len(c.checks), len(rec.scores)-scores+1)
+	}
+	// Events that never come: looks until 250 ms are over, then unconfirmed.
+	r = routeScored(t, c, 2, 8, 0)
+	c.report(t0, Outcome{Ticket: r.Ticket, Leg: LegPrefill, Status: 200, Usage: Usage{Reported: true, CachedTokens: 96}})
+	now = t0
+	for _, p := range []time.Duration{5, 10, 20, 40, 80} {
+		look(now, 0)
+		now = pause(now, p*time.Millisecond)
+	}
+	look(now, 0)
+	now = pause(now, 95*time.Millisecond) // what is left of the wait
+	if st := c.predictionStatus(0); st.Under != 2 || st.Late != 1 || len(c.checks) != 0 {
+		t.Fatalf("status %+v, checks %d; want the second under unconfirmed once the wait is over", st, len(c.checks))
+	}
+	// A look nobody answers ends at its deadline, the end of the wait.
+	r = routeScored(t, c, 3, 8, 0)
+	c.report(now, Outcome{Ticket: r.Ticket, Leg: LegPrefill, Status: 200, Usage: Usage{Reported: true, CachedTokens: 96}})
+	id, tc := anyCheck(c)
+	c.deadlineFired(tc.until, id)
+	c.scoreReply(tc.until, scoreReply{id: id, ep: 0, overlap: 6}) // too late: ignored
+	if st := c.predictionStatus(0); st.Under != 3 || st.Late != 1 || len(c.checks) != 0 {
+		t.Fatalf("status %+v, checks %d; want the third under unconfirmed", st, len(c.checks))
 	}
 }
 

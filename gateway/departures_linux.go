@@ -101,7 +101,7 @@ func (d *departureWatch) forget(id uint64) {
 
 // run waits for registrations to fire, for the life of the process.
 func (d *departureWatch) run() {
-	waitEpoll(d.epfd, 128, func(id uint64) {
+	waitEpoll(d.epfd, 128, func(id uint64, _ uint32) {
 		d.mu.Lock()
 		cc := d.conns[id]
 		delete(d.conns, id)
@@ -112,9 +112,9 @@ func (d *departureWatch) run() {
 	})
 }
 
-// waitEpoll hands the id of each registration of epfd that fires to fire,
-// taking up to n events a wait, until the descriptor fails.
-func waitEpoll(epfd, n int, fire func(id uint64)) {
+// waitEpoll hands the id and events of each registration of epfd that
+// fires to fire, taking up to n events a wait, until the descriptor fails.
+func waitEpoll(epfd, n int, fire func(id uint64, events uint32)) {
 	events := make([]syscall.EpollEvent, n)
 	for {
 		n, err := syscall.EpollWait(epfd, events, -1)
@@ -125,7 +125,7 @@ func waitEpoll(epfd, n int, fire func(id uint64)) {
 			return
 		}
 		for i := range events[:n] {
-			fire(epollID(&events[i]))
+			fire(epollID(&events[i]), events[i].Events)
 		}
 	}
 }

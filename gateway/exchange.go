@@ -77,20 +77,42 @@ type exchange struct {
 	mig migration
 	// pair is the P/D prefill leg running beside the answering leg
 	// (SGLang's dual dispatch, pd_sglang.go; nil otherwise); set and
-	// cleared under mu, its storage pairSt.
-	pair   *pairLeg
-	pairSt pairLeg
+	// cleared under mu, its storage side's.
+	pair *pairLeg
+	// side is what only a P/D request or a migrated stream's next leg
+	// uses (sides); nil until one does.
+	side *exchangeSide
 
 	// Kept across requests (buffers).
-	req     Request                 // the parsed request (parse resets it)
-	relay   relayStream             // stream's storage
-	scratch []byte                  // request heads
-	iov     net.Buffers             // head and body of an upstream request
-	iovArr  [2][]byte               // iov's storage
+	req     Request     // the parsed request (parse resets it)
+	relay   relayStream // stream's storage
+	scratch []byte      // request heads
+	iov     net.Buffers // head and body of an upstream request
+	iovArr  [2][]byte   // iov's storage
+	ids     idScan      // a stored response's id (respstore.go)
+}
+
+// exchangeSide is an exchange's storage for the legs beside the one that
+// answers: a P/D prefill's head and body, a pair's leg, the head of a leg
+// continuing a migrated stream. Most requests use none of it, and every
+// stream holds its exchange for its whole life: kept inline it made the
+// exchange 4 KiB, out of line 3 KiB. Allocated the first time a request
+// needs it and kept with the pooled exchange.
+type exchangeSide struct {
+	pair    pairLeg
 	preHead fasthttp.ResponseHeader // the P/D prefill leg's response head
 	legHead fasthttp.ResponseHeader // the head of a leg continuing a migrated stream
 	preBody []byte                  // the P/D prefill leg's response body
-	ids     idScan                  // a stored response's id (respstore.go)
+}
+
+// sides returns x's side storage, allocating it on first use. A pair's
+// goroutine uses it after startPair allocated it, so only the exchange's
+// own goroutine ever allocates.
+func (x *exchange) sides() *exchangeSide {
+	if x.side == nil {
+		x.side = new(exchangeSide)
+	}
+	return x.side
 }
 
 // accessRecord is what the client saw, for the access log and metrics.
@@ -239,23 +261,25 @@ func (x *exchange) reset() {
 	x.following = false
 	x.mig.reset()
 	x.pair = nil
-	x.pairSt = pairLeg{head: x.pairSt.head[:0]}
-	if cap(x.pairSt.head) > maxKeptBodyBuffer {
-		x.pairSt.head = nil
+	if sd := x.side; sd != nil {
+		sd.pair = pairLeg{head: sd.pair.head[:0]}
+		if cap(sd.pair.head) > maxKeptBodyBuffer {
+			sd.pair.head = nil
+		}
+		sd.legHead.Reset()
+		sd.preHead.Reset()
+		if cap(sd.preBody) > maxKeptBodyBuffer {
+			sd.preBody = nil
+		}
 	}
-	x.legHead.Reset()
 	x.scratch = x.scratch[:0]
 	x.iov, x.iovArr = x.iov[:0], [2][]byte{}
-	x.preHead.Reset()
 	x.relay.reset()
 	// A pooled exchange keeps small buffers only, and nothing of its last
 	// request's body or prompts.
 	x.req.forget()
 	if cap(x.scratch) > maxKeptBodyBuffer {
 		x.scratch = nil
-	}
-	if cap(x.preBody) > maxKeptBodyBuffer {
-		x.preBody = nil
 	}
 	x.ids = idScan{buf: x.ids.buf[:0]}
 	if cap(x.ids.buf) > maxIDScan*2 {

@@ -551,11 +551,11 @@ func (s *relayStream) cutUntracked(err error) {
 }
 
 // follow takes lg, a leg that continues a migrated stream and whose head
-// is in x.legHead, as the stream's upstream: the relay goes on reading its
+// is in the exchange side's legHead, as the stream's upstream: the relay goes on reading its
 // body. A leg that did not answer a 2xx event stream is ended (a 5xx asks
 // for another endpoint).
 func (x *exchange) follow(lg leg, ttfb time.Duration) attempt {
-	hd := &x.legHead
+	hd := &x.sides().legHead
 	status := hd.StatusCode()
 	if status/100 != 2 || !isEventStream(hd.ContentType()) {
 		lg.end(false)

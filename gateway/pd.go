@@ -60,7 +60,7 @@ func pdEngineName(c *rule.Compiled) string {
 // prefillAnswer is what a prefill leg answered.
 type prefillAnswer struct {
 	status int
-	body   []byte // x.preBody
+	body   []byte // the side storage's preBody
 	// truncated is true when the body exceeded DefaultPrefillResponseLimit.
 	truncated bool
 	ttfb      time.Duration
@@ -115,26 +115,27 @@ func (x *exchange) runPrefill(lg *leg, body []byte) (pr prefillAnswer, a attempt
 }
 
 // readPrefill sends the prefill leg and reads its whole (bounded) answer
-// into x.preHead (head) and x.preBody.
+// into the exchange side's preHead (head) and preBody.
 func (x *exchange) readPrefill(lg *leg, body []byte) (prefillAnswer, error) {
 	x.scratch = x.appendRequestHead(x.scratch[:0], lg, len(body))
 	return x.sendPrefill(lg, x.scratch, body)
 }
 
 // sendPrefill sends the prefill leg's request (head, then body) and reads
-// its whole (bounded) answer into x.preHead and x.preBody. It touches
+// its whole (bounded) answer into the exchange side's preHead and preBody. It touches
 // nothing else of x's but its deadline and abort state, so a pair's
 // prefill leg runs it in a goroutine of its own (pd_sglang.go).
 func (x *exchange) sendPrefill(lg *leg, head, body []byte) (prefillAnswer, error) {
 	var pr prefillAnswer
-	if err := lg.send(head, body, &x.preHead); err != nil {
+	sd := x.sides()
+	if err := lg.send(head, body, &sd.preHead); err != nil {
 		return pr, err
 	}
 	pr.ttfb = time.Since(lg.start)
-	pr.status = x.preHead.StatusCode()
+	pr.status = sd.preHead.StatusCode()
 	var br bodyReader
-	br.reset(lg.c, &x.preHead, false)
-	b := x.preBody[:0]
+	br.reset(lg.c, &sd.preHead, false)
+	b := sd.preBody[:0]
 	for {
 		if len(b) == cap(b) {
 			b = append(b, 0)[:len(b)]
@@ -156,7 +157,7 @@ func (x *exchange) sendPrefill(lg *leg, head, body []byte) (prefillAnswer, error
 	}
 	lg.end(br.reusable())
 	if cap(b) <= maxKeptPrefillBuf {
-		x.preBody = b
+		sd.preBody = b
 	}
 	if pr.truncated {
 		b = b[:DefaultPrefillResponseLimit]
@@ -178,7 +179,7 @@ func (x *exchange) relayPrefillError(pr *prefillAnswer) {
 		x.detail = "the continuation's prefill was answered " + strconv.Itoa(pr.status)
 		return
 	}
-	x.preHead.CopyTo(&x.out.Header)
+	x.sides().preHead.CopyTo(&x.out.Header)
 	x.out.Header.SetNoDefaultContentType(true)
 	stripResponseHop(&x.out.Header)
 	x.out.SetBody(pr.body)

@@ -148,7 +148,7 @@ const (
 // goroutine of its own. It is the exchange's (pooled with it) and never
 // outlives the attempt: the attempt's end (conclude, finish) settles it,
 // cutting it first when the answer failed. Until done is closed the
-// goroutine owns lg, head, iov, the results and x.preHead and x.preBody;
+// goroutine owns lg, head, iov, the results and the exchange side's preHead and preBody;
 // mu guards up and cut.
 type pairLeg struct {
 	x      *exchange
@@ -182,7 +182,7 @@ type pairLeg struct {
 // startPair sends body to the prefill endpoint ep in a goroutine of its
 // own; the attempt's end settles it (settlePair).
 func (x *exchange) startPair(ep int, body []byte) {
-	p := &x.pairSt
+	p := &x.sides().pair
 	*p = pairLeg{x: x, ticket: x.ticket, head: p.head[:0], body: body, done: make(chan struct{})}
 	p.ctx, p.cancel = context.WithCancel(x.ctx)
 	p.lg = x.newLeg(actors.LegPrefill, ep)
@@ -367,7 +367,7 @@ func (x *exchange) settlePair(ok bool) {
 // the error for how it failed (pd.go's prefill rules).
 func (x *exchange) pairFailed(lg *leg) attempt {
 	x.conclude(actors.Outcome{Leg: lg.kind, Failure: actors.FailClientGone, Duration: time.Since(lg.start)}, actors.Result{})
-	p := &x.pairSt
+	p := &x.sides().pair
 	if p.err != nil {
 		x.detail = p.err.Error()
 	} else {

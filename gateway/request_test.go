@@ -302,12 +302,12 @@ func TestExchange_ResetForgetsTheBodyAndLargeBuffers(t *testing.T) {
 	}
 	x.iovArr = [2][]byte{[]byte("head"), body}
 	x.iov = x.iovArr[:]
-	x.preBody = make([]byte, 0, 1<<20)
+	x.sides().preBody = make([]byte, 0, 1<<20)
 	x.scratch = make([]byte, 0, 1<<20)
 	texts := x.req.Texts[:1]
 	x.reset()
-	if x.req.Body != nil || len(x.req.Texts) != 0 || texts[0] != "" || x.iovArr[1] != nil || x.preBody != nil || x.scratch != nil {
+	if x.req.Body != nil || len(x.req.Texts) != 0 || texts[0] != "" || x.iovArr[1] != nil || x.side.preBody != nil || x.scratch != nil {
 		t.Errorf("after reset: body %d bytes, texts %q (storage %d bytes), iov %d bytes, preBody cap %d, scratch cap %d",
-			len(x.req.Body), x.req.Texts, len(texts[0]), len(x.iovArr[1]), cap(x.preBody), cap(x.scratch))
+			len(x.req.Body), x.req.Texts, len(texts[0]), len(x.iovArr[1]), cap(x.side.preBody), cap(x.scratch))
 	}
 }

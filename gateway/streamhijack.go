@@ -86,6 +86,9 @@ type hijackedStream struct {
 	pendingBuf  *[]byte
 	pendingBody int
 	wrote       bool
+	// drained: the poller's last read of the upstream socket found it
+	// empty, so the next park need not re-arm the registration.
+	drained bool
 }
 
 // relayHijacked has x's streamed answer written by the hijack handler
@@ -107,7 +110,7 @@ func (h *Handler) relayHijacked(rc *fasthttp.RequestCtx, cc *clientConn, x *exch
 // the connection comes back to it. A read deadline in the past makes the
 // read stop at what is buffered.
 func drainHijacked(hc net.Conn, cc *clientConn) {
-	_ = cc.Conn.SetReadDeadline(aLongTimeAgo)
+	_ = cc.setReadDeadline(aLongTimeAgo)
 	var got []byte
 	var tmp [512]byte
 	for {
@@ -117,7 +120,7 @@ func drainHijacked(hc net.Conn, cc *clientConn) {
 			break
 		}
 	}
-	_ = cc.Conn.SetReadDeadline(time.Time{})
+	_ = cc.setReadDeadline(time.Time{})
 	if len(got) > 0 {
 		cc.prefix = got
 	}

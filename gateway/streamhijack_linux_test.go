@@ -121,7 +121,7 @@ func TestStreamPoller_TheConnectionServesTheRequestsAfterItsStream(t *testing.T)
 			t.Fatalf("answer %d does not end with [DONE]: %q", i, b)
 		}
 	}
-	parks := streamPoll.next.Load()
+	parks := streamPoll.parks.Load()
 	readStream(0)
 	readStream(1)
 	if _, err := io.WriteString(c, req); err != nil {
@@ -130,9 +130,52 @@ func TestStreamPoller_TheConnectionServesTheRequestsAfterItsStream(t *testing.T)
 	readStream(2)
 	// The first event is read before the head goes out; each stream
 	// waits for the other events (the end follows the last at once).
-	if n := streamPoll.next.Load() - parks; n < 3*(events-1) {
+	if n := streamPoll.parks.Load() - parks; n < 3*(events-1) {
 		t.Errorf("%d parks for 3 streams of %d events apart; want at least %d", n, events, 3*(events-1))
 	}
+}
+
+// A stream registers its upstream socket with the poller once: where the
+// poller's own read drained the socket, the next park costs no epoll_ctl
+// (the registration is edge-triggered for the stream's life), so a stream
+// of events one read apart re-arms far fewer times than it parks (the
+// one-shot registration before re-armed at every park).
+func TestStreamPoller_AStreamRegistersItsSocketOnce(t *testing.T) {
+	defer SetStreamPoller(streamPollerOn.Load())
+	SetStreamPoller(true)
+	const events = 20
+	backend := serveTCP(t, func(c net.Conn) {
+		if !readRequest(c) {
+			return
+		}
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+		for i := range events {
+			time.Sleep(10 * time.Millisecond) // one event a read: the stream parks between them
+			_, _ = io.WriteString(c, chunk(fmt.Sprintf(`data: {"choices":[{"index":0,"text":"e%d"}]}`+"\n\n", i)))
+		}
+		_, _ = io.WriteString(c, chunk("data: [DONE]\n\n")+"0\r\n\r\n")
+	})
+	base, _ := startGateway(t, singlePool(backend), Deps{Router: newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))})
+	parks, arms := streamPoll.parks.Load(), streamPoll.arms.Load()
+	resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(`{"model":"m","prompt":"hello","stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || !bytes.HasSuffix(b, []byte("data: [DONE]\n\n")) {
+		t.Fatalf("stream: %d, %v, %q", resp.StatusCode, err, b)
+	}
+	for i := range events {
+		if !bytes.Contains(b, fmt.Appendf(nil, `"e%d"`, i)) {
+			t.Fatalf("the stream lacks event %d: %q", i, b)
+		}
+	}
+	p, a := streamPoll.parks.Load()-parks, streamPoll.arms.Load()-arms
+	if p < events/2 || a > p/4 {
+		t.Errorf("%d parks, %d of them calling epoll_ctl, for a stream of %d events apart; want at least %d parks and at most a quarter re-arming", p, a, events, events/2)
+	}
+	t.Logf("%d parks, %d epoll_ctl", p, a)
 }
 
 // However the backend's writes cut the body — an event across chunks, a

@@ -17,19 +17,30 @@ const streamPolls = true
 // The stream poller: one epoll instance and one goroutine waiting on it for
 // the upstream sockets of parked streams (streamhijack.go), instead of a
 // goroutine per stream parked in Go's netpoller. It follows the departure
-// watch's rules (departures_linux.go): one-shot registrations named by a
-// number in the event's data, never by the descriptor, and the descriptor
-// used only under the connection's hold (RawConn.Control). A parked
-// stream's socket is read by no one; the goroutine a wake starts owns it
-// again, and the one-shot registration is spent or stale by then, so the
-// connection may be closed or pooled as any other (the kernel drops a
-// closed socket's registration; a stale one fires for a number no stream
-// holds).
+// watch's rules (departures_linux.go): registrations named by a number in
+// the event's data, never by the descriptor, and the descriptor used only
+// under the connection's hold (RawConn.Control). A parked stream's socket
+// is read by no one; the goroutine a wake starts owns it again.
+//
+// A stream registers its upstream socket once, edge-triggered, for as long
+// as it relays from that connection, as Go's netpoller does: an event
+// costs no epoll_ctl to re-arm when the read before the park drained the
+// socket (a read shorter than its buffer), since whatever arrives after
+// that read raises an edge; an edge that comes while the stream runs is
+// kept (parkedStream.edge) and the next park reads at once instead. A park
+// that cannot tell the socket is drained (the relay's goroutine parking)
+// re-arms it with EPOLL_CTL_MOD, which reports data already waiting. A
+// registration outlives its stream when the connection goes back to the
+// pool: the kernel drops it when the socket closes, the next stream to
+// park there replaces it, and until then it fires for a number no stream
+// holds (ignored).
 type streamPoller struct {
 	once   sync.Once
 	epfd   int
 	err    error
 	next   atomic.Uint64
+	parks  atomic.Uint64 // parks so far (tests)
+	arms   atomic.Uint64 // of them, parks that called epoll_ctl (tests)
 	mu     sync.Mutex
 	parked map[uint64]*hijackedStream
 }
@@ -53,26 +64,45 @@ func (sp *streamPoller) start() error {
 	return sp.err
 }
 
+// epollEdge is EPOLLET (the syscall package's constant is negative).
+const epollEdge = 1 << 31
+
 // count is how many streams are parked.
 func (sp *streamPoller) count() int {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
-	return len(sp.parked)
+	n := 0
+	for _, st := range sp.parked {
+		p := &st.parked
+		p.mu.Lock()
+		if p.armed {
+			n++
+		}
+		p.mu.Unlock()
+	}
+	return n
 }
 
-func (sp *streamPoller) take(id uint64) *hijackedStream {
+// get returns the stream registered under id, or nil.
+func (sp *streamPoller) get(id uint64) *hijackedStream {
 	sp.mu.Lock()
 	st := sp.parked[id]
-	delete(sp.parked, id)
 	sp.mu.Unlock()
 	return st
 }
 
+// forget drops registration id's stream.
+func (sp *streamPoller) forget(id uint64) {
+	sp.mu.Lock()
+	delete(sp.parked, id)
+	sp.mu.Unlock()
+}
+
 // run waits for registrations to fire, for the life of the process.
 func (sp *streamPoller) run() {
-	waitEpoll(sp.epfd, 256, func(id uint64) {
-		if st := sp.take(id); st != nil {
-			st.parked.fire(id)
+	waitEpoll(sp.epfd, 256, func(id uint64, events uint32) {
+		if st := sp.get(id); st != nil {
+			st.parked.fire(id, events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0)
 		}
 	})
 }
@@ -80,13 +110,14 @@ func (sp *streamPoller) run() {
 // parkedStream is a hijacked stream's registration with the poller.
 type parkedStream struct {
 	st *hijackedStream
-	c  *upConn // the upstream connection it waits on
+	c  *upConn // the upstream connection registered
 	mu sync.Mutex
-	// id is the registration waiting (0: none); tail: the parking
-	// goroutine still runs after registering, and woke: a wake came
-	// meanwhile (the parking goroutine then goes on itself).
-	id         uint64
-	tail, woke bool
+	// id is the registration of c (0: none); armed: the stream waits on
+	// it; edge: it fired while the stream ran. tail: the parking
+	// goroutine still runs after arming, and woke: a wake came meanwhile
+	// (the parking goroutine then goes on itself).
+	id                      uint64
+	armed, edge, tail, woke bool
 	// timer wakes the stream at its upstream read deadline, which the
 	// poller does not see.
 	timer *time.Timer
@@ -95,44 +126,67 @@ type parkedStream struct {
 // park parks st's stream until its upstream connection is readable, its
 // read deadline passes or the exchange is aborted. It reports false when
 // the stream must wait in its goroutine after all (no poller, or a wake
-// came while it parked: the caller's wait then returns at once).
+// came while it parked: the caller's wait then returns at once). drained
+// says the last read of the connection found it empty (st.drained).
 func (st *hijackedStream) park() bool {
 	if streamPoll.start() != nil {
 		return false
 	}
+	drained := st.drained
+	st.drained = false
 	c := st.x.stream.body.c
 	c.shed() // nothing is buffered: the read buffer goes back to the pool
 	p := &st.parked
-	id := streamPoll.next.Add(1)
 	p.mu.Lock()
-	p.st, p.c, p.id, p.tail, p.woke = st, c, id, true, false
-	p.mu.Unlock()
-	c.parkedOn.Store(p)
-	streamPoll.mu.Lock()
-	streamPoll.parked[id] = st
-	streamPoll.mu.Unlock()
-	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | epollOneShot}
-	setEpollID(&ev, id)
-	var errno error
-	err := c.raw.Control(func(fd uintptr) {
-		op := syscall.EPOLL_CTL_MOD
-		if !c.polled {
-			op = syscall.EPOLL_CTL_ADD
-		}
-		errno = syscall.EpollCtl(streamPoll.epfd, op, int(fd), &ev)
-		if errno == syscall.ENOENT && op == syscall.EPOLL_CTL_MOD {
-			errno = syscall.EpollCtl(streamPoll.epfd, syscall.EPOLL_CTL_ADD, int(fd), &ev)
-		}
-	})
-	if err != nil || errno != nil {
-		streamPoll.take(id)
-		p.mu.Lock()
-		p.id, p.tail = 0, false
+	fresh := p.c != c || p.id == 0
+	if !fresh && drained && p.edge {
+		// Bytes came after the read that drained the socket.
+		p.edge = false
 		p.mu.Unlock()
-		c.parkedOn.Store(nil)
 		return false
 	}
-	c.polled = true
+	old, id := p.id, p.id
+	if fresh {
+		id = streamPoll.next.Add(1)
+	}
+	p.st, p.c, p.id, p.armed, p.edge, p.tail, p.woke = st, c, id, true, false, true, false
+	p.mu.Unlock()
+	streamPoll.parks.Add(1)
+	c.parkedOn.Store(p)
+	if fresh {
+		streamPoll.mu.Lock()
+		if old != 0 {
+			delete(streamPoll.parked, old)
+		}
+		streamPoll.parked[id] = st
+		streamPoll.mu.Unlock()
+	}
+	if fresh || !drained {
+		// Register, or re-arm: EPOLL_CTL_MOD reports what already waits.
+		streamPoll.arms.Add(1)
+		ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | epollEdge}
+		setEpollID(&ev, id)
+		var errno error
+		err := c.raw.Control(func(fd uintptr) {
+			op := syscall.EPOLL_CTL_MOD
+			if !c.polled {
+				op = syscall.EPOLL_CTL_ADD
+			}
+			errno = syscall.EpollCtl(streamPoll.epfd, op, int(fd), &ev)
+			if errno == syscall.ENOENT && op == syscall.EPOLL_CTL_MOD {
+				errno = syscall.EpollCtl(streamPoll.epfd, syscall.EPOLL_CTL_ADD, int(fd), &ev)
+			}
+		})
+		if err != nil || errno != nil {
+			streamPoll.forget(id)
+			p.mu.Lock()
+			p.id, p.armed, p.tail = 0, false, false
+			p.mu.Unlock()
+			c.parkedOn.Store(nil)
+			return false
+		}
+		c.polled = true
+	}
 	if !c.deadline.IsZero() {
 		if p.timer == nil {
 			p.timer = time.AfterFunc(time.Until(c.deadline), p.expire)
@@ -146,7 +200,7 @@ func (st *hijackedStream) park() bool {
 	killed := c.killed
 	st.x.mu.Unlock()
 	if killed {
-		p.wake(id)
+		p.wake(id, false)
 	}
 	p.mu.Lock()
 	p.tail = false
@@ -162,62 +216,73 @@ func (st *hijackedStream) park() bool {
 
 // wake resumes the stream parked under registration id, once: the first
 // of the poller, the timer and an abort to call it does.
-func (p *parkedStream) wake(id uint64) {
-	claimed, run := p.claim(id)
-	if !claimed {
-		return
-	}
-	streamPoll.take(id)
-	if run {
+func (p *parkedStream) wake(id uint64, edge bool) {
+	if p.claim(id, edge) {
 		go p.st.resume()
 	}
 }
 
-// claim spends registration id for the caller: claimed when id is the
-// registration waiting now; run when the caller is to go on with the
-// stream (not while the parking goroutine still runs: it is told it woke
-// and goes on itself).
-func (p *parkedStream) claim(id uint64) (claimed, run bool) {
+// claim takes the stream waiting under registration id for the caller
+// and reports whether the caller is to go on with it (not while the
+// parking goroutine still runs: it is told it woke and goes on itself).
+// An edge (the poller's) for a stream that is not waiting is kept for
+// its next park.
+func (p *parkedStream) claim(id uint64, edge bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if id == 0 || p.id != id {
-		return false, false
+		return false
 	}
-	p.id = 0
+	if !p.armed {
+		p.edge = p.edge || edge
+		return false
+	}
+	p.armed = false
 	if p.tail {
 		p.woke = true
-		return true, false
+		return false
 	}
-	return true, true
+	return true
 }
 
 // fire is the poller's wake: the stream's next event is relayed here, in
 // the poller's goroutine, when it is one the step takes (step); anything
-// else resumes the stream in a goroutine of its own.
-func (p *parkedStream) fire(id uint64) {
-	if _, run := p.claim(id); !run {
+// else resumes the stream in a goroutine of its own. hangup: the peer
+// closed or the socket failed — a read that returns data then does not
+// tell the end that follows it, and no edge will come for it, so the
+// relay's goroutine reads on.
+func (p *parkedStream) fire(id uint64, hangup bool) {
+	if !p.claim(id, true) {
 		return
 	}
-	if !p.st.step() {
+	if hangup || !p.st.step() {
 		go p.st.resume()
 	}
 }
 
-// kick wakes whatever registration waits now (an abort, the timer).
+// kick wakes the stream if it waits (an abort, the timer).
 func (p *parkedStream) kick() {
 	p.mu.Lock()
 	id := p.id
 	p.mu.Unlock()
-	p.wake(id)
+	p.wake(id, false)
 }
 
 // expire is the read deadline's timer.
 func (p *parkedStream) expire() { p.kick() }
 
-// stop ends the timer of a stream that ended.
+// stop ends the timer of a stream that ended and forgets its
+// registration (a wake that comes later finds no stream).
 func (p *parkedStream) stop() {
 	if p.timer != nil {
 		p.timer.Stop()
+	}
+	p.mu.Lock()
+	id := p.id
+	p.id, p.armed = 0, false
+	p.mu.Unlock()
+	if id != 0 {
+		streamPoll.forget(id)
 	}
 }
 
@@ -283,6 +348,7 @@ func (st *hijackedStream) step() bool {
 	}
 	switch {
 	case !ok:
+		st.drained = true
 		return st.repark() // nothing after all
 	case rerr != nil:
 		earlyReads.Put(bp)
@@ -294,6 +360,7 @@ func (st *hijackedStream) step() bool {
 		return false
 	}
 	raw := (*bp)[:n]
+	drained := n < len(*bp)
 	s.lg.alive()
 	bufp := x.h.bufs.Get().(*[]byte)
 	body, whole := dechunk((*bufp)[:0], raw)
@@ -340,6 +407,7 @@ func (st *hijackedStream) step() bool {
 		return false
 	}
 	s.release()
+	st.drained = drained
 	return st.repark()
 }
 

@@ -223,6 +223,12 @@ func TestCacheTruth_HealthyFleetAgreesAndRaisesNoAlarm(t *testing.T) {
 		sent += l.sent
 		routes = append(routes, l.routes...)
 	}
+	// The last answers' comparisons may still be waiting on the mirror
+	// (an under is confirmed up to 250 ms after its answer).
+	waitUntil(t, "every request compared", 5*time.Second, func() bool {
+		m, o, u, _ := truthTotals(f.status()[:len(f.prefill)])
+		return m+o+u >= uint64(sent)
+	})
 	eps := f.status()[:len(f.prefill)]
 	match, over, under, late := truthTotals(eps)
 	if j := mismatched(eps); j >= 0 || f.d.log.has("kv cache predictions keep disagreeing") {

@@ -126,12 +126,11 @@ func TestE2E_ClusterActsAsOneRouter(t *testing.T) {
 	load.tokens = 4
 	time.Sleep(time.Second)
 	owned := c.cluster().OwnedShards
-	load.mu.Lock()
-	inflight := load.inflight[c.idx]
-	load.mu.Unlock()
-	_, failed0 := load.counts()
-	_ = c.cmd.Process.Kill()
-	load.without(c)
+	// C leaves the load's rotation as it is killed, in one step: the
+	// count is exactly what was in flight on it at the kill (a request
+	// started on C after a separate count, or sent to it once dead, would
+	// be lost without being counted).
+	inflight, failed0 := load.remove(c, func() { _ = c.cmd.Process.Kill() })
 	<-c.done
 	killed := time.Now()
 	r.replicas = []*replicaProc{a, b}
@@ -172,9 +171,9 @@ func TestE2E_ClusterActsAsOneRouter(t *testing.T) {
 		}
 		seen[s] = true
 	}
-	if lost := failed1[c.idx] - failed0[c.idx]; lost > inflight || failed1[a.idx] != failed0[a.idx] {
-		t.Errorf("lost %d requests on C (%d in flight), %d failed on A; want only C's in-flight ones: %v",
-			lost, inflight, failed1[a.idx]-failed0[a.idx], load.failures)
+	if lost := failed1[c.idx] - failed0[c.idx]; lost > inflight || failed1[a.idx] != failed0[a.idx] || sum(failed0) != 0 {
+		t.Errorf("lost %d requests on C (%d in flight at the kill), %d failed on A, %d before the kill; want only C's in-flight ones: %v",
+			lost, inflight, failed1[a.idx]-failed0[a.idx], sum(failed0), load.failures)
 	}
 
 	// A DELETE on B stops the rule on every replica within 1 s (retried

@@ -221,8 +221,11 @@ func (p *replicaProc) chatN(port int, conv, content string, maxTokens int) chatR
 		return chatResult{err: err}
 	}
 	defer res.Body.Close()
-	_, _ = io.Copy(io.Discard, res.Body)
 	out := chatResult{status: res.StatusCode, prefill: -1}
+	// An answer cut short (its replica killed mid-body) was not served.
+	if _, err := io.Copy(io.Discard, res.Body); err != nil {
+		out.err = fmt.Errorf("reading the answer: %w", err)
+	}
 	if m := routeRE.FindStringSubmatch(res.Header.Get("X-Llb-Route")); m != nil {
 		out.tier = m[1]
 		fmt.Sscan(m[2], &out.prefill)

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -150,10 +149,13 @@ func TestClusterSoak_SharedPrefixAcrossReplicas(t *testing.T) {
 // conversation whose turns rotate over the replicas (a front load balancer
 // that stops sending to a replica once it is known dead).
 type loadGen struct {
-	r    *clusterRig
-	live atomic.Pointer[[]*replicaProc]
+	r *clusterRig
 
-	mu sync.Mutex
+	// mu orders every request's start (picking a live replica, counting it
+	// in flight) and end against remove, so a count read with a replica's
+	// removal is exact.
+	mu   sync.Mutex
+	live []*replicaProc
 	// by replica index: requests sent, failed; failures' descriptions.
 	sent, failed map[int]int
 	failures     []string
@@ -165,9 +167,7 @@ type loadGen struct {
 }
 
 func newLoadGen(r *clusterRig, clients int, gap time.Duration) *loadGen {
-	g := &loadGen{r: r, sent: map[int]int{}, failed: map[int]int{}, inflight: map[int]int{}, tokens: 64, stop: make(chan struct{})}
-	live := slices.Clone(r.replicas)
-	g.live.Store(&live)
+	g := &loadGen{r: r, live: slices.Clone(r.replicas), sent: map[int]int{}, failed: map[int]int{}, inflight: map[int]int{}, tokens: 64, stop: make(chan struct{})}
 	for c := 0; c < clients; c++ {
 		g.wg.Add(1)
 		go g.client(c, gap)
@@ -184,9 +184,8 @@ func (g *loadGen) client(c int, gap time.Duration) {
 			return
 		case <-time.After(gap/2 + time.Duration(rand.Int64N(int64(gap)))):
 		}
-		live := *g.live.Load()
-		p := live[(c+turn)%len(live)]
 		g.mu.Lock()
+		p := g.live[(c+turn)%len(g.live)]
 		g.inflight[p.idx]++
 		g.mu.Unlock()
 		res := p.chatN(g.r.port, conv, fmt.Sprintf("%s turn %d: tell me more about the thing we discussed", conv, turn), g.tokens)
@@ -201,16 +200,28 @@ func (g *loadGen) client(c int, gap time.Duration) {
 	}
 }
 
-// without removes replica p from the live set.
-func (g *loadGen) without(p *replicaProc) {
-	live := slices.DeleteFunc(slices.Clone(*g.live.Load()), func(x *replicaProc) bool { return x == p })
-	g.live.Store(&live)
+// remove takes replica p out of the live set and runs act (a signal to
+// it; nil for none) in the same instant: no request starts on p and no
+// answer is counted in between. It returns the requests then in flight on
+// p — exactly those act can cut off — and the failures so far by replica.
+func (g *loadGen) remove(p *replicaProc, act func()) (inflight int, failed map[int]int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.live = slices.DeleteFunc(g.live, func(x *replicaProc) bool { return x == p })
+	if act != nil {
+		act()
+	}
+	return g.inflight[p.idx], maps(g.failed)
 }
+
+// without removes replica p from the live set.
+func (g *loadGen) without(p *replicaProc) { g.remove(p, nil) }
 
 // with puts replica p back.
 func (g *loadGen) with(p *replicaProc) {
-	live := append(slices.Clone(*g.live.Load()), p)
-	g.live.Store(&live)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.live = append(g.live, p)
 }
 
 func (g *loadGen) close() {
@@ -347,13 +358,10 @@ func TestClusterSoak_ReplicaKilledUnderLoad(t *testing.T) {
 	time.Sleep(15 * time.Second) // sessions pinned everywhere
 
 	owned := c.cluster().OwnedShards
-	load.mu.Lock()
-	inflight := load.inflight[c.idx]
-	load.mu.Unlock()
-	sent0, failed0 := load.counts()
+	sent0, _ := load.counts()
 	killed := time.Now()
-	_ = c.cmd.Process.Signal(syscall.SIGKILL)
-	load.without(c) // the front load balancer stops sending to it
+	// The front load balancer stops sending to C as it dies.
+	inflight, failed0 := load.remove(c, func() { _ = c.cmd.Process.Signal(syscall.SIGKILL) })
 	<-c.done
 	// Until every shard the killed replica owned is active on a survivor.
 	var reanswer time.Duration
