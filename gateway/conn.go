@@ -43,6 +43,19 @@ type clientConn struct {
 	cancel context.CancelCauseFunc
 	idle   atomic.Bool // between requests (fasthttp's StateIdle)
 
+	// The read deadline, armed only when a read is to wait (armRead): the
+	// HTTP/1.1 server sets one up to three times a request (the idle
+	// bound, the head's, the body's), and a request that arrived whole in
+	// one read waits under none of them. rd is the deadline asked for last,
+	// rdArmed the socket's, rdSlack how much later than asked it may fire.
+	// lazyRead is set once the HTTP/1.1 server has the connection; the h2c
+	// server, which may move a deadline from another goroutine, and the
+	// gateway's own code (the sniff, a hijacked stream) set theirs at once
+	// (setReadDeadline, SetDeadline). The reading goroutine only.
+	rd, rdArmed time.Time
+	rdSlack     time.Duration
+	lazyRead    bool
+
 	// Body budget and connection limit (serving goroutine only, but for
 	// closed and the limit's slot, released once by Close).
 	//
@@ -179,7 +192,48 @@ func (cc *clientConn) Read(p []byte) (int, error) {
 	if len(p) == 1 && cc.raw != nil {
 		return cc.readFirst(p)
 	}
+	cc.armRead()
 	return cc.Conn.Read(p)
+}
+
+// SetReadDeadline implements net.Conn. While the HTTP/1.1 server reads the
+// connection the deadline is armed only when a read is to wait (armRead);
+// otherwise at once.
+func (cc *clientConn) SetReadDeadline(t time.Time) error {
+	if cc.lazyRead {
+		cc.rd = t
+		return nil
+	}
+	return cc.setReadDeadline(t)
+}
+
+// setReadDeadline arms t on the socket at once.
+func (cc *clientConn) setReadDeadline(t time.Time) error {
+	cc.rd, cc.rdArmed, cc.rdSlack = t, t, 0
+	return cc.Conn.SetReadDeadline(t)
+}
+
+// armRead arms the read deadline asked for last before a read that may
+// wait, with a slack of a 64th of the time left (at most a second): the
+// deadline armed is kept when it falls within the slack after the one
+// asked for, so a busy keep-alive connection, whose idle bound moves with
+// every request, re-arms it about once a second rather than per request.
+func (cc *clientConn) armRead() {
+	t := cc.rd
+	switch {
+	case t.IsZero():
+		if cc.rdArmed.IsZero() {
+			return
+		}
+		cc.rdSlack = 0
+	case !cc.rdArmed.IsZero() && !cc.rdArmed.Before(t) && cc.rdArmed.Sub(t) <= cc.rdSlack:
+		return
+	default:
+		cc.rdSlack = min(max(time.Until(t)/64, 0), time.Second)
+		t = t.Add(cc.rdSlack)
+	}
+	cc.rdArmed = t
+	_ = cc.Conn.SetReadDeadline(t)
 }
 
 // earlyReads pools the buffers of readFirst, the size of the server's
@@ -194,6 +248,7 @@ var earlyReads = sync.Pool{New: func() any { b := make([]byte, readBufferSize); 
 // buffer, returns its first byte and keeps the rest for the server's next
 // Read (which gives the buffer back).
 func (cc *clientConn) readFirst(p []byte) (int, error) {
+	cc.armRead()
 	err := cc.raw.Read(cc.first)
 	bp, n, rerr := cc.fbp, cc.fn, cc.ferr
 	cc.fbp, cc.ferr = nil, nil
@@ -252,7 +307,7 @@ func readPooled(fd uintptr) (bp *[]byte, n int, ok bool, err error) {
 // keeps what it read for the server that takes the connection.
 func (cc *clientConn) sniffH2(timeout time.Duration) (bool, error) {
 	buf := make([]byte, len(h2Preface))
-	_ = cc.Conn.SetReadDeadline(time.Now().Add(timeout))
+	_ = cc.setReadDeadline(time.Now().Add(timeout))
 	n := 0
 	for n < len(buf) {
 		m, err := cc.Conn.Read(buf[n:])

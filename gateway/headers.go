@@ -58,17 +58,23 @@ func looped(h *fasthttp.RequestHeader, id string) bool {
 func listItems(v []byte) func(yield func([]byte) bool) {
 	return func(yield func([]byte) bool) {
 		for len(v) > 0 {
-			tok := v
-			if i := bytes.IndexByte(v, ','); i >= 0 {
-				tok, v = v[:i], v[i+1:]
-			} else {
-				v = nil
-			}
-			if !yield(bytes.TrimSpace(tok)) {
+			var tok []byte
+			tok, v = nextItem(v)
+			if !yield(tok) {
 				return
 			}
 		}
 	}
+}
+
+// nextItem splits the first item (trimmed) off a comma-separated header
+// value. Where the value is a buffer of the caller's stack, a loop over it
+// keeps the buffer there: listItems' closure would move it to the heap.
+func nextItem(v []byte) (item, rest []byte) {
+	if i := bytes.IndexByte(v, ','); i >= 0 {
+		return bytes.TrimSpace(v[:i]), v[i+1:]
+	}
+	return bytes.TrimSpace(v), nil
 }
 
 // hopHeaders are removed from every forwarded request and response.
@@ -240,7 +246,9 @@ func stripResponseHop(h *fasthttp.ResponseHeader) {
 		for _, v := range h.PeekAll("Connection") {
 			names = append(append(names, v...), ',')
 		}
-		for tok := range listItems(names) {
+		for rest := names; len(rest) > 0; {
+			var tok []byte
+			tok, rest = nextItem(rest)
 			if len(tok) > 0 && !bytes.EqualFold(tok, []byte("close")) && !bytes.EqualFold(tok, []byte("keep-alive")) {
 				h.DelBytes(tok)
 			}

@@ -332,6 +332,7 @@ func (l *Listener) serveConn(cc *clientConn) {
 // that stream gives it back (rejoin) when it ends.
 func (l *Listener) serveHTTP1(cc *clientConn) {
 	cc.serverHijacked = false
+	cc.lazyRead = true // for good: a hijacked stream sets its deadlines at once
 	_ = l.fast.ServeConn(cc)
 	if x := cc.handing; x != nil {
 		cc.handing = nil

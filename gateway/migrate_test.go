@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,8 +35,10 @@ type contEngine struct {
 	name string
 	srv  *fakeVLLM
 	// dieAfter kills the connection after that many content events (<0:
-	// never); hang keeps it open and silent instead.
-	dieAfter int
+	// never); hang keeps it open and silent instead. A test may change it
+	// between requests while the server's goroutine of the last one is
+	// still ending, hence atomic.
+	dieAfter atomic.Int64
 	hang     bool
 	// finishThenDie sends every token and the finish chunk, then dies
 	// before the usage chunk and [DONE].
@@ -49,7 +52,8 @@ type contEngine struct {
 
 func newContEngine(t *testing.T, name string, dieAfter int) *contEngine {
 	t.Helper()
-	e := &contEngine{t: t, name: name, dieAfter: dieAfter, srv: newFakeVLLM(t)}
+	e := &contEngine{t: t, name: name, srv: newFakeVLLM(t)}
+	e.dieAfter.Store(int64(dieAfter))
 	e.srv.answer = e.serve
 	return e
 }
@@ -131,8 +135,9 @@ func (e *contEngine) serve(w http.ResponseWriter, r *http.Request, raw []byte) {
 	if e.tool {
 		ev(`{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"a\":"}}]},"finish_reason":null}`, 0, cont)
 	}
+	dieAfter := int(e.dieAfter.Load())
 	for i := 0; i < maxTok; i++ {
-		if i == e.dieAfter {
+		if i == dieAfter {
 			if e.hang {
 				<-r.Context().Done()
 			}
@@ -719,8 +724,8 @@ func TestMigration_TheAccessLogCountsMovesAndNamesCuts(t *testing.T) {
 	if res.err != nil || res.text != tokens(0, 4) {
 		t.Fatalf("read %q err %v", res.text, res.err)
 	}
-	a.dieAfter = 1
-	b.dieAfter = 1
+	a.dieAfter.Store(1)
+	b.dieAfter.Store(1)
 	req, _ := http.NewRequest(http.MethodPost, url+PathCompletions, strings.NewReader(`{"prompt":"p","max_tokens":4,"echo":true,"stream":true}`))
 	if resp, err := testClient(t).Do(req); err == nil {
 		_, _ = io.ReadAll(resp.Body)

@@ -98,15 +98,23 @@ func (x *exchange) deliver(lg leg, ttfb time.Duration) attempt {
 
 	if !s.sse && (s.body.framing == framingNone || s.body.framing == framingLength && cl <= maxBufferedBody) {
 		if s.body.framing == framingLength && cl > 0 {
-			if s.lg.first == 0 {
-				s.lg.begin() // a buffered body follows its head: the idle bound
+			// A body that came whole with its head waits for nothing: the
+			// connection keeps its deadline (re-arming it would cost two
+			// deadline updates per request, the next request's first-byte
+			// bound being another).
+			whole := lg.c.buffered() >= cl
+			if s.lg.first == 0 && !whole {
+				s.lg.begin() // the rest is still to come: the idle bound
 			}
 			if err := x.out.ReadBody(lg.c.reader(), cl); err != nil {
 				fail, cause := s.lg.failure(err)
 				return uncommitted(fail, cause, err)
 			}
 			s.body.eof = true
-			s.firstByte = time.Now()
+			s.firstByte = lg.headAt // it came with the head
+			if !whole {
+				s.firstByte = time.Now()
+			}
 			x.bytes = int64(cl)
 		}
 		if !x.watched.commit() {

@@ -177,9 +177,11 @@ func (cc *clientConn) SetWriteDeadline(t time.Time) error {
 	return cc.Conn.SetWriteDeadline(t)
 }
 
-// SetDeadline implements net.Conn, keeping the armed write deadline known.
+// SetDeadline implements net.Conn, keeping the armed deadlines known (the
+// read deadline armed at once).
 func (cc *clientConn) SetDeadline(t time.Time) error {
 	cc.send.armed = t
+	cc.rd, cc.rdArmed, cc.rdSlack = t, t, 0
 	return cc.Conn.SetDeadline(t)
 }
 

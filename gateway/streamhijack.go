@@ -110,7 +110,7 @@ func (h *Handler) relayHijacked(rc *fasthttp.RequestCtx, cc *clientConn, x *exch
 // the connection comes back to it. A read deadline in the past makes the
 // read stop at what is buffered.
 func drainHijacked(hc net.Conn, cc *clientConn) {
-	_ = cc.Conn.SetReadDeadline(aLongTimeAgo)
+	_ = cc.setReadDeadline(aLongTimeAgo)
 	var got []byte
 	var tmp [512]byte
 	for {
@@ -120,7 +120,7 @@ func drainHijacked(hc net.Conn, cc *clientConn) {
 			break
 		}
 	}
-	_ = cc.Conn.SetReadDeadline(time.Time{})
+	_ = cc.setReadDeadline(time.Time{})
 	if len(got) > 0 {
 		cc.prefix = got
 	}
