@@ -36,7 +36,8 @@ const maxBufferedBody = 1 << 20
 // caller has set x.prefillEP/x.decodeEP.
 //
 // While a migrated stream follows on (x.following), the leg's head goes to
-// the exchange side's legHead instead, and the leg is handed to the running relay (follow).
+// the exchange side's legHead instead, and the leg is handed to the running
+// relay (follow).
 func (x *exchange) answer(lg leg, body []byte) attempt {
 	h := x.h
 	h.watch.add(&x.watched, x, lg.ep)

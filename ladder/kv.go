@@ -233,9 +233,9 @@ func (r *Router) refit(now time.Time, req *Request, views []EndpointView, set En
 // of its prompt there, a copy — the prompt Fits beside its footprint, so
 // the copy evicts nothing recent, and — when it holds less of the prompt
 // than the pick (a spill) — the request is not predicted to start more
-// than SpillPredictionFactor times later there (startsSooner). false leaves the pick. Most decisions end at the first
-// test: a pick with less prefill queued than the margin cannot be beaten
-// by it.
+// than SpillPredictionFactor times later there (startsSooner). false
+// leaves the pick. Most decisions end at the first test: a pick with less
+// prefill queued than the margin cannot be beaten by it.
 //
 // The prediction is what tells the engines apart: vLLM's step scheduler
 // computes the prefill chunks queued ahead of a request first, so a long
