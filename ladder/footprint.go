@@ -38,10 +38,12 @@ const (
 )
 
 // RefitHorizon is how far ahead a refit counts the returns of the prompt
-// it moves (RefitPays): SettleHorizon, how long a placement counts as a
-// prompt's home. At 120 s long-document Q&A lost a refit it needed
-// (docs/performance.md, footprints and refits).
-const RefitHorizon = SettleHorizon
+// it moves (RefitPays). Measured at 120 s, 300 s and 10 min: the shorter
+// horizons refused refits long-document Q&A needed (a document's second
+// request, its hit count still about one), and none of the Mooncake
+// synthetic trace's refits that gave up the most passes at 10 min
+// (docs/performance.md, refits that pay).
+const RefitHorizon = 10 * time.Minute
 
 type footprintEntry struct {
 	key uint64
@@ -104,16 +106,16 @@ func (t *footprintTable) weightedSums(now time.Time, skip uint64, out *[MaxEndpo
 
 // returns is how many times key is expected to come back within
 // RefitHorizon: its decayed hit count, the requests of it seen within
-// about a SettleHalfLife, scaled to the horizon (a rate times a time); 0
-// for a key not placed within SettleHorizon (or whose slot another key
-// took since).
-func (t *footprintTable) returns(now time.Time, key uint64) float64 {
+// about a SettleHalfLife, scaled to the horizon (a rate times a time).
+// false when the table does not know the key: not placed within
+// SettleHorizon, or another key took its slot since.
+func (t *footprintTable) returns(now time.Time, key uint64) (float64, bool) {
 	e := &t.slots[key%footprintSlots]
 	n := now.UnixNano()
 	if !e.set || e.key != key || e.at > n || n-e.at > int64(SettleHorizon) {
-		return 0
+		return 0, false
 	}
-	return float64(e.hits) * decay(n-e.at) * math.Ln2 / float64(SettleHalfLife) * float64(RefitHorizon)
+	return float64(e.hits) * decay(n-e.at) * math.Ln2 / float64(SettleHalfLife) * float64(RefitHorizon), true
 }
 
 // home returns the endpoint key was last sent to within SettleHorizon.

@@ -89,24 +89,24 @@ func TestRefitPays_WorkedValues(t *testing.T) {
 func TestFootprintReturns_ScalesTheDecayedHits(t *testing.T) {
 	var ft footprintTable
 	now := time.Unix(1_000, 0)
-	if got := ft.returns(now, 7); got != 0 {
-		t.Fatalf("returns of a key never placed = %v; want 0", got)
+	if _, ok := ft.returns(now, 7); ok {
+		t.Fatal("returns of a key never placed is known; want unknown")
 	}
 	ft.note(now, 7, 1, 100)
 	perHit := math.Ln2 / SettleHalfLife.Seconds() * RefitHorizon.Seconds()
-	if got := ft.returns(now, 7); math.Abs(got-perHit) > 1e-6 {
-		t.Fatalf("returns after one placement = %v; want %v", got, perHit)
+	if got, ok := ft.returns(now, 7); !ok || math.Abs(got-perHit) > 1e-6 {
+		t.Fatalf("returns after one placement = %v, %v; want %v, true", got, ok, perHit)
 	}
 	ft.note(now, 7, 1, 100)
 	later := now.Add(SettleHalfLife)
-	if got := ft.returns(later, 7); math.Abs(got-perHit) > 1e-6 { // two hits, halved
-		t.Fatalf("returns of two hits a half-life later = %v; want %v", got, perHit)
+	if got, ok := ft.returns(later, 7); !ok || math.Abs(got-perHit) > 1e-6 { // two hits, halved
+		t.Fatalf("returns of two hits a half-life later = %v, %v; want %v, true", got, ok, perHit)
 	}
-	if got := ft.returns(later, 7+footprintSlots); got != 0 {
-		t.Fatalf("returns of a key colliding with a placed one = %v; want 0", got)
+	if _, ok := ft.returns(later, 7+footprintSlots); ok {
+		t.Fatal("returns of a key whose slot holds another is known; want unknown")
 	}
-	if got := ft.returns(now.Add(SettleHorizon+time.Second), 7); got != 0 {
-		t.Fatalf("returns past SettleHorizon = %v; want 0", got)
+	if _, ok := ft.returns(now.Add(SettleHorizon+time.Second), 7); ok {
+		t.Fatal("returns past SettleHorizon is known; want unknown")
 	}
 }
 

@@ -203,9 +203,11 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 // footprint per capacity, then the lowest index — when the move pays
 // (RefitPays): it gives up the blocks the pick holds and the target does
 // not, and saves the tail the pick would compute again on each time the
-// prompt is expected to come back. The requests after it find the prefix
-// whole instead of its tail evicted again; a prompt that does not come
-// back would only compute its cached blocks again. false leaves the pick.
+// prompt is expected to come back (when the footprint table does not know
+// the key, llb cannot tell, and the move is made). The requests after it
+// find the prefix whole instead of its tail evicted again; a prompt that
+// does not come back would only compute its cached blocks again. false
+// leaves the pick.
 func (r *Router) refit(now time.Time, req *Request, views []EndpointView, set EndpointSet, pick int, promptBlocks uint32, overlap func(int) uint32) (int, bool) {
 	pickOverlap := overlap(pick)
 	if r.foot == nil || !req.HasPrefixHash || promptBlocks-min(pickOverlap, promptBlocks) < SpillMarginBlocks {
@@ -225,7 +227,10 @@ func (r *Router) refit(now time.Time, req *Request, views []EndpointView, set En
 			t = i
 		}
 	}
-	if t < 0 || !RefitPays(r.foot.returns(now, req.PrefixHash), promptBlocks, pickOverlap, overlap(t)) {
+	if t < 0 {
+		return -1, false
+	}
+	if n, ok := r.foot.returns(now, req.PrefixHash); ok && !RefitPays(n, promptBlocks, pickOverlap, overlap(t)) {
 		return -1, false
 	}
 	return t, true
