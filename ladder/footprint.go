@@ -40,9 +40,10 @@ const (
 // RefitHorizon is how far ahead a refit counts the returns of the prompt
 // it moves (RefitPays). Measured at 120 s, 300 s and 10 min: the shorter
 // horizons refused refits long-document Q&A needed (a document's second
-// request, its hit count still about one), and none of the Mooncake
-// synthetic trace's refits that gave up the most passes at 10 min
-// (docs/performance.md, refits that pay).
+// request, its hit count still about one), while at 10 min the Mooncake
+// synthetic trace's prompts seen about once before, 90 % or more cached
+// on their pick, still stay there (docs/performance.md, refits that
+// pay).
 const RefitHorizon = 10 * time.Minute
 
 type footprintEntry struct {
