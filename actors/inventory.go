@@ -277,6 +277,15 @@ func (a *inventoryActor) score(m scoreReq) scoreReply {
 		}
 		r.blocks += uint32(mir.Len())
 	}
+	if len(a.mirrors) == 1 {
+		r.removals = a.mirrors[0].Removals()
+		if m.checkRemoved {
+			// A ring that no longer holds every removal since the mark
+			// answers what it holds: the check is then only less lenient.
+			r.removed, _ = a.mirrors[0].RemovedSince(m.since, m.chain)
+			return r
+		}
+	}
 	n, off := inventory.ScoreUnion(a.mirrors, m.chain)
 	r.overlap, r.offloaded = uint32(n), uint32(off)
 	return r

@@ -98,6 +98,12 @@ type scoreReply struct {
 	// its CPU offload tier.
 	offloaded uint32
 	blocks    uint32
+	// removals is the endpoint's mirror's Removals mark (0 for an endpoint
+	// of several DP ranks: cache truth makes no prediction for it).
+	removals uint64
+	// removed answers a scoreReq with checkRemoved: a chain key was
+	// removed from the mirror after the request's mark.
+	removed bool
 	// guard is ReasonHashContract when the endpoint's event stream broke the
 	// hash contract (its overlaps cannot be trusted), else ReasonNone.
 	guard ladder.Reason
@@ -198,6 +204,10 @@ type sessionEvictEndpoint struct{ ep int }
 type scoreReq struct {
 	id    uint64
 	chain []uint64
+	// checkRemoved asks, instead of the overlap, whether the mirror
+	// removed one of chain's keys after the Removals mark since.
+	checkRemoved bool
+	since        uint64
 }
 
 // ---- to the breaker actors ----------------------------------------------------

@@ -150,6 +150,10 @@ func (a *routerActor) score(ep int, id uint64, chain []uint64) {
 	a.ctx.Request(a.svc.inventories[ep], scoreReq{id: id, chain: chain})
 }
 
+func (a *routerActor) checkRemoved(ep int, id uint64, keys []uint64, since uint64) {
+	a.ctx.Request(a.svc.inventories[ep], scoreReq{id: id, chain: keys, checkRemoved: true, since: since})
+}
+
 // Sessions live in the local shard actors on a single node, and in the
 // cluster's session grains in cluster mode.
 

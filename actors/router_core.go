@@ -15,6 +15,9 @@ import (
 type routerPorts interface {
 	// score asks endpoint ep's inventory for its overlap with chain.
 	score(ep int, id uint64, chain []uint64)
+	// checkRemoved asks endpoint ep's inventory whether its mirror removed
+	// one of keys after the Removals mark since (answered as a scoreReply).
+	checkRemoved(ep int, id uint64, keys []uint64, since uint64)
 	// lookupSession asks the key's shard for its pin.
 	lookupSession(id uint64, key string)
 	pinSession(key string, pin ladder.Pin)
@@ -181,10 +184,12 @@ type routerCore struct {
 	// truth keeps each endpoint's prediction record (soft state: a new
 	// router incarnation starts trusting every endpoint again).
 	truth []ladder.TruthTracker
-	// checks are under-predictions waiting for the mirror's confirmation,
+	// checks are wrong predictions waiting for the mirror's confirmation,
 	// by score id (truthCheckIDBit set).
 	checks   map[uint64]*truthCheck
 	checkSeq uint64
+	// removals is each endpoint's latest Removals mark from its inventory.
+	removals []uint64
 
 	// peer is the peers' load and health (cluster mode; see peers.go).
 	peer peerState
@@ -228,6 +233,7 @@ func newRouterCore(cfg *ServiceConfig, lad *ladder.Router, ports routerPorts, m 
 		parked:   make(map[uint64]parkRef),
 		flow:     ladder.NewFlowQueue(),
 		truth:    make([]ladder.TruthTracker, n),
+		removals: make([]uint64, n),
 		checks:   make(map[uint64]*truthCheck),
 	}
 	c.snap.Endpoints = c.views
@@ -417,7 +423,10 @@ func (c *routerCore) unusable(i int, avoid uint32) bool {
 }
 
 func (c *routerCore) scoreReply(now time.Time, r scoreReply) {
-	if r.id&truthCheckIDBit != 0 && c.truthConfirmed(now, r.id, int(r.overlap)) {
+	if r.ep >= 0 && r.ep < len(c.removals) && r.removals > c.removals[r.ep] {
+		c.removals[r.ep] = r.removals
+	}
+	if r.id&truthCheckIDBit != 0 && c.truthConfirmed(now, r.id, r) {
 		return
 	}
 	p := c.pending[r.id]

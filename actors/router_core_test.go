@@ -49,6 +49,9 @@ func newRecorder() *recorder {
 func (r *recorder) score(ep int, id uint64, _ []uint64) {
 	r.scores = append(r.scores, fmt.Sprintf("%d/%d", ep, id))
 }
+func (r *recorder) checkRemoved(ep int, id uint64, _ []uint64, since uint64) {
+	r.scores = append(r.scores, fmt.Sprintf("%d/%d removed since %d", ep, id, since))
+}
 func (r *recorder) lookupSession(id uint64, key string) {
 	r.lookups = append(r.lookups, fmt.Sprintf("%d/%s", id, key))
 }

@@ -108,7 +108,12 @@ type Service struct {
 	routerRuns atomic.Uint64
 	stopped    atomic.Bool
 
-	replies sync.Pool // of chan routeReply
+	// routes holds Route's messages, each with its reply channel, given
+	// back once the router's only answer was received: the message was
+	// an allocation of 384 bytes per request. One that parked, was
+	// cancelled or timed out is left to the collector (another actor may
+	// still hold it).
+	routes sync.Pool // of *routeMsg
 	// concludes holds Conclude's messages (*concludeMsg), given back by
 	// the router once handled: the Outcome boxed in a message was an
 	// allocation per request.
@@ -164,7 +169,7 @@ func (s *System) Start(cfg ServiceConfig, warm *Warm) (*Service, error) {
 	}
 	svc.metrics = newSvcMetrics(s.set, cfg.Rule.Key, svc)
 	svc.sessionLen = make([]atomic.Int64, svc.sessions.NumShards())
-	svc.replies.New = func() any { return make(chan routeReply, 2) }
+	svc.routes.New = func() any { return &routeMsg{reply: make(chan routeReply, 2)} }
 
 	// Children get predictable names under the supervisor, so every PID is
 	// known before any actor runs (no actor reads a PID that is still being
@@ -313,8 +318,10 @@ func (svc *Service) Route(ctx context.Context, rr *RouteRequest) (Route, error) 
 		return Route{}, ErrStopped
 	}
 	id := svc.sys.nextID.Add(1)
-	reply := svc.replies.Get().(chan routeReply)
-	svc.root.Send(svc.router, &routeMsg{id: id, rr: rr, reply: reply})
+	m := svc.routes.Get().(*routeMsg)
+	m.id, m.rr = id, rr
+	reply := m.reply
+	svc.root.Send(svc.router, m)
 	// A router that was idle has decided already: this goroutine ran its
 	// mailbox (senderRunsMailbox), so the answer waits in the channel and
 	// no timer is needed.
@@ -322,7 +329,7 @@ func (svc *Service) Route(ctx context.Context, rr *RouteRequest) (Route, error) 
 	select {
 	case early = <-reply:
 		if !early.parked {
-			return svc.routed(reply, early)
+			return svc.routed(m, early)
 		}
 	default:
 	}
@@ -360,7 +367,7 @@ func (svc *Service) Route(ctx context.Context, rr *RouteRequest) (Route, error) 
 				parked(r)
 				continue
 			}
-			return svc.routed(reply, r)
+			return svc.routed(m, r)
 		case <-ctx.Done():
 			// The channel may still receive the router's answer: it is
 			// abandoned, not reused.
@@ -395,10 +402,13 @@ func (svc *Service) Route(ctx context.Context, rr *RouteRequest) (Route, error) 
 	}
 }
 
-// routed returns the router's final answer and the reply channel to its
-// pool.
-func (svc *Service) routed(reply chan routeReply, r routeReply) (Route, error) {
-	svc.replies.Put(reply)
+// routed returns the router's final answer and, when it was the only
+// one (the request never parked), the message to its pool.
+func (svc *Service) routed(m *routeMsg, r routeReply) (Route, error) {
+	if m.parkedAt.IsZero() {
+		*m = routeMsg{reply: m.reply}
+		svc.routes.Put(m)
+	}
 	if r.route.Ticket.ID != 0 {
 		r.route.Ticket.ledger = svc
 	}

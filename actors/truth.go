@@ -20,22 +20,35 @@ import (
 type ticketPrediction struct {
 	ok bool
 	s  ladder.TruthSample
-	// chain is the prompt's block chain (shared, read-only), to confirm an
-	// under-prediction against the mirror once the engine answered.
+	// chain is the prompt's block chain (shared, read-only), to confirm a
+	// wrong prediction against the mirror once the engine answered.
 	chain []uint64
+	// since is the endpoint's Removals mark when llb predicted.
+	since uint64
 }
 
-// truthCheck is an under-prediction waiting for the mirror's confirmation.
-// The mirror is asked right after the engine answered and, while it does
-// not hold the blocks yet, again after pauses that double, until until: on
-// a loaded host the events of the blocks the engine reused can reach the
-// mirror well after the engine's answer reached the router, and one look
-// would count that lag as a wrong prediction.
+// truthCheck is a wrong prediction waiting for the mirror's confirmation
+// that it was late, not wrong. An under-prediction was late when the mirror
+// holds the blocks the engine reused once the engine answered (their
+// BlockStored events were on the way when llb decided); an over-prediction
+// when the mirror removed one of the blocks the engine did not reuse after
+// llb decided (the engine had evicted it; its BlockRemoved was on the way —
+// and the engine may have stored it again since, for this very request, so
+// whether the mirror holds it now says nothing). The mirror is asked right
+// after the engine answered and, while it does not confirm, again after
+// pauses that double, until until: on a loaded host the events can reach
+// the mirror well after the engine's answer reached the router, and one
+// look would count that lag as a wrong prediction.
 type truthCheck struct {
 	ep int
 	s  ladder.TruthSample
-	// chain is the blocks the engine reused.
+	// chain is the blocks the engine reused (an under), or those it did
+	// not reuse of the ones llb predicted (an over).
 	chain []uint64
+	// over marks an over-prediction; since is the Removals mark to ask
+	// about.
+	over  bool
+	since uint64
 	until time.Time
 	// pause is the wait before the next look; asking is set while a look
 	// is out (its deadline is until), clear while the check waits.
@@ -69,7 +82,7 @@ func (c *routerCore) predict(m *routeMsg, ep int) ticketPrediction {
 		return ticketPrediction{}
 	}
 	kv := &m.rr.Req.KV
-	return ticketPrediction{ok: true, chain: m.rr.Chain, s: ladder.TruthSample{
+	return ticketPrediction{ok: true, chain: m.rr.Chain, since: c.removals[ep], s: ladder.TruthSample{
 		Predicted:    ladder.PredictedCachedTokens(m.overlaps[ep], kv.PromptTokens, c.cfg.Rule.Spec.KVBlockSize),
 		PromptTokens: kv.PromptTokens,
 		Chat:         m.rr.Chat,
@@ -87,11 +100,19 @@ func (c *routerCore) checkPrediction(now time.Time, ep int, p *ticketPrediction,
 	s := p.s
 	s.Actual, s.EnginePromptTokens = o.Usage.CachedTokens, o.Usage.PromptTokens
 	bs := c.cfg.Rule.Spec.KVBlockSize
-	if out, _ := ladder.ClassifyPrediction(s.Predicted, s.Actual, bs); out == ladder.PredictionUnder && len(c.checks) < maxTruthChecks {
-		// Ask the mirror again now that the engine answered: if it holds
-		// the blocks the engine reused, the prediction was late, not wrong.
-		if n := min(int(s.Actual)/bs, len(p.chain)); n > 0 {
-			c.askMirror(now, &truthCheck{ep: ep, s: s, chain: p.chain[:n], until: now.Add(truthCheckWait), pause: truthCheckPause})
+	out, _ := ladder.ClassifyPrediction(s.Predicted, s.Actual, bs)
+	if out != ladder.PredictionMatch && len(c.checks) < maxTruthChecks {
+		// Ask the mirror again now that the engine answered: it may show
+		// that the prediction was late, not wrong.
+		tc := &truthCheck{ep: ep, s: s, until: now.Add(truthCheckWait), pause: truthCheckPause}
+		if out == ladder.PredictionUnder {
+			tc.chain = p.chain[:min(int(s.Actual)/bs, len(p.chain))]
+		} else {
+			reused := min(int(s.Actual)/bs, len(p.chain))
+			tc.chain, tc.over, tc.since = p.chain[reused:min((int(s.Predicted)+bs-1)/bs, len(p.chain))], true, p.since
+		}
+		if len(tc.chain) > 0 {
+			c.askMirror(now, tc)
 			return
 		}
 	}
@@ -111,14 +132,19 @@ func (c *routerCore) nextCheckID(tc *truthCheck) uint64 {
 func (c *routerCore) askMirror(now time.Time, tc *truthCheck) {
 	id := c.nextCheckID(tc)
 	tc.asking, tc.stop = true, c.ports.deadline(id, tc.until.Sub(now))
+	if tc.over {
+		c.ports.checkRemoved(tc.ep, id, tc.chain, tc.since)
+		return
+	}
 	c.ports.score(tc.ep, id, tc.chain)
 }
 
-// truthConfirmed takes the mirror's answer to a look: overlap is what it
-// holds of the blocks the engine reused. A mirror that holds them ends the
-// check as late; one that does not is asked again after a pause while the
-// wait allows.
-func (c *routerCore) truthConfirmed(now time.Time, id uint64, overlap int) bool {
+// truthConfirmed takes the mirror's answer to a look: for an under, r's
+// overlap is what it holds of the blocks the engine reused; for an over,
+// r.removed says whether it removed one of the others since llb decided.
+// A confirming answer ends the check as late; any other is asked again
+// after a pause while the wait allows.
+func (c *routerCore) truthConfirmed(now time.Time, id uint64, r scoreReply) bool {
 	tc := c.checks[id]
 	if tc == nil {
 		return false
@@ -126,7 +152,11 @@ func (c *routerCore) truthConfirmed(now time.Time, id uint64, overlap int) bool 
 	delete(c.checks, id)
 	tc.stop()
 	bs := c.cfg.Rule.Spec.KVBlockSize
-	tc.s.Confirmed = uint64(overlap+1)*uint64(bs) >= uint64(tc.s.Actual)
+	if tc.over {
+		tc.s.Confirmed = r.removed
+	} else {
+		tc.s.Confirmed = uint64(r.overlap+1)*uint64(bs) >= uint64(tc.s.Actual)
+	}
 	if left := tc.until.Sub(now); !tc.s.Confirmed && left > 0 {
 		id := c.nextCheckID(tc)
 		tc.asking, tc.stop = false, c.ports.deadline(id, min(tc.pause, left))
@@ -171,9 +201,9 @@ func (c *routerCore) observeTruth(now time.Time, ep int, s ladder.TruthSample) {
 // PredictionStatus is one endpoint's cache-truth record.
 type PredictionStatus struct {
 	// Match, Over and Under count the requests compared, by outcome; Late
-	// counts the unders the mirror confirmed within truthCheckWait of the
-	// engine's answer (its events were still on the way; included in
-	// Under).
+	// counts the unders and overs the mirror confirmed within
+	// truthCheckWait of the engine's answer (its events were still on the
+	// way; included in Under and Over).
 	Match, Over, Under, Late uint64
 	// LastPredicted and LastActual are the latest comparison's cached
 	// tokens; HaveLast is false before the first.

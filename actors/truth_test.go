@@ -217,3 +217,65 @@ func TestRouterCore_UnderPredictionsTheMirrorConfirmsLaterNeverDemote(t *testing
 		t.Fatalf("status %+v; want distrusted for hash_seed", st)
 	}
 }
+
+// TestRouterCore_AnOverIsLateWhenTheMirrorRemovesABlockAfterTheDecision
+// plays an engine that evicted blocks just before the prefill: llb
+// predicted 8 blocks, the engine reused 2, and the BlockRemoved of one of
+// the other six reaches the mirror after llb decided. The check asks about
+// removals since the decision's mark, for the blocks the engine did not
+// reuse; a removal found makes the over late, none within the wait leaves
+// it unconfirmed, and late overs never demote the endpoint.
+func TestRouterCore_AnOverIsLateWhenTheMirrorRemovesABlockAfterTheDecision(t *testing.T) {
+	c, rec := newTestCore(t, pdConfig(1, 1, ladder.DefaultEnv()))
+	// The inventory's answers carry its Removals mark; the router keeps
+	// the latest.
+	c.scoreReply(t0, scoreReply{id: 999, ep: 0, removals: 41})
+	c.scoreReply(t0, scoreReply{id: 998, ep: 0, removals: 40}) // an older answer
+	answer := func(removed bool) {
+		t.Helper()
+		id, tc := anyCheck(c)
+		if tc == nil || !tc.asking || !tc.over {
+			t.Fatalf("check %+v; want an over's look out", tc)
+		}
+		if want := fmt.Sprintf("0/%d removed since 41", id); rec.scores[len(rec.scores)-1] != want {
+			t.Fatalf("last look %q; want %q", rec.scores[len(rec.scores)-1], want)
+		}
+		if len(tc.chain) != 6 || tc.chain[0] != 3 || tc.chain[5] != 8 {
+			t.Fatalf("asked about blocks %v; want 3..8, the ones the engine did not reuse", tc.chain)
+		}
+		c.scoreReply(t0, scoreReply{id: id, ep: 0, removed: removed, removals: 44})
+	}
+	r := routeScored(t, c, 1, 8, 8)
+	c.report(t0, Outcome{Ticket: r.Ticket, Leg: LegPrefill, Status: 200, Usage: Usage{Reported: true, CachedTokens: 32}})
+	answer(false)
+	id, tc := anyCheck(c)
+	if tc == nil || tc.asking {
+		t.Fatalf("check %+v; want a pause before the next look", tc)
+	}
+	c.deadlineFired(t0.Add(5*time.Millisecond), id)
+	answer(true)
+	if st := c.predictionStatus(0); st.Over != 1 || st.Late != 1 || len(c.checks) != 0 {
+		t.Fatalf("status %+v, checks %d; want one late over", st, len(c.checks))
+	}
+	// Late overs, however many, never demote.
+	for id := uint64(2); id <= 20; id++ {
+		r := routeScored(t, c, id, 8, 8)
+		c.report(t0, Outcome{Ticket: r.Ticket, Leg: LegPrefill, Status: 200, Usage: Usage{Reported: true, CachedTokens: 32}})
+		cid, _ := anyCheck(c)
+		if !strings.HasSuffix(rec.scores[len(rec.scores)-1], "removed since 44") {
+			t.Fatalf("look %q; want the mark the last answer carried", rec.scores[len(rec.scores)-1])
+		}
+		c.scoreReply(t0, scoreReply{id: cid, ep: 0, removed: true})
+	}
+	if st := c.predictionStatus(0); st.Distrusted || st.Over != 20 || st.Late != 20 || len(rec.truth) != 0 {
+		t.Fatalf("status %+v transitions %v; want 20 late overs, no verdict", st, rec.truth)
+	}
+	// The same overs with no removal in sight (a mirror that holds blocks
+	// the engine never reuses) demote.
+	for id := uint64(21); id <= 28; id++ {
+		serve(c, routeScored(t, c, id, 8, 8), 32)
+	}
+	if st := c.predictionStatus(0); !st.Distrusted || st.Over != 28 || st.Late != 20 {
+		t.Fatalf("status %+v; want distrusted after unconfirmed overs", st)
+	}
+}

@@ -84,6 +84,7 @@ func (x *exchange) route() bool {
 		}
 		return false
 	}
+	x.spareRR = x.rr // answered: the router holds nothing of it
 	if !route.Decision.Available() && x.lastErr != nil {
 		// The retry found nothing better than what failed: the client gets
 		// that failure, and X-Llb-Route keeps the decision of the attempt
@@ -181,8 +182,8 @@ func (x *exchange) ensureAdapter() (attempt, bool) {
 
 // reroute prepares the next attempt after a, which asked for a retry.
 func (x *exchange) reroute(a attempt) {
-	// A fresh RouteRequest per attempt: the router may still hold the
-	// previous one (it learns the prompt when that ticket finishes).
+	// A fresh RouteRequest per attempt: the previous one is the spare
+	// (x.spareRR), which the exchange's next request zeroes and reuses.
 	next := *x.rr
 	if a.failedEP >= 0 && a.failedEP < 32 {
 		next.Avoid |= 1 << uint(a.failedEP)

@@ -362,7 +362,7 @@ func (x *exchange) serveGenerate(kind APIKind) {
 		req.Body = nb
 	}
 	x.model, x.wantStream = req.Model, req.Stream
-	rr := &actors.RouteRequest{}
+	rr := x.routeRequest()
 	x.h.input.build(x.ctx, x.in, x.remote, x.ip, req, rr)
 	x.kvGuard = rr.Req.KV.Guard
 	x.tag(rr)

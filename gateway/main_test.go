@@ -33,5 +33,5 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
 		goleak.IgnoreAnyFunction("github.com/llbproject/llb/gateway.(*departureWatch).run"),
-		goleak.IgnoreAnyFunction("github.com/llbproject/llb/gateway.(*streamPoller).run"))
+		goleak.IgnoreAnyFunction("github.com/llbproject/llb/gateway.(*pollShard).run"))
 }

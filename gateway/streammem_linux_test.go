@@ -60,15 +60,15 @@ func testWaitingStreams(t *testing.T, poller bool) {
 	base, _ := startGateway(t, singlePool(backend), Deps{Router: newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))})
 	addr := strings.TrimPrefix(base, "http://")
 
-	heap := func() uint64 {
+	heap := func() (inuse, stacks uint64) {
 		// Two collections: pooled buffers nobody holds are dropped.
 		runtime.GC()
 		runtime.GC()
 		var m runtime.MemStats
 		runtime.ReadMemStats(&m)
-		return m.HeapInuse
+		return m.HeapInuse, m.StackInuse
 	}
-	before := heap()
+	before, stacksBefore := heap()
 	goroutines := runtime.NumGoroutine()
 	watched := departures.count()
 	body := `{"model":"m","prompt":"hello","stream":true}`
@@ -119,8 +119,12 @@ func testWaitingStreams(t *testing.T, poller bool) {
 	if g := float64(runtime.NumGoroutine()-goroutines) / streams; g > want+0.5 {
 		t.Errorf("goroutines per waiting stream: %.2f (the backend's one included); want %v", g, want)
 	}
-	perStream := (int64(heap()) - int64(before)) / streams
-	t.Logf("heap per waiting stream: %d bytes (the test's own connections and read-back included)", perStream)
+	inuse, stacks := heap()
+	perStream := (int64(inuse) - int64(before)) / streams
+	// The goroutine stacks are outside the heap: the relay's parked frame
+	// and the backend's handler (the test's own, in both modes).
+	stackPerStream := (int64(stacks) - int64(stacksBefore)) / streams
+	t.Logf("heap per waiting stream: %d bytes (the test's own connections and read-back included); goroutine stacks per waiting stream: %d bytes (the test backend's included)", perStream, stackPerStream)
 	if poller && perStream > 16<<10 {
 		// Without the server's 4 KiB write buffer and its request context
 		// (the exchange's request and response are copied out of it).

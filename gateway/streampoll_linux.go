@@ -5,6 +5,7 @@ package gateway
 import (
 	"io"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -14,13 +15,24 @@ import (
 // streamPolls tells that streams can park with the poller.
 const streamPolls = true
 
-// The stream poller: one epoll instance and one goroutine waiting on it for
+// The stream poller: epoll instances with a goroutine each, waiting for
 // the upstream sockets of parked streams (streamhijack.go), instead of a
 // goroutine per stream parked in Go's netpoller. It follows the departure
 // watch's rules (departures_linux.go): registrations named by a number in
 // the event's data, never by the descriptor, and the descriptor used only
 // under the connection's hold (RawConn.Control). A parked stream's socket
 // is read by no one; the goroutine a wake starts owns it again.
+//
+// There is one instance (a shard) per P, each socket registered with one
+// of them, so that where the machine saturates the streams' events are
+// relayed on every core, not queued behind one goroutine. A shard's
+// goroutine does not block in epoll_wait: the instance's own descriptor is
+// watched by Go's netpoller (an epoll descriptor turns readable when one
+// of its registrations fires), and the goroutine drains it with
+// epoll_wait's zero timeout and parks as any socket reader does. A
+// goroutine blocked in the system call would need a P back at every
+// return: at saturation it waited on the scheduler's global queue, an
+// added delay the relay's streams, woken by the netpoller, did not have.
 //
 // A stream registers its upstream socket once, edge-triggered, for as long
 // as it relays from that connection, as Go's netpoller does: an event
@@ -32,15 +44,25 @@ const streamPolls = true
 // re-arms it with EPOLL_CTL_MOD, which reports data already waiting. A
 // registration outlives its stream when the connection goes back to the
 // pool: the kernel drops it when the socket closes, the next stream to
-// park there replaces it, and until then it fires for a number no stream
-// holds (ignored).
+// park there replaces it (in the same shard: upConn.shard), and until
+// then it fires for a number no stream holds (ignored).
 type streamPoller struct {
 	once   sync.Once
-	epfd   int
 	err    error
-	next   atomic.Uint64
+	shards []*pollShard
+	next   atomic.Uint64 // registration numbers, unique across shards
+	spread atomic.Uint64 // the shard of the next socket registered
 	parks  atomic.Uint64 // parks so far (tests)
 	arms   atomic.Uint64 // of them, parks that called epoll_ctl (tests)
+}
+
+// pollShard is one epoll instance and the streams registered with it.
+type pollShard struct {
+	epfd int
+	// file keeps the instance's descriptor in Go's netpoller (and open:
+	// its finalizer would close it); nil where that failed and the
+	// goroutine blocks in epoll_wait instead.
+	file   *os.File
 	mu     sync.Mutex
 	parked map[uint64]*hijackedStream
 }
@@ -51,17 +73,49 @@ var streamPoll streamPoller
 // park, which then leaves the stream in its goroutine).
 func startStreamPoller() { _ = streamPoll.start() }
 
-// start creates the epoll instance and its goroutine.
+// start creates the epoll instances and their goroutines.
 func (sp *streamPoller) start() error {
 	sp.once.Do(func() {
-		sp.epfd, sp.err = syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
-		if sp.err != nil {
-			return
+		n := runtime.GOMAXPROCS(0)
+		for range n {
+			sh, err := newPollShard()
+			if err != nil {
+				sp.err = err
+				break
+			}
+			sp.shards = append(sp.shards, sh)
 		}
-		sp.parked = make(map[uint64]*hijackedStream)
-		go sp.run()
+		if len(sp.shards) > 0 {
+			sp.err = nil // fewer shards than Ps still serve
+		}
+		for _, sh := range sp.shards {
+			go sh.run()
+		}
 	})
 	return sp.err
+}
+
+// newPollShard creates an epoll instance, non-blocking so that Go's
+// netpoller can watch it.
+func newPollShard() (*pollShard, error) {
+	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	sh := &pollShard{epfd: epfd, parked: make(map[uint64]*hijackedStream)}
+	if syscall.SetNonblock(epfd, true) == nil {
+		sh.file = os.NewFile(uintptr(epfd), "stream-poller")
+	}
+	return sh, nil
+}
+
+// shardFor returns the shard c's socket is registered with, or the one
+// it is to be registered with.
+func (sp *streamPoller) shardFor(c *upConn) *pollShard {
+	if !c.polled {
+		c.shard = int(sp.spread.Add(1) % uint64(len(sp.shards)))
+	}
+	return sp.shards[c.shard]
 }
 
 // epollEdge is EPOLLET (the syscall package's constant is negative).
@@ -69,48 +123,82 @@ const epollEdge = 1 << 31
 
 // count is how many streams are parked.
 func (sp *streamPoller) count() int {
-	sp.mu.Lock()
-	defer sp.mu.Unlock()
 	n := 0
-	for _, st := range sp.parked {
-		p := &st.parked
-		p.mu.Lock()
-		if p.armed {
-			n++
+	for _, sh := range sp.shards {
+		sh.mu.Lock()
+		for _, st := range sh.parked {
+			p := &st.parked
+			p.mu.Lock()
+			if p.armed {
+				n++
+			}
+			p.mu.Unlock()
 		}
-		p.mu.Unlock()
+		sh.mu.Unlock()
 	}
 	return n
 }
 
 // get returns the stream registered under id, or nil.
-func (sp *streamPoller) get(id uint64) *hijackedStream {
-	sp.mu.Lock()
-	st := sp.parked[id]
-	sp.mu.Unlock()
+func (sh *pollShard) get(id uint64) *hijackedStream {
+	sh.mu.Lock()
+	st := sh.parked[id]
+	sh.mu.Unlock()
 	return st
 }
 
 // forget drops registration id's stream.
-func (sp *streamPoller) forget(id uint64) {
-	sp.mu.Lock()
-	delete(sp.parked, id)
-	sp.mu.Unlock()
+func (sh *pollShard) forget(id uint64) {
+	sh.mu.Lock()
+	delete(sh.parked, id)
+	sh.mu.Unlock()
 }
 
-// run waits for registrations to fire, for the life of the process.
-func (sp *streamPoller) run() {
-	waitEpoll(sp.epfd, 256, func(id uint64, events uint32) {
-		if st := sp.get(id); st != nil {
-			st.parked.fire(id, events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0)
+// fire hands one event of the instance to the stream registered for it.
+func (sh *pollShard) fire(id uint64, events uint32) {
+	if st := sh.get(id); st != nil {
+		st.parked.fire(id, events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0)
+	}
+}
+
+// run waits for registrations to fire, for the life of the process: in
+// Go's netpoller when the instance's descriptor is in it, else blocked in
+// epoll_wait.
+func (sh *pollShard) run() {
+	if sh.file != nil {
+		if rc, err := sh.file.SyscallConn(); err == nil {
+			events := make([]syscall.EpollEvent, 256)
+			err = rc.Read(func(fd uintptr) bool {
+				for {
+					n, err := syscall.EpollWait(sh.epfd, events, 0)
+					if err == syscall.EINTR {
+						continue
+					}
+					if err != nil {
+						return true
+					}
+					for i := range events[:n] {
+						sh.fire(epollID(&events[i]), events[i].Events)
+					}
+					if n < len(events) {
+						return false // drained: wait for the next edge
+					}
+				}
+			})
+			if err == nil {
+				return // epoll_wait failed: as waitEpoll, give up
+			}
+			// Not pollable after all: block in epoll_wait.
 		}
-	})
+	}
+	waitEpoll(sh.epfd, 256, sh.fire)
 }
 
 // parkedStream is a hijacked stream's registration with the poller.
 type parkedStream struct {
 	st *hijackedStream
-	c  *upConn // the upstream connection registered
+	c  *upConn    // the upstream connection registered
+	sh *pollShard // the shard it is registered with
 	mu sync.Mutex
 	// id is the registration of c (0: none); armed: the stream waits on
 	// it; edge: it fired while the stream ran. tail: the parking
@@ -145,21 +233,22 @@ func (st *hijackedStream) park() bool {
 		p.mu.Unlock()
 		return false
 	}
-	old, id := p.id, p.id
+	old, oldSh, id := p.id, p.sh, p.id
+	sh := streamPoll.shardFor(c)
 	if fresh {
 		id = streamPoll.next.Add(1)
 	}
-	p.st, p.c, p.id, p.armed, p.edge, p.tail, p.woke = st, c, id, true, false, true, false
+	p.st, p.c, p.sh, p.id, p.armed, p.edge, p.tail, p.woke = st, c, sh, id, true, false, true, false
 	p.mu.Unlock()
 	streamPoll.parks.Add(1)
 	c.parkedOn.Store(p)
 	if fresh {
-		streamPoll.mu.Lock()
 		if old != 0 {
-			delete(streamPoll.parked, old)
+			oldSh.forget(old)
 		}
-		streamPoll.parked[id] = st
-		streamPoll.mu.Unlock()
+		sh.mu.Lock()
+		sh.parked[id] = st
+		sh.mu.Unlock()
 	}
 	if fresh || !drained {
 		// Register, or re-arm: EPOLL_CTL_MOD reports what already waits.
@@ -172,13 +261,13 @@ func (st *hijackedStream) park() bool {
 			if !c.polled {
 				op = syscall.EPOLL_CTL_ADD
 			}
-			errno = syscall.EpollCtl(streamPoll.epfd, op, int(fd), &ev)
+			errno = syscall.EpollCtl(sh.epfd, op, int(fd), &ev)
 			if errno == syscall.ENOENT && op == syscall.EPOLL_CTL_MOD {
-				errno = syscall.EpollCtl(streamPoll.epfd, syscall.EPOLL_CTL_ADD, int(fd), &ev)
+				errno = syscall.EpollCtl(sh.epfd, syscall.EPOLL_CTL_ADD, int(fd), &ev)
 			}
 		})
 		if err != nil || errno != nil {
-			streamPoll.forget(id)
+			sh.forget(id)
 			p.mu.Lock()
 			p.id, p.armed, p.tail = 0, false, false
 			p.mu.Unlock()
@@ -278,11 +367,11 @@ func (p *parkedStream) stop() {
 		p.timer.Stop()
 	}
 	p.mu.Lock()
-	id := p.id
+	id, sh := p.id, p.sh
 	p.id, p.armed = 0, false
 	p.mu.Unlock()
 	if id != 0 {
-		streamPoll.forget(id)
+		sh.forget(id)
 	}
 }
 

@@ -128,10 +128,11 @@ type upConn struct {
 	pre      []byte
 	early    *[]byte
 	preErr   error
-	// polled: the stream poller has the socket registered (its one-shot
-	// registration spent or re-armed per park); parkedOn is the stream
-	// parked on it, woken by an abort (exchange.killUp).
+	// polled: the stream poller has the socket registered, with its
+	// shard-th epoll instance; parkedOn is the stream parked on it, woken
+	// by an abort (exchange.killUp).
 	polled   bool
+	shard    int
 	parkedOn atomic.Pointer[parkedStream]
 }
 

@@ -123,6 +123,7 @@ type Mirror struct {
 	check     *contractChecker
 	stats     MirrorStats
 	runKeys   []uint64
+	removed   removalLog // the latest GPU removals, for cache truth
 	ignored   *ignoreLog
 	now       func() time.Time
 
@@ -527,11 +528,18 @@ func (m *Mirror) remove(tier CacheTier, ev *Event) {
 		if m.token != nil {
 			ownKey = t.idx.vals[j]
 		}
-		t.idx.dec(j, 1)
+		gone := t.idx.dec(j, 1)
 		if m.token != nil {
 			if k := t.own.find(ownKey); k >= 0 {
-				t.own.dec(k, 1)
+				gone = t.own.dec(k, 1)
+			} else {
+				gone = false
 			}
+		} else {
+			ownKey = h
+		}
+		if gone && tier == TierGPU {
+			m.removed.add(ownKey)
 		}
 	}
 	if unknown > 0 {

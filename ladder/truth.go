@@ -90,11 +90,13 @@ type TruthSample struct {
 	// ExtraKeys is set when the prompt's blocks carry extra keys (a LoRA
 	// adapter or a cache_salt).
 	ExtraKeys bool
-	// Confirmed marks an under-prediction that the mirror explained once
-	// the engine had answered: it then held the blocks the engine reused.
-	// The mirror was late (their BlockStored events were still on the way
-	// when llb decided: a concurrent or just-placed request of the same
-	// prefix), not wrong. Counted, but kept out of the verdict.
+	// Confirmed marks a wrong prediction that the mirror explained once
+	// the engine had answered: for an under, it then held the blocks the
+	// engine reused (their BlockStored events were still on the way when
+	// llb decided: a concurrent or just-placed request of the same prefix);
+	// for an over, it had since removed a block the engine did not reuse
+	// (the engine had evicted it; its BlockRemoved was on the way). The
+	// mirror was late, not wrong. Counted, but kept out of the verdict.
 	Confirmed bool
 }
 
@@ -191,7 +193,8 @@ type TruthStep struct {
 // TruthTotals are an endpoint's lifetime counts and its last sample.
 type TruthTotals struct {
 	// Match, Over and Under count every sample by outcome; Late counts the
-	// unders the mirror confirmed afterwards (Confirmed; included in Under).
+	// unders and overs the mirror confirmed afterwards (Confirmed; included
+	// in Under and Over).
 	Match, Over, Under, Late uint64
 	// Last is the most recent sample; LastOutcome its outcome. HaveLast is
 	// false before the first.
@@ -226,8 +229,8 @@ const truthClassMemory = 4 * TruthWindow
 
 // Observe records one sample, taken at now, of an endpoint whose blocks hold
 // blockSize tokens and returns its classification and the (possibly new)
-// verdict. A sample that involves no block, or a Confirmed
-// under-prediction, is counted but not informative.
+// verdict. A sample that involves no block, or a Confirmed wrong
+// prediction, is counted but not informative.
 //
 // The verdict turns distrusted when TruthDemoteWrong of the last
 // TruthWindow informative samples are wrong and have been for TruthMinBad
@@ -242,13 +245,13 @@ func (t *TruthTracker) Observe(now time.Time, s TruthSample, blockSize int) Trut
 		t.totals.Over++
 	default:
 		t.totals.Under++
-		if s.Confirmed {
-			t.totals.Late++
-		}
+	}
+	if s.Confirmed && out != PredictionMatch {
+		t.totals.Late++
 	}
 	t.totals.Last, t.totals.LastOutcome, t.totals.HaveLast = s, out, true
 	step := TruthStep{Outcome: out, Diff: diff}
-	if uint64(max(s.Predicted, s.Actual)) < uint64(max(blockSize, 1)) || (s.Confirmed && out == PredictionUnder) {
+	if uint64(max(s.Predicted, s.Actual)) < uint64(max(blockSize, 1)) || (s.Confirmed && out != PredictionMatch) {
 		step.Verdict = t.verdict
 		return step
 	}

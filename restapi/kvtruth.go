@@ -32,10 +32,11 @@ type KVPrediction struct {
 	Match uint64 `json:"match"`
 	Over  uint64 `json:"over"`
 	Under uint64 `json:"under"`
-	// Late counts the unders the mirror confirmed within 250 ms of the
-	// engine's answer: their KV events were still on the way when llb decided (a
-	// concurrent or just-placed request of the same prefix). Included in
-	// Under; they never count against the endpoint.
+	// Late counts the unders and overs the mirror confirmed within 250 ms
+	// of the engine's answer: their KV events were still on the way when
+	// llb decided (a concurrent or just-placed request of the same prefix
+	// stored the blocks; the engine had evicted one). Included in Under and
+	// Over; they never count against the endpoint.
 	Late uint64 `json:"late,omitempty"`
 	// LastPredicted and LastActual are the latest comparison (absent
 	// before the first).

@@ -180,7 +180,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		{"no-data-plane", "LLB_NO_DATA_PLANE", "run the REST control plane only: rules are stored and listed, no traffic is served"},
 		{"hide-backend-addrs", "LLB_HIDE_BACKEND_ADDRS", "keep endpoint addresses out of X-Llb-Route and error bodies sent to clients"},
 		{"access-log", "LLB_ACCESS_LOG", "log every data-plane request at info (off: only with --log-level debug)"},
-		{"stream-poller", "LLB_STREAM_POLLER", "relay HTTP/1.1 SSE streams past the HTTP server and park each between its events with one epoll poller, holding no goroutine, server write buffer or request context while it waits (Linux)"},
+		{"stream-poller", "LLB_STREAM_POLLER", "relay HTTP/1.1 SSE streams past the HTTP server and park each between its events with the epoll poller (an instance per core, in Go's netpoller), holding no goroutine, server write buffer or request context while it waits (Linux)"},
 		{"debug-listen", "LLB_DEBUG_LISTEN", "loopback host:port of the debug listener (POST /debug/chaos/crash makes an actor panic; empty: off)"},
 		{"cluster-name", "LLB_CLUSTER_NAME", "cluster mode: replicas with this name and the same etcd act as one router (empty: a single node)"},
 		{"cluster-advertise", "LLB_CLUSTER_ADVERTISE", "this replica's cluster address HOST:PORT, which peers dial (cluster mode)"},
