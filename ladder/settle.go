@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Settled misses (Env.MissSettle, on by default): a light-load placement
+// Settled misses (Env.MissSettle, off by default): a light-load placement
 // of Tier-1.5 misses that keeps each prompt on one endpoint, as SGLang's
 // cache_aware tree does, while the prompts per endpoint stay balanced.
 //
@@ -23,8 +23,8 @@ import (
 // comes back (footprintTable.weightedSums), so a Zipf workload's cold
 // prompts do not count as much as its hot ones.
 //
-// Measured in docs/performance.md ("Settled misses", "Why the 50 % cells
-// lose").
+// Measured and not made the default: see docs/performance.md ("Settled
+// misses").
 
 const (
 	// SettleFillPct: the fleet is light while its in-flight requests,

@@ -78,12 +78,10 @@ type Strategy struct {
 	// endpoint predicted to meet it (ladder/objective.go). Named
 	// "<name>+objective"; not for a peer.
 	Objective bool
-	// NoSettle sets LLB_KV_MISS_SETTLE=0 (headroom law): a miss on a light
-	// fleet goes by KV use, as near saturation, instead of to its prompt's
-	// home or the smallest frequency-weighted footprint (ladder/settle.go;
-	// the default law before settling). Named "<name>+nosettle"; not for a
-	// peer.
-	NoSettle bool
+	// MissSettle sets LLB_KV_MISS_SETTLE (headroom law): a miss on a light
+	// fleet goes to its prompt's home or the smallest frequency-weighted
+	// footprint (ladder/settle.go). Named "<name>+settle"; not for a peer.
+	MissSettle bool
 }
 
 // IsPeer reports whether the strategy is another router's policy.
@@ -124,9 +122,7 @@ func (s *Strategy) Env() ladder.Env {
 	if s.HeadroomPct != 0 {
 		env.HeadroomPct = s.HeadroomPct
 	}
-	if s.NoSettle {
-		env.MissSettle = false
-	}
+	env.MissSettle = s.MissSettle
 	return env
 }
 
@@ -148,8 +144,8 @@ func (s *Strategy) EnvList() []string {
 	if s.HeadroomPct != 0 {
 		out = append(out, ladder.EnvHeadroomPct+"="+strconv.FormatUint(uint64(s.HeadroomPct), 10))
 	}
-	if s.NoSettle {
-		out = append(out, ladder.EnvMissSettle+"=0")
+	if s.MissSettle {
+		out = append(out, ladder.EnvMissSettle+"=1")
 	}
 	slices.Sort(out)
 	return out
