@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -429,5 +430,61 @@ func TestSinglePool_ClientThatStopsReadingIsCutAtMaxStreamDuration(t *testing.T)
 	_, outcomes, _ := fr.snapshot()
 	if len(outcomes) != 1 || outcomes[0].Failure == actors.FailNone {
 		t.Errorf("outcomes = %+v; want the stuck stream reported as failed", outcomes)
+	}
+}
+
+// The departure watch's timer outlives a short exchange and serves the
+// next one on the connection: a request that follows a short one within
+// clientWatchDelay, and waits on its engine with nothing to write, is
+// still cancelled when its client leaves.
+func TestSinglePool_ClientLeavingAfterAShortRequestOnItsConnectionCancelsUpstream(t *testing.T) {
+	be := newFakeVLLM(t)
+	var calls atomic.Int32
+	upstreamGone := make(chan struct{})
+	be.answer = func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		if calls.Add(1) == 1 {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"choices":[{"text":"short"}]}`)
+			return
+		}
+		<-r.Context().Done() // the gateway must cancel us
+		close(upstreamGone)
+	}
+	fr := newFakeRouter(fixedRoute(decision(ladder.TierSelector, 0, -1)))
+	url, _ := startGateway(t, singlePool(be.addr()), Deps{Router: fr})
+	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	body := `{"model":"m","prompt":"p"}`
+	req := "POST " + PathCompletions + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("first request: status %d", resp.StatusCode)
+	}
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	for calls.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	c.Close()
+	select {
+	case <-upstreamGone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream request was not cancelled after the client left")
+	}
+	fr.checkTicketsClosed(t, 2)
+	_, outcomes, _ := fr.snapshot()
+	if len(outcomes) != 2 || outcomes[1].Failure != actors.FailClientGone {
+		t.Errorf("outcomes = %+v; want the second FailClientGone", outcomes)
 	}
 }
