@@ -37,6 +37,15 @@ const (
 	footprintSlots = 1024
 )
 
+// RefitHorizon is how far ahead a refit counts the returns of the prompt
+// it moves (RefitPays). Measured at 120 s, 300 s and 10 min: the shorter
+// horizons refused refits long-document Q&A needed (a document's second
+// request, its hit count still about one), while at 10 min the Mooncake
+// synthetic trace's prompts seen about once before, 90 % or more cached
+// on their pick, still stay there (docs/performance.md, refits that
+// pay).
+const RefitHorizon = 10 * time.Minute
+
 type footprintEntry struct {
 	key uint64
 	at  int64 // unix nanoseconds of the last placement
@@ -96,6 +105,20 @@ func (t *footprintTable) weightedSums(now time.Time, skip uint64, out *[MaxEndpo
 	}
 }
 
+// returns is how many times key is expected to come back within
+// RefitHorizon: its decayed hit count, the requests of it seen within
+// about a SettleHalfLife, scaled to the horizon (a rate times a time).
+// false when the table does not know the key: not placed within
+// SettleHorizon, or another key took its slot since.
+func (t *footprintTable) returns(now time.Time, key uint64) (float64, bool) {
+	e := &t.slots[key%footprintSlots]
+	n := now.UnixNano()
+	if !e.set || e.key != key || e.at > n || n-e.at > int64(SettleHorizon) {
+		return 0, false
+	}
+	return float64(e.hits) * decay(n-e.at) * math.Ln2 / float64(SettleHalfLife) * float64(RefitHorizon), true
+}
+
 // home returns the endpoint key was last sent to within SettleHorizon.
 func (t *footprintTable) home(now time.Time, key uint64) (int, bool) {
 	e := &t.slots[key%footprintSlots]
@@ -141,6 +164,22 @@ func Overflows(footprint, capacity uint64, promptBlocks, overlap uint32) bool {
 		return false
 	}
 	return !Fits(footprint, capacity, promptBlocks)
+}
+
+// RefitPays is the headroom law's price test of a refit of a prompt of
+// promptBlocks from a pick holding pickOverlap of it to a target holding
+// targetOverlap: the move gives up pickOverlap − targetOverlap cached
+// blocks now, and saves the promptBlocks − pickOverlap blocks of tail the
+// pick would compute again on each of the prompt's expected returns. It
+// pays when the blocks saved are at least the blocks given up. A prompt
+// that does not come back (most of a recorded trace's) never pays for
+// its copy; a document asked about every few seconds does at once.
+func RefitPays(returns float64, promptBlocks, pickOverlap, targetOverlap uint32) bool {
+	pickOverlap = min(pickOverlap, promptBlocks)
+	if targetOverlap >= pickOverlap {
+		return true
+	}
+	return returns*float64(promptBlocks-pickOverlap) >= float64(pickOverlap-targetOverlap)
 }
 
 // Fits reports whether a prompt of promptBlocks fits an endpoint of

@@ -55,6 +55,61 @@ func TestFits_WorkedValues(t *testing.T) {
 	}
 }
 
+func TestRefitPays_WorkedValues(t *testing.T) {
+	tests := []struct {
+		name                 string
+		returns              float64
+		blocks, pick, target uint32
+		want                 bool
+	}{
+		// The Mooncake synthetic trace at 70 % (load-factor model): a
+		// conversation's 2214-block prompt seen once before, 134 blocks
+		// short on its pick, to an endpoint holding none of it.
+		{"a one-off prompt gives up more than it saves", 2.9, 2214, 2080, 0, false},
+		// Long-document Q&A: an 805-block document asked about every few
+		// seconds, 105 blocks short on its pick.
+		{"a document that keeps coming back pays at once", 200, 805, 700, 0, true},
+		{"saved equal to given up pays", 2, 300, 200, 0, true},         // 100 × 2 = 200
+		{"one block short does not", 2, 300, 201, 0, false},            // 99 × 2 < 201
+		{"the target's overlap is not given up", 2, 300, 201, 3, true}, // 198 given up
+		{"a target holding as much gives up nothing", 0, 300, 200, 200, true},
+		{"a target holding more gives up nothing", 0, 300, 200, 250, true},
+		{"a key never seen does not pay", 0, 300, 200, 0, false},
+		{"a full hit has no tail to save", 0, 50, 70, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := RefitPays(tt.returns, tt.blocks, tt.pick, tt.target); got != tt.want {
+				t.Fatalf("RefitPays(%v, %d, %d, %d) = %v; want %v", tt.returns, tt.blocks, tt.pick, tt.target, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestFootprintReturns_ScalesTheDecayedHits(t *testing.T) {
+	var ft footprintTable
+	now := time.Unix(1_000, 0)
+	if _, ok := ft.returns(now, 7); ok {
+		t.Fatal("returns of a key never placed is known; want unknown")
+	}
+	ft.note(now, 7, 1, 100)
+	perHit := math.Ln2 / SettleHalfLife.Seconds() * RefitHorizon.Seconds()
+	if got, ok := ft.returns(now, 7); !ok || math.Abs(got-perHit) > 1e-6 {
+		t.Fatalf("returns after one placement = %v, %v; want %v, true", got, ok, perHit)
+	}
+	ft.note(now, 7, 1, 100)
+	later := now.Add(SettleHalfLife)
+	if got, ok := ft.returns(later, 7); !ok || math.Abs(got-perHit) > 1e-6 { // two hits, halved
+		t.Fatalf("returns of two hits a half-life later = %v, %v; want %v, true", got, ok, perHit)
+	}
+	if _, ok := ft.returns(later, 7+footprintSlots); ok {
+		t.Fatal("returns of a key whose slot holds another is known; want unknown")
+	}
+	if _, ok := ft.returns(now.Add(SettleHorizon+time.Second), 7); ok {
+		t.Fatal("returns past SettleHorizon is known; want unknown")
+	}
+}
+
 func TestLessFootprint_ComparesShares(t *testing.T) {
 	tests := []struct {
 		name         string

@@ -160,7 +160,7 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 		}
 	}
 	if r.law.Mode.HeadroomLaw() {
-		if t, ok := r.refit(now, req, views, set, pick, promptBlocks, overlap(pick)); ok {
+		if t, ok := r.refit(now, req, views, set, pick, promptBlocks, overlap); ok {
 			pick = t
 			d.Flags = d.Flags&^(FlagHeld|FlagRelief|FlagSpill) | FlagRefit
 			if overlap(t) < best {
@@ -200,10 +200,16 @@ func (r *Router) tier15(now time.Time, req *Request, views []EndpointView, set, 
 // member's footprint, that has headroom (it runs the request at once: in
 // flight below r.room, which is 0 while its engine reports waiting
 // requests) and whose KV usage is known and trusted — the smallest
-// footprint per capacity, then the lowest index. The move pays one prefill
-// of the prompt; the requests after it find the prefix whole instead of
-// its tail evicted again. false leaves the pick.
-func (r *Router) refit(now time.Time, req *Request, views []EndpointView, set EndpointSet, pick int, promptBlocks, pickOverlap uint32) (int, bool) {
+// footprint per capacity, then the lowest index — when the move pays
+// (RefitPays): it gives up the blocks the pick holds and the target does
+// not, and saves the tail the pick would compute again on each time the
+// prompt is expected to come back (when the footprint table does not know
+// the key, llb cannot tell, and the move is made). The requests after it
+// find the prefix whole instead of its tail evicted again; a prompt that
+// does not come back would only compute its cached blocks again. false
+// leaves the pick.
+func (r *Router) refit(now time.Time, req *Request, views []EndpointView, set EndpointSet, pick int, promptBlocks uint32, overlap func(int) uint32) (int, bool) {
+	pickOverlap := overlap(pick)
 	if r.foot == nil || !req.HasPrefixHash || promptBlocks-min(pickOverlap, promptBlocks) < SpillMarginBlocks {
 		return -1, false
 	}
@@ -221,7 +227,13 @@ func (r *Router) refit(now time.Time, req *Request, views []EndpointView, set En
 			t = i
 		}
 	}
-	return t, t >= 0
+	if t < 0 {
+		return -1, false
+	}
+	if n, ok := r.foot.returns(now, req.PrefixHash); ok && !RefitPays(n, promptBlocks, pickOverlap, overlap(t)) {
+		return -1, false
+	}
+	return t, true
 }
 
 // rebalance is the headroom law's last look at the pick: the member of

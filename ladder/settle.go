@@ -35,8 +35,18 @@ const (
 	SettleFillPct = 70
 	// SettleFillWindow is the time constant of that average. One miss's
 	// fill says little — at 90 % load a Poisson lull shows the fill of
-	// half load — while the mean over tens of misses separates the loads.
-	SettleFillWindow = 20 * time.Second
+	// half load — and a 20 s average still opened on compute-bound
+	// workers at 90 % (their fill is 0.68–0.88 there), while the mean over
+	// a minute of misses keeps them apart (docs/performance.md).
+	SettleFillWindow = 60 * time.Second
+	// SettlePromptsPerCache: a prompt settles only on an endpoint whose
+	// cache holds at least this many prompts of its size. Settling evens out
+	// the number of prompts per endpoint, which is what keeps a cache of
+	// many prompts evicting few of them; a cache of a few large prompts
+	// (long documents) is a packing problem, where the smallest footprint
+	// or the home packs a second document beside one that needs the cache
+	// alone.
+	SettlePromptsPerCache = 6
 	// SettleHorizon is how long a placement counts as a prompt's home and
 	// towards the weighted footprint.
 	SettleHorizon = 300 * time.Second
@@ -75,7 +85,7 @@ func (r *Router) settleMiss(now time.Time, req *Request, views []EndpointView, f
 	pb := uint64(max(r.PromptBlocks(req), 1))
 	runsNow := func(e int) bool {
 		v := &views[e]
-		return missEligible(v, calm) && v.QueuedRequests == 0 && v.ActiveConns < r.room[e]
+		return missEligible(v, calm) && v.QueuedRequests == 0 && v.ActiveConns < r.room[e] && pb*SettlePromptsPerCache <= r.caps[e]
 	}
 	small := -1
 	for j := range fleet {
