@@ -23,6 +23,8 @@ type kvProbe struct {
 	c      *http.Client
 	prefix string
 	n      int
+	// route is the last answer's X-Llb-Route, for failure messages.
+	route string
 }
 
 func newKVProbe(t *testing.T, f *pdFleet, name string) *kvProbe {
@@ -39,6 +41,7 @@ func (p *kvProbe) send() (tier string, prefill int) {
 	if outcome != outOK {
 		p.t.Fatalf("prefix request: %s %s", outcome, detail)
 	}
+	p.route = h.Get("X-Llb-Route")
 	tier, prefill, _ = routeOf(p.t, h)
 	return tier, prefill
 }
@@ -132,7 +135,7 @@ func TestChaos_KVPublisherRestartResyncsTheMirrorAndTierOneFiveFollows(t *testin
 		// (sequence 0) tells llb the publisher restarted. The mirror is
 		// cleared and refilled from what the worker really holds now.
 		if tier, got := a.send(); tier != "1.5" || got != o {
-			t.Fatalf("cycle %d: after the restart the prefix went tier %s to %d; want the stale Tier-1.5 owner %d", cycle, tier, got, o)
+			t.Fatalf("cycle %d: after the restart the prefix went tier %s to %d; want the stale Tier-1.5 owner %d (X-Llb-Route: %s)", cycle, tier, got, o, a.route)
 		}
 		waitUntil(t, "publisher restart detected", 5*time.Second, func() bool {
 			return f.metrics().sum("llb_kv_publisher_restarts_total", ep(o)) > before.sum("llb_kv_publisher_restarts_total", ep(o))
