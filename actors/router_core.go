@@ -188,7 +188,9 @@ type routerCore struct {
 	// by score id (truthCheckIDBit set).
 	checks   map[uint64]*truthCheck
 	checkSeq uint64
-	// removals is each endpoint's latest Removals mark from its inventory.
+	// removals is each endpoint's latest Removals mark from its inventory
+	// (it only grows: a replaced mirror counting from 0 again makes the
+	// over-checks stricter until it passes the mark, never laxer).
 	removals []uint64
 
 	// peer is the peers' load and health (cluster mode; see peers.go).

@@ -128,7 +128,8 @@ func (c *routerCore) nextCheckID(tc *truthCheck) uint64 {
 	return id
 }
 
-// askMirror looks at the mirror for the blocks the engine reused.
+// askMirror asks the mirror about the check's blocks: whether it holds them
+// (an under) or removed one since the decision's mark (an over).
 func (c *routerCore) askMirror(now time.Time, tc *truthCheck) {
 	id := c.nextCheckID(tc)
 	tc.asking, tc.stop = true, c.ports.deadline(id, tc.until.Sub(now))
