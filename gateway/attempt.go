@@ -84,7 +84,7 @@ func (x *exchange) route() bool {
 		}
 		return false
 	}
-	x.spareRR = x.rr // answered: the router holds nothing of it
+	x.spareRR = x.rr // answered: the router holds no pointer to it (see spareRR)
 	if !route.Decision.Available() && x.lastErr != nil {
 		// The retry found nothing better than what failed: the client gets
 		// that failure, and X-Llb-Route keeps the decision of the attempt

@@ -65,11 +65,13 @@ type exchange struct {
 	// never answered and after a dead P/D prefill, and the answer when no
 	// retry can be made.
 	rr *actors.RouteRequest
-	// spareRR is a routing input the router answered (it keeps nothing of
-	// a request it answered), kept across requests so that the next one
-	// reuses it rather than allocate: one allocation per request fewer.
-	// One whose Route ended in an error is never kept: a router that was
-	// still deciding may hold it.
+	// spareRR is a routing input the router answered, kept across requests
+	// so that the next one reuses it rather than allocate: one allocation
+	// per request fewer. The router keeps no pointer to it once it
+	// answered, but may keep slices it held (a ticket's block chain, for
+	// cache truth): routeRequest zeroes the struct, dropping them, and
+	// never reuses their storage. One whose Route ended in an error is
+	// never kept: a router that was still deciding may hold it.
 	spareRR        *actors.RouteRequest
 	ticket         actors.Ticket
 	retriesLeft    int

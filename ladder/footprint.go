@@ -111,9 +111,9 @@ func (t *footprintTable) weightedSums(now time.Time, skip uint64, out *[MaxEndpo
 // false when the table does not know the key: not placed within
 // SettleHorizon, or another key took its slot since.
 func (t *footprintTable) returns(now time.Time, key uint64) (float64, bool) {
-	e := &t.slots[key%footprintSlots]
 	n := now.UnixNano()
-	if !e.set || e.key != key || e.at > n || n-e.at > int64(SettleHorizon) {
+	e := t.lookup(n, key)
+	if e == nil {
 		return 0, false
 	}
 	return float64(e.hits) * decay(n-e.at) * math.Ln2 / float64(SettleHalfLife) * float64(RefitHorizon), true
@@ -121,11 +121,21 @@ func (t *footprintTable) returns(now time.Time, key uint64) (float64, bool) {
 
 // home returns the endpoint key was last sent to within SettleHorizon.
 func (t *footprintTable) home(now time.Time, key uint64) (int, bool) {
-	e := &t.slots[key%footprintSlots]
-	if n := now.UnixNano(); !e.set || e.key != key || e.at > n || n-e.at > int64(SettleHorizon) {
+	e := t.lookup(now.UnixNano(), key)
+	if e == nil {
 		return -1, false
 	}
 	return int(e.ep), true
+}
+
+// lookup returns key's entry when it was placed within SettleHorizon of n
+// (unix nanoseconds), else nil.
+func (t *footprintTable) lookup(n int64, key uint64) *footprintEntry {
+	e := &t.slots[key%footprintSlots]
+	if !e.set || e.key != key || e.at > n || n-e.at > int64(SettleHorizon) {
+		return nil
+	}
+	return e
 }
 
 // sums sets out[e] to endpoint e's footprint at now: the blocks of the
