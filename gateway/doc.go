@@ -129,11 +129,8 @@
 //     large bodies leaves nothing behind (bodybudget.go, memtrim.go).
 //   - Buffers only while data waits: a stream between two events holds no
 //     read buffer (the server's, ReduceMemoryUsage; the upstream
-//     connection's: it waits in relayStream.steady, each event read into
-//     a pooled buffer) and no relay buffer (taken from the pool per chunk
-//     in flight); one wait on the upstream socket serves a stream's events
-//     as long as they come as whole chunks, so an event costs one read,
-//     no readiness check; an idle pooled upstream connection
+//     connection's, upConn.waitReadable) and no relay buffer (taken from
+//     the pool per chunk in flight); an idle pooled upstream connection
 //     and a keep-alive client connection hold none either, nor does a leg
 //     waiting for its response head. A request's first bytes and a
 //     response head are read in the system call that finds them

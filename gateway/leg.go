@@ -168,17 +168,6 @@ func (l *leg) alive() {
 	}
 }
 
-// readAt notes response bytes read at now: a sign of life (alive), and
-// the idle bound counts from them (armRead) — one clock read for both.
-func (l *leg) readAt(now time.Time) {
-	if l.c != nil {
-		l.c.pool.life.note(now)
-	}
-	if l.started && l.idle > 0 {
-		l.arm(now)
-	}
-}
-
 // inlineBody is the largest request body copied behind its head for one
 // write; larger ones go out with the head in one writev.
 const inlineBody = 4 << 10

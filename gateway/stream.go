@@ -153,21 +153,8 @@ func (s *relayStream) WriteTo(w io.Writer) (int64, error) {
 				s.woken = false
 			case s.park != nil && s.park():
 				return total, errParked
-			case s.park != nil:
-				s.body.wait()
 			default:
-				wn, werr := s.steady(w)
-				total += wn
-				if werr != nil {
-					return total, werr
-				}
-				// What the steady state handed back: the start of an event
-				// (carried, in the relay buffer), or bytes or an error for
-				// bodyReader.
-				carry, s.carry = s.carry, 0
-				if s.buf != nil {
-					buf = *s.buf
-				}
+				s.body.wait()
 			}
 		}
 		if s.buf == nil {
