@@ -154,10 +154,11 @@ func (sh *pollShard) forget(id uint64) {
 	sh.mu.Unlock()
 }
 
-// fire hands one event of the instance to the stream registered for it.
-func (sh *pollShard) fire(id uint64, events uint32) {
+// fire hands one event of the instance to the stream registered for it,
+// in a goroutine of its own when apart.
+func (sh *pollShard) fire(id uint64, events uint32, apart bool) {
 	if st := sh.get(id); st != nil {
-		st.parked.fire(id, events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0)
+		st.parked.fire(id, events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0, apart)
 	}
 }
 
@@ -170,15 +171,9 @@ func (sh *pollShard) run() {
 			events := make([]syscall.EpollEvent, 256)
 			err = rc.Read(func(fd uintptr) bool {
 				for {
-					n, err := syscall.EpollWait(sh.epfd, events, 0)
-					if err == syscall.EINTR {
-						continue
-					}
+					n, err := sh.drain(events)
 					if err != nil {
 						return true
-					}
-					for i := range events[:n] {
-						sh.fire(epollID(&events[i]), events[i].Events)
 					}
 					if n < len(events) {
 						return false // drained: wait for the next edge
@@ -191,7 +186,45 @@ func (sh *pollShard) run() {
 			// Not pollable after all: block in epoll_wait.
 		}
 	}
-	waitEpoll(sh.epfd, 256, sh.fire)
+	waitEpoll(sh.epfd, 256, func(id uint64, events uint32) { sh.fire(id, events, false) })
+}
+
+// inlineBatch is the most registrations of one batch the shard's
+// goroutine relays itself; the rest of a larger batch goes to a goroutine
+// each (drain).
+const inlineBatch = 4
+
+// drain takes the registrations that fired from the instance (without
+// waiting) and hands each to its stream: the first inlineBatch relayed in
+// this goroutine, the others each in a goroutine of its own. Where the
+// machine saturates, Go's scheduler gives each runnable goroutine its turn
+// in order, and one that ran its slice (10 ms) or lost its P in a system
+// call waits at the back of the global queue: a shard's goroutine relaying
+// a whole batch for thousands of streams got one turn where the relay's
+// streams get one each, ran long enough to lose it, and its events waited
+// hundreds of milliseconds (go tool trace: the shards runnable 78 % of the
+// time at 4 000 streams). A goroutine per fired stream gives a backlog as
+// many turns as the relay's would have, and the shard's own turn stays
+// short; a batch of a few, the idle machine's case, costs no goroutine.
+func (sh *pollShard) drain(events []syscall.EpollEvent) (int, error) {
+	for {
+		n, err := syscall.EpollWait(sh.epfd, events, 0)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		// The goroutines first, for the other Ps to take while this one
+		// relays the first few.
+		for i := inlineBatch; i < n; i++ {
+			sh.fire(epollID(&events[i]), events[i].Events, true)
+		}
+		for i := range events[:min(n, inlineBatch)] {
+			sh.fire(epollID(&events[i]), events[i].Events, false)
+		}
+		return n, nil
+	}
 }
 
 // parkedStream is a hijacked stream's registration with the poller.
@@ -340,12 +373,24 @@ func (p *parkedStream) claim(id uint64, edge bool) bool {
 // closed or the socket failed — a read that returns data then does not
 // tell the end that follows it, and no edge will come for it, so the
 // relay's goroutine reads on.
-func (p *parkedStream) fire(id uint64, hangup bool) {
+func (p *parkedStream) fire(id uint64, hangup, apart bool) {
 	if !p.claim(id, true) {
+		return
+	}
+	if apart {
+		go p.relay(hangup)
 		return
 	}
 	if hangup || !p.st.step() {
 		go p.st.resume()
+	}
+}
+
+// relay is fire's relay in a goroutine of its own, which resumes the
+// stream itself when the step cannot take its event.
+func (p *parkedStream) relay(hangup bool) {
+	if hangup || !p.st.step() {
+		p.st.resume()
 	}
 }
 
