@@ -191,8 +191,10 @@ func (sh *pollShard) run() {
 
 // inlineBatch is the most registrations of one batch the shard's
 // goroutine relays itself; the rest of a larger batch goes to a goroutine
-// each (drain).
-const inlineBatch = 4
+// each (drain). Tests set it to 0 to take every event apart.
+var inlineBatch atomic.Int32
+
+func init() { inlineBatch.Store(4) }
 
 // drain takes the registrations that fired from the instance (without
 // waiting) and hands each to its stream: the first inlineBatch relayed in
@@ -217,10 +219,11 @@ func (sh *pollShard) drain(events []syscall.EpollEvent) (int, error) {
 		}
 		// The goroutines first, for the other Ps to take while this one
 		// relays the first few.
-		for i := inlineBatch; i < n; i++ {
+		inline := min(n, int(inlineBatch.Load()))
+		for i := inline; i < n; i++ {
 			sh.fire(epollID(&events[i]), events[i].Events, true)
 		}
-		for i := range events[:min(n, inlineBatch)] {
+		for i := range events[:inline] {
 			sh.fire(epollID(&events[i]), events[i].Events, false)
 		}
 		return n, nil
