@@ -313,6 +313,19 @@ func readPooled(fd uintptr) (bp *[]byte, n int, ok bool, err error) {
 	return bp, n, true, err
 }
 
+// writeRaw makes one write of b to the non-blocking socket fd (retried
+// when interrupted) and returns how much it took: less than b and EAGAIN
+// when its send buffer is full.
+func writeRaw(fd uintptr, b []byte) (int, error) {
+	for {
+		n, err := syscall.Write(int(fd), b)
+		if err == syscall.EINTR {
+			continue
+		}
+		return max(n, 0), err
+	}
+}
+
 // sniffH2 reads the first bytes of the connection and reports whether they
 // are the HTTP/2 preface. It reads no further than it must to tell, and
 // keeps what it read for the server that takes the connection.

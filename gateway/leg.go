@@ -207,7 +207,7 @@ func (l *leg) send(head, body []byte, dst *fasthttp.ResponseHeader) error {
 			buf := append(head, body...)
 			head = buf[:len(head)]
 			*scratch = head
-			_, err = c.nc.Write(buf)
+			err = c.sendEarly(buf)
 		} else {
 			*iovArr = [2][]byte{head, body}
 			*iov = iovArr[:]

@@ -128,6 +128,11 @@ type upConn struct {
 	pre      []byte
 	early    *[]byte
 	preErr   error
+	// sendStep is sendEarly's callback (made once per connection); out is
+	// what it has still to write, outErr the write's failure.
+	sendStep func(fd uintptr) bool
+	out      []byte
+	outErr   error
 	// polled: the stream poller has the socket registered, with its
 	// shard-th epoll instance; parkedOn is the stream parked on it, woken
 	// by an abort (exchange.killUp).
@@ -192,6 +197,7 @@ func (p *upstreamPool) dial(ctx context.Context, patient bool) (*upConn, error) 
 		c.raw, _ = sc.SyscallConn()
 		c.step = c.waitStep
 		c.headStep = c.readEarlyStep
+		c.sendStep = c.sendEarlyStep
 	}
 	return c, nil
 }
@@ -282,6 +288,52 @@ func (c *upConn) readEarly() {
 		return
 	}
 	_ = c.raw.Read(c.headStep)
+}
+
+// sendEarly writes the request buf and waits for the response head as
+// readEarly does, the write made in the wait's first callback: the wait
+// resets the socket's readiness before that callback, so an answer, which
+// can only come after the request, wakes it, and the read that would find
+// nothing between the write and the answer is not made — one system call
+// fewer per request. What the socket does not take at once (a full send
+// buffer) goes through the connection's write, under its deadline; the
+// response head is then waited for by readHead. A write's failure is
+// returned as the connection's write would return it.
+func (c *upConn) sendEarly(buf []byte) error {
+	if c.raw == nil || c.buffered() > 0 || c.preErr != nil {
+		_, err := c.nc.Write(buf)
+		return err
+	}
+	c.shed()
+	c.out = buf
+	_ = c.raw.Read(c.sendStep) // a wait's error is the next read's
+	rest, err := c.out, c.outErr
+	c.out, c.outErr = nil, nil
+	if err != nil {
+		return &net.OpError{Op: "write", Net: "tcp", Source: c.nc.LocalAddr(), Addr: c.nc.RemoteAddr(), Err: err}
+	}
+	if len(rest) > 0 { // not called (a deadline, a close) or not all taken
+		_, err = c.nc.Write(rest)
+	}
+	return err
+}
+
+// sendEarlyStep is sendEarly's callback: the first call writes, the next
+// (after the poller's wake-up) read as readEarlyStep does.
+func (c *upConn) sendEarlyStep(fd uintptr) bool {
+	if len(c.out) == 0 {
+		return c.readEarlyStep(fd)
+	}
+	n, err := writeRaw(fd, c.out)
+	c.out = c.out[n:]
+	switch {
+	case err != nil && err != syscall.EAGAIN:
+		c.outErr = os.NewSyscallError("write", err)
+		return true
+	case len(c.out) > 0:
+		return true // the rest through the connection's write
+	}
+	return false // sent: wait for the answer
 }
 
 // readEarlyStep is readEarly's callback: one read into a pooled buffer,

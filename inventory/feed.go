@@ -233,7 +233,10 @@ func (f *Feed) open(zctx *zmq.Context) (sub, mon *zmq.Socket, err error) {
 		}
 	}
 	monAddr := fmt.Sprintf("inproc://llb-kv-monitor-%p", f)
-	if err := sub.Monitor(monAddr, zmq.EVENT_CONNECTED|zmq.EVENT_DISCONNECTED); err != nil {
+	// Connected means the ZMTP handshake succeeded, not only the TCP
+	// connection: the subscription goes out right after the handshake, and
+	// a publisher drops what it sends before the subscription reaches it.
+	if err := sub.Monitor(monAddr, zmq.EVENT_HANDSHAKE_SUCCEEDED|zmq.EVENT_DISCONNECTED); err != nil {
 		return fail("monitor", err)
 	}
 	if mon, err = zctx.NewSocket(zmq.PAIR); err != nil {
@@ -266,7 +269,7 @@ func (f *Feed) monitorEvents(mon *zmq.Socket) {
 			return // EAGAIN: drained
 		}
 		switch {
-		case ev&zmq.EVENT_CONNECTED != 0:
+		case ev&zmq.EVENT_HANDSHAKE_SUCCEEDED != 0:
 			f.connected.Set(1)
 			f.downSince = time.Time{}
 			if f.everUp {
@@ -279,6 +282,7 @@ func (f *Feed) monitorEvents(mon *zmq.Socket) {
 			f.connected.Set(0)
 			f.disconnects.Inc()
 			f.downSince = time.Now()
+			f.seq.Disconnected()
 			// libzmq does not say why: a publisher restart, a network
 			// fault, or a message above MaxMsgSize, which it refuses by
 			// dropping the connection (the lost batches then show as a gap).
@@ -356,16 +360,20 @@ func (f *Feed) handle(ctx context.Context, zctx *zmq.Context, parts [][]byte) {
 		reset = ResetGap
 	case SeqRestart:
 		f.restarts.Inc()
+		f.resyncs.Inc()
 		if ok, suppressed := f.gapLimiter.allow(time.Now()); ok {
 			f.log.Info().Uint64(logSeq, frame.Seq).Int(logCount, suppressed).
 				Msg("kv publisher restarted (sequence went backwards); clearing the mirror")
 		}
 		reset = ResetRestart
+		if d.Missing > 0 {
+			reset = f.fillRestart(ctx, zctx, frame.Seq)
+		}
 	case SeqGapReplay:
 		f.countGap(d, since)
 		reset = f.fillGap(ctx, zctx, d, frame.Seq)
 	}
-	if reset != ResetNone {
+	if reset != ResetNone && d.Action != SeqRestart {
 		f.resyncs.Inc()
 	}
 	if batch == nil && reset == ResetNone {
@@ -447,6 +455,33 @@ func (f *Feed) fillGap(ctx context.Context, zctx *zmq.Context, d SeqDecision, se
 		return ResetReplayFailed
 	}
 	return ResetNone
+}
+
+// fillRestart replays a restarted publisher's first batches [0, seq),
+// lost before the subscription reached it, when a replay endpoint is
+// configured: the first one delivered clears the mirror. It returns the
+// reset the live batch still needs (ResetRestart when nothing was
+// delivered). Without replay, or if it fails, what the lost batches stored
+// is missing from the mirror until the engine stores it again.
+func (f *Feed) fillRestart(ctx context.Context, zctx *zmq.Context, seq uint64) ResetReason {
+	if f.cfg.ReplayEndpoint == "" {
+		return ResetRestart
+	}
+	reset := ResetRestart
+	_, err := f.replay(ctx, zctx, 0, seq, func(s uint64, b *Batch) {
+		f.cfg.Sink(Update{ID: f.cfg.ID, Kind: UpdateBatch, Seq: s, Reset: reset, Batch: b})
+		reset = ResetNone
+	})
+	if err == nil {
+		f.replays.Inc()
+		return reset
+	}
+	f.replFa.Inc()
+	if ok, suppressed := f.gapLimiter.allow(time.Now()); ok {
+		f.log.Warn().Err(err).Uint64(logMissing, seq).Int(logCount, suppressed).
+			Msg("kv replay of a restarted publisher's first batches failed")
+	}
+	return reset
 }
 
 // malformed logs bad input, rate-limited.

@@ -339,6 +339,84 @@ func TestFeed_CountsReconnectsAfterThePublisherComesBack(t *testing.T) {
 	}
 }
 
+// A publisher restarted on the same address whose first batches were lost
+// (a PUB socket drops what it sends before the subscription reaches it) and
+// whose next batch carries the sequence number llb saw last: on the new
+// connection that is a restart, not a duplicate. The mirror is cleared and,
+// with a replay endpoint, the lost first batches are fetched from the new
+// publisher's buffer.
+func TestFeed_ARestartedPublisherRepeatingTheLastSequenceIsARestart(t *testing.T) {
+	keys := mustExactHasher(t, "0")
+	eng := engine{h: keys}
+	A, B, C := seqTokens(1, 8), seqTokens(100, 8), seqTokens(200, 8)
+	for _, tt := range []struct {
+		name   string
+		replay bool
+	}{{"without replay", false}, {"with replay", true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := FeedConfig{}
+			var router *testRouter
+			if tt.replay {
+				router = startRouter(t, true)
+				cfg.ReplayEndpoint = router.addr
+			}
+			pub := newTestPub(t, "")
+			cfg.Endpoint = pub.addr
+			h := startFeed(t, cfg, keys)
+			n := h.join(t, pub, 0)
+			pub.send(t, n, eng.store(t, A, 0, ExtraKeys{}))
+			h.waitSeq(t, n)
+			pub.close()
+			h.waitUpdate(t, "disconnected", func(u Update) bool { return u.Kind == UpdateDisconnected })
+
+			// The new publisher's batches 0..n-1 were lost; 0 stored C.
+			pub2 := newTestPub(t, pub.addr)
+			if router != nil {
+				router.put(0, encodeBatch(t, eng.store(t, C, 0, ExtraKeys{})))
+				for s := uint64(1); s < n; s++ {
+					router.put(s, encodeBatch(t))
+				}
+			}
+			h.waitUpdate(t, "connected", func(u Update) bool { return u.Kind == UpdateConnected })
+			// Sent until it arrives (the new subscription may still be
+			// joining); copies after the first are duplicates.
+			for deadline, arrived := time.Now().Add(waitTimeout), false; !arrived; {
+				if time.Now().After(deadline) {
+					t.Fatalf("batch %d of the restarted publisher never arrived; stats %+v", n, h.feed.Stats())
+				}
+				pub2.send(t, n, eng.store(t, B, 0, ExtraKeys{}))
+				for wait := time.After(50 * time.Millisecond); !arrived; {
+					select {
+					case u := <-h.updates:
+						h.mirror.ApplyUpdate(u)
+						arrived = u.Kind == UpdateBatch && u.Seq == n
+						continue
+					case <-wait:
+					}
+					break
+				}
+			}
+			st := h.feed.Stats()
+			if st.Restarts != 1 || st.Resyncs != 1 {
+				t.Fatalf("stats %+v; want 1 restart and 1 resync", st)
+			}
+			wantC := 0
+			if tt.replay {
+				wantC = 2
+				if st.Replays != 1 || st.ReplayFailures != 0 {
+					t.Fatalf("stats %+v; want the lost first batches replayed", st)
+				}
+				if start := <-router.requests; start != 0 {
+					t.Fatalf("replay requested from %d; want 0", start)
+				}
+			}
+			if a, b, c := h.score(keys, A), h.score(keys, B), h.score(keys, C); a != 0 || b != 2 || c != wantC {
+				t.Fatalf("scores A=%d B=%d C=%d; want 0 (cleared), 2, %d", a, b, c, wantC)
+			}
+		})
+	}
+}
+
 // testRouter serves vLLM's replay protocol from a buffer on a real ROUTER
 // socket, in one of the two reply generations.
 type testRouter struct {

@@ -22,8 +22,11 @@ const (
 	// SeqGapReplay: batches were lost and a replay endpoint is configured;
 	// fetch [From, seq) first.
 	SeqGapReplay
-	// SeqRestart: the sequence went backwards, so the publisher restarted
-	// with an empty cache; clear the mirror, then apply.
+	// SeqRestart: the sequence went backwards (or, on the first batch after
+	// a disconnection, repeated), so the publisher restarted with an empty
+	// cache; clear the mirror, then apply. Missing counts the new
+	// publisher's batches [0, seq) that were lost: a PUB socket drops what
+	// it sends before the subscription reaches it.
 	SeqRestart
 )
 
@@ -66,20 +69,33 @@ type SeqTracker struct {
 	Replay  bool
 	last    uint64
 	started bool
+	// down is set by Disconnected until the next batch.
+	down bool
 }
+
+// Disconnected records that the connection to the publisher dropped: the
+// next batch comes over a new connection, from the same publisher or from
+// a restarted one. A PUB socket never sends a batch twice, so a sequence
+// number the tracker has already seen then means the publisher started
+// over — even one equal to the last, which on a live connection would be
+// a duplicate — and, when the new publisher's first batches were lost
+// before the subscription reached it, that is the only sign of its restart.
+func (t *SeqTracker) Disconnected() { t.down = true }
 
 // Observe classifies seq and advances the tracker (for every action but
 // SeqDuplicate the tracker's last sequence becomes seq).
 func (t *SeqTracker) Observe(seq uint64) SeqDecision {
+	down := t.down
+	t.down = false
 	switch {
 	case !t.started:
 		t.started, t.last = true, seq
 		return SeqDecision{Action: SeqApply}
-	case seq == t.last:
+	case seq == t.last && !down:
 		return SeqDecision{Action: SeqDuplicate}
-	case seq < t.last:
+	case seq <= t.last:
 		t.last = seq
-		return SeqDecision{Action: SeqRestart}
+		return SeqDecision{Action: SeqRestart, Missing: seq}
 	case seq == t.last+1:
 		t.last = seq
 		return SeqDecision{Action: SeqApply}

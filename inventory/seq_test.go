@@ -17,6 +17,7 @@ func TestSeqTracker_ClassifiesEverySequenceCase(t *testing.T) {
 		{"gap of 65 resyncs", false, []uint64{0, 66}, []SeqAction{SeqApply, SeqGapResync}, 65},
 		{"backwards is a restart", false, []uint64{10, 3, 4}, []SeqAction{SeqApply, SeqRestart, SeqApply}, 0},
 		{"restart to zero", false, []uint64{10, 0}, []SeqAction{SeqApply, SeqRestart}, 0},
+		{"a restart counts the new publisher's lost first batches", false, []uint64{10, 3}, []SeqAction{SeqApply, SeqRestart}, 3},
 		{"with replay every gap replays", true, []uint64{0, 2, 500}, []SeqAction{SeqApply, SeqGapReplay, SeqGapReplay}, 497},
 	}
 	for _, tt := range tests {
@@ -52,5 +53,38 @@ func TestSeqTracker_FallbackUsesTheWindow(t *testing.T) {
 		if got := tr.Fallback(tt.give); got != tt.want {
 			t.Errorf("Fallback(%d missing) = %v; want %v", tt.give.Missing, got, tt.want)
 		}
+	}
+}
+
+// After a disconnection a PUB socket cannot repeat a batch: a sequence
+// number seen before is a restarted publisher whose first batches were
+// lost, even when it equals the last one.
+func TestSeqTracker_AfterADisconnectionARepeatIsARestart(t *testing.T) {
+	tests := []struct {
+		name    string
+		give    uint64 // the first seq after the disconnection; the last was 1
+		want    SeqAction
+		missing uint64
+	}{
+		{"the same seq again", 1, SeqRestart, 1},
+		{"back to zero", 0, SeqRestart, 0},
+		{"the next one", 2, SeqApply, 0},
+		{"a gap", 5, SeqGapKeep, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var tr SeqTracker
+			tr.Observe(0)
+			tr.Observe(1)
+			tr.Disconnected()
+			d := tr.Observe(tt.give)
+			if d.Action != tt.want || d.Missing != tt.missing {
+				t.Fatalf("seq %d after a disconnection: %v (%d missing); want %v (%d missing)", tt.give, d.Action, d.Missing, tt.want, tt.missing)
+			}
+			// Only the first batch after the disconnection is judged so.
+			if d := tr.Observe(tt.give); d.Action != SeqDuplicate {
+				t.Fatalf("seq %d again on the new connection: %v; want duplicate", tt.give, d.Action)
+			}
+		})
 	}
 }
