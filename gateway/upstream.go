@@ -261,7 +261,13 @@ func (c *upConn) shed() {
 // the read that follows then reports). It costs no system call over a
 // blocking read: the check replaces the read that would have found
 // nothing, and the wake-up is trusted (a spurious one only makes the next
-// read wait with its buffer).
+// read wait with its buffer). The check cannot be skipped after a read
+// shorter than its buffer, although whatever data comes later raises an
+// edge: the backend's end (a FIN, a reset) that came with the data shared
+// its edge, the read returned the data alone, and Go's netpoller, which
+// forgets readiness when a wait begins, does not report EPOLLRDHUP — the
+// wait would sleep until the idle bound (a dying engine's stream, whose
+// migration then waits).
 func (c *upConn) waitReadable() {
 	if c.buffered() > 0 {
 		return
