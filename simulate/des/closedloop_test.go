@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llbproject/llb/simulate/peers"
 	"github.com/llbproject/llb/simulate/strategy"
 	"github.com/llbproject/llb/simulate/workload"
 )
@@ -156,5 +157,36 @@ func TestPlanExecute_ClosedLoopScenarioRunsEveryLevel(t *testing.T) {
 	p.Scenarios[0].Concurrency = []int{0}
 	if _, err := p.Execute(SerialExecutor, nil); !errors.Is(err, ErrConfig) {
 		t.Fatalf("concurrency 0: %v; want ErrConfig", err)
+	}
+}
+
+// A metrics-reading peer (llm-d) sees the engines' metrics as its endpoint
+// picker last refreshed them, every peers.MetricsRefresh, when llb's own
+// view is a scrape's; exactly when llb's is exact.
+func TestPeerMetrics_HoldTheLastRefresh(t *testing.T) {
+	tr := hotTrace(t, 1, 2)
+	s, err := newSim(tr, RunConfig{Fleet: FleetFor(tr, 1, 64), Strategy: mustStrategy(t, strategy.NameRR), Rate: 1, ScrapeEvery: DefaultScrape})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := s.peerMetrics(0, 10*time.Millisecond) // the first look refreshes
+	if v.waiting != 0 || v.at != 0 {
+		t.Fatalf("first look: %+v; want the idle engine's metrics at grid 0", *v)
+	}
+	v.waiting = 9 // stands for a queue the refresh saw, gone since
+	if got := s.peerMetrics(0, 49*time.Millisecond).waiting; got != 9 {
+		t.Fatalf("within the refresh interval: %d waiting; want the refreshed 9", got)
+	}
+	if got := s.peerMetrics(0, peers.MetricsRefresh).waiting; got != 0 {
+		t.Fatalf("at the next refresh: %d waiting; want the engine's 0", got)
+	}
+
+	exact, err := newSim(tr, RunConfig{Fleet: FleetFor(tr, 1, 64), Strategy: mustStrategy(t, strategy.NameRR), Rate: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exact.peerMetrics(0, 0).waiting = 9
+	if got := exact.peerMetrics(0, time.Millisecond).waiting; got != 0 {
+		t.Fatalf("without ScrapeEvery: %d waiting; want the engine's exact 0", got)
 	}
 }

@@ -108,9 +108,8 @@ func (s *sim) pickPeer(ri, i int, at time.Time) int {
 			e.Overlap = s.workers[wi].mirror.Score(k.Chain)
 		}
 		if metrics {
-			st := s.workers[wi].eng.Stats()
-			e.Waiting = st.Waiting // llm-d refreshes every 50 ms: read exactly
-			e.KVUsage = st.KVUsage()
+			v := s.peerMetrics(wi, at.Sub(epoch))
+			e.Waiting, e.KVUsage = v.waiting, v.kvUsage
 		}
 		s.peerEps[wi] = e
 	}
@@ -122,4 +121,36 @@ func (s *sim) pickPeer(ri, i int, at time.Time) int {
 	req := peers.Request{ID: i, Text: k.Prompt, Chain: k.Chain, PromptTokens: tr.PromptTokens,
 		OutputTokens: tr.OutputTokens, BlockSize: s.tr.Config.BlockSize, Adapter: tr.LoRA}
 	return s.replicas[ri].peer.Pick(at, &req, s.peerEps)
+}
+
+// peerScrape is a worker's queue depth and KV usage as a metrics-reading
+// peer last refreshed them.
+type peerScrape struct {
+	waiting int
+	kvUsage float64
+	at      time.Duration
+	has     bool
+}
+
+// peerMetrics returns worker wi's metrics as a metrics-reading peer sees
+// them at now. llm-d's endpoint picker refreshes every endpoint's metrics
+// every peers.MetricsRefresh (50 ms), so when llb's own view is a scrape's
+// (RunConfig.ScrapeEvery), the peer's is one too, on that 50 ms grid — the
+// engine's state at the first decision after a grid point standing in
+// for its state at that point, as for llb's (queued). Without
+// ScrapeEvery both read the engines exactly.
+func (s *sim) peerMetrics(wi int, now time.Duration) *peerScrape {
+	v := &s.workers[wi].peerView
+	every := peers.MetricsRefresh
+	if s.cfg.ScrapeEvery <= 0 {
+		every = 0
+	}
+	if grid := now; every <= 0 || !v.has || now/every*every > v.at {
+		if every > 0 {
+			grid = now / every * every
+		}
+		st := s.workers[wi].eng.Stats()
+		v.waiting, v.kvUsage, v.at, v.has = st.Waiting, st.KVUsage(), grid, true
+	}
+	return v
 }

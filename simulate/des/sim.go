@@ -52,6 +52,9 @@ type worker struct {
 	hasScrape                            bool
 	// lora is its LoRA gauge as last read (lora.go).
 	lora loraScrape
+	// peerView is the worker's queue depth and KV usage as a peer that
+	// reads the engines' metrics (llm-d) last refreshed them.
+	peerView peerScrape
 }
 
 // reqState is one request's life in a run. Times are offsets from epoch;

@@ -16,6 +16,7 @@ import (
 
 	"github.com/llbproject/llb/inventory"
 	"github.com/llbproject/llb/simulate/des"
+	"github.com/llbproject/llb/simulate/engine"
 	"github.com/llbproject/llb/simulate/fleet"
 	"github.com/llbproject/llb/simulate/peers"
 	"github.com/llbproject/llb/simulate/worker"
@@ -48,11 +49,15 @@ type peerRouter struct {
 	stop    context.CancelFunc
 	feeds   sync.WaitGroup
 
-	mu      sync.Mutex // guards pol, mirrors, eps, next
+	mu      sync.Mutex // guards pol, mirrors, eps, next, scraped, scrapedAt
 	pol     peers.Policy
 	mirrors []*inventory.Mirror
 	eps     []peers.Endpoint
 	next    int
+	// scraped is each worker's metrics as a metrics-reading peer (llm-d)
+	// last refreshed them, at scrapedAt: every peers.MetricsRefresh.
+	scraped   []engine.Stats
+	scrapedAt []time.Time
 }
 
 // startPeerRouter starts kind's router for the fleet's serving workers on
@@ -69,8 +74,10 @@ func startPeerRouter(kind peers.Kind, fl *fleet.Fleet, serving []*worker.Worker,
 	}
 	p := &peerRouter{
 		kind: kind, keys: keys, bs: tr.Fleet.Engine.BlockSize, workers: serving, pol: pol,
-		eps:    make([]peers.Endpoint, len(serving)),
-		client: &http.Client{Transport: newTransport()},
+		eps:       make([]peers.Endpoint, len(serving)),
+		scraped:   make([]engine.Stats, len(serving)),
+		scrapedAt: make([]time.Time, len(serving)),
+		client:    &http.Client{Transport: newTransport()},
 	}
 	for i := range tr.Trace.Requests {
 		p.prompts = append(p.prompts, tr.Trace.Requests[i].PromptTokens)
@@ -177,13 +184,17 @@ func (p *peerRouter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	p.next++
 	id := p.next
+	now := time.Now()
 	for i, wk := range p.workers {
 		e := peers.Endpoint{}
 		if p.kind.UsesKVEvents() {
 			e.Overlap = p.mirrors[i].Score(k.Chain)
 		}
 		if p.kind.UsesMetrics() {
-			st := wk.Stats()
+			if now.Sub(p.scrapedAt[i]) >= peers.MetricsRefresh {
+				p.scraped[i], p.scrapedAt[i] = wk.Stats(), now
+			}
+			st := &p.scraped[i]
 			e.Waiting, e.KVUsage = st.Waiting, st.KVUsage()
 			e.LoRAStale = p.loraGauge(i, wk, st.RunningLoRAs, st.WaitingLoRAs)
 		}

@@ -29,6 +29,11 @@ const (
 	llmdSpeculativeTTL = 2 * time.Second
 )
 
+// MetricsRefresh is how often llm-d's endpoint picker refreshes the pods'
+// metrics (the inference extension's --refresh-metrics-interval, 50 ms by
+// default): Endpoint.Waiting and KVUsage are that old at most.
+const MetricsRefresh = 50 * time.Millisecond
+
 type llmd struct {
 	rng   *rand.Rand
 	spec  []map[uint64]time.Time // speculative entries per pod: block key → expiry
