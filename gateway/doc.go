@@ -136,7 +136,9 @@
 //     response head are read in the system call that finds them
 //     (clientConn.readFirst, upConn.readEarly: a pooled buffer taken for
 //     the read, given back if nothing came), so a short request pays no
-//     extra call for it. What a stream
+//     extra call for it; a request up to 4 KiB of body is written to its
+//     endpoint inside the wait for its answer (upConn.sendEarly), so no
+//     read finds nothing between the two. What a stream
 //     keeps is the server's 4 KiB write buffer, its exchange and request
 //     context, and one goroutine, the connection's (the departure watch is
 //     a registration, not a goroutine). After a wave of connections the

@@ -191,22 +191,43 @@ func TestStreamPoller_CutsAcrossReadsKeepTheStreamWhole(t *testing.T) {
 	}
 	frame := func(s string) string { return fmt.Sprintf("%x\r\n%s\r\n", len(s), s) }
 	half := len(ev[1]) / 2
+	// A backlog: more chunks in one write than a read takes, so a read
+	// fills the buffer and cuts a chunk off.
+	var backlog, backlogBody strings.Builder
+	for i := 0; backlog.Len() < 3*readBufferSize; i++ {
+		e := sseEvent(i)
+		backlog.WriteString(frame(e))
+		backlogBody.WriteString(e)
+	}
 	for _, tc := range []struct {
 		name   string
 		writes []string // each written alone, apart
+		want   string   // the body when not the events of ev
 	}{
-		{"an event a chunk", []string{frame(ev[0]), frame(ev[1]), frame(ev[2]), frame(ev[3]), frame(ev[4]) + "0\r\n\r\n"}},
-		{"an event across two chunks", []string{frame(ev[0]), frame(ev[1][:half]), frame(ev[1][half:]), frame(ev[2] + ev[3]), frame(ev[4]) + "0\r\n\r\n"}},
-		{"a size line across reads", []string{frame(ev[0]), frame(ev[1])[:1], frame(ev[1])[1:], frame(ev[2]), frame(ev[3]) + frame(ev[4]), "0\r\n\r\n"}},
-		{"data across reads", []string{frame(ev[0]), frame(ev[1])[:20], frame(ev[1])[20:], frame(ev[2]) + frame(ev[3]), frame(ev[4]) + "0\r\n\r\n"}},
-		{"a CRLF across reads", []string{frame(ev[0]), frame(ev[1])[:len(frame(ev[1]))-1], "\n" + frame(ev[2]), frame(ev[3]), frame(ev[4]), "0\r\n", "\r\n"}},
-		{"two events and half a chunk", []string{frame(ev[0]), frame(ev[1]) + frame(ev[2])[:30], frame(ev[2])[30:], frame(ev[3]), frame(ev[4]) + "0\r\n\r\n"}},
+		{"an event a chunk", []string{frame(ev[0]), frame(ev[1]), frame(ev[2]), frame(ev[3]), frame(ev[4]) + "0\r\n\r\n"}, ""},
+		{"an event across two chunks", []string{frame(ev[0]), frame(ev[1][:half]), frame(ev[1][half:]), frame(ev[2] + ev[3]), frame(ev[4]) + "0\r\n\r\n"}, ""},
+		{"a size line across reads", []string{frame(ev[0]), frame(ev[1])[:1], frame(ev[1])[1:], frame(ev[2]), frame(ev[3]) + frame(ev[4]), "0\r\n\r\n"}, ""},
+		{"data across reads", []string{frame(ev[0]), frame(ev[1])[:20], frame(ev[1])[20:], frame(ev[2]) + frame(ev[3]), frame(ev[4]) + "0\r\n\r\n"}, ""},
+		{"a CRLF across reads", []string{frame(ev[0]), frame(ev[1])[:len(frame(ev[1]))-1], "\n" + frame(ev[2]), frame(ev[3]), frame(ev[4]), "0\r\n", "\r\n"}, ""},
+		{"two events and half a chunk", []string{frame(ev[0]), frame(ev[1]) + frame(ev[2])[:30], frame(ev[2])[30:], frame(ev[3]), frame(ev[4]) + "0\r\n\r\n"}, ""},
+		{"a backlog over the read buffer", []string{frame(ev[0]), backlog.String(), backlog.String()[:100], backlog.String()[100:], frame(ev[4]) + "0\r\n\r\n"},
+			ev[0] + backlogBody.String() + backlogBody.String() + ev[4]},
 	} {
-		for _, poller := range []bool{true, false} {
+		want := want.String()
+		if tc.want != "" {
+			want = tc.want
+		}
+		// poller: off, on, or on with every registration that fires
+		// relayed in a goroutine of its own (a saturated shard's batch).
+		for _, poller := range []string{"on", "apart", "off"} {
 			for _, migration := range []bool{true, false} {
 				t.Run(fmt.Sprintf("%s/poller=%v/migration=%v", tc.name, poller, migration), func(t *testing.T) {
 					defer SetStreamPoller(streamPollerOn.Load())
-					SetStreamPoller(poller)
+					SetStreamPoller(poller != "off")
+					if poller == "apart" {
+						defer inlineBatch.Store(inlineBatch.Load())
+						inlineBatch.Store(0)
+					}
 					backend := serveTCP(t, func(c net.Conn) {
 						if !readRequest(c) {
 							return
@@ -232,8 +253,8 @@ func TestStreamPoller_CutsAcrossReadsKeepTheStreamWhole(t *testing.T) {
 					req := `{"model":"m","prompt":"p","max_tokens":100,"stream":true}`
 					_, _ = fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", PathCompletions, len(req), req)
 					body, _ := readChunks(t, bufio.NewReader(c))
-					if body != want.String() {
-						t.Fatalf("body %q;\nwant %q", body, want.String())
+					if body != want {
+						t.Fatalf("body %q;\nwant %q", body, want)
 					}
 					fr.checkTicketsClosed(t, 1)
 				})

@@ -154,10 +154,11 @@ func (sh *pollShard) forget(id uint64) {
 	sh.mu.Unlock()
 }
 
-// fire hands one event of the instance to the stream registered for it.
-func (sh *pollShard) fire(id uint64, events uint32) {
+// fire hands one event of the instance to the stream registered for it,
+// in a goroutine of its own when apart.
+func (sh *pollShard) fire(id uint64, events uint32, apart bool) {
 	if st := sh.get(id); st != nil {
-		st.parked.fire(id, events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0)
+		st.parked.fire(id, events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0, apart)
 	}
 }
 
@@ -170,15 +171,9 @@ func (sh *pollShard) run() {
 			events := make([]syscall.EpollEvent, 256)
 			err = rc.Read(func(fd uintptr) bool {
 				for {
-					n, err := syscall.EpollWait(sh.epfd, events, 0)
-					if err == syscall.EINTR {
-						continue
-					}
+					n, err := sh.drain(events)
 					if err != nil {
 						return true
-					}
-					for i := range events[:n] {
-						sh.fire(epollID(&events[i]), events[i].Events)
 					}
 					if n < len(events) {
 						return false // drained: wait for the next edge
@@ -191,7 +186,48 @@ func (sh *pollShard) run() {
 			// Not pollable after all: block in epoll_wait.
 		}
 	}
-	waitEpoll(sh.epfd, 256, sh.fire)
+	waitEpoll(sh.epfd, 256, func(id uint64, events uint32) { sh.fire(id, events, false) })
+}
+
+// inlineBatch is the most registrations of one batch the shard's
+// goroutine relays itself; the rest of a larger batch goes to a goroutine
+// each (drain). Tests set it to 0 to take every event apart.
+var inlineBatch atomic.Int32
+
+func init() { inlineBatch.Store(4) }
+
+// drain takes the registrations that fired from the instance (without
+// waiting) and hands each to its stream: the first inlineBatch relayed in
+// this goroutine, the others each in a goroutine of its own. Where the
+// machine saturates, Go's scheduler gives each runnable goroutine its turn
+// in order, and one that ran its slice (10 ms) or lost its P in a system
+// call waits at the back of the global queue: a shard's goroutine relaying
+// a whole batch for thousands of streams got one turn where the relay's
+// streams get one each, ran long enough to lose it, and its events waited
+// hundreds of milliseconds (go tool trace: the shards runnable 78 % of the
+// time at 4 000 streams). A goroutine per fired stream gives a backlog as
+// many turns as the relay's would have, and the shard's own turn stays
+// short; a batch of a few, the idle machine's case, costs no goroutine.
+func (sh *pollShard) drain(events []syscall.EpollEvent) (int, error) {
+	for {
+		n, err := syscall.EpollWait(sh.epfd, events, 0)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		// The goroutines first, for the other Ps to take while this one
+		// relays the first few.
+		inline := min(n, int(inlineBatch.Load()))
+		for i := inline; i < n; i++ {
+			sh.fire(epollID(&events[i]), events[i].Events, true)
+		}
+		for i := range events[:inline] {
+			sh.fire(epollID(&events[i]), events[i].Events, false)
+		}
+		return n, nil
+	}
 }
 
 // parkedStream is a hijacked stream's registration with the poller.
@@ -286,7 +322,7 @@ func (st *hijackedStream) park() bool {
 	// An abort that came before parkedOn was set did not kick: its mark
 	// is read here (killUp sets it under the exchange's mu).
 	st.x.mu.Lock()
-	killed := c.killed
+	killed := c.killed.Load()
 	st.x.mu.Unlock()
 	if killed {
 		p.wake(id, false)
@@ -340,12 +376,24 @@ func (p *parkedStream) claim(id uint64, edge bool) bool {
 // closed or the socket failed — a read that returns data then does not
 // tell the end that follows it, and no edge will come for it, so the
 // relay's goroutine reads on.
-func (p *parkedStream) fire(id uint64, hangup bool) {
+func (p *parkedStream) fire(id uint64, hangup, apart bool) {
 	if !p.claim(id, true) {
+		return
+	}
+	if apart {
+		go p.relay(hangup)
 		return
 	}
 	if hangup || !p.st.step() {
 		go p.st.resume()
+	}
+}
+
+// relay is fire's relay in a goroutine of its own, which resumes the
+// stream itself when the step cannot take its event.
+func (p *parkedStream) relay(hangup bool) {
+	if hangup || !p.st.step() {
+		p.st.resume()
 	}
 }
 
@@ -402,63 +450,99 @@ func (st *hijackedStream) resume() {
 	st.run()
 }
 
-// step relays the event a parked stream's upstream socket has for it, in
+// step relays the events a parked stream's upstream socket has for it, in
 // the poller's goroutine, and parks the stream again: one read of the
-// socket, de-chunked (dechunk), through the usage scanner and the
-// migration tracker (relayStream.pass), written to the client as one chunk
-// with one non-blocking write. It reports false when the stream must go on
-// in a goroutine (resume): the read was not whole chunks (the body's end,
-// a chunk cut across reads: left for bodyReader, in the connection's early
-// bytes), an error or the end of the connection, an event cut across
-// reads (carried), a write the client's socket did not take whole (the
-// rest is written, under the send bound, by resume), a deadline due. What
-// the step did not do is then done by the relay's own code, so the
-// stream's end stays in one place.
+// socket, its whole chunks de-chunked (dechunkPrefix), through the usage
+// scanner and the migration tracker (relayStream.pass), written to the
+// client as one chunk with one non-blocking write. A chunk the read cut
+// off is kept, raw, as the connection's early bytes (upConn.pre) for the
+// next step, which reads behind it — so a stream that fell behind (a read
+// that fills the buffer cuts a chunk) stays with the poller instead of
+// taking a goroutine of its own: at saturation a resumed stream's
+// goroutine queues behind every other runnable one, and the poller's
+// goroutine, which relays thousands of streams, queued behind them too.
+// It reports false when the stream must go on in a goroutine (resume): the
+// body's end or a malformed chunk (left to bodyReader, in the connection's
+// early bytes), a chunk larger than the read buffer, an error or the end of
+// the connection, an event cut across chunks (carried), a write the
+// client's socket did not take whole (the rest is written, under the send
+// bound, by resume), a deadline due. What the step did not do is then done
+// by the relay's own code, so the stream's end stays in one place.
 func (st *hijackedStream) step() bool {
 	x, s := st.x, st.x.stream
 	c := s.body.c
-	if s.body.framing != framingChunked || s.body.inChunk || s.body.eof || c.buffered() > 0 || c.preErr != nil ||
-		s.firstByte.IsZero() || s.buf != nil {
+	if s.body.framing != framingChunked || s.body.inChunk || s.body.eof || c.br != nil && c.br.Buffered() > 0 ||
+		len(c.pre) > 0 && c.early == nil || c.preErr != nil || s.firstByte.IsZero() || s.buf != nil {
 		return false
 	}
 	now := time.Now()
 	if !c.deadline.IsZero() && !now.Before(c.deadline) || !st.cc.send.limit.IsZero() && !now.Before(st.cc.send.limit) {
 		return false // the relay's read or write meets it
 	}
-	var bp *[]byte
+	// The read goes behind the cut chunk an earlier step kept, moved to
+	// the buffer's start.
+	bp, kept := c.early, len(c.pre)
+	if bp != nil {
+		copy(*bp, c.pre)
+		c.early, c.pre = nil, nil
+	} else {
+		bp = earlyReads.Get().(*[]byte)
+	}
+	keep := func(raw []byte) { // hands raw on to the next step or bodyReader
+		if len(raw) == 0 {
+			earlyReads.Put(bp)
+			return
+		}
+		c.early, c.pre = bp, raw
+	}
+	if kept == len(*bp) {
+		keep((*bp)[:kept]) // a chunk larger than the buffer: bodyReader's
+		return false
+	}
 	var n int
-	var ok bool
 	var rerr error
 	if err := c.raw.Read(func(fd uintptr) bool {
-		bp, n, ok, rerr = readPooled(fd)
+		for {
+			n, rerr = syscall.Read(int(fd), (*bp)[kept:])
+			if rerr != syscall.EINTR {
+				break
+			}
+		}
 		return true
 	}); err != nil {
+		keep((*bp)[:kept])
 		return false
 	}
 	switch {
-	case !ok:
+	case rerr == syscall.EAGAIN:
+		keep((*bp)[:kept])
 		st.drained = true
 		return st.repark() // nothing after all
 	case rerr != nil:
-		earlyReads.Put(bp)
+		keep((*bp)[:kept])
 		c.preErr = os.NewSyscallError("read", rerr)
 		return false
 	case n == 0:
-		earlyReads.Put(bp)
+		keep((*bp)[:kept])
 		c.preErr = io.EOF
 		return false
 	}
-	raw := (*bp)[:n]
-	drained := n < len(*bp)
+	raw := (*bp)[:kept+n]
+	drained := kept+n < len(*bp)
 	s.lg.alive()
 	bufp := x.h.bufs.Get().(*[]byte)
-	body, whole := dechunk((*bufp)[:0], raw)
-	if !whole {
+	body, used, cut := dechunkPrefix((*bufp)[:0], raw)
+	rest := raw[used:]
+	if used == 0 {
 		x.h.bufs.Put(bufp)
-		c.early, c.pre = bp, raw // read first by bodyReader
-		return false
+		keep(raw)
+		if !cut || len(raw) == len(*bp) {
+			return false // read first by bodyReader
+		}
+		st.drained = drained
+		return st.repark()
 	}
-	earlyReads.Put(bp)
+	keep(rest)
 	s.buf = bufp
 	buf := *bufp
 	p, carry := s.pass(buf, 0, len(body), 0)
@@ -496,6 +580,9 @@ func (st *hijackedStream) step() bool {
 		return false
 	}
 	s.release()
+	if len(rest) > 0 && !cut {
+		return false // the body's end or a malformed chunk: bodyReader's
+	}
 	st.drained = drained
 	return st.repark()
 }

@@ -104,8 +104,8 @@ func (st *goldenState) run(t *testing.T, d *datadriven.TestData) string {
 		if def := DefaultEnv(); env.OffloadWeightPct != def.OffloadWeightPct || env.PredictionDemote != def.PredictionDemote {
 			fmt.Fprintf(&b, "offload_weight=%d prediction_demote=%v\n", env.OffloadWeightPct, env.PredictionDemote)
 		}
-		if env.MissSettle {
-			b.WriteString("miss_settle=true\n")
+		if env.MissSettle != DefaultEnv().MissSettle {
+			fmt.Fprintf(&b, "miss_settle=%v\n", env.MissSettle)
 		}
 		return b.String() + st.rebuild()
 	case "rule":

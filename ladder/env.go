@@ -229,11 +229,11 @@ type Env struct {
 	// fleet is saturated (Router.CapFor). Default 25, range 0–100; 0 holds
 	// every class to the cap.
 	CriticalHeadroomPct uint32
-	// MissSettle is LLB_KV_MISS_SETTLE: when on (default off), the
+	// MissSettle is LLB_KV_MISS_SETTLE: when on (the default), the
 	// headroom law places a Tier-1.5 miss on a light fleet by the prompt's
 	// home and frequency-weighted footprints (settleMiss) instead of by KV
-	// use. Measured against the default and not made it
-	// (docs/performance.md, settled misses).
+	// use; 0 places every miss by KV use, the law before
+	// (docs/performance.md, why the 50 % cells lose).
 	MissSettle bool
 }
 
@@ -254,6 +254,7 @@ func DefaultEnv() Env {
 		OffloadWeightPct:   80,
 		PredictionDemote:   true,
 		LoRAAffinity:       true,
+		MissSettle:         true,
 
 		CriticalHeadroomPct: 25,
 	}

@@ -21,7 +21,7 @@ func TestParseEnv_EmptyGivesDefaults(t *testing.T) {
 	}
 	want := Env{LBMode: LBHeadroom, MeanLoadFactorPct: 175, LoadPenalty: 32, SpillRelief: TriAuto,
 		ColdStartMinBlocks: 16, ColdStartSeedN: 16, MinMatchTokens: 16, HeadroomPct: 100, MaxNumSeqs: 256,
-		OriginErrThreshold: 3, OffloadWeightPct: 80, PredictionDemote: true, LoRAAffinity: true, CriticalHeadroomPct: 25}
+		OriginErrThreshold: 3, OffloadWeightPct: 80, PredictionDemote: true, LoRAAffinity: true, CriticalHeadroomPct: 25, MissSettle: true}
 	if got != want {
 		t.Fatalf("defaults = %+v; want %+v", got, want)
 	}

@@ -119,10 +119,14 @@ func (t *footprintTable) returns(now time.Time, key uint64) (float64, bool) {
 	return float64(e.hits) * decay(n-e.at) * math.Ln2 / float64(SettleHalfLife) * float64(RefitHorizon), true
 }
 
-// home returns the endpoint key was last sent to within SettleHorizon.
-func (t *footprintTable) home(now time.Time, key uint64) (int, bool) {
-	e := t.lookup(now.UnixNano(), key)
-	if e == nil {
+// hotHome returns the endpoint key was last sent to within SettleHorizon
+// when the prompt is hot: it comes back about once per FootprintTTL or
+// more often (its weight in weightedSums is whole). false for a colder
+// prompt, or one the table does not know.
+func (t *footprintTable) hotHome(now time.Time, key uint64) (int, bool) {
+	n := now.UnixNano()
+	e := t.lookup(n, key)
+	if e == nil || float64(e.hits)*decay(n-e.at)*math.Ln2/float64(SettleHalfLife)*float64(FootprintTTL) < 1 {
 		return -1, false
 	}
 	return int(e.ep), true

@@ -226,13 +226,26 @@ func TestFootprintTable_WeightedSumsCountHotPromptsWhole(t *testing.T) {
 			}
 		})
 	}
-	if h, ok := f.home(last.Add(SettleHorizon), 1); !ok || h != 0 {
-		t.Fatalf("home(1) = %d, %v; want 0, true", h, ok)
+	homes := []struct {
+		name string
+		at   time.Time
+		key  uint64
+		want int // -1: not hot
+	}{
+		{"a prompt asked for every 5 s is hot", last, 1, 0},
+		{"a prompt asked for once is not", last, 2, -1},
+		{"a hot prompt no longer asked for cools in two half-lives", last.Add(2 * SettleHalfLife), 1, -1},
+		{"a key never placed has no home", last, 4, -1},
 	}
-	if _, ok := f.home(last.Add(SettleHorizon+time.Nanosecond), 2); ok {
-		t.Fatal("home(2) past the horizon; want none")
-	}
-	if _, ok := f.home(last, 4); ok {
-		t.Fatal("home of a key never placed; want none")
+	for _, tt := range homes {
+		t.Run(tt.name, func(t *testing.T) {
+			h, ok := f.hotHome(tt.at, tt.key)
+			if !ok {
+				h = -1
+			}
+			if h != tt.want {
+				t.Fatalf("hotHome = %d, %v; want %d", h, ok, tt.want)
+			}
+		})
 	}
 }

@@ -109,22 +109,22 @@ func WithObjective(s Strategy) Strategy {
 	return s
 }
 
-// SettleSuffix names a headroom-law strategy with settled misses
-// (Strategy.MissSettle): "headroom+settle".
-const SettleSuffix = "+settle"
+// NoSettleSuffix names a headroom-law strategy whose misses go by KV use
+// on a light fleet too (Strategy.NoSettle): "headroom+nosettle".
+const NoSettleSuffix = "+nosettle"
 
 // ByName returns a named strategy (see All), "hard@<pct>", "soft@<λ>" or
 // "headroom@<pct>", any llb one of them followed by "+objective"
-// (WithObjective), or a headroom-law one followed by "+settle".
+// (WithObjective), or a headroom-law one followed by "+nosettle".
 func ByName(name string) (Strategy, error) {
-	if base, ok := strings.CutSuffix(name, SettleSuffix); ok {
+	if base, ok := strings.CutSuffix(name, NoSettleSuffix); ok {
 		s, err := ByName(base)
-		if err == nil && !s.IsPeer() && s.KVExact && s.Law.HeadroomLaw() && !s.MissSettle && !s.Objective {
-			s.Name += SettleSuffix
-			s.MissSettle = true
+		if err == nil && !s.IsPeer() && s.KVExact && s.Law.HeadroomLaw() && !s.NoSettle && !s.Objective {
+			s.Name += NoSettleSuffix
+			s.NoSettle = true
 			return s, nil
 		}
-		return Strategy{}, fmt.Errorf("strategy %q (want a headroom-law strategy followed by %s): %w", name, SettleSuffix, ErrConfig)
+		return Strategy{}, fmt.Errorf("strategy %q (want a headroom-law strategy followed by %s): %w", name, NoSettleSuffix, ErrConfig)
 	}
 	if base, ok := strings.CutSuffix(name, ObjectiveSuffix); ok {
 		s, err := ByName(base)
@@ -158,7 +158,7 @@ func ByName(name string) (Strategy, error) {
 			return s, nil
 		}
 	}
-	return Strategy{}, fmt.Errorf("strategy %q (want rr, chwbl, tier1, off, hard, soft, adaptive, adaptive-soft, headroom, auto, hard+chwbl, pd-hard, hard@<100..1000>, soft@<1..100000>, headroom@<1..100>, any of those followed by +objective, headroom or auto followed by +settle, or a peer: dynamo, llm-d, sglang, aibrix, kubeai, llm-d-lora, aibrix-lora): %w", name, ErrConfig)
+	return Strategy{}, fmt.Errorf("strategy %q (want rr, chwbl, tier1, off, hard, soft, adaptive, adaptive-soft, headroom, auto, hard+chwbl, pd-hard, hard@<100..1000>, soft@<1..100000>, headroom@<1..100>, any of those followed by +objective, headroom or auto followed by +nosettle, or a peer: dynamo, llm-d, sglang, aibrix, kubeai, llm-d-lora, aibrix-lora): %w", name, ErrConfig)
 }
 
 // ByNames resolves a list of names, reporting every unknown or repeated

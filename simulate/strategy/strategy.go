@@ -78,10 +78,12 @@ type Strategy struct {
 	// endpoint predicted to meet it (ladder/objective.go). Named
 	// "<name>+objective"; not for a peer.
 	Objective bool
-	// MissSettle sets LLB_KV_MISS_SETTLE (headroom law): a miss on a light
-	// fleet goes to its prompt's home or the smallest frequency-weighted
-	// footprint (ladder/settle.go). Named "<name>+settle"; not for a peer.
-	MissSettle bool
+	// NoSettle sets LLB_KV_MISS_SETTLE=0 (headroom law): a miss on a light
+	// fleet goes by KV use, as near saturation, instead of to its prompt's
+	// home or the smallest frequency-weighted footprint (ladder/settle.go;
+	// the default law before settling). Named "<name>+nosettle"; not for a
+	// peer.
+	NoSettle bool
 }
 
 // IsPeer reports whether the strategy is another router's policy.
@@ -122,7 +124,9 @@ func (s *Strategy) Env() ladder.Env {
 	if s.HeadroomPct != 0 {
 		env.HeadroomPct = s.HeadroomPct
 	}
-	env.MissSettle = s.MissSettle
+	if s.NoSettle {
+		env.MissSettle = false
+	}
 	return env
 }
 
@@ -144,8 +148,8 @@ func (s *Strategy) EnvList() []string {
 	if s.HeadroomPct != 0 {
 		out = append(out, ladder.EnvHeadroomPct+"="+strconv.FormatUint(uint64(s.HeadroomPct), 10))
 	}
-	if s.MissSettle {
-		out = append(out, ladder.EnvMissSettle+"=1")
+	if s.NoSettle {
+		out = append(out, ladder.EnvMissSettle+"=0")
 	}
 	slices.Sort(out)
 	return out

@@ -22,8 +22,8 @@ func TestByName_KnowsTheCatalogueAndKnobVariants(t *testing.T) {
 		wantEnv    []string
 		// wantObjective: the requests carry the run's TTFT objective.
 		wantObjective bool
-		// wantSettle: LLB_KV_MISS_SETTLE is on.
-		wantSettle bool
+		// wantNoSettle: LLB_KV_MISS_SETTLE is off (on by default).
+		wantNoSettle bool
 	}{
 		{give: "rr", wantShape: ShapePool, wantSel: ladder.SelRR, wantFactor: 175, wantLambda: 32},
 		{give: "chwbl", wantShape: ShapePool, wantSel: ladder.SelCHWBL, wantFactor: 175, wantLambda: 32},
@@ -55,10 +55,10 @@ func TestByName_KnowsTheCatalogueAndKnobVariants(t *testing.T) {
 		{give: "hard@150+objective", wantShape: ShapePool, wantKV: ladder.KVSinglePool, wantMode: "hard", wantFactor: 150, wantLambda: 32,
 			wantEnv: []string{"LOXILB_KV_LB_MODE=hard", "LOXILB_KV_MEAN_LOAD_FACTOR=150"}, wantObjective: true},
 		{give: "rr+objective", wantShape: ShapePool, wantSel: ladder.SelRR, wantFactor: 175, wantLambda: 32, wantObjective: true},
-		{give: "headroom+settle", wantShape: ShapePool, wantKV: ladder.KVSinglePool, wantMode: "headroom", wantFactor: 175, wantLambda: 32,
-			wantEnv: []string{"LLB_KV_MISS_SETTLE=1", "LOXILB_KV_LB_MODE=headroom"}, wantSettle: true},
-		{give: "auto+settle+objective", wantShape: ShapePool, wantKV: ladder.KVSinglePool, wantMode: "auto", wantFactor: 175, wantLambda: 32,
-			wantEnv: []string{"LLB_KV_MISS_SETTLE=1", "LOXILB_KV_LB_MODE=auto"}, wantObjective: true, wantSettle: true},
+		{give: "headroom+nosettle", wantShape: ShapePool, wantKV: ladder.KVSinglePool, wantMode: "headroom", wantFactor: 175, wantLambda: 32,
+			wantEnv: []string{"LLB_KV_MISS_SETTLE=0", "LOXILB_KV_LB_MODE=headroom"}, wantNoSettle: true},
+		{give: "auto+nosettle+objective", wantShape: ShapePool, wantKV: ladder.KVSinglePool, wantMode: "auto", wantFactor: 175, wantLambda: 32,
+			wantEnv: []string{"LLB_KV_MISS_SETTLE=0", "LOXILB_KV_LB_MODE=auto"}, wantObjective: true, wantNoSettle: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.give, func(t *testing.T) {
@@ -71,8 +71,8 @@ func TestByName_KnowsTheCatalogueAndKnobVariants(t *testing.T) {
 				t.Fatalf("got %+v (mode %q, kvExactMode %d); want shape %v sel %v kvExactMode %d cache-aware %v mode %q",
 					s, s.Mode(), s.KVMode(), tt.wantShape, tt.wantSel, tt.wantKV, tt.wantAware, tt.wantMode)
 			}
-			if env := s.Env(); env.MeanLoadFactorPct != tt.wantFactor || env.LoadPenalty != tt.wantLambda || env.MissSettle != tt.wantSettle {
-				t.Fatalf("env factor %d λ %d settle %v; want %d, %d and %v", env.MeanLoadFactorPct, env.LoadPenalty, env.MissSettle, tt.wantFactor, tt.wantLambda, tt.wantSettle)
+			if env := s.Env(); env.MeanLoadFactorPct != tt.wantFactor || env.LoadPenalty != tt.wantLambda || env.MissSettle == tt.wantNoSettle {
+				t.Fatalf("env factor %d λ %d settle %v; want %d, %d and %v", env.MeanLoadFactorPct, env.LoadPenalty, env.MissSettle, tt.wantFactor, tt.wantLambda, !tt.wantNoSettle)
 			}
 			if got := s.EnvList(); !slices.Equal(got, tt.wantEnv) {
 				t.Fatalf("env list %q; want %q", got, tt.wantEnv)
@@ -98,7 +98,7 @@ func TestAll_IsEveryNameOnceInReportOrder(t *testing.T) {
 func TestByName_RefusesUnknownNamesAndOutOfRangeKnobs(t *testing.T) {
 	for _, give := range []string{"", "random", "hard@", "hard@x", "hard@0", "hard@50", "hard@99", "hard@1001", "soft@0", "soft@100001", "rr@3", "off@150", "hard@-1", "headroom@0", "headroom@101",
 		"+objective", "llm-d+objective", "headroom+objective+objective", "nope+objective",
-		"+settle", "hard+settle", "rr+settle", "llm-d+settle", "headroom+settle+settle", "headroom+objective+settle"} {
+		"+nosettle", "hard+nosettle", "rr+nosettle", "llm-d+nosettle", "headroom+nosettle+nosettle", "headroom+objective+nosettle"} {
 		if _, err := ByName(give); !errors.Is(err, ErrConfig) {
 			t.Errorf("ByName(%q) err %v; want ErrConfig", give, err)
 		}
