@@ -360,7 +360,7 @@ func (x *exchange) abortLeg(c failCause) {
 // past) and marks it never to be pooled. Called with mu held.
 func (x *exchange) killUp() {
 	if x.up != nil {
-		x.up.killed = true
+		x.up.killed.Store(true)
 		_ = x.up.nc.SetDeadline(aLongTimeAgo)
 		if p := x.up.parkedOn.Load(); p != nil {
 			p.kick()
@@ -401,7 +401,7 @@ func (x *exchange) legAbortCause(clear bool) failCause {
 func (x *exchange) detach() (killed bool) {
 	x.mu.Lock()
 	if x.up != nil {
-		killed = x.up.killed
+		killed = x.up.killed.Load()
 	}
 	x.up = nil
 	x.mu.Unlock()

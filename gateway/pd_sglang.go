@@ -258,7 +258,7 @@ func (p *pairLeg) attach(c *upConn) (failCause, bool) {
 func (p *pairLeg) detach() (killed bool) {
 	p.mu.Lock()
 	if p.up != nil {
-		killed = p.up.killed
+		killed = p.up.killed.Load()
 	}
 	p.up = nil
 	p.mu.Unlock()
@@ -280,7 +280,7 @@ func (p *pairLeg) kill(c failCause) {
 		p.cut = c
 	}
 	if p.up != nil {
-		p.up.killed = true
+		p.up.killed.Store(true)
 		_ = p.up.nc.SetDeadline(aLongTimeAgo)
 	}
 	p.mu.Unlock()

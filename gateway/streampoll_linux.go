@@ -322,7 +322,7 @@ func (st *hijackedStream) park() bool {
 	// An abort that came before parkedOn was set did not kick: its mark
 	// is read here (killUp sets it under the exchange's mu).
 	st.x.mu.Lock()
-	killed := c.killed
+	killed := c.killed.Load()
 	st.x.mu.Unlock()
 	if killed {
 		p.wake(id, false)

@@ -115,8 +115,9 @@ type upConn struct {
 	// deadline is the read and write deadline armed on nc (see arm).
 	deadline time.Time
 	// killed is set (under the exchange's mu) when an abort put nc's
-	// deadline in the past: the connection is closed, never pooled.
-	killed bool
+	// deadline in the past: the connection is closed, never pooled. Atomic:
+	// arm, on the leg's goroutine, reads it without that lock.
+	killed atomic.Bool
 	// woke and step are waitReadable's state and callback, made once per
 	// connection: a closure per wait would be an allocation per event.
 	woke bool
@@ -151,6 +152,13 @@ func (c *upConn) arm(d time.Time, slack time.Duration) {
 	}
 	c.deadline = d.Add(slack)
 	_ = c.nc.SetDeadline(c.deadline)
+	// An abort between the leg's last read and this re-arm put a past
+	// deadline that the line above just replaced: put it back, or the
+	// next read would wait for the backend or the new bound. (An abort
+	// after this load sets its own deadline last.)
+	if c.killed.Load() {
+		_ = c.nc.SetDeadline(aLongTimeAgo)
+	}
 }
 
 // get returns an idle connection (checking one that idled long for a close

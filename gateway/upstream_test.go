@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -277,5 +278,47 @@ func TestListener_RefusesOtherVersionsAndUncleanPaths(t *testing.T) {
 	}
 	if n := len(be.requests()); n != 0 {
 		t.Errorf("backend saw %d requests; want 0", n)
+	}
+}
+
+// An abort that lands between a leg's read and its re-arm of the idle
+// bound must still wake the next read at once: the re-arm may not
+// replace the abort's past deadline with a future one.
+func TestUpConn_ReArmAfterAnAbortKeepsTheConnectionWoken(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c // a silent backend: it never writes
+		}
+	}()
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	defer func() { (<-accepted).Close() }()
+
+	c := &upConn{nc: nc}
+	now := time.Now()
+	c.arm(now.Add(time.Minute), 0) // the leg's bound, as armed before its read
+	// killUp, as the exchange's abort makes it from another goroutine.
+	c.killed.Store(true)
+	_ = nc.SetDeadline(aLongTimeAgo)
+	// The leg's goroutine re-arms its idle bound before the next read.
+	c.arm(now.Add(20*time.Second), time.Second)
+
+	start := time.Now()
+	_, err = nc.Read(make([]byte, 1))
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read after the abort and a re-arm: %v; want the deadline exceeded at once", err)
+	}
+	if waited := time.Since(start); waited > 10*time.Second {
+		t.Fatalf("the read waited %v", waited)
 	}
 }
