@@ -69,7 +69,8 @@ const (
 // their headroom, with at most one request in flight more than the least
 // loaded candidate and at most one prompt's blocks of queued prefill work
 // more than the least; only a hot prompt settles. false leaves the miss to
-// missTarget's KV window. r.room must be current.
+// missTarget's KV window. r.room must be current, and r.fp the prompt's
+// weighted footprint (missTarget computes it before calling).
 func (r *Router) settleMiss(now time.Time, req *Request, views []EndpointView, fleet []Candidate, calm bool) (int, bool) {
 	if r.foot == nil || !req.HasPrefixHash || len(fleet) == 0 {
 		return -1, false
@@ -94,7 +95,6 @@ func (r *Router) settleMiss(now time.Time, req *Request, views []EndpointView, f
 		return -1, false
 	}
 	fp := &r.fp
-	r.foot.weightedSums(now, req.PrefixHash, fp)
 	pb := uint64(max(r.PromptBlocks(req), 1))
 	runsNow := func(e int) bool {
 		v := &views[e]
