@@ -43,11 +43,7 @@ type loraScrape struct {
 func (s *sim) loraGauge(wi int, now time.Duration) *loraScrape {
 	w := &s.workers[wi]
 	g := &w.lora
-	every := s.cfg.ScrapeEvery
-	if grid := now; every <= 0 || !g.has || now/every*every > g.at {
-		if every > 0 {
-			grid = now / every * every
-		}
+	if grid, due := scrapeDue(now, s.cfg.ScrapeEvery, g.at, g.has); due {
 		st := w.eng.Stats()
 		g.running, g.waiting = split(st.RunningLoRAs), split(st.WaitingLoRAs)
 		g.at, g.has = grid, true

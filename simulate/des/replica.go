@@ -145,10 +145,7 @@ func (s *sim) peerMetrics(wi int, now time.Duration) *peerScrape {
 	if s.cfg.ScrapeEvery <= 0 {
 		every = 0
 	}
-	if grid := now; every <= 0 || !v.has || now/every*every > v.at {
-		if every > 0 {
-			grid = now / every * every
-		}
+	if grid, due := scrapeDue(now, every, v.at, v.has); due {
 		st := s.workers[wi].eng.Stats()
 		v.waiting, v.kvUsage, v.at, v.has = st.Waiting, st.KVUsage(), grid, true
 	}

@@ -247,11 +247,23 @@ func (s *sim) queued(w *worker, now time.Duration, waiting int) uint32 {
 	if every <= 0 {
 		return uint32(waiting)
 	}
-	if grid := now / every * every; !w.hasScrape || grid > w.scrapedAt {
+	if grid, due := scrapeDue(now, every, w.scrapedAt, w.hasScrape); due {
 		w.scraped, w.scrapedAt, w.hasScrape = uint32(waiting), grid, true
 		w.scrapedUsed, w.sinceScrape, w.freedSince = uint32(w.eng.Stats().BlocksInUse), 0, 0
 	}
 	return w.scraped
+}
+
+// scrapeDue reports whether a view last read at the grid point at (has: it
+// was read at all) is read again at now, and the point of the every grid it
+// then stands for: every look reads anew when every ≤ 0 (the view is
+// exact), else the first look past a new grid point does.
+func scrapeDue(now, every, at time.Duration, has bool) (time.Duration, bool) {
+	if every <= 0 {
+		return now, true
+	}
+	grid := now / every * every
+	return grid, !has || grid > at
 }
 
 // kvUsed is what llb estimates of worker w's blocks in use
